@@ -1,0 +1,14 @@
+"""Runtime core: prefill a hybrid model once, fork physically compacted children, answer exactly."""
+
+from .adapters import ModelAdapter, adapter_for
+from .evidence import Evidence, EvidenceRequest
+from .forward import SequenceState, forward_chunk
+from .gdn import GDNState
+from .kv import LayerKV
+from .plan import KeepPlan
+from .session import Answer, Child, Parent, context_hash, prefill
+
+__all__ = [
+    "Answer", "Child", "Evidence", "EvidenceRequest", "GDNState", "KeepPlan", "LayerKV", "ModelAdapter",
+    "Parent", "SequenceState", "adapter_for", "context_hash", "forward_chunk", "prefill",
+]

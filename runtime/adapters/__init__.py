@@ -1,0 +1,30 @@
+"""Model adapters: one per architecture family, chosen by ``config.model_type``."""
+
+from __future__ import annotations
+
+from torch import nn
+
+from .base import AttentionGeometry, ModelAdapter, apply_rope
+from .dense import DenseAdapter
+from .qwen3_5 import Qwen3_5Adapter
+from .qwen3_next import Qwen3NextAdapter
+
+ADAPTERS: tuple[type[ModelAdapter], ...] = (Qwen3_5Adapter, Qwen3NextAdapter, DenseAdapter)
+
+
+def adapter_for(model: nn.Module) -> ModelAdapter:
+    """Return the adapter for ``model``; raise ``ValueError`` naming the supported model types otherwise."""
+    model_type = getattr(getattr(model, "config", None), "model_type", None)
+    for adapter in ADAPTERS:
+        if model_type in adapter.model_types:
+            if not hasattr(model, "lm_head") or not hasattr(getattr(model, "model", None), "layers"):
+                raise ValueError(
+                    f"{type(model).__name__} is not a causal-LM wrapper with model.layers and lm_head; "
+                    "load it with AutoModelForCausalLM"
+                )
+            return adapter(model)
+    supported = sorted(t for adapter in ADAPTERS for t in adapter.model_types)
+    raise ValueError(f"unsupported model type {model_type!r} ({type(model).__name__}); supported: {supported}")
+
+
+__all__ = ["ADAPTERS", "AttentionGeometry", "ModelAdapter", "adapter_for", "apply_rope"]

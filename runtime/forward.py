@@ -1,0 +1,109 @@
+"""The layer loop: one chunk of tokens through a hybrid model, from and into a :class:`SequenceState`.
+
+The runtime drives the decoder layers itself instead of calling ``model.forward``: the GDN layers continue from
+their cached states (:mod:`runtime.gdn`) and the attention layers attend over a compacted, possibly ragged cache
+(:mod:`runtime.kv`). Weights, norms, MLPs and RoPE are the model's own modules, reached through the adapter.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import torch
+
+from .adapters import ModelAdapter, apply_rope
+from .gdn import GDNState, gdn_forward
+from .kv import LayerKV, attend
+
+
+class ForwardObserver(Protocol):
+    """Receives what a forward computes; used for evidence capture and by scorers that run extra passes."""
+
+    wants_gdn_signals: bool
+
+    def on_gdn(self, layer_idx: int, signals: torch.Tensor) -> None: ...
+
+    def on_attention(
+        self,
+        layer_idx: int,
+        hidden: torch.Tensor,
+        query: torch.Tensor,
+        gate: torch.Tensor | None,
+        keys: torch.Tensor,
+        values: torch.Tensor,
+    ) -> None: ...
+
+
+@dataclass
+class SequenceState:
+    """Everything a sequence carries between chunks (batch of one).
+
+    Attributes
+    ----------
+    base : dict[int, LayerKV]
+        Stored context entries per attention layer (compacted in a child).
+    tail : dict[int, tuple[torch.Tensor, torch.Tensor]]
+        Keys and values ``[H_kv, t, d]`` appended after ``base`` (question and generated tokens).
+    gdn : dict[int, GDNState]
+    next_position : int
+        RoPE position of the next token: the original context length plus the tail, whatever was evicted.
+    """
+
+    base: dict[int, LayerKV] = field(default_factory=dict)
+    tail: dict[int, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
+    gdn: dict[int, GDNState] = field(default_factory=dict)
+    next_position: int = 0
+
+    def branch(self) -> "SequenceState":
+        """A state that shares the stored entries and continues from copies of the recurrent states."""
+        return SequenceState(dict(self.base), {}, {i: s.clone() for i, s in self.gdn.items()}, self.next_position)
+
+
+@torch.no_grad()
+def forward_chunk(
+    adapter: ModelAdapter,
+    state: SequenceState,
+    ids: torch.Tensor,
+    observer: ForwardObserver | None = None,
+    all_logits: bool = False,
+) -> torch.Tensor:
+    """Run ``ids`` ``[L]`` after ``state`` (updated in place) and return logits.
+
+    Returns
+    -------
+    torch.Tensor
+        ``[L, V]`` if ``all_logits`` else ``[1, V]`` for the last token.
+    """
+    length = ids.shape[0]
+    positions = torch.arange(state.next_position, state.next_position + length, device=ids.device)
+    hidden = adapter.embed(ids)
+    cos, sin = adapter.rope(hidden, positions)
+    record_signals = observer is not None and observer.wants_gdn_signals
+    for layer_idx, kind in enumerate(adapter.layer_kinds):
+        x = adapter.input_norm(layer_idx, hidden)
+        if kind == "gdn":
+            out, state.gdn[layer_idx], signals = gdn_forward(
+                adapter, layer_idx, x, state.gdn.get(layer_idx), record_signals
+            )
+            if signals is not None:
+                observer.on_gdn(layer_idx, signals)
+        else:
+            query, gate = adapter.project_query(layer_idx, x)
+            keys, values = adapter.project_kv(layer_idx, x)
+            query, keys = apply_rope(query, cos, sin), apply_rope(keys, cos, sin)
+            if layer_idx in state.tail:
+                old_keys, old_values = state.tail[layer_idx]
+                keys_all, values_all = torch.cat([old_keys, keys], 1), torch.cat([old_values, values], 1)
+            else:
+                keys_all, values_all = keys, values
+            state.tail[layer_idx] = (keys_all, values_all)
+            scale = adapter.attention_module(layer_idx).scaling
+            attn = attend(query, state.base.get(layer_idx), keys_all, values_all, scale)
+            if observer is not None:
+                observer.on_attention(layer_idx, x, query, gate, keys, values)
+            out = adapter.output(layer_idx, attn, gate)
+        hidden = hidden + out
+        hidden = hidden + adapter.mlp(layer_idx, hidden)
+    state.next_position += length
+    return adapter.logits(hidden if all_logits else hidden[:, -1:])

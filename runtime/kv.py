@@ -1,0 +1,164 @@
+"""Attention KV storage of one layer, and attention over a (possibly compacted, possibly ragged) cache.
+
+A compacted layer keeps, per KV head, its own sorted set of context entries. When every head of the layer
+keeps the same count the entries live in one dense ``[H_kv, k, d]`` tensor; otherwise each head owns a
+``[k_h, d]`` tensor, so a head that keeps fewer entries really stores fewer bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+Heads = torch.Tensor | tuple[torch.Tensor, ...]
+
+
+@dataclass
+class LayerKV:
+    """Keys, values and original positions of one attention layer.
+
+    Attributes
+    ----------
+    keys, values : torch.Tensor or tuple of torch.Tensor
+        Dense ``[H_kv, k, d]``, or ragged: one ``[k_h, d]`` tensor per KV head. Keys are post-norm,
+        post-RoPE at their original positions.
+    positions : torch.Tensor or tuple of torch.Tensor
+        ``[H_kv, k]`` or one ``[k_h]`` tensor per head: the context position of every stored entry.
+    """
+
+    keys: Heads
+    values: Heads
+    positions: Heads
+
+    @property
+    def ragged(self) -> bool:
+        return isinstance(self.keys, tuple)
+
+    @property
+    def num_heads(self) -> int:
+        return len(self.keys) if self.ragged else self.keys.shape[0]
+
+    def lengths(self) -> list[int]:
+        """Number of stored entries per KV head."""
+        return [k.shape[0] for k in self.keys] if self.ragged else [self.keys.shape[1]] * self.keys.shape[0]
+
+    def head(self, h: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(keys [k_h, d], values [k_h, d], positions [k_h])`` of KV head ``h``."""
+        return self.keys[h], self.values[h], self.positions[h]
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of stored keys and values (positions are bookkeeping and counted separately)."""
+        tensors = (*self.keys, *self.values) if self.ragged else (self.keys, self.values)
+        return sum(t.nbytes for t in tensors)
+
+    def gather(self, keep: list[torch.Tensor]) -> "LayerKV":
+        """New tensors holding only the entries at indices ``keep[h]`` of each head (physical copy).
+
+        Parameters
+        ----------
+        keep : list of torch.Tensor
+            One sorted ``[k_h]`` long tensor of indices into this layer's stored entries per KV head.
+        """
+        if len({int(k.numel()) for k in keep}) == 1 and not self.ragged:
+            index = torch.stack(keep).to(self.keys.device)
+            expand = index.unsqueeze(-1).expand(-1, -1, self.keys.shape[-1])
+            return LayerKV(
+                self.keys.gather(1, expand).clone(),
+                self.values.gather(1, expand).clone(),
+                self.positions.gather(1, index).clone(),
+            )
+        per_head = [self.head(h) for h in range(self.num_heads)]
+        return LayerKV(
+            tuple(k.index_select(0, i.to(k.device)) for (k, _, _), i in zip(per_head, keep)),
+            tuple(v.index_select(0, i.to(v.device)) for (_, v, _), i in zip(per_head, keep)),
+            tuple(p.index_select(0, i.to(p.device)) for (_, _, p), i in zip(per_head, keep)),
+        )
+
+
+def _attend_two_segments(
+    query: torch.Tensor,
+    base_keys: torch.Tensor | None,
+    base_values: torch.Tensor | None,
+    tail_keys: torch.Tensor,
+    tail_values: torch.Tensor,
+    scale: float,
+) -> torch.Tensor:
+    """Softmax attention over ``[base | tail]`` without concatenating the keys.
+
+    ``query`` is ``[Hk, G, L, d]``; base ``[Hk, k, d]`` is entirely visible; tail ``[Hk, t, d]`` ends with the
+    ``L`` query tokens themselves and is masked causally, aligned to its end.
+    """
+    length, tail_len = query.shape[2], tail_keys.shape[1]
+    tail_logits = torch.einsum("hgld,htd->hglt", query, tail_keys).float() * scale
+    query_pos = torch.arange(tail_len - length, tail_len, device=query.device)
+    future = torch.arange(tail_len, device=query.device)[None, :] > query_pos[:, None]
+    tail_logits = tail_logits.masked_fill(future, float("-inf"))
+    if base_keys is None or base_keys.shape[1] == 0:
+        probs = tail_logits.softmax(-1).to(query.dtype)
+        return torch.einsum("hglt,htd->hgld", probs, tail_values)
+    base_logits = torch.einsum("hgld,hkd->hglk", query, base_keys).float() * scale
+    probs = torch.cat([base_logits, tail_logits], dim=-1).softmax(-1).to(query.dtype)
+    kb = base_keys.shape[1]
+    return torch.einsum("hglk,hkd->hgld", probs[..., :kb], base_values) + torch.einsum(
+        "hglt,htd->hgld", probs[..., kb:], tail_values
+    )
+
+
+def attend(
+    query: torch.Tensor,
+    base: LayerKV | None,
+    tail_keys: torch.Tensor,
+    tail_values: torch.Tensor,
+    scale: float,
+) -> torch.Tensor:
+    """Attention of new tokens over a stored (compacted) cache plus the tokens appended after it.
+
+    Every query token sees every stored entry of its KV head and, causally, the appended tokens up to itself.
+    This is the mask of a question over a compacted context: ``is_causal`` with ``q_len != kv_len`` would
+    align the diagonal to the wrong corner.
+
+    Parameters
+    ----------
+    query : torch.Tensor
+        ``[H, L, d]`` post-RoPE queries.
+    base : LayerKV or None
+        The stored context entries (``None``: nothing stored, e.g. the prefill itself).
+    tail_keys, tail_values : torch.Tensor
+        ``[H_kv, t, d]`` with ``t >= L``; the last ``L`` rows belong to the query tokens.
+    scale : float
+
+    Returns
+    -------
+    torch.Tensor
+        ``[L, H, d]``.
+    """
+    num_heads, length, head_dim = query.shape
+    num_kv = tail_keys.shape[0]
+    grouped = query.view(num_kv, num_heads // num_kv, length, head_dim)
+    if base is None and tail_keys.shape[1] == length:
+        out = F.scaled_dot_product_attention(
+            query.unsqueeze(0), tail_keys.unsqueeze(0), tail_values.unsqueeze(0),
+            is_causal=True, scale=scale, enable_gqa=True,
+        )[0]
+        return out.transpose(0, 1)
+    if base is None or not base.ragged:
+        out = _attend_two_segments(
+            grouped,
+            None if base is None else base.keys,
+            None if base is None else base.values,
+            tail_keys, tail_values, scale,
+        )
+    else:
+        out = torch.cat(
+            [
+                _attend_two_segments(
+                    grouped[h : h + 1], base.keys[h][None], base.values[h][None],
+                    tail_keys[h : h + 1], tail_values[h : h + 1], scale,
+                )
+                for h in range(num_kv)
+            ]
+        )
+    return out.reshape(num_heads, length, head_dim).transpose(0, 1)

@@ -1,0 +1,234 @@
+"""The fork protocol (paper, Appendix A): prefill a context once into a parent, fork compacted children.
+
+>>> parent = prefill(model, context_ids, protected=16)
+>>> child = parent.fork(plan)            # physical compaction; GDN states copied
+>>> child.answer(question_ids, 32)       # every question starts from the state right after the fork
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from .adapters import ModelAdapter, adapter_for
+from .evidence import Evidence, EvidenceRecorder, EvidenceRequest
+from .forward import ForwardObserver, SequenceState, forward_chunk
+from .kv import LayerKV
+from .plan import KeepPlan
+
+MAX_PROTECTED = 256
+
+
+def context_hash(ids: torch.Tensor) -> str:
+    """SHA-256 of the context token ids (int64, little endian)."""
+    return hashlib.sha256(ids.detach().to("cpu", torch.int64).numpy().tobytes()).hexdigest()
+
+
+@dataclass
+class Answer:
+    """Greedy answer to one question: generated ``tokens`` and, when a tokenizer is known, ``text``."""
+
+    tokens: list[int]
+    text: str | None
+
+
+def _as_ids(ids, device: torch.device, what: str) -> torch.Tensor:
+    ids = torch.as_tensor(ids, device=device)
+    if ids.dim() == 2:
+        if ids.shape[0] != 1:
+            raise ValueError(f"{what}: got a batch of {ids.shape[0]}; one sequence at a time (shape [L] or [1, L])")
+        ids = ids[0]
+    if ids.dim() != 1 or ids.dtype not in (torch.int64, torch.int32):
+        raise ValueError(f"{what}: expected a 1-D tensor of token ids, got shape {tuple(ids.shape)} {ids.dtype}")
+    if ids.numel() == 0:
+        raise ValueError(f"{what} is empty")
+    return ids.long()
+
+
+class CachedContext:
+    """A prefilled context that answers questions without ever changing its own state."""
+
+    def __init__(self, adapter: ModelAdapter, state: SequenceState, n: int, protected: int, digest: str, tokenizer):
+        self.adapter = adapter
+        self._state = state
+        self.n = n
+        self.protected = protected
+        self.context_hash = digest
+        self.tokenizer = tokenizer
+        self._busy = False
+
+    # ---- inspection ----------------------------------------------------------------------------------
+    @property
+    def released(self) -> bool:
+        return self._state is None
+
+    def _live_state(self) -> SequenceState:
+        if self._state is None:
+            raise RuntimeError(f"this {type(self).__name__.lower()} was released; fork a new child from the parent")
+        return self._state
+
+    @property
+    def kv(self) -> dict[int, LayerKV]:
+        """Stored attention entries per attention layer."""
+        return self._live_state().base
+
+    @property
+    def gdn_states(self):
+        return self._live_state().gdn
+
+    @property
+    def kv_nbytes(self) -> int:
+        """Bytes of the attention keys and values held (0 once released)."""
+        return 0 if self._state is None else sum(layer.nbytes for layer in self._state.base.values())
+
+    @property
+    def gdn_nbytes(self) -> int:
+        return 0 if self._state is None else sum(s.nbytes for s in self._state.gdn.values())
+
+    def release(self) -> None:
+        """Drop every tensor this object holds so that its memory can be reclaimed."""
+        self._state = None
+
+    # ---- questions -----------------------------------------------------------------------------------
+    def _check_question(self, question_ids, expected_hash: str | None) -> torch.Tensor:
+        self._live_state()
+        if expected_hash is not None and expected_hash != self.context_hash:
+            raise ValueError(
+                f"context hash mismatch: this cache holds context {self.context_hash[:12]}…, "
+                f"the question was asked of {expected_hash[:12]}…"
+            )
+        if self._busy:
+            raise RuntimeError("a question is already being answered on this cache; ask one question at a time")
+        return _as_ids(question_ids, self.adapter.device, "question_ids")
+
+    def logits(self, question_ids, observer: ForwardObserver | None = None, context_hash: str | None = None):
+        """Logits ``[L, V]`` of every question token, continuing from the cached context; the cache is unchanged."""
+        ids = self._check_question(question_ids, context_hash)
+        self._busy = True
+        try:
+            return forward_chunk(self.adapter, self._state.branch(), ids, observer, all_logits=True)
+        finally:
+            self._busy = False
+
+    def answer(
+        self,
+        question_ids,
+        max_new_tokens: int,
+        eos_token_id: int | list[int] | None = None,
+        context_hash: str | None = None,
+    ) -> Answer:
+        """Greedy decoding of up to ``max_new_tokens`` after ``question_ids`` ``[L]``.
+
+        The question and the generated tokens go into a scratch branch of the cache, so the next question starts
+        from exactly the same state. ``context_hash``, when given, must match the cached context's hash.
+        """
+        if max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        ids = self._check_question(question_ids, context_hash)
+        stop = {eos_token_id} if isinstance(eos_token_id, int) else set(eos_token_id or ())
+        self._busy = True
+        try:
+            state = self._state.branch()
+            logits = forward_chunk(self.adapter, state, ids)
+            tokens: list[int] = []
+            while True:
+                token = int(logits[-1].argmax())
+                tokens.append(token)
+                if token in stop or len(tokens) >= max_new_tokens:
+                    break
+                logits = forward_chunk(self.adapter, state, torch.tensor([token], device=ids.device))
+        finally:
+            self._busy = False
+        answer_tokens = [t for t in tokens if t not in stop]
+        text = self.tokenizer.decode(answer_tokens) if self.tokenizer is not None else None
+        return Answer(tokens, text)
+
+
+class Child(CachedContext):
+    """A physically compacted copy of a parent's cache: the kept entries in new tensors, GDN states copied."""
+
+
+class Parent(CachedContext):
+    """The unpruned cache of one prefilled context, with the evidence its presses asked for.
+
+    Attributes
+    ----------
+    context_ids : torch.Tensor
+        ``[n]``.
+    evidence : Evidence
+    last_logits : torch.Tensor
+        ``[V]`` logits after the last context token.
+    """
+
+    def __init__(self, adapter, state, context_ids, protected, tokenizer, evidence: Evidence, last_logits):
+        super().__init__(adapter, state, context_ids.numel(), protected, context_hash(context_ids), tokenizer)
+        self.context_ids = context_ids
+        self.evidence = evidence
+        self.last_logits = last_logits
+
+    def keep_all_plan(self) -> KeepPlan:
+        g = self.adapter.geometry
+        return KeepPlan.keep_all(self.n, self.protected, self.adapter.attention_layers, g.num_kv_heads)
+
+    def fork(self, plan: KeepPlan) -> Child:
+        """A child holding only the protected prefix plus ``plan``'s entries of every layer and head.
+
+        The kept keys keep their original RoPE phases; the child's next position is ``n``.
+        """
+        state = self._live_state()
+        plan.validate(self.n, self.protected, self.adapter.attention_layers, self.adapter.geometry.num_kv_heads)
+        prefix = torch.arange(self.protected, device=self.adapter.device)
+        base = {
+            layer: state.base[layer].gather([torch.cat([prefix, p.to(prefix.device).long()]) for p in heads])
+            for layer, heads in plan.layers.items()
+        }
+        child_state = SequenceState(base, {}, {i: s.clone() for i, s in state.gdn.items()}, state.next_position)
+        return Child(self.adapter, child_state, self.n, self.protected, self.context_hash, self.tokenizer)
+
+    def release(self) -> None:
+        super().release()
+        self.evidence = Evidence()
+
+
+def prefill(
+    model: nn.Module,
+    context_ids,
+    protected: int = 0,
+    evidence: EvidenceRequest = EvidenceRequest(),
+    tokenizer=None,
+) -> Parent:
+    """Prefill ``context_ids`` ``[n]`` once into an unpruned :class:`Parent`.
+
+    Parameters
+    ----------
+    model : transformers.PreTrainedModel
+        ``Qwen3_5ForCausalLM``, ``Qwen3NextForCausalLM``, ``Qwen3ForCausalLM`` or ``LlamaForCausalLM``.
+    context_ids : array-like of int
+        ``[n]`` or ``[1, n]``.
+    protected : int
+        Leading tokens (at most 256) that every method keeps, e.g. the instruction prefix.
+    evidence : EvidenceRequest
+        What the presses in use need besides the KV cache.
+    tokenizer : optional
+        Used only to decode answers to text.
+    """
+    adapter = adapter_for(model)
+    ids = _as_ids(context_ids, adapter.device, "context_ids")
+    if not 0 <= protected <= min(MAX_PROTECTED, ids.numel() - 1):
+        raise ValueError(
+            f"protected={protected} is not allowed: it must be in [0, min({MAX_PROTECTED}, n - 1)] "
+            f"for a context of n={ids.numel()} tokens (at least one body token)"
+        )
+    if evidence.window > ids.numel():
+        raise ValueError(f"evidence window {evidence.window} is longer than the context ({ids.numel()} tokens)")
+    recorder = EvidenceRecorder(evidence)
+    state = SequenceState()
+    logits = forward_chunk(adapter, state, ids, recorder)
+    for layer, (keys, values) in state.tail.items():
+        positions = torch.arange(ids.numel(), device=ids.device).expand(keys.shape[0], -1).contiguous()
+        state.base[layer] = LayerKV(keys, values, positions)
+    state.tail = {}
+    return Parent(adapter, state, ids, protected, tokenizer, recorder.result(), logits[-1])
