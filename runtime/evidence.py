@@ -64,7 +64,7 @@ class EvidenceRecorder:
     def on_gdn(self, layer_idx: int, signals: torch.Tensor) -> None:
         self._signals.setdefault(layer_idx, []).append(signals)
 
-    def on_attention(self, layer_idx, hidden, query, gate, keys, values) -> None:
+    def on_attention(self, layer_idx, hidden, query, gate, keys, values, output) -> None:
         if self.request.output_gate and gate is not None:
             self._gates.setdefault(layer_idx, []).append(torch.sigmoid(gate.float()).mean(-1))
         if self.request.window:

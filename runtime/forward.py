@@ -32,6 +32,7 @@ class ForwardObserver(Protocol):
         gate: torch.Tensor | None,
         keys: torch.Tensor,
         values: torch.Tensor,
+        output: torch.Tensor,
     ) -> None: ...
 
 
@@ -100,9 +101,9 @@ def forward_chunk(
             state.tail[layer_idx] = (keys_all, values_all)
             scale = adapter.attention_module(layer_idx).scaling
             attn = attend(query, state.base.get(layer_idx), keys_all, values_all, scale)
-            if observer is not None:
-                observer.on_attention(layer_idx, x, query, gate, keys, values)
             out = adapter.output(layer_idx, attn, gate)
+            if observer is not None:
+                observer.on_attention(layer_idx, x, query, gate, keys, values, out)
         hidden = hidden + out
         hidden = hidden + adapter.mlp(layer_idx, hidden)
     state.next_position += length
