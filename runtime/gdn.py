@@ -56,21 +56,21 @@ def chunk_gated_delta_rule(
     Parameters
     ----------
     query, key : torch.Tensor
-        ``[H, L, dk]``, already L2-normalised.
+        ``[..., H, L, dk]``, already L2-normalised (any leading batch dims).
     value : torch.Tensor
-        ``[H, L, dv]``.
+        ``[..., H, L, dv]``.
     g, beta : torch.Tensor
-        ``[H, L]`` log-decay and write gate.
+        ``[..., H, L]`` log-decay and write gate.
     initial_state : torch.Tensor
-        ``[H, dk, dv]``.
+        ``[..., H, dk, dv]``.
 
     Returns
     -------
     (torch.Tensor, torch.Tensor)
-        Output ``[H, L, dv]`` (float32) and final state ``[H, dk, dv]``.
+        Output ``[..., H, L, dv]`` (float32) and final state ``[..., H, dk, dv]``.
     """
     query, key, value, g, beta = (t.float() for t in (query, key, value, g, beta))
-    num_heads, length, dk = key.shape
+    *lead, length, dk = key.shape
     dv = value.shape[-1]
     pad = (chunk_size - length % chunk_size) % chunk_size
     query, key, value = (F.pad(t, (0, 0, 0, pad)) for t in (query, key, value))
@@ -80,8 +80,8 @@ def chunk_gated_delta_rule(
     query = query * dk**-0.5
     k_beta = key * beta.unsqueeze(-1)
     v_beta = value * beta.unsqueeze(-1)
-    query, key, k_beta, v_beta = (t.view(num_heads, chunks, chunk_size, -1) for t in (query, key, k_beta, v_beta))
-    g = g.view(num_heads, chunks, chunk_size).cumsum(-1)
+    query, key, k_beta, v_beta = (t.reshape(*lead, chunks, chunk_size, -1) for t in (query, key, k_beta, v_beta))
+    g = g.reshape(*lead, chunks, chunk_size).cumsum(-1)
     decay = (g.unsqueeze(-1) - g.unsqueeze(-2)).tril().exp().tril()
 
     # Within a chunk the WY representation needs (I + A)^-1 with A strictly lower triangular;
@@ -93,16 +93,16 @@ def chunk_gated_delta_rule(
     k_cumdecay = wy @ (k_beta * g.exp().unsqueeze(-1))
 
     state = initial_state.float()
-    out = torch.empty(num_heads, chunks, chunk_size, dv, dtype=torch.float32, device=value.device)
+    outs = []
     causal = torch.ones(chunk_size, chunk_size, dtype=torch.bool, device=value.device).triu(1)
     for c in range(chunks):
-        q_c, k_c, g_c = query[:, c], key[:, c], g[:, c]
-        intra = (q_c @ k_c.transpose(-1, -2) * decay[:, c]).masked_fill(causal, 0)
-        v_new = value_wy[:, c] - k_cumdecay[:, c] @ state
-        out[:, c] = (q_c * g_c.unsqueeze(-1).exp()) @ state + intra @ v_new
-        g_last = g_c[:, -1, None]
+        q_c, k_c, g_c = query[..., c, :, :], key[..., c, :, :], g[..., c, :]
+        intra = (q_c @ k_c.transpose(-1, -2) * decay[..., c, :, :]).masked_fill(causal, 0)
+        v_new = value_wy[..., c, :, :] - k_cumdecay[..., c, :, :] @ state
+        outs.append((q_c * g_c.unsqueeze(-1).exp()) @ state + intra @ v_new)
+        g_last = g_c[..., -1:]
         state = state * g_last.unsqueeze(-1).exp() + (k_c * (g_last - g_c).exp().unsqueeze(-1)).transpose(-1, -2) @ v_new
-    return out.view(num_heads, -1, dv)[:, :length], state
+    return torch.cat(outs, dim=-2)[..., :length, :], state
 
 
 def recurrent_gated_delta_step(
@@ -188,3 +188,22 @@ def gdn_forward(adapter, layer_idx: int, hidden: torch.Tensor, state: GDNState |
     if record_signals:
         signals = torch.stack([beta.float(), g.float(), value.float().norm(dim=-1)], dim=-1)
     return output, GDNState(new_conv, recurrent), signals
+
+
+def transformers_chunk_kernel(query, key, value, g, beta, chunk_size=64, initial_state=None,
+                              output_final_state=False, use_qk_l2norm_in_kernel=False):
+    """Drop-in for transformers' ``torch_chunk_gated_delta_rule`` (``[B, L, H, d]`` layout), for training.
+
+    Install it on one model's GDN modules (``module.chunk_gated_delta_rule = transformers_chunk_kernel``), never
+    globally: the exact triangular solve is several times faster than transformers' Python loop.
+    """
+    dtype = query.dtype
+    if use_qk_l2norm_in_kernel:
+        query, key = _l2norm(query.float()), _l2norm(key.float())
+    query, key, value = (t.transpose(1, 2) for t in (query, key, value))
+    g, beta = g.transpose(1, 2), beta.transpose(1, 2)
+    batch, heads, _, dk = key.shape
+    state = (torch.zeros(batch, heads, dk, value.shape[-1], device=value.device)
+             if initial_state is None else initial_state)
+    out, state = chunk_gated_delta_rule(query, key, value, g, beta, state, chunk_size)
+    return out.transpose(1, 2).to(dtype), (state if output_final_state else None)

@@ -1,0 +1,152 @@
+"""Training data for the default model: offline generic text mixed with the project's own task generators.
+
+Generic text comes from three sources that exist on every machine of this kind (recorded in the model card):
+Python's standard-library sources, license and copyright texts under ``/usr/share``, and the long descriptions of
+installed Python packages. Documents are split by a hash of their path: 10 % are held out (perplexity, GateSight
+estimator). Task items use training seeds (>= ``TRAIN_SEED_BASE``), disjoint from evaluation seeds.
+"""
+
+from __future__ import annotations
+
+import email
+import hashlib
+import random
+import sysconfig
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import torch
+
+from ..tasks import Config, generate
+from ..tasks.items import QUESTION_TEMPLATE
+
+TRAIN_SEED_BASE = 1_000_000
+TRAIN_TASKS = ("niah_single_1", "niah_single_2", "niah_single_3", "niah_multikey_1", "niah_multikey_2",
+               "niah_multikey_3", "niah_multivalue", "niah_multiquery", "vt", "cwe", "fwe", "qa_1", "qa_2")
+SOURCES = ("python-stdlib", "licenses", "package-docs")
+IGNORE = -100
+
+
+def _held_out(path: str) -> bool:
+    return hashlib.sha256(path.encode()).digest()[0] < 26  # ~10 %
+
+
+def _source_files(source: str) -> list[Path]:
+    if source == "python-stdlib":
+        root = Path(sysconfig.get_paths()["stdlib"])
+        return sorted(p for p in root.glob("*.py"))
+    if source == "licenses":
+        return sorted([*Path("/usr/share/common-licenses").glob("*"), *Path("/usr/share/doc").glob("*/copyright")])
+    root = Path(sysconfig.get_paths()["purelib"])
+    return sorted(root.glob("*.dist-info/METADATA"))
+
+
+def _read(source: str, path: Path) -> str:
+    text = path.read_text(errors="ignore")
+    if source == "package-docs":
+        text = email.message_from_string(text).get_payload() or ""
+    return text.strip()
+
+
+@lru_cache(maxsize=None)
+def documents(source: str, split: str = "train", min_chars: int = 400) -> tuple[tuple[str, str], ...]:
+    """``(path, text)`` of every document of ``source`` in ``split`` (``train`` or ``heldout``)."""
+    if source not in SOURCES:
+        raise ValueError(f"unknown text source {source!r}; choose from {', '.join(SOURCES)}")
+    out = []
+    for path in _source_files(source):
+        if path.is_file() and _held_out(str(path)) == (split == "heldout"):
+            text = _read(source, path)
+            if len(text) >= min_chars and text.isascii():
+                out.append((str(path), text))
+    return tuple(out)
+
+
+@dataclass
+class Sequence:
+    ids: list[int]
+    labels: list[int]
+
+
+def _encode(tokenizer, text: str) -> list[int]:
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def _answer(answers: list[str]) -> str:
+    return " " + ", ".join(answers) + "."
+
+
+def task_sequence(tokenizer, rng: random.Random, length: int, task: str | None = None) -> Sequence:
+    """One task item (training seed) with all its questions answered, loss on the answers only."""
+    task = task or rng.choice(TRAIN_TASKS)
+    # leave room for the extra questions appended after the first one
+    config = Config(length=int(length * 0.85))
+    try:
+        item = generate(task, rng.randrange(10**9), TRAIN_SEED_BASE + rng.randrange(10**6), config)
+    except ValueError:  # the task does not fit this (short) curriculum length: dense recall instead
+        return recall_sequence(tokenizer, rng, length)
+    ids = _encode(tokenizer, item.context)
+    labels = [IGNORE] * len(ids)
+    end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    for k, question in enumerate(item.questions):
+        prompt = question.prompt if k == 0 else "<|im_start|>user\n" + question.prompt
+        prompt_ids = _encode(tokenizer, prompt)
+        answer_ids = _encode(tokenizer, _answer(question.answers)) + [end] + _encode(tokenizer, "\n")
+        ids += prompt_ids + answer_ids
+        labels += [IGNORE] * len(prompt_ids) + answer_ids
+    return Sequence(ids, labels)
+
+
+def recall_sequence(tokenizer, rng: random.Random, length: int) -> Sequence:
+    """Dense supervision: a haystack made only of needles, then questions about random ones (one per 96 tokens)."""
+    end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    lines, keys = [], []
+    queries = max(2, min(12, length // 96))
+    budget = length - queries * 45
+    text = "<|im_start|>user\nRemember the magic numbers.\n\n"
+    while len(text) + 40 < budget:
+        key = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(3))
+        if key in keys:
+            continue
+        value = str(rng.randint(1000, 9999))
+        keys.append(key)
+        lines.append((key, value))
+        text += f"The magic number for {key} is {value}.\n"
+    ids = _encode(tokenizer, text + "\n")
+    labels = [IGNORE] * len(ids)
+    for k, (key, value) in enumerate(rng.sample(lines, min(queries, len(lines)))):
+        prompt = QUESTION_TEMPLATE.format(text=f"What is the magic number for {key}?",
+                                          prefix=f" The magic number for {key} is")
+        prompt_ids = _encode(tokenizer, prompt if k == 0 else "<|im_start|>user\n" + prompt)
+        answer_ids = _encode(tokenizer, _answer([value])) + [end] + _encode(tokenizer, "\n")
+        ids += prompt_ids + answer_ids
+        labels += [IGNORE] * len(prompt_ids) + answer_ids
+    return Sequence(ids, labels)
+
+
+def text_sequence(tokenizer, rng: random.Random, length: int) -> Sequence:
+    """A window of a generic training document, loss on every token."""
+    docs = documents(rng.choice(SOURCES), "train")
+    _, text = rng.choice(docs)
+    start = rng.randrange(max(1, len(text) - length))
+    ids = _encode(tokenizer, text[start : start + length])
+    return Sequence(ids, list(ids))
+
+
+def batch(tokenizer, rng: random.Random, size: int, length: int, mix: dict[str, float]) -> tuple[torch.Tensor, ...]:
+    """``[size, length]`` input ids and labels (next-token targets aligned to inputs), padded/truncated."""
+    makers = {"task": task_sequence, "recall": recall_sequence, "text": text_sequence}
+    pad = tokenizer.pad_token_id
+    ids = torch.full((size, length), pad, dtype=torch.long)
+    labels = torch.full((size, length), IGNORE, dtype=torch.long)
+    kinds, weights = zip(*mix.items())
+    for row in range(size):
+        kind = rng.choices(kinds, weights)[0]
+        seq = makers[kind](tokenizer, rng, length)
+        n = min(length, len(seq.ids))
+        ids[row, :n] = torch.tensor(seq.ids[:n])
+        # label at t is the token at t+1
+        shifted = seq.labels[1 : n + 1] + [IGNORE] * (n + 1 - len(seq.labels[: n + 1]))
+        labels[row, :n] = torch.tensor(shifted[:n])
+    return ids, labels

@@ -1,0 +1,123 @@
+"""Train the default model from scratch: seeded, resumable, short-to-long curriculum (``bench train-model``)."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
+
+from runtime.gdn import transformers_chunk_kernel
+
+from .data import batch
+from .tokenizer import build_tokenizer
+
+# (first step, batch size, sequence length, mix): dense recall first, then the task templates at growing lengths
+CURRICULUM = (
+    (0, 8, 512, {"recall": 0.7, "task": 0.2, "text": 0.1}),
+    (250, 8, 512, {"recall": 0.4, "task": 0.5, "text": 0.1}),
+    (450, 4, 1024, {"recall": 0.3, "task": 0.6, "text": 0.1}),
+    (650, 2, 2048, {"recall": 0.2, "task": 0.7, "text": 0.1}),
+)
+
+
+@dataclass
+class TrainConfig:
+    steps: int = 900
+    lr: float = 1e-3
+    warmup: int = 50
+    weight_decay: float = 0.01
+    seed: int = 0
+    checkpoint_every: int = 25
+
+
+def model_config(vocab_size: int) -> Qwen3_5TextConfig:
+    """12 layers, GDN:attention = 3:1, GQA 4/2 heads of 32, partial RoPE 0.25, sigmoid output gate."""
+    return Qwen3_5TextConfig(
+        vocab_size=vocab_size, hidden_size=128, intermediate_size=384, num_hidden_layers=12,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+        linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=32, linear_value_head_dim=32,
+        linear_conv_kernel_dim=4, full_attention_interval=4, max_position_embeddings=32768,
+        tie_word_embeddings=True, pad_token_id=259, eos_token_id=257, bos_token_id=None,
+        rope_parameters={"rope_type": "default", "rope_theta": 100000.0, "partial_rotary_factor": 0.25,
+                         "mrope_section": [2, 1, 1], "mrope_interleaved": True},
+    )
+
+
+def install_fast_kernel(model) -> None:
+    """Use the exact triangular-solve GDN kernel on this model instance only."""
+    for layer in model.model.layers:
+        if hasattr(layer, "linear_attn"):
+            layer.linear_attn.chunk_gated_delta_rule = transformers_chunk_kernel
+
+
+def row_mean_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Mean over rows of each row's mean token loss: a text row (every token labelled) weighs as much as a task
+    row (a few answer tokens), instead of drowning the answers."""
+    per_token = torch.nn.functional.cross_entropy(
+        logits.float().transpose(1, 2), labels, ignore_index=-100, reduction="none"
+    )
+    counts = (labels != -100).sum(1)
+    rows = counts > 0
+    return (per_token.sum(1)[rows] / counts[rows]).mean()
+
+
+def _stage(step: int):
+    return [s for s in CURRICULUM if s[0] <= step][-1]
+
+
+def train(out_dir: Path, checkpoint_dir: Path, cfg: TrainConfig = TrainConfig(), log=print) -> Path:
+    tokenizer = build_tokenizer()
+    torch.manual_seed(cfg.seed)
+    model = Qwen3_5ForCausalLM(model_config(len(tokenizer)))
+    install_fast_kernel(model)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.95))
+    start, elapsed, tokens_seen = 0, 0.0, 0
+    checkpoint = checkpoint_dir / "last.pt"
+    if checkpoint.exists():
+        state = torch.load(checkpoint, weights_only=False)
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        start, elapsed, tokens_seen = state["step"], state["elapsed"], state["tokens"]
+        log(f"resumed from step {start}")
+    model.train()
+    for step in range(start, cfg.steps):
+        rng = random.Random(f"{cfg.seed}/{step}")  # data depends on the step only, so a resume replays exactly
+        _, size, length, mix = _stage(step)
+        ids, labels = batch(tokenizer, rng, size, length, mix)
+        lr = cfg.lr * min(1.0, (step + 1) / cfg.warmup) * 0.5 * (1 + math.cos(math.pi * step / cfg.steps))
+        for group in optimizer.param_groups:
+            group["lr"] = max(lr, cfg.lr * 0.05)
+        t0 = time.time()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            logits = model(ids).logits
+        loss = row_mean_loss(logits, labels)
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        elapsed += time.time() - t0
+        tokens_seen += ids.numel()
+        log(json.dumps({"step": step + 1, "loss": round(loss.item(), 4), "len": length,
+                        "tok_s": round(ids.numel() / (time.time() - t0)), "elapsed_s": round(elapsed)}))
+        if (step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.steps:
+            checkpoint_dir.mkdir(parents=True, exist_ok=True)
+            torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step + 1,
+                        "elapsed": elapsed, "tokens": tokens_seen}, checkpoint.with_suffix(".tmp"))
+            checkpoint.with_suffix(".tmp").replace(checkpoint)
+    save(model, tokenizer, out_dir, {"train": asdict(cfg), "steps_done": cfg.steps, "train_seconds": round(elapsed),
+                                     "tokens": tokens_seen, "curriculum": [list(s[:3]) + [s[3]] for s in CURRICULUM]})
+    return out_dir
+
+
+def save(model, tokenizer, out_dir: Path, record: dict) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.eval()
+    model.save_pretrained(out_dir, safe_serialization=True)
+    tokenizer.save_pretrained(out_dir)
+    (out_dir / "training.json").write_text(json.dumps(record, indent=2))

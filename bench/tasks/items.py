@@ -1,0 +1,83 @@
+"""Benchmark items: one context, all of its questions, and the chat framing shared by every task."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+CONTEXT_TEMPLATE = "<|im_start|>user\n{header}\n\n{body}\n\n"
+PROTECTED_TEMPLATE = "<|im_start|>user\n{header}\n\n"
+QUESTION_TEMPLATE = "{text}<|im_end|>\n<|im_start|>assistant\n{prefix}"
+
+
+@dataclass
+class Question:
+    """One question about a context: its text, the answer prefix the model continues, references, budget."""
+
+    text: str
+    prefix: str
+    answers: list[str]
+    max_new_tokens: int
+
+    @property
+    def prompt(self) -> str:
+        """What is appended to the (compacted) context: never part of the compressed prefix."""
+        return QUESTION_TEMPLATE.format(text=self.text, prefix=self.prefix)
+
+
+@dataclass
+class Item:
+    """A benchmark context with every question asked of it.
+
+    Attributes
+    ----------
+    header : str
+        The task instruction; with the chat prefix it forms the protected prefix that every method keeps.
+    body : str
+        The haystack (needles, documents, lists) that compression may evict.
+    """
+
+    task: str
+    header: str
+    body: str
+    questions: list[Question]
+    metric: str
+    index: int = 0
+    seed: int = 0
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def context(self) -> str:
+        return CONTEXT_TEMPLATE.format(header=self.header, body=self.body)
+
+    @property
+    def protected_text(self) -> str:
+        return PROTECTED_TEMPLATE.format(header=self.header)
+
+
+def fit_units(
+    render: Callable[[int], str],
+    header: str,
+    questions: list[Question],
+    cfg,
+    grow: Callable[[int], int] | None = None,
+) -> str:
+    """Largest haystack (in units) whose context plus longest question plus generation fits ``cfg.length`` tokens.
+
+    As RULER does, the budget covers the input and the tokens to generate. ``render(units)`` must be deterministic.
+    """
+    longest = max(cfg.count_tokens(q.prompt) + q.max_new_tokens for q in questions)
+
+    def fits(units: int) -> bool:
+        context = CONTEXT_TEMPLATE.format(header=header, body=render(units))
+        return cfg.count_tokens(context) + longest <= cfg.length
+
+    if not fits(1):
+        raise ValueError(f"length {cfg.length} is too short for even one haystack unit of this task")
+    low, high = 1, 2
+    while fits(high):
+        low, high = high, (grow(high) if grow else high * 2)
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (mid, high) if fits(mid) else (low, mid)
+    return render(low)

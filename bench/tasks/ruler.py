@@ -1,0 +1,274 @@
+"""RULER's 13 synthetic tasks, generated offline by seeded generators of our own.
+
+Structure, counts and metrics follow RULER (``scripts/data/synthetic``; see ``shared/reference/ruler-scbench.md``).
+Two template profiles: ``faithful`` (RULER's wording, 7-digit numbers, uuids, adjective-noun keys) and
+``compact`` (the same structure with short keys and values that suit a byte-level model). Every context carries
+all its questions; the question text never enters the compressed prefix.
+"""
+
+from __future__ import annotations
+
+import random
+import string
+import uuid
+from dataclasses import dataclass
+from typing import Callable
+
+from .items import Item, Question, fit_units
+from .text import noise_lines, prose_sentences, word_lists
+
+NIAH = {
+    #                  haystack  key      value     k  v  q
+    "niah_single_1": ("noise", "words", "numbers", 1, 1, 1),
+    "niah_single_2": ("essay", "words", "numbers", 1, 1, 1),
+    "niah_single_3": ("essay", "words", "uuids", 1, 1, 1),
+    "niah_multikey_1": ("essay", "words", "numbers", 4, 1, 1),
+    "niah_multikey_2": ("needle", "words", "numbers", 1, 1, 1),
+    "niah_multikey_3": ("needle", "uuids", "uuids", 1, 1, 1),
+    "niah_multivalue": ("essay", "words", "numbers", 1, 4, 1),
+    "niah_multiquery": ("essay", "words", "numbers", 4, 1, 4),
+}
+TASKS = (*NIAH, "vt", "cwe", "fwe", "qa_1", "qa_2")
+PROFILES = ("faithful", "compact")
+MAX_NEW_TOKENS = {"niah": 128, "vt": 30, "cwe": 120, "fwe": 50, "qa": 32}
+COMPACT_MAX_NEW_TOKENS = {"niah": 24, "vt": 32, "cwe": 96, "fwe": 32, "qa": 24}
+
+
+@dataclass(frozen=True)
+class Config:
+    """How items are drawn: template profile, target length in tokens, token counter and optional corpora."""
+
+    profile: str = "compact"
+    length: int = 2048
+    count_tokens: Callable[[str], int] = len
+    essay: str | None = None
+    qa_documents: list[dict] | None = None
+
+    def max_new(self, family: str) -> int:
+        return (MAX_NEW_TOKENS if self.profile == "faithful" else COMPACT_MAX_NEW_TOKENS)[family]
+
+
+# ---- keys and values ----------------------------------------------------------------------------------
+def _value(rng: random.Random, kind: str, profile: str) -> str:
+    if kind == "numbers":
+        return str(rng.randint(10**6, 10**7 - 1)) if profile == "faithful" else str(rng.randint(1000, 9999))
+    if kind == "uuids":
+        text = str(uuid.UUID(int=rng.getrandbits(128), version=4))
+        return text if profile == "faithful" else text[:6]
+    adjectives, nouns, _ = word_lists()
+    if profile == "faithful":
+        return f"{rng.choice(adjectives)}-{rng.choice(nouns)}"
+    return "".join(rng.choice(string.ascii_lowercase) for _ in range(3))
+
+
+def _distinct(rng: random.Random, kind: str, profile: str, count: int, avoid: set[str] = frozenset()) -> list[str]:
+    out: list[str] = []
+    while len(out) < count:
+        value = _value(rng, kind, profile)
+        if value not in out and value not in avoid:
+            out.append(value)
+    return out
+
+
+def _type_word(kind: str, singular: bool) -> str:
+    word = {"numbers": "numbers", "uuids": "uuids", "words": "words"}[kind]
+    return word[:-1] if singular else word
+
+
+# ---- NIAH ------------------------------------------------------------------------------------------
+def _niah(task: str, rng: random.Random, cfg: Config) -> Item:
+    haystack, key_kind, value_kind, num_k, num_v, num_q = NIAH[task]
+    num_k = max(num_k, num_q)
+    keys = _distinct(rng, key_kind, cfg.profile, num_k)
+    values = [_distinct(rng, value_kind, cfg.profile, num_v) for _ in keys]
+    queried = rng.sample(range(num_k), num_q)
+    faithful = cfg.profile == "faithful"
+
+    def needle(key: str, value: str) -> str:
+        return (f"One of the special magic {_type_word(value_kind, False)} for {key} is: {value}."
+                if faithful else f"The magic {_type_word(value_kind, True)} for {key} is {value}.")
+
+    needles = [needle(k, v) for k, vs in zip(keys, values) for v in vs]
+    rng.shuffle(needles)
+    header = (f"Some special magic {_type_word(value_kind, False)} are hidden within the following text. "
+              f"Make sure to memorize it. I will quiz you about the {_type_word(value_kind, False)} afterwards."
+              if faithful else f"Remember the magic {_type_word(value_kind, False)}.")
+
+    def query_text(idx: list[int]) -> str:
+        names = [keys[i] for i in idx]
+        return names[0] if len(names) == 1 else ", ".join(names[:-1]) + ", and " + names[-1]
+
+    def question(idx: list[int]) -> Question:
+        query = query_text(idx)
+        one = len(idx) * num_v == 1
+        tv = _type_word(value_kind, one)
+        if faithful:
+            verb = "is" if one else "are"
+            text = (f"What {'is the' if one else 'are all the'} special magic {tv} for {query} mentioned in the "
+                    "provided text?")
+            prefix = f" The special magic {tv} for {query} mentioned in the provided text {verb}"
+        else:
+            text = f"What {'is the' if one else 'are the'} magic {tv} for {query}?"
+            prefix = f" The magic {tv} for {query} {'is' if one else 'are'}"
+        answers = [v for i in idx for v in values[i]]
+        return Question(text, prefix, answers, cfg.max_new("niah"))
+
+    # multi-key tasks ask about each needle key in turn (each a valid single question of the task), so that one
+    # compacted child answers several; multi-query asks its four keys together, as RULER does
+    groups = [queried] if num_q > 1 else [[i] for i in range(num_k)] if task == "niah_multikey_1" else [queried]
+    questions = [question(g) for g in groups]
+
+    layout_seed = rng.random()
+
+    def render(units: int) -> str:
+        local = random.Random(layout_seed)
+        if haystack == "noise":
+            lines = noise_lines(units)
+        elif haystack == "essay":
+            lines = prose_sentences(units, local, cfg.essay)
+        else:
+            avoid = set(keys)
+            lines = [needle(k, _value(local, value_kind, cfg.profile))
+                     for k in _distinct(local, key_kind, cfg.profile, units, avoid)]
+        depths = sorted(local.randint(0, len(lines)) for _ in needles)
+        for offset, (depth, text) in enumerate(zip(depths, needles)):
+            lines.insert(depth + offset, text)
+        return "\n".join(lines)
+
+    body = fit_units(render, header, questions, cfg)
+    return Item(task, header, body, questions, "string_match_all")
+
+
+# ---- variable tracking -------------------------------------------------------------------------------
+def _vt(rng: random.Random, cfg: Config) -> Item:
+    faithful = cfg.profile == "faithful"
+    name_len = 5 if faithful else 3
+    names: list[str] = []
+    while len(names) < 5:
+        name = "".join(rng.choice(string.ascii_uppercase) for _ in range(name_len))
+        if name not in names:
+            names.append(name)
+    value = str(rng.randint(10000, 99999))
+    chain = [f"VAR {names[0]} = {value}"] + [f"VAR {names[i + 1]} = VAR {names[i]}" for i in range(4)]
+    header = ("Memorize and track the chain(s) of variable assignment hidden in the following text."
+              if faithful else "Track the variables.")
+    text = (f"Question: Find all variables that are assigned the value {value} in the text above."
+            if faithful else f"Which variables equal {value}?")
+    prefix = (f" Answer: According to the chain(s) of variable assignment in the text above, 5 variables are "
+              f"assigned the value {value}, they are:" if faithful else " They are:")
+    questions = [Question(text, prefix, names, cfg.max_new("vt"))]
+
+    layout_seed = rng.random()
+
+    def render(units: int) -> str:
+        local = random.Random(layout_seed)
+        lines = noise_lines(units)
+        depths = sorted(local.randint(0, len(lines)) for _ in chain)
+        for offset, (depth, line) in enumerate(zip(depths, chain)):
+            lines.insert(depth + offset, line)
+        return "\n".join(lines)
+
+    return Item("vt", header, fit_units(render, header, questions, cfg), questions, "string_match_all")
+
+
+# ---- common and frequent words -------------------------------------------------------------------------
+def _cwe(rng: random.Random, cfg: Config) -> Item:
+    _, nouns, verbs = word_lists()
+    pool = [w for w in nouns + verbs if w.isalpha() and (cfg.profile == "faithful" or len(w) <= 6)]
+    common = rng.sample(pool, 10)
+    rest_pool = [w for w in pool if w not in common]
+    many, few = (30, 3) if cfg.length >= 4096 else (6, 1)
+    header = ("Below is a numbered list of words. In these words, some appear more often than others. Memorize the "
+              "ones that appear most often." if cfg.profile == "faithful" else "Count the words.")
+    text = ("Question: What are the 10 most common words in the above list?" if cfg.profile == "faithful"
+            else "Which 10 words are most common?")
+    prefix = " Answer: The top 10 words that appear most often in the list are:"
+    questions = [Question(text, prefix, common, cfg.max_new("cwe"))]
+
+    layout_seed = rng.random()
+
+    def render(units: int) -> str:
+        local = random.Random(layout_seed)
+        words = common * many + local.sample(rest_pool, min(units, len(rest_pool))) * few
+        local.shuffle(words)
+        return " ".join(f"{i + 1}. {w}" for i, w in enumerate(words))
+
+    return Item("cwe", header, fit_units(render, header, questions, cfg), questions, "string_match_all")
+
+
+def _fwe(rng: random.Random, cfg: Config) -> Item:
+    alpha = 2.0
+    letters = 6 if cfg.profile == "faithful" else 4
+    vocab_size = max(8, (cfg.length - 50) // 50)
+    vocab: list[str] = []
+    while len(vocab) < vocab_size:
+        word = "".join(rng.choice(string.ascii_lowercase) for _ in range(letters))
+        if word not in vocab:
+            vocab.append(word)
+    vocab[0] = "...."
+    zeta = sum(k**-alpha for k in range(1, 10000))
+    header = ("Read the following coded text and track the frequency of each coded word. Find the three most "
+              "frequently appeared coded words." if cfg.profile == "faithful" else "Find the three most frequent words.")
+    text = ("Question: Do not provide any explanation. Please ignore the dots '....'. What are the three most "
+            "frequently appeared words in the above coded text?" if cfg.profile == "faithful"
+            else "Ignoring '....', which three words are most frequent?")
+    prefix = " Answer: According to the coded text above, the three most frequently appeared words are:"
+    questions = [Question(text, prefix, vocab[1:4], cfg.max_new("fwe"))]
+
+    layout_seed = rng.random()
+
+    def render(units: int) -> str:
+        local = random.Random(layout_seed)
+        words = [w for k, w in enumerate(vocab, 1) for _ in range(max(1, int(units * k**-alpha / zeta)))]
+        local.shuffle(words)
+        return " ".join(words)
+
+    return Item("fwe", header, fit_units(render, header, questions, cfg, grow=lambda u: u + max(8, u // 8)),
+                questions, "string_match_all")
+
+
+# ---- question answering ---------------------------------------------------------------------------------
+def _qa(task: str, rng: random.Random, cfg: Config) -> Item:
+    from .qa import synthetic_qa, user_qa
+
+    hops = 1 if task == "qa_1" else 2
+    gold, question_text, answers, distract = (
+        user_qa(rng, cfg.qa_documents, hops) if cfg.qa_documents else synthetic_qa(rng, hops, cfg.profile)
+    )
+    header = ("Answer the question based on the given documents. Only give me the answer and do not output any "
+              "other words.\n\nThe following are given documents." if cfg.profile == "faithful"
+              else "Read the documents.")
+    text = ("Answer the question based on the given documents. Only give me the answer and do not output any other "
+            f"words.\n\nQuestion: {question_text}" if cfg.profile == "faithful" else f"Question: {question_text}")
+    questions = [Question(text, " Answer:", answers, cfg.max_new("qa"))]
+
+    layout_seed = rng.random()
+
+    def render(units: int) -> str:
+        local = random.Random(layout_seed)
+        docs = gold + [distract(local) for _ in range(units)]
+        random.Random(len(docs)).shuffle(docs)  # RULER re-seeds its shuffle by list length
+        return "\n\n".join(f"Document {i + 1}:\n{d}" for i, d in enumerate(docs))
+
+    return Item(task, header, fit_units(render, header, questions, cfg), questions, "string_match_part")
+
+
+def generate(task: str, index: int, seed: int = 0, config: Config = Config()) -> Item:
+    """Item ``index`` of ``task``: deterministic in (task, index, seed, profile, length)."""
+    if task not in TASKS:
+        raise ValueError(f"unknown RULER task {task!r}; choose from {', '.join(TASKS)}")
+    if config.profile not in PROFILES:
+        raise ValueError(f"unknown template profile {config.profile!r}; choose from {', '.join(PROFILES)}")
+    rng = random.Random(f"{task}/{seed}/{index}/{config.profile}/{config.length}")
+    if task in NIAH:
+        item = _niah(task, rng, config)
+    elif task == "vt":
+        item = _vt(rng, config)
+    elif task == "cwe":
+        item = _cwe(rng, config)
+    elif task == "fwe":
+        item = _fwe(rng, config)
+    else:
+        item = _qa(task, rng, config)
+    item.index, item.seed = index, seed
+    return item
