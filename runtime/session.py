@@ -222,8 +222,6 @@ def prefill(
             f"protected={protected} is not allowed: it must be in [0, min({MAX_PROTECTED}, n - 1)] "
             f"for a context of n={ids.numel()} tokens (at least one body token)"
         )
-    if evidence.window > ids.numel():
-        raise ValueError(f"evidence window {evidence.window} is longer than the context ({ids.numel()} tokens)")
     recorder = EvidenceRecorder(evidence)
     state = SequenceState()
     logits = forward_chunk(adapter, state, ids, recorder)

@@ -1,0 +1,31 @@
+"""How much each attention layer (and head) keeps. Imports neither presses nor bench."""
+
+from __future__ import annotations
+
+from .base import Allocator, BudgetRequest
+from .flat import FlatAllocator
+from .gate import GateAllocator
+from .global_topk import GlobalAllocator
+from .integerize import largest_remainder
+from .pyramid import PyramidAllocator
+
+ALLOCATORS: dict[str, type[Allocator]] = {
+    "flat": FlatAllocator,
+    "gate": GateAllocator,
+    "pyramid": PyramidAllocator,
+    "global": GlobalAllocator,
+}
+
+
+def available() -> list[str]:
+    return list(ALLOCATORS)
+
+
+def get(name: str, **kwargs) -> Allocator:
+    """An allocator by registry name; unknown names raise ``ValueError`` listing the valid ones."""
+    if name not in ALLOCATORS:
+        raise ValueError(f"unknown allocator {name!r}; available: {', '.join(ALLOCATORS)}")
+    return ALLOCATORS[name](**kwargs)
+
+
+__all__ = ["ALLOCATORS", "Allocator", "BudgetRequest", "available", "get", "largest_remainder"]

@@ -1,0 +1,65 @@
+"""Allocator protocol: how many body entries each attention layer and KV head keeps for a kept fraction p."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+import torch
+
+from .integerize import round_half_up
+
+
+@dataclass(frozen=True)
+class BudgetRequest:
+    """Everything an allocator may read.
+
+    Attributes
+    ----------
+    keep_fraction : float
+        p in (0, 1].
+    n_body : int
+        Context entries that may be evicted (n − prot).
+    layers : tuple[int, ...]
+        Attention layer indices, in depth order.
+    num_kv_heads : int
+    scores : dict[int, torch.Tensor] or None
+        ``[H_kv, n_body]`` per layer, for allocators that look at scores (global top-B).
+    layer_weights : dict[int, float] or None
+        Calibrated per-layer weights (gate-proportional allocation).
+    """
+
+    keep_fraction: float
+    n_body: int
+    layers: tuple[int, ...]
+    num_kv_heads: int
+    scores: dict[int, torch.Tensor] | None = None
+    layer_weights: dict[int, float] | None = None
+
+    def __post_init__(self):
+        if not 0 < self.keep_fraction <= 1:
+            raise ValueError(f"keep fraction {self.keep_fraction} is outside (0, 1]")
+        if self.n_body < 1:
+            raise ValueError(f"n_body must be >= 1, got {self.n_body}")
+
+    @property
+    def per_head(self) -> int:
+        """round(p · (n − prot)): the flat per-(layer, head) count."""
+        return round_half_up(self.keep_fraction * self.n_body)
+
+    @property
+    def total(self) -> int:
+        """The model-wide budget B = L_attn · H_kv · round(p · (n − prot)) of the paper's §2."""
+        return len(self.layers) * self.num_kv_heads * self.per_head
+
+
+class Allocator(ABC):
+    """Integer counts per attention layer and KV head; they sum to :attr:`BudgetRequest.total` exactly."""
+
+    name: str = ""
+    needs_scores: bool = False
+    needs_layer_weights: bool = False
+
+    @abstractmethod
+    def allocate(self, request: BudgetRequest) -> dict[int, list[int]]:
+        """``{layer: [count per KV head]}``."""

@@ -1,0 +1,54 @@
+"""Press protocol: a scorer says how valuable each body KV entry is (higher = keep)."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import ClassVar
+
+import torch
+
+from runtime import EvidenceRequest, Parent
+from runtime.adapters import ModelAdapter
+
+Scores = dict[int, torch.Tensor]
+"""Per attention layer, ``[H_kv, n_body]`` scores over the body positions ``[prot, n)``."""
+
+
+class Press(ABC):
+    """Base class of every scorer.
+
+    Subclasses are dataclasses holding their hyper-parameters; they declare the prefill evidence they need
+    (:meth:`evidence`), refuse models they cannot run on (:meth:`check`), and score a parent (:meth:`score`).
+    """
+
+    name: ClassVar[str] = ""
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        # scoring never needs gradients; wrapping here keeps every press file free of the decorator
+        if "score" in cls.__dict__:
+            cls.score = torch.no_grad()(cls.__dict__["score"])
+
+    #: scores of different layers share one scale, so a global top-B over layers is meaningful
+    comparable_scale: ClassVar[bool] = False
+
+    def evidence(self, adapter: ModelAdapter) -> EvidenceRequest:
+        """What the prefill must record for this press (nothing beyond the KV cache by default)."""
+        return EvidenceRequest()
+
+    def check(self, adapter: ModelAdapter) -> None:
+        """Raise ``ValueError`` if this press cannot run on the model behind ``adapter``."""
+
+    @abstractmethod
+    def score(self, parent: Parent) -> Scores:
+        """Scores ``[H_kv, n_body]`` per attention layer for the body of ``parent``'s context."""
+
+
+def group_reduce(per_query_head: torch.Tensor, group_size: int, how: str) -> torch.Tensor:
+    """``[H, n]`` -> ``[H_kv, n]`` by mean or max over each KV head's query heads."""
+    grouped = per_query_head.view(-1, group_size, per_query_head.shape[-1])
+    if how == "mean":
+        return grouped.mean(1)
+    if how == "max":
+        return grouped.amax(1)
+    raise ValueError(f"unknown GQA aggregation {how!r}; choose 'mean' or 'max'")

@@ -1,0 +1,141 @@
+"""Offline per-model statistics measured once on generic text (``bench calibrate``) and stored with the model.
+
+- TriAttention query statistics: per attention layer and query head, the complex band centres μ_f and mean
+  magnitudes A_f of the pre-RoPE (post-norm) queries; rotated bands pair dims (i, i + r/2) as RoPE does, NoPE
+  dims pair (r + i, r + i + (d − r)/2) and act as zero-frequency bands.
+- Gate weights (paper §4.2): per attention layer, the mean over KV heads of the max over that head's query heads
+  of the token-mean sigmoid output gate.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import load_file, save_file
+
+from runtime.adapters import ModelAdapter, adapter_for
+from runtime.forward import SequenceState, forward_chunk
+
+FILE = "calibration.safetensors"
+
+
+def query_bands(query: torch.Tensor, rotary_dim: int) -> torch.Tensor:
+    """``[..., d]`` real vectors -> ``[..., d/2]`` complex bands: rotated pairs first, then NoPE pairs."""
+    half, rest = rotary_dim // 2, (query.shape[-1] - rotary_dim) // 2
+    rot = torch.complex(query[..., :half].float(), query[..., half:rotary_dim].float())
+    nope = torch.complex(query[..., rotary_dim : rotary_dim + rest].float(), query[..., rotary_dim + rest :].float())
+    return torch.cat([rot, nope], dim=-1)
+
+
+def band_frequencies(adapter: ModelAdapter) -> torch.Tensor:
+    """``[d/2]`` angular frequency of each band (0 for NoPE bands)."""
+    g = adapter.geometry
+    positions = torch.tensor([0, 1])
+    cos, sin = adapter.rope(torch.zeros(1, dtype=torch.float32), positions)
+    omega = torch.atan2(sin[1, : g.rotary_dim // 2].float(), cos[1, : g.rotary_dim // 2].float())
+    return torch.cat([omega, torch.zeros(g.head_dim // 2 - g.rotary_dim // 2)])
+
+
+@dataclass
+class Calibration:
+    """Attributes: ``centres`` / ``magnitudes`` ``{layer: [H, d/2]}`` (complex / real), ``gate_weights`` ``{layer: w}``,
+    ``tokens``: how many calibration tokens were read, ``sources``: what text."""
+
+    centres: dict[int, torch.Tensor]
+    magnitudes: dict[int, torch.Tensor]
+    gate_weights: dict[int, float]
+    tokens: int
+    sources: list[str]
+
+    def save(self, directory: Path) -> Path:
+        tensors = {}
+        for layer in self.centres:
+            tensors[f"centre_real.{layer}"] = self.centres[layer].real.contiguous()
+            tensors[f"centre_imag.{layer}"] = self.centres[layer].imag.contiguous()
+            tensors[f"magnitude.{layer}"] = self.magnitudes[layer].contiguous()
+        meta = {"gate_weights": json.dumps({str(k): v for k, v in self.gate_weights.items()}),
+                "tokens": str(self.tokens), "sources": json.dumps(self.sources)}
+        path = Path(directory) / FILE
+        save_file(tensors, str(path), metadata=meta)
+        return path
+
+    @classmethod
+    def load(cls, directory) -> "Calibration":
+        path = Path(directory) / FILE
+        if not path.exists():
+            raise FileNotFoundError(
+                f"no calibration at {path}: run `bench calibrate --model {directory}` (one pass over generic text)"
+            )
+        with safe_open(str(path), "pt") as f:
+            meta = f.metadata()
+        tensors = load_file(str(path))
+        layers = sorted({int(k.split(".")[1]) for k in tensors})
+        return cls(
+            centres={l: torch.complex(tensors[f"centre_real.{l}"], tensors[f"centre_imag.{l}"]) for l in layers},
+            magnitudes={l: tensors[f"magnitude.{l}"] for l in layers},
+            gate_weights={int(k): v for k, v in json.loads(meta["gate_weights"]).items()},
+            tokens=int(meta["tokens"]),
+            sources=json.loads(meta["sources"]),
+        )
+
+    @classmethod
+    def for_model(cls, model) -> "Calibration":
+        directory = getattr(model.config, "_name_or_path", "") or ""
+        if not directory or not Path(directory).is_dir():
+            raise FileNotFoundError(
+                "the model was not loaded from a local directory, so its calibration cannot be found: "
+                "pass the Calibration explicitly or run `bench calibrate --model PATH`"
+            )
+        return cls.load(directory)
+
+
+class _Statistics:
+    """Forward observer accumulating band sums of pre-RoPE queries and token sums of the sigmoid gate."""
+
+    wants_gdn_signals = False
+
+    def __init__(self, adapter: ModelAdapter):
+        self.adapter = adapter
+        self.band_sum: dict[int, torch.Tensor] = {}
+        self.magnitude_sum: dict[int, torch.Tensor] = {}
+        self.gate_sum: dict[int, torch.Tensor] = {}
+
+    def on_attention(self, layer, hidden, query, gate, keys, values, output):
+        pre_rope, _ = self.adapter.project_query(layer, hidden)
+        bands = query_bands(pre_rope, self.adapter.geometry.rotary_dim)  # [H, L, d/2]
+        self.band_sum[layer] = self.band_sum.get(layer, 0) + bands.sum(1)
+        self.magnitude_sum[layer] = self.magnitude_sum.get(layer, 0) + bands.abs().sum(1)
+        if gate is not None:
+            self.gate_sum[layer] = self.gate_sum.get(layer, 0) + torch.sigmoid(gate.float()).mean(-1).sum(0)
+
+
+@torch.no_grad()
+def calibrate(model, token_chunks: list[torch.Tensor], sources: list[str], progress=None) -> Calibration:
+    """Measure query statistics and gate weights over ``token_chunks``, each run as its own sequence."""
+    adapter = adapter_for(model)
+    stats = _Statistics(adapter)
+    tokens = 0
+    for chunk in token_chunks:
+        forward_chunk(adapter, SequenceState(), chunk, stats)
+        tokens += chunk.numel()
+        if progress:
+            progress(chunk.numel())
+    g = adapter.geometry
+    gate_weights = {}
+    for layer in adapter.attention_layers:
+        if layer in stats.gate_sum:
+            per_head = (stats.gate_sum[layer] / tokens).view(g.num_kv_heads, g.group_size)
+            gate_weights[layer] = float(per_head.amax(1).mean())
+        else:
+            gate_weights[layer] = 1.0  # ungated (dense) model: the gate allocator degenerates to flat
+    return Calibration(
+        centres={layer: stats.band_sum[layer] / tokens for layer in adapter.attention_layers},
+        magnitudes={layer: stats.magnitude_sum[layer] / tokens for layer in adapter.attention_layers},
+        gate_weights=gate_weights,
+        tokens=tokens,
+        sources=sources,
+    )

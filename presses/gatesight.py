@@ -1,0 +1,173 @@
+"""GateSight (paper §4): per-(attention layer, KV head) MLPs read the native GDN signals of prefill and the age
+of an entry and predict its future utility. No attention score is computed.
+
+The estimator artifact is a directory with ``gatesight.safetensors`` (weights and input statistics) and
+``gatesight.json`` (geometry, GDN window, layer gate weights); it lives in ``<model dir>/gatesight/`` and is
+trained by ``bench label`` + ``bench train``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from runtime import EvidenceRequest, Parent
+from runtime.adapters import ModelAdapter
+
+from .base import Press, Scores
+
+ARTIFACT_DIR = "gatesight"
+SIGNALS = ("beta", "g", "vnorm")
+AGE_FEATURES = ("i/n", "(n-i)/n", "log(1+n-i)/log(1+n)")
+
+
+def gdn_window(adapter: ModelAdapter, layer: int, window: int = 6) -> list[int]:
+    """The up-to-``window`` GDN layers that precede attention layer ``layer``, in depth order."""
+    return [i for i in adapter.gdn_layers if i < layer][-window:]
+
+
+def feature_names(adapter: ModelAdapter, layer: int, window: int = 6) -> list[str]:
+    """Name of every input dimension: ``gdn{j}.h{m}.{signal}`` for each window layer j, value head m, signal;
+    then the three age features."""
+    heads = adapter.gdn_value_heads()
+    return [f"gdn{j}.h{m}.{s}" for j in gdn_window(adapter, layer, window) for m in range(heads) for s in SIGNALS] + list(
+        AGE_FEATURES
+    )
+
+
+def build_features(signals: dict[int, torch.Tensor], gdn_layers: list[int], n: int, positions: torch.Tensor):
+    """``[len(positions), F]`` float32 features of the entries at 0-based ``positions`` of an n-token context.
+
+    ``signals[j]`` is ``[n, Hv, 3]`` (β, g, ‖v‖); entry i (1-based i = position + 1) gets its own token's signals.
+    """
+    parts = [signals[j][positions].reshape(positions.numel(), -1).float() for j in gdn_layers]
+    i = positions.float() + 1
+    age = torch.stack([i / n, (n - i) / n, torch.log1p(n - i) / torch.log1p(torch.tensor(float(n)))], dim=-1)
+    return torch.cat(parts + [age], dim=-1)
+
+
+@dataclass
+class GateSightEstimator:
+    """One MLP ``F -> hidden -> 1`` (sigmoid) per attention layer and KV head, with input standardisation.
+
+    Attributes
+    ----------
+    window : int
+    layers : dict[int, dict[str, torch.Tensor]]
+        Per attention layer: ``mean``/``std`` ``[F]``, ``w1`` ``[H_kv, F, hidden]``, ``b1`` ``[H_kv, hidden]``,
+        ``w2`` ``[H_kv, hidden]``, ``b2`` ``[H_kv]``.
+    gdn_layers : dict[int, list[int]]
+    layer_gate_weights : dict[int, float]
+    meta : dict
+        Free-form training record (corpus, epochs, metrics).
+    """
+
+    window: int
+    layers: dict[int, dict[str, torch.Tensor]]
+    gdn_layers: dict[int, list[int]]
+    layer_gate_weights: dict[int, float] = field(default_factory=dict)
+    meta: dict = field(default_factory=dict)
+
+    @classmethod
+    def random(cls, adapter: ModelAdapter, hidden: int = 64, window: int = 6, seed: int = 0) -> "GateSightEstimator":
+        """A randomly initialised estimator (tests, or the starting point of training)."""
+        generator = torch.Generator().manual_seed(seed)
+        heads = adapter.geometry.num_kv_heads
+        layers, windows = {}, {}
+        for layer in adapter.attention_layers:
+            windows[layer] = gdn_window(adapter, layer, window)
+            dims = len(feature_names(adapter, layer, window))
+            layers[layer] = {
+                "mean": torch.zeros(dims), "std": torch.ones(dims),
+                "w1": torch.randn(heads, dims, hidden, generator=generator) / dims**0.5,
+                "b1": torch.zeros(heads, hidden),
+                "w2": torch.randn(heads, hidden, generator=generator) / hidden**0.5,
+                "b2": torch.zeros(heads),
+            }
+        return cls(window, layers, windows, {layer: 1.0 for layer in adapter.attention_layers})
+
+    def logits(self, layer: int, features: torch.Tensor) -> torch.Tensor:
+        """``[N, F]`` features -> ``[H_kv, N]`` pre-sigmoid utilities of every KV head's MLP (one batched pass)."""
+        p = self.layers[layer]
+        x = (features - p["mean"]) / p["std"]
+        hidden = torch.relu(torch.einsum("nf,hfk->hnk", x, p["w1"]) + p["b1"][:, None])
+        return torch.einsum("hnk,hk->hn", hidden, p["w2"]) + p["b2"][:, None]
+
+    def save(self, directory) -> Path:
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        tensors = {f"{layer}.{k}": v.contiguous() for layer, p in self.layers.items() for k, v in p.items()}
+        save_file(tensors, str(directory / "gatesight.safetensors"))
+        config = {"window": self.window, "gdn_layers": {str(k): v for k, v in self.gdn_layers.items()},
+                  "layer_gate_weights": {str(k): v for k, v in self.layer_gate_weights.items()}, "meta": self.meta}
+        (directory / "gatesight.json").write_text(json.dumps(config, indent=2))
+        return directory
+
+    @classmethod
+    def load(cls, directory) -> "GateSightEstimator":
+        directory = Path(directory)
+        if not (directory / "gatesight.json").exists():
+            raise FileNotFoundError(
+                f"no GateSight estimator in {directory}: train one with `bench label --model MODEL` then "
+                "`bench train --model MODEL`"
+            )
+        config = json.loads((directory / "gatesight.json").read_text())
+        layers: dict[int, dict[str, torch.Tensor]] = {}
+        for name, tensor in load_file(str(directory / "gatesight.safetensors")).items():
+            layer, key = name.split(".", 1)
+            layers.setdefault(int(layer), {})[key] = tensor
+        return cls(
+            config["window"], layers, {int(k): v for k, v in config["gdn_layers"].items()},
+            {int(k): v for k, v in config["layer_gate_weights"].items()}, config.get("meta", {}),
+        )
+
+
+@dataclass
+class GateSightPress(Press):
+    """Scores = predicted utility (sigmoid of each head's MLP) from the GDN signals of the preceding layers.
+
+    Parameters
+    ----------
+    estimator : GateSightEstimator, optional
+        Default: loaded from ``<model dir>/gatesight/``.
+    """
+
+    estimator: GateSightEstimator | None = None
+    name = "gatesight"
+    comparable_scale = True
+
+    def evidence(self, adapter) -> EvidenceRequest:
+        return EvidenceRequest(gdn_signals=True)
+
+    def check(self, adapter: ModelAdapter) -> None:
+        if not adapter.gdn_layers:
+            raise ValueError(f"GateSight reads GDN signals; {type(adapter.model).__name__} has no GDN layers")
+        if self.estimator is None:
+            directory = getattr(adapter.model.config, "_name_or_path", "") or ""
+            if not directory or not Path(directory).is_dir():
+                raise ValueError(
+                    "GateSight needs an estimator: the model was not loaded from a local directory; pass "
+                    "estimator= or train one with `bench label --model PATH` then `bench train --model PATH`"
+                )
+            try:
+                self.estimator = GateSightEstimator.load(Path(directory) / ARTIFACT_DIR)
+            except FileNotFoundError as error:
+                raise ValueError(str(error)) from None
+        missing = set(adapter.attention_layers) - set(self.estimator.layers)
+        if missing:
+            raise ValueError(f"the GateSight estimator has no MLPs for attention layers {sorted(missing)}")
+
+    def score(self, parent: Parent) -> Scores:
+        self.check(parent.adapter)
+        positions = torch.arange(parent.protected, parent.n)
+        signals = parent.evidence.gdn_signals
+        return {
+            layer: torch.sigmoid(
+                self.estimator.logits(layer, build_features(signals, self.estimator.gdn_layers[layer], parent.n, positions))
+            )
+            for layer in parent.adapter.attention_layers
+        }

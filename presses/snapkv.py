@@ -1,0 +1,60 @@
+"""SnapKV, query-agnostic (arXiv 2404.14469; paper App. G): the last w context tokens observe the cache."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from runtime import EvidenceRequest, Parent
+
+from .base import Press, Scores, group_reduce
+
+
+@dataclass
+class SnapKVPress(Press):
+    """Attention of the observation window (its queries recomputed with q-norm and partial RoPE), summed over
+    the window, GQA-aggregated, max-pooled. The window's own entries get the maximum score (always kept first).
+
+    Parameters
+    ----------
+    window : int
+        Observation window w (last context tokens).
+    kernel : int
+        Max-pool kernel (odd).
+    gqa : str
+        ``"mean"`` or ``"max"`` over each KV head's query heads.
+    """
+
+    window: int = 32
+    kernel: int = 7
+    gqa: str = "mean"
+    name = "snapkv"
+
+    def evidence(self, adapter) -> EvidenceRequest:
+        return EvidenceRequest(window=self.window)
+
+    def window_attention(self, parent: Parent, layer: int) -> torch.Tensor:
+        """``[H, w, n]`` float32 softmax of the window queries over all n keys (causal inside the window)."""
+        adapter, n = parent.adapter, parent.n
+        hidden = parent.evidence.window_hidden[layer]
+        w = hidden.shape[0]
+        positions = torch.arange(n - w, n, device=hidden.device)
+        cos, sin = adapter.rope(hidden, positions)
+        query = adapter.queries(layer, hidden[None], cos, sin)
+        keys = parent.kv[layer].keys.repeat_interleave(adapter.geometry.group_size, 0)
+        logits = (query.float() @ keys.float().transpose(1, 2)) * adapter.attention_module(layer).scaling
+        future = torch.arange(n, device=hidden.device)[None, :] > positions[:, None]
+        return logits.masked_fill(future, float("-inf")).softmax(-1)
+
+    def score(self, parent: Parent) -> Scores:
+        scores = {}
+        w = parent.evidence.window_hidden[parent.adapter.attention_layers[0]].shape[0]
+        for layer in parent.adapter.attention_layers:
+            votes = self.window_attention(parent, layer).sum(1)[:, : parent.n - w]
+            votes = group_reduce(votes, parent.adapter.geometry.group_size, self.gqa)
+            pooled = F.max_pool1d(votes[None], self.kernel, stride=1, padding=self.kernel // 2)[0]
+            full = torch.cat([pooled, pooled.new_full((pooled.shape[0], w), float(pooled.max()))], dim=1)
+            scores[layer] = full[:, parent.protected :]
+        return scores

@@ -1,0 +1,83 @@
+"""TriAttention (arXiv 2604.04921; official code ``WeianMao/triattention``): trigonometric key scoring.
+
+With the calibrated centre query μ (complex bands) of a query head, the expected logit of that query at a future
+position t + δ against cached key j is ``P_j = Re Σ_f μ_f e^{iω_f(t+δ)} conj(z̃_jf)`` (z̃: bands of the post-RoPE
+key), which equals ``Σ_f |μ_f||z_jf| cos(ω_f Δ + φ_jf)`` with Δ = t + δ − p_j. The score is the mean over geometric
+offsets δ ∈ {1, 2, 4, …, 2^16} plus the norm term ``Σ_f (A_f − |μ_f|)|z_jf|``; z-scored per query head, then the
+max over the GQA group. The mean over δ is linear, so it folds into one complex coefficient per band.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from runtime import Parent
+
+from .base import Press, Scores, group_reduce
+from .calibration import Calibration, band_frequencies, query_bands
+
+
+def geometric_offsets(max_offset: int = 65536) -> torch.Tensor:
+    return 2.0 ** torch.arange(0, int(torch.log2(torch.tensor(float(max_offset)))) + 1)
+
+
+def trig_preference(centre: torch.Tensor, key_bands: torch.Tensor, omega: torch.Tensor, query_positions: torch.Tensor):
+    """Expected logit of the centre query at each query position against each key (scale not applied).
+
+    Parameters
+    ----------
+    centre : torch.Tensor
+        ``[H, F]`` complex band centres.
+    key_bands : torch.Tensor
+        ``[H, n, F]`` complex bands of the post-RoPE keys.
+    omega : torch.Tensor
+        ``[F]`` band frequencies.
+    query_positions : torch.Tensor
+        ``[D]`` positions; the result is averaged over them.
+
+    Returns
+    -------
+    torch.Tensor
+        ``[H, n]``.
+    """
+    # float64 phases: at positions ~1e5 a float32 angle is off by ~1e-2 rad
+    angles = omega.double()[None] * query_positions.double()[:, None]
+    phase = torch.polar(torch.ones_like(angles), angles).mean(0).to(centre.dtype)  # [F]
+    coefficient = centre * phase  # [H, F]
+    return torch.einsum("hnf,hf->hn", key_bands.conj(), coefficient).real
+
+
+@dataclass
+class TriAttentionPress(Press):
+    """Parameters: ``calibration`` (default: loaded from the model's directory), ``max_offset``, ``gqa`` ("max")."""
+
+    calibration: Calibration | None = None
+    max_offset: int = 65536
+    gqa: str = "max"
+    normalize: bool = True
+    name = "triattention"
+
+    def check(self, adapter) -> None:
+        if self.calibration is None:
+            self.calibration = Calibration.for_model(adapter.model)
+
+    def score(self, parent: Parent) -> Scores:
+        adapter = parent.adapter
+        self.check(adapter)
+        g = adapter.geometry
+        omega = band_frequencies(adapter)
+        positions = parent.n + geometric_offsets(self.max_offset)
+        scores = {}
+        for layer in adapter.attention_layers:
+            keys = parent.kv[layer].keys[:, parent.protected :]
+            bands = query_bands(keys, g.rotary_dim).repeat_interleave(g.group_size, 0)  # [H, n, F]
+            centre = self.calibration.centres[layer]
+            trig = trig_preference(centre, bands, omega, positions)
+            norm_term = bands.abs() @ (self.calibration.magnitudes[layer] - centre.abs()).unsqueeze(-1)
+            per_head = trig + norm_term[..., 0]
+            if self.normalize:
+                per_head = (per_head - per_head.mean(-1, keepdim=True)) / per_head.std(-1, keepdim=True).clamp_min(1e-6)
+            scores[layer] = group_reduce(per_head, g.group_size, self.gqa)
+        return scores

@@ -1,0 +1,85 @@
+"""Allocators: exact integer budgets B = L·H_kv·round(p·(n − prot)), and each rule's shape."""
+
+import itertools
+
+import pytest
+import torch
+
+import allocators
+from allocators import BudgetRequest, largest_remainder
+from allocators.integerize import round_half_up
+
+LAYER_SETS = [(3,), (3, 7, 11), tuple(range(3, 64, 4))]
+
+
+def _request(p, n_body, layers, heads=2, **kw):
+    return BudgetRequest(keep_fraction=p, n_body=n_body, layers=layers, num_kv_heads=heads, **kw)
+
+
+@pytest.mark.parametrize("name", ["flat", "gate", "pyramid", "global"])
+def test_totals_are_exact(name):
+    allocator = allocators.get(name)
+    g = torch.Generator().manual_seed(0)
+    for n_body, p, layers in itertools.product([1, 7, 100, 1023, 4096], [0.01, 0.1, 0.25, 0.5, 0.9, 1.0], LAYER_SETS):
+        weights = {layer: float(w) for layer, w in zip(layers, torch.rand(len(layers), generator=g) + 0.01)}
+        scores = {layer: torch.rand(2, n_body, generator=g) for layer in layers}
+        request = _request(p, n_body, layers, scores=scores, layer_weights=weights)
+        counts = allocator.allocate(request)
+        assert sorted(counts) == sorted(layers)
+        flat_counts = [c for heads in counts.values() for c in heads]
+        assert sum(flat_counts) == len(layers) * 2 * round_half_up(p * n_body) == request.total
+        assert all(0 <= c <= n_body for c in flat_counts)
+
+
+def test_budget_rounding_is_half_up():
+    assert _request(0.5, 5, (1,)).per_head == 3  # 2.5 -> 3 (Python's round() would give 2)
+    assert _request(0.1, 15, (1, 2), heads=4).total == 2 * 4 * 2
+
+
+def test_gate_is_proportional():
+    counts = allocators.get("gate").allocate(_request(0.2, 1000, (3, 7, 11), layer_weights={3: 1.0, 7: 2.0, 11: 3.0}))
+    assert counts == {3: [100, 100], 7: [200, 200], 11: [300, 300]}
+
+
+def test_gate_caps_at_body_and_respreads():
+    counts = allocators.get("gate").allocate(_request(0.5, 100, (3, 7), layer_weights={3: 0.01, 7: 10.0}))
+    assert counts[7] == [100, 100] and counts[3] == [0, 0]
+
+
+def test_pyramid_schedule():
+    counts = allocators.get("pyramid").allocate(_request(0.1, 1000, tuple(range(3, 64, 4)), heads=1))
+    per_layer = [c[0] for c in counts.values()]
+    assert per_layer == sorted(per_layer, reverse=True)
+    assert per_layer[0] == pytest.approx(2 * 100 - 100 / 20, abs=1) and per_layer[-1] == pytest.approx(5, abs=1)
+    tiny = allocators.get("pyramid").allocate(_request(0.05, 100, tuple(range(8)), heads=1))
+    assert min(c[0] for c in tiny.values()) >= 4
+
+
+def test_global_takes_the_top_scores():
+    scores = {1: torch.tensor([[0.9, 0.1, 0.8], [0.0, 0.0, 0.0]]), 5: torch.tensor([[0.7, 0.2, 0.3], [0.6, 0.5, 0.4]])}
+    counts = allocators.get("global").allocate(_request(0.5, 3, (1, 5), scores=scores))
+    # B = 2 layers · 2 heads · round(1.5) = 8: the eight largest scores, 0.9 down to 0.2
+    assert counts == {1: [2, 0], 5: [3, 3]}
+
+
+def test_largest_remainder_matches_brute_force():
+    g = torch.Generator().manual_seed(3)
+    for _ in range(200):
+        raw = torch.rand(5, generator=g) * 10
+        total = int(raw.sum().round())
+        targets = (raw * total / raw.sum()).tolist()
+        got = largest_remainder(targets, total)
+        assert sum(got) == total
+        assert all(abs(a - t) < 1 for a, t in zip(got, targets))
+
+
+def test_errors():
+    with pytest.raises(ValueError, match="unknown allocator 'nope'; available: flat, gate, pyramid, global"):
+        allocators.get("nope")
+    for p in (0, -0.1, 1.5):
+        with pytest.raises(ValueError, match=f"keep fraction {p} is outside"):
+            _request(p, 10, (1,))
+    with pytest.raises(ValueError, match="bench calibrate"):
+        allocators.get("gate").allocate(_request(0.5, 10, (1,)))
+    with pytest.raises(ValueError, match="cannot be split"):
+        largest_remainder([1.0, 1.0], 5, 0, 2)
