@@ -1,0 +1,168 @@
+"""The ``bench`` command: compare, leaderboard, cost, calibrate, train-model, model-eval."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def _floats(text: str) -> list[float]:
+    try:
+        return [float(x) for x in text.split(",") if x]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+
+
+def _names(text: str) -> list[str]:
+    return [x.strip() for x in text.split(",") if x.strip()]
+
+
+def _ints(text: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+
+
+def cmd_compare(args) -> None:
+    from .compare import CompareSettings, run_compare
+    from .report import plot_accuracy, summary_markdown
+
+    settings = CompareSettings(
+        presses=args.press, allocators=args.alloc, ratios=args.ratios, tasks=args.tasks, n=args.n,
+        length=args.length, model=args.model, seed=args.seed, out=Path(args.out), profile=args.profile,
+    )
+    store = run_compare(settings)
+    wanted = {("none", "none")} | {(p, a) for p in settings.presses for a in settings.allocators}
+    rows = [r for r in store.rows if (r["press"], r["allocator"]) in wanted and r["length"] == settings.length
+            and r["seed"] == settings.seed and r["profile"] == settings.profile]
+    text = summary_markdown(rows)
+    print(text)
+    (settings.out / "summary.md").write_text(text)
+    png = plot_accuracy(rows, settings.out / "accuracy.png", f"{', '.join(settings.presses)} · {settings.length} tokens")
+    print(f"results: {store.path}\nplot:    {png}")
+
+
+def cmd_leaderboard(args) -> None:
+    from .report import write_leaderboard
+
+    print(write_leaderboard([Path(s) for s in args.stores], Path(args.out)))
+
+
+def cmd_cost(args) -> None:
+    from .cost import run_cost
+
+    run_cost(args.model, args.press, args.lengths, Path(args.out))
+
+
+def cmd_calibrate(args) -> None:
+    import torch
+    from tqdm import tqdm
+
+    from presses.calibration import calibrate
+
+    from . import models
+    from .model.data import SOURCES, documents
+
+    model, tokenizer, directory = models.load(args.model)
+    ids: list[int] = []
+    for source in SOURCES:  # interleave sources so every one contributes
+        for _, text in documents(source, "train")[:40]:
+            ids += tokenizer(text, add_special_tokens=False)["input_ids"]
+            if len(ids) >= args.tokens:
+                break
+    ids = ids[: args.tokens]
+    chunks = [torch.tensor(ids[i : i + args.chunk]) for i in range(0, len(ids), args.chunk)]
+    with tqdm(total=len(ids), unit="tok", desc="calibrate") as bar:
+        result = calibrate(model, chunks, list(SOURCES), progress=bar.update)
+    path = result.save(directory)
+    weights = ", ".join(f"{layer}: {w:.3f}" for layer, w in result.gate_weights.items())
+    print(f"calibrated on {result.tokens} tokens -> {path}\nlayer gate weights: {weights}")
+
+
+def cmd_train_model(args) -> None:
+    import torch
+
+    from .model.train import TrainConfig, train
+
+    torch.set_num_threads(args.threads)
+    out = Path(args.out)
+    train(out, Path(args.checkpoints), TrainConfig(steps=args.steps, seed=args.seed),
+          log=lambda line: print(line, flush=True))
+
+
+def cmd_model_eval(args) -> None:
+    from .model.evaluate import evaluate_model
+
+    print(evaluate_model(args.model, args.tasks, args.lengths, args.n, args.seed))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from .compare import DEFAULT_RATIOS
+    from .model.data import TRAIN_TASKS
+
+    parser = argparse.ArgumentParser(prog="bench", description="Query-agnostic KV compression for hybrid LLMs")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("compare", help="score, fork and answer: presses × allocators × kept fractions")
+    p.add_argument("--press", type=_names, default=["gatesight"], help="comma list, e.g. gatesight,snapkv,none")
+    p.add_argument("--alloc", type=_names, default=["flat"], help="comma list of allocators: flat,gate,pyramid,global")
+    p.add_argument("--ratios", type=_floats, default=list(DEFAULT_RATIOS), help="kept fractions p in (0, 1]")
+    p.add_argument("--tasks", type=_names, default=["ruler"], help="task names or groups (ruler, niah)")
+    p.add_argument("--n", type=int, default=2, help="items per task")
+    p.add_argument("--length", type=int, default=1024, help="context length in tokens (question included)")
+    p.add_argument("--model", default=None, help="local HF model directory (default: the shipped hybrid)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default="results")
+    p.add_argument("--profile", default="compact", help="RULER template profile: compact or faithful")
+    p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser("leaderboard", help="leaderboard.md, CSV and PNG from result stores")
+    p.add_argument("stores", nargs="+", help="result directories written by compare")
+    p.add_argument("--out", default="docs")
+    p.set_defaults(func=cmd_leaderboard)
+
+    p = sub.add_parser("cost", help="scoring time per press against prefill time, by context length")
+    p.add_argument("--model", default=None)
+    p.add_argument("--press", type=_names, default=["gatesight", "snapkv", "triattention", "keydiff", "kvzip"])
+    p.add_argument("--lengths", type=_ints, default=[1024, 4096, 16384])
+    p.add_argument("--out", default="results/cost")
+    p.set_defaults(func=cmd_cost)
+
+    p = sub.add_parser("calibrate", help="TriAttention query statistics and layer gate weights, stored with the model")
+    p.add_argument("--model", default=None)
+    p.add_argument("--tokens", type=int, default=32768)
+    p.add_argument("--chunk", type=int, default=4096)
+    p.set_defaults(func=cmd_calibrate)
+
+    p = sub.add_parser("train-model", help="train the default hybrid from scratch (resumable)")
+    p.add_argument("--out", default="models/hybrid-byte-12l")
+    p.add_argument("--checkpoints", default="checkpoints/hybrid-byte-12l")
+    p.add_argument("--steps", type=int, default=900)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=2)
+    p.set_defaults(func=cmd_train_model)
+
+    p = sub.add_parser("model-eval", help="full-cache accuracy of a model on held-out task items")
+    p.add_argument("--model", default=None)
+    p.add_argument("--tasks", type=_names, default=list(TRAIN_TASKS))
+    p.add_argument("--lengths", type=_ints, default=[1024, 2048, 4096])
+    p.add_argument("--n", type=int, default=20)
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=cmd_model_eval)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        args.func(args)
+    except (ValueError, FileNotFoundError) as error:
+        print(f"bench {args.command}: error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,76 @@
+"""``bench cost``: the paper's Table 2 analogue — scoring time per press against prefill time, by context length.
+
+Each figure is the median of three runs after one warm-up. Contexts are generic text (repeated if short).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+import presses
+from presses.calibration import Calibration
+from runtime import EvidenceRequest, adapter_for, prefill
+
+from . import models
+from .model.data import SOURCES, documents
+
+
+def _median_seconds(fn, repeats: int = 3) -> float:
+    fn()  # warm-up
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def _context(tokenizer, length: int) -> torch.Tensor:
+    text = "\n\n".join(text for source in SOURCES for _, text in documents(source, "heldout")[:5])
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    while len(ids) < length:
+        ids = ids + ids
+    return torch.tensor(ids[:length])
+
+
+def run_cost(model_path, press_names: list[str], lengths: list[int], out: Path) -> list[dict]:
+    model, tokenizer, directory = models.load(model_path)
+    calibration = Calibration.load(directory) if "triattention" in press_names else None
+    adapter = adapter_for(model)
+    built = {}
+    for name in press_names:
+        press = presses.get(name, **({"calibration": calibration} if name == "triattention" else {}))
+        press.check(adapter)
+        built[name] = press
+    evidence = EvidenceRequest()
+    for press in built.values():
+        evidence = evidence | press.evidence(adapter)
+    rows = []
+    for length in lengths:
+        context = _context(tokenizer, length)
+        prefill_s = _median_seconds(lambda: prefill(model, context, evidence=EvidenceRequest()).release())
+        parent = prefill(model, context, evidence=evidence, tokenizer=tokenizer)
+        for name, press in built.items():
+            seconds = _median_seconds(lambda: press.score(parent))
+            rows.append({"press": name, "length": length, "score_s": seconds, "prefill_s": prefill_s,
+                         "ratio": seconds / prefill_s})
+            print(f"{name:>13} n={length:>6}: scoring {seconds:8.4f} s, prefill {prefill_s:8.3f} s, "
+                  f"ratio {seconds / prefill_s:7.2%}", flush=True)
+        parent.release()
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "cost.json").write_text(json.dumps(rows, indent=2))
+    table = ["| press | " + " | ".join(f"{n} tok: score s (× prefill)" for n in lengths) + " |",
+             "|---|" + "---|" * len(lengths)]
+    for name in built:
+        cells = [next(r for r in rows if r["press"] == name and r["length"] == n) for n in lengths]
+        table.append(f"| {name} | " + " | ".join(f"{c['score_s']:.4f} ({c['ratio']:.1%})" for c in cells) + " |")
+    prefills = [next(r for r in rows if r["length"] == n)["prefill_s"] for n in lengths]
+    table.append("| prefill | " + " | ".join(f"{p:.3f}" for p in prefills) + " |")
+    (out / "cost.md").write_text("\n".join(table) + "\n")
+    print("\n".join(table))
+    return rows

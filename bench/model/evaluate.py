@@ -1,0 +1,43 @@
+"""Full-cache accuracy of a model on held-out task items (the default model's card table)."""
+
+from __future__ import annotations
+
+from statistics import mean
+
+import torch
+
+from runtime import prefill
+
+from .. import models
+from ..metrics import METRICS
+from ..tasks import Config, generate
+
+
+def evaluate_model(model_path, tasks: list[str], lengths: list[int], n: int, seed: int = 0) -> str:
+    """Markdown table: accuracy (%) per task and length, no eviction, greedy; items = evaluation seeds."""
+    model, tokenizer, _ = models.load(model_path)
+    encode = lambda text: torch.tensor(tokenizer(text, add_special_tokens=False)["input_ids"])  # noqa: E731
+    count = lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"])  # noqa: E731
+    table: dict[tuple[str, int], float] = {}
+    for length in lengths:
+        cfg = Config(length=length, count_tokens=count)
+        for task in tasks:
+            scores = []
+            for index in range(n):
+                item = generate(task, index, seed, cfg)
+                parent = prefill(model, encode(item.context), tokenizer=tokenizer)
+                for q in item.questions:
+                    answer = parent.answer(encode(q.prompt), q.max_new_tokens, tokenizer.eos_token_id)
+                    scores.append(METRICS[item.metric](answer.text, q.answers))
+                parent.release()
+            table[(task, length)] = 100 * mean(scores)
+            print(f"{task:>16} @ {length}: {table[(task, length)]:.1f}", flush=True)
+    head = "| task | " + " | ".join(f"{length}" for length in lengths) + " |"
+    lines = [head, "|---|" + "---|" * len(lengths)]
+    for task in tasks:
+        lines.append(f"| {task} | " + " | ".join(f"{table[(task, length)]:.0f}" for length in lengths) + " |")
+    core = [t for t in tasks if t.startswith("niah") or t == "vt"]
+    if core:
+        lines.append("| **mean NIAH×8 + vt** | "
+                     + " | ".join(f"{mean(table[(t, length)] for t in core):.1f}" for length in lengths) + " |")
+    return "\n".join(lines)

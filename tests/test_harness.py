@@ -1,0 +1,107 @@
+"""`bench compare` on a tiny saved model: rows, resume after a kill, clear errors, leaderboard."""
+
+import json
+
+import pytest
+import torch
+from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
+
+from bench.cli import main
+from bench.compare import CompareSettings, run_compare
+from bench.model.tokenizer import build_tokenizer
+from bench.report import write_leaderboard
+from presses.calibration import calibrate
+from presses.gatesight import GateSightEstimator
+from runtime import adapter_for
+from tiny_models import qwen3
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    """A tiny random byte-level Qwen3.5 saved like the shipped model, with calibration and a GateSight artifact."""
+    directory = tmp_path_factory.mktemp("tiny-byte-model")
+    torch.manual_seed(0)
+    config = Qwen3_5TextConfig(
+        vocab_size=260, hidden_size=32, intermediate_size=64, num_hidden_layers=4, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=8, linear_num_key_heads=2, linear_num_value_heads=2, linear_key_head_dim=8,
+        linear_value_head_dim=8, full_attention_interval=2, tie_word_embeddings=True, eos_token_id=257,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5,
+                         "mrope_section": [1, 1, 0], "mrope_interleaved": True},
+    )
+    model = Qwen3_5ForCausalLM(config).eval()
+    model.save_pretrained(directory)
+    build_tokenizer().save_pretrained(directory)
+    adapter = adapter_for(model)
+    GateSightEstimator.random(adapter).save(directory / "gatesight")
+    calibrate(model, [torch.randint(0, 256, (128,))], ["random bytes"]).save(directory)
+    return directory
+
+
+def _settings(model_dir, out, **kw):
+    base = dict(presses=["gatesight", "snapkv", "none"], allocators=["flat", "gate"], ratios=[0.3, 0.7],
+                tasks=["niah_single_1", "niah_multikey_1"], n=1, length=400, model=str(model_dir), out=out)
+    return CompareSettings(**{**base, **kw})
+
+
+def test_compare_writes_every_row_and_resumes(model_dir, tmp_path):
+    store = run_compare(_settings(model_dir, tmp_path), show_progress=False)
+    questions = 1 + 4  # niah_single_1 asks one question, niah_multikey_1 asks each of its four keys
+    assert len(store.rows) == questions * (1 + 2 * 2 * 2)
+    assert {r["press"] for r in store.rows} == {"gatesight", "snapkv", "none"}
+    assert all(0 <= r["score"] <= 1 for r in store.rows)
+    kept = {(r["press"], r["allocator"], r["ratio"]): r["kept_entries"] for r in store.rows if r["press"] != "none"}
+    assert kept[("snapkv", "flat", 0.3)] == kept[("gatesight", "gate", 0.3)]  # same model-wide budget B
+
+    lines = store.path.read_text().splitlines()
+    # simulate a kill in the middle of writing: the last row is lost and half a line remains
+    store.path.write_text("\n".join(lines[:-1]) + "\n" + lines[-1][: len(lines[-1]) // 2])
+    resumed = run_compare(_settings(model_dir, tmp_path), show_progress=False)
+    rows = [json.loads(line) for line in resumed.path.read_text().splitlines() if line.endswith("}")]
+    keys = [(r["press"], r["allocator"], r["ratio"], r["task"], r["question"]) for r in rows]
+    assert len(keys) == len(set(keys)) == len(lines)
+    again = run_compare(_settings(model_dir, tmp_path), show_progress=False)
+    assert len(again.rows) == len(resumed.rows)
+
+
+def test_leaderboard_builds(model_dir, tmp_path):
+    run_compare(_settings(model_dir, tmp_path / "run", tasks=["vt"]), show_progress=False)
+    path = write_leaderboard([tmp_path / "run"], tmp_path / "docs")
+    text = path.read_text()
+    assert "| gatesight/flat |" in text and "Allocation ablation" in text and "| vt |" in text
+    assert (tmp_path / "docs" / "leaderboard.png").stat().st_size > 1000
+    assert (tmp_path / "docs" / "leaderboard.csv").read_text().startswith("method,task,ratio,accuracy")
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"presses": ["gatesight", "nope"]}, "unknown press 'nope'; available: gatesight"),
+        ({"allocators": ["flat", "steep"]}, "unknown allocator 'steep'"),
+        ({"tasks": ["niah_single_9"]}, "unknown task 'niah_single_9'"),
+        ({"ratios": [0.5, 0.0]}, r"ratio 0.0 is outside \(0, 1\]"),
+        ({"ratios": [1.5]}, r"ratio 1.5 is outside"),
+        ({"n": 0}, "n must be >= 1"),
+        ({"length": 200}, "task 'niah_single_1' at --length 200: .* too short"),
+        ({"presses": ["snapkv"], "allocators": ["global"]}, "not on one scale"),
+    ],
+)
+def test_errors_before_any_work(model_dir, tmp_path, change, message):
+    with pytest.raises(ValueError, match=message):
+        run_compare(_settings(model_dir, tmp_path, **change), show_progress=False)
+    assert not (tmp_path / "results.jsonl").exists()
+
+
+def test_gatesight_on_dense_or_without_artifact(tmp_path):
+    dense = tmp_path / "dense"
+    qwen3().save_pretrained(dense)
+    build_tokenizer().save_pretrained(dense)
+    with pytest.raises(ValueError, match="press 'gatesight' cannot run .* has no GDN layers"):
+        run_compare(CompareSettings(presses=["gatesight"], model=str(dense), out=tmp_path), show_progress=False)
+
+
+def test_cli_reports_one_clear_error(model_dir, tmp_path, capsys):
+    code = main(["compare", "--press", "gatesight,bogus", "--model", str(model_dir), "--out", str(tmp_path)])
+    assert code == 2
+    assert "bench compare: error: unknown press 'bogus'" in capsys.readouterr().err
+    assert main(["compare", "--press", "snapkv", "--model", str(tmp_path / "missing"), "--out", str(tmp_path)]) == 2
+    assert "no model at" in capsys.readouterr().err
