@@ -1,4 +1,4 @@
-"""The ``bench`` command: compare, leaderboard, cost, calibrate, train-model, model-eval."""
+"""The ``bench`` command: compare, leaderboard, cost, calibrate, train-model, model-eval, label, train, analyze."""
 
 from __future__ import annotations
 
@@ -98,6 +98,26 @@ def cmd_model_eval(args) -> None:
     print(evaluate_model(args.model, args.tasks, args.lengths, args.n, args.seed))
 
 
+def cmd_label(args) -> None:
+    from .gatesight.commands import label
+
+    label(args.model, Path(args.out), args.limit, args.tokens, args.continuations, args.max_new_tokens, args.seed)
+
+
+def cmd_train(args) -> None:
+    from .gatesight.commands import train
+    from .gatesight.estimator import TrainSettings
+
+    train(args.model, Path(args.labels), Path(args.out) if args.out else None, args.slow_threshold,
+          TrainSettings(epochs=args.epochs, seed=args.seed))
+
+
+def cmd_analyze(args) -> None:
+    from .gatesight.commands import analyze
+
+    analyze(args.model, Path(args.labels), Path(args.out), args.slow_threshold)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from .compare import DEFAULT_RATIOS
     from .model.data import TRAIN_TASKS
@@ -151,6 +171,32 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--n", type=int, default=20)
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=cmd_model_eval)
+
+    p = sub.add_parser("label", help="GateSight utility labels (Eq. 2) and GDN signals on held-out generic text")
+    p.add_argument("--model", default=None)
+    p.add_argument("--out", default="results/labels")
+    p.add_argument("--limit", type=int, default=None, help="at most this many documents")
+    p.add_argument("--tokens", type=int, default=1024, help="tokens per document window")
+    p.add_argument("--continuations", type=int, default=4)
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=cmd_label)
+
+    p = sub.add_parser("train", help="train the GateSight estimator (+ ridge, leave-one-corpus-out evaluation)")
+    p.add_argument("--model", default=None)
+    p.add_argument("--labels", default="results/labels")
+    p.add_argument("--out", default=None, help="artifact directory (default: <model>/gatesight)")
+    p.add_argument("--epochs", type=int, default=12)
+    p.add_argument("--slow-threshold", type=float, default=64.0, help="half-life (tokens) of a slow GDN head")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("analyze", help="the paper's observations 1-2 on this model, tables and PNGs")
+    p.add_argument("--model", default=None)
+    p.add_argument("--labels", default="results/labels")
+    p.add_argument("--out", default="results/analysis")
+    p.add_argument("--slow-threshold", type=float, default=64.0)
+    p.set_defaults(func=cmd_analyze)
     return parser
 
 

@@ -119,11 +119,13 @@ class CachedContext:
         max_new_tokens: int,
         eos_token_id: int | list[int] | None = None,
         context_hash: str | None = None,
+        choose=None,
     ) -> Answer:
         """Greedy decoding of up to ``max_new_tokens`` after ``question_ids`` ``[L]``.
 
         The question and the generated tokens go into a scratch branch of the cache, so the next question starts
         from exactly the same state. ``context_hash``, when given, must match the cached context's hash.
+        ``choose`` maps the ``[V]`` logits of a step to the next token (default: argmax), e.g. a seeded sampler.
         """
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
@@ -135,7 +137,7 @@ class CachedContext:
             logits = forward_chunk(self.adapter, state, ids)
             tokens: list[int] = []
             while True:
-                token = int(logits[-1].argmax())
+                token = int(logits[-1].argmax()) if choose is None else int(choose(logits[-1]))
                 tokens.append(token)
                 if token in stop or len(tokens) >= max_new_tokens:
                     break

@@ -3,12 +3,15 @@ from pathlib import Path
 
 import pytest
 import torch
+from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from bench.model.tokenizer import build_tokenizer  # noqa: E402
+from presses.calibration import calibrate  # noqa: E402
+from presses.gatesight import GateSightEstimator  # noqa: E402
+from runtime import adapter_for  # noqa: E402
 from tiny_models import MODELS  # noqa: E402
-
-torch.set_num_threads(2)
 
 
 @pytest.fixture(scope="session")
@@ -22,3 +25,24 @@ def tiny():
         return cache[name]
 
     return get
+
+
+@pytest.fixture(scope="session")
+def model_dir(tmp_path_factory):
+    """A tiny random byte-level Qwen3.5 saved like the shipped model, with calibration and a GateSight artifact."""
+    directory = tmp_path_factory.mktemp("tiny-byte-model")
+    torch.manual_seed(0)
+    config = Qwen3_5TextConfig(
+        vocab_size=260, hidden_size=32, intermediate_size=64, num_hidden_layers=4, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=8, linear_num_key_heads=2, linear_num_value_heads=2, linear_key_head_dim=8,
+        linear_value_head_dim=8, full_attention_interval=2, tie_word_embeddings=True, eos_token_id=257,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5,
+                         "mrope_section": [1, 1, 0], "mrope_interleaved": True},
+    )
+    model = Qwen3_5ForCausalLM(config).eval()
+    model.save_pretrained(directory)
+    build_tokenizer().save_pretrained(directory)
+    adapter = adapter_for(model)
+    GateSightEstimator.random(adapter).save(directory / "gatesight")
+    calibrate(model, [torch.randint(0, 256, (128,))], ["random bytes"]).save(directory)
+    return directory

@@ -4,37 +4,11 @@ import json
 
 import pytest
 import torch
-from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
-
 from bench.cli import main
 from bench.compare import CompareSettings, run_compare
 from bench.model.tokenizer import build_tokenizer
 from bench.report import write_leaderboard
-from presses.calibration import calibrate
-from presses.gatesight import GateSightEstimator
-from runtime import adapter_for
 from tiny_models import qwen3
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    """A tiny random byte-level Qwen3.5 saved like the shipped model, with calibration and a GateSight artifact."""
-    directory = tmp_path_factory.mktemp("tiny-byte-model")
-    torch.manual_seed(0)
-    config = Qwen3_5TextConfig(
-        vocab_size=260, hidden_size=32, intermediate_size=64, num_hidden_layers=4, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=8, linear_num_key_heads=2, linear_num_value_heads=2, linear_key_head_dim=8,
-        linear_value_head_dim=8, full_attention_interval=2, tie_word_embeddings=True, eos_token_id=257,
-        rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5,
-                         "mrope_section": [1, 1, 0], "mrope_interleaved": True},
-    )
-    model = Qwen3_5ForCausalLM(config).eval()
-    model.save_pretrained(directory)
-    build_tokenizer().save_pretrained(directory)
-    adapter = adapter_for(model)
-    GateSightEstimator.random(adapter).save(directory / "gatesight")
-    calibrate(model, [torch.randint(0, 256, (128,))], ["random bytes"]).save(directory)
-    return directory
 
 
 def _settings(model_dir, out, **kw):

@@ -1,0 +1,104 @@
+"""``bench train``: fit the per-(attention layer, KV head) MLPs (paper §4.1, App. G) and the ridge baseline.
+
+Each layer's heads share one feature matrix (the features depend on the layer only), so all heads of a layer are
+trained together as a batch of independent MLPs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from presses.gatesight import GateSightEstimator, build_features
+
+
+@dataclass
+class TrainSettings:
+    hidden: int = 64
+    lr: float = 2e-3
+    weight_decay: float = 1e-2
+    clip: float = 1.0
+    epochs: int = 12
+    positions_per_document: int = 500
+    batch_size: int = 256
+    seed: int = 0
+    window: int = 6
+
+
+def layer_dataset(shards: list[dict], layer: int, gdn_layers: list[int], per_document: int, seed: int):
+    """Features ``[N, F]`` and targets ``[H_kv, N]`` of ``per_document`` random positions of every document."""
+    generator = torch.Generator().manual_seed(seed)
+    xs, ys = [], []
+    for shard in shards:
+        labels = shard["labels"][layer]
+        n = labels.shape[1]
+        positions = torch.randperm(n, generator=generator)[: min(per_document, n)]
+        xs.append(build_features(shard["signals"], gdn_layers, n, positions))
+        ys.append(labels[:, positions])
+    return torch.cat(xs), torch.cat(ys, dim=1)
+
+
+def train_estimator(shards: list[dict], gdn_windows: dict[int, list[int]], settings: TrainSettings = TrainSettings(),
+                    layer_gate_weights: dict[int, float] | None = None, log=None) -> GateSightEstimator:
+    """One MLP per (attention layer, KV head), BCE against the max-normalised utility, inputs standardised."""
+    torch.manual_seed(settings.seed)
+    layers = {}
+    for layer, gdn_layers in gdn_windows.items():
+        x, y = layer_dataset(shards, layer, gdn_layers, settings.positions_per_document, settings.seed)
+        mean, std = x.mean(0), x.std(0).clamp_min(1e-6)
+        xs = (x - mean) / std
+        heads, dims = y.shape[0], x.shape[1]
+        w1 = (torch.randn(heads, dims, settings.hidden) / dims**0.5).requires_grad_()
+        b1 = torch.zeros(heads, settings.hidden, requires_grad=True)
+        w2 = (torch.randn(heads, settings.hidden) / settings.hidden**0.5).requires_grad_()
+        b2 = torch.zeros(heads, requires_grad=True)
+        params = [w1, b1, w2, b2]
+        optimizer = torch.optim.AdamW(params, lr=settings.lr, weight_decay=settings.weight_decay)
+        generator = torch.Generator().manual_seed(settings.seed)
+        for epoch in range(settings.epochs):
+            order = torch.randperm(xs.shape[0], generator=generator)
+            total = 0.0
+            for start in range(0, xs.shape[0], settings.batch_size):
+                idx = order[start : start + settings.batch_size]
+                hidden = torch.relu(torch.einsum("nf,hfk->hnk", xs[idx], w1) + b1[:, None])
+                logits = torch.einsum("hnk,hk->hn", hidden, w2) + b2[:, None]
+                loss = torch.nn.functional.binary_cross_entropy_with_logits(logits, y[:, idx])
+                optimizer.zero_grad()
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(params, settings.clip)
+                optimizer.step()
+                total += float(loss.detach()) * idx.numel()
+            if log:
+                log(f"layer {layer} epoch {epoch + 1}/{settings.epochs}: BCE {total / xs.shape[0]:.4f}")
+        layers[layer] = {"mean": mean, "std": std, "w1": w1.detach(), "b1": b1.detach(), "w2": w2.detach(),
+                         "b2": b2.detach()}
+    weights = layer_gate_weights or {layer: 1.0 for layer in gdn_windows}
+    return GateSightEstimator(settings.window, layers, dict(gdn_windows), weights,
+                              {"documents": len(shards), "settings": settings.__dict__})
+
+
+@dataclass
+class RidgeModel:
+    """Per (layer, KV head) linear map on standardised features: ``{layer: (mean, std, weights [H_kv, F + 1])}``."""
+
+    layers: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
+    gdn_windows: dict[int, list[int]]
+
+    def predict(self, layer: int, features: torch.Tensor) -> torch.Tensor:
+        mean, std, weights = self.layers[layer]
+        x = torch.cat([(features - mean) / std, torch.ones(features.shape[0], 1)], dim=1)
+        return weights @ x.T
+
+
+def fit_ridge(shards: list[dict], gdn_windows: dict[int, list[int]], alpha: float = 1.0,
+              per_document: int = 500, seed: int = 0) -> RidgeModel:
+    layers = {}
+    for layer, gdn_layers in gdn_windows.items():
+        x, y = layer_dataset(shards, layer, gdn_layers, per_document, seed)
+        mean, std = x.mean(0), x.std(0).clamp_min(1e-6)
+        design = torch.cat([(x - mean) / std, torch.ones(x.shape[0], 1)], dim=1).double()
+        gram = design.T @ design + alpha * torch.eye(design.shape[1], dtype=torch.float64)
+        weights = torch.linalg.solve(gram, design.T @ y.double().T).T.float()
+        layers[layer] = (mean, std, weights)
+    return RidgeModel(layers, dict(gdn_windows))

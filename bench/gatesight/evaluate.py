@@ -1,0 +1,157 @@
+"""Evaluation of utility predictors (paper App. C): Spearman ρ, overlap@k and coverage@k, averaged over KV heads,
+documents, then layers; leave-one-corpus-out for the learned predictors."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from statistics import mean
+from typing import Callable
+
+import torch
+
+from presses.gatesight import build_features
+
+from .estimator import TrainSettings, fit_ridge, train_estimator
+
+FRACTIONS = (0.05, 0.10, 0.20)
+
+
+def spearman(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Rank correlation of two ``[n]`` vectors (average ranks for ties)."""
+    def ranks(x):
+        order = torch.argsort(x, stable=True)
+        r = torch.empty_like(x, dtype=torch.float64)
+        r[order] = torch.arange(x.numel(), dtype=torch.float64)
+        # average the ranks of tied values
+        unique, inverse = torch.unique(x, return_inverse=True)
+        if unique.numel() < x.numel():
+            sums = torch.zeros(unique.numel(), dtype=torch.float64).index_add_(0, inverse, r)
+            counts = torch.zeros(unique.numel(), dtype=torch.float64).index_add_(0, inverse, torch.ones_like(r))
+            r = (sums / counts)[inverse]
+        return r
+
+    ra, rb = ranks(a.double()), ranks(b.double())
+    ra, rb = ra - ra.mean(), rb - rb.mean()
+    denominator = (ra.norm() * rb.norm()).item()
+    return float((ra @ rb) / denominator) if denominator > 0 else 0.0
+
+
+def overlap_and_coverage(pred: torch.Tensor, truth: torch.Tensor, fraction: float) -> tuple[float, float]:
+    k = max(1, math.ceil(fraction * truth.numel()))
+    top_pred = torch.topk(pred, k).indices
+    top_true = torch.topk(truth, k).indices
+    overlap = len(set(top_pred.tolist()) & set(top_true.tolist())) / k
+    coverage = float(truth[top_pred].sum() / truth[top_true].sum().clamp_min(1e-12))
+    return overlap, coverage
+
+
+Predictor = Callable[[dict, int], torch.Tensor]
+"""(shard, attention layer) -> ``[H_kv, n]`` predicted utilities."""
+
+
+def evaluate(predictor: Predictor, shards: list[dict]) -> dict[str, float]:
+    """Metrics averaged over KV heads, then documents, then layers."""
+    per_layer: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for shard in shards:
+        for layer, truth in shard["labels"].items():
+            pred = predictor(shard, layer)
+            heads = defaultdict(list)
+            for h in range(truth.shape[0]):
+                heads["rho"].append(spearman(pred[h], truth[h]))
+                for f in FRACTIONS:
+                    o, c = overlap_and_coverage(pred[h], truth[h], f)
+                    heads[f"ov@{int(f * 100)}"].append(o)
+                    heads[f"cov@{int(f * 100)}"].append(c)
+            for key, values in heads.items():
+                per_layer[layer][key].append(mean(values))
+    keys = next(iter(per_layer.values())).keys()
+    return {key: mean(mean(per_layer[layer][key]) for layer in per_layer) for key in keys}
+
+
+def _window_mean(shard: dict, gdn_layers: list[int], fn) -> torch.Tensor:
+    return torch.stack([fn(shard["signals"][j]) for j in gdn_layers]).mean(0)  # [n]
+
+
+def heuristic_predictors(gdn_windows: dict[int, list[int]], slow_heads: dict[int, list[int]], seed: int = 0):
+    """Untrained predictors of Table 1 / Table 5: random, age, window-mean signals, slow-head writes."""
+    def broadcast(shard, layer, vector):
+        return vector.expand(shard["labels"][layer].shape[0], -1)
+
+    beta = lambda s: s[..., 0].mean(-1)  # noqa: E731
+    forget = lambda s: -s[..., 1].mean(-1)  # noqa: E731
+    vnorm = lambda s: s[..., 2].mean(-1)  # noqa: E731
+    write = lambda s: (s[..., 0] * s[..., 2]).mean(-1)  # noqa: E731
+
+    def slow_write(shard, layer):
+        cells = [(shard["signals"][j][..., 0] * shard["signals"][j][..., 2])[:, slow_heads.get(j, [])]
+                 for j in gdn_windows[layer] if slow_heads.get(j)]
+        if not cells:
+            return torch.zeros(shard["labels"][layer].shape[1])
+        return torch.cat(cells, dim=1).mean(1)
+
+    generator = torch.Generator().manual_seed(seed)
+    return {
+        "random": lambda shard, layer: torch.rand(shard["labels"][layer].shape, generator=generator),
+        "age (older first)": lambda shard, layer: broadcast(
+            shard, layer, -torch.arange(shard["labels"][layer].shape[1], dtype=torch.float32)),
+        "β (window mean)": lambda shard, layer: broadcast(shard, layer, _window_mean(shard, gdn_windows[layer], beta)),
+        "−g (window mean)": lambda shard, layer: broadcast(shard, layer, _window_mean(shard, gdn_windows[layer], forget)),
+        "‖v‖ (window mean)": lambda shard, layer: broadcast(shard, layer, _window_mean(shard, gdn_windows[layer], vnorm)),
+        "β‖v‖ (window mean)": lambda shard, layer: broadcast(shard, layer, _window_mean(shard, gdn_windows[layer], write)),
+        "slow-head β‖v‖": lambda shard, layer: broadcast(shard, layer, slow_write(shard, layer)),
+    }
+
+
+def single_head_oracle(shards: list[dict], gdn_windows: dict[int, list[int]]) -> Predictor:
+    """In-sample ceiling of one-cell rules: per (layer, KV head) the (GDN layer, head, signal, sign) with best ρ."""
+    best: dict[tuple[int, int], tuple] = {}
+    for layer, gdn_layers in gdn_windows.items():
+        heads = shards[0]["labels"][layer].shape[0]
+        for h in range(heads):
+            candidates = []
+            for j in gdn_layers:
+                value_heads = shards[0]["signals"][j].shape[1]
+                for m in range(value_heads):
+                    for s in range(3):
+                        rho = mean(spearman(sh["signals"][j][:, m, s], sh["labels"][layer][h]) for sh in shards)
+                        candidates.append((abs(rho), (j, m, s, 1.0 if rho >= 0 else -1.0)))
+            best[(layer, h)] = max(candidates)[1]
+
+    def predict(shard, layer):
+        rows = []
+        for h in range(shard["labels"][layer].shape[0]):
+            j, m, s, sign = best[(layer, h)]
+            rows.append(sign * shard["signals"][j][:, m, s])
+        return torch.stack(rows)
+
+    return predict
+
+
+def learned_predictors_loco(shards: list[dict], gdn_windows, settings: TrainSettings, log=None):
+    """Ridge and MLP, each evaluated leave-one-corpus-out: metrics averaged over held-out corpora."""
+    corpora = sorted({s["corpus"] for s in shards})
+    results = {"ridge": defaultdict(list), "MLP (GateSight)": defaultdict(list)}
+    for corpus in corpora:
+        train, test = split_by_corpus(shards, corpus)
+        if not train or not test:
+            continue
+        ridge = fit_ridge(train, gdn_windows, per_document=settings.positions_per_document, seed=settings.seed)
+        mlp = train_estimator(train, gdn_windows, settings)
+
+        def feats(shard, layer):
+            n = shard["labels"][layer].shape[1]
+            return build_features(shard["signals"], gdn_windows[layer], n, torch.arange(n))
+
+        for name, predictor in (("ridge", lambda sh, l: ridge.predict(l, feats(sh, l))),
+                                ("MLP (GateSight)", lambda sh, l: mlp.logits(l, feats(sh, l)))):
+            for key, value in evaluate(predictor, test).items():
+                results[name][key].append(value)
+        if log:
+            log(f"held out {corpus}: {len(train)} train / {len(test)} test documents done")
+    return {name: {k: mean(v) for k, v in metrics.items()} for name, metrics in results.items()}
+
+
+def split_by_corpus(shards: list[dict], held_out: str) -> tuple[list[dict], list[dict]]:
+    """(train, test) with every document of ``held_out`` in test and none in train."""
+    return [s for s in shards if s["corpus"] != held_out], [s for s in shards if s["corpus"] == held_out]

@@ -1,0 +1,170 @@
+"""Future-utility labels (paper Eq. 2, App. B): the joint leave-one-out change of an attention layer's ungated
+output over the model's own sampled continuations, in closed form.
+
+For continuation token t, query head j of KV head h's group Q(h) and context entry i, removing i from the softmax
+of every head of the group changes the layer output (after ``o_proj``, gate left out) by
+
+    Δr(t, i) = −Σ_j a_j(t,i) / (1 − a_j(t,i)) · W_O^(j) (v_i − o_j(t)),
+
+and U(i) = max_t ‖Δr(t, i)‖. Expanding the squared norm with the cross-head metric M_jk = W_jᵀ W_k gives terms
+that depend on the entry alone (v_iᵀ M_jk v_i), on the token alone (o_jᵀ M_jk o_k) and on both (v_iᵀ M_jk o_k), so
+no ``[T, n, D]`` tensor is ever formed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from runtime import Parent
+
+
+@dataclass
+class Sampler:
+    """Seeded temperature / top-k / top-p sampling of one token from ``[V]`` logits (paper App. B defaults)."""
+
+    temperature: float = 1.0
+    top_p: float = 0.95
+    top_k: int = 20
+    seed: int = 0
+
+    def __post_init__(self):
+        self.generator = torch.Generator().manual_seed(self.seed)
+
+    def __call__(self, logits: torch.Tensor) -> int:
+        logits = logits.float() / self.temperature
+        values, indices = logits.topk(min(self.top_k, logits.numel()))
+        probs = values.softmax(-1)
+        keep = probs.cumsum(-1) - probs < self.top_p  # smallest prefix whose mass reaches top_p
+        probs = probs * keep
+        return int(indices[torch.multinomial(probs / probs.sum(), 1, generator=self.generator)])
+
+
+class _ContinuationCapture:
+    wants_gdn_signals = False
+
+    def __init__(self):
+        self.layers: dict[int, dict[str, torch.Tensor]] = {}
+
+    def on_attention(self, layer, hidden, query, gate, keys, values, output):
+        self.layers[layer] = {"query": query, "gate": gate, "keys": keys, "values": values, "output": output}
+
+
+def _continuation_attention(parent: Parent, layer: int, captured: dict) -> tuple[torch.Tensor, ...]:
+    """float32 ``a`` ``[H, T, n + T]``, head outputs ``o`` ``[H, T, d]`` and values ``[H_kv, n + T, d]``."""
+    g = parent.adapter.geometry
+    stored = parent.kv[layer]
+    keys = torch.cat([stored.keys, captured["keys"]], 1).float()
+    values = torch.cat([stored.values, captured["values"]], 1).float()
+    query = captured["query"].float()
+    length = query.shape[1]
+    logits = query @ keys.repeat_interleave(g.group_size, 0).transpose(1, 2)
+    logits = logits * parent.adapter.attention_module(layer).scaling
+    future = torch.ones(length, length, dtype=torch.bool).triu(1)
+    logits[..., -length:] = logits[..., -length:].masked_fill(future, float("-inf"))
+    probs = logits.softmax(-1)
+    return probs, probs @ values.repeat_interleave(g.group_size, 0), values
+
+
+def _out_proj_blocks(parent: Parent, layer: int) -> torch.Tensor:
+    """``[H, D, d]``: each query head's slice W_O^(j) of the output projection, float32."""
+    g = parent.adapter.geometry
+    weight = parent.adapter.attention_module(layer).o_proj.weight.float()  # [D, H·d]
+    return weight.view(weight.shape[0], g.num_heads, g.head_dim).permute(1, 0, 2)
+
+
+def closed_form_utility(probs, outputs, values, blocks, num_kv_heads: int, n: int) -> torch.Tensor:
+    """``[H_kv, n]``: max over the T continuation tokens of ‖Δr(t, i)‖ for the first n entries.
+
+    Parameters
+    ----------
+    probs : ``[H, T, N]`` float32 attention, ``outputs`` ``[H, T, d]``, ``values`` ``[H_kv, N, d]``,
+    blocks : ``[H, D, d]`` output-projection slices.
+    """
+    heads = probs.shape[0]
+    group = heads // num_kv_heads
+    result = []
+    for h in range(num_kv_heads):
+        js = slice(h * group, (h + 1) * group)
+        w = blocks[js]  # [G, D, d]
+        metric = torch.einsum("jDa,kDb->jkab", w, w)  # W_jᵀ W_k
+        v = values[h, :n]  # [n, d]
+        o = outputs[js]  # [G, T, d]
+        a = probs[js, :, :n]
+        c = a / (1 - a)  # [G, T, n]
+        entry = torch.einsum("na,jkab,nb->jkn", v, metric, v)
+        cross = torch.einsum("na,jkab,ktb->jktn", v, metric, o)
+        token = torch.einsum("jta,jkab,ktb->jkt", o, metric, o)
+        quad = entry[:, :, None] - cross - cross.transpose(0, 1) + token[..., None]  # [G, G, T, n]
+        squared = torch.einsum("jtn,ktn,jktn->tn", c, c, quad)
+        result.append(squared.clamp_min(0).sqrt().amax(0))
+    return torch.stack(result)
+
+
+def brute_force_utility(probs, outputs, values, blocks, num_kv_heads: int, entries: torch.Tensor) -> torch.Tensor:
+    """``[H_kv, len(entries)]`` by deleting each entry from the softmax of its group and recomputing the output."""
+    heads = probs.shape[0]
+    group = heads // num_kv_heads
+    values_rep = values.repeat_interleave(group, 0)  # [H, N, d]
+    full = torch.einsum("hDd,htd->tD", blocks, outputs)
+    result = torch.zeros(num_kv_heads, entries.numel())
+    for h in range(num_kv_heads):
+        js = slice(h * group, (h + 1) * group)
+        for col, i in enumerate(entries.tolist()):
+            deleted = probs[js].clone()
+            deleted[..., i] = 0
+            deleted = deleted / deleted.sum(-1, keepdim=True)
+            changed = outputs.clone()
+            changed[js] = deleted @ values_rep[js]
+            result[h, col] = (torch.einsum("hDd,htd->tD", blocks, changed) - full).norm(dim=-1).max()
+    return result
+
+
+@dataclass
+class LabelChecks:
+    """What the label pass verified: worst closed-form vs deletion error, worst module reconstruction error."""
+
+    max_closed_form_error: float = 0.0
+    max_reconstruction_error: float = 0.0
+    covered: bool = True
+
+
+@torch.no_grad()
+def utility_labels(
+    parent: Parent, continuations: list[torch.Tensor], n: int, check_entries: int = 0, seed: int = 0
+) -> tuple[dict[int, torch.Tensor], LabelChecks]:
+    """Raw (un-normalised) U(i) ``[H_kv, n]`` per attention layer for the first ``n`` prefilled entries.
+
+    ``continuations`` are token tensors appended after the parent's prompt (each its own branch). With
+    ``check_entries`` > 0, that many random entries per layer are also scored by brute-force deletion.
+    """
+    g = parent.adapter.geometry
+    labels = {layer: torch.zeros(g.num_kv_heads, n) for layer in parent.adapter.attention_layers}
+    checks = LabelChecks()
+    generator = torch.Generator().manual_seed(seed)
+    for continuation in continuations:
+        capture = _ContinuationCapture()
+        parent.logits(continuation, observer=capture)
+        for layer in parent.adapter.attention_layers:
+            captured = capture.layers[layer]
+            probs, outputs, values = _continuation_attention(parent, layer, captured)
+            blocks = _out_proj_blocks(parent, layer)
+            rebuilt = parent.adapter.output(layer, outputs.transpose(0, 1).to(captured["output"].dtype),
+                                            captured["gate"])
+            checks.max_reconstruction_error = max(checks.max_reconstruction_error,
+                                                  float((rebuilt - captured["output"]).abs().max()))
+            utility = closed_form_utility(probs, outputs, values, blocks, g.num_kv_heads, n)
+            labels[layer] = torch.maximum(labels[layer], utility)
+            if check_entries:
+                entries = torch.randperm(n, generator=generator)[:check_entries]
+                brute = brute_force_utility(probs, outputs, values, blocks, g.num_kv_heads, entries)
+                checks.max_closed_form_error = max(checks.max_closed_form_error,
+                                                   float((brute - utility[:, entries]).abs().max()))
+    checks.covered = all(bool(torch.isfinite(v).all()) and v.shape[1] == n for v in labels.values())
+    return labels, checks
+
+
+def max_normalise(labels: dict[int, torch.Tensor]) -> dict[int, torch.Tensor]:
+    """Scale each (layer, KV head) row to max 1 (paper: per document, layer and KV head)."""
+    return {layer: u / u.amax(-1, keepdim=True).clamp_min(1e-12) for layer, u in labels.items()}

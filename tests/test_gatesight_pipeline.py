@@ -1,0 +1,47 @@
+"""`bench label` -> `bench train` -> `bench analyze` end to end on a tiny byte-level model."""
+
+import pytest
+import torch
+
+from bench.cli import main
+from bench.gatesight.evaluate import overlap_and_coverage, spearman, split_by_corpus
+from bench.gatesight.record import load_shard
+from presses.gatesight import GateSightEstimator
+
+
+def test_label_train_analyze(model_dir, tmp_path, capsys):
+    labels = tmp_path / "labels"
+    args = ["--model", str(model_dir)]
+    assert main(["label", *args, "--out", str(labels), "--limit", "6", "--tokens", "48", "--continuations", "2",
+                 "--max-new-tokens", "6"]) == 0
+    shards = [load_shard(p) for p in sorted(labels.glob("*.safetensors"))]
+    assert len(shards) == 6 and len({s["corpus"] for s in shards}) == 3
+    for shard in shards:
+        n = next(iter(shard["signals"].values())).shape[0]
+        assert all(v.shape[1] == n and torch.allclose(v.amax(-1), torch.ones(v.shape[0])) for v in shard["labels"].values())
+    artifact = tmp_path / "artifact"
+    assert main(["train", *args, "--labels", str(labels), "--out", str(artifact), "--epochs", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "| MLP (GateSight) |" in out and "| ridge |" in out and "| age (older first) |" in out
+    estimator = GateSightEstimator.load(artifact)
+    assert sorted(estimator.meta["corpora"]) == sorted({s["corpus"] for s in shards})
+    assert main(["analyze", *args, "--labels", str(labels), "--out", str(tmp_path / "analysis")]) == 0
+    assert (tmp_path / "analysis" / "half_lives.png").exists()
+    assert "static vs measured spearman" in (tmp_path / "analysis" / "observations.md").read_text()
+
+
+def test_split_by_corpus_never_leaks():
+    shards = [{"corpus": c, "document": str(i)} for i, c in enumerate("aabbbc")]
+    train, test = split_by_corpus(shards, "b")
+    assert {s["corpus"] for s in test} == {"b"} and len(test) == 3
+    assert "b" not in {s["corpus"] for s in train} and len(train) == 3
+
+
+def test_ranking_metrics_on_hand_made_cases():
+    truth = torch.tensor([0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0])
+    assert spearman(truth, truth * 3 + 1) == 1.0
+    assert spearman(truth, -truth) == -1.0
+    assert overlap_and_coverage(truth, truth, 0.2) == (1.0, 1.0)
+    pred = torch.tensor([9.0, 8, 7, 6, 5, 4, 3, 2, 1, 0])  # reversed: top-2 predicted are the two smallest
+    overlap, coverage = overlap_and_coverage(pred, truth, 0.2)
+    assert overlap == 0.0 and coverage == pytest.approx((0 + 1) / (9 + 8))
