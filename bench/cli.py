@@ -32,6 +32,7 @@ def cmd_compare(args) -> None:
     settings = CompareSettings(
         presses=args.press, allocators=args.alloc, ratios=args.ratios, tasks=args.tasks, n=args.n,
         length=args.length, model=args.model, seed=args.seed, out=Path(args.out), profile=args.profile,
+        scbench_data=Path(args.scbench_data) if args.scbench_data else None,
     )
     store = run_compare(settings)
     wanted = {("none", "none")} | {(p, a) for p in settings.presses for a in settings.allocators}
@@ -136,6 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="results")
     p.add_argument("--profile", default="compact", help="RULER template profile: compact or faithful")
+    p.add_argument("--scbench-data", default=None, help="local microsoft/SCBench copy (jsonl dir or datasets cache)")
     p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("leaderboard", help="leaderboard.md, CSV and PNG from result stores")

@@ -23,10 +23,12 @@ from . import models
 from .metrics import METRICS
 from .store import ResultStore, code_version, row_key
 from .tasks import PROFILES, TASKS, Config, generate
+from .tasks.scbench import SCBENCH_TASKS, load_rows, to_item
 
 BASELINE = "none"
 DEFAULT_RATIOS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
-TASK_GROUPS = {"ruler": TASKS, "niah": tuple(t for t in TASKS if t.startswith("niah"))}
+SCBENCH = tuple(f"scbench_{t}" for t in SCBENCH_TASKS)
+TASK_GROUPS = {"ruler": TASKS, "niah": tuple(t for t in TASKS if t.startswith("niah")), "scbench": SCBENCH}
 
 
 @dataclass
@@ -41,6 +43,7 @@ class CompareSettings:
     seed: int = 0
     out: Path = Path("results")
     profile: str = "compact"
+    scbench_data: Path | None = None
 
 
 def expand_tasks(names: list[str]) -> list[str]:
@@ -60,9 +63,12 @@ def validate(settings: CompareSettings) -> None:
     unknown_alloc = [a for a in settings.allocators if a not in allocators.ALLOCATORS]
     if unknown_alloc:
         raise ValueError(f"unknown allocator {unknown_alloc[0]!r}; available: {', '.join(allocators.available())}")
-    unknown_task = [t for t in expand_tasks(settings.tasks) if t not in TASKS]
+    unknown_task = [t for t in expand_tasks(settings.tasks) if t not in TASKS + SCBENCH]
     if unknown_task:
-        raise ValueError(f"unknown task {unknown_task[0]!r}; available: {', '.join(TASKS)} (or the groups ruler, niah)")
+        raise ValueError(f"unknown task {unknown_task[0]!r}; available: {', '.join(TASKS + SCBENCH)} "
+                         "(or the groups ruler, niah, scbench)")
+    if any(t in SCBENCH for t in expand_tasks(settings.tasks)) and settings.scbench_data is None:
+        raise ValueError("SCBench tasks read a local copy of microsoft/SCBench: pass --scbench-data DIR")
     bad_ratio = [r for r in settings.ratios if not 0 < r <= 1]
     if bad_ratio:
         raise ValueError(f"ratio {bad_ratio[0]} is outside (0, 1]")
@@ -103,10 +109,13 @@ class Harness:
         for press in self.presses.values():
             self.evidence = self.evidence | press.evidence(self.adapter)
         self.code = code_version()
+        self.scbench_rows = {}
         for task in expand_tasks(settings.tasks):
             try:
-                generate(task, 0, settings.seed, self.config())
-            except ValueError as error:
+                if task in SCBENCH:
+                    self.scbench_rows[task] = load_rows(task.removeprefix("scbench_"), settings.scbench_data)
+                self.item(task, 0)
+            except (ValueError, FileNotFoundError, IndexError) as error:
                 raise ValueError(f"task {task!r} at --length {settings.length}: {error}") from None
 
     @property
@@ -115,6 +124,17 @@ class Harness:
 
     def encode(self, text: str) -> torch.Tensor:
         return torch.tensor(self.tokenizer(text, add_special_tokens=False)["input_ids"], dtype=torch.long)
+
+    def item(self, task: str, index: int):
+        """Item ``index`` of ``task``: generated (RULER) or read and middle-truncated (SCBench)."""
+        if task in SCBENCH:
+            rows = self.scbench_rows[task]
+            if index >= len(rows):
+                raise IndexError(f"{task} has only {len(rows)} rows")
+            encode = lambda text: self.tokenizer(text, add_special_tokens=False)["input_ids"]  # noqa: E731
+            return to_item(task.removeprefix("scbench_"), rows[index], index, encode, self.tokenizer.decode,
+                           self.settings.length)
+        return generate(task, index, self.settings.seed, self.config())
 
     def config(self) -> Config:
         count = lambda text: len(self.tokenizer(text, add_special_tokens=False)["input_ids"])  # noqa: E731
@@ -128,13 +148,15 @@ def _base_row(h: Harness, task: str, item, question_index: int) -> dict:
 
 
 def _answer_all(h: Harness, cache, item, rows: list[dict], store: ResultStore, extra: dict) -> None:
-    metric = METRICS[item.metric]
     for question, row in zip(item.questions, rows):
         if store.has(row_key({**row, **extra})):
             continue
         answer = cache.answer(h.encode(question.prompt), question.max_new_tokens, h.tokenizer.eos_token_id)
-        store.append({**row, **extra, "score": metric(answer.text, question.answers), "prediction": answer.text,
-                      "answers": question.answers})
+        scores = {"score": question.scorer(answer.text)} if question.scorer else {
+            "score": METRICS[item.metric](answer.text, question.answers)}
+        if question.official:
+            scores["score_official"] = question.official(answer.text)
+        store.append({**row, **extra, **scores, "prediction": answer.text, "answers": question.answers})
 
 
 def run_compare(settings: CompareSettings, show_progress: bool = True) -> ResultStore:
@@ -145,10 +167,13 @@ def run_compare(settings: CompareSettings, show_progress: bool = True) -> Result
     combos = [(p, a, r) for p in h.presses for a in h.allocators for r in settings.ratios]
     bar = tqdm(total=len(tasks) * settings.n * (1 + len(combos)), disable=not show_progress, unit="fork",
                desc="compare")
-    cfg = h.config()
     for task in tasks:
         for index in range(settings.n):
-            item = generate(task, index, settings.seed, cfg)
+            try:
+                item = h.item(task, index)
+            except IndexError:  # an SCBench task with fewer rows than --n
+                bar.update(1 + len(combos))
+                continue
             rows = [_base_row(h, task, item, q) for q in range(len(item.questions))]
             settings_of = [(BASELINE, BASELINE, 1.0)] + combos
 

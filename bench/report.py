@@ -16,11 +16,12 @@ def _method(row: dict) -> str:
     return BASELINE if row["press"] == BASELINE else f"{row['press']}/{row['allocator']}"
 
 
-def aggregate(rows: list[dict]) -> dict[tuple[str, str, float], float]:
-    """Mean score ×100 per (method, task, ratio); a row is one question."""
+def aggregate(rows: list[dict], field: str = "score") -> dict[tuple[str, str, float], float]:
+    """Mean ``field`` ×100 per (method, task, ratio); a row is one question."""
     buckets: dict[tuple, list[float]] = defaultdict(list)
     for row in rows:
-        buckets[(_method(row), row["task"], float(row["ratio"]))].append(float(row["score"]))
+        if field in row:
+            buckets[(_method(row), row["task"], float(row["ratio"]))].append(float(row[field]))
     return {key: 100 * mean(values) for key, values in buckets.items()}
 
 
@@ -38,9 +39,9 @@ def methods_and_ratios(table: dict) -> tuple[list[str], list[float]]:
     return methods, ratios
 
 
-def summary_markdown(rows: list[dict]) -> str:
+def summary_markdown(rows: list[dict], field: str = "score") -> str:
     """Task × ratio table per method, then the task-averaged line of every method."""
-    table = aggregate(rows)
+    table = aggregate(rows, field)
     methods, ratios = methods_and_ratios(table)
     tasks = sorted({t for _, t, _ in table})
     lines = []
@@ -136,6 +137,10 @@ def write_leaderboard(stores: list[Path], out: Path) -> Path:
             + ", ".join(f"{t} {len(v)}" for t, v in sorted(counts.items())) + ".", "",
             "![accuracy against kept fraction](leaderboard.png)", "", summary_markdown(rows),
             "## Allocation ablation (same scorer, different allocators)", "", allocation_ablation_markdown(rows)]
+    official = [r for r in rows if "score_official" in r]
+    if official:
+        text += ["## SCBench under the official scorers (sensitivity; the tables above use the revised scorers)", "",
+                 summary_markdown(official, "score_official")]
     path = out / "leaderboard.md"
     path.write_text("\n".join(text))
     return path

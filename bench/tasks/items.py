@@ -18,6 +18,9 @@ class Question:
     prefix: str
     answers: list[str]
     max_new_tokens: int
+    #: optional task-specific scorers ``(prediction) -> float`` (SCBench); RULER uses the item's metric
+    scorer: Callable[[str], float] | None = field(default=None, repr=False)
+    official: Callable[[str], float] | None = field(default=None, repr=False)
 
     @property
     def prompt(self) -> str:

@@ -1,0 +1,89 @@
+"""SCBench (arXiv 2412.10319) in shared-context multi-query mode: every turn of a row is a question about one
+shared context, answered from one compacted child.
+
+Data come from a local copy only: a directory of ``scbench_<task>.jsonl`` files, or a ``datasets`` cache holding
+``microsoft/SCBench`` (read with ``HF_DATASETS_OFFLINE=1``; nothing is downloaded).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from functools import partial
+from pathlib import Path
+
+from .. import scbench_metrics
+from .items import Item, Question
+
+SCBENCH_TASKS = ("kv", "prefix_suffix", "vt", "repoqa", "qa_eng", "qa_chn", "choice_eng", "many_shot", "summary",
+                 "mf", "summary_with_needles", "repoqa_and_kv")
+MAX_NEW_TOKENS = {"kv": 150, "prefix_suffix": 150, "vt": 30, "repoqa": 1024, "qa_eng": 40, "qa_chn": 40,
+                  "choice_eng": 40, "many_shot": 10, "summary": 200, "mf": 5, "passkey": 15}
+SUBTASK_MAX_NEW = {"summary_with_needles": {"summary": 800, "passkey": 15}, "repoqa_and_kv": {"repoqa": 1024, "kv": 80}}
+INSTRUCTIONS = {
+    "kv": "Extract the value corresponding to the specified key in the JSON object below.",
+    "choice_eng": "Read the book and answer the question. Choose the correct option (A, B, C or D).",
+    "qa_eng": "Read the book and answer the question. Be very concise in your answer.",
+    "qa_chn": "请阅读以下书籍并回答问题。",
+    "repoqa": "Based on the function description and code context, please retrieve and repeat the exact described "
+              "function from the code context in a code block wrapped by ```.",
+    "mf": "Find the requested value in the list below.",
+}
+
+
+def load_rows(task: str, data: str | Path) -> list[dict]:
+    """Rows of one SCBench task from a local directory of JSONL files or a local ``datasets`` cache."""
+    if task not in SCBENCH_TASKS:
+        raise ValueError(f"unknown SCBench task {task!r}; choose from {', '.join(SCBENCH_TASKS)}")
+    path = Path(data) / f"scbench_{task}.jsonl"
+    if path.exists():
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    os.environ["HF_DATASETS_OFFLINE"] = "1"  # a cache lookup only: never a download
+    try:
+        import datasets
+
+        return list(datasets.load_dataset("microsoft/SCBench", task, split="test", cache_dir=str(data)))
+    except Exception as error:  # datasets raises several types for "not in the cache"
+        raise FileNotFoundError(
+            f"SCBench task {task!r} not found locally in {data} (expected {path.name} or a datasets cache): {error}"
+        ) from None
+
+
+def middle_truncate(ids: list[int], limit: int) -> list[int]:
+    """Keep the first and last halves of ``limit`` tokens, as the official evaluation does."""
+    if len(ids) <= limit:
+        return ids
+    half = limit // 2
+    return ids[:half] + ids[len(ids) - (limit - half) :]
+
+
+def _max_new(task: str, turn: dict) -> int:
+    sub = turn.get("task")
+    return SUBTASK_MAX_NEW[task][sub] if task in SUBTASK_MAX_NEW and sub else MAX_NEW_TOKENS[task]
+
+
+def to_item(task: str, row: dict, index: int, encode, decode, max_length: int, max_turns: int = 5) -> Item:
+    """One SCBench row as an :class:`Item`: the context (middle-truncated to ``max_length`` minus the generation
+    budget of every turn) and one question per turn, scored by the revised scorer (``official`` in ``meta``)."""
+    turns = row["multi_turns"][:max_turns]
+    context = row["context"]
+    if isinstance(context, list):  # mf stores a list of integers
+        context = " ".join(str(x) for x in context)
+    budget = max_length - sum(_max_new(task, t) for t in turns)
+    if budget <= 0:
+        raise ValueError(f"max length {max_length} leaves no room for the context of {task} (generation budget)")
+    context = decode(middle_truncate(encode(context), budget))
+    questions = []
+    for turn in turns:
+        sub = turn.get("task") or task
+        options = turn.get("options")
+        text = turn["input"]
+        if task == "choice_eng" and options:
+            text += "\n" + "\n".join(f"{letter}. {option}" for letter, option in zip("ABCD", options))
+        label = turn["answer"]
+        question = Question(text, "", scbench_metrics.as_list(label), _max_new(task, turn))
+        question.scorer = partial(scbench_metrics.score, sub, label=label, options=options, revised=True)
+        question.official = partial(scbench_metrics.score, sub, label=label, options=options, revised=False)
+        questions.append(question)
+    return Item(f"scbench_{task}", INSTRUCTIONS.get(task, ""), context, questions, "scbench", index=index,
+                meta={"id": row.get("id")})
