@@ -7,6 +7,7 @@ from allocators import Allocator, BudgetRequest
 from runtime import Child, KeepPlan, Parent
 
 from .base import Press, Scores
+from .registry import get
 
 
 def keep_fraction_from(keep_fraction: float | None, compression_ratio: float | None) -> float:
@@ -60,8 +61,6 @@ def compress(
 
     >>> child = compress(parent, "snapkv", "pyramid", keep_fraction=0.2)
     """
-    from . import get
-
     press = get(press) if isinstance(press, str) else press
     allocator = allocators.get(allocator) if isinstance(allocator, str) else allocator
     p = keep_fraction_from(keep_fraction, compression_ratio)

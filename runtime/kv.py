@@ -65,11 +65,8 @@ class LayerKV:
         if len({int(k.numel()) for k in keep}) == 1 and not self.ragged:
             index = torch.stack(keep).to(self.keys.device)
             expand = index.unsqueeze(-1).expand(-1, -1, self.keys.shape[-1])
-            return LayerKV(
-                self.keys.gather(1, expand).clone(),
-                self.values.gather(1, expand).clone(),
-                self.positions.gather(1, index).clone(),
-            )
+            # gather allocates new tensors: nothing of the parent's storage is referenced
+            return LayerKV(self.keys.gather(1, expand), self.values.gather(1, expand), self.positions.gather(1, index))
         per_head = [self.head(h) for h in range(self.num_heads)]
         return LayerKV(
             tuple(k.index_select(0, i.to(k.device)) for (k, _, _), i in zip(per_head, keep)),

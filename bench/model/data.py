@@ -125,6 +125,30 @@ def recall_sequence(tokenizer, rng: random.Random, length: int) -> Sequence:
     return Sequence(ids, labels)
 
 
+def quiz_sequence(tokenizer, rng: random.Random, length: int) -> Sequence:
+    """Densest supervision: needles, then a quiz that restates every needle in the same words, loss on the values.
+
+    Each quiz line is exactly the answer prefix of the NIAH questions followed by the value, so what is learnt here
+    (find the key, copy what follows it) is what the evaluation asks, one answer per ~40 tokens.
+    """
+    header = "<|im_start|>user\nRemember the magic numbers.\n\n"
+    count = max(2, (length - len(header)) // 76)
+    keys: list[str] = []
+    while len(keys) < count:
+        key = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(3))
+        if key not in keys:
+            keys.append(key)
+    values = [str(rng.randint(1000, 9999)) for _ in keys]
+    ids = _encode(tokenizer, header + "".join(f"The magic number for {k} is {v}.\n" for k, v in zip(keys, values)) + "\n")
+    labels = [IGNORE] * len(ids)
+    for i in rng.sample(range(count), count):
+        prompt = _encode(tokenizer, f"The magic number for {keys[i]} is")
+        answer = _encode(tokenizer, f" {values[i]}.\n")
+        ids += prompt + answer
+        labels += [IGNORE] * len(prompt) + answer
+    return Sequence(ids, labels)
+
+
 def text_sequence(tokenizer, rng: random.Random, length: int) -> Sequence:
     """A window of a generic training document, loss on every token."""
     docs = documents(rng.choice(SOURCES), "train")
@@ -136,7 +160,7 @@ def text_sequence(tokenizer, rng: random.Random, length: int) -> Sequence:
 
 def batch(tokenizer, rng: random.Random, size: int, length: int, mix: dict[str, float]) -> tuple[torch.Tensor, ...]:
     """``[size, length]`` input ids and labels (next-token targets aligned to inputs), padded/truncated."""
-    makers = {"task": task_sequence, "recall": recall_sequence, "text": text_sequence}
+    makers = {"task": task_sequence, "recall": recall_sequence, "quiz": quiz_sequence, "text": text_sequence}
     pad = tokenizer.pad_token_id
     ids = torch.full((size, length), pad, dtype=torch.long)
     labels = torch.full((size, length), IGNORE, dtype=torch.long)

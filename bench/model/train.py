@@ -20,9 +20,11 @@ from .tokenizer import build_tokenizer
 # (first step, batch size, sequence length, mix): dense recall first, then the task templates at growing lengths
 CURRICULUM = (
     (0, 8, 512, {"recall": 0.7, "task": 0.2, "text": 0.1}),
-    (250, 8, 512, {"recall": 0.4, "task": 0.5, "text": 0.1}),
-    (450, 4, 1024, {"recall": 0.3, "task": 0.6, "text": 0.1}),
-    (650, 2, 2048, {"recall": 0.2, "task": 0.7, "text": 0.1}),
+    # a dense quiz from step 200 on: by then recall with ~5 answers per row was still at chance
+    (200, 8, 512, {"quiz": 0.5, "recall": 0.2, "task": 0.2, "text": 0.1}),
+    (350, 8, 512, {"quiz": 0.3, "recall": 0.2, "task": 0.4, "text": 0.1}),
+    (450, 4, 1024, {"quiz": 0.2, "recall": 0.2, "task": 0.5, "text": 0.1}),
+    (650, 2, 2048, {"quiz": 0.2, "recall": 0.1, "task": 0.6, "text": 0.1}),
 )
 
 
