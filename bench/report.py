@@ -25,12 +25,23 @@ def aggregate(rows: list[dict], field: str = "score") -> dict[tuple[str, str, fl
     return {key: 100 * mean(values) for key, values in buckets.items()}
 
 
+def common_tasks(table: dict) -> list[str]:
+    """Tasks that every method (the no-prune baseline included) was run on."""
+    per_method: dict[str, set[str]] = defaultdict(set)
+    for method, task, _ in table:
+        per_method[method].add(task)
+    return sorted(set.intersection(*per_method.values())) if per_method else []
+
+
 def task_averaged(table: dict) -> dict[tuple[str, float], float]:
-    """Mean over tasks of the per-task accuracy, per (method, ratio); only over tasks every method has."""
+    """Mean over tasks of the per-task accuracy, per (method, ratio); only over tasks every method has, so that
+    the averages compare like with like."""
+    tasks = set(common_tasks(table))
     by_method: dict[tuple, dict[str, float]] = defaultdict(dict)
     for (method, task, ratio), value in table.items():
-        by_method[(method, ratio)][task] = value
-    return {key: mean(tasks.values()) for key, tasks in by_method.items()}
+        if task in tasks:
+            by_method[(method, ratio)][task] = value
+    return {key: mean(values.values()) for key, values in by_method.items()}
 
 
 def methods_and_ratios(table: dict) -> tuple[list[str], list[float]]:
@@ -48,7 +59,8 @@ def summary_markdown(rows: list[dict], field: str = "score") -> str:
     averaged = task_averaged(table)
     baseline = averaged.get((BASELINE, 1.0))
     head = "| method | " + " | ".join(f"p={r:g}" for r in ratios) + " | mean |"
-    lines += ["### Task-averaged accuracy (%)", "", head, "|" + "---|" * (len(ratios) + 2)]
+    lines += ["### Task-averaged accuracy (%)", "", f"Averaged over the tasks every method ran: {', '.join(common_tasks(table))}.",
+              "", head, "|" + "---|" * (len(ratios) + 2)]
     if baseline is not None:
         lines.append(f"| no prune | " + " | ".join(f"{baseline:.1f}" for _ in ratios) + f" | {baseline:.1f} |")
     for method in methods:

@@ -45,3 +45,12 @@ def test_ranking_metrics_on_hand_made_cases():
     pred = torch.tensor([9.0, 8, 7, 6, 5, 4, 3, 2, 1, 0])  # reversed: top-2 predicted are the two smallest
     overlap, coverage = overlap_and_coverage(pred, truth, 0.2)
     assert overlap == 0.0 and coverage == pytest.approx((0 + 1) / (9 + 8))
+
+
+def test_corpus_windows_have_unique_ids():
+    from bench.gatesight.record import corpus_windows
+    from bench.model.tokenizer import build_tokenizer
+
+    windows = corpus_windows(build_tokenizer(), tokens=256)
+    ids = [(corpus, doc) for corpus, doc, _ in windows]
+    assert len(ids) == len(set(ids)) and len({c for c, _ in ids}) == 3

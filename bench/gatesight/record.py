@@ -37,7 +37,9 @@ def corpus_windows(tokenizer, tokens: int = 1024, per_document: int = 2, limit: 
                 window = ids[k * tokens : (k + 1) * tokens]
                 if len(window) < tokens // 2:
                     break
-                windows.append((source, f"{Path(path).stem}-{k}", tokenizer.decode(window)))
+                # the parent folder keeps ids unique: many license files are all called "copyright"
+                doc = f"{Path(path).parent.name}.{Path(path).stem}-{k}"
+                windows.append((source, doc, tokenizer.decode(window)))
         per_source.append(windows)
     out = [w for group in itertools.zip_longest(*per_source) for w in group if w is not None]
     return out[:limit] if limit else out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from statistics import mean
 
 import torch
@@ -11,6 +12,23 @@ from runtime import prefill
 from .. import models
 from ..metrics import METRICS
 from ..tasks import Config, generate
+
+
+@torch.no_grad()
+def bits_per_byte(model, tokenizer, documents_per_source: int = 10, window: int = 1024) -> dict[str, float]:
+    """Bits per byte on the first ``window`` bytes of held-out generic documents, per source."""
+    from .data import SOURCES, documents
+
+    out = {}
+    for source in SOURCES:
+        nats, count = 0.0, 0
+        for _, text in documents(source, "heldout")[:documents_per_source]:
+            ids = torch.tensor(tokenizer(text, add_special_tokens=False)["input_ids"][:window])[None]
+            logits = model(ids).logits[0, :-1].float()
+            nats += float(torch.nn.functional.cross_entropy(logits, ids[0, 1:], reduction="sum"))
+            count += ids.shape[1] - 1
+        out[source] = nats / count / math.log(2)
+    return out
 
 
 def evaluate_model(model_path, tasks: list[str], lengths: list[int], n: int, seed: int = 0) -> str:
@@ -40,4 +58,6 @@ def evaluate_model(model_path, tasks: list[str], lengths: list[int], n: int, see
     if core:
         lines.append("| **mean NIAH×8 + vt** | "
                      + " | ".join(f"{mean(table[(t, length)] for t in core):.1f}" for length in lengths) + " |")
+    bpb = bits_per_byte(model, tokenizer)
+    lines += ["", "Held-out generic text, bits per byte: " + ", ".join(f"{k} {v:.3f}" for k, v in bpb.items())]
     return "\n".join(lines)
