@@ -110,17 +110,22 @@ def plot_accuracy(rows: list[dict], path: Path, title: str = "") -> Path:
 
     averaged = task_averaged(aggregate(rows))
     methods, ratios = methods_and_ratios(aggregate(rows))
-    fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
+    fig, ax = plt.subplots(figsize=(8, 4.5), dpi=120)
+    # colour = press, line style = allocator, so that 5 × 4 lines stay readable
+    presses_seen = sorted({m.split("/")[0] for m in methods})
+    styles = {"flat": "-", "gate": "--", "pyramid": ":", "global": "-."}
     for method in methods:
+        press, alloc = method.split("/")
         xs = [r for r in ratios if (method, r) in averaged]
-        ax.plot(xs, [averaged[(method, r)] for r in xs], marker="o", label=method)
+        ax.plot(xs, [averaged[(method, r)] for r in xs], marker="o", markersize=3, label=method,
+                color=plt.cm.tab10(presses_seen.index(press) % 10), linestyle=styles.get(alloc, "-"))
     if (BASELINE, 1.0) in averaged:
         ax.axhline(averaged[(BASELINE, 1.0)], color="black", linestyle="--", label="no prune")
     ax.set_xlabel("kept fraction p of the attention KV cache")
     ax.set_ylabel("task-averaged accuracy (%)")
     ax.set_title(title)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)
