@@ -20,7 +20,7 @@ from . import models
 from .model.data import SOURCES, documents
 
 
-def _median_seconds(fn, repeats: int = 3) -> float:
+def median_seconds(fn, repeats: int = 3) -> float:
     fn()  # warm-up
     times = []
     for _ in range(repeats):
@@ -53,10 +53,10 @@ def run_cost(model_path, press_names: list[str], lengths: list[int], out: Path) 
     rows = []
     for length in lengths:
         context = _context(tokenizer, length)
-        prefill_s = _median_seconds(lambda: prefill(model, context, evidence=EvidenceRequest()).release())
+        prefill_s = median_seconds(lambda: prefill(model, context, evidence=EvidenceRequest()).release())
         parent = prefill(model, context, evidence=evidence, tokenizer=tokenizer)
         for name, press in built.items():
-            seconds = _median_seconds(lambda: press.score(parent))
+            seconds = median_seconds(lambda: press.score(parent))
             rows.append({"press": name, "length": length, "score_s": seconds, "prefill_s": prefill_s,
                          "ratio": seconds / prefill_s})
             print(f"{name:>13} n={length:>6}: scoring {seconds:8.4f} s, prefill {prefill_s:8.3f} s, "

@@ -3,27 +3,16 @@
     python benchmarks/runtime_cost.py [n ...]      (default: 4096 16384)
 """
 
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
+from bench.cost import median_seconds  # noqa: E402
 from runtime import KeepPlan, prefill  # noqa: E402
 from tiny_models import qwen3_5  # noqa: E402
-
-
-def median_seconds(fn, repeats=5):
-    fn()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def main(lengths):
@@ -38,7 +27,7 @@ def main(lengths):
         g = torch.Generator().manual_seed(0)
         plan = KeepPlan({layer: [torch.sort(torch.randperm(body, generator=g)[: body // 10]).values for _ in range(2)]
                          for layer in parent.adapter.attention_layers})
-        fork_s = median_seconds(lambda: parent.fork(plan).release())
+        fork_s = median_seconds(lambda: parent.fork(plan).release(), repeats=5)
         full, tenth = parent.fork(parent.keep_all_plan()), parent.fork(plan)
         token = torch.tensor([3])
         full_ms = 1000 * median_seconds(lambda: full.logits(token), repeats=20)

@@ -224,6 +224,12 @@ def prefill(
             f"protected={protected} is not allowed: it must be in [0, min({MAX_PROTECTED}, n - 1)] "
             f"for a context of n={ids.numel()} tokens (at least one body token)"
         )
+    limit = getattr(adapter.config, "max_position_embeddings", None)
+    if limit is not None and ids.numel() > limit:
+        raise ValueError(
+            f"context of {ids.numel()} tokens is longer than the model's max_position_embeddings ({limit}); "
+            "truncate it (SCBench contexts are middle-truncated by the bench)"
+        )
     recorder = EvidenceRecorder(evidence)
     state = SequenceState()
     logits = forward_chunk(adapter, state, ids, recorder)

@@ -48,6 +48,11 @@ def test_empty_context(tiny):
         prefill(tiny("qwen3_5"), torch.tensor([], dtype=torch.long))
 
 
+def test_over_long_context(tiny):
+    with pytest.raises(ValueError, match="longer than the model's max_position_embeddings"):
+        prefill(tiny("qwen3_5"), torch.zeros(32769, dtype=torch.long))
+
+
 def test_unsupported_model():
     model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=50))
     with pytest.raises(ValueError, match=r"unsupported model type 'gpt2'.*supported: \["):

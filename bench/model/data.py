@@ -125,15 +125,20 @@ def recall_sequence(tokenizer, rng: random.Random, length: int) -> Sequence:
     return Sequence(ids, labels)
 
 
+def _distinct_keys(rng: random.Random, count: int) -> list[str]:
+    keys: list[str] = []
+    while len(keys) < count:
+        key = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(3))
+        if key not in keys:
+            keys.append(key)
+    return keys
+
+
 def mqar_sequence(tokenizer, rng: random.Random, length: int) -> Sequence:
     """Multi-query associative recall in its plainest form (``key:value`` pairs, then ``key=`` queries), loss on
     the value digits: the recipe that made retrieval emerge within a few hundred steps on this CPU."""
     pairs = max(2, length // 19)
-    keys: list[str] = []
-    while len(keys) < pairs:
-        key = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(3))
-        if key not in keys:
-            keys.append(key)
+    keys = _distinct_keys(rng, pairs)
     values = [str(rng.randint(1000, 9999)) for _ in keys]
     ids = _encode(tokenizer, " ".join(f"{k}:{v}" for k, v in zip(keys, values)) + "\n")
     labels = [IGNORE] * len(ids)
@@ -152,11 +157,7 @@ def quiz_sequence(tokenizer, rng: random.Random, length: int) -> Sequence:
     """
     header = "<|im_start|>user\nRemember the magic numbers.\n\n"
     count = max(2, (length - len(header)) // 76)
-    keys: list[str] = []
-    while len(keys) < count:
-        key = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(3))
-        if key not in keys:
-            keys.append(key)
+    keys = _distinct_keys(rng, count)
     values = [str(rng.randint(1000, 9999)) for _ in keys]
     ids = _encode(tokenizer, header + "".join(f"The magic number for {k} is {v}.\n" for k, v in zip(keys, values)) + "\n")
     labels = [IGNORE] * len(ids)
