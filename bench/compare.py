@@ -109,6 +109,8 @@ class Harness:
         for press in self.presses.values():
             self.evidence = self.evidence | press.evidence(self.adapter)
         self.code = code_version()
+        count = lambda text: len(self.tokenizer(text, add_special_tokens=False)["input_ids"])  # noqa: E731
+        self.task_config = Config(profile=settings.profile, length=settings.length, count_tokens=count)
         self.scbench_rows = {}
         for task in expand_tasks(settings.tasks):
             try:
@@ -134,11 +136,7 @@ class Harness:
             encode = lambda text: self.tokenizer(text, add_special_tokens=False)["input_ids"]  # noqa: E731
             return to_item(task.removeprefix("scbench_"), rows[index], index, encode, self.tokenizer.decode,
                            self.settings.length)
-        return generate(task, index, self.settings.seed, self.config())
-
-    def config(self) -> Config:
-        count = lambda text: len(self.tokenizer(text, add_special_tokens=False)["input_ids"])  # noqa: E731
-        return Config(profile=self.settings.profile, length=self.settings.length, count_tokens=count)
+        return generate(task, index, self.settings.seed, self.task_config)
 
 
 def _base_row(h: Harness, task: str, item, question_index: int) -> dict:

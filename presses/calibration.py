@@ -83,14 +83,13 @@ class Calibration:
         )
 
     @classmethod
-    def for_model(cls, model) -> "Calibration":
-        directory = getattr(model.config, "_name_or_path", "") or ""
-        if not directory or not Path(directory).is_dir():
+    def for_model(cls, adapter: ModelAdapter) -> "Calibration":
+        if adapter.model_dir is None:
             raise FileNotFoundError(
                 "the model was not loaded from a local directory, so its calibration cannot be found: "
                 "pass the Calibration explicitly or run `bench calibrate --model PATH`"
             )
-        return cls.load(directory)
+        return cls.load(adapter.model_dir)
 
 
 class _Statistics:

@@ -147,14 +147,13 @@ class GateSightPress(Press):
         if not adapter.gdn_layers:
             raise ValueError(f"GateSight reads GDN signals; {type(adapter.model).__name__} has no GDN layers")
         if self.estimator is None:
-            directory = getattr(adapter.model.config, "_name_or_path", "") or ""
-            if not directory or not Path(directory).is_dir():
+            if adapter.model_dir is None:
                 raise ValueError(
                     "GateSight needs an estimator: the model was not loaded from a local directory; pass "
                     "estimator= or train one with `bench label --model PATH` then `bench train --model PATH`"
                 )
             try:
-                self.estimator = GateSightEstimator.load(Path(directory) / ARTIFACT_DIR)
+                self.estimator = GateSightEstimator.load(adapter.model_dir / ARTIFACT_DIR)
             except FileNotFoundError as error:
                 raise ValueError(str(error)) from None
         missing = set(adapter.attention_layers) - set(self.estimator.layers)

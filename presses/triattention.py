@@ -61,7 +61,7 @@ class TriAttentionPress(Press):
 
     def check(self, adapter) -> None:
         if self.calibration is None:
-            self.calibration = Calibration.for_model(adapter.model)
+            self.calibration = Calibration.for_model(adapter)
 
     def score(self, parent: Parent) -> Scores:
         adapter = parent.adapter

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -79,6 +80,12 @@ class ModelAdapter(ABC):
     @property
     def dtype(self) -> torch.dtype:
         return self.model.model.embed_tokens.weight.dtype
+
+    @property
+    def model_dir(self) -> Path | None:
+        """The local directory the model was loaded from (where its calibration and estimator live), if any."""
+        directory = getattr(self.config, "_name_or_path", "") or ""
+        return Path(directory) if directory and Path(directory).is_dir() else None
 
     @property
     def device(self) -> torch.device:
