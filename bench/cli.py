@@ -89,7 +89,8 @@ def cmd_train_model(args) -> None:
 
     torch.set_num_threads(args.threads)
     out = Path(args.out)
-    train(out, Path(args.checkpoints), TrainConfig(steps=args.steps, seed=args.seed),
+    cfg = TrainConfig(seed=args.seed) if args.steps is None else TrainConfig(steps=args.steps, seed=args.seed)
+    train(out, Path(args.checkpoints), cfg,
           log=lambda line: print(line, flush=True))
 
 
@@ -161,7 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("train-model", help="train the default hybrid from scratch (resumable)")
     p.add_argument("--out", default="models/hybrid-byte-12l")
     p.add_argument("--checkpoints", default="checkpoints/hybrid-byte-12l")
-    p.add_argument("--steps", type=int, default=900)
+    p.add_argument("--steps", type=int, default=None, help="total steps (default: the shipped recipe's)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=2)
     p.set_defaults(func=cmd_train_model)

@@ -109,6 +109,7 @@ class Harness:
         for press in self.presses.values():
             self.evidence = self.evidence | press.evidence(self.adapter)
         self.code = code_version()
+        self.weights = models.fingerprint(self.model_dir)
         count = lambda text: len(self.tokenizer(text, add_special_tokens=False)["input_ids"])  # noqa: E731
         self.task_config = Config(profile=settings.profile, length=settings.length, count_tokens=count)
         self.scbench_rows = {}
@@ -141,7 +142,7 @@ class Harness:
 
 def _base_row(h: Harness, task: str, item, question_index: int) -> dict:
     s = h.settings
-    return {"model": str(h.model_dir.name), "task": task, "profile": s.profile, "length": s.length,
+    return {"model": str(h.model_dir.name), "weights": h.weights, "task": task, "profile": s.profile, "length": s.length,
             "item": item.index, "question": question_index, "seed": s.seed, "code": h.code}
 
 
@@ -161,6 +162,7 @@ def run_compare(settings: CompareSettings, show_progress: bool = True) -> Result
     """Run (or resume) the comparison; returns the store with every row of this run."""
     h = Harness(settings)
     store = ResultStore(settings.out)
+    store.check_model(str(h.model_dir.name), h.weights)
     tasks = expand_tasks(settings.tasks)
     combos = [(p, a, r) for p in h.presses for a in h.allocators for r in settings.ratios]
     bar = tqdm(total=len(tasks) * settings.n * (1 + len(combos)), disable=not show_progress, unit="fork",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import torch
@@ -24,3 +25,14 @@ def load(path: str | None = None, dtype: torch.dtype = torch.float32):
     model = AutoModelForCausalLM.from_pretrained(directory, dtype=dtype, local_files_only=True).eval()
     tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=True)
     return model, tokenizer, directory
+
+
+def fingerprint(directory: Path, pattern: str = "**/*.safetensors") -> str:
+    """Content hash of the files matching ``pattern`` under a model directory. The default covers the weights and
+    what was derived from them (calibration, GateSight estimator), so that results of a retrained model never pass
+    for the old one's; ``"model*.safetensors"`` covers the weights alone."""
+    digest = hashlib.sha256()
+    for path in sorted(Path(directory).glob(pattern)):
+        digest.update(path.relative_to(directory).as_posix().encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:12]

@@ -11,7 +11,7 @@ import json
 import os
 from pathlib import Path
 
-KEY_FIELDS = ("model", "press", "allocator", "ratio", "task", "profile", "length", "item", "question", "seed", "code")
+KEY_FIELDS = ("model", "weights", "press", "allocator", "ratio", "task", "profile", "length", "item", "question", "seed", "code")
 
 _PACKAGES = ("runtime", "presses", "allocators", "bench")
 
@@ -28,7 +28,7 @@ def code_version() -> str:
 
 
 def row_key(row: dict) -> tuple:
-    return tuple(row[field] for field in KEY_FIELDS)
+    return tuple(row.get(field) for field in KEY_FIELDS)
 
 
 class ResultStore:
@@ -45,6 +45,14 @@ class ResultStore:
                 except json.JSONDecodeError:
                     continue  # a line cut by a kill: its question is simply answered again
         self.done = {row_key(r) for r in self.rows}
+
+    def check_model(self, model: str, weights: str) -> None:
+        """Refuse to add results of ``model`` to a store that holds results of another version of it."""
+        other = {r.get("weights") for r in self.rows if r["model"] == model} - {weights}
+        if other:
+            raise ValueError(f"{self.path} holds results of model {model!r} with other weights (fingerprint "
+                             f"{', '.join(str(w) for w in sorted(other, key=str))}, this one is {weights}); "
+                             "write to a new --out directory")
 
     def has(self, key: tuple) -> bool:
         return key in self.done

@@ -1,5 +1,7 @@
 """`bench label` -> `bench train` -> `bench analyze` end to end on a tiny byte-level model."""
 
+import shutil
+
 import pytest
 import torch
 
@@ -28,6 +30,16 @@ def test_label_train_analyze(model_dir, tmp_path, capsys):
     assert main(["analyze", *args, "--labels", str(labels), "--out", str(tmp_path / "analysis")]) == 0
     assert (tmp_path / "analysis" / "half_lives.png").exists()
     assert "static vs measured spearman" in (tmp_path / "analysis" / "observations.md").read_text()
+
+    # labels of a retrained model must not mix with these: refused before any work, nothing overwritten
+    retrained = tmp_path / "retrained"
+    shutil.copytree(model_dir, retrained)
+    weights = retrained / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-1] + b"\x01")
+    before = {p.name: p.read_bytes() for p in labels.glob("*.safetensors")}
+    assert main(["label", "--model", str(retrained), "--out", str(labels), "--limit", "6", "--tokens", "48"]) == 2
+    assert "was labelled with other model weights" in capsys.readouterr().err
+    assert {p.name: p.read_bytes() for p in labels.glob("*.safetensors")} == before
 
 
 def test_split_by_corpus_never_leaks():

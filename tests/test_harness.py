@@ -1,9 +1,11 @@
 """`bench compare` on a tiny saved model: rows, resume after a kill, clear errors, leaderboard."""
 
 import json
+import shutil
 
 import pytest
 import torch
+from bench import models
 from bench.cli import main
 from bench.compare import CompareSettings, run_compare
 from bench.model.tokenizer import build_tokenizer
@@ -63,6 +65,20 @@ def test_errors_before_any_work(model_dir, tmp_path, change, message):
     with pytest.raises(ValueError, match=message):
         run_compare(_settings(model_dir, tmp_path, **change), show_progress=False)
     assert not (tmp_path / "results.jsonl").exists()
+
+
+def test_results_of_other_weights_are_refused(model_dir, tmp_path):
+    run_compare(_settings(model_dir, tmp_path, presses=["none"], tasks=["niah_single_1"]), show_progress=False)
+    before = (tmp_path / "results.jsonl").read_text()
+    assert json.loads(before.splitlines()[0])["weights"] == models.fingerprint(model_dir)
+    # the same model name, retrained: its weights file changes
+    retrained = tmp_path / "retrained" / model_dir.name
+    shutil.copytree(model_dir, retrained)
+    weights = retrained / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-1] + b"\x01")
+    with pytest.raises(ValueError, match="holds results of model .* with other weights"):
+        run_compare(_settings(retrained, tmp_path, presses=["none"], tasks=["niah_single_1"]), show_progress=False)
+    assert (tmp_path / "results.jsonl").read_text() == before
 
 
 def test_gatesight_on_dense_or_without_artifact(tmp_path):

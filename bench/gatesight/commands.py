@@ -23,8 +23,9 @@ def _shards(labels_dir: Path) -> list[dict]:
 
 
 def label(model_path, out: Path, limit, tokens: int, continuations: int, max_new_tokens: int, seed: int) -> None:
-    model, tokenizer, _ = models.load(model_path)
-    record_corpus(model, tokenizer, out, limit, tokens, continuations, max_new_tokens, seed)
+    model, tokenizer, directory = models.load(model_path)
+    record_corpus(model, tokenizer, out, limit, tokens, continuations, max_new_tokens, seed,
+                  weights=models.fingerprint(directory, "model*.safetensors"))
 
 
 def _table(rows: dict[str, dict[str, float]]) -> str:

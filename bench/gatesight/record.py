@@ -2,7 +2,8 @@
 
 One safetensors shard per document (``<corpus>--<doc>.safetensors``): ``signals.<gdn layer>`` ``[n, Hv, 3]``
 (float16) and ``labels.<attention layer>`` ``[H_kv, n]`` (max-normalised), for the n context tokens after the
-chat prefix; metadata: corpus, document, checks. Existing shards are skipped, so a killed run resumes.
+chat prefix; metadata: corpus, document, checks, weights (fingerprint of the model that produced them). Existing
+shards of the same weights are skipped, so a killed run resumes; shards of other weights are refused.
 """
 
 from __future__ import annotations
@@ -68,9 +69,15 @@ def label_document(model, tokenizer, text: str, continuations: int = 4, max_new_
 
 
 def record_corpus(model, tokenizer, out: Path, limit: int | None = None, tokens: int = 1024,
-                  continuations: int = 4, max_new_tokens: int = 128, seed: int = 0) -> list[Path]:
+                  continuations: int = 4, max_new_tokens: int = 128, seed: int = 0, weights: str = "") -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     windows = corpus_windows(tokenizer, tokens, limit=limit)
+    for path in sorted(out.glob("*.safetensors")):
+        with safe_open(str(path), "pt") as f:
+            theirs = f.metadata().get("weights", "unknown")
+        if theirs != weights:
+            raise ValueError(f"{path} was labelled with other model weights ({theirs}, this model is {weights}); "
+                             "label into a new --out directory")
     paths = []
     worst = 0.0
     for corpus, doc, text in tqdm(windows, desc="label", unit="doc"):
@@ -84,7 +91,7 @@ def record_corpus(model, tokenizer, out: Path, limit: int | None = None, tokens:
         worst = max(worst, checks.max_closed_form_error)
         tensors = {f"signals.{k}": v.half().contiguous() for k, v in signals.items()}
         tensors |= {f"labels.{k}": v.float().contiguous() for k, v in labels.items()}
-        meta = {"corpus": corpus, "document": doc, "checks": json.dumps(checks.__dict__)}
+        meta = {"corpus": corpus, "document": doc, "checks": json.dumps(checks.__dict__), "weights": weights}
         save_file(tensors, str(path.with_suffix(".tmp")), metadata=meta)
         path.with_suffix(".tmp").replace(path)
     print(f"{len(paths)} documents labelled in {out}; worst closed-form vs deletion error this run: {worst:.2e}")

@@ -20,6 +20,8 @@ import torch
 
 from ..tasks import Config, generate
 from ..tasks.items import QUESTION_TEMPLATE
+from ..tasks.ruler import draw_distinct, needle_text, niah_question, vt_chain, vt_question
+from ..tasks.text import noise_lines, prose_sentences
 
 TRAIN_SEED_BASE = 1_000_000
 TRAIN_TASKS = ("niah_single_1", "niah_single_2", "niah_single_3", "niah_multikey_1", "niah_multikey_2",
@@ -169,6 +171,91 @@ def quiz_sequence(tokenizer, rng: random.Random, length: int) -> Sequence:
     return Sequence(ids, labels)
 
 
+def _ask(tokenizer, question, first: bool) -> tuple[list[int], list[int]]:
+    """Ids and labels of one chat-format question (in the evaluation's wording) and its answer."""
+    end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    prompt = _encode(tokenizer, question.prompt if first else "<|im_start|>user\n" + question.prompt)
+    answer = _encode(tokenizer, _answer(question.answers)) + [end] + _encode(tokenizer, "\n")
+    return prompt + answer, [IGNORE] * len(prompt) + answer
+
+
+def _filler(rng: random.Random, kind: str | None, count: int) -> list[str]:
+    if kind is None or count == 0:
+        return []
+    return noise_lines(count) if kind == "noise" else prose_sentences(count, rng)
+
+
+def needles_sequence(tokenizer, rng: random.Random, length: int) -> Sequence:
+    """Every NIAH variant as a dense drill: numbers, uuids or words as values, words or uuids as keys, a quarter of
+    the keys holding 2-4 values, needles alone or among filler; then questions in the evaluation's wording about
+    one key or 2-4 keys at once, until the row is full. Answers list values in haystack order.
+    """
+    key_kind = rng.choice(("words", "words", "uuids"))
+    value_kind = rng.choice(("numbers", "uuids", "words"))
+    filler = rng.choice((None, "noise", "essay"))
+    header = f"<|im_start|>user\nRemember the magic {value_kind}.\n\n"
+    haystack_chars = int(length * rng.uniform(0.45, 0.7))
+    needles: list[tuple[str, str]] = []
+    fillers: list[list[str]] = []  # the filler lines before each needle
+    used: set[str] = set()
+    chars = len(header)
+    while chars < haystack_chars:
+        key = draw_distinct(rng, key_kind, "compact", 1, used)[0]
+        used.add(key)
+        for value in draw_distinct(rng, value_kind, "compact", rng.randint(2, 4) if rng.random() < 0.25 else 1, used):
+            needles.append((key, value))
+            fillers.append(_filler(rng, filler, rng.randint(0, 3)))
+            chars += len(needle_text(key, value, value_kind, "compact")) + sum(len(f) + 1 for f in fillers[-1]) + 1
+    rng.shuffle(needles)
+    lines = [line for (key, value), fill in zip(needles, fillers)
+             for line in (*fill, needle_text(key, value, value_kind, "compact"))]
+    ids = _encode(tokenizer, header + "\n".join(lines) + "\n\n")
+    labels = [IGNORE] * len(ids)
+    keys = list(dict.fromkeys(key for key, _ in needles))
+    values = {key: [v for k, v in needles if k == key] for key in keys}
+    first = True
+    while True:
+        asked = rng.sample(keys, min(len(keys), rng.randint(2, 4))) if rng.random() < 0.2 else [rng.choice(keys)]
+        question = niah_question(asked, [v for key in asked for v in values[key]], value_kind, "compact", 0)
+        q_ids, q_labels = _ask(tokenizer, question, first)
+        if not first and len(ids) + len(q_ids) > length:
+            return Sequence(ids, labels)
+        ids, labels, first = ids + q_ids, labels + q_labels, False
+
+
+def chains_sequence(tokenizer, rng: random.Random, length: int) -> Sequence:
+    """Variable tracking as a dense drill: several assignment chains of 2-5 variables hidden among noise lines,
+    then one question per chain in the evaluation's wording."""
+    chains: list[tuple[str, list[str]]] = []
+    names: set[str] = set()
+    for _ in range(max(1, length // 512)):
+        size = rng.randint(2, 5)
+        chain = []
+        while len(chain) < size:
+            name = "".join(rng.choice("ABCDEFGHIJKLMNOPQRSTUVWXYZ") for _ in range(3))
+            if name not in names:
+                names.add(name)
+                chain.append(name)
+        chains.append((str(rng.randint(10000, 99999)), chain))
+    assignments = [vt_chain(chain, value) for value, chain in chains]
+    chain_chars = sum(len(line) + 1 for lines_of_chain in assignments for line in lines_of_chain)
+    lines = noise_lines(max(1, (length - chain_chars - 70 * len(chains) - 40) // 90))
+    # interleave the chains, each keeping its own order, at random depths of the noise
+    order = [c for c, lines_of_chain in enumerate(assignments) for _ in lines_of_chain]
+    rng.shuffle(order)
+    cursor = [0] * len(assignments)
+    depths = sorted(rng.randint(0, len(lines)) for _ in order)
+    for offset, (depth, c) in enumerate(zip(depths, order)):
+        lines.insert(depth + offset, assignments[c][cursor[c]])
+        cursor[c] += 1
+    ids = _encode(tokenizer, "<|im_start|>user\nTrack the variables.\n\n" + "\n".join(lines) + "\n\n")
+    labels = [IGNORE] * len(ids)
+    for k, (value, chain) in enumerate(rng.sample(chains, len(chains))):
+        q_ids, q_labels = _ask(tokenizer, vt_question(value, chain, "compact", 0), k == 0)
+        ids, labels = ids + q_ids, labels + q_labels
+    return Sequence(ids, labels)
+
+
 def text_sequence(tokenizer, rng: random.Random, length: int) -> Sequence:
     """A window of a generic training document, loss on every token."""
     docs = documents(rng.choice(SOURCES), "train")
@@ -181,7 +268,7 @@ def text_sequence(tokenizer, rng: random.Random, length: int) -> Sequence:
 def batch(tokenizer, rng: random.Random, size: int, length: int, mix: dict[str, float]) -> tuple[torch.Tensor, ...]:
     """``[size, length]`` input ids and labels (next-token targets aligned to inputs), padded/truncated."""
     makers = {"task": task_sequence, "recall": recall_sequence, "quiz": quiz_sequence, "mqar": mqar_sequence,
-              "text": text_sequence}
+              "needles": needles_sequence, "chains": chains_sequence, "text": text_sequence}
     pad = tokenizer.pad_token_id
     ids = torch.full((size, length), pad, dtype=torch.long)
     labels = torch.full((size, length), IGNORE, dtype=torch.long)

@@ -30,19 +30,28 @@ class Stage:
 # Retrieval first, in its plainest and densest form (multi-query associative recall, float32: the recipe measured
 # to make it emerge on this CPU), then the same skill in the task templates at growing lengths. A first attempt
 # that started with ~5 verbose questions per 512-token row stayed at chance for 475 steps.
+PHASE2_MIX = {"needles": 0.35, "chains": 0.15, "task": 0.3, "quiz": 0.05, "mqar": 0.05, "text": 0.1}
 CURRICULUM = (
     Stage(0, 32, 128, {"mqar": 1.0}, bf16=False),
     Stage(300, 16, 256, {"mqar": 0.4, "quiz": 0.4, "recall": 0.2}, bf16=False),
     Stage(450, 8, 512, {"mqar": 0.1, "quiz": 0.3, "recall": 0.2, "task": 0.3, "text": 0.1}, bf16=True),
     Stage(600, 4, 1024, {"mqar": 0.1, "quiz": 0.2, "recall": 0.1, "task": 0.5, "text": 0.1}, bf16=True),
     Stage(750, 2, 2048, {"mqar": 0.1, "quiz": 0.2, "recall": 0.1, "task": 0.5, "text": 0.1}, bf16=True),
+    # Second phase (learning-rate restart): the first phase's model copied 4-digit numbers only (uuids came out as
+    # their digits, multi-value keys as one value) and lost track among the ~55 needles of 2K multikey_2. Dense
+    # drills of every NIAH variant and of variable tracking, from 1K to 4K tokens.
+    Stage(850, 4, 1024, PHASE2_MIX, bf16=True),
+    Stage(1100, 2, 2048, PHASE2_MIX, bf16=True),
+    Stage(1400, 1, 4096, PHASE2_MIX, bf16=True),
 )
 
 
 @dataclass
 class TrainConfig:
-    steps: int = 850
-    lr: float = 1e-3
+    """``phases``: (first step, peak learning rate) of each cosine cycle; each warms up over ``warmup`` steps."""
+
+    steps: int = 1650
+    phases: tuple[tuple[int, float], ...] = ((0, 1e-3), (850, 5e-4))
     warmup: int = 50
     weight_decay: float = 0.01
     seed: int = 0
@@ -80,6 +89,16 @@ def row_mean_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return (per_token.sum(1)[rows] / counts[rows]).mean()
 
 
+def learning_rate(step: int, cfg: TrainConfig) -> float:
+    """Linear warm-up then cosine decay to 5 % of the peak, within the phase that ``step`` belongs to."""
+    starts = [start for start, _ in cfg.phases] + [cfg.steps]
+    k = max(i for i, start in enumerate(starts[:-1]) if start <= step)
+    (start, peak), length = cfg.phases[k], starts[k + 1] - starts[k]
+    local = step - start
+    lr = peak * min(1.0, (local + 1) / cfg.warmup) * 0.5 * (1 + math.cos(math.pi * local / length))
+    return max(lr, peak * 0.05)
+
+
 def _stage(step: int) -> Stage:
     return [s for s in CURRICULUM if s.start <= step][-1]
 
@@ -89,7 +108,7 @@ def train(out_dir: Path, checkpoint_dir: Path, cfg: TrainConfig = TrainConfig(),
     torch.manual_seed(cfg.seed)
     model = Qwen3_5ForCausalLM(model_config(len(tokenizer)))
     install_fast_kernel(model)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.95))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.phases[0][1], weight_decay=cfg.weight_decay, betas=(0.9, 0.95))
     start, elapsed, tokens_seen = 0, 0.0, 0
     checkpoint = checkpoint_dir / "last.pt"
     if checkpoint.exists():
@@ -103,9 +122,8 @@ def train(out_dir: Path, checkpoint_dir: Path, cfg: TrainConfig = TrainConfig(),
         rng = random.Random(f"{cfg.seed}/{step}")  # data depends on the step only, so a resume replays exactly
         stage = _stage(step)
         ids, labels = batch(tokenizer, rng, stage.batch, stage.length, stage.mix)
-        lr = cfg.lr * min(1.0, (step + 1) / cfg.warmup) * 0.5 * (1 + math.cos(math.pi * step / cfg.steps))
         for group in optimizer.param_groups:
-            group["lr"] = max(lr, cfg.lr * 0.05)
+            group["lr"] = learning_rate(step, cfg)
         t0 = time.time()
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=stage.bf16):
             logits = model(ids).logits

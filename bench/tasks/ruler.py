@@ -49,7 +49,8 @@ class Config:
 
 
 # ---- keys and values ----------------------------------------------------------------------------------
-def _value(rng: random.Random, kind: str, profile: str) -> str:
+def draw_value(rng: random.Random, kind: str, profile: str) -> str:
+    """A random key or value of ``kind`` (numbers, uuids or words) in the profile's format."""
     if kind == "numbers":
         return str(rng.randint(10**6, 10**7 - 1)) if profile == "faithful" else str(rng.randint(1000, 9999))
     if kind == "uuids":
@@ -61,10 +62,11 @@ def _value(rng: random.Random, kind: str, profile: str) -> str:
     return "".join(rng.choice(string.ascii_lowercase) for _ in range(3))
 
 
-def _distinct(rng: random.Random, kind: str, profile: str, count: int, avoid: set[str] = frozenset()) -> list[str]:
+def draw_distinct(rng: random.Random, kind: str, profile: str, count: int, avoid: set[str] = frozenset()) -> list[str]:
+    """``count`` distinct draws of ``kind``, none of them in ``avoid``."""
     out: list[str] = []
     while len(out) < count:
-        value = _value(rng, kind, profile)
+        value = draw_value(rng, kind, profile)
         if value not in out and value not in avoid:
             out.append(value)
     return out
@@ -76,42 +78,47 @@ def _type_word(kind: str, singular: bool) -> str:
 
 
 # ---- NIAH ------------------------------------------------------------------------------------------
+def needle_text(key: str, value: str, value_kind: str, profile: str) -> str:
+    """One needle sentence in the profile's wording."""
+    if profile == "faithful":
+        return f"One of the special magic {_type_word(value_kind, False)} for {key} is: {value}."
+    return f"The magic {_type_word(value_kind, True)} for {key} is {value}."
+
+
+def niah_question(keys: list[str], answers: list[str], value_kind: str, profile: str, max_new: int) -> Question:
+    """The question asking for every value of ``keys`` (one key, several values, or several keys at once)."""
+    query = keys[0] if len(keys) == 1 else ", ".join(keys[:-1]) + ", and " + keys[-1]
+    one = len(answers) == 1
+    tv = _type_word(value_kind, one)
+    if profile == "faithful":
+        verb = "is" if one else "are"
+        text = f"What {'is the' if one else 'are all the'} special magic {tv} for {query} mentioned in the provided text?"
+        prefix = f" The special magic {tv} for {query} mentioned in the provided text {verb}"
+    else:
+        text = f"What {'is the' if one else 'are the'} magic {tv} for {query}?"
+        prefix = f" The magic {tv} for {query} {'is' if one else 'are'}"
+    return Question(text, prefix, answers, max_new)
+
+
 def _niah(task: str, rng: random.Random, cfg: Config) -> Item:
     haystack, key_kind, value_kind, num_k, num_v, num_q = NIAH[task]
     num_k = max(num_k, num_q)
-    keys = _distinct(rng, key_kind, cfg.profile, num_k)
-    values = [_distinct(rng, value_kind, cfg.profile, num_v) for _ in keys]
+    keys = draw_distinct(rng, key_kind, cfg.profile, num_k)
+    values = [draw_distinct(rng, value_kind, cfg.profile, num_v) for _ in keys]
     queried = rng.sample(range(num_k), num_q)
-    faithful = cfg.profile == "faithful"
 
     def needle(key: str, value: str) -> str:
-        return (f"One of the special magic {_type_word(value_kind, False)} for {key} is: {value}."
-                if faithful else f"The magic {_type_word(value_kind, True)} for {key} is {value}.")
+        return needle_text(key, value, value_kind, cfg.profile)
 
     needles = [needle(k, v) for k, vs in zip(keys, values) for v in vs]
     rng.shuffle(needles)
     header = (f"Some special magic {_type_word(value_kind, False)} are hidden within the following text. "
               f"Make sure to memorize it. I will quiz you about the {_type_word(value_kind, False)} afterwards."
-              if faithful else f"Remember the magic {_type_word(value_kind, False)}.")
-
-    def query_text(idx: list[int]) -> str:
-        names = [keys[i] for i in idx]
-        return names[0] if len(names) == 1 else ", ".join(names[:-1]) + ", and " + names[-1]
+              if cfg.profile == "faithful" else f"Remember the magic {_type_word(value_kind, False)}.")
 
     def question(idx: list[int]) -> Question:
-        query = query_text(idx)
-        one = len(idx) * num_v == 1
-        tv = _type_word(value_kind, one)
-        if faithful:
-            verb = "is" if one else "are"
-            text = (f"What {'is the' if one else 'are all the'} special magic {tv} for {query} mentioned in the "
-                    "provided text?")
-            prefix = f" The special magic {tv} for {query} mentioned in the provided text {verb}"
-        else:
-            text = f"What {'is the' if one else 'are the'} magic {tv} for {query}?"
-            prefix = f" The magic {tv} for {query} {'is' if one else 'are'}"
-        answers = [v for i in idx for v in values[i]]
-        return Question(text, prefix, answers, cfg.max_new("niah"))
+        return niah_question([keys[i] for i in idx], [v for i in idx for v in values[i]], value_kind, cfg.profile,
+                             cfg.max_new("niah"))
 
     # multi-key tasks ask about each needle key in turn (each a valid single question of the task), so that one
     # compacted child answers several; multi-query asks its four keys together, as RULER does
@@ -128,8 +135,8 @@ def _niah(task: str, rng: random.Random, cfg: Config) -> Item:
             lines = prose_sentences(units, local, cfg.essay)
         else:
             avoid = set(keys)
-            lines = [needle(k, _value(local, value_kind, cfg.profile))
-                     for k in _distinct(local, key_kind, cfg.profile, units, avoid)]
+            lines = [needle(k, draw_value(local, value_kind, cfg.profile))
+                     for k in draw_distinct(local, key_kind, cfg.profile, units, avoid)]
         depths = sorted(local.randint(0, len(lines)) for _ in needles)
         for offset, (depth, text) in enumerate(zip(depths, needles)):
             lines.insert(depth + offset, text)
@@ -140,6 +147,22 @@ def _niah(task: str, rng: random.Random, cfg: Config) -> Item:
 
 
 # ---- variable tracking -------------------------------------------------------------------------------
+def vt_chain(names: list[str], value: str) -> list[str]:
+    """The assignment lines of one chain: the first name gets the value, each next one the previous name."""
+    return [f"VAR {names[0]} = {value}"] + [f"VAR {b} = VAR {a}" for a, b in zip(names, names[1:])]
+
+
+def vt_question(value: str, names: list[str], profile: str, max_new: int) -> Question:
+    """The question asking for every variable of the chain that carries ``value``."""
+    if profile == "faithful":
+        text = f"Question: Find all variables that are assigned the value {value} in the text above."
+        prefix = (f" Answer: According to the chain(s) of variable assignment in the text above, {len(names)} "
+                  f"variables are assigned the value {value}, they are:")
+    else:
+        text, prefix = f"Which variables equal {value}?", " They are:"
+    return Question(text, prefix, names, max_new)
+
+
 def _vt(rng: random.Random, cfg: Config) -> Item:
     faithful = cfg.profile == "faithful"
     name_len = 5 if faithful else 3
@@ -149,14 +172,10 @@ def _vt(rng: random.Random, cfg: Config) -> Item:
         if name not in names:
             names.append(name)
     value = str(rng.randint(10000, 99999))
-    chain = [f"VAR {names[0]} = {value}"] + [f"VAR {names[i + 1]} = VAR {names[i]}" for i in range(4)]
+    chain = vt_chain(names, value)
     header = ("Memorize and track the chain(s) of variable assignment hidden in the following text."
               if faithful else "Track the variables.")
-    text = (f"Question: Find all variables that are assigned the value {value} in the text above."
-            if faithful else f"Which variables equal {value}?")
-    prefix = (f" Answer: According to the chain(s) of variable assignment in the text above, 5 variables are "
-              f"assigned the value {value}, they are:" if faithful else " They are:")
-    questions = [Question(text, prefix, names, cfg.max_new("vt"))]
+    questions = [vt_question(value, names, cfg.profile, cfg.max_new("vt"))]
 
     layout_seed = rng.random()
 
