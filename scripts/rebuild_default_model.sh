@@ -5,7 +5,7 @@ cd "$(dirname "$0")/.."
 MODEL=models/hybrid-byte-12l
 bench train-model --out "$MODEL" --checkpoints checkpoints/hybrid-byte-12l
 bench calibrate --model "$MODEL"
-bench label --model "$MODEL" --out results/labels
+bench label --model "$MODEL" --out results/labels --limit 60
 bench train --model "$MODEL" --labels results/labels
 bench analyze --model "$MODEL" --labels results/labels --out docs/analysis
 bench model-eval --model "$MODEL"
