@@ -19,8 +19,7 @@ from pathlib import Path
 import torch
 
 from ..tasks import Config, generate
-from ..tasks.items import QUESTION_TEMPLATE
-from ..tasks.ruler import draw_distinct, needle_text, niah_question, vt_chain, vt_question
+from ..tasks.ruler import draw_distinct, needle_text, niah_question, vt_chain, vt_names, vt_question
 from ..tasks.text import noise_lines, prose_sentences
 
 TRAIN_SEED_BASE = 1_000_000
@@ -79,6 +78,14 @@ def _answer(answers: list[str]) -> str:
     return " " + ", ".join(answers) + "."
 
 
+def _ask(tokenizer, question, first: bool) -> tuple[list[int], list[int]]:
+    """Ids and labels of one chat-format question (in the evaluation's wording) and its answer."""
+    end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    prompt = _encode(tokenizer, question.prompt if first else "<|im_start|>user\n" + question.prompt)
+    answer = _encode(tokenizer, _answer(question.answers)) + [end] + _encode(tokenizer, "\n")
+    return prompt + answer, [IGNORE] * len(prompt) + answer
+
+
 def task_sequence(tokenizer, rng: random.Random, length: int, task: str | None = None) -> Sequence:
     """One task item (training seed) with all its questions answered, loss on the answers only."""
     task = task or rng.choice(TRAIN_TASKS)
@@ -90,19 +97,14 @@ def task_sequence(tokenizer, rng: random.Random, length: int, task: str | None =
         return recall_sequence(tokenizer, rng, length)
     ids = _encode(tokenizer, item.context)
     labels = [IGNORE] * len(ids)
-    end = tokenizer.convert_tokens_to_ids("<|im_end|>")
     for k, question in enumerate(item.questions):
-        prompt = question.prompt if k == 0 else "<|im_start|>user\n" + question.prompt
-        prompt_ids = _encode(tokenizer, prompt)
-        answer_ids = _encode(tokenizer, _answer(question.answers)) + [end] + _encode(tokenizer, "\n")
-        ids += prompt_ids + answer_ids
-        labels += [IGNORE] * len(prompt_ids) + answer_ids
+        q_ids, q_labels = _ask(tokenizer, question, k == 0)
+        ids, labels = ids + q_ids, labels + q_labels
     return Sequence(ids, labels)
 
 
 def recall_sequence(tokenizer, rng: random.Random, length: int) -> Sequence:
     """Dense supervision: a haystack made only of needles, then questions about random ones (one per 96 tokens)."""
-    end = tokenizer.convert_tokens_to_ids("<|im_end|>")
     lines, keys = [], []
     queries = max(2, min(12, length // 96))
     budget = length - queries * 45
@@ -118,29 +120,16 @@ def recall_sequence(tokenizer, rng: random.Random, length: int) -> Sequence:
     ids = _encode(tokenizer, text + "\n")
     labels = [IGNORE] * len(ids)
     for k, (key, value) in enumerate(rng.sample(lines, min(queries, len(lines)))):
-        prompt = QUESTION_TEMPLATE.format(text=f"What is the magic number for {key}?",
-                                          prefix=f" The magic number for {key} is")
-        prompt_ids = _encode(tokenizer, prompt if k == 0 else "<|im_start|>user\n" + prompt)
-        answer_ids = _encode(tokenizer, _answer([value])) + [end] + _encode(tokenizer, "\n")
-        ids += prompt_ids + answer_ids
-        labels += [IGNORE] * len(prompt_ids) + answer_ids
+        q_ids, q_labels = _ask(tokenizer, niah_question([key], [value], "numbers", "compact", 0), k == 0)
+        ids, labels = ids + q_ids, labels + q_labels
     return Sequence(ids, labels)
-
-
-def _distinct_keys(rng: random.Random, count: int) -> list[str]:
-    keys: list[str] = []
-    while len(keys) < count:
-        key = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(3))
-        if key not in keys:
-            keys.append(key)
-    return keys
 
 
 def mqar_sequence(tokenizer, rng: random.Random, length: int) -> Sequence:
     """Multi-query associative recall in its plainest form (``key:value`` pairs, then ``key=`` queries), loss on
     the value digits: the recipe that made retrieval emerge within a few hundred steps on this CPU."""
     pairs = max(2, length // 19)
-    keys = _distinct_keys(rng, pairs)
+    keys = draw_distinct(rng, "words", "compact", pairs)
     values = [str(rng.randint(1000, 9999)) for _ in keys]
     ids = _encode(tokenizer, " ".join(f"{k}:{v}" for k, v in zip(keys, values)) + "\n")
     labels = [IGNORE] * len(ids)
@@ -159,7 +148,7 @@ def quiz_sequence(tokenizer, rng: random.Random, length: int) -> Sequence:
     """
     header = "<|im_start|>user\nRemember the magic numbers.\n\n"
     count = max(2, (length - len(header)) // 76)
-    keys = _distinct_keys(rng, count)
+    keys = draw_distinct(rng, "words", "compact", count)
     values = [str(rng.randint(1000, 9999)) for _ in keys]
     ids = _encode(tokenizer, header + "".join(f"The magic number for {k} is {v}.\n" for k, v in zip(keys, values)) + "\n")
     labels = [IGNORE] * len(ids)
@@ -169,14 +158,6 @@ def quiz_sequence(tokenizer, rng: random.Random, length: int) -> Sequence:
         ids += prompt + answer
         labels += [IGNORE] * len(prompt) + answer
     return Sequence(ids, labels)
-
-
-def _ask(tokenizer, question, first: bool) -> tuple[list[int], list[int]]:
-    """Ids and labels of one chat-format question (in the evaluation's wording) and its answer."""
-    end = tokenizer.convert_tokens_to_ids("<|im_end|>")
-    prompt = _encode(tokenizer, question.prompt if first else "<|im_start|>user\n" + question.prompt)
-    answer = _encode(tokenizer, _answer(question.answers)) + [end] + _encode(tokenizer, "\n")
-    return prompt + answer, [IGNORE] * len(prompt) + answer
 
 
 def _filler(rng: random.Random, kind: str | None, count: int) -> list[str]:
@@ -229,13 +210,8 @@ def chains_sequence(tokenizer, rng: random.Random, length: int) -> Sequence:
     chains: list[tuple[str, list[str]]] = []
     names: set[str] = set()
     for _ in range(max(1, length // 512)):
-        size = rng.randint(2, 5)
-        chain = []
-        while len(chain) < size:
-            name = "".join(rng.choice("ABCDEFGHIJKLMNOPQRSTUVWXYZ") for _ in range(3))
-            if name not in names:
-                names.add(name)
-                chain.append(name)
+        chain = vt_names(rng, rng.randint(2, 5), "compact", names)
+        names.update(chain)
         chains.append((str(rng.randint(10000, 99999)), chain))
     assignments = [vt_chain(chain, value) for value, chain in chains]
     chain_chars = sum(len(line) + 1 for lines_of_chain in assignments for line in lines_of_chain)

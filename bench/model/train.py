@@ -27,10 +27,10 @@ class Stage:
     bf16: bool
 
 
+PHASE2_MIX = {"needles": 0.35, "chains": 0.15, "task": 0.3, "quiz": 0.05, "mqar": 0.05, "text": 0.1}
 # Retrieval first, in its plainest and densest form (multi-query associative recall, float32: the recipe measured
 # to make it emerge on this CPU), then the same skill in the task templates at growing lengths. A first attempt
 # that started with ~5 verbose questions per 512-token row stayed at chance for 475 steps.
-PHASE2_MIX = {"needles": 0.35, "chains": 0.15, "task": 0.3, "quiz": 0.05, "mqar": 0.05, "text": 0.1}
 CURRICULUM = (
     Stage(0, 32, 128, {"mqar": 1.0}, bf16=False),
     Stage(300, 16, 256, {"mqar": 0.4, "quiz": 0.4, "recall": 0.2}, bf16=False),

@@ -163,14 +163,19 @@ def vt_question(value: str, names: list[str], profile: str, max_new: int) -> Que
     return Question(text, prefix, names, max_new)
 
 
+def vt_names(rng: random.Random, count: int, profile: str, avoid: set[str] = frozenset()) -> list[str]:
+    """``count`` distinct upper-case variable names (5 letters in the faithful profile, 3 in compact)."""
+    names: list[str] = []
+    while len(names) < count:
+        name = "".join(rng.choice(string.ascii_uppercase) for _ in range(5 if profile == "faithful" else 3))
+        if name not in names and name not in avoid:
+            names.append(name)
+    return names
+
+
 def _vt(rng: random.Random, cfg: Config) -> Item:
     faithful = cfg.profile == "faithful"
-    name_len = 5 if faithful else 3
-    names: list[str] = []
-    while len(names) < 5:
-        name = "".join(rng.choice(string.ascii_uppercase) for _ in range(name_len))
-        if name not in names:
-            names.append(name)
+    names = vt_names(rng, 5, cfg.profile)
     value = str(rng.randint(10000, 99999))
     chain = vt_chain(names, value)
     header = ("Memorize and track the chain(s) of variable assignment hidden in the following text."
