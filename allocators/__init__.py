@@ -10,10 +10,7 @@ from .integerize import largest_remainder
 from .pyramid import PyramidAllocator
 
 ALLOCATORS: dict[str, type[Allocator]] = {
-    "flat": FlatAllocator,
-    "gate": GateAllocator,
-    "pyramid": PyramidAllocator,
-    "global": GlobalAllocator,
+    cls.name: cls for cls in (FlatAllocator, GateAllocator, PyramidAllocator, GlobalAllocator)
 }
 
 

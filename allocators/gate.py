@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from .base import Allocator, BudgetRequest
@@ -16,9 +17,12 @@ class GateAllocator(Allocator):
     def allocate(self, request: BudgetRequest) -> dict[int, list[int]]:
         if request.layer_weights is None:
             raise ValueError("the gate allocator needs calibrated layer gate weights: run `bench calibrate --model PATH`")
+        missing = [layer for layer in request.layers if layer not in request.layer_weights]
+        if missing:
+            raise ValueError(f"layer gate weights have no entry for attention layers {missing}")
         weights = [float(request.layer_weights[layer]) for layer in request.layers]
-        if min(weights) < 0 or sum(weights) <= 0:
-            raise ValueError(f"layer gate weights must be non-negative with a positive sum, got {weights}")
+        if not all(math.isfinite(w) for w in weights) or min(weights) < 0 or sum(weights) <= 0:
+            raise ValueError(f"layer gate weights must be finite, non-negative and with a positive sum, got {weights}")
         per_layer_total = request.per_head * len(request.layers)
         targets = [per_layer_total * w / sum(weights) for w in weights]
         # all heads of a layer keep the same count, so the layer count is integerised, then copied to its heads

@@ -9,9 +9,19 @@ from pathlib import Path
 
 def _floats(text: str) -> list[float]:
     try:
-        return [float(x) for x in text.split(",") if x]
+        return [float(x) for x in text.split(",") if x.strip()]
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+
+
+def _ratios(text: str) -> list[float]:
+    from .compare import RATIO_GRIDS
+
+    return list(RATIO_GRIDS[text]) if text in RATIO_GRIDS else _floats(text)
+
+
+def _compression_ratios(text: str) -> list[float]:
+    return [round(1.0 - r, 10) for r in _floats(text)]
 
 
 def _names(text: str) -> list[str]:
@@ -26,22 +36,23 @@ def _ints(text: str) -> list[int]:
 
 
 def cmd_compare(args) -> None:
-    from .compare import CompareSettings, run_compare
-    from .report import plot_accuracy, summary_markdown
+    from .compare import CompareSettings, expand_tasks, run_compare, run_rows
+    from .report import plot_curves, summary_markdown
 
+    ratios = args.compression_ratios if args.compression_ratios is not None else args.ratios
     settings = CompareSettings(
-        presses=args.press, allocators=args.alloc, ratios=args.ratios, tasks=args.tasks, n=args.n,
+        presses=args.press, allocators=args.alloc, ratios=ratios, tasks=args.tasks, n=args.n,
         length=args.length, model=args.model, seed=args.seed, out=Path(args.out), profile=args.profile,
         scbench_data=Path(args.scbench_data) if args.scbench_data else None,
     )
     store = run_compare(settings)
-    wanted = {("none", "none")} | {(p, a) for p in settings.presses for a in settings.allocators}
-    rows = [r for r in store.rows if (r["press"], r["allocator"]) in wanted and r["length"] == settings.length
-            and r["seed"] == settings.seed and r["profile"] == settings.profile]
+    rows = run_rows(store, settings)
     text = summary_markdown(rows)
     print(text)
     (settings.out / "summary.md").write_text(text)
-    png = plot_accuracy(rows, settings.out / "accuracy.png", f"{', '.join(settings.presses)} · {settings.length} tokens")
+    png = plot_curves(rows, settings.out / "curves.png",
+                      f"{', '.join(settings.presses)} · {', '.join(expand_tasks(settings.tasks))} · "
+                      f"{settings.length} tokens · n = {settings.n} per task")
     print(f"results: {store.path}\nplot:    {png}")
 
 
@@ -64,13 +75,13 @@ def cmd_calibrate(args) -> None:
     from presses.calibration import calibrate
 
     from . import models
-    from .model.data import SOURCES, documents
+    from .corpus import SOURCES, documents
 
     model, tokenizer, directory = models.load(args.model)
     ids: list[int] = []
     for source in SOURCES:  # interleave sources so every one contributes
         for _, text in documents(source, "train")[:40]:
-            ids += tokenizer(text, add_special_tokens=False)["input_ids"]
+            ids += encode_text(tokenizer, text)
             if len(ids) >= args.tokens:
                 break
     ids = ids[: args.tokens]
@@ -130,7 +141,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("compare", help="score, fork and answer: presses × allocators × kept fractions")
     p.add_argument("--press", type=_names, default=["gatesight"], help="comma list, e.g. gatesight,snapkv,none")
     p.add_argument("--alloc", type=_names, default=["flat"], help="comma list of allocators: flat,gate,pyramid,global")
-    p.add_argument("--ratios", type=_floats, default=list(DEFAULT_RATIOS), help="kept fractions p in (0, 1]")
+    p.add_argument("--ratios", type=_ratios, default=list(DEFAULT_RATIOS),
+                   help="kept fractions p in (0, 1], or a grid: default (0.02, 0.05, 0.1 … 0.9) or paper (0.1 … 0.9)")
+    p.add_argument("--compression-ratios", type=_compression_ratios, default=None,
+                   help="kvpress's naming: fractions evicted, 1 − p (rows still record p)")
     p.add_argument("--tasks", type=_names, default=["ruler"], help="task names or groups (ruler, niah)")
     p.add_argument("--n", type=int, default=2, help="items per task")
     p.add_argument("--length", type=int, default=1024, help="context length in tokens (question included)")
@@ -203,13 +217,29 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _quiet_transformers() -> None:
+    """No per-weight "Loading weights" bar, and no flash-linear-attention "fast path is not available" warning:
+    the runtime drives the GDN layers with its own kernel (runtime/gdn.py) and never calls those fast paths."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command != "leaderboard":
+        _quiet_transformers()
     try:
         args.func(args)
     except (ValueError, FileNotFoundError) as error:
         print(f"bench {args.command}: error: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        where = f" in {args.out}" if getattr(args, "out", None) else ""
+        print(f"\nbench {args.command}: interrupted; what was finished is kept{where} — run the same command again "
+              "to resume", file=sys.stderr)
+        return 130
     return 0
 
 

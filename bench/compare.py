@@ -1,7 +1,9 @@
 """``bench compare``: every (press, allocator, kept fraction) on the same prefix-only fork protocol.
 
-Per context: one prefill (with the union of the evidence the presses ask for), one scoring per press, one fork
-per (allocator, ratio) — only one child alive at a time — and every question of the context answered from it.
+Per context: one prefill (with the union of the evidence the presses ask for), one scoring per press (a
+:class:`presses.Selection`), one fork per (allocator, ratio) — only one child alive at a time — and every question
+of the context answered from it. Besides accuracy every row stores the fidelity of the child against the full
+cache on the same question (:mod:`bench.fidelity`).
 """
 
 from __future__ import annotations
@@ -16,17 +18,24 @@ from tqdm import tqdm
 import allocators
 import presses
 from presses.calibration import Calibration
-from presses.compress import check_pair, plan_for
-from runtime import EvidenceRequest, adapter_for, prefill
+from presses.selection import Selection, check_keep_fraction, check_pair
+from runtime import EvidenceRequest, adapter_for, encode_text, prefill
 
 from . import models
+from .fidelity import FullCacheReference, answer_log_probs, fidelity, reference_text
 from .metrics import METRICS
-from .store import ResultStore, code_version, row_key
+from .stats import BASELINE
+from .store import SCHEMA, ResultStore, check_writable, code_version, row_key
 from .tasks import PROFILES, TASKS, Config, generate
 from .tasks.scbench import SCBENCH_TASKS, load_rows, to_item
 
-BASELINE = "none"
-DEFAULT_RATIOS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+RATIO_GRIDS = {
+    "default": (0.02, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9),
+    "paper": (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9),
+}
+"""Named kept-fraction grids: ``default`` adds 0.02 and 0.05, where eviction bites, to the paper's grid."""
+DEFAULT_RATIOS = RATIO_GRIDS["default"]
+MIN_LENGTH = 64
 SCBENCH = tuple(f"scbench_{t}" for t in SCBENCH_TASKS)
 TASK_GROUPS = {"ruler": TASKS, "niah": tuple(t for t in TASKS if t.startswith("niah")), "scbench": SCBENCH}
 
@@ -55,11 +64,21 @@ def expand_tasks(names: list[str]) -> list[str]:
     return out
 
 
+def _nonempty(values: list, what: str, allowed: str) -> None:
+    if not values:
+        raise ValueError(f"{what} is empty; give at least one of: {allowed}")
+
+
 def validate(settings: CompareSettings) -> None:
-    """Every error that can be known before any work starts, as one clear ``ValueError``."""
-    unknown_press = [p for p in settings.presses if p != BASELINE and p not in presses.PRESSES]
-    if unknown_press:
-        raise ValueError(f"unknown press {unknown_press[0]!r}; available: {', '.join(presses.available())}, none")
+    """Every error that can be known before the model loads, as one clear ``ValueError``."""
+    available_presses = ", ".join(presses.available() + [BASELINE])
+    _nonempty(settings.presses, "--press", available_presses)
+    _nonempty(settings.allocators, "--alloc", ", ".join(allocators.available()))
+    _nonempty(settings.ratios, "--ratios", "kept fractions in (0, 1], or a grid name: " + ", ".join(RATIO_GRIDS))
+    _nonempty(settings.tasks, "--tasks", "task names or the groups ruler, niah, scbench")
+    for name in settings.presses:
+        if name != BASELINE:
+            presses.get(name)  # unknown names and unbuildable presses fail here, with the valid choices
     unknown_alloc = [a for a in settings.allocators if a not in allocators.ALLOCATORS]
     if unknown_alloc:
         raise ValueError(f"unknown allocator {unknown_alloc[0]!r}; available: {', '.join(allocators.available())}")
@@ -69,15 +88,19 @@ def validate(settings: CompareSettings) -> None:
                          "(or the groups ruler, niah, scbench)")
     if any(t in SCBENCH for t in expand_tasks(settings.tasks)) and settings.scbench_data is None:
         raise ValueError("SCBench tasks read a local copy of microsoft/SCBench: pass --scbench-data DIR")
-    bad_ratio = [r for r in settings.ratios if not 0 < r <= 1]
-    if bad_ratio:
-        raise ValueError(f"ratio {bad_ratio[0]} is outside (0, 1]")
+    for ratio in settings.ratios:
+        check_keep_fraction(ratio, "ratio")
     if settings.n < 1:
         raise ValueError(f"n must be >= 1 (items per task), got {settings.n}")
     if settings.profile not in PROFILES:
         raise ValueError(f"unknown template profile {settings.profile!r}; choose from {', '.join(PROFILES)}")
-    if settings.length < 64:
-        raise ValueError(f"length {settings.length} is too short; use at least 64 tokens")
+    if settings.length < MIN_LENGTH:
+        raise ValueError(f"length {settings.length} is too short; use at least {MIN_LENGTH} tokens")
+    limit = models.position_limit(settings.model)
+    if limit is not None and settings.length > limit:
+        raise ValueError(f"length {settings.length} is longer than the model's position limit "
+                         f"(max_position_embeddings = {limit})")
+    check_writable(Path(settings.out))
 
 
 class Harness:
@@ -88,20 +111,21 @@ class Harness:
         self.settings = settings
         self.model, self.tokenizer, self.model_dir = models.load(settings.model)
         self.adapter = adapter_for(self.model)
-        needs_calibration = "triattention" in settings.presses or "gate" in settings.allocators
-        self.calibration = Calibration.load(self.model_dir) if needs_calibration else None
         self.presses = {}
         for name in settings.presses:
             if name == BASELINE:
                 continue
-            options = {"calibration": self.calibration} if name == "triattention" else {}
-            press = presses.get(name, **options)
+            press = presses.get(name)
             try:
+                press.bind(self.model_dir)
                 press.check(self.adapter)
             except (ValueError, FileNotFoundError) as error:
                 raise ValueError(f"press {name!r} cannot run on {self.model_dir}: {error}") from None
             self.presses[name] = press
         self.allocators = {name: allocators.get(name) for name in settings.allocators}
+        self.layer_weights = None
+        if any(a.needs_layer_weights for a in self.allocators.values()):
+            self.layer_weights = Calibration.load(self.model_dir).gate_weights
         for press in self.presses.values():
             for allocator in self.allocators.values():
                 check_pair(press, allocator)
@@ -110,8 +134,8 @@ class Harness:
             self.evidence = self.evidence | press.evidence(self.adapter)
         self.code = code_version()
         self.weights = models.fingerprint(self.model_dir)
-        count = lambda text: len(self.tokenizer(text, add_special_tokens=False)["input_ids"])  # noqa: E731
-        self.task_config = Config(profile=settings.profile, length=settings.length, count_tokens=count)
+        self.task_config = Config(profile=settings.profile, length=settings.length,
+                                  count_tokens=lambda text: len(encode_text(self.tokenizer, text)))
         self.scbench_rows = {}
         for task in expand_tasks(settings.tasks):
             try:
@@ -121,12 +145,8 @@ class Harness:
             except (ValueError, FileNotFoundError, IndexError) as error:
                 raise ValueError(f"task {task!r} at --length {settings.length}: {error}") from None
 
-    @property
-    def layer_weights(self):
-        return self.calibration.gate_weights if self.calibration else None
-
     def encode(self, text: str) -> torch.Tensor:
-        return torch.tensor(self.tokenizer(text, add_special_tokens=False)["input_ids"], dtype=torch.long)
+        return torch.tensor(encode_text(self.tokenizer, text), dtype=torch.long)
 
     def item(self, task: str, index: int):
         """Item ``index`` of ``task``: generated (RULER) or read and middle-truncated (SCBench)."""
@@ -134,35 +154,76 @@ class Harness:
             rows = self.scbench_rows[task]
             if index >= len(rows):
                 raise IndexError(f"{task} has only {len(rows)} rows")
-            encode = lambda text: self.tokenizer(text, add_special_tokens=False)["input_ids"]  # noqa: E731
-            return to_item(task.removeprefix("scbench_"), rows[index], index, encode, self.tokenizer.decode,
+            return to_item(task.removeprefix("scbench_"), rows[index], index,
+                           lambda text: encode_text(self.tokenizer, text), self.tokenizer.decode,
                            self.settings.length)
         return generate(task, index, self.settings.seed, self.task_config)
 
 
 def _base_row(h: Harness, task: str, item, question_index: int) -> dict:
     s = h.settings
-    return {"model": str(h.model_dir.name), "weights": h.weights, "task": task, "profile": s.profile, "length": s.length,
-            "item": item.index, "question": question_index, "seed": s.seed, "code": h.code}
+    return {"schema": SCHEMA, "model": str(h.model_dir.name), "weights": h.weights, "task": task,
+            "profile": s.profile, "length": s.length, "item": item.index, "question": question_index, "seed": s.seed,
+            "code": h.code}
 
 
-def _answer_all(h: Harness, cache, item, rows: list[dict], store: ResultStore, extra: dict) -> None:
-    for question, row in zip(item.questions, rows):
+class _Question:
+    """One question of an item, encoded, with its full-cache reference computed once from the parent."""
+
+    def __init__(self, h: Harness, question, parent):
+        self.question = question
+        self.prompt_ids = h.encode(question.prompt)
+        answer_ids = h.encode(reference_text(question.prefix, question.answers[0]))
+        self.reference = FullCacheReference(
+            answer_ids, answer_log_probs(parent, self.prompt_ids, answer_ids),
+            parent.answer(self.prompt_ids, question.max_new_tokens, h.tokenizer.eos_token_id).tokens)
+
+
+def _answer_all(h: Harness, cache, item, questions: list[_Question], rows: list[dict], store: ResultStore,
+                extra: dict) -> None:
+    for q, row in zip(questions, rows):
         if store.has(row_key({**row, **extra})):
             continue
-        answer = cache.answer(h.encode(question.prompt), question.max_new_tokens, h.tokenizer.eos_token_id)
+        question = q.question
+        answer = cache.answer(q.prompt_ids, question.max_new_tokens, h.tokenizer.eos_token_id)
         scores = {"score": question.scorer(answer.text)} if question.scorer else {
             "score": METRICS[item.metric](answer.text, question.answers)}
         if question.official:
             scores["score_official"] = question.official(answer.text)
+        scores.update(fidelity(q.reference, answer_log_probs(cache, q.prompt_ids, q.reference.answer_ids),
+                               answer.tokens))
         store.append({**row, **extra, **scores, "prediction": answer.text, "answers": question.answers})
 
 
 def run_compare(settings: CompareSettings, show_progress: bool = True) -> ResultStore:
     """Run (or resume) the comparison; returns the store with every row of this run."""
-    h = Harness(settings)
-    store = ResultStore(settings.out)
-    store.check_model(str(h.model_dir.name), h.weights)
+    validate(settings)
+    store = ResultStore(settings.out)  # takes the writer's lock before the model loads
+    try:
+        store.check_schema()
+        h = Harness(settings)
+        store.check_model(str(h.model_dir.name), h.weights)
+        _run(h, store, show_progress)
+    finally:
+        store.close()
+    return store
+
+
+def run_rows(store: ResultStore, settings: CompareSettings) -> list[dict]:
+    """The rows of ``store`` that this run's settings produce (its model, weights and code version included), so
+    that a summary never mixes in other runs written to the same directory."""
+    model_dir = models.resolve(settings.model)
+    wanted = {"model": model_dir.name, "weights": models.fingerprint(model_dir), "code": code_version(),
+              "length": settings.length, "profile": settings.profile, "seed": settings.seed}
+    combos = {(BASELINE, BASELINE, 1.0)} | {(p, a, float(r)) for p in settings.presses for a in settings.allocators
+                                            for r in settings.ratios}
+    tasks = set(expand_tasks(settings.tasks))
+    return [r for r in store.rows if all(r.get(k) == v for k, v in wanted.items()) and r["task"] in tasks
+            and (r["press"], r["allocator"], float(r["ratio"])) in combos and r["item"] < settings.n]
+
+
+def _run(h: Harness, store: ResultStore, show_progress: bool) -> None:
+    settings = h.settings
     tasks = expand_tasks(settings.tasks)
     combos = [(p, a, r) for p in h.presses for a in h.allocators for r in settings.ratios]
     bar = tqdm(total=len(tasks) * settings.n * (1 + len(combos)), disable=not show_progress, unit="fork",
@@ -190,24 +251,21 @@ def run_compare(settings: CompareSettings, show_progress: bool = True) -> Result
             t0 = time.perf_counter()
             parent = prefill(h.model, context, protected=protected, evidence=h.evidence, tokenizer=h.tokenizer)
             prefill_seconds = time.perf_counter() - t0
-            scored: dict[str, tuple] = {}
+            questions = [_Question(h, question, parent) for question in item.questions]
+            selections = {name: Selection(parent, press, h.layer_weights) for name, press in h.presses.items()}
             for press_name, alloc_name, ratio in todo:
                 extra = {"press": press_name, "allocator": alloc_name, "ratio": ratio,
                          "prefill_seconds": round(prefill_seconds, 4), "n_context": parent.n, "protected": protected}
                 if press_name == BASELINE:
                     child = parent.fork(parent.keep_all_plan())
                 else:
-                    if press_name not in scored:
-                        t0 = time.perf_counter()
-                        scored[press_name] = (h.presses[press_name].score(parent), time.perf_counter() - t0)
-                    scores, seconds = scored[press_name]
-                    plan = plan_for(parent, scores, h.allocators[alloc_name], ratio, h.layer_weights)
+                    selection = selections[press_name]
+                    plan = selection.plan(h.allocators[alloc_name], ratio)
                     child = parent.fork(plan)
-                    extra["score_seconds"] = round(seconds, 4)
+                    extra["score_seconds"] = round(selection.score_seconds, 4)
                     extra["kept_entries"] = plan.total()
-                _answer_all(h, child, item, rows, store, extra)
+                _answer_all(h, child, item, questions, rows, store, extra)
                 child.release()
                 bar.update(1)
             parent.release()
     bar.close()
-    return store

@@ -13,11 +13,12 @@ from pathlib import Path
 import torch
 
 import presses
-from presses.calibration import Calibration
-from runtime import EvidenceRequest, adapter_for, prefill
+from presses.selection import Selection
+from runtime import EvidenceRequest, adapter_for, encode_text, prefill
 
 from . import models
-from .model.data import SOURCES, documents
+from .store import check_writable
+from .corpus import SOURCES, documents
 
 
 def median_seconds(fn, repeats: int = 3) -> float:
@@ -32,19 +33,28 @@ def median_seconds(fn, repeats: int = 3) -> float:
 
 def _context(tokenizer, length: int) -> torch.Tensor:
     text = "\n\n".join(text for source in SOURCES for _, text in documents(source, "heldout")[:5])
-    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    ids = encode_text(tokenizer, text)
     while len(ids) < length:
         ids = ids + ids
     return torch.tensor(ids[:length])
 
 
 def run_cost(model_path, press_names: list[str], lengths: list[int], out: Path) -> list[dict]:
+    if not press_names or not lengths:
+        raise ValueError("give at least one press and one length")
+    for name in press_names:
+        presses.get(name)  # unknown names fail here, before the model loads
+    limit = models.position_limit(model_path)
+    bad = [n for n in lengths if n < 2 or (limit is not None and n > limit)]
+    if bad:
+        raise ValueError(f"length {bad[0]} is not allowed: lengths must be in [2, {limit}] tokens for this model")
+    check_writable(out)
     model, tokenizer, directory = models.load(model_path)
-    calibration = Calibration.load(directory) if "triattention" in press_names else None
     adapter = adapter_for(model)
     built = {}
     for name in press_names:
-        press = presses.get(name, **({"calibration": calibration} if name == "triattention" else {}))
+        press = presses.get(name)
+        press.bind(directory)
         press.check(adapter)
         built[name] = press
     evidence = EvidenceRequest()
@@ -56,7 +66,7 @@ def run_cost(model_path, press_names: list[str], lengths: list[int], out: Path) 
         prefill_s = median_seconds(lambda: prefill(model, context, evidence=EvidenceRequest()).release())
         parent = prefill(model, context, evidence=evidence, tokenizer=tokenizer)
         for name, press in built.items():
-            seconds = median_seconds(lambda: press.score(parent))
+            seconds = median_seconds(lambda: Selection(parent, press).scores)
             rows.append({"press": name, "length": length, "score_s": seconds, "prefill_s": prefill_s,
                          "ratio": seconds / prefill_s})
             print(f"{name:>13} n={length:>6}: scoring {seconds:8.4f} s, prefill {prefill_s:8.3f} s, "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 
 import torch
@@ -17,6 +18,13 @@ def resolve(path: str | None) -> Path:
         hint = " (the default model ships in the repository; was it removed?)" if path is None else ""
         raise FileNotFoundError(f"no model at {directory}: expected a local HF model directory{hint}")
     return directory
+
+
+def position_limit(path: str | None) -> int | None:
+    """The model's ``max_position_embeddings`` read from its config alone (before any weight is loaded)."""
+    directory = resolve(path)
+    config = json.loads((directory / "config.json").read_text())
+    return config.get("max_position_embeddings", config.get("text_config", {}).get("max_position_embeddings"))
 
 
 def load(path: str | None = None, dtype: torch.dtype = torch.float32):

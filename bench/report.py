@@ -1,131 +1,210 @@
-"""Tables and figures from result stores: the compare summary, ``bench leaderboard``, accuracy-vs-ratio PNGs."""
+"""Tables and figures from result rows: the compare summary, ``bench leaderboard``, curves with interval bands.
+
+Rows are only ever averaged within one setting group (model, weights, profile, length, code version): a store that
+holds several groups gets one section per group. Every number comes with a 95 % paired-bootstrap interval over
+items (:mod:`bench.stats`); a difference whose interval contains 0 is reported as a tie.
+"""
 
 from __future__ import annotations
 
 import csv
 from collections import defaultdict
 from pathlib import Path
-from statistics import mean
 
-from .store import ResultStore
+from .stats import BASELINE, PairedBootstrap, method_of
+from .store import GROUP_FIELDS, ResultStore
 
-BASELINE = "none"
+ACCURACY_FLOOR = 0.10
+"""Tasks where no prune answers fewer than this fraction right are left out of the accuracy average."""
+RESAMPLES = 1000
+PAIRWISE_RATIOS = (0.05, 0.1, 0.2)
+METRICS = {"score": ("accuracy (%)", 100.0, 1), "delta_nll": ("ΔNLL (nats per answer, child − full cache)", 1.0, 3)}
 
 
-def _method(row: dict) -> str:
-    return BASELINE if row["press"] == BASELINE else f"{row['press']}/{row['allocator']}"
-
-
-def aggregate(rows: list[dict], field: str = "score") -> dict[tuple[str, str, float], float]:
-    """Mean ``field`` ×100 per (method, task, ratio); a row is one question."""
-    buckets: dict[tuple, list[float]] = defaultdict(list)
+def group_rows(rows: list[dict]) -> dict[tuple, list[dict]]:
+    """Rows by setting group (:data:`bench.store.GROUP_FIELDS`), in a stable order."""
+    groups: dict[tuple, list[dict]] = defaultdict(list)
     for row in rows:
-        if field in row:
-            buckets[(_method(row), row["task"], float(row["ratio"]))].append(float(row[field]))
-    return {key: 100 * mean(values) for key, values in buckets.items()}
+        groups[tuple(row.get(f) for f in GROUP_FIELDS)].append(row)
+    return dict(sorted(groups.items(), key=lambda kv: tuple(str(x) for x in kv[0])))
 
 
-def common_tasks(table: dict) -> list[str]:
-    """Tasks that every method (the no-prune baseline included) was run on."""
-    per_method: dict[str, set[str]] = defaultdict(set)
-    for method, task, _ in table:
-        per_method[method].add(task)
-    return sorted(set.intersection(*per_method.values())) if per_method else []
+def group_title(key: tuple) -> str:
+    model, weights, profile, length, code = key
+    return f"{model} (weights {weights}) · profile {profile} · {length} tokens · code {code}"
 
 
-def task_averaged(table: dict) -> dict[tuple[str, float], float]:
-    """Mean over tasks of the per-task accuracy, per (method, ratio); only over tasks every method has, so that
-    the averages compare like with like."""
-    tasks = set(common_tasks(table))
-    by_method: dict[tuple, dict[str, float]] = defaultdict(dict)
-    for (method, task, ratio), value in table.items():
-        if task in tasks:
-            by_method[(method, ratio)][task] = value
-    return {key: mean(values.values()) for key, values in by_method.items()}
+class GroupReport:
+    """The bootstraps of one setting group, and which tasks enter which average."""
+
+    def __init__(self, rows: list[dict], resamples: int = RESAMPLES, seed: int = 0):
+        self.rows = rows
+        self.boot = {field: PairedBootstrap(rows, field, resamples, seed) for field in METRICS}
+        accuracy = self.boot["score"]
+        self.methods = sorted({m for m, _ in accuracy.cells if m != BASELINE})
+        self.ratios = sorted({r for m, r in accuracy.cells if m != BASELINE})
+        # a task enters an average only if every method ran it (like for like)
+        self.tasks = [t for t in accuracy.tasks
+                      if all(accuracy.has(m, r, t) for m in self.methods for r in self.ratios if self._ran(m, r))
+                      and accuracy.has(BASELINE, 1.0, t)] if accuracy.has_baseline() else list(accuracy.tasks)
+        floor = {t: accuracy.cell(BASELINE, 1.0, t).mean for t in self.tasks} if accuracy.has_baseline() else {}
+        self.floored = [t for t in self.tasks if floor.get(t, 1.0) < ACCURACY_FLOOR]
+        self.average_tasks = {"score": [t for t in self.tasks if t not in self.floored],
+                              "delta_nll": list(self.tasks)}
+
+    def _ran(self, method: str, ratio: float) -> bool:
+        return any(self.boot["score"].has(method, ratio, t) for t in self.boot["score"].tasks)
+
+    def columns(self, method: str) -> list[float]:
+        return [r for r in self.ratios if self._ran(method, r)]
+
+    def items_line(self) -> str:
+        counts = ", ".join(f"{t} {self.boot['score'].n_items(t)}" for t in self.boot["score"].tasks)
+        return f"Items per task: {counts}."
+
+    def averages_markdown(self, field: str) -> list[str]:
+        label, scale, digits = METRICS[field]
+        boot, tasks = self.boot[field], self.average_tasks[field]
+        lines = [f"### Task-averaged {label}, 95 % paired-bootstrap interval", ""]
+        if not tasks:
+            return lines + ["No task qualifies for this average.", ""]
+        lines.append(f"Averaged over {len(tasks)} task(s): {', '.join(tasks)}.")
+        if field == "score" and self.floored:
+            lines.append(f"Left out (no prune below {ACCURACY_FLOOR:.0%}): {', '.join(self.floored)}; "
+                         "they stay in the ΔNLL average.")
+        headers = [f"p={r:g}" for r in self.ratios] or ["full cache"]
+        lines += ["", "| method | " + " | ".join(headers) + " |", "|---|" + "---|" * len(headers)]
+        if boot.has_baseline():
+            base = boot.average(BASELINE, 1.0, tasks).format(scale, digits)
+            lines.append("| no prune | " + " | ".join(base for _ in headers) + " |")
+        for method in self.methods:
+            cells = [boot.average(method, r, tasks).format(scale, digits) if self._ran(method, r) else "–"
+                     for r in self.ratios]
+            lines.append(f"| {method} | " + " | ".join(cells) + " |")
+        return lines + [""]
+
+    def pairwise_markdown(self, field: str, ratio: float) -> list[str]:
+        """Row method − column method at ``ratio``, paired; ▲ row better, ▼ row worse, = tie (interval holds 0)."""
+        label, scale, digits = METRICS[field]
+        boot, tasks = self.boot[field], self.average_tasks[field]
+        methods = [m for m in self.methods if self._ran(m, ratio)] + ([BASELINE] if boot.has_baseline() else [])
+        if len(methods) < 2 or not tasks:
+            return []
+        higher_is_better = field == "score"
+        lines = [f"#### p = {ratio:g}: {label}, row − column", "",
+                 "| | " + " | ".join("no prune" if m == BASELINE else m for m in methods) + " |",
+                 "|---|" + "---|" * len(methods)]
+        for a in methods:
+            cells = []
+            for b in methods:
+                if a == b:
+                    cells.append("")
+                    continue
+                diff = boot.difference(a, ratio, b, ratio, tasks)
+                mark = "=" if not diff.excludes_zero() else ("▲" if (diff.mean > 0) == higher_is_better else "▼")
+                cells.append(f"{mark} {diff.format(scale, digits)}")
+            lines.append(f"| {'no prune' if a == BASELINE else a} | " + " | ".join(cells) + " |")
+        return lines + [""]
+
+    def per_task_markdown(self, method: str) -> list[str]:
+        ratios = self.columns(method)
+        lines = [f"### {method}: per task, accuracy (%) and ΔNLL", "",
+                 "| task | no prune | " + " | ".join(f"p={r:g}" for r in ratios) + " |",
+                 "|---|---|" + "---|" * len(ratios)]
+        accuracy, nll = self.boot["score"], self.boot["delta_nll"]
+        for task in accuracy.tasks:
+            base = accuracy.cell(BASELINE, 1.0, task).format(100, 0) if accuracy.has(BASELINE, 1.0, task) else "–"
+            cells = []
+            for r in ratios:
+                if not accuracy.has(method, r, task):
+                    cells.append("–")
+                    continue
+                cell = accuracy.cell(method, r, task).format(100, 0)
+                if task in nll.tasks and nll.has(method, r, task):
+                    cell += f"; {nll.cell(method, r, task).mean:.2f}"
+                cells.append(cell)
+            lines.append(f"| {task} | {base} | " + " | ".join(cells) + " |")
+        return lines + [""]
+
+    def markdown(self, pairwise_ratios=None, per_task: bool = True) -> str:
+        ratios = self.ratios if pairwise_ratios is None else [r for r in self.ratios if r in pairwise_ratios]
+        lines = [self.items_line(), ""]
+        for field in METRICS:
+            lines += self.averages_markdown(field)
+        if ratios:
+            lines += ["### Pairwise differences (▲ row better, ▼ row worse, = indistinguishable: the interval holds 0)", ""]
+            for ratio in ratios:
+                for field in METRICS:
+                    lines += self.pairwise_markdown(field, ratio)
+        if per_task:
+            lines.append("Per-task cells: accuracy (%) [interval]; mean ΔNLL.\n")
+            for method in self.methods:
+                lines += self.per_task_markdown(method)
+        return "\n".join(lines)
 
 
-def methods_and_ratios(table: dict) -> tuple[list[str], list[float]]:
-    methods = sorted({m for m, _, _ in table if m != BASELINE})
-    ratios = sorted({r for m, _, r in table if m != BASELINE})
-    return methods, ratios
+def summary_markdown(rows: list[dict], pairwise_ratios=None, resamples: int = RESAMPLES) -> str:
+    """One section per setting group: averages with intervals, pairwise tables, per-task cells."""
+    sections = []
+    for key, group in group_rows(rows).items():
+        sections += [f"## {group_title(key)}", "", GroupReport(group, resamples).markdown(pairwise_ratios)]
+    return "\n".join(sections) + "\n"
 
 
-def summary_markdown(rows: list[dict], field: str = "score") -> str:
-    """Task × ratio table per method, then the task-averaged line of every method."""
-    table = aggregate(rows, field)
-    methods, ratios = methods_and_ratios(table)
-    tasks = sorted({t for _, t, _ in table})
-    lines = []
-    averaged = task_averaged(table)
-    baseline = averaged.get((BASELINE, 1.0))
-    head = "| method | " + " | ".join(f"p={r:g}" for r in ratios) + " | mean |"
-    lines += ["### Task-averaged accuracy (%)", "", f"Averaged over the tasks every method ran: {', '.join(common_tasks(table))}.",
-              "", head, "|" + "---|" * (len(ratios) + 2)]
-    if baseline is not None:
-        lines.append(f"| no prune | " + " | ".join(f"{baseline:.1f}" for _ in ratios) + f" | {baseline:.1f} |")
-    for method in methods:
-        values = [averaged.get((method, r)) for r in ratios]
-        shown = [f"{v:.1f}" if v is not None else "–" for v in values]
-        present = [v for v in values if v is not None]
-        lines.append(f"| {method} | " + " | ".join(shown) + f" | {mean(present):.1f} |")
-    for method in methods:
-        lines += ["", f"### {method}: accuracy (%) per task", "",
-                  "| task | no prune | " + " | ".join(f"p={r:g}" for r in ratios) + " |",
-                  "|" + "---|" * (len(ratios) + 2)]
-        for task in tasks:
-            base = table.get((BASELINE, task, 1.0))
-            cells = [table.get((method, task, r)) for r in ratios]
-            lines.append(f"| {task} | {'–' if base is None else f'{base:.0f}'} | "
-                         + " | ".join("–" if c is None else f"{c:.0f}" for c in cells) + " |")
-    return "\n".join(lines) + "\n"
-
-
-def allocation_ablation_markdown(rows: list[dict]) -> str:
-    """The paper's Table 4 analogue: each scorer under every allocator it ran with, task-averaged."""
-    averaged = task_averaged(aggregate(rows))
-    by_press: dict[str, set[str]] = defaultdict(set)
-    for row in rows:
-        if row["press"] != BASELINE:
-            by_press[row["press"]].add(row["allocator"])
-    ratios = sorted({r for (m, r) in averaged if m != BASELINE})
-    lines = ["| press | allocator | " + " | ".join(f"p={r:g}" for r in ratios) + " | mean |",
-             "|" + "---|" * (len(ratios) + 3)]
-    for press in sorted(by_press):
-        if len(by_press[press]) < 2:
-            continue
-        for alloc in sorted(by_press[press]):
-            values = [averaged.get((f"{press}/{alloc}", r)) for r in ratios]
-            present = [v for v in values if v is not None]
-            lines.append(f"| {press} | {alloc} | " + " | ".join("–" if v is None else f"{v:.1f}" for v in values)
-                         + f" | {mean(present):.1f} |")
-    return "\n".join(lines) + "\n"
-
-
-def plot_accuracy(rows: list[dict], path: Path, title: str = "") -> Path:
-    """Task-averaged accuracy against kept fraction, one line per method, the no-prune level dashed."""
+def plot_curves(rows: list[dict], path: Path, title: str = "", resamples: int = RESAMPLES) -> Path:
+    """Task-averaged accuracy and ΔNLL against kept fraction with 95 % bands, one line per method (one setting
+    group). A single kept fraction is drawn as points with error bars, one per method."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    averaged = task_averaged(aggregate(rows))
-    methods, ratios = methods_and_ratios(aggregate(rows))
-    fig, ax = plt.subplots(figsize=(8, 4.5), dpi=120)
-    # colour = press, line style = allocator, so that 5 × 4 lines stay readable
-    presses_seen = sorted({m.split("/")[0] for m in methods})
+    groups = group_rows(rows)
+    if len(groups) != 1:
+        raise ValueError(f"a plot shows one setting group; these rows hold {len(groups)}: "
+                         + "; ".join(group_title(k) for k in groups))
+    report = GroupReport(next(iter(groups.values())), resamples)
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), dpi=120)
+    presses_seen = sorted({m.split("/")[0] for m in report.methods})
     styles = {"flat": "-", "gate": "--", "pyramid": ":", "global": "-."}
-    for method in methods:
-        press, alloc = method.split("/")
-        xs = [r for r in ratios if (method, r) in averaged]
-        ax.plot(xs, [averaged[(method, r)] for r in xs], marker="o", markersize=3, label=method,
-                color=plt.cm.tab10(presses_seen.index(press) % 10), linestyle=styles.get(alloc, "-"))
-    if (BASELINE, 1.0) in averaged:
-        ax.axhline(averaged[(BASELINE, 1.0)], color="black", linestyle="--", label="no prune")
-    ax.set_xlabel("kept fraction p of the attention KV cache")
-    ax.set_ylabel("task-averaged accuracy (%)")
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    single = len(report.ratios) == 1
+    for ax, field in zip(axes, METRICS):
+        label, scale, _ = METRICS[field]
+        boot, tasks = report.boot[field], report.average_tasks[field]
+        if not tasks:
+            ax.set_title(f"{label}: no task qualifies")
+            continue
+        for k, method in enumerate(report.methods):
+            press, alloc = method.split("/")
+            colour = plt.cm.tab10(presses_seen.index(press) % 10)
+            xs = report.columns(method)
+            stats = [boot.average(method, r, tasks) for r in xs]
+            ys = [s.mean * scale for s in stats]
+            low, high = [s.low * scale for s in stats], [s.high * scale for s in stats]
+            if single:
+                ax.errorbar([k], ys, yerr=[[ys[0] - low[0]], [high[0] - ys[0]]], fmt="o", color=colour,
+                            capsize=3, label=method)
+            else:
+                ax.plot(xs, ys, marker="o", markersize=3, label=method, color=colour,
+                        linestyle=styles.get(alloc, "-"))
+                ax.fill_between(xs, low, high, color=colour, alpha=0.12)
+        if boot.has_baseline():
+            base = boot.average(BASELINE, 1.0, tasks)
+            ax.axhline(base.mean * scale, color="black", linestyle="--", label="no prune")
+            ax.axhspan(base.low * scale, base.high * scale, color="black", alpha=0.06)
+        if single:
+            ax.set_xticks(range(len(report.methods)), report.methods, rotation=30, ha="right", fontsize=7)
+            ax.set_xlabel(f"method at kept fraction p = {report.ratios[0]:g}")
+        else:
+            ax.set_xscale("log")
+            ax.set_xticks(report.ratios, [f"{r:g}" for r in report.ratios], fontsize=7)
+            ax.set_xlabel("kept fraction p of the attention KV cache (log scale)")
+        if field == "score":
+            ax.set_ylim(bottom=max(0.0, ax.get_ylim()[0]), top=min(100.0, ax.get_ylim()[1]) + 2)
+        ax.set_ylabel(f"task-averaged {label}")
+        ax.grid(alpha=0.3)
+    axes[-1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)
@@ -133,31 +212,60 @@ def plot_accuracy(rows: list[dict], path: Path, title: str = "") -> Path:
     return path
 
 
-def write_leaderboard(stores: list[Path], out: Path) -> Path:
-    """``leaderboard.md``, ``leaderboard.csv`` and ``leaderboard.png`` from one or more result stores."""
-    rows = [row for directory in stores for row in ResultStore(directory).rows]
+def allocation_ablation_markdown(report: GroupReport) -> list[str]:
+    """The paper's Table 4 analogue: each scorer under every allocator it ran with (ΔNLL, task-averaged)."""
+    by_press: dict[str, list[str]] = defaultdict(list)
+    for method in report.methods:
+        press, alloc = method.split("/")
+        by_press[press].append(alloc)
+    boot, tasks = report.boot["delta_nll"], report.average_tasks["delta_nll"]
+    lines = ["| press | allocator | " + " | ".join(f"p={r:g}" for r in report.ratios) + " |",
+             "|---|---|" + "---|" * len(report.ratios)]
+    for press in sorted(by_press):
+        if len(by_press[press]) < 2:
+            continue
+        for alloc in sorted(by_press[press]):
+            method = f"{press}/{alloc}"
+            cells = [boot.average(method, r, tasks).format(1, 3) if r in report.columns(method) else "–"
+                     for r in report.ratios]
+            lines.append(f"| {press} | {alloc} | " + " | ".join(cells) + " |")
+    return lines if len(lines) > 2 else []
+
+
+def write_leaderboard(stores: list[Path], out: Path, resamples: int = RESAMPLES) -> Path:
+    """``leaderboard.md``, ``leaderboard.csv`` and one PNG per setting group from one or more result stores."""
+    rows = [row for directory in stores for row in ResultStore(directory, readonly=True).rows]
     if not rows:
         raise ValueError(f"no results in {', '.join(map(str, stores))}: run `bench compare` first")
     out.mkdir(parents=True, exist_ok=True)
-    table = aggregate(rows)
+    text = ["# Leaderboard", "",
+            "Every cell: mean [95 % paired-bootstrap interval over items, "
+            f"{resamples} resamples]. ΔNLL = answer NLL of the compacted cache − the full cache's, teacher-forced on "
+            "the reference answer (lower is better; 0 = no change). Accuracy averages leave out tasks where no "
+            f"prune is below {ACCURACY_FLOOR:.0%}.", ""]
     with (out / "leaderboard.csv").open("w", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow(["method", "task", "ratio", "accuracy"])
-        for (method, task, ratio), value in sorted(table.items()):
-            writer.writerow([method, task, ratio, f"{value:.2f}"])
-    plot_accuracy(rows, out / "leaderboard.png", "task-averaged accuracy under KV pruning")
-    models = sorted({r["model"] for r in rows})
-    counts = defaultdict(set)
-    for row in rows:
-        counts[row["task"]].add(row["item"])
-    text = ["# Leaderboard", "", f"Model(s): {', '.join(models)}. Items per task: "
-            + ", ".join(f"{t} {len(v)}" for t, v in sorted(counts.items())) + ".", "",
-            "![accuracy against kept fraction](leaderboard.png)", "", summary_markdown(rows),
-            "## Allocation ablation (same scorer, different allocators)", "", allocation_ablation_markdown(rows)]
+        writer.writerow(["group", "method", "task", "ratio", "items", "metric", "mean", "low", "high"])
+        for number, (key, group) in enumerate(group_rows(rows).items(), start=1):
+            report = GroupReport(group, resamples)
+            png = "leaderboard.png" if number == 1 else f"leaderboard-{number}.png"
+            plot_curves(group, out / png, group_title(key), resamples)
+            text += [f"## {group_title(key)}", "", f"![task-averaged accuracy and ΔNLL against kept fraction]({png})",
+                     "", report.markdown(PAIRWISE_RATIOS)]
+            ablation = allocation_ablation_markdown(report)
+            if ablation:
+                text += ["### Allocation ablation: ΔNLL of each scorer under each allocator", "", *ablation, ""]
+            for field, boot in report.boot.items():
+                for method, ratio in boot.cells:
+                    for task in boot.tasks:
+                        if boot.has(method, ratio, task):
+                            c = boot.cell(method, ratio, task)
+                            writer.writerow([number, method, task, ratio, boot.n_items(task), field,
+                                             f"{c.mean:.4f}", f"{c.low:.4f}", f"{c.high:.4f}"])
     official = [r for r in rows if "score_official" in r]
     if official:
         text += ["## SCBench under the official scorers (sensitivity; the tables above use the revised scorers)", "",
-                 summary_markdown(official, "score_official")]
+                 summary_markdown([{**r, "score": r["score_official"]} for r in official], resamples=resamples)]
     path = out / "leaderboard.md"
     path.write_text("\n".join(text))
     return path

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from pathlib import Path
 from typing import ClassVar
 
 import torch
@@ -36,8 +37,12 @@ class Press(ABC):
         """What the prefill must record for this press (nothing beyond the KV cache by default)."""
         return EvidenceRequest()
 
+    def bind(self, model_dir: Path | None) -> None:
+        """Load what this press reads from the model's directory (an estimator, a calibration) unless it was given
+        one; ``ValueError`` if it needs one and none can be found. A no-op for presses that read nothing."""
+
     def check(self, adapter: ModelAdapter) -> None:
-        """Raise ``ValueError`` if this press cannot run on the model behind ``adapter``."""
+        """Raise ``ValueError`` if this press cannot run on the model behind ``adapter`` (loads nothing)."""
 
     @abstractmethod
     def score(self, parent: Parent) -> Scores:

@@ -82,12 +82,16 @@ class Calibration:
             sources=json.loads(meta["sources"]),
         )
 
+    @staticmethod
+    def exists(directory) -> bool:
+        return (Path(directory) / FILE).exists()
+
     @classmethod
     def for_model(cls, adapter: ModelAdapter) -> "Calibration":
         if adapter.model_dir is None:
-            raise FileNotFoundError(
+            raise ValueError(
                 "the model was not loaded from a local directory, so its calibration cannot be found: "
-                "pass the Calibration explicitly or run `bench calibrate --model PATH`"
+                "pass the layer weights explicitly or run `bench calibrate --model PATH`"
             )
         return cls.load(adapter.model_dir)
 

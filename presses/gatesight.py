@@ -143,25 +143,27 @@ class GateSightPress(Press):
     def evidence(self, adapter) -> EvidenceRequest:
         return EvidenceRequest(gdn_signals=True)
 
+    def bind(self, model_dir: Path | None) -> None:
+        artifact = None if model_dir is None else Path(model_dir) / ARTIFACT_DIR
+        if self.estimator is None and artifact is not None and (artifact / "gatesight.json").exists():
+            self.estimator = GateSightEstimator.load(artifact)
+
     def check(self, adapter: ModelAdapter) -> None:
         if not adapter.gdn_layers:
             raise ValueError(f"GateSight reads GDN signals; {type(adapter.model).__name__} has no GDN layers")
         if self.estimator is None:
-            if adapter.model_dir is None:
-                raise ValueError(
-                    "GateSight needs an estimator: the model was not loaded from a local directory; pass "
-                    "estimator= or train one with `bench label --model PATH` then `bench train --model PATH`"
-                )
-            try:
-                self.estimator = GateSightEstimator.load(adapter.model_dir / ARTIFACT_DIR)
-            except FileNotFoundError as error:
-                raise ValueError(str(error)) from None
+            where = "the model was not loaded from a local directory" if adapter.model_dir is None else (
+                f"none was found in {adapter.model_dir / ARTIFACT_DIR}")
+            raise ValueError(f"GateSight needs an estimator and {where}: pass estimator= or train one with "
+                             "`bench label --model PATH` then `bench train --model PATH`")
         missing = set(adapter.attention_layers) - set(self.estimator.layers)
         if missing:
             raise ValueError(f"the GateSight estimator has no MLPs for attention layers {sorted(missing)}")
 
     def score(self, parent: Parent) -> Scores:
         self.check(parent.adapter)
+        if not parent.evidence.gdn_signals:
+            raise ValueError("GateSight reads the GDN signals of prefill: prefill with evidence=press.evidence(adapter)")
         positions = torch.arange(parent.protected, parent.n)
         signals = parent.evidence.gdn_signals
         return {

@@ -25,6 +25,18 @@ class KvpressScorer(Press):
     press: object = None
     name = "kvpress"
 
+    @staticmethod
+    def build(class_name: str):
+        """A kvpress ``ScorerPress`` subclass by class name, with its default parameters."""
+        import kvpress
+
+        cls = getattr(kvpress, class_name, None)
+        if not (isinstance(cls, type) and issubclass(cls, kvpress.ScorerPress)):
+            names = sorted(n for n in dir(kvpress) if isinstance(getattr(kvpress, n), type)
+                           and issubclass(getattr(kvpress, n), kvpress.ScorerPress))
+            raise ValueError(f"{class_name!r} is not a kvpress ScorerPress; available: {', '.join(names)}")
+        return cls()
+
     def evidence(self, adapter) -> EvidenceRequest:
         return EvidenceRequest(window=ALL_TOKENS)
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from runtime import Parent
+from runtime import Parent, encode_text
 
 from .base import Press, Scores
 
@@ -59,7 +59,7 @@ class KVzipPress(Press):
         tokenizer = self.tokenizer or parent.tokenizer
         if tokenizer is None:
             raise ValueError("KVzip needs a tokenizer for its repeat prompt: pass tokenizer= to prefill or the press")
-        return torch.tensor(tokenizer(text, add_special_tokens=False)["input_ids"], dtype=torch.long)
+        return torch.tensor(encode_text(tokenizer, text), dtype=torch.long)
 
     def score(self, parent: Parent) -> Scores:
         g = parent.adapter.geometry

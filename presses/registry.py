@@ -1,4 +1,4 @@
-"""Press registry: a new method is one file plus one line here."""
+"""Press registry: a new method is one file plus its class in this tuple."""
 
 from __future__ import annotations
 
@@ -11,21 +11,24 @@ from .snapkv import SnapKVPress
 from .triattention import TriAttentionPress
 
 PRESSES: dict[str, type[Press]] = {
-    "gatesight": GateSightPress,
-    "snapkv": SnapKVPress,
-    "triattention": TriAttentionPress,
-    "keydiff": KeyDiffPress,
-    "kvzip": KVzipPress,
-    "kvpress": KvpressScorer,
+    cls.name: cls for cls in (GateSightPress, SnapKVPress, TriAttentionPress, KeyDiffPress, KVzipPress, KvpressScorer)
 }
 
 
+KVPRESS_PREFIX = "kvpress:"
+
+
 def available() -> list[str]:
-    return list(PRESSES)
+    return [f"{KVPRESS_PREFIX}<ScorerPress class>" if name == KvpressScorer.name else name for name in PRESSES]
 
 
 def get(name: str, **kwargs) -> Press:
-    """A press by registry name; unknown names raise ``ValueError`` listing the valid ones."""
+    """A press by registry name, or ``kvpress:<ClassName>`` for any kvpress ``ScorerPress`` (built with its
+    defaults); unknown names raise ``ValueError`` listing the valid ones."""
+    if name.startswith(KVPRESS_PREFIX):
+        return KvpressScorer(press=KvpressScorer.build(name.removeprefix(KVPRESS_PREFIX)), **kwargs)
+    if name == KvpressScorer.name and "press" not in kwargs:
+        raise ValueError(f"name the kvpress scorer to wrap: {KVPRESS_PREFIX}<ClassName>, e.g. {KVPRESS_PREFIX}KnormPress")
     if name not in PRESSES:
-        raise ValueError(f"unknown press {name!r}; available: {', '.join(PRESSES)}")
+        raise ValueError(f"unknown press {name!r}; available: {', '.join(available())}")
     return PRESSES[name](**kwargs)

@@ -32,14 +32,32 @@ class SnapKVPress(Press):
     gqa: str = "mean"
     name = "snapkv"
 
+    def __post_init__(self):
+        if isinstance(self.window, bool) or not isinstance(self.window, int) or self.window < 1:
+            raise ValueError(f"window={self.window!r}: expected an integer >= 1 (last context tokens)")
+        if isinstance(self.kernel, bool) or not isinstance(self.kernel, int) or self.kernel < 1 or self.kernel % 2 == 0:
+            raise ValueError(f"kernel={self.kernel!r}: expected an odd integer >= 1 (max-pool width)")
+        if self.gqa not in ("mean", "max"):
+            raise ValueError(f"gqa={self.gqa!r}: choose 'mean' or 'max'")
+
     def evidence(self, adapter) -> EvidenceRequest:
         return EvidenceRequest(window=self.window)
 
-    def window_attention(self, parent: Parent, layer: int) -> torch.Tensor:
-        """``[H, w, n]`` float32 softmax of the window queries over all n keys (causal inside the window)."""
+    def observation_window(self, parent: Parent) -> int:
+        """w: the recorded window, shortened so that at least one body entry lies before it."""
+        layer = parent.adapter.attention_layers[0]
+        if layer not in parent.evidence.window_hidden:
+            raise ValueError("SnapKV reads the last window's layer inputs recorded at prefill: prefill with "
+                             "evidence=press.evidence(adapter)")
+        n_body = parent.n - parent.protected
+        if n_body < 2:
+            raise ValueError(f"SnapKV needs at least 2 body tokens (n - protected), got {n_body}")
+        return min(self.window, parent.evidence.window_hidden[layer].shape[0], n_body - 1)
+
+    def window_attention(self, parent: Parent, layer: int, w: int) -> torch.Tensor:
+        """``[H, w, n]`` float32 softmax of the last ``w`` context queries over all n keys (causal in the window)."""
         adapter, n = parent.adapter, parent.n
-        hidden = parent.evidence.window_hidden[layer]
-        w = hidden.shape[0]
+        hidden = parent.evidence.window_hidden[layer][-w:]
         positions = torch.arange(n - w, n, device=hidden.device)
         cos, sin = adapter.rope(hidden, positions)
         query = adapter.queries(layer, hidden[None], cos, sin)
@@ -50,9 +68,9 @@ class SnapKVPress(Press):
 
     def score(self, parent: Parent) -> Scores:
         scores = {}
-        w = parent.evidence.window_hidden[parent.adapter.attention_layers[0]].shape[0]
+        w = self.observation_window(parent)
         for layer in parent.adapter.attention_layers:
-            votes = self.window_attention(parent, layer).sum(1)[:, : parent.n - w]
+            votes = self.window_attention(parent, layer, w).sum(1)[:, : parent.n - w]
             votes = group_reduce(votes, parent.adapter.geometry.group_size, self.gqa)
             pooled = F.max_pool1d(votes[None], self.kernel, stride=1, padding=self.kernel // 2)[0]
             full = torch.cat([pooled, pooled.new_full((pooled.shape[0], w), float(pooled.max()))], dim=1)

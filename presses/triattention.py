@@ -59,9 +59,22 @@ class TriAttentionPress(Press):
     normalize: bool = True
     name = "triattention"
 
+    def __post_init__(self):
+        if self.gqa not in ("mean", "max"):
+            raise ValueError(f"gqa={self.gqa!r}: choose 'mean' or 'max'")
+        if isinstance(self.max_offset, bool) or not isinstance(self.max_offset, int) or self.max_offset < 1:
+            raise ValueError(f"max_offset={self.max_offset!r}: expected an integer >= 1")
+
+    def bind(self, model_dir) -> None:
+        if self.calibration is None and model_dir is not None and Calibration.exists(model_dir):
+            self.calibration = Calibration.load(model_dir)
+
     def check(self, adapter) -> None:
         if self.calibration is None:
-            self.calibration = Calibration.for_model(adapter)
+            where = "the model was not loaded from a local directory" if adapter.model_dir is None else (
+                f"none was found in {adapter.model_dir}")
+            raise ValueError(f"TriAttention needs the model's calibration and {where}: pass calibration= or run "
+                             "`bench calibrate --model PATH`")
 
     def score(self, parent: Parent) -> Scores:
         adapter = parent.adapter

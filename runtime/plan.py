@@ -21,6 +21,21 @@ class KeepPlan:
 
     layers: dict[int, list[torch.Tensor]]
 
+    def __post_init__(self):
+        # accept any integer sequence per head (lists, numpy arrays, tensors); floats are refused, not truncated
+        layers = {}
+        for layer, heads in self.layers.items():
+            converted = []
+            for h, positions in enumerate(heads):
+                positions = torch.as_tensor(positions)
+                if positions.numel() == 0:
+                    positions = positions.long()
+                elif positions.dtype.is_floating_point or positions.dtype.is_complex or positions.dtype == torch.bool:
+                    raise ValueError(f"keep plan layer {layer} head {h}: positions must be integers, got {positions.dtype}")
+                converted.append(positions.long().reshape(-1) if positions.dim() == 0 else positions.long())
+            layers[layer] = converted
+        self.layers = layers
+
     @classmethod
     def keep_all(cls, n: int, protected: int, attention_layers, num_kv_heads: int) -> "KeepPlan":
         body = torch.arange(protected, n)

@@ -35,8 +35,9 @@ class Answer:
     text: str | None
 
 
-def _as_ids(ids, device: torch.device, what: str) -> torch.Tensor:
-    ids = torch.as_tensor(ids, device=device)
+def _as_ids(ids, adapter: ModelAdapter, what: str) -> torch.Tensor:
+    """``[L]`` int64 token ids on the model's device; ``ValueError`` naming the first id outside the vocabulary."""
+    ids = torch.as_tensor(ids, device=adapter.device)
     if ids.dim() == 2:
         if ids.shape[0] != 1:
             raise ValueError(f"{what}: got a batch of {ids.shape[0]}; one sequence at a time (shape [L] or [1, L])")
@@ -45,6 +46,12 @@ def _as_ids(ids, device: torch.device, what: str) -> torch.Tensor:
         raise ValueError(f"{what}: expected a 1-D tensor of token ids, got shape {tuple(ids.shape)} {ids.dtype}")
     if ids.numel() == 0:
         raise ValueError(f"{what} is empty")
+    vocab = adapter.config.vocab_size
+    outside = (ids < 0) | (ids >= vocab)
+    if bool(outside.any()):
+        index = int(outside.nonzero()[0, 0])
+        raise ValueError(f"{what}[{index}] = {int(ids[index])} is not a token id of this model: ids must be in "
+                         f"[0, {vocab})")
     return ids.long()
 
 
@@ -102,7 +109,7 @@ class CachedContext:
             )
         if self._busy:
             raise RuntimeError("a question is already being answered on this cache; ask one question at a time")
-        return _as_ids(question_ids, self.adapter.device, "question_ids")
+        return _as_ids(question_ids, self.adapter, "question_ids")
 
     def logits(self, question_ids, observer: ForwardObserver | None = None, context_hash: str | None = None):
         """Logits ``[L, V]`` of every question token, continuing from the cached context; the cache is unchanged."""
@@ -218,7 +225,9 @@ def prefill(
         Used only to decode answers to text.
     """
     adapter = adapter_for(model)
-    ids = _as_ids(context_ids, adapter.device, "context_ids")
+    ids = _as_ids(context_ids, adapter, "context_ids")
+    if isinstance(protected, bool) or not isinstance(protected, int):
+        raise ValueError(f"protected={protected!r} must be an integer number of leading tokens")
     if not 0 <= protected <= min(MAX_PROTECTED, ids.numel() - 1):
         raise ValueError(
             f"protected={protected} is not allowed: it must be in [0, min({MAX_PROTECTED}, n - 1)] "

@@ -17,9 +17,9 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from tqdm import tqdm
 
-from runtime import EvidenceRequest, prefill
+from runtime import EvidenceRequest, encode_text, prefill
 
-from ..model.data import SOURCES, documents
+from ..corpus import SOURCES, documents
 from .labels import Sampler, max_normalise, utility_labels
 
 CHAT_PREFIX = "<|im_start|>user\n"
@@ -33,7 +33,7 @@ def corpus_windows(tokenizer, tokens: int = 1024, per_document: int = 2, limit: 
     for source in SOURCES:
         windows = []
         for path, text in documents(source, "heldout"):
-            ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+            ids = encode_text(tokenizer, text)
             for k in range(per_document):
                 window = ids[k * tokens : (k + 1) * tokens]
                 if len(window) < tokens // 2:
@@ -49,7 +49,7 @@ def corpus_windows(tokenizer, tokens: int = 1024, per_document: int = 2, limit: 
 def label_document(model, tokenizer, text: str, continuations: int = 4, max_new_tokens: int = 128,
                    seed: int = 0, check_entries: int = 8):
     """Signals ``{gdn layer: [n, Hv, 3]}``, normalised labels ``{attention layer: [H_kv, n]}`` and the checks."""
-    encode = lambda s: tokenizer(s, add_special_tokens=False)["input_ids"]  # noqa: E731
+    encode = lambda s: encode_text(tokenizer, s)  # noqa: E731
     prefix, body, suffix = encode(CHAT_PREFIX), encode(text), encode(CHAT_SUFFIX)
     ids = torch.tensor(prefix + body + suffix)
     parent = prefill(model, ids, protected=len(prefix), evidence=EvidenceRequest(gdn_signals=True), tokenizer=tokenizer)

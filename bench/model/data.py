@@ -1,23 +1,18 @@
 """Training data for the default model: offline generic text mixed with the project's own task generators.
 
-Generic text comes from three sources that exist on every machine of this kind (recorded in the model card):
-Python's standard-library sources, license and copyright texts under ``/usr/share``, and the long descriptions of
-installed Python packages. Documents are split by a hash of their path: 10 % are held out (perplexity, GateSight
-estimator). Task items use training seeds (>= ``TRAIN_SEED_BASE``), disjoint from evaluation seeds.
+Generic text comes from :mod:`bench.corpus` (its training split). Task items use training seeds (>= ``TRAIN_SEED_BASE``), disjoint from evaluation seeds.
 """
 
 from __future__ import annotations
 
-import email
-import hashlib
 import random
-import sysconfig
 from dataclasses import dataclass
-from functools import lru_cache
-from pathlib import Path
 
 import torch
 
+from runtime import encode_text
+
+from ..corpus import SOURCES, documents
 from ..tasks import Config, generate
 from ..tasks.ruler import draw_distinct, needle_text, niah_question, vt_chain, vt_names, vt_question
 from ..tasks.text import noise_lines, prose_sentences
@@ -25,43 +20,7 @@ from ..tasks.text import noise_lines, prose_sentences
 TRAIN_SEED_BASE = 1_000_000
 TRAIN_TASKS = ("niah_single_1", "niah_single_2", "niah_single_3", "niah_multikey_1", "niah_multikey_2",
                "niah_multikey_3", "niah_multivalue", "niah_multiquery", "vt", "cwe", "fwe", "qa_1", "qa_2")
-SOURCES = ("python-stdlib", "licenses", "package-docs")
 IGNORE = -100
-
-
-def _held_out(path: str) -> bool:
-    return hashlib.sha256(path.encode()).digest()[0] < 26  # ~10 %
-
-
-def _source_files(source: str) -> list[Path]:
-    if source == "python-stdlib":
-        root = Path(sysconfig.get_paths()["stdlib"])
-        return sorted(p for p in root.glob("*.py"))
-    if source == "licenses":
-        return sorted([*Path("/usr/share/common-licenses").glob("*"), *Path("/usr/share/doc").glob("*/copyright")])
-    root = Path(sysconfig.get_paths()["purelib"])
-    return sorted(root.glob("*.dist-info/METADATA"))
-
-
-def _read(source: str, path: Path) -> str:
-    text = path.read_text(errors="ignore")
-    if source == "package-docs":
-        text = email.message_from_string(text).get_payload() or ""
-    return text.strip()
-
-
-@lru_cache(maxsize=None)
-def documents(source: str, split: str = "train", min_chars: int = 400) -> tuple[tuple[str, str], ...]:
-    """``(path, text)`` of every document of ``source`` in ``split`` (``train`` or ``heldout``)."""
-    if source not in SOURCES:
-        raise ValueError(f"unknown text source {source!r}; choose from {', '.join(SOURCES)}")
-    out = []
-    for path in _source_files(source):
-        if path.is_file() and _held_out(str(path)) == (split == "heldout"):
-            text = _read(source, path)
-            if len(text) >= min_chars and text.isascii():
-                out.append((str(path), text))
-    return tuple(out)
 
 
 @dataclass
@@ -71,7 +30,7 @@ class Sequence:
 
 
 def _encode(tokenizer, text: str) -> list[int]:
-    return tokenizer(text, add_special_tokens=False)["input_ids"]
+    return encode_text(tokenizer, text)
 
 
 def _answer(answers: list[str]) -> str:

@@ -7,7 +7,7 @@ from statistics import mean
 
 import torch
 
-from runtime import prefill
+from runtime import encode_text, prefill
 
 from .. import models
 from ..metrics import METRICS
@@ -17,13 +17,13 @@ from ..tasks import Config, generate
 @torch.no_grad()
 def bits_per_byte(model, tokenizer, documents_per_source: int = 10, window: int = 1024) -> dict[str, float]:
     """Bits per byte on the first ``window`` bytes of held-out generic documents, per source."""
-    from .data import SOURCES, documents
+    from ..corpus import SOURCES, documents
 
     out = {}
     for source in SOURCES:
         nats, count = 0.0, 0
         for _, text in documents(source, "heldout")[:documents_per_source]:
-            ids = torch.tensor(tokenizer(text, add_special_tokens=False)["input_ids"][:window])[None]
+            ids = torch.tensor(encode_text(tokenizer, text)[:window])[None]
             logits = model(ids).logits[0, :-1].float()
             nats += float(torch.nn.functional.cross_entropy(logits, ids[0, 1:], reduction="sum"))
             count += ids.shape[1] - 1
@@ -34,8 +34,8 @@ def bits_per_byte(model, tokenizer, documents_per_source: int = 10, window: int 
 def evaluate_model(model_path, tasks: list[str], lengths: list[int], n: int, seed: int = 0) -> str:
     """Markdown table: accuracy (%) per task and length, no eviction, greedy; items = evaluation seeds."""
     model, tokenizer, _ = models.load(model_path)
-    encode = lambda text: torch.tensor(tokenizer(text, add_special_tokens=False)["input_ids"])  # noqa: E731
-    count = lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"])  # noqa: E731
+    encode = lambda text: torch.tensor(encode_text(tokenizer, text))  # noqa: E731
+    count = lambda text: len(encode_text(tokenizer, text))  # noqa: E731
     table: dict[tuple[str, int], float] = {}
     for length in lengths:
         cfg = Config(length=length, count_tokens=count)

@@ -1,0 +1,123 @@
+"""Paired bootstrap over items: intervals for every cell, task average and difference between methods.
+
+The unit of resampling is the item (one context): its questions are averaged first, so a task with several
+questions per context does not count its contexts several times. Every method and kept fraction is evaluated on
+the *same* resample of items, so differences between methods are paired and their intervals are much narrower
+than the intervals of the two cells they come from.
+"""
+
+from __future__ import annotations
+
+import warnings
+import zlib
+from collections import defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+
+BASELINE = "none"
+"""The no-prune method's name in results (press and allocator)."""
+
+
+def method_of(row: dict) -> str:
+    return BASELINE if row["press"] == BASELINE else f"{row['press']}/{row['allocator']}"
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A point estimate with a percentile interval."""
+
+    mean: float
+    low: float
+    high: float
+
+    def excludes_zero(self) -> bool:
+        return self.low > 0 or self.high < 0
+
+    def format(self, scale: float = 1.0, digits: int = 1) -> str:
+        return f"{self.mean * scale:.{digits}f} [{self.low * scale:.{digits}f}, {self.high * scale:.{digits}f}]"
+
+
+class PairedBootstrap:
+    """Item-level values of one metric for every (method, ratio) cell of each task, resampled jointly.
+
+    Parameters
+    ----------
+    rows : list[dict]
+        Result rows of one setting group (one model, weights, profile, length and code version).
+    field : str
+        The per-question metric (``score``, ``delta_nll``, ``kl``, ``agree``).
+    resamples : int
+        Bootstrap resamples (≥ 1,000 for the published tables).
+    seed : int
+        The resample of task ``t`` depends on ``seed`` and ``t`` only, so tables are reproducible.
+    """
+
+    def __init__(self, rows: list[dict], field: str, resamples: int = 1000, seed: int = 0, level: float = 0.95):
+        per_item: dict[tuple, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+        for row in rows:
+            if row.get(field) is not None:
+                per_item[(row["task"], method_of(row), float(row["ratio"]))][row["item"]].append(float(row[field]))
+        self.field, self.level = field, level
+        self.tasks = sorted({task for task, _, _ in per_item})
+        self.cells = sorted({(m, r) for _, m, r in per_item})
+        self.items: dict[str, list[int]] = {}
+        self.values: dict[str, np.ndarray] = {}  # task -> [cells, items], NaN where a cell lacks an item
+        self.draws: dict[str, np.ndarray] = {}  # task -> [resamples, items] indices
+        for task in self.tasks:
+            items = sorted({i for (t, _, _), by_item in per_item.items() if t == task for i in by_item})
+            matrix = np.full((len(self.cells), len(items)), np.nan)
+            for c, (method, ratio) in enumerate(self.cells):
+                by_item = per_item.get((task, method, ratio), {})
+                for k, item in enumerate(items):
+                    if item in by_item:
+                        matrix[c, k] = np.mean(by_item[item])
+            rng = np.random.default_rng([seed, zlib.crc32(task.encode())])
+            self.items[task], self.values[task] = items, matrix
+            self.draws[task] = rng.integers(0, len(items), size=(resamples, len(items)))
+        self._index = {cell: c for c, cell in enumerate(self.cells)}
+
+    def has_baseline(self) -> bool:
+        return (BASELINE, 1.0) in self._index
+
+    def n_items(self, task: str) -> int:
+        return len(self.items[task])
+
+    def has(self, method: str, ratio: float, task: str) -> bool:
+        cell = self._cell(method, ratio)
+        return cell in self._index and not np.isnan(self.values[task][self._index[cell]]).all()
+
+    def _cell(self, method: str, ratio: float) -> tuple[str, float]:
+        # the no-prune baseline is one cell (ratio 1) that stands for every kept fraction
+        return (BASELINE, 1.0) if method == BASELINE else (method, float(ratio))
+
+    def _task_samples(self, method: str, ratio: float, task: str) -> tuple[float, np.ndarray]:
+        """(mean over items, ``[resamples]`` means over resampled items) of one cell."""
+        row = self.values[task][self._index[self._cell(method, ratio)]]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # a cell without any item: NaN, shown as "–"
+            return float(np.nanmean(row)), np.nanmean(row[self.draws[task]], axis=1)
+
+    def _average_samples(self, method: str, ratio: float, tasks: list[str]) -> tuple[float, np.ndarray]:
+        parts = [self._task_samples(method, ratio, t) for t in tasks]
+        return float(np.mean([p[0] for p in parts])), np.mean([p[1] for p in parts], axis=0)
+
+    def _interval(self, point: float, samples: np.ndarray) -> Interval:
+        tail = (1 - self.level) / 2 * 100
+        samples = samples[~np.isnan(samples)]
+        low, high = np.percentile(samples, [tail, 100 - tail]) if samples.size else (np.nan, np.nan)
+        return Interval(point, float(low), float(high))
+
+    def cell(self, method: str, ratio: float, task: str) -> Interval:
+        """Mean over the task's items, with its interval."""
+        return self._interval(*self._task_samples(method, ratio, task))
+
+    def average(self, method: str, ratio: float, tasks: list[str]) -> Interval:
+        """Mean over ``tasks`` of the per-task means (each task weighs the same), with its interval."""
+        return self._interval(*self._average_samples(method, ratio, tasks))
+
+    def difference(self, a: str, ratio_a: float, b: str, ratio_b: float, tasks: list[str]) -> Interval:
+        """Paired difference of task averages, ``a − b``, on the same resampled items."""
+        point_a, samples_a = self._average_samples(a, ratio_a, tasks)
+        point_b, samples_b = self._average_samples(b, ratio_b, tasks)
+        return self._interval(point_a - point_b, samples_a - samples_b)

@@ -1,0 +1,149 @@
+"""Scores + counts -> keep plan -> compacted child: the one selection every (press, allocator) pair shares.
+
+A :class:`Selection` scores a parent with one press once and forks children for any (allocator, kept fraction);
+``bench compare``, ``bench cost`` and :func:`compress` all go through it.
+"""
+
+from __future__ import annotations
+
+import time
+
+import allocators
+from allocators import Allocator, BudgetRequest
+from runtime import Child, KeepPlan, Parent
+
+from .base import Press, Scores
+from .calibration import Calibration
+from .registry import get
+
+
+def check_keep_fraction(p: float, what: str = "kept fraction") -> float:
+    """``p`` itself if it is a number in (0, 1]; else ``ValueError`` naming it."""
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not (0 < p <= 1):
+        raise ValueError(f"{what} {p!r} is outside (0, 1]")
+    return float(p)
+
+
+def keep_fraction_from(keep_fraction: float | None, compression_ratio: float | None) -> float:
+    """Accept either the kept fraction p or kvpress's ``compression_ratio`` = 1 − p (exactly one)."""
+    if (keep_fraction is None) == (compression_ratio is None):
+        raise ValueError("give exactly one of keep_fraction (p) or compression_ratio (1 - p)")
+    if keep_fraction is not None:
+        return check_keep_fraction(keep_fraction)
+    if isinstance(compression_ratio, bool) or not isinstance(compression_ratio, (int, float)) or not (
+        0 <= compression_ratio < 1
+    ):
+        raise ValueError(f"compression_ratio {compression_ratio!r} is outside [0, 1) (it is 1 - kept fraction)")
+    return 1.0 - compression_ratio
+
+
+def check_pair(press: Press, allocator: Allocator) -> None:
+    """Refuse combinations that are not meaningful before any work starts."""
+    if allocator.needs_scores and not press.comparable_scale:
+        raise ValueError(
+            f"the {allocator.name!r} allocator ranks scores across layers, but {press.name!r} scores are not on one "
+            f"scale across layers; use it with a press whose scores are (kvzip, gatesight)"
+        )
+
+
+def check_scores(scores: Scores, layers, num_kv_heads: int, n_body: int) -> None:
+    """``ValueError`` naming the first layer whose scores are missing, of the wrong shape or not finite."""
+    for layer in layers:
+        if layer not in scores:
+            raise ValueError(f"scores have no entry for attention layer {layer} (layers: {sorted(scores)})")
+        shape = tuple(scores[layer].shape)
+        if shape != (num_kv_heads, n_body):
+            raise ValueError(f"scores of layer {layer} have shape {shape}; expected [H_kv, n_body] = "
+                             f"{[num_kv_heads, n_body]}")
+        if not bool(scores[layer].isfinite().all()):
+            raise ValueError(f"scores of layer {layer} contain NaN or infinite values")
+
+
+class Selection:
+    """One press's scores for one parent, computed once, and the children of any (allocator, kept fraction).
+
+    Parameters
+    ----------
+    parent : Parent
+        Prefilled with the evidence ``press`` asks for.
+    press : Press or str
+        Bound to the model's directory here if it reads artifacts from it (:meth:`Press.bind`).
+    layer_weights : dict[int, float], optional
+        For allocators that read them (``needs_layer_weights``); default: the model's calibration.
+    """
+
+    def __init__(self, parent: Parent, press: Press | str, layer_weights: dict[int, float] | None = None):
+        self.parent = parent
+        self.press = get(press) if isinstance(press, str) else press
+        self.press.bind(parent.adapter.model_dir)
+        self.press.check(parent.adapter)
+        self.layer_weights = layer_weights
+        self._scores: Scores | None = None
+        self.score_seconds: float | None = None
+
+    @property
+    def scores(self) -> Scores:
+        """``[H_kv, n_body]`` per attention layer, computed on first use (timed in :attr:`score_seconds`)."""
+        if self._scores is None:
+            t0 = time.perf_counter()
+            scores = self.press.score(self.parent)
+            self.score_seconds = time.perf_counter() - t0
+            adapter = self.parent.adapter
+            check_scores(scores, adapter.attention_layers, adapter.geometry.num_kv_heads,
+                         self.parent.n - self.parent.protected)
+            self._scores = scores
+        return self._scores
+
+    def plan(self, allocator: Allocator | str, keep_fraction: float) -> KeepPlan:
+        """The keep plan of ``allocator``'s counts filled with each head's top-scoring body entries."""
+        allocator = allocators.get(allocator) if isinstance(allocator, str) else allocator
+        check_pair(self.press, allocator)
+        weights = self.layer_weights
+        if allocator.needs_layer_weights and weights is None:
+            weights = self.layer_weights = Calibration.for_model(self.parent.adapter).gate_weights
+        return plan_for(self.parent, self.scores, allocator, keep_fraction, weights)
+
+    def fork(self, allocator: Allocator | str, keep_fraction: float) -> Child:
+        """The compacted child of :meth:`plan`."""
+        return self.parent.fork(self.plan(allocator, keep_fraction))
+
+
+def plan_for(
+    parent: Parent,
+    scores: Scores,
+    allocator: Allocator,
+    keep_fraction: float,
+    layer_weights: dict[int, float] | None = None,
+) -> KeepPlan:
+    """The keep plan of ``allocator``'s counts filled with each head's top-scoring body entries.
+
+    ``scores`` must be finite ``[H_kv, n_body]`` per attention layer; anything else is refused.
+    """
+    adapter = parent.adapter
+    n_body = parent.n - parent.protected
+    check_scores(scores, adapter.attention_layers, adapter.geometry.num_kv_heads, n_body)
+    request = BudgetRequest(
+        keep_fraction=check_keep_fraction(keep_fraction),
+        n_body=n_body,
+        layers=adapter.attention_layers,
+        num_kv_heads=adapter.geometry.num_kv_heads,
+        scores=scores if allocator.needs_scores else None,
+        layer_weights=layer_weights,
+    )
+    return KeepPlan.from_scores(scores, allocator.allocate(request), parent.protected)
+
+
+def compress(
+    parent: Parent,
+    press: Press | str,
+    allocator: Allocator | str = "flat",
+    keep_fraction: float | None = None,
+    compression_ratio: float | None = None,
+    layer_weights: dict[int, float] | None = None,
+) -> Child:
+    """Score ``parent`` with ``press``, allocate with ``allocator``, and fork the compacted child.
+
+    >>> child = compress(parent, "snapkv", "pyramid", keep_fraction=0.2)
+    """
+    p = keep_fraction_from(keep_fraction, compression_ratio)
+    return Selection(parent, press, layer_weights).fork(allocator, p)

@@ -1,0 +1,9 @@
+"""Text to token ids, one way everywhere: contexts, questions, answers and prompts never get special tokens."""
+
+from __future__ import annotations
+
+
+def encode_text(tokenizer, text: str) -> list[int]:
+    """Token ids of ``text`` without special tokens (no BOS): a context and a question appended to it must encode
+    to the same ids as their concatenation would, whichever model's tokenizer this is."""
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
