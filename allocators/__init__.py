@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .base import Allocator, BudgetRequest
+from .base import Allocator, BudgetRequest, check_keep_fraction
 from .flat import FlatAllocator
 from .gate import GateAllocator
 from .global_topk import GlobalAllocator
@@ -25,4 +25,4 @@ def get(name: str, **kwargs) -> Allocator:
     return ALLOCATORS[name](**kwargs)
 
 
-__all__ = ["ALLOCATORS", "Allocator", "BudgetRequest", "available", "get", "largest_remainder"]
+__all__ = ["ALLOCATORS", "Allocator", "BudgetRequest", "available", "check_keep_fraction", "get", "largest_remainder"]

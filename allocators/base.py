@@ -10,6 +10,13 @@ import torch
 from .integerize import round_half_up
 
 
+def check_keep_fraction(p: float, what: str = "keep fraction") -> float:
+    """``p`` as a float if it is a number in (0, 1]; else ``ValueError`` naming it."""
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not (0 < p <= 1):
+        raise ValueError(f"{what} {p!r} is outside (0, 1]")
+    return float(p)
+
+
 @dataclass(frozen=True)
 class BudgetRequest:
     """Everything an allocator may read.
@@ -37,8 +44,7 @@ class BudgetRequest:
     layer_weights: dict[int, float] | None = None
 
     def __post_init__(self):
-        if not 0 < self.keep_fraction <= 1:
-            raise ValueError(f"keep fraction {self.keep_fraction} is outside (0, 1]")
+        check_keep_fraction(self.keep_fraction)
         if self.n_body < 1:
             raise ValueError(f"n_body must be >= 1, got {self.n_body}")
 

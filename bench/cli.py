@@ -1,4 +1,4 @@
-"""The ``bench`` command: compare, leaderboard, cost, calibrate, train-model, model-eval, label, train, analyze."""
+"""The ``bench`` command: compare, leaderboard, verify, cost, calibrate, train-model, model-eval, label, train, analyze."""
 
 from __future__ import annotations
 
@@ -60,6 +60,32 @@ def cmd_leaderboard(args) -> None:
     from .report import write_leaderboard
 
     print(write_leaderboard([Path(s) for s in args.stores], Path(args.out)))
+
+
+def cmd_verify(args) -> None:
+    import difflib
+    import tempfile
+
+    from .report import write_leaderboard
+    from .store import ResultStore, verify_rows
+
+    rows = [row for directory in args.stores for row in ResultStore(directory, readonly=True).rows]
+    if not rows:
+        raise ValueError(f"no results in {', '.join(args.stores)}")
+    problems = verify_rows(rows)
+    if problems:
+        raise ValueError(f"{len(problems)} row(s) break the fidelity invariants: " + "; ".join(problems[:5]))
+    print(f"{len(rows)} rows complete; every no-prune row has ΔNLL = KL = 0")
+    if args.docs:
+        published = Path(args.docs) / "leaderboard.md"
+        with tempfile.TemporaryDirectory() as scratch:
+            rebuilt = write_leaderboard([Path(s) for s in args.stores], Path(scratch)).read_text()
+        current = published.read_text() if published.exists() else ""
+        if rebuilt != current:
+            diff = "".join(list(difflib.unified_diff(current.splitlines(True), rebuilt.splitlines(True),
+                                                     str(published), "rebuilt from the store"))[:20])
+            raise ValueError(f"{published} is not what the store says; run `bench leaderboard` again:\n{diff}")
+        print(f"{published} is exactly what the store rebuilds")
 
 
 def cmd_cost(args) -> None:
@@ -160,6 +186,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="docs")
     p.set_defaults(func=cmd_leaderboard)
 
+    p = sub.add_parser("verify", help="check the fidelity invariants of stores (and that a leaderboard matches them)")
+    p.add_argument("stores", nargs="+", help="result directories written by compare")
+    p.add_argument("--docs", default=None, help="also rebuild DOCS/leaderboard.md and fail if it differs")
+    p.set_defaults(func=cmd_verify)
+
     p = sub.add_parser("cost", help="scoring time per press against prefill time, by context length")
     p.add_argument("--model", default=None)
     p.add_argument("--press", type=_names, default=["gatesight", "snapkv", "triattention", "keydiff", "kvzip"])
@@ -228,7 +259,7 @@ def _quiet_transformers() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.command != "leaderboard":
+    if args.command not in ("leaderboard", "verify"):
         _quiet_transformers()
     try:
         args.func(args)

@@ -18,14 +18,13 @@ from tqdm import tqdm
 import allocators
 import presses
 from presses.calibration import Calibration
-from presses.selection import Selection, check_keep_fraction, check_pair
+from presses.selection import Selection, check_pair
 from runtime import EvidenceRequest, adapter_for, encode_text, prefill
 
 from . import models
 from .fidelity import FullCacheReference, answer_log_probs, fidelity, reference_text
 from .metrics import METRICS
-from .stats import BASELINE
-from .store import SCHEMA, ResultStore, check_writable, code_version, row_key
+from .store import BASELINE, SCHEMA, ResultStore, check_writable, code_version, row_key
 from .tasks import PROFILES, TASKS, Config, generate
 from .tasks.scbench import SCBENCH_TASKS, load_rows, to_item
 
@@ -89,7 +88,7 @@ def validate(settings: CompareSettings) -> None:
     if any(t in SCBENCH for t in expand_tasks(settings.tasks)) and settings.scbench_data is None:
         raise ValueError("SCBench tasks read a local copy of microsoft/SCBench: pass --scbench-data DIR")
     for ratio in settings.ratios:
-        check_keep_fraction(ratio, "ratio")
+        allocators.check_keep_fraction(ratio, "ratio")
     if settings.n < 1:
         raise ValueError(f"n must be >= 1 (items per task), got {settings.n}")
     if settings.profile not in PROFILES:
@@ -264,6 +263,7 @@ def _run(h: Harness, store: ResultStore, show_progress: bool) -> None:
                     child = parent.fork(plan)
                     extra["score_seconds"] = round(selection.score_seconds, 4)
                     extra["kept_entries"] = plan.total()
+                extra["kv_bytes"], extra["gdn_bytes"] = child.kv_nbytes, child.gdn_nbytes
                 _answer_all(h, child, item, questions, rows, store, extra)
                 child.release()
                 bar.update(1)

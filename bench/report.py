@@ -11,8 +11,8 @@ import csv
 from collections import defaultdict
 from pathlib import Path
 
-from .stats import BASELINE, PairedBootstrap, method_of
-from .store import GROUP_FIELDS, ResultStore
+from .stats import PairedBootstrap, method_of
+from .store import BASELINE, GROUP_FIELDS, ResultStore
 
 ACCURACY_FLOOR = 0.10
 """Tasks where no prune answers fewer than this fraction right are left out of the accuracy average."""

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-BASELINE = "none"
-"""The no-prune method's name in results (press and allocator)."""
+from .store import BASELINE
+
 
 
 def method_of(row: dict) -> str:

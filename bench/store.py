@@ -19,6 +19,8 @@ KEY_FIELDS = ("model", "weights", "press", "allocator", "ratio", "task", "profil
               "seed", "code")
 GROUP_FIELDS = ("model", "weights", "profile", "length", "code")
 """Rows are averaged only within one group of these settings."""
+BASELINE = "none"
+"""The no-prune method's name in rows (its press and its allocator)."""
 SCHEMA = 2
 """Version of a row's fields; 2 added the fidelity metrics (answer_nll, delta_nll, kl, agree)."""
 FIDELITY_FIELDS = ("answer_nll", "delta_nll", "kl", "agree")
@@ -71,6 +73,20 @@ def check_writable(directory: Path) -> None:
         raise ValueError(f"--out {directory}: {existing} is a file, not a directory")
     if not os.access(existing, os.W_OK | os.X_OK):
         raise ValueError(f"--out {directory}: {existing} is not writable")
+
+
+def verify_rows(rows: list[dict]) -> list[str]:
+    """What is wrong with ``rows`` (empty if nothing): every row complete with the fidelity fields, and the
+    no-prune rows — the full cache compared with itself — at exactly zero ΔNLL and KL, agreeing with themselves."""
+    problems = []
+    for number, row in enumerate(rows, start=1):
+        missing = [f for f in (*KEY_FIELDS, "score", *FIDELITY_FIELDS) if row.get(f) is None]
+        if missing:
+            problems.append(f"row {number}: missing {', '.join(missing)}")
+        elif row["press"] == BASELINE and (row["delta_nll"] != 0 or row["kl"] != 0 or row["agree"] is not True):
+            problems.append(f"row {number}: the no-prune row has delta_nll={row['delta_nll']}, kl={row['kl']}, "
+                            f"agree={row['agree']} (expected exactly 0, 0, true)")
+    return problems
 
 
 class ResultStore:

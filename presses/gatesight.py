@@ -50,6 +50,23 @@ def build_features(signals: dict[int, torch.Tensor], gdn_layers: list[int], n: i
     return torch.cat(parts + [age], dim=-1)
 
 
+def init_mlp(heads: int, dims: int, hidden: int, generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
+    """Parameters of ``heads`` independent MLPs ``dims -> hidden -> 1``: ``w1`` ``[H, F, hidden]``, ``b1``
+    ``[H, hidden]``, ``w2`` ``[H, hidden]``, ``b2`` ``[H]`` (fan-in scaled normal weights, zero biases)."""
+    return {
+        "w1": torch.randn(heads, dims, hidden, generator=generator) / dims**0.5,
+        "b1": torch.zeros(heads, hidden),
+        "w2": torch.randn(heads, hidden, generator=generator) / hidden**0.5,
+        "b2": torch.zeros(heads),
+    }
+
+
+def mlp_logits(x: torch.Tensor, params: dict[str, torch.Tensor]) -> torch.Tensor:
+    """``[N, F]`` standardised features -> ``[H, N]`` pre-sigmoid outputs of every head's MLP (one batched pass)."""
+    hidden = torch.relu(torch.einsum("nf,hfk->hnk", x, params["w1"]) + params["b1"][:, None])
+    return torch.einsum("hnk,hk->hn", hidden, params["w2"]) + params["b2"][:, None]
+
+
 @dataclass
 class GateSightEstimator:
     """One MLP ``F -> hidden -> 1`` (sigmoid) per attention layer and KV head, with input standardisation.
@@ -61,7 +78,6 @@ class GateSightEstimator:
         Per attention layer: ``mean``/``std`` ``[F]``, ``w1`` ``[H_kv, F, hidden]``, ``b1`` ``[H_kv, hidden]``,
         ``w2`` ``[H_kv, hidden]``, ``b2`` ``[H_kv]``.
     gdn_layers : dict[int, list[int]]
-    layer_gate_weights : dict[int, float]
     meta : dict
         Free-form training record (corpus, epochs, metrics).
     """
@@ -69,7 +85,6 @@ class GateSightEstimator:
     window: int
     layers: dict[int, dict[str, torch.Tensor]]
     gdn_layers: dict[int, list[int]]
-    layer_gate_weights: dict[int, float] = field(default_factory=dict)
     meta: dict = field(default_factory=dict)
 
     @classmethod
@@ -81,21 +96,14 @@ class GateSightEstimator:
         for layer in adapter.attention_layers:
             windows[layer] = gdn_window(adapter, layer, window)
             dims = len(feature_names(adapter, layer, window))
-            layers[layer] = {
-                "mean": torch.zeros(dims), "std": torch.ones(dims),
-                "w1": torch.randn(heads, dims, hidden, generator=generator) / dims**0.5,
-                "b1": torch.zeros(heads, hidden),
-                "w2": torch.randn(heads, hidden, generator=generator) / hidden**0.5,
-                "b2": torch.zeros(heads),
-            }
-        return cls(window, layers, windows, {layer: 1.0 for layer in adapter.attention_layers})
+            layers[layer] = {"mean": torch.zeros(dims), "std": torch.ones(dims),
+                             **init_mlp(heads, dims, hidden, generator)}
+        return cls(window, layers, windows)
 
     def logits(self, layer: int, features: torch.Tensor) -> torch.Tensor:
         """``[N, F]`` features -> ``[H_kv, N]`` pre-sigmoid utilities of every KV head's MLP (one batched pass)."""
         p = self.layers[layer]
-        x = (features - p["mean"]) / p["std"]
-        hidden = torch.relu(torch.einsum("nf,hfk->hnk", x, p["w1"]) + p["b1"][:, None])
-        return torch.einsum("hnk,hk->hn", hidden, p["w2"]) + p["b2"][:, None]
+        return mlp_logits((features - p["mean"]) / p["std"], p)
 
     def save(self, directory) -> Path:
         directory = Path(directory)
@@ -103,7 +111,7 @@ class GateSightEstimator:
         tensors = {f"{layer}.{k}": v.contiguous() for layer, p in self.layers.items() for k, v in p.items()}
         save_file(tensors, str(directory / "gatesight.safetensors"))
         config = {"window": self.window, "gdn_layers": {str(k): v for k, v in self.gdn_layers.items()},
-                  "layer_gate_weights": {str(k): v for k, v in self.layer_gate_weights.items()}, "meta": self.meta}
+                  "meta": self.meta}
         (directory / "gatesight.json").write_text(json.dumps(config, indent=2))
         return directory
 
@@ -122,7 +130,7 @@ class GateSightEstimator:
             layers.setdefault(int(layer), {})[key] = tensor
         return cls(
             config["window"], layers, {int(k): v for k, v in config["gdn_layers"].items()},
-            {int(k): v for k, v in config["layer_gate_weights"].items()}, config.get("meta", {}),
+            config.get("meta", {}),
         )
 
 

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 import torch
 
-from runtime import Parent, encode_text
+from runtime import CHATML_ASSISTANT_TURN, Parent, encode_text
+from runtime.kv import attention_probs
 
 from .base import Press, Scores
 
@@ -28,13 +29,9 @@ class _ReconstructionAttention:
         parent, g = self.parent, self.parent.adapter.geometry
         stored = parent.kv[layer].keys
         restricted = torch.cat([stored[:, : parent.protected], stored[:, self.start : self.end], keys], dim=1)
-        restricted = restricted.repeat_interleave(g.group_size, 0)
-        logits = query @ restricted.transpose(1, 2) * parent.adapter.attention_module(layer).scaling
-        m = query.shape[1]
-        future = torch.ones(m, m, dtype=torch.bool, device=query.device).triu(1)
-        logits[..., -m:] = logits[..., -m:].masked_fill(future, float("-inf"))
         # softmax in the model dtype, as the official implementation does
-        probs = logits.softmax(-1)
+        probs = attention_probs(query, restricted, parent.adapter.attention_module(layer).scaling,
+                                causal_tail=query.shape[1])
         chunk = probs[..., parent.protected : parent.protected + self.end - self.start].amax(1)  # [H, c]
         chunk = chunk.view(g.num_kv_heads, g.group_size, -1).amax(1)
         body = slice(self.start - parent.protected, self.end - parent.protected)
@@ -49,7 +46,7 @@ class KVzipPress(Press):
     chunk_size: int = 2000
     prompt: str = "\n\nRepeat the previous context exactly."
     continue_prompt: str = "\n\nRepeat the part of the previous context exactly, starting with "
-    suffix: str = "<|im_end|>\n<|im_start|>assistant\n"
+    suffix: str = CHATML_ASSISTANT_TURN
     overlap: int = 8
     tokenizer: object = None
     name = "kvzip"

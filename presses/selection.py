@@ -9,19 +9,12 @@ from __future__ import annotations
 import time
 
 import allocators
-from allocators import Allocator, BudgetRequest
+from allocators import Allocator, BudgetRequest, check_keep_fraction
 from runtime import Child, KeepPlan, Parent
 
 from .base import Press, Scores
 from .calibration import Calibration
 from .registry import get
-
-
-def check_keep_fraction(p: float, what: str = "kept fraction") -> float:
-    """``p`` itself if it is a number in (0, 1]; else ``ValueError`` naming it."""
-    if isinstance(p, bool) or not isinstance(p, (int, float)) or not (0 < p <= 1):
-        raise ValueError(f"{what} {p!r} is outside (0, 1]")
-    return float(p)
 
 
 def keep_fraction_from(keep_fraction: float | None, compression_ratio: float | None) -> float:

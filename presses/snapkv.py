@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from runtime import EvidenceRequest, Parent
+from runtime.kv import attention_probs
 
 from .base import Press, Scores, group_reduce
 
@@ -61,10 +62,8 @@ class SnapKVPress(Press):
         positions = torch.arange(n - w, n, device=hidden.device)
         cos, sin = adapter.rope(hidden, positions)
         query = adapter.queries(layer, hidden[None], cos, sin)
-        keys = parent.kv[layer].keys.repeat_interleave(adapter.geometry.group_size, 0)
-        logits = (query.float() @ keys.float().transpose(1, 2)) * adapter.attention_module(layer).scaling
-        future = torch.arange(n, device=hidden.device)[None, :] > positions[:, None]
-        return logits.masked_fill(future, float("-inf")).softmax(-1)
+        scaling = adapter.attention_module(layer).scaling
+        return attention_probs(query.float(), parent.kv[layer].keys.float(), scaling, causal_tail=w)
 
     def score(self, parent: Parent) -> Scores:
         scores = {}

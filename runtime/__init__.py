@@ -7,9 +7,9 @@ from .gdn import GDNState
 from .kv import LayerKV
 from .plan import KeepPlan
 from .session import Answer, Child, Parent, context_hash, prefill
-from .tokens import encode_text
+from .tokens import CHATML_ASSISTANT_TURN, encode_text
 
 __all__ = [
-    "Answer", "Child", "Evidence", "EvidenceRequest", "GDNState", "KeepPlan", "LayerKV", "ModelAdapter",
+    "CHATML_ASSISTANT_TURN", "Answer", "Child", "Evidence", "EvidenceRequest", "GDNState", "KeepPlan", "LayerKV", "ModelAdapter",
     "Parent", "SequenceState", "adapter_for", "context_hash", "encode_text", "forward_chunk", "prefill",
 ]

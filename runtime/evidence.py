@@ -15,20 +15,16 @@ class EvidenceRequest:
     ----------
     gdn_signals : bool
         Per GDN layer, token and value head: (β, g, ‖v‖) exactly as handed to the delta rule.
-    output_gate : bool
-        Per attention layer, token and query head: the mean over head dims of the sigmoid output gate.
     window : int
         Per attention layer: its input hidden states (after the input norm) of the last ``window`` context tokens.
     """
 
     gdn_signals: bool = False
-    output_gate: bool = False
     window: int = 0
 
     def __or__(self, other: "EvidenceRequest") -> "EvidenceRequest":
         return EvidenceRequest(
             self.gdn_signals or other.gdn_signals,
-            self.output_gate or other.output_gate,
             max(self.window, other.window),
         )
 
@@ -41,14 +37,11 @@ class Evidence:
     ----------
     gdn_signals : dict[int, torch.Tensor]
         ``[n, Hv, 3]`` float32, last axis (β, g, ‖v‖).
-    output_gate : dict[int, torch.Tensor]
-        ``[n, H]`` float32.
     window_hidden : dict[int, torch.Tensor]
         ``[w, D]`` in model dtype.
     """
 
     gdn_signals: dict[int, torch.Tensor] = field(default_factory=dict)
-    output_gate: dict[int, torch.Tensor] = field(default_factory=dict)
     window_hidden: dict[int, torch.Tensor] = field(default_factory=dict)
 
 
@@ -58,15 +51,12 @@ class EvidenceRecorder:
     def __init__(self, request: EvidenceRequest):
         self.request = request
         self._signals: dict[int, list[torch.Tensor]] = {}
-        self._gates: dict[int, list[torch.Tensor]] = {}
         self._hidden: dict[int, list[torch.Tensor]] = {}
 
     def on_gdn(self, layer_idx: int, signals: torch.Tensor) -> None:
         self._signals.setdefault(layer_idx, []).append(signals)
 
     def on_attention(self, layer_idx, hidden, query, gate, keys, values, output) -> None:
-        if self.request.output_gate and gate is not None:
-            self._gates.setdefault(layer_idx, []).append(torch.sigmoid(gate.float()).mean(-1))
         if self.request.window:
             chunks = self._hidden.setdefault(layer_idx, [])
             chunks.append(hidden[0, -self.request.window :].detach())
@@ -81,6 +71,5 @@ class EvidenceRecorder:
     def result(self) -> Evidence:
         return Evidence(
             gdn_signals={i: torch.cat(c) for i, c in self._signals.items()},
-            output_gate={i: torch.cat(c) for i, c in self._gates.items()},
             window_hidden={i: c[0] for i, c in self._hidden.items()},
         )

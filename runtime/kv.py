@@ -159,3 +159,30 @@ def attend(
             ]
         )
     return out.reshape(num_heads, length, head_dim).transpose(0, 1)
+
+
+def attention_probs(query: torch.Tensor, keys: torch.Tensor, scaling: float, causal_tail: int = 0) -> torch.Tensor:
+    """Explicit softmax attention of queries over keys, for scorers and labels that need the weights themselves.
+
+    Parameters
+    ----------
+    query : torch.Tensor
+        ``[H, m, d]``.
+    keys : torch.Tensor
+        ``[H_kv, N, d]``; each KV head serves ``H / H_kv`` consecutive query heads (GQA).
+    scaling : float
+        The attention module's logit scale.
+    causal_tail : int
+        The last ``causal_tail`` keys are the queries' own tokens (query ``i`` is the ``i``-th of them): each query
+        sees every earlier key and the tail keys up to itself. 0: every query sees every key.
+
+    Returns
+    -------
+    torch.Tensor
+        ``[H, m, N]`` in the dtype of ``query`` (cast the inputs to float32 for float32 probabilities).
+    """
+    logits = query @ keys.repeat_interleave(query.shape[0] // keys.shape[0], 0).transpose(1, 2) * scaling
+    if causal_tail:
+        future = torch.ones(causal_tail, causal_tail, dtype=torch.bool, device=query.device).triu(1)
+        logits[..., -causal_tail:] = logits[..., -causal_tail:].masked_fill(future, float("-inf"))
+    return logits.softmax(-1)

@@ -151,16 +151,15 @@ def test_evidence_capture_does_not_change_outputs(tiny):
     model = tiny("qwen3_5")
     context = _ids(90, 11)
     plain = prefill(model, context)
-    request = EvidenceRequest(gdn_signals=True, output_gate=True, window=16)
+    request = EvidenceRequest(gdn_signals=True, window=16)
     captured = prefill(model, context, evidence=request)
     assert torch.equal(plain.last_logits, captured.last_logits)
     ev = captured.evidence
     adapter = captured.adapter
     assert sorted(ev.gdn_signals) == list(adapter.gdn_layers)
     assert ev.gdn_signals[adapter.gdn_layers[0]].shape == (90, adapter.gdn_value_heads(), 3)
-    assert ev.output_gate[adapter.attention_layers[0]].shape == (90, adapter.geometry.num_heads)
     assert ev.window_hidden[adapter.attention_layers[0]].shape == (16, model.config.hidden_size)
-    assert not plain.evidence.gdn_signals and not plain.evidence.output_gate
+    assert not plain.evidence.gdn_signals and not plain.evidence.window_hidden
 
 
 def test_gdn_signals_are_the_rule_inputs(tiny):

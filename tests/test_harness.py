@@ -95,3 +95,21 @@ def test_cli_reports_one_clear_error(model_dir, tmp_path, capsys):
     assert "bench compare: error: unknown press 'bogus'" in capsys.readouterr().err
     assert main(["compare", "--press", "snapkv", "--model", str(tmp_path / "missing"), "--out", str(tmp_path)]) == 2
     assert "no model at" in capsys.readouterr().err
+
+
+def test_verify_checks_invariants_and_the_published_leaderboard(model_dir, tmp_path, capsys):
+    run_compare(_settings(model_dir, tmp_path / "run", presses=["keydiff", "none"], allocators=["flat"],
+                          tasks=["niah_single_1"]), show_progress=False)
+    assert main(["verify", str(tmp_path / "run")]) == 0
+    write_leaderboard([tmp_path / "run"], tmp_path / "docs")
+    assert main(["verify", str(tmp_path / "run"), "--docs", str(tmp_path / "docs")]) == 0
+    (tmp_path / "docs" / "leaderboard.md").write_text("# edited by hand\n")
+    assert main(["verify", str(tmp_path / "run"), "--docs", str(tmp_path / "docs")]) == 2
+    assert "is not what the store says" in capsys.readouterr().err
+    path = tmp_path / "run" / "results.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    baseline = next(i for i, r in enumerate(rows) if r["press"] == "none")
+    rows[baseline]["kl"] = 1e-9
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert main(["verify", str(tmp_path / "run")]) == 2
+    assert "no-prune row has delta_nll=0.0, kl=1e-09" in capsys.readouterr().err

@@ -1,4 +1,6 @@
-"""``bench analyze``: the paper's three observations on this model (§3, App. C), as tables and PNG figures."""
+"""``bench analyze``: the paper's observations 1 and 2 on this model (§3.1–3.2, App. C), as tables and PNG figures.
+Observation 3 (a linear map against the MLP on the high-utility tail) is the leave-one-corpus-out table that
+``bench train`` writes (``evaluation.md``)."""
 
 from __future__ import annotations
 

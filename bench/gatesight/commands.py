@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from presses.calibration import Calibration
 from presses.gatesight import ARTIFACT_DIR, gdn_window
 from runtime import adapter_for
 
@@ -44,17 +43,13 @@ def train(model_path, labels_dir: Path, out: Path | None, slow_threshold: float,
     adapter = adapter_for(model)
     shards = _shards(labels_dir)
     windows = {layer: gdn_window(adapter, layer, settings.window) for layer in adapter.attention_layers}
-    try:
-        gate_weights = Calibration.load(directory).gate_weights
-    except FileNotFoundError:
-        gate_weights = None
     slow = slow_heads_by_layer(observation_1(shards, model, slow_threshold)["slow"])
     rows = {}
     rows.update({name: evaluate(p, shards) for name, p in heuristic_predictors(windows, slow).items()})
     rows["single-head oracle (in-sample)"] = evaluate(single_head_oracle(shards, windows), shards)
     rows.update(learned_predictors_loco(shards, windows, settings, log=print))
     table = _table(rows)
-    estimator = train_estimator(shards, windows, settings, gate_weights, log=print)
+    estimator = train_estimator(shards, windows, settings, log=print)
     estimator.meta.update({"corpora": sorted({s["corpus"] for s in shards}), "loco": rows,
                            "slow_threshold": slow_threshold})
     target = out or directory / ARTIFACT_DIR

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-from presses.gatesight import GateSightEstimator, build_features
+from presses.gatesight import GateSightEstimator, build_features, init_mlp, mlp_logits
 
 
 @dataclass
@@ -40,7 +40,7 @@ def layer_dataset(shards: list[dict], layer: int, gdn_layers: list[int], per_doc
 
 
 def train_estimator(shards: list[dict], gdn_windows: dict[int, list[int]], settings: TrainSettings = TrainSettings(),
-                    layer_gate_weights: dict[int, float] | None = None, log=None) -> GateSightEstimator:
+                    log=None) -> GateSightEstimator:
     """One MLP per (attention layer, KV head), BCE against the max-normalised utility, inputs standardised."""
     torch.manual_seed(settings.seed)
     layers = {}
@@ -49,11 +49,8 @@ def train_estimator(shards: list[dict], gdn_windows: dict[int, list[int]], setti
         mean, std = x.mean(0), x.std(0).clamp_min(1e-6)
         xs = (x - mean) / std
         heads, dims = y.shape[0], x.shape[1]
-        w1 = (torch.randn(heads, dims, settings.hidden) / dims**0.5).requires_grad_()
-        b1 = torch.zeros(heads, settings.hidden, requires_grad=True)
-        w2 = (torch.randn(heads, settings.hidden) / settings.hidden**0.5).requires_grad_()
-        b2 = torch.zeros(heads, requires_grad=True)
-        params = [w1, b1, w2, b2]
+        mlp = {name: value.requires_grad_() for name, value in init_mlp(heads, dims, settings.hidden).items()}
+        params = list(mlp.values())
         optimizer = torch.optim.AdamW(params, lr=settings.lr, weight_decay=settings.weight_decay)
         generator = torch.Generator().manual_seed(settings.seed)
         for epoch in range(settings.epochs):
@@ -61,8 +58,7 @@ def train_estimator(shards: list[dict], gdn_windows: dict[int, list[int]], setti
             total = 0.0
             for start in range(0, xs.shape[0], settings.batch_size):
                 idx = order[start : start + settings.batch_size]
-                hidden = torch.relu(torch.einsum("nf,hfk->hnk", xs[idx], w1) + b1[:, None])
-                logits = torch.einsum("hnk,hk->hn", hidden, w2) + b2[:, None]
+                logits = mlp_logits(xs[idx], mlp)
                 loss = torch.nn.functional.binary_cross_entropy_with_logits(logits, y[:, idx])
                 optimizer.zero_grad()
                 loss.backward()
@@ -71,10 +67,8 @@ def train_estimator(shards: list[dict], gdn_windows: dict[int, list[int]], setti
                 total += float(loss.detach()) * idx.numel()
             if log:
                 log(f"layer {layer} epoch {epoch + 1}/{settings.epochs}: BCE {total / xs.shape[0]:.4f}")
-        layers[layer] = {"mean": mean, "std": std, "w1": w1.detach(), "b1": b1.detach(), "w2": w2.detach(),
-                         "b2": b2.detach()}
-    weights = layer_gate_weights or {layer: 1.0 for layer in gdn_windows}
-    return GateSightEstimator(settings.window, layers, dict(gdn_windows), weights,
+        layers[layer] = {"mean": mean, "std": std, **{name: value.detach() for name, value in mlp.items()}}
+    return GateSightEstimator(settings.window, layers, dict(gdn_windows),
                               {"documents": len(shards), "settings": settings.__dict__})
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from runtime import Parent
+from runtime.kv import attention_probs
 
 
 @dataclass
@@ -58,12 +59,7 @@ def _continuation_attention(parent: Parent, layer: int, captured: dict) -> tuple
     keys = torch.cat([stored.keys, captured["keys"]], 1).float()
     values = torch.cat([stored.values, captured["values"]], 1).float()
     query = captured["query"].float()
-    length = query.shape[1]
-    logits = query @ keys.repeat_interleave(g.group_size, 0).transpose(1, 2)
-    logits = logits * parent.adapter.attention_module(layer).scaling
-    future = torch.ones(length, length, dtype=torch.bool).triu(1)
-    logits[..., -length:] = logits[..., -length:].masked_fill(future, float("-inf"))
-    probs = logits.softmax(-1)
+    probs = attention_probs(query, keys, parent.adapter.attention_module(layer).scaling, causal_tail=query.shape[1])
     return probs, probs @ values.repeat_interleave(g.group_size, 0), values
 
 

@@ -17,13 +17,12 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from tqdm import tqdm
 
-from runtime import EvidenceRequest, encode_text, prefill
+from runtime import CHATML_ASSISTANT_TURN, EvidenceRequest, encode_text, prefill
 
 from ..corpus import SOURCES, documents
 from .labels import Sampler, max_normalise, utility_labels
 
 CHAT_PREFIX = "<|im_start|>user\n"
-CHAT_SUFFIX = "<|im_end|>\n<|im_start|>assistant\n"
 
 
 def corpus_windows(tokenizer, tokens: int = 1024, per_document: int = 2, limit: int | None = None):
@@ -50,7 +49,7 @@ def label_document(model, tokenizer, text: str, continuations: int = 4, max_new_
                    seed: int = 0, check_entries: int = 8):
     """Signals ``{gdn layer: [n, Hv, 3]}``, normalised labels ``{attention layer: [H_kv, n]}`` and the checks."""
     encode = lambda s: encode_text(tokenizer, s)  # noqa: E731
-    prefix, body, suffix = encode(CHAT_PREFIX), encode(text), encode(CHAT_SUFFIX)
+    prefix, body, suffix = encode(CHAT_PREFIX), encode(text), encode(CHATML_ASSISTANT_TURN)
     ids = torch.tensor(prefix + body + suffix)
     parent = prefill(model, ids, protected=len(prefix), evidence=EvidenceRequest(gdn_signals=True), tokenizer=tokenizer)
     sampled = []

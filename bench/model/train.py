@@ -51,9 +51,11 @@ CURRICULUM = (
 
 # Decay initialisation of every GDN head, as in Mamba2 (``mamba_ssm/modules/mamba2.py``: A_init_range=(1, 16),
 # dt_min=0.001, dt_max=0.1, dt_init_floor=1e-4) and Gated DeltaNet (``fla/layers/gated_deltanet.py``, same dt):
-# dt log-uniform in [0.001, 0.1] (stratified per layer), dt_bias = softplus⁻¹(dt), A uniform in [1, 16], A_log = log A. The per-token
+# dt log-uniform in [0.001, 0.1], dt_bias = softplus⁻¹(dt), A uniform in [1, 16], A_log = log A. The per-token
 # decay at a = 0 is exp(−A·dt), i.e. half-lives ln 2 / (A·dt) from ~0.4 to ~700 tokens (median ~8). transformers'
-# own initialisation (dt_bias = 1, A ~ U(0, 16)) gives 0.03–2 tokens, and training does not move them.
+# own initialisation (dt_bias = 1, A ~ U(0, 16)) gives 0.03–2 tokens, and training does not move them. A draw
+# stratified per layer (every layer given one head from each quarter of the dt range) was tried: MQAR loss stalled
+# at 1.94 by step 375 (chance 2.30), so the draws are i.i.d. as in the recipe.
 GDN_DT_RANGE = (0.001, 0.1)
 GDN_DT_FLOOR = 1e-4
 GDN_A_RANGE = (1.0, 16.0)
@@ -84,12 +86,6 @@ def model_config(vocab_size: int) -> Qwen3_5TextConfig:
     )
 
 
-def _strata(n: int, generator: torch.Generator) -> torch.Tensor:
-    """``n`` uniform draws in [0, 1), one in each of ``n`` equal strata, in random order (a Latin hypercube: the
-    marginal is unchanged, but every layer gets fast and slow heads instead of whatever its few draws give)."""
-    return (torch.randperm(n, generator=generator) + torch.rand(n, generator=generator)) / n
-
-
 def init_gdn_decay(model, generator: torch.Generator) -> None:
     """Re-initialise ``A_log`` and ``dt_bias`` of every GDN layer with the ranges above (``GDN_*``)."""
     lo, hi = (math.log(x) for x in GDN_DT_RANGE)
@@ -98,9 +94,9 @@ def init_gdn_decay(model, generator: torch.Generator) -> None:
             if hasattr(layer, "linear_attn"):
                 module = layer.linear_attn
                 heads = module.dt_bias.numel()
-                dt = torch.exp(lo + (hi - lo) * _strata(heads, generator)).clamp(min=GDN_DT_FLOOR)
+                dt = torch.exp(lo + (hi - lo) * torch.rand(heads, generator=generator)).clamp(min=GDN_DT_FLOOR)
                 module.dt_bias.copy_(dt + torch.log(-torch.expm1(-dt)))
-                a = GDN_A_RANGE[0] + (GDN_A_RANGE[1] - GDN_A_RANGE[0]) * _strata(heads, generator)
+                a = GDN_A_RANGE[0] + (GDN_A_RANGE[1] - GDN_A_RANGE[0]) * torch.rand(heads, generator=generator)
                 module.A_log.copy_(torch.log(a))
 
 

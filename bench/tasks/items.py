@@ -5,9 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
+from runtime import CHATML_ASSISTANT_TURN
+
 CONTEXT_TEMPLATE = "<|im_start|>user\n{header}\n\n{body}\n\n"
 PROTECTED_TEMPLATE = "<|im_start|>user\n{header}\n\n"
-QUESTION_TEMPLATE = "{text}<|im_end|>\n<|im_start|>assistant\n{prefix}"
+QUESTION_TEMPLATE = "{text}" + CHATML_ASSISTANT_TURN + "{prefix}"
 
 
 @dataclass

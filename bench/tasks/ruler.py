@@ -1,6 +1,6 @@
 """RULER's 13 synthetic tasks, generated offline by seeded generators of our own.
 
-Structure, counts and metrics follow RULER (``scripts/data/synthetic``; see ``shared/reference/ruler-scbench.md``).
+Structure, counts and metrics follow RULER's ``scripts/data/synthetic`` (NVIDIA/RULER on GitHub).
 Two template profiles: ``faithful`` (RULER's wording, 7-digit numbers, uuids, adjective-noun keys) and
 ``compact`` (the same structure with short keys and values that suit a byte-level model). Every context carries
 all its questions; the question text never enters the compressed prefix.

@@ -1,7 +1,9 @@
 """What the runtime and the presses need to know about a model, behind one small interface.
 
-Nothing outside ``runtime.adapters`` touches transformers' modeling internals: a new architecture family is
-one adapter file plus a line in :data:`ADAPTERS`.
+The per-family projections live here: a new architecture family is one adapter file plus a line in
+:data:`ADAPTERS`. Three other places read GDN module internals by attribute (``A_log``, ``dt_bias``, the
+projections): the GDN continuation kernel (``runtime/gdn.py``), the half-life analysis
+(``bench/gatesight/analyze.py``) and the utility labels' output projection (``bench/gatesight/labels.py``).
 """
 
 from __future__ import annotations
@@ -37,7 +39,6 @@ class AttentionGeometry:
     num_kv_heads: int
     head_dim: int
     rotary_dim: int
-    gated: bool
 
     @property
     def group_size(self) -> int:
@@ -68,7 +69,6 @@ class ModelAdapter(ABC):
             num_kv_heads=self.config.num_key_value_heads,
             head_dim=head_dim,
             rotary_dim=cos.shape[-1],
-            gated=self.gated,
         )
 
     gated: bool = False
