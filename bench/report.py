@@ -158,6 +158,7 @@ def plot_curves(rows: list[dict], path: Path, title: str = "", resamples: int = 
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     groups = group_rows(rows)
     if len(groups) != 1:
@@ -198,10 +199,11 @@ def plot_curves(rows: list[dict], path: Path, title: str = "", resamples: int = 
         else:
             ax.set_xscale("log")
             ax.set_xticks(report.ratios, [f"{r:g}" for r in report.ratios], fontsize=7)
+            ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
             ax.set_xlabel("kept fraction p of the attention KV cache (log scale)")
         if field == "score":
             ax.set_ylim(bottom=max(0.0, ax.get_ylim()[0]), top=min(100.0, ax.get_ylim()[1]) + 2)
-        ax.set_ylabel(f"task-averaged {label}")
+        ax.set_ylabel(f"task-averaged {label.split(' (')[0]}" + (" (%)" if field == "score" else " (nats per answer)"))
         ax.grid(alpha=0.3)
     axes[-1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
     fig.suptitle(title, fontsize=9)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import fcntl
+import gzip
 import hashlib
 import json
 import os
@@ -90,7 +91,7 @@ def verify_rows(rows: list[dict]) -> list[str]:
 
 
 class ResultStore:
-    """``results.jsonl`` under ``directory``.
+    """``results.jsonl`` under ``directory`` (readers also take ``results.jsonl.gz``, e.g. a committed store).
 
     Parameters
     ----------
@@ -108,8 +109,12 @@ class ResultStore:
         self._lock = None
         if not readonly:
             self._acquire()
+        packed = self.path.with_suffix(".jsonl.gz")
+        if readonly and not self.path.exists() and packed.exists():  # a committed, compressed store
+            self.path = packed
         if self.path.exists():
-            lines = self.path.read_bytes().split(b"\n")
+            raw_bytes = self.path.read_bytes()
+            lines = (gzip.decompress(raw_bytes) if self.path.suffix == ".gz" else raw_bytes).split(b"\n")
             for number, raw in enumerate(lines, start=1):
                 if not raw.strip():
                     continue
