@@ -35,6 +35,21 @@ def _ints(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
 
 
+def _model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default=None,
+                   help="local model directory, or a hub id in the local Hugging Face cache (default: the shipped hybrid)")
+    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto")
+    p.add_argument("--dtype", default="float32", help="auto (the checkpoint's), float32, bfloat16 or float16")
+    p.add_argument("--allow-download", action="store_true",
+                   help="fetch a hub id missing from the local cache (runs are offline otherwise)")
+
+
+def _spec(args):
+    from .models import ModelSpec
+
+    return ModelSpec(args.model, args.device, args.dtype, args.allow_download)
+
+
 def cmd_compare(args) -> None:
     from .compare import CompareSettings, expand_tasks, run_compare, run_rows
     from .report import plot_curves, summary_markdown
@@ -42,7 +57,7 @@ def cmd_compare(args) -> None:
     ratios = args.compression_ratios if args.compression_ratios is not None else args.ratios
     settings = CompareSettings(
         presses=args.press, allocators=args.alloc, ratios=ratios, tasks=args.tasks, n=args.n,
-        length=args.length, model=args.model, seed=args.seed, out=Path(args.out), profile=args.profile,
+        length=args.length, model=_spec(args), seed=args.seed, out=Path(args.out), profile=args.profile,
         scbench_data=Path(args.scbench_data) if args.scbench_data else None,
     )
     store = run_compare(settings)
@@ -91,7 +106,7 @@ def cmd_verify(args) -> None:
 def cmd_cost(args) -> None:
     from .cost import run_cost
 
-    run_cost(args.model, args.press, args.lengths, Path(args.out))
+    run_cost(_spec(args), args.press, args.lengths, Path(args.out))
 
 
 def cmd_calibrate(args) -> None:
@@ -103,7 +118,7 @@ def cmd_calibrate(args) -> None:
     from . import models
     from .corpus import SOURCES, documents
 
-    model, tokenizer, directory = models.load(args.model)
+    model, tokenizer, directory = models.load(_spec(args))
     ids: list[int] = []
     for source in SOURCES:  # interleave sources so every one contributes
         for _, text in documents(source, "train")[:40]:
@@ -127,34 +142,35 @@ def cmd_train_model(args) -> None:
     torch.set_num_threads(args.threads)
     out = Path(args.out)
     cfg = TrainConfig(seed=args.seed) if args.steps is None else TrainConfig(steps=args.steps, seed=args.seed)
-    train(out, Path(args.checkpoints), cfg,
-          log=lambda line: print(line, flush=True))
+    _spec(argparse.Namespace(model=None, device=args.device, dtype="float32", allow_download=False))  # checks it
+    train(out, Path(args.checkpoints), cfg, log=lambda line: print(line, flush=True), device=args.device,
+          precision=args.dtype)
 
 
 def cmd_model_eval(args) -> None:
     from .model.evaluate import evaluate_model
 
-    print(evaluate_model(args.model, args.tasks, args.lengths, args.n, args.seed))
+    print(evaluate_model(_spec(args), args.tasks, args.lengths, args.n, args.seed))
 
 
 def cmd_label(args) -> None:
     from .gatesight.commands import label
 
-    label(args.model, Path(args.out), args.limit, args.tokens, args.continuations, args.max_new_tokens, args.seed)
+    label(_spec(args), Path(args.out), args.limit, args.tokens, args.continuations, args.max_new_tokens, args.seed)
 
 
 def cmd_train(args) -> None:
     from .gatesight.commands import train
     from .gatesight.estimator import TrainSettings
 
-    train(args.model, Path(args.labels), Path(args.out) if args.out else None, args.slow_threshold,
+    train(_spec(args), Path(args.labels), Path(args.out) if args.out else None, args.slow_threshold,
           TrainSettings(epochs=args.epochs, seed=args.seed))
 
 
 def cmd_analyze(args) -> None:
     from .gatesight.commands import analyze
 
-    analyze(args.model, Path(args.labels), Path(args.out), args.slow_threshold)
+    analyze(_spec(args), Path(args.labels), Path(args.out), args.slow_threshold)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -174,7 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tasks", type=_names, default=["ruler"], help="task names or groups (ruler, niah)")
     p.add_argument("--n", type=int, default=2, help="items per task")
     p.add_argument("--length", type=int, default=1024, help="context length in tokens (question included)")
-    p.add_argument("--model", default=None, help="local HF model directory (default: the shipped hybrid)")
+    _model_args(p)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="results")
     p.add_argument("--profile", default="compact", help="RULER template profile: compact or faithful")
@@ -192,14 +208,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_verify)
 
     p = sub.add_parser("cost", help="scoring time per press against prefill time, by context length")
-    p.add_argument("--model", default=None)
+    _model_args(p)
     p.add_argument("--press", type=_names, default=["gatesight", "snapkv", "triattention", "keydiff", "kvzip"])
     p.add_argument("--lengths", type=_ints, default=[1024, 4096, 16384])
     p.add_argument("--out", default="results/cost")
     p.set_defaults(func=cmd_cost)
 
     p = sub.add_parser("calibrate", help="TriAttention query statistics and layer gate weights, stored with the model")
-    p.add_argument("--model", default=None)
+    _model_args(p)
     p.add_argument("--tokens", type=int, default=32768)
     p.add_argument("--chunk", type=int, default=4096)
     p.set_defaults(func=cmd_calibrate)
@@ -210,10 +226,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, default=None, help="total steps (default: the shipped recipe's)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto")
+    p.add_argument("--dtype", default="auto",
+                   help="auto (the recipe: bf16 autocast from the 512-token stage on), float32 or bfloat16")
     p.set_defaults(func=cmd_train_model)
 
     p = sub.add_parser("model-eval", help="full-cache accuracy of a model on held-out task items")
-    p.add_argument("--model", default=None)
+    _model_args(p)
     p.add_argument("--tasks", type=_names, default=list(TRAIN_TASKS))
     p.add_argument("--lengths", type=_ints, default=[1024, 2048, 4096])
     p.add_argument("--n", type=int, default=20)
@@ -221,7 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_model_eval)
 
     p = sub.add_parser("label", help="GateSight utility labels (Eq. 2) and GDN signals on held-out generic text")
-    p.add_argument("--model", default=None)
+    _model_args(p)
     p.add_argument("--out", default="results/labels")
     p.add_argument("--limit", type=int, default=None, help="at most this many documents")
     p.add_argument("--tokens", type=int, default=1024, help="tokens per document window")
@@ -231,7 +250,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_label)
 
     p = sub.add_parser("train", help="train the GateSight estimator (+ ridge, leave-one-corpus-out evaluation)")
-    p.add_argument("--model", default=None)
+    _model_args(p)
     p.add_argument("--labels", default="results/labels")
     p.add_argument("--out", default=None, help="artifact directory (default: <model>/gatesight)")
     p.add_argument("--epochs", type=int, default=12)
@@ -240,7 +259,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("analyze", help="the paper's observations 1-2 on this model, tables and PNGs")
-    p.add_argument("--model", default=None)
+    _model_args(p)
     p.add_argument("--labels", default="results/labels")
     p.add_argument("--out", default="results/analysis")
     p.add_argument("--slow-threshold", type=float, default=64.0)

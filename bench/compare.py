@@ -47,7 +47,7 @@ class CompareSettings:
     tasks: list[str] = field(default_factory=lambda: list(TASKS))
     n: int = 2
     length: int = 1024
-    model: str | None = None
+    model: str | models.ModelSpec | None = None
     seed: int = 0
     out: Path = Path("results")
     profile: str = "compact"

@@ -34,10 +34,10 @@ def query_bands(query: torch.Tensor, rotary_dim: int) -> torch.Tensor:
 def band_frequencies(adapter: ModelAdapter) -> torch.Tensor:
     """``[d/2]`` angular frequency of each band (0 for NoPE bands)."""
     g = adapter.geometry
-    positions = torch.tensor([0, 1])
-    cos, sin = adapter.rope(torch.zeros(1, dtype=torch.float32), positions)
+    positions = torch.tensor([0, 1], device=adapter.device)
+    cos, sin = adapter.rope(torch.zeros(1, dtype=torch.float32, device=adapter.device), positions)
     omega = torch.atan2(sin[1, : g.rotary_dim // 2].float(), cos[1, : g.rotary_dim // 2].float())
-    return torch.cat([omega, torch.zeros(g.head_dim // 2 - g.rotary_dim // 2)])
+    return torch.cat([omega, omega.new_zeros(g.head_dim // 2 - g.rotary_dim // 2)])
 
 
 @dataclass

@@ -46,7 +46,7 @@ def build_features(signals: dict[int, torch.Tensor], gdn_layers: list[int], n: i
     """
     parts = [signals[j][positions].reshape(positions.numel(), -1).float() for j in gdn_layers]
     i = positions.float() + 1
-    age = torch.stack([i / n, (n - i) / n, torch.log1p(n - i) / torch.log1p(torch.tensor(float(n)))], dim=-1)
+    age = torch.stack([i / n, (n - i) / n, torch.log1p(n - i) / torch.log1p(i.new_tensor(float(n)))], dim=-1)
     return torch.cat(parts + [age], dim=-1)
 
 
@@ -104,6 +104,14 @@ class GateSightEstimator:
         """``[N, F]`` features -> ``[H_kv, N]`` pre-sigmoid utilities of every KV head's MLP (one batched pass)."""
         p = self.layers[layer]
         return mlp_logits((features - p["mean"]) / p["std"], p)
+
+    def to(self, device) -> "GateSightEstimator":
+        """The same estimator with its tensors on ``device`` (itself if they already are)."""
+        device = torch.device(device)
+        if all(t.device == device for p in self.layers.values() for t in p.values()):
+            return self
+        layers = {layer: {k: v.to(device) for k, v in p.items()} for layer, p in self.layers.items()}
+        return GateSightEstimator(self.window, layers, self.gdn_layers, self.meta)
 
     def save(self, directory) -> Path:
         directory = Path(directory)
@@ -172,11 +180,13 @@ class GateSightPress(Press):
         self.check(parent.adapter)
         if not parent.evidence.gdn_signals:
             raise ValueError("GateSight reads the GDN signals of prefill: prefill with evidence=press.evidence(adapter)")
-        positions = torch.arange(parent.protected, parent.n)
         signals = parent.evidence.gdn_signals
+        device = next(iter(signals.values())).device
+        estimator = self.estimator.to(device)
+        positions = torch.arange(parent.protected, parent.n, device=device)
         return {
             layer: torch.sigmoid(
-                self.estimator.logits(layer, build_features(signals, self.estimator.gdn_layers[layer], parent.n, positions))
+                estimator.logits(layer, build_features(signals, estimator.gdn_layers[layer], parent.n, positions))
             )
             for layer in parent.adapter.attention_layers
         }

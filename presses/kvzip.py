@@ -61,7 +61,8 @@ class KVzipPress(Press):
     def score(self, parent: Parent) -> Scores:
         g = parent.adapter.geometry
         n_body = parent.n - parent.protected
-        scores = {layer: torch.zeros(g.num_kv_heads, n_body) for layer in parent.adapter.attention_layers}
+        scores = {layer: torch.zeros(g.num_kv_heads, n_body, device=parent.adapter.device)
+                  for layer in parent.adapter.attention_layers}
         suffix = self._encode(parent, self.suffix)
         ids = parent.context_ids.cpu()
         for start in range(parent.protected, parent.n, self.chunk_size):

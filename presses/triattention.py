@@ -86,9 +86,10 @@ class TriAttentionPress(Press):
         for layer in adapter.attention_layers:
             keys = parent.kv[layer].keys[:, parent.protected :]
             bands = query_bands(keys, g.rotary_dim).repeat_interleave(g.group_size, 0)  # [H, n, F]
-            centre = self.calibration.centres[layer]
-            trig = trig_preference(centre, bands, omega, positions)
-            norm_term = bands.abs() @ (self.calibration.magnitudes[layer] - centre.abs()).unsqueeze(-1)
+            centre = self.calibration.centres[layer].to(keys.device)
+            trig = trig_preference(centre, bands, omega, positions.to(keys.device))
+            magnitudes = self.calibration.magnitudes[layer].to(keys.device)
+            norm_term = bands.abs() @ (magnitudes - centre.abs()).unsqueeze(-1)
             per_head = trig + norm_term[..., 0]
             if self.normalize:
                 per_head = (per_head - per_head.mean(-1, keepdim=True)) / per_head.std(-1, keepdim=True).clamp_min(1e-6)

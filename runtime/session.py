@@ -208,6 +208,7 @@ def prefill(
     protected: int = 0,
     evidence: EvidenceRequest = EvidenceRequest(),
     tokenizer=None,
+    chunk_size: int | None = None,
 ) -> Parent:
     """Prefill ``context_ids`` ``[n]`` once into an unpruned :class:`Parent`.
 
@@ -223,6 +224,10 @@ def prefill(
         What the presses in use need besides the KV cache.
     tokenizer : optional
         Used only to decode answers to text.
+    chunk_size : int, optional
+        Prefill at most this many tokens per forward pass (each chunk attends to the earlier ones and the GDN
+        layers continue from their states), so that activation memory stays bounded on long contexts. The
+        cache, logits and evidence equal one pass up to floating-point reassociation. Default: one pass.
     """
     adapter = adapter_for(model)
     ids = _as_ids(context_ids, adapter, "context_ids")
@@ -239,9 +244,13 @@ def prefill(
             f"context of {ids.numel()} tokens is longer than the model's max_position_embeddings ({limit}); "
             "truncate it (SCBench contexts are middle-truncated by the bench)"
         )
+    if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1):
+        raise ValueError(f"chunk_size={chunk_size!r} must be a positive integer (tokens per prefill pass) or None")
     recorder = EvidenceRecorder(evidence)
     state = SequenceState()
-    logits = forward_chunk(adapter, state, ids, recorder)
+    step = chunk_size or ids.numel()
+    for start in range(0, ids.numel(), step):
+        logits = forward_chunk(adapter, state, ids[start : start + step], recorder)
     for layer, (keys, values) in state.tail.items():
         positions = torch.arange(ids.numel(), device=ids.device).expand(keys.shape[0], -1).contiguous()
         state.base[layer] = LayerKV(keys, values, positions)

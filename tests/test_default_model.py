@@ -28,3 +28,13 @@ def test_default_model_retrieves_needles():
             answer = parent.answer(encode(question.prompt), question.max_new_tokens, tokenizer.eos_token_id)
             scores.append(string_match_all(answer.text, question.answers))
     assert sum(scores) >= 6, scores  # the trained model gets these right; a random or broken one gets none
+
+
+def test_shipped_tokenizer_has_the_chatml_template():
+    """``apply_chat_template`` gives exactly the ids of the task framing (kvpress's pipeline relies on it)."""
+    from runtime import CHATML_ASSISTANT_TURN, encode_text
+
+    tokenizer = AutoTokenizer.from_pretrained(DEFAULT_MODEL_DIR, local_files_only=True)
+    ids = tokenizer.apply_chat_template([{"role": "user", "content": "Where?"}], add_generation_prompt=True,
+                                        tokenize=True, return_dict=True)["input_ids"]
+    assert ids == encode_text(tokenizer, "<|im_start|>user\nWhere?" + CHATML_ASSISTANT_TURN)

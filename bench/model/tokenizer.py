@@ -6,6 +6,12 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
 SPECIAL_TOKENS = ("<|im_start|>", "<|im_end|>", "<|endoftext|>", "<|pad|>")
+# ChatML, the framing every task and training row uses (``<|im_start|>role\ncontent<|im_end|>\n``), so that
+# ``apply_chat_template`` and pipelines built on it (kvpress's) produce exactly the ids the model was trained on.
+CHAT_TEMPLATE = (
+    "{%- for message in messages %}{{- '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>'"
+    " + '\n' }}{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\n' }}{%- endif %}"
+)
 
 
 def _bytes_to_unicode() -> dict[int, str]:
@@ -32,4 +38,5 @@ def build_tokenizer() -> PreTrainedTokenizerFast:
         tokenizer_object=core, bos_token=None, eos_token="<|im_end|>", pad_token="<|pad|>",
         additional_special_tokens=["<|im_start|>", "<|endoftext|>"],
     )
+    tokenizer.chat_template = CHAT_TEMPLATE
     return tokenizer

@@ -148,15 +148,21 @@ def _stage(step: int) -> Stage:
     return [s for s in CURRICULUM if s.start <= step][-1]
 
 
-def train(out_dir: Path, checkpoint_dir: Path, cfg: TrainConfig = TrainConfig(), log=print) -> Path:
+def train(out_dir: Path, checkpoint_dir: Path, cfg: TrainConfig = TrainConfig(), log=print,
+          device: str = "cpu", precision: str = "auto") -> Path:
+    """Train (or resume) the default model; ``precision``: ``auto`` (each stage's own: bf16 autocast from the
+    512-token stage on), ``float32`` or ``bfloat16`` (autocast on every stage)."""
+    if precision not in ("auto", "float32", "bfloat16"):
+        raise ValueError(f"unknown training precision {precision!r}; choose auto, float32 or bfloat16")
+    device = torch.device(device)
     tokenizer = build_tokenizer()
-    model = new_model(len(tokenizer), cfg.seed)
+    model = new_model(len(tokenizer), cfg.seed).to(device)
     install_fast_kernel(model)
     optimizer = torch.optim.AdamW(parameter_groups(model, cfg.weight_decay), lr=cfg.phases[0][1], betas=(0.9, 0.95))
     start, elapsed, tokens_seen = 0, 0.0, 0
     checkpoint = checkpoint_dir / "last.pt"
     if checkpoint.exists():
-        state = torch.load(checkpoint, weights_only=False)
+        state = torch.load(checkpoint, weights_only=False, map_location=device)
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         start, elapsed, tokens_seen = state["step"], state["elapsed"], state["tokens"]
@@ -166,10 +172,12 @@ def train(out_dir: Path, checkpoint_dir: Path, cfg: TrainConfig = TrainConfig(),
         rng = random.Random(f"{cfg.seed}/{step}")  # data depends on the step only, so a resume replays exactly
         stage = _stage(step)
         ids, labels = batch(tokenizer, rng, stage.batch, stage.length, stage.mix)
+        ids, labels = ids.to(device), labels.to(device)
+        bf16 = stage.bf16 if precision == "auto" else precision == "bfloat16"
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(step, cfg)
         t0 = time.time()
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=stage.bf16):
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
             logits = model(ids).logits
         loss = row_mean_loss(logits, labels)
         optimizer.zero_grad()

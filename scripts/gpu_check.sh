@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# The GPU check (issue: real models). On a machine with CUDA: the runtime invariants and every press on the GPU
+# (float32 and bfloat16), prefill / scoring / decode timings of a random-weight 0.8B-geometry hybrid at 16K and 64K
+# tokens, and a short compare on the shipped model on cuda; every figure goes to one file. Without CUDA it stops.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out="${1:-gpu_check.md}"
+if ! python -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
+  echo "gpu_check: torch sees no CUDA device on this machine; run it where one is (nothing was run)" >&2
+  exit 2
+fi
+python scripts/gpu_check.py "$out"
+scratch=$(mktemp -d)
+{ echo; echo "## Short compare on the shipped model (cuda)"; echo; } >> "$out"
+/usr/bin/time -f "compare wall time: %e s" bench compare --device cuda --press gatesight,keydiff,snapkv --alloc flat \
+  --ratios 0.1 --tasks niah_single_1 --n 4 --length 2048 --out "$scratch/results" 2>>"$out" | tail -n 25 >> "$out"
+bench verify "$scratch/results" >> "$out"
+echo "figures written to $out"

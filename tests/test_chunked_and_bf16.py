@@ -1,0 +1,95 @@
+"""Chunked prefill equals one pass; the runtime and every press work in bfloat16."""
+
+import pytest
+import torch
+
+import presses
+from runtime import EvidenceRequest, prefill
+
+FAMILIES = ["qwen3_5", "qwen3_next", "qwen3", "llama"]
+
+
+def _ids(n, seed, vocab=97):
+    return torch.randint(0, vocab, (n,), generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("chunk", [1, 37, 64])
+def test_chunked_prefill_equals_one_pass(tiny, family, chunk):
+    model = tiny(family)
+    context, question = _ids(150, 5), _ids(6, 6)
+    request = EvidenceRequest(gdn_signals=True, window=20)
+    whole = prefill(model, context, protected=4, evidence=request)
+    chunked = prefill(model, context, protected=4, evidence=request, chunk_size=chunk)
+    assert torch.allclose(whole.last_logits, chunked.last_logits, atol=1e-4, rtol=0)
+    for layer in whole.adapter.attention_layers:
+        assert torch.allclose(whole.kv[layer].keys, chunked.kv[layer].keys, atol=1e-4, rtol=0)
+        assert torch.allclose(whole.kv[layer].values, chunked.kv[layer].values, atol=1e-4, rtol=0)
+        assert torch.allclose(whole.evidence.window_hidden[layer], chunked.evidence.window_hidden[layer], atol=1e-4)
+    for layer, signals in whole.evidence.gdn_signals.items():
+        assert signals.shape == chunked.evidence.gdn_signals[layer].shape
+        # the random model's log-decays reach -30, where one float32 ulp is 2e-6 and deeper layers inherit the
+        # earlier layers' reassociation differences: 1e-4 absolute plus 1e-5 relative
+        assert torch.allclose(signals, chunked.evidence.gdn_signals[layer], atol=1e-4, rtol=1e-5)
+    assert torch.allclose(whole.logits(question), chunked.logits(question), atol=1e-4, rtol=0)
+
+
+def test_chunk_size_is_checked(tiny):
+    with pytest.raises(ValueError, match="chunk_size=0 must be a positive integer"):
+        prefill(tiny("qwen3_5"), _ids(10, 0), chunk_size=0)
+
+
+@pytest.fixture
+def bf16(tiny):
+    def get(family):
+        return tiny(family).to(torch.bfloat16)
+
+    yield get
+    for family in FAMILIES:  # the session-cached models go back to float32 for the other tests
+        tiny(family).float()
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_bf16_keep_all_fork_equals_fresh_run(bf16, family):
+    """Greedy tokens identical to transformers' own bf16 forward; logits within 0.1 (bf16 has 8 mantissa bits:
+    one ulp at logits of magnitude 4-8 is 0.03, and the two paths sum in different orders)."""
+    model = bf16(family)
+    context, question = _ids(100, 7), _ids(8, 8)
+    parent = prefill(model, context, protected=4)
+    child = parent.fork(parent.keep_all_plan())
+    assert parent.kv[parent.adapter.attention_layers[0]].keys.dtype == torch.bfloat16
+    fresh = model(torch.cat([context, question])[None]).logits[0, 100:].float()
+    ours = child.logits(question).float()
+    assert (ours - fresh).abs().max() < 0.1
+    assert torch.equal(ours.argmax(-1), fresh.argmax(-1))
+
+
+@pytest.mark.parametrize("press_name", ["snapkv", "keydiff", "kvzip", "triattention", "gatesight"])
+def test_bf16_every_press_scores_and_compacts_exactly(bf16, press_name):
+    from bench.model.tokenizer import build_tokenizer
+    from presses.calibration import calibrate
+    from presses.gatesight import GateSightEstimator
+
+    model = bf16("qwen3_5")
+    adapter = __import__("runtime").adapter_for(model)
+    options = {"gatesight": {"estimator": GateSightEstimator.random(adapter)},
+               "triattention": {"calibration": calibrate(model, [_ids(64, 9)], ["random"])},
+               "kvzip": {"tokenizer": _ByteTokenizer()}}.get(press_name, {})
+    press = presses.get(press_name, **options)
+    parent = prefill(model, _ids(90, 10), protected=4, evidence=press.evidence(adapter))
+    selection = presses.Selection(parent, press)
+    scores = selection.scores
+    assert all(s.shape == (2, 86) and bool(s.float().isfinite().all()) for s in scores.values())
+    plan = selection.plan("flat", 0.3)
+    child = parent.fork(plan)
+    for layer, heads in plan.layers.items():
+        kept = torch.cat([torch.arange(4), heads[0]])
+        assert torch.equal(child.kv[layer].keys[0], parent.kv[layer].keys[0, kept])  # a copy, bit for bit
+    assert child.answer(_ids(3, 11), 2).tokens
+
+
+class _ByteTokenizer:
+    """Maps text to ids below the tiny vocabulary (97): enough for KVzip's repeat prompt."""
+
+    def __call__(self, text, add_special_tokens=False):
+        return {"input_ids": [ord(c) % 97 for c in text]}
