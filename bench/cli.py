@@ -58,7 +58,7 @@ def cmd_compare(args) -> None:
     settings = CompareSettings(
         presses=args.press, allocators=args.alloc, ratios=ratios, tasks=args.tasks, n=args.n,
         length=args.length, model=_spec(args), seed=args.seed, out=Path(args.out), profile=args.profile,
-        scbench_data=Path(args.scbench_data) if args.scbench_data else None,
+        scbench_data=Path(args.scbench_data) if args.scbench_data else None, jobs=args.jobs,
     )
     store = run_compare(settings)
     rows = run_rows(store, settings)
@@ -195,6 +195,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="results")
     p.add_argument("--profile", default="compact", help="RULER template profile: compact or faithful")
     p.add_argument("--scbench-data", default=None, help="local microsoft/SCBench copy (jsonl dir or datasets cache)")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="worker processes, one context at a time each (each loads the model; one core each)")
     p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("leaderboard", help="leaderboard.md, CSV and PNG from result stores")

@@ -24,7 +24,7 @@ from runtime import EvidenceRequest, adapter_for, encode_text, prefill
 from . import models
 from .fidelity import FullCacheReference, answer_log_probs, fidelity, reference_text
 from .metrics import METRICS
-from .store import BASELINE, SCHEMA, ResultStore, check_writable, code_version, row_key
+from .store import BASELINE, KEY_FIELDS, SCHEMA, ResultStore, check_writable, code_version, row_key
 from .tasks import PROFILES, TASKS, Config, generate
 from .tasks.scbench import SCBENCH_TASKS, load_rows, to_item
 
@@ -52,6 +52,7 @@ class CompareSettings:
     out: Path = Path("results")
     profile: str = "compact"
     scbench_data: Path | None = None
+    jobs: int = 1
 
 
 def expand_tasks(names: list[str]) -> list[str]:
@@ -89,6 +90,8 @@ def validate(settings: CompareSettings) -> None:
         raise ValueError("SCBench tasks read a local copy of microsoft/SCBench: pass --scbench-data DIR")
     for ratio in settings.ratios:
         allocators.check_keep_fraction(ratio, "ratio")
+    if isinstance(settings.jobs, bool) or not isinstance(settings.jobs, int) or settings.jobs < 1:
+        raise ValueError(f"jobs must be an integer >= 1 (worker processes), got {settings.jobs!r}")
     if settings.n < 1:
         raise ValueError(f"n must be >= 1 (items per task), got {settings.n}")
     if settings.profile not in PROFILES:
@@ -178,10 +181,10 @@ class _Question:
             parent.answer(self.prompt_ids, question.max_new_tokens, h.tokenizer.eos_token_id).tokens)
 
 
-def _answer_all(h: Harness, cache, item, questions: list[_Question], rows: list[dict], store: ResultStore,
+def _answer_all(h: Harness, cache, item, questions: list[_Question], rows: list[dict], is_done, emit,
                 extra: dict) -> None:
     for q, row in zip(questions, rows):
-        if store.has(row_key({**row, **extra})):
+        if is_done(row_key({**row, **extra})):
             continue
         question = q.question
         answer = cache.answer(q.prompt_ids, question.max_new_tokens, h.tokenizer.eos_token_id)
@@ -191,7 +194,61 @@ def _answer_all(h: Harness, cache, item, questions: list[_Question], rows: list[
             scores["score_official"] = question.official(answer.text)
         scores.update(fidelity(q.reference, answer_log_probs(cache, q.prompt_ids, q.reference.answer_ids),
                                answer.tokens))
-        store.append({**row, **extra, **scores, "prediction": answer.text, "answers": question.answers})
+        emit({**row, **extra, **scores, "prediction": answer.text, "answers": question.answers})
+
+
+def _context(h: Harness, task: str, index: int, is_done, emit) -> int:
+    """Answer every pending (press, allocator, ratio) of one context; ``emit`` each row. Returns the forks run."""
+    try:
+        item = h.item(task, index)
+    except IndexError:  # an SCBench task with fewer rows than --n
+        return 0
+    rows = [_base_row(h, task, item, q) for q in range(len(item.questions))]
+    combos = [(BASELINE, BASELINE, 1.0)] + [(p, a, r) for p in h.presses for a in h.allocators
+                                            for r in h.settings.ratios]
+    todo = [(press, alloc, ratio) for press, alloc, ratio in combos
+            if any(not is_done(row_key({**r, "press": press, "allocator": alloc, "ratio": ratio})) for r in rows)]
+    if not todo:
+        return 0
+    context = h.encode(item.context)
+    protected = len(h.encode(item.protected_text))
+    t0 = time.perf_counter()
+    parent = prefill(h.model, context, protected=protected, evidence=h.evidence, tokenizer=h.tokenizer)
+    prefill_seconds = time.perf_counter() - t0
+    questions = [_Question(h, question, parent) for question in item.questions]
+    selections = {name: Selection(parent, press, h.layer_weights) for name, press in h.presses.items()}
+    for press_name, alloc_name, ratio in todo:
+        extra = {"press": press_name, "allocator": alloc_name, "ratio": ratio,
+                 "prefill_seconds": round(prefill_seconds, 4), "n_context": parent.n, "protected": protected}
+        if press_name == BASELINE:
+            child = parent.fork(parent.keep_all_plan())
+        else:
+            selection = selections[press_name]
+            plan = selection.plan(h.allocators[alloc_name], ratio)
+            child = parent.fork(plan)
+            extra["score_seconds"] = round(selection.score_seconds, 4)
+            extra["kept_entries"] = plan.total()
+        extra["kv_bytes"], extra["gdn_bytes"] = child.kv_nbytes, child.gdn_nbytes
+        _answer_all(h, child, item, questions, rows, is_done, emit, extra)
+        child.release()
+    parent.release()
+    return len(todo)
+
+
+_WORKER: Harness | None = None
+
+
+def _start_worker(settings: CompareSettings) -> None:
+    global _WORKER
+    torch.set_num_threads(1)  # one core per process: decoding is bound by per-layer Python work, not by BLAS
+    _WORKER = Harness(settings)
+
+
+def _worker_context(job: tuple[str, int, set]) -> list[dict]:
+    task, index, done = job
+    rows: list[dict] = []
+    _context(_WORKER, task, index, done.__contains__, rows.append)
+    return rows
 
 
 def run_compare(settings: CompareSettings, show_progress: bool = True) -> ResultStore:
@@ -223,49 +280,24 @@ def run_rows(store: ResultStore, settings: CompareSettings) -> list[dict]:
 
 def _run(h: Harness, store: ResultStore, show_progress: bool) -> None:
     settings = h.settings
-    tasks = expand_tasks(settings.tasks)
-    combos = [(p, a, r) for p in h.presses for a in h.allocators for r in settings.ratios]
-    bar = tqdm(total=len(tasks) * settings.n * (1 + len(combos)), disable=not show_progress, unit="fork",
-               desc="compare")
-    for task in tasks:
-        for index in range(settings.n):
-            try:
-                item = h.item(task, index)
-            except IndexError:  # an SCBench task with fewer rows than --n
-                bar.update(1 + len(combos))
-                continue
-            rows = [_base_row(h, task, item, q) for q in range(len(item.questions))]
-            settings_of = [(BASELINE, BASELINE, 1.0)] + combos
+    contexts = [(task, index) for task in expand_tasks(settings.tasks) for index in range(settings.n)]
+    per_context = 1 + len(h.presses) * len(h.allocators) * len(settings.ratios)
+    bar = tqdm(total=len(contexts) * per_context, disable=not show_progress, unit="fork", desc="compare")
+    if settings.jobs == 1:
+        for task, index in contexts:
+            _context(h, task, index, store.has, store.append)
+            bar.update(per_context)
+    else:
+        import multiprocessing
 
-            def pending(press, alloc, ratio):
-                extra = {"press": press, "allocator": alloc, "ratio": ratio}
-                return any(not store.has(row_key({**r, **extra})) for r in rows)
-
-            todo = [combo for combo in settings_of if pending(*combo)]
-            bar.update(len(settings_of) - len(todo))
-            if not todo:
-                continue
-            context = h.encode(item.context)
-            protected = len(h.encode(item.protected_text))
-            t0 = time.perf_counter()
-            parent = prefill(h.model, context, protected=protected, evidence=h.evidence, tokenizer=h.tokenizer)
-            prefill_seconds = time.perf_counter() - t0
-            questions = [_Question(h, question, parent) for question in item.questions]
-            selections = {name: Selection(parent, press, h.layer_weights) for name, press in h.presses.items()}
-            for press_name, alloc_name, ratio in todo:
-                extra = {"press": press_name, "allocator": alloc_name, "ratio": ratio,
-                         "prefill_seconds": round(prefill_seconds, 4), "n_context": parent.n, "protected": protected}
-                if press_name == BASELINE:
-                    child = parent.fork(parent.keep_all_plan())
-                else:
-                    selection = selections[press_name]
-                    plan = selection.plan(h.allocators[alloc_name], ratio)
-                    child = parent.fork(plan)
-                    extra["score_seconds"] = round(selection.score_seconds, 4)
-                    extra["kept_entries"] = plan.total()
-                extra["kv_bytes"], extra["gdn_bytes"] = child.kv_nbytes, child.gdn_nbytes
-                _answer_all(h, child, item, questions, rows, store, extra)
-                child.release()
-                bar.update(1)
-            parent.release()
+        # each worker loads its own model and answers whole contexts; only this process writes the store
+        done_by_context: dict[tuple, set] = {}
+        for key in store.done:
+            done_by_context.setdefault((key[KEY_FIELDS.index("task")], key[KEY_FIELDS.index("item")]), set()).add(key)
+        jobs = [(task, index, done_by_context.get((task, index), set())) for task, index in contexts]
+        with multiprocessing.get_context("spawn").Pool(settings.jobs, _start_worker, (settings,)) as pool:
+            for rows in pool.imap_unordered(_worker_context, jobs):
+                for row in rows:
+                    store.append(row)
+                bar.update(per_context)
     bar.close()

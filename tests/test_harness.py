@@ -113,3 +113,19 @@ def test_verify_checks_invariants_and_the_published_leaderboard(model_dir, tmp_p
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert main(["verify", str(tmp_path / "run")]) == 2
     assert "no-prune row has delta_nll=0.0, kl=1e-09" in capsys.readouterr().err
+
+
+def test_jobs_give_the_same_rows_as_one_process(model_dir, tmp_path):
+    settings = dict(presses=["keydiff", "none"], allocators=["flat"], ratios=[0.3],
+                    tasks=["niah_single_1", "niah_multikey_1"], n=2)
+    serial = run_compare(_settings(model_dir, tmp_path / "serial", **settings), show_progress=False)
+    parallel = run_compare(_settings(model_dir, tmp_path / "parallel", jobs=2, **settings), show_progress=False)
+    from bench.store import row_key
+
+    def table(store):
+        return {row_key(r): (r["score"], r["delta_nll"], r["kl"], r["prediction"]) for r in store.rows}
+
+    assert len(parallel.rows) == len(serial.rows) == 2 * (1 + 4) * 2
+    assert table(parallel) == table(serial)
+    again = run_compare(_settings(model_dir, tmp_path / "parallel", jobs=2, **settings), show_progress=False)
+    assert len(again.rows) == len(parallel.rows)  # resumes: nothing answered twice
