@@ -27,7 +27,17 @@ def test_label_train_analyze(model_dir, tmp_path, capsys):
     assert "| MLP (GateSight) |" in out and "| ridge |" in out and "| age (older first) |" in out
     estimator = GateSightEstimator.load(artifact)
     assert sorted(estimator.meta["corpora"]) == sorted({s["corpus"] for s in shards})
+    # observation 3 reads the per-layer evaluation: its layer means are the overall leave-one-corpus-out figures
+    from bench.gatesight.analyze import observation_3
+
+    obs3 = observation_3(estimator.meta)
+    for name, by_layer in estimator.meta["loco_per_layer"].items():
+        for key in ("rho", "ov@10", "cov@10"):
+            layer_mean = sum(m[key] for m in by_layer.values()) / len(by_layer)
+            assert abs(layer_mean - estimator.meta["loco"][name][key]) < 1e-9
+    assert obs3["layers"] == 2 and all(0 <= v <= 2 for v in obs3["layers ahead"].values())
     assert main(["analyze", *args, "--labels", str(labels), "--out", str(tmp_path / "analysis")]) == 0
+    assert (tmp_path / "analysis" / "half_life_histogram.png").exists()
     assert (tmp_path / "analysis" / "half_lives.png").exists()
     assert "static vs measured spearman" in (tmp_path / "analysis" / "observations.md").read_text()
 

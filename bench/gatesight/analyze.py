@@ -1,6 +1,6 @@
-"""``bench analyze``: the paper's observations 1 and 2 on this model (§3.1–3.2, App. C), as tables and PNG figures.
-Observation 3 (a linear map against the MLP on the high-utility tail) is the leave-one-corpus-out table that
-``bench train`` writes (``evaluation.md``)."""
+"""``bench analyze``: the paper's three observations on this model (§3, App. C), as tables and PNG figures, with the
+paper's Qwen3.8-27B figures beside ours. Observation 3 reads the leave-one-corpus-out evaluation that ``bench train``
+stores in the GateSight artifact."""
 
 from __future__ import annotations
 
@@ -105,6 +105,49 @@ def plot_half_lives(medians: dict, threshold: float, path) -> None:
     ax.set_xlabel("GDN layer")
     ax.set_ylabel("median half-life (tokens)")
     ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+PAPER = {
+    "median half-life": 24.0, "pair spearman (median)": 0.99, "static vs measured spearman": 0.942,
+    "top-decile lift": 1.92, "bottom-decile lift": 1.82,
+    "rho": {"β (window mean)": 0.11, "−g (window mean)": 0.11, "‖v‖ (window mean)": 0.09, "β‖v‖ (window mean)": 0.10,
+            "slow-head β‖v‖": 0.23},
+    "table 1": {"ridge": (0.548, 38.6, 55.8), "MLP (GateSight)": (0.543, 41.0, 58.4)},
+}
+"""Qwen3.8-27B figures of the paper (§3, Table 1, Figure 2) shown beside this model's."""
+
+
+def observation_3(meta: dict) -> dict:
+    """Ridge against the MLP on the same features, leave-one-corpus-out: overall ρ, and the high-utility tail
+    (Ov@10, Cov@10) overall and per attention layer. ``meta`` is the GateSight artifact's training record."""
+    if "loco_per_layer" not in meta:
+        raise ValueError("the GateSight artifact has no per-layer leave-one-corpus-out evaluation: run `bench train` "
+                         "(this version) first")
+    overall = {name: meta["loco"][name] for name in ("ridge", "MLP (GateSight)")}
+    ridge, mlp = (meta["loco_per_layer"][name] for name in ("ridge", "MLP (GateSight)"))
+    ahead = {key: sum(mlp[layer][key] > ridge[layer][key] for layer in mlp) for key in ("rho", "ov@10", "cov@10")}
+    return {"overall": overall, "layers ahead": ahead, "layers": len(mlp)}
+
+
+def plot_half_life_histogram(medians: dict, threshold: float, path) -> None:
+    """Histogram of the measured half-lives of every GDN head (log bins), the slow threshold marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    values = np.clip(np.array(list(medians.values()), dtype=float), 1e-2, 1e5)
+    fig, ax = plt.subplots(figsize=(6, 3.2), dpi=120)
+    ax.hist(values, bins=np.logspace(-2, 5, 29), color="tab:blue", edgecolor="white")
+    ax.axvline(threshold, color="tab:orange", linestyle="--", label=f"slow threshold {threshold:g} tokens")
+    ax.set_xscale("log")
+    ax.set_xlabel("measured half-life ln 0.5 / mean g (tokens)")
+    ax.set_ylabel("GDN heads")
+    ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)

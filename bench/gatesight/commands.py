@@ -47,10 +47,13 @@ def train(model_path, labels_dir: Path, out: Path | None, slow_threshold: float,
     rows = {}
     rows.update({name: evaluate(p, shards) for name, p in heuristic_predictors(windows, slow).items()})
     rows["single-head oracle (in-sample)"] = evaluate(single_head_oracle(shards, windows), shards)
-    rows.update(learned_predictors_loco(shards, windows, settings, log=print))
+    per_layer: dict = {}
+    rows.update(learned_predictors_loco(shards, windows, settings, log=print, per_layer=per_layer))
     table = _table(rows)
     estimator = train_estimator(shards, windows, settings, log=print)
     estimator.meta.update({"corpora": sorted({s["corpus"] for s in shards}), "loco": rows,
+                           "loco_per_layer": {name: {str(layer): m for layer, m in by_layer.items()}
+                                              for name, by_layer in per_layer.items()},
                            "slow_threshold": slow_threshold})
     target = out or directory / ARTIFACT_DIR
     estimator.save(target)
@@ -61,29 +64,56 @@ def train(model_path, labels_dir: Path, out: Path | None, slow_threshold: float,
 
 
 def analyze(model_path, labels_dir: Path, out: Path, slow_threshold: float) -> None:
-    from .analyze import observation_1, observation_2, plot_half_lives, slow_heads_by_layer
+    from .analyze import (PAPER, observation_1, observation_2, observation_3, plot_half_life_histogram,
+                          plot_half_lives, slow_heads_by_layer)
 
-    model, _, _ = models.load(model_path)
+    model, _, directory = models.load(model_path)
     adapter = adapter_for(model)
     shards = _shards(labels_dir)
     out.mkdir(parents=True, exist_ok=True)
     windows = {layer: gdn_window(adapter, layer) for layer in adapter.attention_layers}
     obs1 = observation_1(shards, model, slow_threshold)
     plot_half_lives(obs1["medians"], slow_threshold, out / "half_lives.png")
+    plot_half_life_histogram(obs1["medians"], slow_threshold, out / "half_life_histogram.png")
     obs2 = observation_2(shards, windows, slow_heads_by_layer(obs1["slow"]))
-    lines = ["## Observation 1: GDN memory dynamics", ""]
+    lives = sorted(obs1["medians"].values())
+    lines = [f"Documents: {len(shards)} held-out labelling windows. Paper: Qwen3.8-27B (§3, Table 1, Figure 2).", "",
+             "## Observation 1: GDN memory dynamics", "", "| measure | this model | paper |", "|---|---|---|"]
     for key in ("median half-life", "pair spearman (median)", "pair spearman (min)", "static vs measured spearman",
                 "slow heads", "heads", "slow-set jaccard (median)"):
-        value = obs1[key]
-        lines.append(f"- {key}: {value:.3f}" if isinstance(value, float) else f"- {key}: {value}")
+        value, paper = obs1[key], PAPER.get(key, "–")
+        lines.append(f"| {key} | {value:.3f} | {paper} |" if isinstance(value, float) else f"| {key} | {value} | {paper} |")
+    lines += [f"| half-life 10th / 90th percentile (tokens) | {lives[len(lives) // 10]:.2f} / "
+              f"{lives[(9 * len(lives)) // 10]:.2f} | a handful / hundreds to thousands |",
+              f"| heads with half-life ≥ {slow_threshold:g} tokens | {sum(v >= slow_threshold for v in lives) / len(lives):.1%} "
+              "| – |"]
     names = sorted({k[1] for k in obs2["rho"]})
-    lines += ["", "![half-lives](half_lives.png)", "", "## Observation 2: Spearman ρ of U with native signals", "",
+    lines += ["", "![half-lives per layer](half_lives.png) ![half-life histogram](half_life_histogram.png)", "",
+              "## Observation 2: Spearman ρ of U with native signals", "",
               "| attention layer | " + " | ".join(names) + " |"]
     lines.append("|---|" + "---|" * len(names))
     for layer in windows:
         lines.append(f"| {layer} | " + " | ".join(f"{obs2['rho'][(layer, n)]:+.3f}" for n in names) + " |")
-    lines += ["", f"- slow-head β‖v‖ top-decile lift: {obs2['top-decile lift']:.2f}×, "
-              f"bottom-decile lift: {obs2['bottom-decile lift']:.2f}×"]
+    lines.append("| paper (mean of 16 layers) | " + " | ".join(f"{PAPER['rho'].get(n, '–')}" for n in names) + " |")
+    lines += ["", f"- slow-head β‖v‖ top-decile lift: {obs2['top-decile lift']:.2f}× (paper "
+              f"{PAPER['top-decile lift']}×), bottom-decile lift: {obs2['bottom-decile lift']:.2f}× (paper "
+              f"{PAPER['bottom-decile lift']}×)"]
+    from presses.gatesight import GateSightEstimator
+
+    try:
+        obs3 = observation_3(GateSightEstimator.load(directory / ARTIFACT_DIR).meta)
+    except (FileNotFoundError, ValueError) as error:
+        obs3 = None
+        lines += ["", f"## Observation 3: not available ({error})"]
+    if obs3:
+        lines += ["", "## Observation 3: a linear map against the MLP on the same features (leave-one-corpus-out)", "",
+                  "| predictor | ρ | Ov@10 (%) | Cov@10 (%) | paper ρ / Ov@10 / Cov@10 |", "|---|---|---|---|---|"]
+        for name, m in obs3["overall"].items():
+            paper = " / ".join(str(x) for x in PAPER["table 1"][name])
+            lines.append(f"| {name} | {m['rho']:+.3f} | {100 * m['ov@10']:.1f} | {100 * m['cov@10']:.1f} | {paper} |")
+        ahead = obs3["layers ahead"]
+        lines += ["", f"- the MLP is ahead of ridge in {ahead['ov@10']} of {obs3['layers']} attention layers on Ov@10, "
+                  f"{ahead['cov@10']} on Cov@10 and {ahead['rho']} on ρ (paper: all 16 on Ov@10 and Cov@10)"]
     text = "\n".join(lines) + "\n"
     (out / "observations.md").write_text(text)
     (out / "observations.json").write_text(json.dumps(

@@ -52,6 +52,13 @@ Predictor = Callable[[dict, int], torch.Tensor]
 
 def evaluate(predictor: Predictor, shards: list[dict]) -> dict[str, float]:
     """Metrics averaged over KV heads, then documents, then layers."""
+    per_layer = evaluate_per_layer(predictor, shards)
+    keys = next(iter(per_layer.values())).keys()
+    return {key: mean(per_layer[layer][key] for layer in per_layer) for key in keys}
+
+
+def evaluate_per_layer(predictor: Predictor, shards: list[dict]) -> dict[int, dict[str, float]]:
+    """Metrics per attention layer, averaged over KV heads, then documents."""
     per_layer: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for shard in shards:
         for layer, truth in shard["labels"].items():
@@ -65,8 +72,7 @@ def evaluate(predictor: Predictor, shards: list[dict]) -> dict[str, float]:
                     heads[f"cov@{int(f * 100)}"].append(c)
             for key, values in heads.items():
                 per_layer[layer][key].append(mean(values))
-    keys = next(iter(per_layer.values())).keys()
-    return {key: mean(mean(per_layer[layer][key]) for layer in per_layer) for key in keys}
+    return {layer: {key: mean(values) for key, values in metrics.items()} for layer, metrics in per_layer.items()}
 
 
 def _window_mean(shard: dict, gdn_layers: list[int], fn) -> torch.Tensor:
@@ -128,10 +134,12 @@ def single_head_oracle(shards: list[dict], gdn_windows: dict[int, list[int]]) ->
     return predict
 
 
-def learned_predictors_loco(shards: list[dict], gdn_windows, settings: TrainSettings, log=None):
-    """Ridge and MLP, each evaluated leave-one-corpus-out: metrics averaged over held-out corpora."""
+def learned_predictors_loco(shards: list[dict], gdn_windows, settings: TrainSettings, log=None, per_layer=None):
+    """Ridge and MLP, each evaluated leave-one-corpus-out: metrics averaged over held-out corpora. ``per_layer``,
+    if given, is filled with ``{predictor: {layer: {metric: value}}}`` (observation 3 compares them per layer)."""
     corpora = sorted({s["corpus"] for s in shards})
     results = {"ridge": defaultdict(list), "MLP (GateSight)": defaultdict(list)}
+    layers = {name: defaultdict(lambda: defaultdict(list)) for name in results}
     for corpus in corpora:
         train, test = split_by_corpus(shards, corpus)
         if not train or not test:
@@ -145,10 +153,17 @@ def learned_predictors_loco(shards: list[dict], gdn_windows, settings: TrainSett
 
         for name, predictor in (("ridge", lambda sh, l: ridge.predict(l, feats(sh, l))),
                                 ("MLP (GateSight)", lambda sh, l: mlp.logits(l, feats(sh, l)))):
-            for key, value in evaluate(predictor, test).items():
-                results[name][key].append(value)
+            by_layer = evaluate_per_layer(predictor, test)
+            for layer, metrics in by_layer.items():
+                for key, value in metrics.items():
+                    layers[name][layer][key].append(value)
+            for key in next(iter(by_layer.values())):
+                results[name][key].append(mean(metrics[key] for metrics in by_layer.values()))
         if log:
             log(f"held out {corpus}: {len(train)} train / {len(test)} test documents done")
+    if per_layer is not None:
+        per_layer.update({name: {layer: {k: mean(v) for k, v in m.items()} for layer, m in by_layer.items()}
+                          for name, by_layer in layers.items()})
     return {name: {k: mean(v) for k, v in metrics.items()} for name, metrics in results.items()}
 
 
