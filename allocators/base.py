@@ -63,7 +63,11 @@ class Allocator(ABC):
     """Integer counts per attention layer and KV head; they sum to :attr:`BudgetRequest.total` exactly."""
 
     name: str = ""
+    #: reads the press's scores (global, adakv)
     needs_scores: bool = False
+    #: ranks scores of different layers against each other (global): only for presses whose scores share a scale
+    compares_layers: bool = False
+    #: reads calibrated per-layer weights (gate)
     needs_layer_weights: bool = False
 
     @abstractmethod

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass
 
 from .base import Allocator, BudgetRequest
-from .integerize import largest_remainder
+from .integerize import split_by_layer_weights
 
 
 @dataclass
@@ -23,8 +23,4 @@ class GateAllocator(Allocator):
         weights = [float(request.layer_weights[layer]) for layer in request.layers]
         if not all(math.isfinite(w) for w in weights) or min(weights) < 0 or sum(weights) <= 0:
             raise ValueError(f"layer gate weights must be finite, non-negative and with a positive sum, got {weights}")
-        per_layer_total = request.per_head * len(request.layers)
-        targets = [per_layer_total * w / sum(weights) for w in weights]
-        # all heads of a layer keep the same count, so the layer count is integerised, then copied to its heads
-        counts = largest_remainder(targets, per_layer_total, 0, request.n_body)
-        return {layer: [c] * request.num_kv_heads for layer, c in zip(request.layers, counts)}
+        return split_by_layer_weights(request, weights)

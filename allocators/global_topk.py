@@ -17,6 +17,7 @@ from .base import Allocator, BudgetRequest
 class GlobalAllocator(Allocator):
     name = "global"
     needs_scores = True
+    compares_layers = True
 
     def allocate(self, request: BudgetRequest) -> dict[int, list[int]]:
         if request.scores is None:

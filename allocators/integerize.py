@@ -10,6 +10,15 @@ def round_half_up(x: float) -> int:
     return int(math.floor(x + 0.5 + 1e-9))
 
 
+def split_by_layer_weights(request, weights: list[float]) -> dict[int, list[int]]:
+    """Counts of ``request`` (an ``allocators.BudgetRequest``): the budget split across its layers in proportion to
+    ``weights`` (one per layer, positive sum), capped at the body and re-spread, the same count for every head."""
+    per_layer_total = request.per_head * len(request.layers)
+    targets = [per_layer_total * w / sum(weights) for w in weights]
+    counts = largest_remainder(targets, per_layer_total, 0, request.n_body)
+    return {layer: [c] * request.num_kv_heads for layer, c in zip(request.layers, counts)}
+
+
 def largest_remainder(targets: list[float], total: int, low: list[int] | int = 0, high: list[int] | int | None = None):
     """Integers ``b_i`` with ``Σ b_i = total`` and ``low_i <= b_i <= high_i``, closest to ``targets`` in the
     largest-remainder sense; entries pinned at a bound hand their surplus or deficit to the others in proportion.

@@ -35,6 +35,33 @@ def _ints(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
 
 
+def _value(text: str):
+    """An option value: an integer, a number, true/false, a ``/``-separated list of numbers, or the text itself."""
+    for parse in (int, float):
+        try:
+            return parse(text)
+        except ValueError:
+            pass
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    if "/" in text:
+        try:
+            return [float(x) for x in text.split("/")]
+        except ValueError:
+            pass
+    return text
+
+
+def _options(text: str) -> dict:
+    options = {}
+    for part in _names(text):
+        key, sep, value = part.partition("=")
+        if not sep or not key.strip():
+            raise argparse.ArgumentTypeError(f"expected key=value pairs separated by commas, got {part!r}")
+        options[key.strip()] = _value(value.strip())
+    return options
+
+
 def _model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=None,
                    help="local model directory, or a hub id in the local Hugging Face cache (default: the shipped hybrid)")
@@ -59,6 +86,7 @@ def cmd_compare(args) -> None:
         presses=args.press, allocators=args.alloc, ratios=ratios, tasks=args.tasks, n=args.n,
         length=args.length, model=_spec(args), seed=args.seed, out=Path(args.out), profile=args.profile,
         scbench_data=Path(args.scbench_data) if args.scbench_data else None, jobs=args.jobs,
+        press_options=args.press_options, alloc_options=args.alloc_options,
     )
     store = run_compare(settings)
     rows = run_rows(store, settings)
@@ -195,6 +223,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="results")
     p.add_argument("--profile", default="compact", help="RULER template profile: compact or faithful")
     p.add_argument("--scbench-data", default=None, help="local microsoft/SCBench copy (jsonl dir or datasets cache)")
+    p.add_argument("--press-options", type=_options, default={},
+                   help="key=value,... for every press of the run (e.g. window=64 for snapkv; a kvpress:<Class> "
+                        "takes its own fields); rows name the press with its options")
+    p.add_argument("--alloc-options", type=_options, default={},
+                   help="key=value,... for every allocator (e.g. weights=1/2/3 for perlayer, safeguard=0.1 for adakv)")
     p.add_argument("--jobs", type=int, default=1,
                    help="worker processes, one context at a time each (each loads the model; one core each)")
     p.set_defaults(func=cmd_compare)

@@ -53,6 +53,23 @@ class CompareSettings:
     profile: str = "compact"
     scbench_data: Path | None = None
     jobs: int = 1
+    press_options: dict = field(default_factory=dict)
+    alloc_options: dict = field(default_factory=dict)
+
+    def press_label(self, name: str) -> str:
+        """The press's name in rows: with its options, if any, so that differently configured runs never mix."""
+        return _label(name, self.press_options)
+
+    def alloc_label(self, name: str) -> str:
+        return _label(name, self.alloc_options)
+
+
+def _label(name: str, options: dict) -> str:
+    if not options:
+        return name
+    # lists with ';' so that a method name "press/allocator" keeps exactly one '/'
+    shown = ",".join(f"{k}={';'.join(f'{x:g}' for x in v) if isinstance(v, list) else v}" for k, v in sorted(options.items()))
+    return f"{name}({shown})"
 
 
 def expand_tasks(names: list[str]) -> list[str]:
@@ -77,11 +94,10 @@ def validate(settings: CompareSettings) -> None:
     _nonempty(settings.ratios, "--ratios", "kept fractions in (0, 1], or a grid name: " + ", ".join(RATIO_GRIDS))
     _nonempty(settings.tasks, "--tasks", "task names or the groups ruler, niah, scbench")
     for name in settings.presses:
-        if name != BASELINE:
-            presses.get(name)  # unknown names and unbuildable presses fail here, with the valid choices
-    unknown_alloc = [a for a in settings.allocators if a not in allocators.ALLOCATORS]
-    if unknown_alloc:
-        raise ValueError(f"unknown allocator {unknown_alloc[0]!r}; available: {', '.join(allocators.available())}")
+        if name != BASELINE:  # unknown names, options and unbuildable presses fail here, with the valid choices
+            presses.get(name, **settings.press_options)
+    for name in settings.allocators:
+        allocators.get(name, **settings.alloc_options)
     unknown_task = [t for t in expand_tasks(settings.tasks) if t not in TASKS + SCBENCH]
     if unknown_task:
         raise ValueError(f"unknown task {unknown_task[0]!r}; available: {', '.join(TASKS + SCBENCH)} "
@@ -117,14 +133,15 @@ class Harness:
         for name in settings.presses:
             if name == BASELINE:
                 continue
-            press = presses.get(name)
+            press = presses.get(name, **settings.press_options)
             try:
                 press.bind(self.model_dir)
                 press.check(self.adapter)
             except (ValueError, FileNotFoundError) as error:
                 raise ValueError(f"press {name!r} cannot run on {self.model_dir}: {error}") from None
-            self.presses[name] = press
-        self.allocators = {name: allocators.get(name) for name in settings.allocators}
+            self.presses[settings.press_label(name)] = press
+        self.allocators = {settings.alloc_label(name): allocators.get(name, **settings.alloc_options)
+                           for name in settings.allocators}
         self.layer_weights = None
         if any(a.needs_layer_weights for a in self.allocators.values()):
             self.layer_weights = Calibration.load(self.model_dir).gate_weights
@@ -271,7 +288,8 @@ def run_rows(store: ResultStore, settings: CompareSettings) -> list[dict]:
     model_dir = models.resolve(settings.model)
     wanted = {"model": model_dir.name, "weights": models.fingerprint(model_dir), "code": code_version(),
               "length": settings.length, "profile": settings.profile, "seed": settings.seed}
-    combos = {(BASELINE, BASELINE, 1.0)} | {(p, a, float(r)) for p in settings.presses for a in settings.allocators
+    combos = {(BASELINE, BASELINE, 1.0)} | {(settings.press_label(p), settings.alloc_label(a), float(r))
+                                            for p in settings.presses for a in settings.allocators
                                             for r in settings.ratios}
     tasks = set(expand_tasks(settings.tasks))
     return [r for r in store.rows if all(r.get(k) == v for k, v in wanted.items()) and r["task"] in tasks

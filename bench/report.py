@@ -176,7 +176,7 @@ def plot_curves(rows: list[dict], path: Path, title: str = "", resamples: int = 
             ax.set_title(f"{label}: no task qualifies")
             continue
         for k, method in enumerate(report.methods):
-            press, alloc = method.split("/")
+            press, alloc = method.split("/", 1)
             colour = plt.cm.tab10(presses_seen.index(press) % 10)
             xs = report.columns(method)
             stats = [boot.average(method, r, tasks) for r in xs]
@@ -218,7 +218,7 @@ def allocation_ablation_markdown(report: GroupReport) -> list[str]:
     """The paper's Table 4 analogue: each scorer under every allocator it ran with (ΔNLL, task-averaged)."""
     by_press: dict[str, list[str]] = defaultdict(list)
     for method in report.methods:
-        press, alloc = method.split("/")
+        press, alloc = method.split("/", 1)
         by_press[press].append(alloc)
     boot, tasks = report.boot["delta_nll"], report.average_tasks["delta_nll"]
     lines = ["| press | allocator | " + " | ".join(f"p={r:g}" for r in report.ratios) + " |",

@@ -26,8 +26,8 @@ class KvpressScorer(Press):
     name = "kvpress"
 
     @staticmethod
-    def build(class_name: str):
-        """A kvpress ``ScorerPress`` subclass by class name, with its default parameters."""
+    def build(class_name: str, **options):
+        """A kvpress ``ScorerPress`` subclass by class name, with ``options`` (its dataclass fields)."""
         import kvpress
 
         cls = getattr(kvpress, class_name, None)
@@ -35,7 +35,9 @@ class KvpressScorer(Press):
             names = sorted(n for n in dir(kvpress) if isinstance(getattr(kvpress, n), type)
                            and issubclass(getattr(kvpress, n), kvpress.ScorerPress))
             raise ValueError(f"{class_name!r} is not a kvpress ScorerPress; available: {', '.join(names)}")
-        return cls()
+        from .registry import build_with_options
+
+        return build_with_options(cls, f"kvpress:{class_name}", options)
 
     def evidence(self, adapter) -> EvidenceRequest:
         return EvidenceRequest(window=ALL_TOKENS)

@@ -32,7 +32,7 @@ def keep_fraction_from(keep_fraction: float | None, compression_ratio: float | N
 
 def check_pair(press: Press, allocator: Allocator) -> None:
     """Refuse combinations that are not meaningful before any work starts."""
-    if allocator.needs_scores and not press.comparable_scale:
+    if allocator.compares_layers and not press.comparable_scale:
         raise ValueError(
             f"the {allocator.name!r} allocator ranks scores across layers, but {press.name!r} scores are not on one "
             f"scale across layers; use it with a press whose scores are (kvzip, gatesight)"

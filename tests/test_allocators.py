@@ -83,3 +83,62 @@ def test_errors():
         allocators.get("gate").allocate(_request(0.5, 10, (1,)))
     with pytest.raises(ValueError, match="cannot be split"):
         largest_remainder([1.0, 1.0], 5, 0, 2)
+
+
+@pytest.mark.parametrize("name", ["adakv", "perlayer"])
+def test_new_allocators_totals_are_exact(name):
+    g = torch.Generator().manual_seed(1)
+    for n_body, p, layers in itertools.product([1, 7, 100, 1023], [0.01, 0.1, 0.5, 1.0], LAYER_SETS):
+        allocator = allocators.get(name, **({"weights": [float(i + 1) for i in range(len(layers))]}
+                                            if name == "perlayer" else {}))
+        scores = {layer: torch.rand(2, n_body, generator=g) for layer in layers}
+        request = _request(p, n_body, layers, scores=scores)
+        counts = allocator.allocate(request)
+        flat_counts = [c for heads in counts.values() for c in heads]
+        assert sum(flat_counts) == request.total and all(0 <= c <= n_body for c in flat_counts)
+        # both keep each layer's share of the budget per layer (adakv) or per weights (perlayer)
+        if name == "adakv":
+            assert all(sum(c) == 2 * request.per_head for c in counts.values())
+
+
+def test_adakv_equals_brute_force_selection():
+    """Per layer: every head's top ``floor`` entries, then the best remaining entries of all heads together."""
+    g = torch.Generator().manual_seed(2)
+    scores = torch.rand(4, 50, generator=g)
+    scores[0] *= 10  # head 0 holds the layer's largest scores: it should win most of the shared budget
+    request = _request(0.2, 50, (3,), heads=4, scores={3: scores})
+    counts = allocators.get("adakv", safeguard=0.2).allocate(request)[3]
+    k, floor = 10, 2
+    pool = []
+    for h in range(4):
+        ranked = sorted(range(50), key=lambda j: -float(scores[h, j]))
+        pool += [(float(scores[h, j]), h) for j in ranked[floor:]]
+    best = sorted(pool, reverse=True)[: 4 * k - 4 * floor]
+    expected = [floor + sum(1 for _, h in best if h == head) for head in range(4)]
+    assert counts == expected and counts[0] > k and min(counts) >= floor
+
+
+def test_perlayer_is_proportional_and_checks_its_weights():
+    counts = allocators.get("perlayer", weights=[1, 2, 3]).allocate(_request(0.2, 1000, (3, 7, 11)))
+    assert counts == {3: [100, 100], 7: [200, 200], 11: [300, 300]}
+    with pytest.raises(ValueError, match="perlayer has 2 weights; the model has 3 attention layers"):
+        allocators.get("perlayer", weights=[1, 2]).allocate(_request(0.2, 1000, (3, 7, 11)))
+    with pytest.raises(ValueError, match="give one finite, non-negative weight per attention layer"):
+        allocators.get("perlayer", weights=[1, float("nan")])
+
+
+def test_adakv_children_are_ragged_and_exact(tiny):
+    import presses
+    from runtime import prefill
+
+    model = tiny("qwen3_5")
+    parent = prefill(model, torch.randint(0, 97, (80,), generator=torch.Generator().manual_seed(3)), protected=4)
+    selection = presses.Selection(parent, "keydiff")
+    plan = selection.plan("adakv", 0.25)
+    assert plan.total() == 2 * 2 * 19
+    child = parent.fork(plan)
+    for layer, heads in plan.layers.items():
+        top = [torch.sort(torch.sort(-selection.scores[layer][h], stable=True).indices[: len(heads[h])]).values + 4
+               for h in range(2)]
+        assert all(torch.equal(a, b) for a, b in zip(top, heads))
+    assert child.kv_nbytes == sum(2 * (4 + len(p)) * 16 * 4 for heads in plan.layers.values() for p in heads)

@@ -184,7 +184,7 @@ def test_gatesight_refuses_models_it_cannot_run_on(tiny):
 
 
 @pytest.mark.parametrize("press_name", ["snapkv", "keydiff", "gatesight", "kvzip", "triattention"])
-@pytest.mark.parametrize("allocator_name", ["flat", "gate", "pyramid", "global"])
+@pytest.mark.parametrize("allocator_name", ["flat", "gate", "pyramid", "global", "adakv", "perlayer"])
 def test_any_press_with_any_allocator(tiny, press_name, allocator_name):
     model = tiny("qwen3_5")
     adapter = __import__("runtime").adapter_for(model)
@@ -200,7 +200,8 @@ def test_any_press_with_any_allocator(tiny, press_name, allocator_name):
         with pytest.raises(ValueError, match="not on one scale"):
             presses.compress(parent, press, allocator_name, keep_fraction=0.3, layer_weights=weights)
         return
-    child = presses.compress(parent, press, allocator_name, compression_ratio=0.7, layer_weights=weights)
+    allocator = allocators.get(allocator_name, **({"weights": [1.0, 3.0]} if allocator_name == "perlayer" else {}))
+    child = presses.compress(parent, press, allocator, compression_ratio=0.7, layer_weights=weights)
     body = parent.n - parent.protected
     kept = sum(length - parent.protected for kv in child.kv.values() for length in kv.lengths())
     assert kept == len(adapter.attention_layers) * 2 * round_half_up(0.3 * body)
@@ -215,4 +216,4 @@ def test_registry_and_ratio_errors(tiny):
         presses.compress(parent, "keydiff", "flat")
     with pytest.raises(ValueError, match="outside"):
         presses.compress(parent, "keydiff", "flat", keep_fraction=1.2)
-    assert allocators.available() == ["flat", "gate", "pyramid", "global"]
+    assert allocators.available() == ["flat", "gate", "pyramid", "global", "adakv", "perlayer"]

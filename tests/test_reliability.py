@@ -201,3 +201,20 @@ def test_gate_allocator_refuses_non_finite_weights():
     request = BudgetRequest(0.5, 100, (3, 7), 2, layer_weights={3: float("nan"), 7: 1.0})
     with pytest.raises(ValueError, match="must be finite, non-negative"):
         allocators.get("gate").allocate(request)
+
+
+def test_press_and_allocator_options_from_the_cli(model_dir, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["compare", "--model", str(model_dir), "--out", str(out), "--press", "snapkv", "--press-options",
+                 "window=8,kernel=3", "--alloc", "perlayer", "--alloc-options", "weights=1/3", "--ratios", "0.5",
+                 "--tasks", "niah_single_1", "--n", "1", "--length", "300"]) == 0
+    rows = ResultStore(out, readonly=True).rows
+    assert {r["press"] for r in rows} == {"none", "snapkv(kernel=3,window=8)"}
+    assert {r["allocator"] for r in rows} == {"none", "perlayer(weights=1;3)"}
+    capsys.readouterr()
+    assert main(["compare", "--model", str(model_dir), "--out", str(out), "--press", "snapkv",
+                 "--press-options", "windw=8"]) == 2
+    assert "snapkv has no option 'windw'; valid: window, kernel, gqa" in capsys.readouterr().err
+    assert main(["compare", "--model", str(model_dir), "--out", str(out), "--press", "snapkv",
+                 "--press-options", "window=-1"]) == 2
+    assert "window=-1: expected an integer >= 1" in capsys.readouterr().err

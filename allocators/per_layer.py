@@ -1,0 +1,33 @@
+"""Per-layer: the budget B split across attention layers in proportion to user-given weights, as kvpress's
+``PerLayerCompressionPress`` sets one compression ratio per layer — but with the total held at exactly B, so that
+the rule compares with the others at the same memory."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from .base import Allocator, BudgetRequest
+from .integerize import split_by_layer_weights
+
+
+@dataclass
+class PerLayerAllocator(Allocator):
+    """Parameters: ``weights``, one non-negative number per attention layer in depth order (their scale does not
+    matter: layer ℓ keeps B · w_ℓ / Σw, capped at the body and re-spread)."""
+
+    weights: list[float] = field(default_factory=list)
+    name = "perlayer"
+
+    def __post_init__(self):
+        weights = [float(w) for w in self.weights]
+        if not weights or not all(math.isfinite(w) and w >= 0 for w in weights) or sum(weights) <= 0:
+            raise ValueError(f"perlayer weights={self.weights!r}: give one finite, non-negative weight per attention "
+                             "layer, with a positive sum (e.g. weights=1/2/3)")
+        self.weights = weights
+
+    def allocate(self, request: BudgetRequest) -> dict[int, list[int]]:
+        if len(self.weights) != len(request.layers):
+            raise ValueError(f"perlayer has {len(self.weights)} weights; the model has {len(request.layers)} attention "
+                             f"layers ({list(request.layers)})")
+        return split_by_layer_weights(request, self.weights)
