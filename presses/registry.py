@@ -42,4 +42,7 @@ def build_with_options(cls, name: str, options: dict):
     unknown = [key for key in options if key not in valid]
     if unknown:
         raise ValueError(f"{name} has no option {unknown[0]!r}; valid: {', '.join(valid) or 'none'}")
-    return cls(**options)
+    try:
+        return cls(**options)
+    except TypeError as error:  # a required field without a default, e.g. a wrapper's inner press
+        raise ValueError(f"{name} cannot be built from these options: {error}") from None
