@@ -85,7 +85,7 @@ def cmd_compare(args) -> None:
     settings = CompareSettings(
         presses=args.press, allocators=args.alloc, ratios=ratios, tasks=args.tasks, n=args.n,
         length=args.length, model=_spec(args), seed=args.seed, out=Path(args.out), profile=args.profile,
-        scbench_data=Path(args.scbench_data) if args.scbench_data else None, jobs=args.jobs,
+        scbench_data=Path(args.scbench_data) if args.scbench_data else None, jobs=args.jobs, batch=args.batch,
         press_options=args.press_options, alloc_options=args.alloc_options,
     )
     store = run_compare(settings)
@@ -228,6 +228,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "takes its own fields); rows name the press with its options")
     p.add_argument("--alloc-options", type=_options, default={},
                    help="key=value,... for every allocator (e.g. weights=1/2/3 for perlayer, safeguard=0.1 for adakv)")
+    p.add_argument("--batch", type=int, default=32,
+                   help="compacted children of one context answered together (memory: their caches, padded)")
     p.add_argument("--jobs", type=int, default=1,
                    help="worker processes, one context at a time each (each loads the model; one core each)")
     p.set_defaults(func=cmd_compare)

@@ -20,9 +20,10 @@ import presses
 from presses.calibration import Calibration
 from presses.selection import Selection, check_pair
 from runtime import EvidenceRequest, adapter_for, encode_text, prefill
+from runtime.batch import answer_many
 
 from . import models
-from .fidelity import FullCacheReference, answer_log_probs, fidelity, reference_text
+from .fidelity import FullCacheReference, answer_log_probs, answer_log_probs_many, fidelity, reference_text
 from .metrics import METRICS
 from .store import BASELINE, KEY_FIELDS, SCHEMA, ResultStore, check_writable, code_version, row_key
 from .tasks import PROFILES, TASKS, Config, generate
@@ -53,6 +54,7 @@ class CompareSettings:
     profile: str = "compact"
     scbench_data: Path | None = None
     jobs: int = 1
+    batch: int = 32
     press_options: dict = field(default_factory=dict)
     alloc_options: dict = field(default_factory=dict)
 
@@ -108,6 +110,8 @@ def validate(settings: CompareSettings) -> None:
         allocators.check_keep_fraction(ratio, "ratio")
     if isinstance(settings.jobs, bool) or not isinstance(settings.jobs, int) or settings.jobs < 1:
         raise ValueError(f"jobs must be an integer >= 1 (worker processes), got {settings.jobs!r}")
+    if isinstance(settings.batch, bool) or not isinstance(settings.batch, int) or settings.batch < 1:
+        raise ValueError(f"batch must be an integer >= 1 (children answered together), got {settings.batch!r}")
     if settings.n < 1:
         raise ValueError(f"n must be >= 1 (items per task), got {settings.n}")
     if settings.profile not in PROFILES:
@@ -198,24 +202,37 @@ class _Question:
             parent.answer(self.prompt_ids, question.max_new_tokens, h.tokenizer.eos_token_id).tokens)
 
 
-def _answer_all(h: Harness, cache, item, questions: list[_Question], rows: list[dict], is_done, emit,
-                extra: dict) -> None:
+def _row(h: Harness, item, q: _Question, row: dict, extra: dict, answer, log_probs: torch.Tensor) -> dict:
+    """The stored row of one answered question: accuracy, fidelity against the full cache, the prediction."""
+    question = q.question
+    scores = {"score": question.scorer(answer.text)} if question.scorer else {
+        "score": METRICS[item.metric](answer.text, question.answers)}
+    if question.official:
+        scores["score_official"] = question.official(answer.text)
+    scores.update(fidelity(q.reference, log_probs, answer.tokens))
+    return {**row, **extra, **scores, "prediction": answer.text, "answers": question.answers}
+
+
+def _answer_batch(h: Harness, item, questions: list[_Question], rows: list[dict], children: list, extras: list[dict],
+                  is_done, emit) -> None:
+    """Every pending question of every child, the children of a question answered as one batch."""
     for q, row in zip(questions, rows):
-        if is_done(row_key({**row, **extra})):
+        members = [i for i, extra in enumerate(extras) if not is_done(row_key({**row, **extra}))]
+        if not members:
             continue
-        question = q.question
-        answer = cache.answer(q.prompt_ids, question.max_new_tokens, h.tokenizer.eos_token_id)
-        scores = {"score": question.scorer(answer.text)} if question.scorer else {
-            "score": METRICS[item.metric](answer.text, question.answers)}
-        if question.official:
-            scores["score_official"] = question.official(answer.text)
-        scores.update(fidelity(q.reference, answer_log_probs(cache, q.prompt_ids, q.reference.answer_ids),
-                               answer.tokens))
-        emit({**row, **extra, **scores, "prediction": answer.text, "answers": question.answers})
+        batch = [children[i] for i in members]
+        answers = answer_many(batch, q.prompt_ids, q.question.max_new_tokens, h.tokenizer.eos_token_id)
+        log_probs = answer_log_probs_many(batch, q.prompt_ids, q.reference.answer_ids)
+        for i, answer, child_log_probs in zip(members, answers, log_probs):
+            emit(_row(h, item, q, row, extras[i], answer, child_log_probs))
 
 
 def _context(h: Harness, task: str, index: int, is_done, emit) -> int:
-    """Answer every pending (press, allocator, ratio) of one context; ``emit`` each row. Returns the forks run."""
+    """Answer every pending (press, allocator, ratio) of one context; ``emit`` each row. Returns the forks run.
+
+    The no-prune child is answered alone (the full cache against itself: its ΔNLL and KL are exactly 0); the
+    compacted children are answered ``settings.batch`` at a time (:mod:`runtime.batch`).
+    """
     try:
         item = h.item(task, index)
     except IndexError:  # an SCBench task with fewer rows than --n
@@ -234,20 +251,31 @@ def _context(h: Harness, task: str, index: int, is_done, emit) -> int:
     prefill_seconds = time.perf_counter() - t0
     questions = [_Question(h, question, parent) for question in item.questions]
     selections = {name: Selection(parent, press, h.layer_weights) for name, press in h.presses.items()}
-    for press_name, alloc_name, ratio in todo:
-        extra = {"press": press_name, "allocator": alloc_name, "ratio": ratio,
-                 "prefill_seconds": round(prefill_seconds, 4), "n_context": parent.n, "protected": protected}
-        if press_name == BASELINE:
-            child = parent.fork(parent.keep_all_plan())
-        else:
+    common = {"prefill_seconds": round(prefill_seconds, 4), "n_context": parent.n, "protected": protected}
+    if todo[0][0] == BASELINE:
+        child = parent.fork(parent.keep_all_plan())
+        extra = {"press": BASELINE, "allocator": BASELINE, "ratio": 1.0, **common,
+                 "kv_bytes": child.kv_nbytes, "gdn_bytes": child.gdn_nbytes}
+        for q, row in zip(questions, rows):
+            if not is_done(row_key({**row, **extra})):
+                answer = child.answer(q.prompt_ids, q.question.max_new_tokens, h.tokenizer.eos_token_id)
+                emit(_row(h, item, q, row, extra, answer,
+                          answer_log_probs(child, q.prompt_ids, q.reference.answer_ids)))
+        child.release()
+    # similar kept fractions side by side: a batch is padded to its largest child
+    compacted = sorted((combo for combo in todo if combo[0] != BASELINE), key=lambda combo: combo[2])
+    for start in range(0, len(compacted), h.settings.batch):
+        children, extras = [], []
+        for press_name, alloc_name, ratio in compacted[start : start + h.settings.batch]:
             selection = selections[press_name]
             plan = selection.plan(h.allocators[alloc_name], ratio)
-            child = parent.fork(plan)
-            extra["score_seconds"] = round(selection.score_seconds, 4)
-            extra["kept_entries"] = plan.total()
-        extra["kv_bytes"], extra["gdn_bytes"] = child.kv_nbytes, child.gdn_nbytes
-        _answer_all(h, child, item, questions, rows, is_done, emit, extra)
-        child.release()
+            children.append(parent.fork(plan))
+            extras.append({"press": press_name, "allocator": alloc_name, "ratio": ratio, **common,
+                           "score_seconds": round(selection.score_seconds, 4), "kept_entries": plan.total(),
+                           "kv_bytes": children[-1].kv_nbytes, "gdn_bytes": children[-1].gdn_nbytes})
+        _answer_batch(h, item, questions, rows, children, extras, is_done, emit)
+        for child in children:
+            child.release()
     parent.release()
     return len(todo)
 

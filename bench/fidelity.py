@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
+from runtime.batch import logits_many
 from runtime.session import CachedContext
 
 
@@ -30,9 +31,19 @@ def answer_log_probs(cache: CachedContext, prompt_ids: torch.Tensor, answer_ids:
     prompt_ids, answer_ids : torch.Tensor
         ``[L]`` and ``[A]`` token ids.
     """
-    logits = cache.logits(torch.cat([prompt_ids, answer_ids]))
+    return _answer_slice(cache.logits(torch.cat([prompt_ids, answer_ids])), prompt_ids, answer_ids)
+
+
+def answer_log_probs_many(children: list[CachedContext], prompt_ids: torch.Tensor,
+                          answer_ids: torch.Tensor) -> torch.Tensor:
+    """``[B, A, V]``: :func:`answer_log_probs` of every child, computed as one batch (:mod:`runtime.batch`)."""
+    return _answer_slice(logits_many(children, torch.cat([prompt_ids, answer_ids])), prompt_ids, answer_ids)
+
+
+def _answer_slice(logits: torch.Tensor, prompt_ids: torch.Tensor, answer_ids: torch.Tensor) -> torch.Tensor:
+    # the logits after prompt token L - 1 predict the first answer token
     start = prompt_ids.numel() - 1
-    return logits[start : start + answer_ids.numel()].float().log_softmax(-1)
+    return logits[..., start : start + answer_ids.numel(), :].float().log_softmax(-1)
 
 
 @dataclass

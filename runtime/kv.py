@@ -26,11 +26,15 @@ class LayerKV:
         post-RoPE at their original positions.
     positions : torch.Tensor or tuple of torch.Tensor
         ``[H_kv, k]`` or one ``[k_h]`` tensor per head: the context position of every stored entry.
+    valid : torch.Tensor or None
+        Dense layouts only: ``[H_kv, k]``, False where an entry is padding that attention must not see (several
+        children padded to one shape to be answered as a batch, :mod:`runtime.batch`). None: every entry is real.
     """
 
     keys: Heads
     values: Heads
     positions: Heads
+    valid: torch.Tensor | None = None
 
     @property
     def ragged(self) -> bool:
@@ -82,8 +86,10 @@ def _attend_two_segments(
     tail_keys: torch.Tensor,
     tail_values: torch.Tensor,
     scale: float,
+    base_valid: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Softmax attention over ``[base | tail]`` without concatenating the keys.
+    """Softmax attention over ``[base | tail]`` without concatenating the keys (``base_valid`` ``[Hk, k]``: False
+    where a base entry is padding).
 
     ``query`` is ``[Hk, G, L, d]``; base ``[Hk, k, d]`` is entirely visible; tail ``[Hk, t, d]`` ends with the
     ``L`` query tokens themselves and is masked causally, aligned to its end.
@@ -97,6 +103,8 @@ def _attend_two_segments(
         probs = tail_logits.softmax(-1).to(query.dtype)
         return torch.einsum("hglt,htd->hgld", probs, tail_values)
     base_logits = torch.einsum("hgld,hkd->hglk", query, base_keys).float() * scale
+    if base_valid is not None:
+        base_logits = base_logits.masked_fill(~base_valid[:, None, None, :], float("-inf"))
     probs = torch.cat([base_logits, tail_logits], dim=-1).softmax(-1).to(query.dtype)
     kb = base_keys.shape[1]
     return torch.einsum("hglk,hkd->hgld", probs[..., :kb], base_values) + torch.einsum(
@@ -147,6 +155,7 @@ def attend(
             None if base is None else base.keys,
             None if base is None else base.values,
             tail_keys, tail_values, scale,
+            None if base is None else base.valid,
         )
     else:
         out = torch.cat(

@@ -129,3 +129,18 @@ def test_jobs_give_the_same_rows_as_one_process(model_dir, tmp_path):
     assert table(parallel) == table(serial)
     again = run_compare(_settings(model_dir, tmp_path / "parallel", jobs=2, **settings), show_progress=False)
     assert len(again.rows) == len(parallel.rows)  # resumes: nothing answered twice
+
+
+def test_batched_children_give_the_rows_of_one_at_a_time(model_dir, tmp_path):
+    settings = dict(presses=["keydiff", "snapkv", "none"], allocators=["flat", "pyramid"], ratios=[0.2, 0.6],
+                    tasks=["niah_multikey_1"], n=1)
+    one = run_compare(_settings(model_dir, tmp_path / "one", batch=1, **settings), show_progress=False)
+    many = run_compare(_settings(model_dir, tmp_path / "many", batch=32, **settings), show_progress=False)
+    from bench.store import row_key
+
+    by_key = {row_key(r): r for r in one.rows}
+    assert len(many.rows) == len(one.rows) == 4 * (1 + 2 * 2 * 2)
+    for row in many.rows:
+        ref = by_key[row_key(row)]
+        assert row["prediction"] == ref["prediction"] and row["score"] == ref["score"]
+        assert abs(row["delta_nll"] - ref["delta_nll"]) < 1e-4 and abs(row["kl"] - ref["kl"]) < 1e-5

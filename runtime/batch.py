@@ -1,0 +1,106 @@
+"""Many children of one parent answered as one batch: the question and every decode step run once for all.
+
+Decoding a small hybrid is bound by per-layer Python work, not by arithmetic, so children that differ only in
+which entries they keep (other presses, allocators, kept fractions) are answered together. Their caches are padded
+to one shape per layer (padding masked out of attention, so every child attends to exactly its own entries) and the
+batch-of-one layer loop (:func:`runtime.forward.forward_chunk`) is vectorised over the children with
+``torch.func.vmap``. Results equal answering each child alone up to floating-point reassociation.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.func import vmap
+
+from .forward import SequenceState, forward_chunk
+from .gdn import GDNState
+from .kv import LayerKV
+from .session import Answer, CachedContext, _as_ids
+
+
+def _padded(children: list[CachedContext]) -> tuple[dict, dict]:
+    """Per attention layer ``(keys, values, positions, valid)`` with a leading child axis, every head padded to the
+    longest head of any child; per GDN layer ``(conv, recurrent)`` stacked."""
+    states = [child._live_state() for child in children]
+    base = {}
+    for layer in states[0].base:
+        heads = [[state.base[layer].head(h) for h in range(state.base[layer].num_heads)] for state in states]
+        longest = max(k.shape[0] for child in heads for k, _, _ in child)
+        keys, values, positions, valid = [], [], [], []
+        for child in heads:
+            pad = [longest - k.shape[0] for k, _, _ in child]
+            keys.append(torch.stack([torch.nn.functional.pad(k, (0, 0, 0, p)) for (k, _, _), p in zip(child, pad)]))
+            values.append(torch.stack([torch.nn.functional.pad(v, (0, 0, 0, p)) for (_, v, _), p in zip(child, pad)]))
+            positions.append(torch.stack([torch.nn.functional.pad(i, (0, p), value=-1) for (_, _, i), p in zip(child, pad)]))
+            valid.append(positions[-1] >= 0)
+        base[layer] = tuple(torch.stack(t) for t in (keys, values, positions, valid))
+    gdn = {layer: (torch.stack([s.gdn[layer].conv for s in states]), torch.stack([s.gdn[layer].recurrent for s in states]))
+           for layer in states[0].gdn}
+    return base, gdn
+
+
+def _step(adapter, next_position: int, all_logits: bool):
+    """One chunk through the layer loop for a single child, as a pure function of its tensors (for ``vmap``)."""
+
+    def step(base, tail, gdn, ids):
+        state = SequenceState({layer: LayerKV(*entries) for layer, entries in base.items()}, dict(tail),
+                              {layer: GDNState(*g) for layer, g in gdn.items()}, next_position)
+        logits = forward_chunk(adapter, state, ids, all_logits=all_logits)
+        return logits, dict(state.tail), {layer: (g.conv, g.recurrent) for layer, g in state.gdn.items()}
+
+    return step
+
+
+def _check(children: list[CachedContext]) -> None:
+    if not children:
+        raise ValueError("give at least one child")
+    first = children[0]
+    for child in children:
+        if child.context_hash != first.context_hash or child.adapter is not first.adapter:
+            raise ValueError("children answered as one batch must come from the same prefilled context and model")
+        if any(kv.valid is not None for kv in child.kv.values()):
+            raise ValueError("a padded batch cache cannot be batched again")
+
+
+def logits_many(children: list[CachedContext], question_ids) -> torch.Tensor:
+    """``[B, L, V]`` logits of every question token for each child (the caches are unchanged)."""
+    _check(children)
+    ids = _as_ids(question_ids, children[0].adapter, "question_ids")
+    base, gdn = _padded(children)
+    step = _step(children[0].adapter, children[0]._live_state().next_position, all_logits=True)
+    logits, _, _ = vmap(step, in_dims=(0, None, 0, None))(base, {}, gdn, ids)
+    return logits
+
+
+def answer_many(children: list[CachedContext], question_ids, max_new_tokens: int,
+                eos_token_id: int | list[int] | None = None) -> list[Answer]:
+    """Greedy answers of every child to one question, decoded together until every child has stopped.
+
+    Each child's answer is what :meth:`CachedContext.answer` gives it alone (tokens after its end of sequence are
+    computed for the batch but dropped).
+    """
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    _check(children)
+    adapter = children[0].adapter
+    ids = _as_ids(question_ids, adapter, "question_ids")
+    stop = {eos_token_id} if isinstance(eos_token_id, int) else set(eos_token_id or ())
+    base, gdn = _padded(children)
+    position = children[0]._live_state().next_position
+    logits, tail, gdn = vmap(_step(adapter, position, False), in_dims=(0, None, 0, None))(base, {}, gdn, ids)
+    position += ids.numel()
+    tokens: list[list[int]] = [[] for _ in children]
+    done = [False] * len(children)
+    while True:
+        chosen = logits[:, -1].argmax(-1)
+        for b, token in enumerate(chosen.tolist()):
+            if not done[b]:
+                tokens[b].append(token)
+                done[b] = token in stop or len(tokens[b]) >= max_new_tokens
+        if all(done):
+            break
+        logits, tail, gdn = vmap(_step(adapter, position, False))(base, tail, gdn, chosen[:, None])
+        position += 1
+    tokenizer = children[0].tokenizer
+    return [Answer(t, tokenizer.decode([x for x in t if x not in stop]) if tokenizer is not None else None)
+            for t in tokens]

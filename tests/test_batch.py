@@ -1,0 +1,38 @@
+"""Children answered as one padded batch = each child answered alone (ragged, dense, different fractions)."""
+
+import pytest
+import torch
+
+import presses
+from runtime import prefill
+from runtime.batch import answer_many, logits_many
+
+FAMILIES = ["qwen3_5", "qwen3_next", "qwen3", "llama"]
+
+
+def _ids(n, seed):
+    return torch.randint(0, 97, (n,), generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_batch_equals_each_child_alone(tiny, family):
+    model = tiny(family)
+    parent = prefill(model, _ids(150, 0), protected=4)
+    selection = presses.Selection(parent, "keydiff")
+    # dense and ragged children of different sizes, and a keep-all child, in one batch
+    children = [selection.fork("flat", 0.1), selection.fork("pyramid", 0.5), selection.fork("adakv", 0.3),
+                parent.fork(parent.keep_all_plan())]
+    question = _ids(9, 1)
+    together = logits_many(children, question)
+    for b, child in enumerate(children):
+        assert torch.allclose(together[b], child.logits(question), atol=1e-5, rtol=0), b
+    answers = answer_many(children, question, 7, eos_token_id=5)
+    assert [a.tokens for a in answers] == [child.answer(question, 7, eos_token_id=5).tokens for child in children]
+
+
+def test_batch_refuses_children_of_different_contexts(tiny):
+    model = tiny("qwen3_5")
+    a = prefill(model, _ids(40, 2))
+    b = prefill(model, _ids(40, 3))
+    with pytest.raises(ValueError, match="same prefilled context"):
+        answer_many([a.fork(a.keep_all_plan()), b.fork(b.keep_all_plan())], _ids(3, 4), 2)
