@@ -150,14 +150,21 @@ class GateSightPress(Press):
     ----------
     estimator : GateSightEstimator, optional
         Default: loaded from ``<model dir>/gatesight/``.
+    signal_dtype : str
+        ``float32`` or ``bfloat16``: how prefill stores the GDN signals (bfloat16 halves the evidence memory).
     """
 
     estimator: GateSightEstimator | None = None
+    signal_dtype: str = "float32"
     name = "gatesight"
     comparable_scale = True
 
+    def __post_init__(self):
+        if self.signal_dtype not in ("float32", "bfloat16"):
+            raise ValueError(f"signal_dtype={self.signal_dtype!r}: choose float32 or bfloat16")
+
     def evidence(self, adapter) -> EvidenceRequest:
-        return EvidenceRequest(gdn_signals=True)
+        return EvidenceRequest(gdn_signals=True, signal_dtype=getattr(torch, self.signal_dtype))
 
     def bind(self, model_dir: Path | None) -> None:
         artifact = None if model_dir is None else Path(model_dir) / ARTIFACT_DIR

@@ -15,17 +15,25 @@ class EvidenceRequest:
     ----------
     gdn_signals : bool
         Per GDN layer, token and value head: (β, g, ‖v‖) exactly as handed to the delta rule.
+    signal_dtype : torch.dtype or None
+        How the GDN signals are stored: float32 (12 bytes per token, GDN layer and value head; the default) or a
+        16-bit type (half of that; ``benchmarks/evidence_dtype.py`` measures what it changes in the kept sets).
+        None: no preference.
     window : int
         Per attention layer: its input hidden states (after the input norm) of the last ``window`` context tokens.
     """
 
     gdn_signals: bool = False
     window: int = 0
+    signal_dtype: torch.dtype | None = None
 
     def __or__(self, other: "EvidenceRequest") -> "EvidenceRequest":
         return EvidenceRequest(
             self.gdn_signals or other.gdn_signals,
             max(self.window, other.window),
+            # the wider of the two preferences: a press that needs float32 signals gets them
+            max((d for d in (self.signal_dtype, other.signal_dtype) if d is not None),
+                key=lambda d: torch.finfo(d).bits, default=None),
         )
 
 
@@ -36,7 +44,7 @@ class Evidence:
     Attributes
     ----------
     gdn_signals : dict[int, torch.Tensor]
-        ``[n, Hv, 3]`` float32, last axis (β, g, ‖v‖).
+        ``[n, Hv, 3]`` in the requested ``signal_dtype``, last axis (β, g, ‖v‖).
     window_hidden : dict[int, torch.Tensor]
         ``[w, D]`` in model dtype.
     """
@@ -54,7 +62,7 @@ class EvidenceRecorder:
         self._hidden: dict[int, list[torch.Tensor]] = {}
 
     def on_gdn(self, layer_idx: int, signals: torch.Tensor) -> None:
-        self._signals.setdefault(layer_idx, []).append(signals)
+        self._signals.setdefault(layer_idx, []).append(signals.to(self.request.signal_dtype or torch.float32))
 
     def on_attention(self, layer_idx, hidden, query, gate, keys, values, output) -> None:
         if self.request.window:

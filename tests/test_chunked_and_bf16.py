@@ -93,3 +93,18 @@ class _ByteTokenizer:
 
     def __call__(self, text, add_special_tokens=False):
         return {"input_ids": [ord(c) % 97 for c in text]}
+
+
+def test_bfloat16_signals_halve_the_evidence(tiny):
+    from runtime import EvidenceRequest as Request
+
+    model = tiny("qwen3_5")
+    wide = prefill(model, _ids(60, 12), evidence=Request(gdn_signals=True))
+    narrow = prefill(model, _ids(60, 12), evidence=presses.get("gatesight", signal_dtype="bfloat16").evidence(None))
+    for layer, signals in wide.evidence.gdn_signals.items():
+        assert signals.dtype == torch.float32 and narrow.evidence.gdn_signals[layer].dtype == torch.bfloat16
+        assert narrow.evidence.gdn_signals[layer].nbytes * 2 == signals.nbytes
+        assert torch.allclose(narrow.evidence.gdn_signals[layer].float(), signals, rtol=1e-2, atol=1e-2)
+    # a request for float32 signals wins over one for bfloat16; no preference defers to the other
+    assert (Request(gdn_signals=True, signal_dtype=torch.bfloat16) | Request(signal_dtype=torch.float32)).signal_dtype == torch.float32
+    assert (Request(gdn_signals=True, signal_dtype=torch.bfloat16) | Request(window=4)).signal_dtype == torch.bfloat16
