@@ -178,7 +178,8 @@ def cmd_train_model(args) -> None:
 def cmd_model_eval(args) -> None:
     from .model.evaluate import evaluate_model
 
-    print(evaluate_model(_spec(args), args.tasks, args.lengths, args.n, args.seed))
+    print(evaluate_model(_spec(args), args.tasks, args.lengths, args.n, args.seed,
+                         Path(args.rows) if args.rows else None))
 
 
 def cmd_label(args) -> None:
@@ -274,6 +275,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lengths", type=_ints, default=[1024, 2048, 4096])
     p.add_argument("--n", type=int, default=20)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--rows", default=None, help="also write one JSON line per answered question here")
     p.set_defaults(func=cmd_model_eval)
 
     p = sub.add_parser("label", help="GateSight utility labels (Eq. 2) and GDN signals on held-out generic text")

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 from statistics import mean
 
 import torch
@@ -31,33 +33,45 @@ def bits_per_byte(model, tokenizer, documents_per_source: int = 10, window: int 
     return out
 
 
-def evaluate_model(model_path, tasks: list[str], lengths: list[int], n: int, seed: int = 0) -> str:
-    """Markdown table: accuracy (%) per task and length, no eviction, greedy; items = evaluation seeds."""
-    model, tokenizer, _ = models.load(model_path)
+def evaluate_model(model_path, tasks: list[str], lengths: list[int], n: int, seed: int = 0,
+                   rows_out: Path | None = None) -> str:
+    """Markdown table: accuracy (%) per task and length with 95 % bootstrap intervals over items, no eviction,
+    greedy; items = evaluation seeds. ``rows_out``: one JSON line per item (for paired comparisons of models)."""
+    from ..stats import PairedBootstrap
+
+    model, tokenizer, directory = models.load(model_path)
+    rows: list[dict] = []
     encode = lambda text: torch.tensor(encode_text(tokenizer, text))  # noqa: E731
     count = lambda text: len(encode_text(tokenizer, text))  # noqa: E731
     table: dict[tuple[str, int], float] = {}
     for length in lengths:
         cfg = Config(length=length, count_tokens=count)
         for task in tasks:
-            scores = []
             for index in range(n):
                 item = generate(task, index, seed, cfg)
                 parent = prefill(model, encode(item.context), tokenizer=tokenizer)
-                for q in item.questions:
+                for number, q in enumerate(item.questions):
                     answer = parent.answer(encode(q.prompt), q.max_new_tokens, tokenizer.eos_token_id)
-                    scores.append(METRICS[item.metric](answer.text, q.answers))
+                    rows.append({"model": directory.name, "weights": models.fingerprint(directory, "model*.safetensors"),
+                                 "press": "none", "allocator": "none", "ratio": 1.0, "task": f"{task}@{length}",
+                                 "item": index, "question": number,
+                                 "score": METRICS[item.metric](answer.text, q.answers)})
                 parent.release()
-            table[(task, length)] = 100 * mean(scores)
+            table[(task, length)] = 100 * mean(r["score"] for r in rows if r["task"] == f"{task}@{length}")
             print(f"{task:>16} @ {length}: {table[(task, length)]:.1f}", flush=True)
+    if rows_out is not None:
+        rows_out.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    boot = PairedBootstrap(rows, "score")
     head = "| task | " + " | ".join(f"{length}" for length in lengths) + " |"
-    lines = [head, "|---|" + "---|" * len(lengths)]
+    lines = [f"Accuracy (%), mean [95 % bootstrap interval over {n} items], full cache, greedy.", "", head,
+             "|---|" + "---|" * len(lengths)]
     for task in tasks:
-        lines.append(f"| {task} | " + " | ".join(f"{table[(task, length)]:.0f}" for length in lengths) + " |")
+        lines.append(f"| {task} | " + " | ".join(boot.cell("none", 1.0, f"{task}@{length}").format(100, 0)
+                                                for length in lengths) + " |")
     core = [t for t in tasks if t.startswith("niah") or t == "vt"]
     if core:
-        lines.append("| **mean NIAH×8 + vt** | "
-                     + " | ".join(f"{mean(table[(t, length)] for t in core):.1f}" for length in lengths) + " |")
+        lines.append("| **mean NIAH×8 + vt** | " + " | ".join(
+            boot.average("none", 1.0, [f"{t}@{length}" for t in core]).format(100, 1) for length in lengths) + " |")
     bpb = bits_per_byte(model, tokenizer)
     lines += ["", "Held-out generic text, bits per byte: " + ", ".join(f"{k} {v:.3f}" for k, v in bpb.items())]
     return "\n".join(lines)
