@@ -72,7 +72,7 @@ def _model_args(p: argparse.ArgumentParser) -> None:
 
 
 def _spec(args):
-    from .models import ModelSpec
+    from .loading import ModelSpec
 
     return ModelSpec(args.model, args.device, args.dtype, args.allow_download)
 
@@ -143,10 +143,10 @@ def cmd_calibrate(args) -> None:
 
     from presses.calibration import calibrate
 
-    from . import models
+    from . import loading
     from .corpus import SOURCES, documents
 
-    model, tokenizer, directory = models.load(_spec(args))
+    model, tokenizer, directory = loading.load(_spec(args))
     ids: list[int] = []
     for source in SOURCES:  # interleave sources so every one contributes
         for _, text in documents(source, "train")[:40]:

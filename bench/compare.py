@@ -22,7 +22,7 @@ from presses.selection import Selection, check_pair
 from runtime import EvidenceRequest, adapter_for, encode_text, prefill
 from runtime.batch import answer_many
 
-from . import models
+from . import loading
 from .fidelity import FullCacheReference, answer_log_probs, answer_log_probs_many, fidelity, reference_text
 from .metrics import METRICS
 from .store import BASELINE, KEY_FIELDS, SCHEMA, ResultStore, check_writable, code_version, row_key
@@ -48,7 +48,7 @@ class CompareSettings:
     tasks: list[str] = field(default_factory=lambda: list(TASKS))
     n: int = 2
     length: int = 1024
-    model: str | models.ModelSpec | None = None
+    model: str | loading.ModelSpec | None = None
     seed: int = 0
     out: Path = Path("results")
     profile: str = "compact"
@@ -118,7 +118,7 @@ def validate(settings: CompareSettings) -> None:
         raise ValueError(f"unknown template profile {settings.profile!r}; choose from {', '.join(PROFILES)}")
     if settings.length < MIN_LENGTH:
         raise ValueError(f"length {settings.length} is too short; use at least {MIN_LENGTH} tokens")
-    limit = models.position_limit(settings.model)
+    limit = loading.position_limit(settings.model)
     if limit is not None and settings.length > limit:
         raise ValueError(f"length {settings.length} is longer than the model's position limit "
                          f"(max_position_embeddings = {limit})")
@@ -131,7 +131,7 @@ class Harness:
     def __init__(self, settings: CompareSettings):
         validate(settings)
         self.settings = settings
-        self.model, self.tokenizer, self.model_dir = models.load(settings.model)
+        self.model, self.tokenizer, self.model_dir = loading.load(settings.model)
         self.adapter = adapter_for(self.model)
         self.presses = {}
         for name in settings.presses:
@@ -156,7 +156,7 @@ class Harness:
         for press in self.presses.values():
             self.evidence = self.evidence | press.evidence(self.adapter)
         self.code = code_version()
-        self.weights = models.fingerprint(self.model_dir)
+        self.weights = loading.fingerprint(self.model_dir)
         self.task_config = Config(profile=settings.profile, length=settings.length,
                                   count_tokens=lambda text: len(encode_text(self.tokenizer, text)))
         self.scbench_rows = {}
@@ -313,8 +313,8 @@ def run_compare(settings: CompareSettings, show_progress: bool = True) -> Result
 def run_rows(store: ResultStore, settings: CompareSettings) -> list[dict]:
     """The rows of ``store`` that this run's settings produce (its model, weights and code version included), so
     that a summary never mixes in other runs written to the same directory."""
-    model_dir = models.resolve(settings.model)
-    wanted = {"model": model_dir.name, "weights": models.fingerprint(model_dir), "code": code_version(),
+    model_dir = loading.resolve(settings.model)
+    wanted = {"model": model_dir.name, "weights": loading.fingerprint(model_dir), "code": code_version(),
               "length": settings.length, "profile": settings.profile, "seed": settings.seed}
     combos = {(BASELINE, BASELINE, 1.0)} | {(settings.press_label(p), settings.alloc_label(a), float(r))
                                             for p in settings.presses for a in settings.allocators

@@ -16,7 +16,7 @@ import presses
 from presses.selection import Selection
 from runtime import EvidenceRequest, adapter_for, encode_text, prefill
 
-from . import models
+from . import loading
 from .store import check_writable
 from .corpus import SOURCES, documents
 
@@ -44,12 +44,12 @@ def run_cost(model_path, press_names: list[str], lengths: list[int], out: Path) 
         raise ValueError("give at least one press and one length")
     for name in press_names:
         presses.get(name)  # unknown names fail here, before the model loads
-    limit = models.position_limit(model_path)
+    limit = loading.position_limit(model_path)
     bad = [n for n in lengths if n < 2 or (limit is not None and n > limit)]
     if bad:
         raise ValueError(f"length {bad[0]} is not allowed: lengths must be in [2, {limit}] tokens for this model")
     check_writable(out)
-    model, tokenizer, directory = models.load(model_path)
+    model, tokenizer, directory = loading.load(model_path)
     adapter = adapter_for(model)
     built = {}
     for name in press_names:

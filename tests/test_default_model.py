@@ -6,7 +6,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from bench.metrics import string_match_all
 from bench.model import DEFAULT_MODEL_DIR
 from bench.tasks import Config, generate
-from runtime import adapter_for, prefill
+from runtime import adapter_for, encode_text, prefill
 
 
 def test_default_model_retrieves_needles():
@@ -16,8 +16,8 @@ def test_default_model_retrieves_needles():
     assert len(adapter.gdn_layers) >= 9 and len(adapter.attention_layers) >= 3
     assert adapter.geometry.num_kv_heads >= 2 and adapter.geometry.rotary_dim < adapter.geometry.head_dim
     assert tokenizer("ab", add_special_tokens=False)["input_ids"] == [97, 98]
-    encode = lambda text: torch.tensor(tokenizer(text, add_special_tokens=False)["input_ids"])  # noqa: E731
-    count = lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"])  # noqa: E731
+    encode = lambda text: torch.tensor(encode_text(tokenizer, text))  # noqa: E731
+    count = lambda text: len(encode_text(tokenizer, text))  # noqa: E731
     scores = []
     # fixed held-out items (evaluation seed 0); training used seeds >= 1,000,000
     for task in ("niah_single_1", "niah_multikey_2"):

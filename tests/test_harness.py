@@ -5,7 +5,7 @@ import shutil
 
 import pytest
 import torch
-from bench import models
+from bench import loading
 from bench.cli import main
 from bench.compare import CompareSettings, run_compare
 from bench.model.tokenizer import build_tokenizer
@@ -70,7 +70,7 @@ def test_errors_before_any_work(model_dir, tmp_path, change, message):
 def test_results_of_other_weights_are_refused(model_dir, tmp_path):
     run_compare(_settings(model_dir, tmp_path, presses=["none"], tasks=["niah_single_1"]), show_progress=False)
     before = (tmp_path / "results.jsonl").read_text()
-    assert json.loads(before.splitlines()[0])["weights"] == models.fingerprint(model_dir)
+    assert json.loads(before.splitlines()[0])["weights"] == loading.fingerprint(model_dir)
     # the same model name, retrained: its weights file changes
     retrained = tmp_path / "retrained" / model_dir.name
     shutil.copytree(model_dir, retrained)

@@ -11,7 +11,7 @@ import torch
 import allocators
 import presses
 from allocators import BudgetRequest
-from bench import compare, models
+from bench import compare, loading
 from bench.cli import main
 from bench.compare import CompareSettings, run_compare, run_rows
 from bench.store import RESULT_SOURCES, ResultStore, _normalised_source
@@ -30,7 +30,7 @@ def no_model_load(monkeypatch):
     """Any attempt to load a model fails the test: the error must come before."""
     def refuse(*args, **kwargs):
         raise AssertionError("the model was loaded before the bad input was reported")
-    monkeypatch.setattr(models, "load", refuse)
+    monkeypatch.setattr(loading, "load", refuse)
 
 
 # ---- 1. results never mix ---------------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ from pathlib import Path
 from presses.gatesight import ARTIFACT_DIR, gdn_window
 from runtime import adapter_for
 
-from .. import models
+from .. import loading
 from .estimator import TrainSettings, train_estimator
 from .evaluate import evaluate, heuristic_predictors, learned_predictors_loco, single_head_oracle
 from .record import load_shard, record_corpus
@@ -22,9 +22,9 @@ def _shards(labels_dir: Path) -> list[dict]:
 
 
 def label(model_path, out: Path, limit, tokens: int, continuations: int, max_new_tokens: int, seed: int) -> None:
-    model, tokenizer, directory = models.load(model_path)
+    model, tokenizer, directory = loading.load(model_path)
     record_corpus(model, tokenizer, out, limit, tokens, continuations, max_new_tokens, seed,
-                  weights=models.fingerprint(directory, "model*.safetensors"))
+                  weights=loading.fingerprint(directory, "model*.safetensors"))
 
 
 def _table(rows: dict[str, dict[str, float]]) -> str:
@@ -39,7 +39,7 @@ def _table(rows: dict[str, dict[str, float]]) -> str:
 def train(model_path, labels_dir: Path, out: Path | None, slow_threshold: float, settings: TrainSettings) -> str:
     from .analyze import observation_1, slow_heads_by_layer
 
-    model, _, directory = models.load(model_path)
+    model, _, directory = loading.load(model_path)
     adapter = adapter_for(model)
     shards = _shards(labels_dir)
     windows = {layer: gdn_window(adapter, layer, settings.window) for layer in adapter.attention_layers}
@@ -67,7 +67,7 @@ def analyze(model_path, labels_dir: Path, out: Path, slow_threshold: float) -> N
     from .analyze import (PAPER, observation_1, observation_2, observation_3, plot_half_life_histogram,
                           plot_half_lives, slow_heads_by_layer)
 
-    model, _, directory = models.load(model_path)
+    model, _, directory = loading.load(model_path)
     adapter = adapter_for(model)
     shards = _shards(labels_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -11,7 +11,7 @@ import torch
 
 from runtime import encode_text, prefill
 
-from .. import models
+from .. import loading
 from ..metrics import METRICS
 from ..tasks import Config, generate
 
@@ -39,7 +39,7 @@ def evaluate_model(model_path, tasks: list[str], lengths: list[int], n: int, see
     greedy; items = evaluation seeds. ``rows_out``: one JSON line per item (for paired comparisons of models)."""
     from ..stats import PairedBootstrap
 
-    model, tokenizer, directory = models.load(model_path)
+    model, tokenizer, directory = loading.load(model_path)
     rows: list[dict] = []
     encode = lambda text: torch.tensor(encode_text(tokenizer, text))  # noqa: E731
     count = lambda text: len(encode_text(tokenizer, text))  # noqa: E731
@@ -52,7 +52,7 @@ def evaluate_model(model_path, tasks: list[str], lengths: list[int], n: int, see
                 parent = prefill(model, encode(item.context), tokenizer=tokenizer)
                 for number, q in enumerate(item.questions):
                     answer = parent.answer(encode(q.prompt), q.max_new_tokens, tokenizer.eos_token_id)
-                    rows.append({"model": directory.name, "weights": models.fingerprint(directory, "model*.safetensors"),
+                    rows.append({"model": directory.name, "weights": loading.fingerprint(directory, "model*.safetensors"),
                                  "press": "none", "allocator": "none", "ratio": 1.0, "task": f"{task}@{length}",
                                  "item": index, "question": number,
                                  "score": METRICS[item.metric](answer.text, q.answers)})

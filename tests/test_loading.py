@@ -6,9 +6,9 @@ import huggingface_hub.constants
 import pytest
 import torch
 
-from bench import models
+from bench import loading
 from bench.cli import main
-from bench.models import ModelSpec
+from bench.loading import ModelSpec
 
 
 def _fake_cache(tmp_path, model_dir, repo="someorg/tiny-hybrid"):
@@ -23,9 +23,9 @@ def _fake_cache(tmp_path, model_dir, repo="someorg/tiny-hybrid"):
 
 def test_hub_id_is_found_in_the_local_cache(model_dir, tmp_path, monkeypatch):
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(_fake_cache(tmp_path, model_dir)))
-    directory = models.resolve("someorg/tiny-hybrid")
+    directory = loading.resolve("someorg/tiny-hybrid")
     assert (directory / "config.json").exists() and "snapshots" in str(directory)
-    model, _, _ = models.load(ModelSpec("someorg/tiny-hybrid", dtype="bfloat16"))
+    model, _, _ = loading.load(ModelSpec("someorg/tiny-hybrid", dtype="bfloat16"))
     assert next(model.parameters()).dtype == torch.bfloat16
 
 
@@ -33,9 +33,9 @@ def test_a_missing_hub_id_names_both_places_and_downloads_nothing(tmp_path, monk
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "empty"))
     with pytest.raises(FileNotFoundError, match=r"no model at nobody/none: it is not a local directory, and the hub "
                                                 r"id is not in the local Hugging Face cache \(.*empty\).*--allow-download"):
-        models.resolve("nobody/none")
+        loading.resolve("nobody/none")
     with pytest.raises(FileNotFoundError, match="expected a local HF model directory"):
-        models.resolve(str(tmp_path / "no" / "such" / "dir"))
+        loading.resolve(str(tmp_path / "no" / "such" / "dir"))
 
 
 @pytest.mark.parametrize("spec, message", [
@@ -54,5 +54,5 @@ def test_cuda_without_cuda_stops_before_loading(model_dir, tmp_path, capsys):
 
 
 def test_dtype_auto_keeps_the_checkpoints_dtype(model_dir):
-    model, _, _ = models.load(ModelSpec(str(model_dir), dtype="auto"))
+    model, _, _ = loading.load(ModelSpec(str(model_dir), dtype="auto"))
     assert next(model.parameters()).dtype == torch.float32  # the tiny model was saved in float32

@@ -1,4 +1,4 @@
-"""Loading models for the bench: a local directory or a hub id from the local Hugging Face cache, on a chosen
+"""Loading models for the bench (the default model itself lives in :mod:`bench.model`): a local directory or a hub id from the local Hugging Face cache, on a chosen
 device and dtype (default: the project's own trained hybrid, float32 on CPU). Nothing is downloaded unless the
 user allows it explicitly."""
 
