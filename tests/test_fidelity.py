@@ -14,12 +14,16 @@ def _reference(cache, prompt, answer):
     return FullCacheReference(answer, answer_log_probs(cache, prompt, answer), cache.answer(prompt, 4).tokens)
 
 
+def _setting(tiny, seed, n, prompt_len, answer_len):
+    """A parent of the tiny hybrid, a prompt, an answer and the full cache's reference for them."""
+    torch.manual_seed(seed)
+    parent = prefill(tiny("qwen3_5"), torch.randint(0, 97, (n,)), protected=4)
+    prompt, answer = torch.randint(0, 97, (prompt_len,)), torch.randint(0, 97, (answer_len,))
+    return parent, prompt, answer, _reference(parent, prompt, answer)
+
+
 def test_keep_all_child_changes_nothing(tiny):
-    model = tiny("qwen3_5")
-    torch.manual_seed(0)
-    parent = prefill(model, torch.randint(0, 97, (120,)), protected=4)
-    prompt, answer = torch.randint(0, 97, (7,)), torch.randint(0, 97, (5,))
-    reference = _reference(parent, prompt, answer)
+    parent, prompt, answer, reference = _setting(tiny, 0, 120, 7, 5)
     child = parent.fork(parent.keep_all_plan())
     row = fidelity(reference, answer_log_probs(child, prompt, answer), child.answer(prompt, 4).tokens)
     assert row["delta_nll"] == 0.0 and row["kl"] == 0.0 and row["agree"] is True
@@ -27,11 +31,7 @@ def test_keep_all_child_changes_nothing(tiny):
 
 
 def test_fidelity_matches_a_hand_computation(tiny):
-    model = tiny("qwen3_5")
-    torch.manual_seed(1)
-    parent = prefill(model, torch.randint(0, 97, (90,)), protected=4)
-    prompt, answer = torch.randint(0, 97, (6,)), torch.randint(0, 97, (3,))
-    reference = _reference(parent, prompt, answer)
+    parent, prompt, answer, reference = _setting(tiny, 1, 90, 6, 3)
     keep = [torch.arange(4, 90, 3) for _ in range(2)]
     child = parent.fork(KeepPlan({layer: keep for layer in parent.adapter.attention_layers}))
     child_lp = answer_log_probs(child, prompt, answer)
