@@ -142,6 +142,7 @@ def cmd_calibrate(args) -> None:
     from tqdm import tqdm
 
     from presses.calibration import calibrate
+    from runtime import encode_text
 
     from . import loading
     from .corpus import SOURCES, documents

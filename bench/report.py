@@ -11,7 +11,7 @@ import csv
 from collections import defaultdict
 from pathlib import Path
 
-from .stats import PairedBootstrap, method_of
+from .stats import PairedBootstrap
 from .store import BASELINE, GROUP_FIELDS, ResultStore
 
 ACCURACY_FLOOR = 0.10

@@ -71,7 +71,6 @@ def chunk_gated_delta_rule(
     """
     query, key, value, g, beta = (t.float() for t in (query, key, value, g, beta))
     *lead, length, dk = key.shape
-    dv = value.shape[-1]
     pad = (chunk_size - length % chunk_size) % chunk_size
     query, key, value = (F.pad(t, (0, 0, 0, pad)) for t in (query, key, value))
     g, beta = F.pad(g, (0, pad)), F.pad(beta, (0, pad))

@@ -66,7 +66,6 @@ def test_bf16_keep_all_fork_equals_fresh_run(bf16, family):
 
 @pytest.mark.parametrize("press_name", ["snapkv", "keydiff", "kvzip", "triattention", "gatesight"])
 def test_bf16_every_press_scores_and_compacts_exactly(bf16, press_name):
-    from bench.model.tokenizer import build_tokenizer
     from presses.calibration import calibrate
     from presses.gatesight import GateSightEstimator
 

@@ -19,15 +19,17 @@ def test_default_model_retrieves_needles():
     encode = lambda text: torch.tensor(encode_text(tokenizer, text))  # noqa: E731
     count = lambda text: len(encode_text(tokenizer, text))  # noqa: E731
     scores = []
-    # fixed held-out items (evaluation seed 0); training used seeds >= 1,000,000
-    for task in ("niah_single_1", "niah_multikey_2"):
+    # fixed held-out items (evaluation seed 0); training used seeds >= 1,000,000. The two tasks the shipped model
+    # solves at full cache (100 % at 2K over 20 items): a broken or untrained checkpoint gets none of them. Harder
+    # tasks are measured by `bench model-eval` with intervals, not guarded here.
+    for task in ("niah_single_1", "niah_single_2"):
         for index in range(4):
             item = generate(task, index, 0, Config(length=1024, count_tokens=count))
             parent = prefill(model, encode(item.context), tokenizer=tokenizer)
             question = item.questions[0]
             answer = parent.answer(encode(question.prompt), question.max_new_tokens, tokenizer.eos_token_id)
             scores.append(string_match_all(answer.text, question.answers))
-    assert sum(scores) >= 6, scores  # the trained model gets these right; a random or broken one gets none
+    assert sum(scores) >= 7, scores  # the trained model gets these right; a random or broken one gets none
 
 
 def test_shipped_tokenizer_has_the_chatml_template():

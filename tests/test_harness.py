@@ -144,3 +144,14 @@ def test_batched_children_give_the_rows_of_one_at_a_time(model_dir, tmp_path):
         ref = by_key[row_key(row)]
         assert row["prediction"] == ref["prediction"] and row["score"] == ref["score"]
         assert abs(row["delta_nll"] - ref["delta_nll"]) < 1e-4 and abs(row["kl"] - ref["kl"]) < 1e-5
+
+
+def test_calibrate_command_writes_the_calibration(model_dir, tmp_path):
+    from presses.calibration import Calibration
+
+    copy = tmp_path / "model"
+    shutil.copytree(model_dir, copy)
+    (copy / "calibration.safetensors").unlink()
+    assert main(["calibrate", "--model", str(copy), "--tokens", "300", "--chunk", "128"]) == 0
+    calibration = Calibration.load(copy)
+    assert calibration.tokens == 300 and sorted(calibration.gate_weights) == [1, 3]
