@@ -17,7 +17,7 @@ from .store import BASELINE, GROUP_FIELDS, ResultStore
 ACCURACY_FLOOR = 0.10
 """Tasks where no prune answers fewer than this fraction right are left out of the accuracy average."""
 RESAMPLES = 1000
-PAIRWISE_RATIOS = (0.05, 0.1, 0.2)
+PAIRWISE_RATIOS = (0.02, 0.05, 0.1, 0.2)
 METRICS = {"score": ("accuracy (%)", 100.0, 1), "delta_nll": ("ΔNLL (nats per answer, child − full cache)", 1.0, 3)}
 
 

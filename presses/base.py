@@ -38,8 +38,8 @@ class Press(ABC):
         return EvidenceRequest()
 
     def bind(self, model_dir: Path | None) -> None:
-        """Load what this press reads from the model's directory (an estimator, a calibration) unless it was given
-        one; ``ValueError`` if it needs one and none can be found. A no-op for presses that read nothing."""
+        """Load what this press reads from the model's directory (an estimator, a calibration) if it was not given
+        one and the directory has it; :meth:`check` then refuses a press still missing it. A no-op by default."""
 
     def check(self, adapter: ModelAdapter) -> None:
         """Raise ``ValueError`` if this press cannot run on the model behind ``adapter`` (loads nothing)."""
