@@ -126,10 +126,10 @@ def validate(settings: CompareSettings) -> None:
 
 
 class Harness:
-    """The loaded model, presses and allocators of one comparison, checked against each other up front."""
+    """The loaded model, presses and allocators of one comparison, checked against each other up front.
+    ``settings`` have passed :func:`validate` (:func:`run_compare` does it before taking the store's lock)."""
 
     def __init__(self, settings: CompareSettings):
-        validate(settings)
         self.settings = settings
         self.model, self.tokenizer, self.model_dir = loading.load(settings.model)
         self.adapter = adapter_for(self.model)

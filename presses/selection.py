@@ -94,7 +94,7 @@ class Selection:
         weights = self.layer_weights
         if allocator.needs_layer_weights and weights is None:
             weights = self.layer_weights = Calibration.for_model(self.parent.adapter).gate_weights
-        return plan_for(self.parent, self.scores, allocator, keep_fraction, weights)
+        return _fill(self.parent, self.scores, allocator, keep_fraction, weights)  # scores checked when computed
 
     def fork(self, allocator: Allocator | str, keep_fraction: float) -> Child:
         """The compacted child of :meth:`plan`."""
@@ -113,11 +113,16 @@ def plan_for(
     ``scores`` must be finite ``[H_kv, n_body]`` per attention layer; anything else is refused.
     """
     adapter = parent.adapter
-    n_body = parent.n - parent.protected
-    check_scores(scores, adapter.attention_layers, adapter.geometry.num_kv_heads, n_body)
+    check_scores(scores, adapter.attention_layers, adapter.geometry.num_kv_heads, parent.n - parent.protected)
+    return _fill(parent, scores, allocator, keep_fraction, layer_weights)
+
+
+def _fill(parent: Parent, scores: Scores, allocator: Allocator, keep_fraction: float,
+          layer_weights: dict[int, float] | None) -> KeepPlan:
+    adapter = parent.adapter
     request = BudgetRequest(
-        keep_fraction=check_keep_fraction(keep_fraction),
-        n_body=n_body,
+        keep_fraction=keep_fraction,  # BudgetRequest refuses a fraction outside (0, 1]
+        n_body=parent.n - parent.protected,
         layers=adapter.attention_layers,
         num_kv_heads=adapter.geometry.num_kv_heads,
         scores=scores if allocator.needs_scores else None,
