@@ -79,6 +79,12 @@ class LayerKV:
         )
 
 
+# Below this many query tokens (decode steps) the two segments are attended without concatenating them: a step
+# reads the cache once, and concatenating would copy the whole cache every step. From it on (prefill chunks,
+# questions, KVzip's reconstruction) the fused kernel is several times faster than explicit logits.
+FUSED_MIN_QUERIES = 16
+
+
 def _attend_two_segments(
     query: torch.Tensor,
     base_keys: torch.Tensor | None,
@@ -88,18 +94,29 @@ def _attend_two_segments(
     scale: float,
     base_valid: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Softmax attention over ``[base | tail]`` without concatenating the keys (``base_valid`` ``[Hk, k]``: False
-    where a base entry is padding).
+    """Softmax attention over ``[base | tail]`` (``base_valid`` ``[Hk, k]``: False where a base entry is padding).
 
     ``query`` is ``[Hk, G, L, d]``; base ``[Hk, k, d]`` is entirely visible; tail ``[Hk, t, d]`` ends with the
-    ``L`` query tokens themselves and is masked causally, aligned to its end.
+    ``L`` query tokens themselves and is masked causally, aligned to its end. Returns ``[Hk, G, L, d]``.
     """
     length, tail_len = query.shape[2], tail_keys.shape[1]
-    tail_logits = torch.einsum("hgld,htd->hglt", query, tail_keys).float() * scale
     query_pos = torch.arange(tail_len - length, tail_len, device=query.device)
-    future = torch.arange(tail_len, device=query.device)[None, :] > query_pos[:, None]
-    tail_logits = tail_logits.masked_fill(future, float("-inf"))
-    if base_keys is None or base_keys.shape[1] == 0:
+    visible = torch.arange(tail_len, device=query.device)[None, :] <= query_pos[:, None]  # [L, t]
+    has_base = base_keys is not None and base_keys.shape[1] > 0
+    if length >= FUSED_MIN_QUERIES:
+        keys = torch.cat([base_keys, tail_keys], 1) if has_base else tail_keys
+        values = torch.cat([base_values, tail_values], 1) if has_base else tail_values
+        mask = visible.expand(query.shape[0], 1, -1, -1)
+        if has_base:
+            base_mask = (torch.ones_like(base_keys[None, ..., 0], dtype=torch.bool) if base_valid is None
+                         else base_valid[None]).transpose(0, 1)[:, :, None, :]  # [Hk, 1, 1, k]
+            mask = torch.cat([base_mask.expand(-1, -1, length, -1), mask], -1)
+        # grouped layout: batch = KV head, heads = its G query heads, one key head each
+        return F.scaled_dot_product_attention(query, keys[:, None], values[:, None], attn_mask=mask, scale=scale,
+                                              enable_gqa=True)
+    tail_logits = torch.einsum("hgld,htd->hglt", query, tail_keys).float() * scale
+    tail_logits = tail_logits.masked_fill(~visible, float("-inf"))
+    if not has_base:
         probs = tail_logits.softmax(-1).to(query.dtype)
         return torch.einsum("hglt,htd->hgld", probs, tail_values)
     base_logits = torch.einsum("hgld,hkd->hglk", query, base_keys).float() * scale

@@ -20,6 +20,9 @@ from .kv import LayerKV
 from .plan import KeepPlan
 
 MAX_PROTECTED = 256
+# Prefill chunk by default: activations of a pass grow with its length (the MLP's intermediate states alone are
+# 4 x hidden x tokens), so long contexts are prefilled 4,096 tokens at a time; shorter ones in one pass.
+DEFAULT_PREFILL_CHUNK = 4096
 
 
 def context_hash(ids: torch.Tensor) -> str:
@@ -208,7 +211,7 @@ def prefill(
     protected: int = 0,
     evidence: EvidenceRequest = EvidenceRequest(),
     tokenizer=None,
-    chunk_size: int | None = None,
+    chunk_size: int | None = DEFAULT_PREFILL_CHUNK,
 ) -> Parent:
     """Prefill ``context_ids`` ``[n]`` once into an unpruned :class:`Parent`.
 
@@ -227,7 +230,8 @@ def prefill(
     chunk_size : int, optional
         Prefill at most this many tokens per forward pass (each chunk attends to the earlier ones and the GDN
         layers continue from their states), so that activation memory stays bounded on long contexts. The
-        cache, logits and evidence equal one pass up to floating-point reassociation. Default: one pass.
+        cache, logits and evidence equal one pass up to floating-point reassociation. Default
+        :data:`DEFAULT_PREFILL_CHUNK`; None: one pass whatever the length.
     """
     adapter = adapter_for(model)
     ids = _as_ids(context_ids, adapter, "context_ids")

@@ -4,7 +4,8 @@ import pytest
 import torch
 
 import presses
-from runtime import EvidenceRequest, prefill
+import runtime.session
+from runtime import DEFAULT_PREFILL_CHUNK, EvidenceRequest, prefill
 
 FAMILIES = ["qwen3_5", "qwen3_next", "qwen3", "llama"]
 
@@ -32,6 +33,22 @@ def test_chunked_prefill_equals_one_pass(tiny, family, chunk):
         # earlier layers' reassociation differences: 1e-4 absolute plus 1e-5 relative
         assert torch.allclose(signals, chunked.evidence.gdn_signals[layer], atol=1e-4, rtol=1e-5)
     assert torch.allclose(whole.logits(question), chunked.logits(question), atol=1e-4, rtol=0)
+
+
+def test_long_contexts_are_prefilled_in_default_chunks(tiny, monkeypatch):
+    model = tiny("qwen3_5")
+    context = _ids(DEFAULT_PREFILL_CHUNK + 50, 9)
+    one_pass = prefill(model, context, chunk_size=None)
+    passes, forward = [], runtime.session.forward_chunk
+
+    def counted(adapter, state, ids, *rest):
+        passes.append(len(ids))
+        return forward(adapter, state, ids, *rest)
+
+    monkeypatch.setattr(runtime.session, "forward_chunk", counted)
+    default = prefill(model, context)
+    assert passes == [DEFAULT_PREFILL_CHUNK, 50]
+    assert torch.allclose(one_pass.last_logits, default.last_logits, atol=1e-4, rtol=0)
 
 
 def test_chunk_size_is_checked(tiny):
