@@ -1,0 +1,76 @@
+"""GateSight's evidence from vLLM's own forward: (β, g, ‖v‖) of every GDN layer, exactly as its CPU op computes them.
+
+vLLM's CPU GDN op (``model_executor/layers/mamba/ops/cpu/gdn_attention.py``) splits the convolved ``mixed_qkv``
+with the layer's ``rearrange_mixed_qkv`` and then gates with ``fused_gdn_gating_cpu(A_log, a, b, dt_bias)`` on the
+prefill tokens. The recorder wraps the first per layer instance (it knows the layer and sees v) and the second in
+the op's module (it returns g and β), so nothing of vLLM's is edited and the numbers are those the kernel used.
+"""
+
+from __future__ import annotations
+
+import re
+
+import torch
+from torch import nn
+
+_LAYER = re.compile(r"layers\.(\d+)\.")
+_recording: list["GDNSignalRecorder"] = []  # the recorder that is on, if any (the gating wrapper is process-wide)
+
+
+class GDNSignalRecorder:
+    """Records ``[tokens, Hv, 3]`` (β, g, ‖v‖) per GDN layer for the prefill tokens that pass while it is on.
+
+    vLLM batches the prefill tokens of all scheduled requests into one op call; the engine driver prefills one
+    context at a time while recording (:class:`serving.engine.CompactingLLM`), so every recorded token is the
+    context's.
+    """
+
+    def __init__(self, model: nn.Module):
+        self.layers = {int(_LAYER.search(m.prefix).group(1)): m for m in model.modules()
+                       if hasattr(m, "rearrange_mixed_qkv") and _LAYER.search(getattr(m, "prefix", ""))}
+        self.recording = False
+        self._chunks: dict[int, list[torch.Tensor]] = {}
+        self._pending: tuple[int, torch.Tensor] | None = None
+        for index, module in self.layers.items():
+            module.rearrange_mixed_qkv = self._wrap_rearrange(index, module.rearrange_mixed_qkv)
+        import vllm._custom_ops as ops  # the module through which the CPU op looks the gating kernel up
+
+        if not getattr(ops.fused_gdn_gating_cpu, "_hybridpress", False):
+            ops.fused_gdn_gating_cpu = _record_gating(ops.fused_gdn_gating_cpu)
+
+    def _wrap_rearrange(self, index: int, rearrange):
+        def rearrange_and_keep_v(mixed_qkv):
+            query, key, value = rearrange(mixed_qkv)
+            if self.recording and value is not None:
+                self._pending = (index, value[0].float().norm(dim=-1))  # [tokens, Hv]
+            return query, key, value
+
+        return rearrange_and_keep_v
+
+    def _gated(self, g: torch.Tensor, beta: torch.Tensor) -> None:
+        if self._pending is not None:
+            index, vnorm = self._pending
+            self._pending = None
+            signals = torch.stack([beta.reshape(vnorm.shape).float(), g.reshape(vnorm.shape).float(), vnorm], -1)
+            self._chunks.setdefault(index, []).append(signals)
+
+    def start(self) -> None:
+        self._chunks, self._pending, self.recording = {}, None, True
+        _recording[:] = [self]
+
+    def stop(self) -> dict[int, torch.Tensor]:
+        """Stop recording; the signals ``[n, Hv, 3]`` per GDN layer index."""
+        self.recording = False
+        _recording.clear()
+        return {index: torch.cat(chunks) for index, chunks in self._chunks.items()}
+
+
+def _record_gating(gating):
+    def gating_and_record(*args, **kwargs):
+        g, beta = gating(*args, **kwargs)
+        for recorder in _recording:
+            recorder._gated(g, beta)
+        return g, beta
+
+    gating_and_record._hybridpress = True
+    return gating_and_record
