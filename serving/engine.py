@@ -1,8 +1,9 @@
-"""Drive a vLLM engine through the fork protocol: prefill a context, score and compact its KV cache once, decode.
+"""Drive a vLLM engine through the fork protocol: prefill a context once, compact its KV cache once, answer questions.
 
 >>> engine = CompactingLLM("path/to/model", press="gatesight")
->>> result = engine.generate(context_ids, keep_fraction=0.1, max_tokens=32)
->>> result.tokens, result.freed_blocks
+>>> context = engine.prefill(context_ids, keep_fraction=0.1)     # scored, compacted, held in the pool
+>>> engine.answer(context.context_hash, question_ids, max_tokens=32)
+>>> engine.release(context.context_hash)
 
 The engine runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) so that the driver reaches the scheduler
 between steps; the worker is reached through ``collective_rpc``. Contexts are prefilled one at a time (the GDN
@@ -16,31 +17,35 @@ import time
 from dataclasses import dataclass, field
 
 from allocators import check_keep_fraction
+from runtime import context_hash
 
 ENGINE_DEFAULTS = dict(enable_prefix_caching=False, enforce_eager=True, dtype="bfloat16")
+# the ids of the context positions in a question's prompt: those tokens are never computed (their cache entries are
+# copied in), only counted
+_PLACEHOLDER = 0
 
 
 @dataclass
-class CompactedGeneration:
-    """Greedy tokens after a compacted context, and what compaction did.
+class HeldContext:
+    """A compacted context held in the engine's block pool.
 
     Attributes
     ----------
-    tokens : list[int]
-        The first comes from the full context's logits (as ``Parent.last_logits``), the rest from the compacted
-        cache.
+    context_hash : str
+        SHA-256 of the context ids (as ``runtime.Parent.context_hash``).
     n, kept : int
         Context tokens, and entries kept per attention layer and KV head.
     freed_blocks : int
-        Attention blocks returned to the pool.
+        Attention blocks returned to the pool by compaction.
     free_blocks_before, free_blocks_after : int
         The pool's free-block count right before and after compaction.
     prefill_seconds, score_seconds, compact_seconds : float
+        ``compact_seconds`` covers scoring, planning, the gather and freeing the tail.
     plan : dict
         ``{layer: [[kept body positions of head h]]}``.
     """
 
-    tokens: list[int]
+    context_hash: str
     n: int
     kept: int
     freed_blocks: int
@@ -50,6 +55,7 @@ class CompactedGeneration:
     score_seconds: float
     compact_seconds: float
     plan: dict = field(repr=False)
+    blocks: tuple = field(repr=False, default=())
 
 
 class CompactingLLM:
@@ -77,11 +83,12 @@ class CompactingLLM:
                        **{**ENGINE_DEFAULTS, **engine_args})
         self.layout = self.use_press(press, press_options)
         self.start_seconds = time.perf_counter() - t0
+        self.contexts: dict[str, HeldContext] = {}
         self._requests = 0
 
     def use_press(self, press: str, options: dict | None = None) -> dict:
         """Score with ``press`` from the next context on; returns the page geometry (block size, attention
-        layers). A press the engine cannot run is refused here with the reason."""
+        layers, the index of their KV-cache group). A press the engine cannot run is refused here with the reason."""
         return self.llm.collective_rpc("hybridpress_setup", args=(press, options))[0]
 
     @property
@@ -93,62 +100,116 @@ class CompactingLLM:
         """Free blocks in the pool now."""
         return self.scheduler.kv_cache_manager.block_pool.get_num_free_blocks()
 
-    def generate(self, context_ids: list[int], keep_fraction: float, max_tokens: int, protected: int = 0,
-                 allocator: str = "flat", keep_positions: dict | None = None) -> CompactedGeneration:
-        """Prefill ``context_ids``, compact its cache to ``keep_fraction`` of the body, decode greedily.
+    def prefill(self, context_ids: list[int], keep_fraction: float, protected: int = 0, allocator: str = "flat",
+                keep_positions: dict | None = None) -> HeldContext:
+        """Prefill ``context_ids``, score and compact its cache to ``keep_fraction`` of the body, and hold it.
 
         ``keep_positions`` (``{layer: [[positions]]}``) replaces scoring with a given uniform plan.
         """
-        from vllm import SamplingParams
-        from vllm.inputs import TokensPrompt
-
         if allocator != "flat":
             raise ValueError(f"allocator={allocator!r}: the engine compacts equal counts per layer and head ('flat') "
                              "until each attention layer gets its own KV-cache group")
         check_keep_fraction(keep_fraction, "keep_fraction")
-        if max_tokens < 2:
-            raise ValueError(f"max_tokens={max_tokens}: at least 2 (the first token comes before compaction)")
         if not 0 <= protected < len(context_ids):
             raise ValueError(f"protected={protected} must be in [0, {len(context_ids)}) for this context")
-        if self.scheduler.requests:
-            raise RuntimeError("another request is in flight: contexts are prefilled and compacted one at a time")
+        digest = context_hash(_as_tensor(context_ids))
+        if digest in self.contexts:
+            raise ValueError(f"context {digest[:12]}… is already held; release it first")
+        self._check_idle()
         engine = self.llm.llm_engine
-        self._requests += 1
-        request_id = f"context-{self._requests}"
+        # two tokens so that the request is still running, its blocks allocated, after the prefill step
+        request_id, external_id = self._add(list(context_ids), max_tokens=2)
         self.llm.collective_rpc("hybridpress_record")
-        engine.add_request(request_id, TokensPrompt(prompt_token_ids=list(context_ids)),
-                           SamplingParams(temperature=0.0, max_tokens=max_tokens, detokenize=False))
-        (internal_id,) = self.scheduler.requests  # vLLM may add a suffix to the id
         t0 = time.perf_counter()
-        while self.scheduler.requests[internal_id].num_output_tokens == 0:
+        while self.scheduler.requests[request_id].num_output_tokens == 0:
             engine.step()
         prefill_seconds = time.perf_counter() - t0
         before = self.free_blocks
         t0 = time.perf_counter()
         try:
             report = self.llm.collective_rpc("hybridpress_compact",
-                                             args=(internal_id, len(context_ids), keep_fraction, protected, allocator,
+                                             args=(request_id, len(context_ids), keep_fraction, protected, allocator,
                                                    keep_positions))[0]
         except BaseException:
-            engine.abort_request([request_id])  # nothing was written to the cache: the request just ends
+            engine.abort_request([external_id])  # nothing was written to the cache: the request just ends
             raise
-        freed = self.scheduler.compact(internal_id, report["k"])
+        freed = self.scheduler.compact(request_id, report["k"])
         compact_seconds = time.perf_counter() - t0
         after = self.free_blocks
+        blocks = self.scheduler.hold(request_id)
+        engine.abort_request([external_id])  # the context's blocks stay, held; its one generated token is dropped
+        held = HeldContext(digest, len(context_ids), report["k"], freed, before, after, prefill_seconds,
+                           report["score_seconds"], compact_seconds, report["plan"], blocks)
+        self.contexts[digest] = held
+        return held
+
+    def answer(self, context: str | HeldContext, question_ids: list[int], max_tokens: int) -> list[int]:
+        """Greedy tokens after ``question_ids``, continuing from a copy of the held context (its GDN states and
+        compacted KV); the held context is unchanged, so every question starts from the same state.
+
+        ``context`` is a :class:`HeldContext` or its ``context_hash``; a hash that no held context has is refused.
+        """
+        digest = context.context_hash if isinstance(context, HeldContext) else context
+        if digest not in self.contexts:
+            held = ", ".join(h[:12] + "…" for h in self.contexts) or "none"
+            raise ValueError(f"no held context has hash {str(digest)[:12]}…; held: {held}")
+        if max_tokens < 1 or not len(question_ids):
+            raise ValueError(f"need a non-empty question and max_tokens >= 1 (got {len(question_ids)} tokens, "
+                             f"max_tokens={max_tokens})")
+        self._check_idle()
+        held = self.contexts[digest]
+        request_id, _ = self._add([_PLACEHOLDER] * held.kept + list(question_ids), max_tokens=max_tokens)
+        target = self.scheduler.attach(request_id, held.kept)
+        source = tuple([block.block_id for block in group] for group in held.blocks)
+        self.llm.collective_rpc("hybridpress_attach", args=(source, target, held.kept))
+        return self._run_to_end()
+
+    def pages(self, context: HeldContext) -> dict:
+        """``{layer: (keys, values)}``, each ``[H_kv, kept, d]``: the entries a held context's pages contain (keys
+        rotated to the engine's positions)."""
+        blocks = [block.block_id for block in context.blocks[self.layout["attention_group"]]]
+        return self.llm.collective_rpc("hybridpress_read", args=(blocks, context.kept))[0]
+
+    def release(self, context: str | HeldContext) -> None:
+        """Return a held context's blocks to the pool."""
+        digest = context.context_hash if isinstance(context, HeldContext) else context
+        held = self.contexts.pop(digest)
+        self.scheduler.release(held.blocks)
+
+    def generate_plain(self, prompt_ids: list[int], max_tokens: int) -> list[int]:
+        """Greedy tokens of vLLM without the plugin (the reference of keep-all)."""
+        self._check_idle()
+        self._add(list(prompt_ids), max_tokens=max_tokens)
+        return self._run_to_end()
+
+    # ---- helpers -------------------------------------------------------------------------------------
+    def _check_idle(self) -> None:
+        if self.scheduler.requests:
+            raise RuntimeError("another request is in flight: the driver runs one request at a time")
+
+    def _add(self, prompt_ids: list[int], max_tokens: int) -> tuple[str, str]:
+        """Queue a greedy request; its ids in the scheduler and in the engine's front end."""
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        self._requests += 1
+        external_id = f"hybridpress-{self._requests}"
+        self.llm.llm_engine.add_request(external_id, TokensPrompt(prompt_token_ids=prompt_ids),
+                                        SamplingParams(temperature=0.0, max_tokens=max_tokens, detokenize=False))
+        (request_id,) = self.scheduler.requests  # the scheduler's id carries a suffix
+        return request_id, external_id
+
+    def _run_to_end(self) -> list[int]:
         tokens: list[int] = []
+        engine = self.llm.llm_engine
         while engine.has_unfinished_requests():
             for output in engine.step():
                 if output.finished:
                     tokens = list(output.outputs[0].token_ids)
-        return CompactedGeneration(tokens, len(context_ids), report["k"], freed, before, after, prefill_seconds,
-                                   report["score_seconds"], compact_seconds, report["plan"])
+        return tokens
 
-    def generate_plain(self, context_ids: list[int], max_tokens: int) -> list[int]:
-        """Greedy tokens without compaction (the reference of keep-all)."""
-        from vllm import SamplingParams
-        from vllm.inputs import TokensPrompt
 
-        out = self.llm.generate([TokensPrompt(prompt_token_ids=list(context_ids))],
-                                SamplingParams(temperature=0.0, max_tokens=max_tokens, detokenize=False),
-                                use_tqdm=False)
-        return list(out[0].outputs[0].token_ids)
+def _as_tensor(ids):
+    import torch
+
+    return torch.as_tensor(list(ids), dtype=torch.long)

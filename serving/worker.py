@@ -85,7 +85,8 @@ class CompactionWorker:
         if request.gdn_signals and self._hp_recorder is None:
             self._hp_recorder = GDNSignalRecorder(self.model_runner.model)
         self._hp_press, self._hp_reads_signals = chosen, request.gdn_signals
-        return {"block_size": self._hp_block_size, "attention_layers": list(self._hp_adapter.attention_layers)}
+        return {"block_size": self._hp_block_size, "attention_layers": list(self._hp_adapter.attention_layers),
+                "attention_group": self._hp_group}
 
     def _hp_attach(self) -> None:
         runner = self.model_runner
@@ -157,6 +158,26 @@ class CompactionWorker:
         self._hp_shorten(request_id, k)
         return {"k": k, "score_seconds": score_seconds,
                 "plan": {layer: [h.tolist() for h in heads] for layer, heads in plan.layers.items()}}
+
+    def hybridpress_attach(self, source: tuple[list[int], ...], target: tuple[list[int], ...], kept: int) -> None:
+        """Copy a held context into a question's blocks: the pages holding its ``kept`` attention entries, and the
+        GDN states (conv and recurrent), so that decoding the question never changes the held context."""
+        runner = self.model_runner
+        context = runner.compilation_config.static_forward_context
+        for index, group in enumerate(runner.kv_cache_config.kv_cache_groups):
+            # the attention group: the pages holding the kept entries; a recurrent group: its state slots
+            count = -(-kept // self._hp_block_size) if index == self._hp_group else len(source[index])
+            src, dst = (torch.as_tensor(ids[:count], dtype=torch.long) for ids in (source[index], target[index]))
+            for name in group.layer_names:
+                caches = context[name].kv_cache
+                for cache in caches if isinstance(caches, (list, tuple)) else (caches,):
+                    cache[dst.to(cache.device)] = cache[src.to(cache.device)]
+
+    def hybridpress_read(self, blocks: list[int], count: int) -> dict:
+        """Keys and values ``[H_kv, count, d]`` (CPU) of every attention layer at token offsets ``0 ... count - 1``
+        of the attention blocks ``blocks``: what a held context's pages contain."""
+        return {index: tuple(t.cpu() for t in self._hp_layouts[index].read(layer.kv_cache, blocks, count))
+                for index, layer in self._hp_layers.items()}
 
     def hybridpress_signals(self) -> dict:
         """The GDN signals ``{layer: [n, Hv, 3]}`` of the last compacted context (CPU)."""
