@@ -86,7 +86,7 @@ def cmd_compare(args) -> None:
         presses=args.press, allocators=args.alloc, ratios=ratios, tasks=args.tasks, n=args.n,
         length=args.length, model=_spec(args), seed=args.seed, out=Path(args.out), profile=args.profile,
         scbench_data=Path(args.scbench_data) if args.scbench_data else None, jobs=args.jobs, batch=args.batch,
-        press_options=args.press_options, alloc_options=args.alloc_options,
+        press_options=args.press_options, alloc_options=args.alloc_options, engine=args.engine,
     )
     store = run_compare(settings)
     rows = run_rows(store, settings)
@@ -234,6 +234,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="compacted children of one context answered together (memory: their caches, padded)")
     p.add_argument("--jobs", type=int, default=1,
                    help="worker processes, one context at a time each (each loads the model; one core each)")
+    p.add_argument("--engine", default="hf", choices=["hf", "vllm"],
+                   help="hf: this project's runtime; vllm: compaction inside vLLM (serving environment; presses "
+                        "keydiff, gatesight; allocator flat)")
     p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("leaderboard", help="leaderboard.md, CSV and PNG from result stores")

@@ -36,6 +36,8 @@ RATIO_GRIDS = {
 """Named kept-fraction grids: ``default`` adds 0.02 and 0.05, where eviction bites, to the paper's grid."""
 DEFAULT_RATIOS = RATIO_GRIDS["default"]
 MIN_LENGTH = 64
+ENGINES = ("hf", "vllm")
+"""``hf``: this project's runtime on a transformers model; ``vllm``: compaction inside vLLM (:mod:`serving`)."""
 SCBENCH = tuple(f"scbench_{t}" for t in SCBENCH_TASKS)
 TASK_GROUPS = {"ruler": TASKS, "niah": tuple(t for t in TASKS if t.startswith("niah")), "scbench": SCBENCH}
 
@@ -57,6 +59,7 @@ class CompareSettings:
     batch: int = 32
     press_options: dict = field(default_factory=dict)
     alloc_options: dict = field(default_factory=dict)
+    engine: str = "hf"
 
     def press_label(self, name: str) -> str:
         """The press's name in rows: with its options, if any, so that differently configured runs never mix."""
@@ -122,7 +125,29 @@ def validate(settings: CompareSettings) -> None:
     if limit is not None and settings.length > limit:
         raise ValueError(f"length {settings.length} is longer than the model's position limit "
                          f"(max_position_embeddings = {limit})")
+    if settings.engine not in ENGINES:
+        raise ValueError(f"unknown engine {settings.engine!r}; choose from {', '.join(ENGINES)}")
+    if settings.engine == "vllm":
+        _validate_served(settings)
     check_writable(Path(settings.out))
+
+
+def _validate_served(settings: CompareSettings) -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is None:
+        raise ValueError("--engine vllm needs vLLM, which lives in its own environment: scripts/serving_env.sh")
+    from serving import ENGINE_PRESSES
+
+    refused = [name for name in settings.presses if name not in ENGINE_PRESSES + (BASELINE,)]
+    if refused:
+        raise ValueError(f"press {refused[0]!r} does not run in the vLLM engine; presses there: "
+                         f"{', '.join(ENGINE_PRESSES)}")
+    if settings.allocators != ["flat"]:
+        raise ValueError(f"--alloc {','.join(settings.allocators)}: the vLLM engine compacts equal counts per layer "
+                         "and head, allocator 'flat' only")
+    if settings.jobs != 1:
+        raise ValueError(f"--jobs {settings.jobs}: the vLLM engine runs in one process (use --jobs 1)")
 
 
 class Harness:
@@ -133,7 +158,7 @@ class Harness:
         self.settings = settings
         self.model, self.tokenizer, self.model_dir = loading.load(settings.model)
         self.adapter = adapter_for(self.model)
-        self.presses = {}
+        self.presses, self.press_names = {}, {}
         for name in settings.presses:
             if name == BASELINE:
                 continue
@@ -144,6 +169,7 @@ class Harness:
             except (ValueError, FileNotFoundError) as error:
                 raise ValueError(f"press {name!r} cannot run on {self.model_dir}: {error}") from None
             self.presses[settings.press_label(name)] = press
+            self.press_names[settings.press_label(name)] = name
         self.allocators = {settings.alloc_label(name): allocators.get(name, **settings.alloc_options)
                            for name in settings.allocators}
         self.layer_weights = None
@@ -157,6 +183,15 @@ class Harness:
             self.evidence = self.evidence | press.evidence(self.adapter)
         self.code = code_version()
         self.weights = loading.fingerprint(self.model_dir)
+        self.engine = None
+        if settings.engine == "vllm":
+            from serving import CompactingLLM
+
+            # each child sets its press (use_press). On CPU vLLM checks gpu_memory_utilization of the machine's
+            # memory against what is free (the HF copy of the model this harness holds takes some) and the KV pool
+            # gets kv_cache_memory_bytes: 1 GiB holds 80K tokens of the 0.8B geometry
+            self.engine = CompactingLLM(str(self.model_dir), press="keydiff", max_model_len=settings.length + 512,
+                                        max_num_seqs=1, gpu_memory_utilization=0.3, kv_cache_memory_bytes=1 << 30)
         self.task_config = Config(profile=settings.profile, length=settings.length,
                                   count_tokens=lambda text: len(encode_text(self.tokenizer, text)))
         self.scbench_rows = {}
@@ -187,7 +222,7 @@ def _base_row(h: Harness, task: str, item, question_index: int) -> dict:
     s = h.settings
     return {"schema": SCHEMA, "model": str(h.model_dir.name), "weights": h.weights, "task": task,
             "profile": s.profile, "length": s.length, "item": item.index, "question": question_index, "seed": s.seed,
-            "code": h.code}
+            "code": h.code, "engine": s.engine}
 
 
 class _Question:
@@ -228,11 +263,7 @@ def _answer_batch(h: Harness, item, questions: list[_Question], rows: list[dict]
 
 
 def _context(h: Harness, task: str, index: int, is_done, emit) -> int:
-    """Answer every pending (press, allocator, ratio) of one context; ``emit`` each row. Returns the forks run.
-
-    The no-prune child is answered alone (the full cache against itself: its ΔNLL and KL are exactly 0); the
-    compacted children are answered ``settings.batch`` at a time (:mod:`runtime.batch`).
-    """
+    """Answer every pending (press, allocator, ratio) of one context; ``emit`` each row. Returns the forks run."""
     try:
         item = h.item(task, index)
     except IndexError:  # an SCBench task with fewer rows than --n
@@ -242,10 +273,26 @@ def _context(h: Harness, task: str, index: int, is_done, emit) -> int:
                                             for r in h.settings.ratios]
     todo = [(press, alloc, ratio) for press, alloc, ratio in combos
             if any(not is_done(row_key({**r, "press": press, "allocator": alloc, "ratio": ratio})) for r in rows)]
-    if not todo:
-        return 0
-    context = h.encode(item.context)
-    protected = len(h.encode(item.protected_text))
+    if todo:
+        context, protected = h.encode(item.context), len(h.encode(item.protected_text))
+        run = _runtime_context if h.engine is None else _served_context
+        run(h, item, rows, todo, context, protected, is_done, emit)
+    return len(todo)
+
+
+def _answer_alone(h: Harness, item, questions: list[_Question], rows: list[dict], child, extra: dict, is_done,
+                  emit) -> None:
+    """Every pending question of one child, answered one at a time."""
+    for q, row in zip(questions, rows):
+        if not is_done(row_key({**row, **extra})):
+            answer = child.answer(q.prompt_ids, q.question.max_new_tokens, h.tokenizer.eos_token_id)
+            emit(_row(h, item, q, row, extra, answer, answer_log_probs(child, q.prompt_ids, q.reference.answer_ids)))
+
+
+def _runtime_context(h: Harness, item, rows, todo, context, protected: int, is_done, emit) -> None:
+    """One prefill, one scoring per press, one fork per (allocator, ratio). The no-prune child is answered alone
+    (the full cache against itself: its ΔNLL and KL are exactly 0); the compacted children are answered
+    ``settings.batch`` at a time (:mod:`runtime.batch`)."""
     t0 = time.perf_counter()
     parent = prefill(h.model, context, protected=protected, evidence=h.evidence, tokenizer=h.tokenizer)
     prefill_seconds = time.perf_counter() - t0
@@ -256,11 +303,7 @@ def _context(h: Harness, task: str, index: int, is_done, emit) -> int:
         child = parent.fork(parent.keep_all_plan())
         extra = {"press": BASELINE, "allocator": BASELINE, "ratio": 1.0, **common,
                  "kv_bytes": child.kv_nbytes, "gdn_bytes": child.gdn_nbytes}
-        for q, row in zip(questions, rows):
-            if not is_done(row_key({**row, **extra})):
-                answer = child.answer(q.prompt_ids, q.question.max_new_tokens, h.tokenizer.eos_token_id)
-                emit(_row(h, item, q, row, extra, answer,
-                          answer_log_probs(child, q.prompt_ids, q.reference.answer_ids)))
+        _answer_alone(h, item, questions, rows, child, extra, is_done, emit)
         child.release()
     # similar kept fractions side by side: a batch is padded to its largest child
     compacted = sorted((combo for combo in todo if combo[0] != BASELINE), key=lambda combo: combo[2])
@@ -277,7 +320,36 @@ def _context(h: Harness, task: str, index: int, is_done, emit) -> int:
         for child in children:
             child.release()
     parent.release()
-    return len(todo)
+
+
+def _served_context(h: Harness, item, rows, todo, context, protected: int, is_done, emit) -> None:
+    """The same protocol inside vLLM (:mod:`serving`): the full cache is the context held uncompacted, each
+    compacted child its own prefill, scored and compacted in the engine; references come from the engine itself."""
+    from serving.cache import EngineCache
+
+    engine, ids = h.engine, context.tolist()
+    parent = EngineCache(engine, engine.prefill(ids, 1.0, protected), h.tokenizer)
+    try:
+        questions = [_Question(h, question, parent) for question in item.questions]
+        common = {"prefill_seconds": round(parent.held.prefill_seconds, 4), "n_context": parent.n,
+                  "protected": protected}
+        if todo[0][0] == BASELINE:
+            extra = {"press": BASELINE, "allocator": BASELINE, "ratio": 1.0, **common,
+                     "kv_bytes": parent.kv_nbytes, "gdn_bytes": parent.gdn_nbytes}
+            _answer_alone(h, item, questions, rows, parent, extra, is_done, emit)
+        for press_name, alloc_name, ratio in (combo for combo in todo if combo[0] != BASELINE):
+            engine.use_press(h.press_names[press_name], h.settings.press_options)
+            child = EngineCache(engine, engine.prefill(ids, ratio, protected, allocator=alloc_name), h.tokenizer)
+            try:
+                extra = {"press": press_name, "allocator": alloc_name, "ratio": ratio, **common,
+                         "score_seconds": round(child.held.score_seconds, 4),
+                         "kept_entries": sum(len(head) for heads in child.held.plan.values() for head in heads),
+                         "kv_bytes": child.kv_nbytes, "gdn_bytes": child.gdn_nbytes}
+                _answer_alone(h, item, questions, rows, child, extra, is_done, emit)
+            finally:
+                child.release()
+    finally:
+        parent.release()
 
 
 _WORKER: Harness | None = None
@@ -315,7 +387,8 @@ def run_rows(store: ResultStore, settings: CompareSettings) -> list[dict]:
     that a summary never mixes in other runs written to the same directory."""
     model_dir = loading.resolve(settings.model)
     wanted = {"model": model_dir.name, "weights": loading.fingerprint(model_dir), "code": code_version(),
-              "length": settings.length, "profile": settings.profile, "seed": settings.seed}
+              "length": settings.length, "profile": settings.profile, "seed": settings.seed,
+              "engine": settings.engine}
     combos = {(BASELINE, BASELINE, 1.0)} | {(settings.press_label(p), settings.alloc_label(a), float(r))
                                             for p in settings.presses for a in settings.allocators
                                             for r in settings.ratios}

@@ -30,8 +30,9 @@ def group_rows(rows: list[dict]) -> dict[tuple, list[dict]]:
 
 
 def group_title(key: tuple) -> str:
-    model, weights, profile, length, code = key
-    return f"{model} (weights {weights}) · profile {profile} · {length} tokens · code {code}"
+    model, weights, profile, length, code, engine = key
+    served = "" if engine in (None, "hf") else f" · engine {engine}"  # rows built outside a store may lack it
+    return f"{model} (weights {weights}) · profile {profile} · {length} tokens · code {code}{served}"
 
 
 class GroupReport:

@@ -17,8 +17,8 @@ import sys
 from pathlib import Path
 
 KEY_FIELDS = ("model", "weights", "press", "allocator", "ratio", "task", "profile", "length", "item", "question",
-              "seed", "code")
-GROUP_FIELDS = ("model", "weights", "profile", "length", "code")
+              "seed", "code", "engine")
+GROUP_FIELDS = ("model", "weights", "profile", "length", "code", "engine")
 """Rows are averaged only within one group of these settings."""
 BASELINE = "none"
 """The no-prune method's name in rows (its press and its allocator)."""
@@ -123,6 +123,8 @@ class ResultStore:
                 except (UnicodeDecodeError, json.JSONDecodeError):
                     value = None
                 if _is_row(value):
+                    # rows written before the engine field existed all came from the HF runtime, the only engine
+                    value.setdefault("engine", "hf")
                     self.rows.append(value)
                 elif not (number == len(lines) and not raw.endswith(b"}")):  # a last line cut by a kill is normal
                     self.skipped.append(number)

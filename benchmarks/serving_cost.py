@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import tempfile
+import time
 from pathlib import Path
 
 import torch
@@ -41,8 +42,6 @@ def main() -> None:
     engine = CompactingLLM(str(directory), press="gatesight", max_model_len=args.length + 64, max_num_seqs=1,
                            gpu_memory_utilization=0.3, kv_cache_memory_bytes=1 << 30)
     ids = torch.randint(0, 32768, (args.length,), generator=torch.Generator().manual_seed(1)).tolist()
-    import time
-
     t0 = time.perf_counter()
     engine.generate_plain(ids, 1)  # also the warm-up: the first forward of a shape is slower
     t1 = time.perf_counter()
@@ -54,14 +53,20 @@ def main() -> None:
              f"engine start {engine.start_seconds:.1f} s; attention block {engine.layout['block_size']} tokens; a plain "
              f"prefill (no plugin, after one warm-up of {t1 - t0:.1f} s) {plain:.2f} s.", "",
              "| press | context tokens | prefill s | score s (/ prefill) | score + compact s (/ prefill) | kept | "
-             "blocks freed | free blocks before -> after |", "|---|---|---|---|---|---|---|---|"]
+             "blocks freed | free blocks before -> after | 32-token question + 16 tokens s |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    question = ids[:32]
     for press in ("gatesight", "keydiff"):
         engine.use_press(press)
-        r = engine.generate(ids, keep_fraction=args.keep, max_tokens=4, protected=16)
+        r = engine.prefill(ids, keep_fraction=args.keep, protected=16)
+        t0 = time.perf_counter()
+        engine.answer(r, question, 16)
+        answer_seconds = time.perf_counter() - t0
+        engine.release(r)
         lines.append(f"| {press} | {r.n} | {r.prefill_seconds:.2f} | {r.score_seconds:.3f} "
                      f"({r.score_seconds / r.prefill_seconds:.2%}) | {r.compact_seconds:.3f} "
                      f"({r.compact_seconds / r.prefill_seconds:.2%}) | {r.kept} | {r.freed_blocks} | "
-                     f"{r.free_blocks_before} -> {r.free_blocks_after} |")
+                     f"{r.free_blocks_before} -> {r.free_blocks_after} | {answer_seconds:.2f} |")
         print(lines[-1], flush=True)
     text = "\n".join(lines) + "\n"
     print(text)

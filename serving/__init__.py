@@ -5,6 +5,6 @@ and compacts on the worker with the project's presses and allocators; :mod:`serv
 (``scheduler_cls``) shortens the request and returns the freed blocks to the pool. Nothing of vLLM is edited.
 """
 
-from .engine import CompactingLLM, HeldContext
+from .engine import ENGINE_PRESSES, CompactingLLM, HeldContext
 
-__all__ = ["CompactingLLM", "HeldContext"]
+__all__ = ["ENGINE_PRESSES", "CompactingLLM", "HeldContext"]

@@ -2,8 +2,8 @@
 
 >>> engine = CompactingLLM("path/to/model", press="gatesight")
 >>> context = engine.prefill(context_ids, keep_fraction=0.1)     # scored, compacted, held in the pool
->>> engine.answer(context.context_hash, question_ids, max_tokens=32)
->>> engine.release(context.context_hash)
+>>> engine.answer(context, question_ids, max_tokens=32, context_hash=expected_sha256)
+>>> engine.release(context)
 
 The engine runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) so that the driver reaches the scheduler
 between steps; the worker is reached through ``collective_rpc``. Contexts are prefilled one at a time (the GDN
@@ -16,10 +16,17 @@ import os
 import time
 from dataclasses import dataclass, field
 
-from allocators import check_keep_fraction
-from runtime import context_hash
+import torch
 
-ENGINE_DEFAULTS = dict(enable_prefix_caching=False, enforce_eager=True, dtype="bfloat16")
+from allocators import check_keep_fraction
+import runtime
+
+ENGINE_PRESSES = ("keydiff", "gatesight")
+"""Presses that run in the engine: they read the cache or the GDN signals of vLLM's own forward. SnapKV needs the
+context's last queries, KVzip a second pass, TriAttention its calibration (which lives at the model directory's
+root, where vLLM loads every ``*.safetensors`` as a weight shard)."""
+# max_logprobs=-1: the fidelity measures need the full next-token distributions
+ENGINE_DEFAULTS = dict(enable_prefix_caching=False, enforce_eager=True, dtype="bfloat16", max_logprobs=-1)
 # the ids of the context positions in a question's prompt: those tokens are never computed (their cache entries are
 # copied in), only counted
 _PLACEHOLDER = 0
@@ -31,6 +38,8 @@ class HeldContext:
 
     Attributes
     ----------
+    handle : str
+        Which held context this is (one context may be held at several kept fractions).
     context_hash : str
         SHA-256 of the context ids (as ``runtime.Parent.context_hash``).
     n, kept : int
@@ -45,6 +54,7 @@ class HeldContext:
         ``{layer: [[kept body positions of head h]]}``.
     """
 
+    handle: str
     context_hash: str
     n: int
     kept: int
@@ -66,8 +76,7 @@ class CompactingLLM:
     model : str
         What ``vllm.LLM`` takes; GateSight and TriAttention read their artifacts from it when it is a directory.
     press : str
-        ``keydiff``, ``gatesight`` or ``triattention`` (presses that need the context's queries or a second pass,
-        SnapKV and KVzip, do not run in the engine yet).
+        One of :data:`ENGINE_PRESSES`.
     press_options : dict, optional
     **engine_args
         Passed to ``vllm.LLM`` over :data:`ENGINE_DEFAULTS`.
@@ -112,9 +121,6 @@ class CompactingLLM:
         check_keep_fraction(keep_fraction, "keep_fraction")
         if not 0 <= protected < len(context_ids):
             raise ValueError(f"protected={protected} must be in [0, {len(context_ids)}) for this context")
-        digest = context_hash(_as_tensor(context_ids))
-        if digest in self.contexts:
-            raise ValueError(f"context {digest[:12]}… is already held; release it first")
         self._check_idle()
         engine = self.llm.llm_engine
         # two tokens so that the request is still running, its blocks allocated, after the prefill step
@@ -138,27 +144,51 @@ class CompactingLLM:
         after = self.free_blocks
         blocks = self.scheduler.hold(request_id)
         engine.abort_request([external_id])  # the context's blocks stay, held; its one generated token is dropped
-        held = HeldContext(digest, len(context_ids), report["k"], freed, before, after, prefill_seconds,
-                           report["score_seconds"], compact_seconds, report["plan"], blocks)
-        self.contexts[digest] = held
+        held = HeldContext(request_id, runtime.context_hash(torch.as_tensor(list(context_ids))), len(context_ids),
+                           report["k"], freed, before, after, prefill_seconds, report["score_seconds"],
+                           compact_seconds, report["plan"], blocks)
+        self.contexts[held.handle] = held
         return held
 
-    def answer(self, context: str | HeldContext, question_ids: list[int], max_tokens: int) -> list[int]:
+    def answer(self, context: HeldContext, question_ids: list[int], max_tokens: int,
+               stop_token_ids: list[int] | None = None, context_hash: str | None = None) -> list[int]:
         """Greedy tokens after ``question_ids``, continuing from a copy of the held context (its GDN states and
         compacted KV); the held context is unchanged, so every question starts from the same state.
 
-        ``context`` is a :class:`HeldContext` or its ``context_hash``; a hash that no held context has is refused.
+        ``context_hash``, when given, must be the held context's SHA-256 (a question asked of another context is
+        refused). Decoding stops after ``max_tokens`` or after a token of ``stop_token_ids`` (which is returned).
         """
-        digest = context.context_hash if isinstance(context, HeldContext) else context
-        if digest not in self.contexts:
-            held = ", ".join(h[:12] + "…" for h in self.contexts) or "none"
-            raise ValueError(f"no held context has hash {str(digest)[:12]}…; held: {held}")
-        if max_tokens < 1 or not len(question_ids):
-            raise ValueError(f"need a non-empty question and max_tokens >= 1 (got {len(question_ids)} tokens, "
-                             f"max_tokens={max_tokens})")
+        if max_tokens < 1:
+            raise ValueError(f"max_tokens={max_tokens} must be >= 1")
+        return list(self._attached(context, question_ids, context_hash, max_tokens=max_tokens,
+                                   stop_token_ids=stop_token_ids).token_ids)
+
+    def log_probs(self, context: HeldContext, ids: list[int]) -> torch.Tensor:
+        """``[L, V]`` float32 log-probabilities of the next token after each of the ``L`` tokens ``ids`` read after
+        the held context (teacher-forced; the runtime's ``CachedContext.logits`` up to a constant per row)."""
+        output = self._attached(context, ids, None, max_tokens=1, prompt_logprobs=-1, logprobs=-1)
+        rows = [*output.prompt_logprobs[-(len(ids) - 1):], output.logprobs[0]] if len(ids) > 1 else [
+            output.logprobs[0]]
+        dense = torch.full((len(rows), self.vocab_size), float("-inf"))
+        for i, row in enumerate(rows):
+            dense[i, list(row)] = torch.tensor([entry.logprob for entry in row.values()])
+        return dense
+
+    @property
+    def vocab_size(self) -> int:
+        return self.llm.llm_engine.model_config.get_vocab_size()
+
+    def _attached(self, held: HeldContext, ids: list[int], expected_hash: str | None, **sampling):
+        """Run one request of ``ids`` attached to a held context; its finished completion output."""
+        if self.contexts.get(held.handle) is not held:
+            raise ValueError(f"context {held.handle} is not held by this engine (released?)")
+        if expected_hash is not None and expected_hash != held.context_hash:
+            raise ValueError(f"context hash mismatch: the held context is {held.context_hash[:12]}…, the question "
+                             f"was asked of {expected_hash[:12]}…")
+        if not len(ids):
+            raise ValueError("the question is empty")
         self._check_idle()
-        held = self.contexts[digest]
-        request_id, _ = self._add([_PLACEHOLDER] * held.kept + list(question_ids), max_tokens=max_tokens)
+        request_id, _ = self._add([_PLACEHOLDER] * held.kept + list(ids), **sampling)
         target = self.scheduler.attach(request_id, held.kept)
         source = tuple([block.block_id for block in group] for group in held.blocks)
         self.llm.collective_rpc("hybridpress_attach", args=(source, target, held.kept))
@@ -170,24 +200,24 @@ class CompactingLLM:
         blocks = [block.block_id for block in context.blocks[self.layout["attention_group"]]]
         return self.llm.collective_rpc("hybridpress_read", args=(blocks, context.kept))[0]
 
-    def release(self, context: str | HeldContext) -> None:
+    def release(self, context: HeldContext) -> None:
         """Return a held context's blocks to the pool."""
-        digest = context.context_hash if isinstance(context, HeldContext) else context
-        held = self.contexts.pop(digest)
-        self.scheduler.release(held.blocks)
+        if self.contexts.pop(context.handle, None) is None:
+            raise ValueError(f"context {context.handle} is not held by this engine (released already?)")
+        self.scheduler.release(context.blocks)
 
     def generate_plain(self, prompt_ids: list[int], max_tokens: int) -> list[int]:
         """Greedy tokens of vLLM without the plugin (the reference of keep-all)."""
         self._check_idle()
         self._add(list(prompt_ids), max_tokens=max_tokens)
-        return self._run_to_end()
+        return list(self._run_to_end().token_ids)
 
     # ---- helpers -------------------------------------------------------------------------------------
     def _check_idle(self) -> None:
         if self.scheduler.requests:
             raise RuntimeError("another request is in flight: the driver runs one request at a time")
 
-    def _add(self, prompt_ids: list[int], max_tokens: int) -> tuple[str, str]:
+    def _add(self, prompt_ids: list[int], **sampling) -> tuple[str, str]:
         """Queue a greedy request; its ids in the scheduler and in the engine's front end."""
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
@@ -195,21 +225,18 @@ class CompactingLLM:
         self._requests += 1
         external_id = f"hybridpress-{self._requests}"
         self.llm.llm_engine.add_request(external_id, TokensPrompt(prompt_token_ids=prompt_ids),
-                                        SamplingParams(temperature=0.0, max_tokens=max_tokens, detokenize=False))
+                                        SamplingParams(temperature=0.0, detokenize=False, **sampling))
         (request_id,) = self.scheduler.requests  # the scheduler's id carries a suffix
         return request_id, external_id
 
-    def _run_to_end(self) -> list[int]:
-        tokens: list[int] = []
+    def _run_to_end(self):
+        """Step until the one request in flight finishes; its completion output (with the prompt's log-probs)."""
+        finished = None
         engine = self.llm.llm_engine
         while engine.has_unfinished_requests():
             for output in engine.step():
                 if output.finished:
-                    tokens = list(output.outputs[0].token_ids)
-        return tokens
+                    finished = output.outputs[0]
+                    finished.prompt_logprobs = output.prompt_logprobs
+        return finished
 
-
-def _as_tensor(ids):
-    import torch
-
-    return torch.as_tensor(list(ids), dtype=torch.long)

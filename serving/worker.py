@@ -79,14 +79,15 @@ class CompactionWorker:
         request = chosen.evidence(self._hp_adapter)
         if request.window:
             raise ValueError(f"{chosen.name} reads the queries of the context's last tokens, which vLLM does not "
-                             "keep; presses that run in the engine: keydiff, gatesight, triattention")
+                             "keep; presses that run in the engine: keydiff, gatesight")
         chosen.bind(self._hp_adapter.model_dir)
         chosen.check(self._hp_adapter)
         if request.gdn_signals and self._hp_recorder is None:
             self._hp_recorder = GDNSignalRecorder(self.model_runner.model)
         self._hp_press, self._hp_reads_signals = chosen, request.gdn_signals
         return {"block_size": self._hp_block_size, "attention_layers": list(self._hp_adapter.attention_layers),
-                "attention_group": self._hp_group}
+                "attention_group": self._hp_group, "entry_bytes": self._hp_entry_bytes,
+                "state_bytes": self._hp_state_bytes}
 
     def _hp_attach(self) -> None:
         runner = self.model_runner
@@ -111,6 +112,10 @@ class CompactionWorker:
         self._hp_layouts = {index: PageLayout.learn(layer, spec.block_size, spec.num_kv_heads, spec.head_size)
                             for index, layer in self._hp_layers.items()}
         self._hp_recorder, self._hp_signals = None, {}
+        self._hp_entry_bytes = len(self._hp_layers) * 2 * spec.num_kv_heads * spec.head_size * spec.dtype.itemsize
+        self._hp_state_bytes = sum(
+            cache[0].nbytes for index, group in enumerate(groups) if index != self._hp_group
+            for name in group.layer_names for cache in context[name].kv_cache)
 
     def hybridpress_record(self) -> None:
         """Start recording the evidence of the next prefill."""

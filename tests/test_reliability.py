@@ -218,3 +218,29 @@ def test_press_and_allocator_options_from_the_cli(model_dir, tmp_path, capsys):
     assert main(["compare", "--model", str(model_dir), "--out", str(out), "--press", "snapkv",
                  "--press-options", "window=-1"]) == 2
     assert "window=-1: expected an integer >= 1" in capsys.readouterr().err
+
+
+def test_engine_settings_are_checked_before_work(tmp_path):
+    with pytest.raises(ValueError, match="unknown engine 'tgi'; choose from hf, vllm"):
+        compare.validate(CompareSettings(presses=["keydiff"], engine="tgi", out=tmp_path))
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is None:
+        with pytest.raises(ValueError, match="--engine vllm needs vLLM, which lives in its own environment"):
+            compare.validate(CompareSettings(presses=["keydiff"], engine="vllm", out=tmp_path))
+    else:
+        for settings, message in [
+            (dict(presses=["snapkv"]), "press 'snapkv' does not run in the vLLM engine"),
+            (dict(presses=["keydiff"], allocators=["pyramid"]), "allocator 'flat' only"),
+            (dict(presses=["keydiff"], jobs=2), "the vLLM engine runs in one process"),
+        ]:
+            with pytest.raises(ValueError, match=message):
+                compare.validate(CompareSettings(**settings, engine="vllm", out=tmp_path))
+
+
+def test_rows_from_before_the_engine_field_read_as_the_runtimes(tmp_path):
+    row = {"schema": 2, "model": "m", "weights": "w", "press": "none", "allocator": "none", "ratio": 1.0,
+           "task": "vt", "profile": "compact", "length": 512, "item": 0, "question": 0, "seed": 0, "code": "c"}
+    (tmp_path / "results.jsonl").write_text(json.dumps(row) + "\n")
+    (stored,) = ResultStore(tmp_path, readonly=True).rows
+    assert stored["engine"] == "hf"

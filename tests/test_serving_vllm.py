@@ -17,7 +17,7 @@ from runtime.adapters import apply_rope  # noqa: E402
 
 pytestmark = pytest.mark.vllm
 
-VOCAB = 512
+VOCAB = 260  # the byte tokenizer's: bench tasks run on this model too
 PROTECTED = 4
 
 
@@ -26,6 +26,7 @@ def served(tmp_path_factory):
     """``(engine, hf_model)`` on one tiny Qwen3-Next directory."""
     from transformers import Qwen3NextConfig, Qwen3NextForCausalLM
 
+    from bench.model.tokenizer import build_tokenizer
     from presses.gatesight import GateSightEstimator
     from serving import CompactingLLM
 
@@ -36,9 +37,11 @@ def served(tmp_path_factory):
         head_dim=64, linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=64,
         linear_value_head_dim=64, full_attention_interval=2, intermediate_size=512, moe_intermediate_size=128,
         shared_expert_intermediate_size=128, num_experts=4, num_experts_per_tok=2, max_position_embeddings=8192,
+        eos_token_id=257,
     )
     model = Qwen3NextForCausalLM(config).to(torch.bfloat16).eval()
     model.save_pretrained(directory)
+    build_tokenizer().save_pretrained(directory)
     GateSightEstimator.random(adapter_for(model), seed=3).save(directory / "gatesight")
     model = Qwen3NextForCausalLM.from_pretrained(directory, dtype=torch.bfloat16).eval()  # finds its estimator
     engine = CompactingLLM(str(directory), press="keydiff", max_model_len=4096, max_num_seqs=4,
@@ -132,7 +135,7 @@ def test_answers_are_the_runtime_childs_greedy_choices(served, press):
             assert context.kept < n
             _, child = _child(model, ids, context.plan)
             for question in (_ids(9, seed + 100), _ids(30, seed + 200)):
-                tokens = engine.answer(context.context_hash, question, 8)
+                tokens = engine.answer(context, question, 8, context_hash=context.context_hash)
                 deficits.append(_deficits(child, question, tokens))
         finally:
             engine.release(context)
@@ -190,11 +193,31 @@ def test_bad_requests_are_refused_before_any_work(served):
             engine.prefill(_ids(400, 5), keep_fraction=0.2, protected=PROTECTED, allocator=allocator)
     with pytest.raises(ValueError, match=r"keep_fraction 0 is outside \(0, 1\]"):
         engine.prefill(_ids(400, 5), keep_fraction=0, protected=PROTECTED)
-    with pytest.raises(ValueError, match="no held context has hash 0123456789ab"):
-        engine.answer("0123456789ab" * 5, _ids(5, 6), 4)
     assert engine.free_blocks == idle and not engine.scheduler.requests
     context = engine.prefill(_ids(400, 5), keep_fraction=0.2, protected=PROTECTED)
-    with pytest.raises(ValueError, match="is already held; release it first"):
-        engine.prefill(_ids(400, 5), keep_fraction=0.2, protected=PROTECTED)
+    with pytest.raises(ValueError, match="context hash mismatch: the held context is"):
+        engine.answer(context, _ids(5, 6), 4, context_hash="0123456789ab" * 5)
     engine.release(context)
-    assert engine.free_blocks == idle
+    with pytest.raises(ValueError, match="is not held by this engine"):
+        engine.answer(context, _ids(5, 6), 4)
+    assert engine.free_blocks == idle and not engine.scheduler.requests
+
+
+def test_bench_compare_in_the_engine_writes_the_runtimes_rows(served, tmp_path):
+    """``bench compare --engine vllm``: the same rows (keys and fields) as the HF runtime on the same model and
+    settings, the no-prune rows exactly at zero ΔNLL and KL, and the two engines never mixed in one store."""
+    from bench.compare import CompareSettings, run_compare
+    from bench.store import verify_rows
+
+    engine, model = served
+    directory = str(engine.llm.llm_engine.model_config.model)
+    common = dict(presses=["keydiff", "gatesight"], allocators=["flat"], ratios=[0.2, 0.5], tasks=["niah_single_1"],
+                  n=1, length=512, model=directory, out=tmp_path / "results")
+    runtime_rows = run_compare(CompareSettings(**common), show_progress=False).rows
+    rows = run_compare(CompareSettings(**common, engine="vllm"), show_progress=False).rows
+    served_rows = [r for r in rows if r["engine"] == "vllm"]
+    assert verify_rows(served_rows) == []
+    key = lambda r: (r["press"], r["allocator"], r["ratio"], r["task"], r["item"], r["question"])  # noqa: E731
+    assert sorted(map(key, served_rows)) == sorted(map(key, runtime_rows))
+    assert {frozenset(r) for r in served_rows} == {frozenset(r) for r in runtime_rows}
+    assert len(rows) == 2 * len(runtime_rows)  # the runtime's rows were not taken for the engine's
