@@ -1,7 +1,7 @@
 """Compaction inside vLLM at real geometry: engine start, prefill, scoring and compaction time, freed blocks.
 
 Run in the serving environment (``scripts/serving_env.sh``):
-``.venv-serving/bin/python benchmarks/serving_cost.py --length 4096 --keep 0.1 [--out docs/serving.md]``
+``.venv-serving/bin/python benchmarks/serving_cost.py --length 4096 --keep 0.1 [--out docs/serving_cost.md]``
 
 The model is a random-weight Qwen3-Next of the 0.8B-like geometry of ``benchmarks/real_geometry.py`` (24 layers,
 hidden 1024, every fourth layer full attention with 8 query / 2 KV heads x 256, GDN 16 x 128 heads, 16 small

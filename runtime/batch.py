@@ -9,6 +9,8 @@ batch-of-one layer loop (:func:`runtime.forward.forward_chunk`) is vectorised ov
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 from torch.func import vmap
 
@@ -45,7 +47,11 @@ def _step(adapter, next_position: int, all_logits: bool):
     def step(base, tail, gdn, ids):
         state = SequenceState({layer: LayerKV(*entries) for layer, entries in base.items()}, dict(tail),
                               {layer: GDNState(*g) for layer, g in gdn.items()}, next_position)
-        logits = forward_chunk(adapter, state, ids, all_logits=all_logits)
+        with warnings.catch_warnings():
+            # vmap has no batching rule for fused attention with a mask and loops over the children instead: no
+            # slower than explicit attention logits here (8 children of a 2K context: 0.96 s against 1.05 s)
+            warnings.filterwarnings("ignore", ".*batching rule for aten::_scaled_dot_product", UserWarning)
+            logits = forward_chunk(adapter, state, ids, all_logits=all_logits)
         return logits, dict(state.tail), {layer: (g.conv, g.recurrent) for layer, g in state.gdn.items()}
 
     return step

@@ -109,12 +109,9 @@ class CompactingLLM:
         """Free blocks in the pool now."""
         return self.scheduler.kv_cache_manager.block_pool.get_num_free_blocks()
 
-    def prefill(self, context_ids: list[int], keep_fraction: float, protected: int = 0, allocator: str = "flat",
-                keep_positions: dict | None = None) -> HeldContext:
-        """Prefill ``context_ids``, score and compact its cache to ``keep_fraction`` of the body, and hold it.
-
-        ``keep_positions`` (``{layer: [[positions]]}``) replaces scoring with a given uniform plan.
-        """
+    def prefill(self, context_ids: list[int], keep_fraction: float, protected: int = 0,
+                allocator: str = "flat") -> HeldContext:
+        """Prefill ``context_ids``, score and compact its cache to ``keep_fraction`` of the body, and hold it."""
         if allocator != "flat":
             raise ValueError(f"allocator={allocator!r}: the engine compacts equal counts per layer and head ('flat') "
                              "until each attention layer gets its own KV-cache group")
@@ -134,8 +131,8 @@ class CompactingLLM:
         t0 = time.perf_counter()
         try:
             report = self.llm.collective_rpc("hybridpress_compact",
-                                             args=(request_id, len(context_ids), keep_fraction, protected, allocator,
-                                                   keep_positions))[0]
+                                             args=(request_id, len(context_ids), keep_fraction, protected,
+                                                   allocator))[0]
         except BaseException:
             engine.abort_request([external_id])  # nothing was written to the cache: the request just ends
             raise

@@ -16,6 +16,7 @@ at distance ``n + j - p``, exactly as in the runtime's child, and vLLM's positio
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 
 import torch
@@ -24,6 +25,7 @@ import presses
 from runtime import Evidence, KeepPlan, LayerKV
 from runtime.adapters import ModelAdapter, adapter_for, apply_rope
 
+from .engine import ENGINE_PRESSES
 from .pages import PageLayout
 from .signals import GDNSignalRecorder
 
@@ -72,14 +74,17 @@ class CompactionWorker:
 
     def hybridpress_setup(self, press: str, options: dict | None = None) -> dict:
         """Use ``press`` from now on (built with ``options``). The first call also builds the adapter and learns the
-        page layouts; the GDN signal hooks are installed when a press first reads them. Returns the page geometry."""
+        page layouts; the GDN signal hooks are installed when a press first reads them. Returns the page geometry:
+        block size, attention layers, the index of their KV-cache group, bytes of one context entry over all
+        attention layers (keys and values), bytes of one sequence's recurrent states (conv and GDN, all layers)."""
+        if press not in ENGINE_PRESSES:
+            raise ValueError(f"press {press!r} does not run in the engine; presses there: {', '.join(ENGINE_PRESSES)} "
+                             "(SnapKV needs the context's last queries, KVzip a second pass, TriAttention its "
+                             "calibration)")
         if not hasattr(self, "_hp_adapter"):
             self._hp_attach()
         chosen = presses.get(press, **(options or {}))
         request = chosen.evidence(self._hp_adapter)
-        if request.window:
-            raise ValueError(f"{chosen.name} reads the queries of the context's last tokens, which vLLM does not "
-                             "keep; presses that run in the engine: keydiff, gatesight")
         chosen.bind(self._hp_adapter.model_dir)
         chosen.check(self._hp_adapter)
         if request.gdn_signals and self._hp_recorder is None:
@@ -123,15 +128,11 @@ class CompactionWorker:
             self._hp_recorder.start()
 
     def hybridpress_compact(self, request_id: str, n: int, keep_fraction: float, protected: int,
-                            allocator: str = "flat", keep_positions: dict | None = None) -> dict:
+                            allocator: str = "flat") -> dict:
         """Score, plan and compact the request ``request_id`` whose ``n`` prompt tokens were just prefilled.
 
-        ``keep_positions`` (``{layer: [[positions of head h]]}``), when given, replaces scoring and planning (tests
-        use it to compact vLLM and the runtime with one plan). Returns the kept count ``k`` (all layers and heads
-        keep the same number), the context length ``n``, the plan, and the scoring seconds.
+        Returns the kept count ``k`` (all layers and heads keep the same number), the plan, and the scoring seconds.
         """
-        import time
-
         runner = self.model_runner
         state = runner.requests[request_id]
         if state.num_prompt_tokens != n:
@@ -149,10 +150,7 @@ class CompactionWorker:
                                f"context of {n}: prefill one context at a time while recording")
         context = ServedContext(self._hp_adapter, kv, n, protected, Evidence(gdn_signals=signals))
         t0 = time.perf_counter()
-        if keep_positions is None:
-            plan = presses.Selection(context, self._hp_press).plan(allocator, keep_fraction)
-        else:
-            plan = KeepPlan({int(k): [torch.as_tensor(h) for h in v] for k, v in keep_positions.items()})
+        plan = presses.Selection(context, self._hp_press).plan(allocator, keep_fraction)
         score_seconds = time.perf_counter() - t0
         counts = {len(h) for heads in plan.layers.values() for h in heads}
         if len(counts) != 1:

@@ -184,7 +184,7 @@ def test_gatesight_reads_the_signals_of_vllms_forward(served):
 
 def test_bad_requests_are_refused_before_any_work(served):
     engine, _ = served
-    with pytest.raises(ValueError, match="snapkv reads the queries of the context's last tokens"):
+    with pytest.raises(ValueError, match="press .snapkv. does not run in the engine; presses there: keydiff, gatesight"):
         engine.use_press("snapkv")
     engine.use_press("keydiff")
     idle = engine.free_blocks
