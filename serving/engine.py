@@ -52,6 +52,8 @@ class HeldContext:
         ``compact_seconds`` covers scoring, planning, the gather and freeing the tail.
     plan : dict
         ``{layer: [[kept body positions of head h]]}``.
+    blocks : tuple of list
+        Per KV-cache group, the pool blocks the context holds (its kept attention pages, its GDN state slots).
     """
 
     handle: str
@@ -74,7 +76,7 @@ class CompactingLLM:
     Parameters
     ----------
     model : str
-        What ``vllm.LLM`` takes; GateSight and TriAttention read their artifacts from it when it is a directory.
+        What ``vllm.LLM`` takes; GateSight reads its estimator from it when it is a directory.
     press : str
         One of :data:`ENGINE_PRESSES`.
     press_options : dict, optional
