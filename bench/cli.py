@@ -236,7 +236,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="worker processes, one context at a time each (each loads the model; one core each)")
     p.add_argument("--engine", default="hf", choices=["hf", "vllm"],
                    help="hf: this project's runtime; vllm: compaction inside vLLM (serving environment; presses "
-                        "keydiff, gatesight; allocator flat)")
+                        "keydiff, gatesight, triattention; allocator flat)")
     p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("leaderboard", help="leaderboard.md, CSV and PNG from result stores")

@@ -20,7 +20,16 @@ from safetensors.torch import load_file, save_file
 from runtime.adapters import ModelAdapter, adapter_for
 from runtime.forward import SequenceState, forward_chunk
 
-FILE = "calibration.safetensors"
+FILE = Path("calibration") / "calibration.safetensors"
+"""Where a model directory holds its calibration: in a subfolder, because engines such as vLLM load every
+``*.safetensors`` at a model directory's root as a weight shard."""
+LEGACY_FILE = "calibration.safetensors"  # the root location written before; still read
+
+
+def calibration_path(directory) -> Path:
+    """The calibration file of a model directory: :data:`FILE`, or the root file older versions wrote."""
+    legacy = Path(directory) / LEGACY_FILE
+    return legacy if legacy.exists() and not (Path(directory) / FILE).exists() else Path(directory) / FILE
 
 
 def query_bands(query: torch.Tensor, rotary_dim: int) -> torch.Tensor:
@@ -60,12 +69,13 @@ class Calibration:
         meta = {"gate_weights": json.dumps({str(k): v for k, v in self.gate_weights.items()}),
                 "tokens": str(self.tokens), "sources": json.dumps(self.sources)}
         path = Path(directory) / FILE
+        path.parent.mkdir(parents=True, exist_ok=True)
         save_file(tensors, str(path), metadata=meta)
         return path
 
     @classmethod
     def load(cls, directory) -> "Calibration":
-        path = Path(directory) / FILE
+        path = calibration_path(directory)
         if not path.exists():
             raise FileNotFoundError(
                 f"no calibration at {path}: run `bench calibrate --model {directory}` (one pass over generic text)"
@@ -84,7 +94,7 @@ class Calibration:
 
     @staticmethod
     def exists(directory) -> bool:
-        return (Path(directory) / FILE).exists()
+        return calibration_path(directory).exists()
 
     @classmethod
     def for_model(cls, adapter: ModelAdapter) -> "Calibration":

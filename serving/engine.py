@@ -21,10 +21,9 @@ import torch
 from allocators import check_keep_fraction
 import runtime
 
-ENGINE_PRESSES = ("keydiff", "gatesight")
-"""Presses that run in the engine: they read the cache or the GDN signals of vLLM's own forward. SnapKV needs the
-context's last queries, KVzip a second pass, TriAttention its calibration (which lives at the model directory's
-root, where vLLM loads every ``*.safetensors`` as a weight shard)."""
+ENGINE_PRESSES = ("keydiff", "gatesight", "triattention")
+"""Presses that run in the engine: they read the cache (and TriAttention its calibration) or the GDN signals of
+vLLM's own forward. SnapKV needs the context's last queries and KVzip a second pass."""
 # max_logprobs=-1: the fidelity measures need the full next-token distributions
 ENGINE_DEFAULTS = dict(enable_prefix_caching=False, enforce_eager=True, dtype="bfloat16", max_logprobs=-1)
 # the ids of the context positions in a question's prompt: those tokens are never computed (their cache entries are

@@ -79,8 +79,7 @@ class CompactionWorker:
         attention layers (keys and values), bytes of one sequence's recurrent states (conv and GDN, all layers)."""
         if press not in ENGINE_PRESSES:
             raise ValueError(f"press {press!r} does not run in the engine; presses there: {', '.join(ENGINE_PRESSES)} "
-                             "(SnapKV needs the context's last queries, KVzip a second pass, TriAttention its "
-                             "calibration)")
+                             "(SnapKV needs the context's last queries, KVzip a second pass)")
         if not hasattr(self, "_hp_adapter"):
             self._hp_attach()
         chosen = presses.get(press, **(options or {}))

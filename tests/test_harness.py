@@ -147,11 +147,23 @@ def test_batched_children_give_the_rows_of_one_at_a_time(model_dir, tmp_path):
 
 
 def test_calibrate_command_writes_the_calibration(model_dir, tmp_path):
-    from presses.calibration import Calibration
+    from presses.calibration import FILE, Calibration
 
     copy = tmp_path / "model"
     shutil.copytree(model_dir, copy)
-    (copy / "calibration.safetensors").unlink()
+    (copy / FILE).unlink()
     assert main(["calibrate", "--model", str(copy), "--tokens", "300", "--chunk", "128"]) == 0
     calibration = Calibration.load(copy)
     assert calibration.tokens == 300 and sorted(calibration.gate_weights) == [1, 3]
+
+
+def test_a_calibration_at_the_old_root_location_is_still_read(model_dir, tmp_path):
+    """Model directories calibrated before the calibration moved to calibration/ keep working."""
+    from presses.calibration import FILE, LEGACY_FILE, Calibration
+
+    copy = tmp_path / "model"
+    shutil.copytree(model_dir, copy)
+    expected = Calibration.load(copy)
+    (copy / FILE).rename(copy / LEGACY_FILE)
+    assert Calibration.exists(copy)
+    assert Calibration.load(copy).gate_weights == expected.gate_weights

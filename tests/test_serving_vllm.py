@@ -27,6 +27,7 @@ def served(tmp_path_factory):
     from transformers import Qwen3NextConfig, Qwen3NextForCausalLM
 
     from bench.model.tokenizer import build_tokenizer
+    from presses.calibration import calibrate
     from presses.gatesight import GateSightEstimator
     from serving import CompactingLLM
 
@@ -43,6 +44,8 @@ def served(tmp_path_factory):
     model.save_pretrained(directory)
     build_tokenizer().save_pretrained(directory)
     GateSightEstimator.random(adapter_for(model), seed=3).save(directory / "gatesight")
+    calibrate(model, [torch.randint(0, VOCAB, (256,), generator=torch.Generator().manual_seed(4))],
+              ["random ids"]).save(directory)  # TriAttention's; in calibration/, where vLLM does not look for weights
     model = Qwen3NextForCausalLM.from_pretrained(directory, dtype=torch.bfloat16).eval()  # finds its estimator
     engine = CompactingLLM(str(directory), press="keydiff", max_model_len=4096, max_num_seqs=4,
                            gpu_memory_utilization=0.2, kv_cache_memory_bytes=256 * 2**20)
@@ -118,7 +121,7 @@ def test_held_pages_are_the_kept_entries_rotated_to_the_engines_positions(served
             assert torch.equal(keys[h], expected)
 
 
-@pytest.mark.parametrize("press", ["keydiff", "gatesight"])
+@pytest.mark.parametrize("press", ["keydiff", "gatesight", "triattention"])
 def test_answers_are_the_runtime_childs_greedy_choices(served, press):
     """Questions on the compacted context get the runtime child's argmax tokens for the same plan, up to bf16
     near-ties. Every generated token is checked against the child teacher-forced on vLLM's tokens. The random
@@ -182,9 +185,26 @@ def test_gatesight_reads_the_signals_of_vllms_forward(served):
     assert min(overlaps) >= 0.95
 
 
+@pytest.mark.parametrize("press", ["keydiff", "triattention"])
+def test_presses_reading_the_pages_keep_the_runtimes_entries(served, press):
+    """Scored on vLLM's pages, KeyDiff and TriAttention (with the calibration from the model directory's
+    calibration/ folder) keep the entries they keep on the runtime's cache, but for bf16 near-ties."""
+    engine, model = served
+    engine.use_press(press)
+    ids = _ids(800, 51)
+    context = engine.prefill(ids, keep_fraction=0.2, protected=PROTECTED)
+    engine.release(context)
+    parent = prefill(model, torch.tensor(ids), protected=PROTECTED)
+    ours = presses.Selection(parent, press).plan("flat", 0.2)
+    overlaps = [len(set(context.plan[layer][h]) & set(kept.tolist())) / len(kept)
+                for layer, heads in ours.layers.items() for h, kept in enumerate(heads)]
+    assert min(overlaps) >= 0.9, overlaps
+
+
 def test_bad_requests_are_refused_before_any_work(served):
     engine, _ = served
-    with pytest.raises(ValueError, match="press .snapkv. does not run in the engine; presses there: keydiff, gatesight"):
+    with pytest.raises(ValueError, match="press .snapkv. does not run in the engine; presses there: keydiff, gatesight, "
+                                         "triattention"):
         engine.use_press("snapkv")
     engine.use_press("keydiff")
     idle = engine.free_blocks
