@@ -108,9 +108,8 @@ def _attend_two_segments(
         values = torch.cat([base_values, tail_values], 1) if has_base else tail_values
         mask = visible.expand(query.shape[0], 1, -1, -1)
         if has_base:
-            base_mask = (torch.ones_like(base_keys[None, ..., 0], dtype=torch.bool) if base_valid is None
-                         else base_valid[None]).transpose(0, 1)[:, :, None, :]  # [Hk, 1, 1, k]
-            mask = torch.cat([base_mask.expand(-1, -1, length, -1), mask], -1)
+            seen = base_valid if base_valid is not None else torch.ones_like(base_keys[..., 0], dtype=torch.bool)
+            mask = torch.cat([seen[:, None, None, :].expand(-1, -1, length, -1), mask], -1)  # [Hk, 1, L, k + t]
         # grouped layout: batch = KV head, heads = its G query heads, one key head each
         return F.scaled_dot_product_attention(query, keys[:, None], values[:, None], attn_mask=mask, scale=scale,
                                               enable_gqa=True)

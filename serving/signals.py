@@ -26,12 +26,11 @@ class GDNSignalRecorder:
     """
 
     def __init__(self, model: nn.Module):
-        self.layers = {int(_LAYER.search(m.prefix).group(1)): m for m in model.modules()
-                       if hasattr(m, "rearrange_mixed_qkv") and _LAYER.search(getattr(m, "prefix", ""))}
-        self.recording = False
+        layers = {int(_LAYER.search(m.prefix).group(1)): m for m in model.modules()
+                  if hasattr(m, "rearrange_mixed_qkv") and _LAYER.search(getattr(m, "prefix", ""))}
         self._chunks: dict[int, list[torch.Tensor]] = {}
         self._pending: tuple[int, torch.Tensor] | None = None
-        for index, module in self.layers.items():
+        for index, module in layers.items():
             module.rearrange_mixed_qkv = self._wrap_rearrange(index, module.rearrange_mixed_qkv)
         import vllm._custom_ops as ops  # the module through which the CPU op looks the gating kernel up
 
@@ -41,7 +40,7 @@ class GDNSignalRecorder:
     def _wrap_rearrange(self, index: int, rearrange):
         def rearrange_and_keep_v(mixed_qkv):
             query, key, value = rearrange(mixed_qkv)
-            if self.recording and value is not None:
+            if self in _recording and value is not None:
                 self._pending = (index, value[0].float().norm(dim=-1))  # [tokens, Hv]
             return query, key, value
 
@@ -55,12 +54,11 @@ class GDNSignalRecorder:
             self._chunks.setdefault(index, []).append(signals)
 
     def start(self) -> None:
-        self._chunks, self._pending, self.recording = {}, None, True
+        self._chunks, self._pending = {}, None
         _recording[:] = [self]
 
     def stop(self) -> dict[int, torch.Tensor]:
         """Stop recording; the signals ``[n, Hv, 3]`` per GDN layer index."""
-        self.recording = False
         _recording.clear()
         return {index: torch.cat(chunks) for index, chunks in self._chunks.items()}
 
