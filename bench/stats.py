@@ -38,6 +38,13 @@ class Interval:
         return f"{self.mean * scale:.{digits}f} [{self.low * scale:.{digits}f}, {self.high * scale:.{digits}f}]"
 
 
+def task_of(row: dict) -> str:
+    """A row's task as reports name it: ``task`` on the generated haystack, ``task@source`` on a real one (the
+    same generator on other text is another task)."""
+    haystack = row.get("haystack", "generated")
+    return row["task"] if haystack == "generated" else f"{row['task']}@{haystack}"
+
+
 class PairedBootstrap:
     """Item-level values of one metric for every (method, ratio) cell of each task, resampled jointly.
 
@@ -57,7 +64,7 @@ class PairedBootstrap:
         per_item: dict[tuple, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
         for row in rows:
             if row.get(field) is not None:
-                per_item[(row["task"], method_of(row), float(row["ratio"]))][row["item"]].append(float(row[field]))
+                per_item[(task_of(row), method_of(row), float(row["ratio"]))][row["item"]].append(float(row[field]))
         self.field, self.level = field, level
         self.tasks = sorted({task for task, _, _ in per_item})
         self.cells = sorted({(m, r) for _, m, r in per_item})

@@ -17,16 +17,25 @@ def test_label_train_analyze(model_dir, tmp_path, capsys):
     assert main(["label", *args, "--out", str(labels), "--limit", "6", "--tokens", "48", "--continuations", "2",
                  "--max-new-tokens", "6"]) == 0
     shards = [load_shard(p) for p in sorted(labels.glob("*.safetensors"))]
-    assert len(shards) == 6 and len({s["corpus"] for s in shards}) == 3
-    for shard in shards:
+    # round-robin over the labelling sources: six windows come from six sources
+    assert len(shards) == 6 and len({s["corpus"] for s in shards}) == 6
+    for path, shard in zip(sorted(labels.glob("*.safetensors")), shards):
         n = next(iter(shard["signals"].values())).shape[0]
-        assert all(v.shape[1] == n and torch.allclose(v.amax(-1), torch.ones(v.shape[0])) for v in shard["labels"].values())
+        for futures in ("labels", "reconstruction", "both"):
+            labelled = load_shard(path, futures)["labels"]
+            assert all(v.shape[1] == n and torch.allclose(v.amax(-1), torch.ones(v.shape[0]))
+                       for v in labelled.values())
+        both, sampled, rebuilt = (load_shard(path, f)["labels"] for f in ("both", "labels", "reconstruction"))
+        assert all(torch.equal(both[k], torch.maximum(sampled[k], rebuilt[k])) for k in both)
+        assert shard["seconds"] > 0
     artifact = tmp_path / "artifact"
-    assert main(["train", *args, "--labels", str(labels), "--out", str(artifact), "--epochs", "1"]) == 0
+    assert main(["train", *args, "--labels", str(labels), "--out", str(artifact), "--epochs", "1",
+                 "--futures", "both"]) == 0
     out = capsys.readouterr().out
     assert "| MLP (GateSight) |" in out and "| ridge |" in out and "| age (older first) |" in out
     estimator = GateSightEstimator.load(artifact)
     assert sorted(estimator.meta["corpora"]) == sorted({s["corpus"] for s in shards})
+    assert estimator.meta["futures"] == "both" and estimator.meta["label_seconds_per_window"] > 0
     # observation 3 reads the per-layer evaluation: its layer means are the overall leave-one-corpus-out figures
     from bench.gatesight.analyze import observation_3
 
@@ -73,6 +82,9 @@ def test_corpus_windows_have_unique_ids():
     from bench.gatesight.record import corpus_windows
     from bench.model.tokenizer import build_tokenizer
 
+    from bench.corpus import LABEL_SOURCES, label_documents
+
     windows = corpus_windows(build_tokenizer(), tokens=256)
     ids = [(corpus, doc) for corpus, doc, _ in windows]
-    assert len(ids) == len(set(ids)) and len({c for c, _ in ids}) == 3
+    present = {source for source in LABEL_SOURCES if label_documents(source)}
+    assert len(ids) == len(set(ids)) and {c for c, _ in ids} == present and len(present) >= 3

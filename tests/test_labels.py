@@ -69,3 +69,28 @@ def test_sampler_is_seeded_and_respects_top_k():
     assert draws == [Sampler(seed=1)(logits)] * 3
     sampler = Sampler(seed=2, top_k=3)
     assert {sampler(logits) for _ in range(50)} <= {47, 48, 49}
+
+
+def test_reconstruction_future_is_the_window_asked_back(model_dir):
+    """label_document's second label kind is Eq. 2 over one teacher-forced future: the request for the text, then
+    the window itself; both kinds pass the closed-form = deletion check."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from bench.gatesight.record import CHAT_PREFIX, RECONSTRUCTION_REQUEST, label_document
+    from runtime import CHATML_ASSISTANT_TURN, EvidenceRequest, encode_text
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    text = "The quick brown fox jumps over the lazy dog. Pack my box with five dozen liquor jugs."
+    signals, labels, checks = label_document(model, tokenizer, text, continuations=2, max_new_tokens=5, seed=1,
+                                             check_entries=16)
+    assert set(labels) == {"labels", "reconstruction"} and checks.covered and checks.max_closed_form_error < 1.4e-5
+    encode = lambda s: encode_text(tokenizer, s)  # noqa: E731
+    prefix, body = encode(CHAT_PREFIX), encode(text)
+    parent = prefill(model, torch.tensor(prefix + body + encode(CHATML_ASSISTANT_TURN)), protected=len(prefix),
+                     evidence=EvidenceRequest(gdn_signals=True))
+    raw, _ = utility_labels(parent, [torch.tensor(encode(RECONSTRUCTION_REQUEST) + body)], len(prefix) + len(body))
+    expected = max_normalise({layer: u[:, len(prefix):] for layer, u in raw.items()})
+    for layer, u in expected.items():
+        assert torch.allclose(labels["reconstruction"][layer], u, atol=1e-6)
+        assert not torch.allclose(labels["labels"][layer], u, atol=1e-3)  # a different future, different labels

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from tqdm import tqdm
+
 from presses.gatesight import ARTIFACT_DIR, gdn_window
 from runtime import adapter_for
 
@@ -14,11 +16,11 @@ from .evaluate import evaluate, heuristic_predictors, learned_predictors_loco, s
 from .record import load_shard, record_corpus
 
 
-def _shards(labels_dir: Path) -> list[dict]:
+def _shards(labels_dir: Path, futures: str = "labels") -> list[dict]:
     paths = sorted(Path(labels_dir).glob("*.safetensors"))
     if not paths:
         raise FileNotFoundError(f"no label shards in {labels_dir}: run `bench label --out {labels_dir}` first")
-    return [load_shard(p) for p in paths]
+    return [load_shard(p, futures) for p in tqdm(paths, desc="read labels", unit="shard", leave=False)]
 
 
 def label(model_path, out: Path, limit, tokens: int, continuations: int, max_new_tokens: int, seed: int) -> None:
@@ -36,12 +38,15 @@ def _table(rows: dict[str, dict[str, float]]) -> str:
     return "\n".join(lines)
 
 
-def train(model_path, labels_dir: Path, out: Path | None, slow_threshold: float, settings: TrainSettings) -> str:
+def train(model_path, labels_dir: Path, out: Path | None, slow_threshold: float, settings: TrainSettings,
+          futures: str = "labels") -> str:
+    """Fit the estimator on the labels of ``futures`` (:func:`bench.gatesight.record.load_shard`), evaluate it and
+    the heuristics leave-one-corpus-out, and save it with its record."""
     from .analyze import observation_1, slow_heads_by_layer
 
     model, _, directory = loading.load(model_path)
     adapter = adapter_for(model)
-    shards = _shards(labels_dir)
+    shards = _shards(labels_dir, futures)
     windows = {layer: gdn_window(adapter, layer, settings.window) for layer in adapter.attention_layers}
     slow = slow_heads_by_layer(observation_1(shards, model, slow_threshold)["slow"])
     rows = {}
@@ -51,7 +56,10 @@ def train(model_path, labels_dir: Path, out: Path | None, slow_threshold: float,
     rows.update(learned_predictors_loco(shards, windows, settings, log=print, per_layer=per_layer))
     table = _table(rows)
     estimator = train_estimator(shards, windows, settings, log=print)
-    estimator.meta.update({"corpora": sorted({s["corpus"] for s in shards}), "loco": rows,
+    seconds = [s["seconds"] for s in shards if s["seconds"] == s["seconds"]]  # NaN: shard without a timing
+    estimator.meta.update({"corpora": sorted({s["corpus"] for s in shards}), "futures": futures,
+                           "label_seconds_per_window": sum(seconds) / len(seconds) if seconds else None,
+                           "loco": rows,
                            "loco_per_layer": {name: {str(layer): m for layer, m in by_layer.items()}
                                               for name, by_layer in per_layer.items()},
                            "slow_threshold": slow_threshold})

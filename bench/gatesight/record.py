@@ -1,15 +1,26 @@
-"""``bench label``: prefill each corpus document once, sample continuations, store GDN signals and utility labels.
+"""``bench label``: prefill each labelling window once, run its futures, store GDN signals and utility labels.
 
-One safetensors shard per document (``<corpus>--<doc>.safetensors``): ``signals.<gdn layer>`` ``[n, Hv, 3]``
-(float16) and ``labels.<attention layer>`` ``[H_kv, n]`` (max-normalised), for the n context tokens after the
-chat prefix; metadata: corpus, document, checks, weights (fingerprint of the model that produced them). Existing
-shards of the same weights are skipped, so a killed run resumes; shards of other weights are refused.
+Two kinds of future are labelled from the same prefill (paper Eq. 2 for both, only the future tokens differ):
+
+- ``labels``: the paper's recipe, M continuations sampled from the model itself (App. B);
+- ``reconstruction``: one teacher-forced future in which the user asks for the text back and the assistant repeats
+  the window — a question-free stand-in for the later questions that retrieve facts from it (the future KVzip's
+  scores answer to, here only as a training target: nothing of it runs at serving time).
+
+One safetensors shard per window (``<corpus>--<doc>.safetensors``): ``signals.<gdn layer>`` ``[n, Hv, 3]``
+(float16), ``labels.<attention layer>`` and ``reconstruction.<attention layer>`` ``[H_kv, n]`` (max-normalised),
+for the n context tokens after the chat prefix; metadata: corpus, document, checks, weights (fingerprint of the
+model that produced them), seconds. Existing shards of the same weights are skipped, so a killed run resumes;
+shards of other weights are refused.
 """
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
+import time
+from collections import Counter
 from pathlib import Path
 
 import torch
@@ -19,27 +30,44 @@ from tqdm import tqdm
 
 from runtime import CHATML_ASSISTANT_TURN, EvidenceRequest, encode_text, prefill
 
-from ..corpus import SOURCES, documents
-from .labels import Sampler, max_normalise, utility_labels
+from ..corpus import LABEL_SOURCES, label_documents
+from .labels import LabelChecks, Sampler, max_normalise, utility_labels
 
 CHAT_PREFIX = "<|im_start|>user\n"
+RECONSTRUCTION_REQUEST = "<|im_end|>\n<|im_start|>user\nRepeat the text above word for word." + CHATML_ASSISTANT_TURN
+FUTURES = ("labels", "reconstruction")
+"""The label kinds of a shard: sampled continuations (the paper's), the reconstruction future."""
+
+
+def _document_name(path: str) -> str:
+    return f"{Path(path).parent.name}.{Path(path).stem}"
 
 
 def corpus_windows(tokenizer, tokens: int = 1024, per_document: int = 2, limit: int | None = None):
-    """``(corpus, doc_id, text)`` windows of about ``tokens`` tokens from the held-out generic documents, taken
-    round-robin over the corpora so that any ``limit`` still covers every corpus."""
-    per_source = []
-    for source in SOURCES:
+    """``(corpus, doc_id, text)`` windows of about ``tokens`` tokens from the labelling sources
+    (:data:`bench.corpus.LABEL_SOURCES`), taken round-robin over the sources so that any ``limit`` still covers
+    every source."""
+    per_source, seen = [], set()
+    for source in LABEL_SOURCES:
         windows = []
-        for path, text in documents(source, "heldout"):
+        found = label_documents(source)
+        # the parent folder keeps most ids unique (many license files are all called "copyright"); the few names
+        # that still collide (README and README.gz) get a digest of their path
+        names = Counter(_document_name(path) for path, _ in found)
+        for path, text in found:
+            digest = hashlib.sha256(" ".join(text.split()).encode()).hexdigest()
+            if digest in seen:  # the same text shipped twice (templates, licenses) is labelled once
+                continue
+            seen.add(digest)
+            name = _document_name(path)
+            if names[name] > 1:
+                name += "~" + hashlib.sha256(path.encode()).hexdigest()[:6]
             ids = encode_text(tokenizer, text)
             for k in range(per_document):
                 window = ids[k * tokens : (k + 1) * tokens]
                 if len(window) < tokens // 2:
                     break
-                # the parent folder keeps ids unique: many license files are all called "copyright"
-                doc = f"{Path(path).parent.name}.{Path(path).stem}-{k}"
-                windows.append((source, doc, tokenizer.decode(window)))
+                windows.append((source, f"{name}-{k}", tokenizer.decode(window)))
         per_source.append(windows)
     out = [w for group in itertools.zip_longest(*per_source) for w in group if w is not None]
     return out[:limit] if limit else out
@@ -47,7 +75,8 @@ def corpus_windows(tokenizer, tokens: int = 1024, per_document: int = 2, limit: 
 
 def label_document(model, tokenizer, text: str, continuations: int = 4, max_new_tokens: int = 128,
                    seed: int = 0, check_entries: int = 8):
-    """Signals ``{gdn layer: [n, Hv, 3]}``, normalised labels ``{attention layer: [H_kv, n]}`` and the checks."""
+    """Signals ``{gdn layer: [n, Hv, 3]}``, normalised labels of each future kind
+    ``{kind: {attention layer: [H_kv, n]}}`` (:data:`FUTURES`) and the checks of both."""
     encode = lambda s: encode_text(tokenizer, s)  # noqa: E731
     prefix, body, suffix = encode(CHAT_PREFIX), encode(text), encode(CHATML_ASSISTANT_TURN)
     ids = torch.tensor(prefix + body + suffix)
@@ -59,12 +88,17 @@ def label_document(model, tokenizer, text: str, continuations: int = 4, max_new_
         rest = parent.answer(torch.tensor([first]), max_new_tokens - 1, tokenizer.eos_token_id, choose=sampler).tokens
         sampled.append(torch.tensor([first] + rest))
     n_all = len(prefix) + len(body)
-    labels, checks = utility_labels(parent, sampled, n_all, check_entries=check_entries, seed=seed)
     context = slice(len(prefix), n_all)
+    reconstruction = torch.tensor(encode(RECONSTRUCTION_REQUEST) + body)
+    labels, checks = {}, []
+    for kind, futures in zip(FUTURES, (sampled, [reconstruction])):
+        raw, check = utility_labels(parent, futures, n_all, check_entries=check_entries, seed=seed)
+        labels[kind] = max_normalise({layer: u[:, context] for layer, u in raw.items()})
+        checks.append(check)
     signals = {layer: s[context] for layer, s in parent.evidence.gdn_signals.items()}
-    labels = max_normalise({layer: u[:, context] for layer, u in labels.items()})
     parent.release()
-    return signals, labels, checks
+    return signals, labels, LabelChecks(max(c.max_closed_form_error for c in checks),
+                                        max(c.max_reconstruction_error for c in checks), all(c.covered for c in checks))
 
 
 def record_corpus(model, tokenizer, out: Path, limit: int | None = None, tokens: int = 1024,
@@ -84,23 +118,39 @@ def record_corpus(model, tokenizer, out: Path, limit: int | None = None, tokens:
         paths.append(path)
         if path.exists():
             continue
+        started = time.perf_counter()
         signals, labels, checks = label_document(model, tokenizer, text, continuations, max_new_tokens, seed)
         if checks.max_closed_form_error > 1.4e-5 or not checks.covered:
             raise RuntimeError(f"label checks failed on {corpus}/{doc}: {checks}")
         worst = max(worst, checks.max_closed_form_error)
         tensors = {f"signals.{k}": v.half().contiguous() for k, v in signals.items()}
-        tensors |= {f"labels.{k}": v.float().contiguous() for k, v in labels.items()}
-        meta = {"corpus": corpus, "document": doc, "checks": json.dumps(checks.__dict__), "weights": weights}
+        tensors |= {f"{kind}.{k}": v.float().contiguous() for kind in FUTURES for k, v in labels[kind].items()}
+        meta = {"corpus": corpus, "document": doc, "checks": json.dumps(checks.__dict__), "weights": weights,
+                "seconds": f"{time.perf_counter() - started:.3f}"}
         save_file(tensors, str(path.with_suffix(".tmp")), metadata=meta)
         path.with_suffix(".tmp").replace(path)
     print(f"{len(paths)} documents labelled in {out}; worst closed-form vs deletion error this run: {worst:.2e}")
     return paths
 
 
-def load_shard(path: Path) -> dict:
-    """``{"corpus", "document", "signals": {layer: [n, Hv, 3] float32}, "labels": {layer: [H_kv, n]}}``."""
+def load_shard(path: Path, futures: str = "labels") -> dict:
+    """``{"corpus", "document", "seconds", "signals": {layer: [n, Hv, 3] float32}, "labels": {layer: [H_kv, n]}}``.
+
+    ``futures`` chooses what ``labels`` holds: ``labels`` (the paper's sampled continuations), ``reconstruction``,
+    or ``both`` (their element-wise maximum: an entry is useful if either future needs it). Shards written before
+    the reconstruction future have only ``labels``.
+    """
+    if futures not in FUTURES + ("both",):
+        raise ValueError(f"futures={futures!r}: choose {', '.join(FUTURES)} or both")
     with safe_open(str(path), "pt") as f:
         meta = f.metadata()
         signals = {int(k.split(".")[1]): f.get_tensor(k).float() for k in f.keys() if k.startswith("signals.")}
-        labels = {int(k.split(".")[1]): f.get_tensor(k) for k in f.keys() if k.startswith("labels.")}
-    return {"corpus": meta["corpus"], "document": meta["document"], "signals": signals, "labels": labels}
+        kinds = {kind: {int(k.split(".")[1]): f.get_tensor(k) for k in f.keys() if k.startswith(kind + ".")}
+                 for kind in FUTURES}
+    if futures != "labels" and not kinds["reconstruction"]:
+        raise ValueError(f"{path} has no reconstruction labels (labelled before they existed): label again into a "
+                         "new --out directory, or train with --futures labels")
+    labels = kinds[futures] if futures != "both" else {
+        layer: torch.maximum(u, kinds["reconstruction"][layer]) for layer, u in kinds["labels"].items()}
+    return {"corpus": meta["corpus"], "document": meta["document"], "seconds": float(meta.get("seconds", "nan")),
+            "signals": signals, "labels": labels}

@@ -23,6 +23,8 @@ class Question:
     #: optional task-specific scorers ``(prediction) -> float`` (SCBench); RULER uses the item's metric
     scorer: Callable[[str], float] | None = field(default=None, repr=False)
     official: Callable[[str], float] | None = field(default=None, repr=False)
+    #: the sentences of the context that carry the answer (NIAH needles), for the needle-recall diagnostic
+    evidence: list[str] = field(default_factory=list)
 
     @property
     def prompt(self) -> str:
@@ -40,6 +42,8 @@ class Item:
         The task instruction; with the chat prefix it forms the protected prefix that every method keeps.
     body : str
         The haystack (needles, documents, lists) that compression may evict.
+    haystack : str
+        What the filler text is: ``generated`` by this project, or the real source it was drawn from.
     """
 
     task: str
@@ -50,6 +54,7 @@ class Item:
     index: int = 0
     seed: int = 0
     meta: dict = field(default_factory=dict)
+    haystack: str = "generated"
 
     @property
     def context(self) -> str:

@@ -14,8 +14,9 @@ import uuid
 from dataclasses import dataclass
 from typing import Callable
 
+from ..corpus import check_haystack
 from .items import Item, Question, fit_units
-from .text import noise_lines, prose_sentences, word_lists
+from .text import noise_lines, prose_sentences, real_sentences, word_lists
 
 NIAH = {
     #                  haystack  key      value     k  v  q
@@ -29,6 +30,10 @@ NIAH = {
     "niah_multiquery": ("essay", "words", "numbers", 4, 1, 4),
 }
 TASKS = (*NIAH, "vt", "cwe", "fwe", "qa_1", "qa_2")
+HAYSTACK_TASKS = tuple(task for task, spec in NIAH.items() if spec[0] == "essay")
+"""The tasks whose filler is an essay (RULER: Paul Graham's essays): ``--haystack`` chooses its text."""
+GENERATED = "generated"
+"""The haystack written by this project's seeded generators (:func:`bench.tasks.text.prose_sentences`)."""
 PROFILES = ("faithful", "compact")
 MAX_NEW_TOKENS = {"niah": 128, "vt": 30, "cwe": 120, "fwe": 50, "qa": 32}
 COMPACT_MAX_NEW_TOKENS = {"niah": 24, "vt": 32, "cwe": 96, "fwe": 32, "qa": 24}
@@ -36,13 +41,15 @@ COMPACT_MAX_NEW_TOKENS = {"niah": 24, "vt": 32, "cwe": 96, "fwe": 32, "qa": 24}
 
 @dataclass(frozen=True)
 class Config:
-    """How items are drawn: template profile, target length in tokens, token counter and optional corpora."""
+    """How items are drawn: template profile, target length in tokens, token counter, the essay haystack
+    (``generated`` prose, or a real source of :data:`bench.corpus.HAYSTACK_SOURCES`) and optional corpora."""
 
     profile: str = "compact"
     length: int = 2048
     count_tokens: Callable[[str], int] = len
     essay: str | None = None
     qa_documents: list[dict] | None = None
+    haystack: str = GENERATED
 
     def max_new(self, family: str) -> int:
         return (MAX_NEW_TOKENS if self.profile == "faithful" else COMPACT_MAX_NEW_TOKENS)[family]
@@ -85,8 +92,10 @@ def needle_text(key: str, value: str, value_kind: str, profile: str) -> str:
     return f"The magic {_type_word(value_kind, True)} for {key} is {value}."
 
 
-def niah_question(keys: list[str], answers: list[str], value_kind: str, profile: str, max_new: int) -> Question:
-    """The question asking for every value of ``keys`` (one key, several values, or several keys at once)."""
+def niah_question(keys: list[str], answers: list[str], value_kind: str, profile: str, max_new: int,
+                  evidence: list[str] = ()) -> Question:
+    """The question asking for every value of ``keys`` (one key, several values, or several keys at once);
+    ``evidence``: the needle sentences that carry its answers."""
     query = keys[0] if len(keys) == 1 else ", ".join(keys[:-1]) + ", and " + keys[-1]
     one = len(answers) == 1
     tv = _type_word(value_kind, one)
@@ -97,7 +106,7 @@ def niah_question(keys: list[str], answers: list[str], value_kind: str, profile:
     else:
         text = f"What {'is the' if one else 'are the'} magic {tv} for {query}?"
         prefix = f" The magic {tv} for {query} {'is' if one else 'are'}"
-    return Question(text, prefix, answers, max_new)
+    return Question(text, prefix, answers, max_new, evidence=list(evidence))
 
 
 def _niah(task: str, rng: random.Random, cfg: Config) -> Item:
@@ -118,7 +127,7 @@ def _niah(task: str, rng: random.Random, cfg: Config) -> Item:
 
     def question(idx: list[int]) -> Question:
         return niah_question([keys[i] for i in idx], [v for i in idx for v in values[i]], value_kind, cfg.profile,
-                             cfg.max_new("niah"))
+                             cfg.max_new("niah"), [needle(keys[i], v) for i in idx for v in values[i]])
 
     # multi-key tasks ask about each needle key in turn (each a valid single question of the task), so that one
     # compacted child answers several; multi-query asks its four keys together, as RULER does
@@ -127,10 +136,14 @@ def _niah(task: str, rng: random.Random, cfg: Config) -> Item:
 
     layout_seed = rng.random()
 
+    real = haystack == "essay" and cfg.haystack != GENERATED
+
     def render(units: int) -> str:
         local = random.Random(layout_seed)
         if haystack == "noise":
             lines = noise_lines(units)
+        elif real:
+            lines = real_sentences(cfg.haystack, units, local)
         elif haystack == "essay":
             lines = prose_sentences(units, local, cfg.essay)
         else:
@@ -140,10 +153,13 @@ def _niah(task: str, rng: random.Random, cfg: Config) -> Item:
         depths = sorted(local.randint(0, len(lines)) for _ in needles)
         for offset, (depth, text) in enumerate(zip(depths, needles)):
             lines.insert(depth + offset, text)
-        return "\n".join(lines)
+        # real text is running prose with the needles between its sentences, as RULER builds its essay haystack;
+        # the generated fillers keep one sentence per line
+        return (" " if real else "\n").join(lines)
 
     body = fit_units(render, header, questions, cfg)
-    return Item(task, header, body, questions, "string_match_all")
+    return Item(task, header, body, questions, "string_match_all",
+                haystack=cfg.haystack if haystack == "essay" else GENERATED)
 
 
 # ---- variable tracking -------------------------------------------------------------------------------
@@ -283,6 +299,8 @@ def generate(task: str, index: int, seed: int = 0, config: Config = Config()) ->
         raise ValueError(f"unknown RULER task {task!r}; choose from {', '.join(TASKS)}")
     if config.profile not in PROFILES:
         raise ValueError(f"unknown template profile {config.profile!r}; choose from {', '.join(PROFILES)}")
+    if config.haystack != GENERATED:
+        check_haystack(config.haystack)
     rng = random.Random(f"{task}/{seed}/{index}/{config.profile}/{config.length}")
     if task in NIAH:
         item = _niah(task, rng, config)
