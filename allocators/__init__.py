@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import fields
-
 from .adakv import AdaKVAllocator
 from .base import Allocator, BudgetRequest, check_keep_fraction
 from .flat import FlatAllocator
 from .gate import GateAllocator
 from .global_topk import GlobalAllocator
 from .integerize import largest_remainder
+from .options import build_with_options, typed_options
 from .per_layer import PerLayerAllocator
 from .pyramid import PyramidAllocator
 
@@ -24,14 +23,19 @@ def available() -> list[str]:
 
 
 def get(name: str, **kwargs) -> Allocator:
-    """An allocator by registry name; unknown names raise ``ValueError`` listing the valid ones."""
+    """An allocator by registry name, its options typed by their fields (text such as ``"1/2/3"`` is parsed:
+    :mod:`allocators.options`); unknown names and options, and ill-typed values, raise ``ValueError`` saying what
+    is allowed."""
     if name not in ALLOCATORS:
         raise ValueError(f"unknown allocator {name!r}; available: {', '.join(ALLOCATORS)}")
-    valid = [f.name for f in fields(ALLOCATORS[name]) if f.init]
-    unknown = [key for key in kwargs if key not in valid]
-    if unknown:
-        raise ValueError(f"{name} has no option {unknown[0]!r}; valid: {', '.join(valid) or 'none'}")
-    return ALLOCATORS[name](**kwargs)
+    return build_with_options(ALLOCATORS[name], name, kwargs)
 
 
-__all__ = ["ALLOCATORS", "Allocator", "BudgetRequest", "available", "check_keep_fraction", "get", "largest_remainder"]
+def options_of(name: str, options: dict) -> dict:
+    """``options`` of the allocator ``name`` typed by its fields, as :func:`get` builds it with them."""
+    get(name, **options)
+    return typed_options(ALLOCATORS[name], name, options)
+
+
+__all__ = ["ALLOCATORS", "Allocator", "BudgetRequest", "available", "check_keep_fraction", "get", "largest_remainder",
+           "options_of"]

@@ -70,6 +70,10 @@ class Allocator(ABC):
     #: reads calibrated per-layer weights (gate)
     needs_layer_weights: bool = False
 
+    def check_layers(self, count: int) -> None:
+        """``ValueError`` if this allocator cannot split a budget over ``count`` attention layers (its options
+        name a per-layer value each); callable before any model loads. Any count by default."""
+
     @abstractmethod
     def allocate(self, request: BudgetRequest) -> dict[int, list[int]]:
         """``{layer: [count per KV head]}``."""

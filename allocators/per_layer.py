@@ -26,8 +26,11 @@ class PerLayerAllocator(Allocator):
                              "layer, with a positive sum (e.g. weights=1/2/3)")
         self.weights = weights
 
+    def check_layers(self, count: int) -> None:
+        if len(self.weights) != count:
+            raise ValueError(f"perlayer has {len(self.weights)} weights; the model has {count} attention layers: "
+                             "give one weight per layer (weights=w1/w2/…)")
+
     def allocate(self, request: BudgetRequest) -> dict[int, list[int]]:
-        if len(self.weights) != len(request.layers):
-            raise ValueError(f"perlayer has {len(self.weights)} weights; the model has {len(request.layers)} attention "
-                             f"layers ({list(request.layers)})")
+        self.check_layers(len(request.layers))
         return split_by_layer_weights(request, self.weights)

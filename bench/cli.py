@@ -21,7 +21,17 @@ def _ratios(text: str) -> list[float]:
 
 
 def _compression_ratios(text: str) -> list[float]:
-    return [round(1.0 - r, 10) for r in _floats(text)]
+    """kvpress's compression ratios 1 − p, checked as typed, -> kept fractions p."""
+    from presses.selection import keep_fraction_from
+
+    ratios = []
+    for typed, value in zip(_names(text), _floats(text)):
+        try:
+            ratios.append(round(keep_fraction_from(None, value), 10))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"compression ratio {typed} is outside [0, 1) (the evicted fraction, "
+                                             "1 − kept fraction)") from None
+    return ratios
 
 
 def _names(text: str) -> list[str]:
@@ -35,21 +45,15 @@ def _ints(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
 
 
-def _value(text: str):
-    """An option value: an integer, a number, true/false, a ``/``-separated list of numbers, or the text itself."""
-    for parse in (int, float):
-        try:
-            return parse(text)
-        except ValueError:
-            pass
-    if text.lower() in ("true", "false"):
-        return text.lower() == "true"
-    if "/" in text:
-        try:
-            return [float(x) for x in text.split("/")]
-        except ValueError:
-            pass
-    return text
+def _part(text: str) -> tuple[int, int]:
+    index, _, parts = text.partition("/")
+    try:
+        index, parts = int(index), int(parts)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected K/N (e.g. 0/2), got {text!r}") from None
+    if not 0 <= index < parts:
+        raise argparse.ArgumentTypeError(f"part {text}: expected K/N with 0 <= K < N")
+    return index, parts
 
 
 def _options(text: str) -> dict:
@@ -58,7 +62,7 @@ def _options(text: str) -> dict:
         key, sep, value = part.partition("=")
         if not sep or not key.strip():
             raise argparse.ArgumentTypeError(f"expected key=value pairs separated by commas, got {part!r}")
-        options[key.strip()] = _value(value.strip())
+        options[key.strip()] = value.strip()  # text: each press or allocator types it by its field
     return options
 
 
@@ -79,6 +83,7 @@ def _spec(args):
 
 def cmd_compare(args) -> None:
     from .compare import CompareSettings, expand_tasks, run_compare, run_rows
+    from .files import write_text
     from .report import plot_curves, summary_markdown
 
     ratios = args.compression_ratios if args.compression_ratios is not None else args.ratios
@@ -92,7 +97,7 @@ def cmd_compare(args) -> None:
     rows = run_rows(store, settings)
     text = summary_markdown(rows)
     print(text)
-    (settings.out / "summary.md").write_text(text)
+    write_text(settings.out / "summary.md", text)
     png = plot_curves(rows, settings.out / "curves.png",
                       f"{', '.join(settings.presses)} · {', '.join(expand_tasks(settings.tasks))} · "
                       f"{settings.length} tokens · n = {settings.n} per task")
@@ -110,15 +115,15 @@ def cmd_verify(args) -> None:
     import tempfile
 
     from .report import write_leaderboard
-    from .store import ResultStore, verify_rows
+    from .store import ResultStore
 
-    rows = [row for directory in args.stores for row in ResultStore(directory, readonly=True).rows]
+    stores = [ResultStore(directory, readonly=True) for directory in args.stores]
+    rows = [row for store in stores for row in store.rows]
     if not rows:
         raise ValueError(f"no results in {', '.join(args.stores)}")
-    problems = verify_rows(rows)
-    if problems:
-        raise ValueError(f"{len(problems)} row(s) break the fidelity invariants: " + "; ".join(problems[:5]))
-    print(f"{len(rows)} rows complete; every no-prune row has ΔNLL = KL = 0")
+    for store in stores:
+        store.check_rows()
+    print(f"{len(rows)} rows complete, every value of its type and range; every no-prune row has ΔNLL = KL = 0")
     if args.docs:
         published = Path(args.docs) / "leaderboard.md"
         with tempfile.TemporaryDirectory() as scratch:
@@ -138,6 +143,9 @@ def cmd_cost(args) -> None:
 
 
 def cmd_calibrate(args) -> None:
+    import os
+    import tempfile
+
     import torch
     from tqdm import tqdm
 
@@ -147,6 +155,9 @@ def cmd_calibrate(args) -> None:
     from . import loading
     from .corpus import SOURCES, documents
 
+    for flag, value in (("--tokens", args.tokens), ("--chunk", args.chunk)):
+        if value < 1:
+            raise ValueError(f"{flag} {value}: give a positive number of tokens")
     model, tokenizer, directory = loading.load(_spec(args))
     ids: list[int] = []
     for source in SOURCES:  # interleave sources so every one contributes
@@ -158,7 +169,11 @@ def cmd_calibrate(args) -> None:
     chunks = [torch.tensor(ids[i : i + args.chunk]) for i in range(0, len(ids), args.chunk)]
     with tqdm(total=len(ids), unit="tok", desc="calibrate") as bar:
         result = calibrate(model, chunks, list(SOURCES), progress=bar.update)
-    path = result.save(directory)
+    with tempfile.TemporaryDirectory(dir=directory) as scratch:  # written whole, then moved into place
+        written = result.save(Path(scratch))
+        path = directory / written.relative_to(scratch)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(written, path)
     weights = ", ".join(f"{layer}: {w:.3f}" for layer, w in result.gate_weights.items())
     print(f"calibrated on {result.tokens} tokens -> {path}\nlayer gate weights: {weights}")
 
@@ -166,14 +181,18 @@ def cmd_calibrate(args) -> None:
 def cmd_train_model(args) -> None:
     import torch
 
-    from .model.train import TrainConfig, train
+    from .model.train import TrainConfig, check_target, train
 
-    torch.set_num_threads(args.threads)
+    if args.steps is not None and args.steps < 1:
+        raise ValueError(f"--steps {args.steps}: give a positive number of training steps")
     out = Path(args.out)
+    existing = "resume" if args.resume else "replace" if args.replace else "refuse"
+    check_target(out, Path(args.checkpoints), existing)  # before any work: a trained model is never overwritten
     cfg = TrainConfig(seed=args.seed) if args.steps is None else TrainConfig(steps=args.steps, seed=args.seed)
     _spec(argparse.Namespace(model=None, device=args.device, dtype="float32", allow_download=False))  # checks it
+    torch.set_num_threads(args.threads)
     train(out, Path(args.checkpoints), cfg, log=lambda line: print(line, flush=True), device=args.device,
-          precision=args.dtype)
+          precision=args.dtype, existing=existing)
 
 
 def cmd_model_eval(args) -> None:
@@ -186,7 +205,8 @@ def cmd_model_eval(args) -> None:
 def cmd_label(args) -> None:
     from .gatesight.commands import label
 
-    label(_spec(args), Path(args.out), args.limit, args.tokens, args.continuations, args.max_new_tokens, args.seed)
+    label(_spec(args), Path(args.out), args.limit, args.tokens, args.continuations, args.max_new_tokens, args.seed,
+          args.part)
 
 
 def cmd_train(args) -> None:
@@ -194,7 +214,7 @@ def cmd_train(args) -> None:
     from .gatesight.estimator import TrainSettings
 
     train(_spec(args), Path(args.labels), Path(args.out) if args.out else None, args.slow_threshold,
-          TrainSettings(epochs=args.epochs, seed=args.seed))
+          TrainSettings(epochs=args.epochs, seed=args.seed), args.futures)
 
 
 def cmd_analyze(args) -> None:
@@ -213,10 +233,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("compare", help="score, fork and answer: presses × allocators × kept fractions")
     p.add_argument("--press", type=_names, default=["gatesight"], help="comma list, e.g. gatesight,snapkv,none")
     p.add_argument("--alloc", type=_names, default=["flat"], help="comma list of allocators: flat,gate,pyramid,global")
-    p.add_argument("--ratios", type=_ratios, default=list(DEFAULT_RATIOS),
-                   help="kept fractions p in (0, 1], or a grid: default (0.02, 0.05, 0.1 … 0.9) or paper (0.1 … 0.9)")
-    p.add_argument("--compression-ratios", type=_compression_ratios, default=None,
-                   help="kvpress's naming: fractions evicted, 1 − p (rows still record p)")
+    fractions = p.add_mutually_exclusive_group()
+    fractions.add_argument("--ratios", type=_ratios, default=list(DEFAULT_RATIOS),
+                           help="kept fractions p in (0, 1], or a grid: default (0.02, 0.05, 0.1 … 0.9) or paper "
+                                "(0.1 … 0.9)")
+    fractions.add_argument("--compression-ratios", type=_compression_ratios, default=None,
+                           help="kvpress's naming: fractions evicted, 1 − p in [0, 1) (rows still record p); instead "
+                                "of --ratios")
     p.add_argument("--tasks", type=_names, default=["ruler"], help="task names or groups (ruler, niah)")
     p.add_argument("--n", type=int, default=2, help="items per task")
     p.add_argument("--length", type=int, default=1024, help="context length in tokens (question included)")
@@ -262,7 +285,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--chunk", type=int, default=4096)
     p.set_defaults(func=cmd_calibrate)
 
-    p = sub.add_parser("train-model", help="train the default hybrid from scratch (resumable)")
+    p = sub.add_parser("train-model", help="train the default hybrid from scratch (resumable); a trained model in "
+                                           "--out is never written over unless --resume or --replace says so (the "
+                                           "old directory is then moved aside to <out>.backup-<time>)")
     p.add_argument("--out", default="models/hybrid-byte-12l")
     p.add_argument("--checkpoints", default="checkpoints/hybrid-byte-12l")
     p.add_argument("--steps", type=int, default=None, help="total steps (default: the shipped recipe's)")
@@ -271,6 +296,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto")
     p.add_argument("--dtype", default="auto",
                    help="auto (the recipe: bf16 autocast from the 512-token stage on), float32 or bfloat16")
+    existing = p.add_mutually_exclusive_group()
+    existing.add_argument("--resume", action="store_true",
+                          help="--out holds a trained model: continue training it from --checkpoints into --out")
+    existing.add_argument("--replace", action="store_true",
+                          help="--out holds a trained model: train anew into --out")
     p.set_defaults(func=cmd_train_model)
 
     p = sub.add_parser("model-eval", help="full-cache accuracy of a model on held-out task items")
@@ -290,6 +320,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--continuations", type=int, default=4)
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--part", type=_part, default=(0, 1),
+                   help="K/N: label windows K, K+N, … only, so N processes share the corpus (one --out)")
     p.set_defaults(func=cmd_label)
 
     p = sub.add_parser("train", help="train the GateSight estimator (+ ridge, leave-one-corpus-out evaluation)")
@@ -297,6 +329,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--labels", default="results/labels")
     p.add_argument("--out", default=None, help="artifact directory (default: <model>/gatesight)")
     p.add_argument("--epochs", type=int, default=12)
+    p.add_argument("--futures", default="labels", choices=["labels", "reconstruction", "both"],
+                   help="which utility labels to fit: labels (the paper's sampled continuations), reconstruction "
+                        "(the window asked back), or both (their maximum)")
     p.add_argument("--slow-threshold", type=float, default=64.0, help="half-life (tokens) of a slow GDN head")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=cmd_train)
@@ -327,6 +362,11 @@ def main(argv: list[str] | None = None) -> int:
         args.func(args)
     except (ValueError, FileNotFoundError) as error:
         print(f"bench {args.command}: error: {error}", file=sys.stderr)
+        return 2
+    except OSError as error:  # a full or read-only disk: what was written stays, a rerun resumes
+        where = f"{error.filename}: " if error.filename else ""
+        print(f"bench {args.command}: error: {where}{error.strerror or error}; what was finished is kept",
+              file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         where = f" in {args.out}" if getattr(args, "out", None) else ""

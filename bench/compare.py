@@ -8,6 +8,8 @@ cache on the same question (:mod:`bench.fidelity`).
 
 from __future__ import annotations
 
+import os
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -92,17 +94,24 @@ def _nonempty(values: list, what: str, allowed: str) -> None:
 
 
 def validate(settings: CompareSettings) -> None:
-    """Every error that can be known before the model loads, as one clear ``ValueError``."""
+    """Every error that can be known before the model loads, as one clear ``ValueError``. The press and allocator
+    options are replaced by their typed values (what rows record)."""
     available_presses = ", ".join(presses.available() + [BASELINE])
     _nonempty(settings.presses, "--press", available_presses)
     _nonempty(settings.allocators, "--alloc", ", ".join(allocators.available()))
     _nonempty(settings.ratios, "--ratios", "kept fractions in (0, 1], or a grid name: " + ", ".join(RATIO_GRIDS))
     _nonempty(settings.tasks, "--tasks", "task names or the groups ruler, niah, scbench")
+    # unknown names, ill-typed options and unbuildable presses fail here, with the valid choices; the options
+    # are then held typed by their fields, so that rows name what ran (normalized_anchor=no runs and reads False)
     for name in settings.presses:
-        if name != BASELINE:  # unknown names, options and unbuildable presses fail here, with the valid choices
-            presses.get(name, **settings.press_options)
+        if name != BASELINE:
+            settings.press_options = presses.options_of(name, settings.press_options)
     for name in settings.allocators:
-        allocators.get(name, **settings.alloc_options)
+        settings.alloc_options = allocators.options_of(name, settings.alloc_options)
+    layers = loading.attention_layer_count(settings.model)
+    if layers is not None:
+        for name in settings.allocators:
+            allocators.get(name, **settings.alloc_options).check_layers(layers)
     unknown_task = [t for t in expand_tasks(settings.tasks) if t not in TASKS + SCBENCH]
     if unknown_task:
         raise ValueError(f"unknown task {unknown_task[0]!r}; available: {', '.join(TASKS + SCBENCH)} "
@@ -157,6 +166,7 @@ class Harness:
     def __init__(self, settings: CompareSettings):
         self.settings = settings
         self.model, self.tokenizer, self.model_dir = loading.load(settings.model)
+        loading.check_artifacts(self.model_dir)  # a damaged estimator or calibration is named before any work
         self.adapter = adapter_for(self.model)
         self.presses, self.press_names = {}, {}
         for name in settings.presses:
@@ -182,7 +192,8 @@ class Harness:
         for press in self.presses.values():
             self.evidence = self.evidence | press.evidence(self.adapter)
         self.code = code_version()
-        self.weights = loading.fingerprint(self.model_dir)
+        self.identity = loading.identity(self.model_dir)
+        self.dtype, self.device = loading.dtype_name(settings.model), loading.device_name(settings.model)
         self.engine = None
         if settings.engine == "vllm":
             from serving import CompactingLLM
@@ -220,9 +231,9 @@ class Harness:
 
 def _base_row(h: Harness, task: str, item, question_index: int) -> dict:
     s = h.settings
-    return {"schema": SCHEMA, "model": str(h.model_dir.name), "weights": h.weights, "task": task,
+    return {"schema": SCHEMA, "model": str(h.model_dir.name), **h.identity.row_fields(), "task": task,
             "profile": s.profile, "length": s.length, "item": item.index, "question": question_index, "seed": s.seed,
-            "code": h.code, "engine": s.engine}
+            "code": h.code, "engine": s.engine, "dtype": h.dtype, "device": h.device}
 
 
 class _Question:
@@ -375,7 +386,7 @@ def run_compare(settings: CompareSettings, show_progress: bool = True) -> Result
     try:
         store.check_schema()
         h = Harness(settings)
-        store.check_model(str(h.model_dir.name), h.weights)
+        store.check_model(str(h.model_dir.name), h.identity.row_fields())
         _run(h, store, show_progress)
     finally:
         store.close()
@@ -386,9 +397,11 @@ def run_rows(store: ResultStore, settings: CompareSettings) -> list[dict]:
     """The rows of ``store`` that this run's settings produce (its model, weights and code version included), so
     that a summary never mixes in other runs written to the same directory."""
     model_dir = loading.resolve(settings.model)
-    wanted = {"model": model_dir.name, "weights": loading.fingerprint(model_dir), "code": code_version(),
-              "length": settings.length, "profile": settings.profile, "seed": settings.seed,
-              "engine": settings.engine}
+    identity = loading.identity(model_dir)
+    wanted = {"model": model_dir.name, "weights": identity.model, "artifacts": identity.artifacts,
+              "code": code_version(), "length": settings.length, "profile": settings.profile, "seed": settings.seed,
+              "engine": settings.engine, "dtype": loading.dtype_name(settings.model),
+              "device": loading.device_name(settings.model)}
     combos = {(BASELINE, BASELINE, 1.0)} | {(settings.press_label(p), settings.alloc_label(a), float(r))
                                             for p in settings.presses for a in settings.allocators
                                             for r in settings.ratios}
@@ -402,10 +415,26 @@ def _run(h: Harness, store: ResultStore, show_progress: bool) -> None:
     contexts = [(task, index) for task in expand_tasks(settings.tasks) for index in range(settings.n)]
     per_context = 1 + len(h.presses) * len(h.allocators) * len(settings.ratios)
     bar = tqdm(total=len(contexts) * per_context, disable=not show_progress, unit="fork", desc="compare")
-    if settings.jobs == 1:
+    # a worker answers one context at a time and loads its own model: workers beyond the contexts only cost memory
+    workers = min(settings.jobs, len(contexts))
+    if workers < settings.jobs:
+        print(f"note: --jobs {settings.jobs} capped at {workers}: the run has {len(contexts)} context(s)",
+              file=sys.stderr)
+    if workers > (os.cpu_count() or 1):
+        print(f"warning: {workers} worker processes on {os.cpu_count()} CPU core(s): each loads the model and "
+              "wants a core of its own; they will compete", file=sys.stderr)
+    try:
+        _run_contexts(h, store, contexts, workers, lambda: bar.update(per_context))
+    finally:  # an error then starts on a line of its own
+        bar.close()
+
+
+def _run_contexts(h: Harness, store: ResultStore, contexts: list[tuple], workers: int, done) -> None:
+    """Every context answered, in this process or by ``workers`` worker processes; ``done()`` after each."""
+    if workers <= 1:
         for task, index in contexts:
             _context(h, task, index, store.has, store.append)
-            bar.update(per_context)
+            done()
     else:
         import multiprocessing
 
@@ -414,9 +443,8 @@ def _run(h: Harness, store: ResultStore, show_progress: bool) -> None:
         for key in store.done:
             done_by_context.setdefault((key[KEY_FIELDS.index("task")], key[KEY_FIELDS.index("item")]), set()).add(key)
         jobs = [(task, index, done_by_context.get((task, index), set())) for task, index in contexts]
-        with multiprocessing.get_context("spawn").Pool(settings.jobs, _start_worker, (settings,)) as pool:
+        with multiprocessing.get_context("spawn").Pool(workers, _start_worker, (h.settings,)) as pool:
             for rows in pool.imap_unordered(_worker_context, jobs):
                 for row in rows:
                     store.append(row)
-                bar.update(per_context)
-    bar.close()
+                done()

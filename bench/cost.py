@@ -17,8 +17,9 @@ from presses.selection import Selection
 from runtime import EvidenceRequest, adapter_for, encode_text, prefill
 
 from . import loading
-from .store import check_writable
 from .corpus import SOURCES, documents
+from .files import write_text
+from .store import check_writable
 
 
 def median_seconds(fn, repeats: int = 3) -> float:
@@ -50,6 +51,7 @@ def run_cost(model_path, press_names: list[str], lengths: list[int], out: Path) 
         raise ValueError(f"length {bad[0]} is not allowed: lengths must be in [2, {limit}] tokens for this model")
     check_writable(out)
     model, tokenizer, directory = loading.load(model_path)
+    loading.check_artifacts(directory)
     adapter = adapter_for(model)
     built = {}
     for name in press_names:
@@ -72,8 +74,7 @@ def run_cost(model_path, press_names: list[str], lengths: list[int], out: Path) 
             print(f"{name:>13} n={length:>6}: scoring {seconds:8.4f} s, prefill {prefill_s:8.3f} s, "
                   f"ratio {seconds / prefill_s:7.2%}", flush=True)
         parent.release()
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "cost.json").write_text(json.dumps(rows, indent=2))
+    write_text(out / "cost.json", json.dumps(rows, indent=2))
     table = ["| press | " + " | ".join(f"{n} tok: score s (× prefill)" for n in lengths) + " |",
              "|---|" + "---|" * len(lengths)]
     for name in built:
@@ -81,6 +82,6 @@ def run_cost(model_path, press_names: list[str], lengths: list[int], out: Path) 
         table.append(f"| {name} | " + " | ".join(f"{c['score_s']:.4f} ({c['ratio']:.1%})" for c in cells) + " |")
     prefills = [next(r for r in rows if r["length"] == n)["prefill_s"] for n in lengths]
     table.append("| prefill | " + " | ".join(f"{p:.3f}" for p in prefills) + " |")
-    (out / "cost.md").write_text("\n".join(table) + "\n")
+    write_text(out / "cost.md", "\n".join(table) + "\n")
     print("\n".join(table))
     return rows

@@ -82,42 +82,180 @@ def resolve(model: str | ModelSpec | None) -> Path:
     from huggingface_hub.constants import HF_HUB_CACHE
     from huggingface_hub.errors import LocalEntryNotFoundError
 
+    from huggingface_hub import constants
+
     try:
         return Path(snapshot_download(spec.path, local_files_only=not spec.allow_download,
-                                      allow_patterns=["*.json", "*.safetensors", "*.txt", "*.model", "*.tiktoken"]))
+                                      allow_patterns=["*.json", "*.safetensors", "*.txt", "*.model", "*.tiktoken",
+                                                      "*.jinja"]))
     except LocalEntryNotFoundError:
+        # under HF_HUB_OFFLINE the hub refuses every fetch, so --allow-download cannot help
+        remedy = ("the hub is offline because HF_HUB_OFFLINE is set: unset it to let --allow-download fetch it, or "
+                  "download it there first") if constants.HF_HUB_OFFLINE else (
+                  "download it there first, or pass --allow-download")
         raise FileNotFoundError(
             f"no model at {spec.path}: it is not a local directory, and the hub id is not in the local Hugging Face "
-            f"cache ({HF_HUB_CACHE}); download it there first, or pass --allow-download"
+            f"cache ({HF_HUB_CACHE}); {remedy}"
         ) from None
     except Exception as error:  # the hub's own errors (unknown repository, gated model, no network)
         raise FileNotFoundError(f"could not fetch {spec.path} from the Hugging Face hub: {error}") from None
 
 
+def read_config(directory: Path) -> dict:
+    """The model's ``config.json``; ``ValueError`` naming the file if it is not a JSON object."""
+    path = Path(directory) / "config.json"
+    try:
+        config = json.loads(path.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"{path}: not valid JSON ({error})") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"{path}: expected a JSON object of model settings, got {type(config).__name__}")
+    return config
+
+
+def _text_config(config: dict) -> dict:
+    """The language model's settings (multimodal checkpoints nest them under ``text_config``)."""
+    return config.get("text_config") or config
+
+
 def position_limit(model: str | ModelSpec | None) -> int | None:
     """The model's ``max_position_embeddings`` read from its config alone (before any weight is loaded)."""
-    config = json.loads((resolve(model) / "config.json").read_text())
-    return config.get("max_position_embeddings", config.get("text_config", {}).get("max_position_embeddings"))
+    config = read_config(resolve(model))
+    return config.get("max_position_embeddings", _text_config(config).get("max_position_embeddings"))
+
+
+def attention_layer_count(model: str | ModelSpec | None) -> int | None:
+    """How many attention layers the model has, from its config alone: the layers of ``layer_types`` that are not
+    GDN (``linear_attention``) layers, or every layer of a model without ``layer_types``; None if unknown."""
+    config = _text_config(read_config(resolve(model)))
+    kinds = config.get("layer_types")
+    if isinstance(kinds, list):
+        return sum(kind != "linear_attention" for kind in kinds)
+    layers = config.get("num_hidden_layers")
+    return layers if isinstance(layers, int) else None
+
+
+def dtype_name(model: str | ModelSpec | None) -> str:
+    """The dtype the model computes in, as rows record it: the spec's, or for ``auto`` the checkpoint's own."""
+    spec = _spec(model)
+    if spec.dtype != "auto":
+        return spec.dtype
+    config = read_config(resolve(spec))
+    stored = config.get("dtype") or config.get("torch_dtype") or _text_config(config).get("dtype")
+    return str(stored or "float32").removeprefix("torch.")
+
+
+def device_name(model: str | ModelSpec | None) -> str:
+    """The kind of device the model runs on, as rows record it (``cpu`` or ``cuda``)."""
+    return _spec(model).torch_device().type
+
+
+def check_safetensors(path: Path) -> None:
+    """``ValueError`` naming ``path`` unless it is a complete safetensors file (its header and every tensor's
+    bytes are there)."""
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(path), "pt"):
+            pass
+    except (SafetensorError, OSError) as error:
+        raise ValueError(f"{path}: not a complete safetensors file ({error}); copy or write it again") from None
+
+
+def check_artifacts(directory: Path) -> None:
+    """``ValueError`` naming the first derived artifact (:data:`ARTIFACTS`) of a model directory that cannot be
+    read: presses load them only when they score."""
+    for path in _matching(Path(directory), ARTIFACTS):
+        if path.suffix == ".safetensors":
+            check_safetensors(path)
+        else:
+            try:
+                json.loads(path.read_text())
+            except (UnicodeDecodeError, json.JSONDecodeError) as error:
+                raise ValueError(f"{path}: not valid JSON ({error})") from None
 
 
 def load(model: str | ModelSpec | None = None):
-    """``(model, tokenizer, directory)`` in eval mode, on the spec's device and dtype."""
+    """``(model, tokenizer, directory)`` in eval mode, on the spec's device and dtype. A damaged or missing file of
+    the model directory is a ``ValueError`` / ``FileNotFoundError`` naming it."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     spec = _spec(model)
     directory = resolve(spec)
+    read_config(directory)
+    for path in _matching(directory, ("*.safetensors",), exclude=ARTIFACTS):
+        check_safetensors(path)
+    if not _matching(directory, TOKENIZER_FILES):
+        raise FileNotFoundError(f"{directory}: no tokenizer files (tokenizer.json, tokenizer_config.json, …); the "
+                                "bench reads the tokenizer from the model directory")
     dtype = "auto" if spec.dtype == "auto" else DTYPES[spec.dtype]
     loaded = AutoModelForCausalLM.from_pretrained(directory, dtype=dtype, local_files_only=True)
-    tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=True)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=True)
+    except (OSError, ValueError, ImportError) as error:  # e.g. a slow tokenizer whose library is not installed
+        reason = " ".join(str(error).split())  # library messages span lines; the bench's error is one
+        raise ValueError(f"{directory}: its tokenizer could not be loaded ({type(error).__name__}: {reason})") from None
     return loaded.to(spec.torch_device()).eval(), tokenizer, directory
 
 
-def fingerprint(directory: Path, pattern: str = "**/*.safetensors") -> str:
-    """Content hash of the files matching ``pattern`` under a model directory. The default covers the weights and
-    what was derived from them (calibration, GateSight estimator), so that results of a retrained model never pass
-    for the old one's; ``"model*.safetensors"`` covers the weights alone."""
+TOKENIZER_FILES = ("tokenizer*", "special_tokens_map.json", "added_tokens.json", "vocab.*", "merges.txt", "*.model",
+                   "*.tiktoken")
+MODEL_PARTS = {
+    "weights": ("*.safetensors", "*.bin"),
+    "config": ("config.json", "generation_config.json"),
+    "tokenizer": (*TOKENIZER_FILES, "chat_template.*"),
+}
+"""What of a model directory (its top level) changes the numbers, by the part a mismatch is reported as: the chat
+template frames every task's prompt, the generation config its stop tokens."""
+ARTIFACTS = ("gatesight/*.safetensors", "gatesight/*.json", "calibration/*.safetensors", "calibration.safetensors")
+"""What the bench derived from the weights and stores beside them (GateSight's estimator, the calibration; the
+last pattern is the root file older versions wrote). Fingerprinted apart from the model: a copy without them is
+the same model."""
+
+
+def _matching(directory: Path, patterns, exclude=()) -> list[Path]:
+    excluded = {path for pattern in exclude for path in directory.glob(pattern)}
+    return sorted({path for pattern in patterns for path in directory.glob(pattern) if path.is_file()} - excluded)
+
+
+def _digest(directory: Path, paths) -> str:
     digest = hashlib.sha256()
-    for path in sorted(Path(directory).glob(pattern)):
+    for path in paths:
         digest.update(path.relative_to(directory).as_posix().encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()[:12]
+
+
+@dataclass(frozen=True)
+class ModelIdentity:
+    """Fingerprints of a model directory: ``parts`` (weights, config, tokenizer: :data:`MODEL_PARTS`) and the
+    derived ``artifacts`` (:data:`ARTIFACTS`)."""
+
+    parts: dict
+    artifacts: str
+
+    @property
+    def model(self) -> str:
+        """One fingerprint of every part: a row's ``weights`` field."""
+        return hashlib.sha256(json.dumps(self.parts, sort_keys=True).encode()).hexdigest()[:12]
+
+    def row_fields(self) -> dict:
+        """What a result row records of the model it came from (``weights`` and ``artifacts`` are in its key)."""
+        return {"weights": self.model, "model_parts": dict(self.parts), "artifacts": self.artifacts}
+
+
+def identity(directory: Path) -> ModelIdentity:
+    """The :class:`ModelIdentity` of a model directory."""
+    directory = Path(directory)
+    parts = {part: _digest(directory, _matching(directory, patterns, exclude=ARTIFACTS))
+             for part, patterns in MODEL_PARTS.items()}
+    return ModelIdentity(parts, _digest(directory, _matching(directory, ARTIFACTS)))
+
+
+def fingerprint(directory: Path, pattern: str | None = None) -> str:
+    """Content hash of a model directory: by default of everything that makes the model (:attr:`ModelIdentity.model`,
+    so that results of a retrained or reconfigured model never pass for the old one's); of the files matching
+    ``pattern`` if given (``"model*.safetensors"``: the weights alone)."""
+    if pattern is None:
+        return identity(directory).model
+    return _digest(Path(directory), sorted(Path(directory).glob(pattern)))

@@ -8,10 +8,13 @@ items (:mod:`bench.stats`); a difference whose interval contains 0 is reported a
 from __future__ import annotations
 
 import csv
+import io
 from collections import defaultdict
 from pathlib import Path
 
+from .files import atomic_path, write_text
 from .stats import PairedBootstrap
+from .needles import needle_markdown
 from .store import BASELINE, GROUP_FIELDS, ResultStore
 
 ACCURACY_FLOOR = 0.10
@@ -30,9 +33,16 @@ def group_rows(rows: list[dict]) -> dict[tuple, list[dict]]:
 
 
 def group_title(key: tuple) -> str:
-    model, weights, profile, length, code, engine = key
-    served = "" if engine in (None, "hf") else f" · engine {engine}"  # rows built outside a store may lack it
-    return f"{model} (weights {weights}) · profile {profile} · {length} tokens · code {code}{served}"
+    """The group's heading; settings at their defaults (HF engine, float32 on CPU; artifacts that rows from before
+    them do not record) are left out of it, so that headings of older stores read as they did."""
+    group = dict(zip(GROUP_FIELDS, key))
+    fingerprints = f"weights {group['weights']}"
+    if group.get("artifacts"):
+        fingerprints += f", artifacts {group['artifacts']}"
+    shown = [f"{field} {group[field]}" for field, default in (("engine", "hf"), ("dtype", "float32"), ("device", "cpu"))
+             if group.get(field) not in (None, default)]  # rows built outside a store may lack them
+    return " · ".join([f"{group['model']} ({fingerprints})", f"profile {group['profile']}",
+                       f"{group['length']} tokens", f"code {group['code']}", *shown])
 
 
 class GroupReport:
@@ -145,10 +155,14 @@ class GroupReport:
 
 
 def summary_markdown(rows: list[dict], pairwise_ratios=None, resamples: int = RESAMPLES) -> str:
-    """One section per setting group: averages with intervals, pairwise tables, per-task cells."""
+    """One section per setting group: averages with intervals, pairwise tables, per-task cells, and the needle
+    recall of NIAH rows (:func:`bench.needles.needle_markdown`) where they have it."""
     sections = []
     for key, group in group_rows(rows).items():
         sections += [f"## {group_title(key)}", "", GroupReport(group, resamples).markdown(pairwise_ratios)]
+        needles = needle_markdown(group)
+        if needles:
+            sections += [needles]
     return "\n".join(sections) + "\n"
 
 
@@ -209,8 +223,8 @@ def plot_curves(rows: list[dict], path: Path, title: str = "", resamples: int = 
     axes[-1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
+    with atomic_path(path) as scratch:
+        fig.savefig(scratch, format=path.suffix.lstrip(".") or "png")
     plt.close(fig)
     return path
 
@@ -237,38 +251,41 @@ def allocation_ablation_markdown(report: GroupReport) -> list[str]:
 
 def write_leaderboard(stores: list[Path], out: Path, resamples: int = RESAMPLES) -> Path:
     """``leaderboard.md``, ``leaderboard.csv`` and one PNG per setting group from one or more result stores."""
-    rows = [row for directory in stores for row in ResultStore(directory, readonly=True).rows]
+    rows = []
+    for directory in stores:
+        store = ResultStore(directory, readonly=True)
+        store.check_rows()  # a report never shows a NaN as a blank cell, nor stops on a value that is not a number
+        rows += store.rows
     if not rows:
         raise ValueError(f"no results in {', '.join(map(str, stores))}: run `bench compare` first")
     out.mkdir(parents=True, exist_ok=True)
+    table = io.StringIO(newline="")
     text = ["# Leaderboard", "",
             "Every cell: mean [95 % paired-bootstrap interval over items, "
             f"{resamples} resamples]. ΔNLL = answer NLL of the compacted cache − the full cache's, teacher-forced on "
             "the reference answer (lower is better; 0 = no change). Accuracy averages leave out tasks where no "
             f"prune is below {ACCURACY_FLOOR:.0%}.", ""]
-    with (out / "leaderboard.csv").open("w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["group", "method", "task", "ratio", "items", "metric", "mean", "low", "high"])
-        for number, (key, group) in enumerate(group_rows(rows).items(), start=1):
-            report = GroupReport(group, resamples)
-            png = "leaderboard.png" if number == 1 else f"leaderboard-{number}.png"
-            plot_curves(group, out / png, group_title(key), resamples)
-            text += [f"## {group_title(key)}", "", f"![task-averaged accuracy and ΔNLL against kept fraction]({png})",
-                     "", report.markdown(PAIRWISE_RATIOS)]
-            ablation = allocation_ablation_markdown(report)
-            if ablation:
-                text += ["### Allocation ablation: ΔNLL of each scorer under each allocator", "", *ablation, ""]
-            for field, boot in report.boot.items():
-                for method, ratio in boot.cells:
-                    for task in boot.tasks:
-                        if boot.has(method, ratio, task):
-                            c = boot.cell(method, ratio, task)
-                            writer.writerow([number, method, task, ratio, boot.n_items(task), field,
-                                             f"{c.mean:.4f}", f"{c.low:.4f}", f"{c.high:.4f}"])
+    writer = csv.writer(table)
+    writer.writerow(["group", "method", "task", "ratio", "items", "metric", "mean", "low", "high"])
+    for number, (key, group) in enumerate(group_rows(rows).items(), start=1):
+        report = GroupReport(group, resamples)
+        png = "leaderboard.png" if number == 1 else f"leaderboard-{number}.png"
+        plot_curves(group, out / png, group_title(key), resamples)
+        text += [f"## {group_title(key)}", "", f"![task-averaged accuracy and ΔNLL against kept fraction]({png})",
+                 "", report.markdown(PAIRWISE_RATIOS)]
+        ablation = allocation_ablation_markdown(report)
+        if ablation:
+            text += ["### Allocation ablation: ΔNLL of each scorer under each allocator", "", *ablation, ""]
+        for field, boot in report.boot.items():
+            for method, ratio in boot.cells:
+                for task in boot.tasks:
+                    if boot.has(method, ratio, task):
+                        c = boot.cell(method, ratio, task)
+                        writer.writerow([number, method, task, ratio, boot.n_items(task), field,
+                                         f"{c.mean:.4f}", f"{c.low:.4f}", f"{c.high:.4f}"])
     official = [r for r in rows if "score_official" in r]
     if official:
         text += ["## SCBench under the official scorers (sensitivity; the tables above use the revised scorers)", "",
                  summary_markdown([{**r, "score": r["score_official"]} for r in official], resamples=resamples)]
-    path = out / "leaderboard.md"
-    path.write_text("\n".join(text))
-    return path
+    write_text(out / "leaderboard.csv", table.getvalue())
+    return write_text(out / "leaderboard.md", "\n".join(text))

@@ -12,14 +12,20 @@ import fcntl
 import gzip
 import hashlib
 import json
+import math
 import os
 import sys
 from pathlib import Path
 
-KEY_FIELDS = ("model", "weights", "press", "allocator", "ratio", "task", "profile", "length", "item", "question",
-              "seed", "code", "engine")
-GROUP_FIELDS = ("model", "weights", "profile", "length", "code", "engine")
+KEY_FIELDS = ("model", "weights", "artifacts", "press", "allocator", "ratio", "task", "profile", "length", "item",
+              "question", "seed", "code", "engine", "dtype", "device")
+GROUP_FIELDS = ("model", "weights", "artifacts", "profile", "length", "code", "engine", "dtype", "device")
 """Rows are averaged only within one group of these settings."""
+LEGACY_DEFAULTS = {"engine": "hf", "dtype": "float32", "device": "cpu"}
+"""What rows written before these fields existed ran with: the HF runtime (the only engine), float32 on CPU (the
+only settings of the runs the committed store holds)."""
+OPTIONAL_FIELDS = ("artifacts",)
+"""Key fields that rows written before them lack: their ``weights`` fingerprint covered the artifacts too."""
 BASELINE = "none"
 """The no-prune method's name in rows (its press and its allocator)."""
 SCHEMA = 2
@@ -76,18 +82,42 @@ def check_writable(directory: Path) -> None:
         raise ValueError(f"--out {directory}: {existing} is not writable")
 
 
-def verify_rows(rows: list[dict]) -> list[str]:
-    """What is wrong with ``rows`` (empty if nothing): every row complete with the fidelity fields, and the
-    no-prune rows — the full cache compared with itself — at exactly zero ΔNLL and KL, agreeing with themselves."""
-    problems = []
-    for number, row in enumerate(rows, start=1):
-        missing = [f for f in (*KEY_FIELDS, "score", *FIDELITY_FIELDS) if row.get(f) is None]
-        if missing:
-            problems.append(f"row {number}: missing {', '.join(missing)}")
-        elif row["press"] == BASELINE and (row["delta_nll"] != 0 or row["kl"] != 0 or row["agree"] is not True):
-            problems.append(f"row {number}: the no-prune row has delta_nll={row['delta_nll']}, kl={row['kl']}, "
-                            f"agree={row['agree']} (expected exactly 0, 0, true)")
-    return problems
+KL_TOLERANCE = 1e-6
+"""KL below 0 by at most this much is float rounding of a child almost equal to the full cache."""
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def row_problem(row: dict) -> str | None:
+    """What is wrong with one row, or None: every key and fidelity field present; score (and score_official) a
+    number in [0, 1]; ratio in (0, 1]; answer_nll and delta_nll finite numbers; kl a finite number >= 0; agree a
+    boolean; and a no-prune row — the full cache compared with itself — at exactly zero ΔNLL and KL, agreeing."""
+    missing = [f for f in (*KEY_FIELDS, "score", *FIDELITY_FIELDS) if row.get(f) is None and f not in OPTIONAL_FIELDS]
+    if missing:
+        return f"missing {', '.join(missing)}"
+    checks = [("score", lambda v: _number(v) and 0 <= v <= 1, "a number in [0, 1]"),
+              ("score_official", lambda v: v is None or (_number(v) and 0 <= v <= 1), "a number in [0, 1]"),
+              ("ratio", lambda v: _number(v) and 0 < v <= 1, "a number in (0, 1]"),
+              ("answer_nll", _number, "a finite number"),
+              ("delta_nll", _number, "a finite number"),
+              ("kl", lambda v: _number(v) and v >= -KL_TOLERANCE, "a finite number >= 0"),
+              ("agree", lambda v: isinstance(v, bool), "true or false")]
+    for field, valid, allowed in checks:
+        if not valid(row.get(field)):
+            return f"{field}={row.get(field)!r} (expected {allowed})"
+    if row["press"] == BASELINE and (row["delta_nll"] != 0 or row["kl"] != 0 or row["agree"] is not True):
+        return (f"the no-prune row has delta_nll={row['delta_nll']}, kl={row['kl']}, agree={row['agree']} "
+                "(expected exactly 0, 0, true)")
+    return None
+
+
+def verify_rows(rows: list[dict], where=None) -> list[str]:
+    """What is wrong with ``rows`` (empty if nothing; :func:`row_problem`), each problem prefixed by
+    ``where(index)`` (default ``row N``)."""
+    where = where or (lambda index: f"row {index + 1}")
+    return [f"{where(index)}: {problem}" for index, row in enumerate(rows) if (problem := row_problem(row))]
 
 
 class ResultStore:
@@ -105,6 +135,8 @@ class ResultStore:
         self.directory = Path(directory)
         self.path = self.directory / "results.jsonl"
         self.rows: list[dict] = []
+        self.line_numbers: list[int] = []
+        """The file's line of each row."""
         self.skipped: list[int] = []
         self._lock = None
         if not readonly:
@@ -113,8 +145,7 @@ class ResultStore:
         if readonly and not self.path.exists() and packed.exists():  # a committed, compressed store
             self.path = packed
         if self.path.exists():
-            raw_bytes = self.path.read_bytes()
-            lines = (gzip.decompress(raw_bytes) if self.path.suffix == ".gz" else raw_bytes).split(b"\n")
+            lines = self._read().split(b"\n")
             for number, raw in enumerate(lines, start=1):
                 if not raw.strip():
                     continue
@@ -123,9 +154,10 @@ class ResultStore:
                 except (UnicodeDecodeError, json.JSONDecodeError):
                     value = None
                 if _is_row(value):
-                    # rows written before the engine field existed all came from the HF runtime, the only engine
-                    value.setdefault("engine", "hf")
+                    for field, default in LEGACY_DEFAULTS.items():
+                        value.setdefault(field, default)
                     self.rows.append(value)
+                    self.line_numbers.append(number)
                 elif not (number == len(lines) and not raw.endswith(b"}")):  # a last line cut by a kill is normal
                     self.skipped.append(number)
         if self.skipped:
@@ -133,6 +165,30 @@ class ResultStore:
             print(f"warning: {self.path}: skipped {len(self.skipped)} line(s) that are not result rows "
                   f"(line {shown}); the file is left as it is", file=sys.stderr)
         self.done = {row_key(r) for r in self.rows}
+
+    def _read(self) -> bytes:
+        """The store's bytes, uncompressed; ``ValueError`` naming the file if it is not a readable store."""
+        if self.path.is_dir():
+            raise ValueError(f"{self.path}: is a directory, not a result store; move it away or use another --out")
+        raw = self.path.read_bytes()
+        if self.path.suffix != ".gz":
+            return raw
+        try:
+            return gzip.decompress(raw)
+        except (OSError, EOFError) as error:  # not gzip, or cut short
+            raise ValueError(f"{self.path}: not a complete gzip file ({error}); restore it from version control") \
+                from None
+
+    def problems(self) -> list[str]:
+        """What is wrong with this store's rows (:func:`row_problem`), as ``file:line: problem``."""
+        return verify_rows(self.rows, lambda index: f"{self.path}:{self.line_numbers[index]}")
+
+    def check_rows(self) -> None:
+        """``ValueError`` listing the first bad rows by file and line, so that no report shows them."""
+        problems = self.problems()
+        if problems:
+            shown = "; ".join(problems[:5]) + (f"; … ({len(problems) - 5} more)" if len(problems) > 5 else "")
+            raise ValueError(f"{len(problems)} row(s) are not valid results: {shown}")
 
     def _acquire(self) -> None:
         check_writable(self.directory)
@@ -159,13 +215,24 @@ class ResultStore:
             self._lock.close()
             self._lock = None
 
-    def check_model(self, model: str, weights: str) -> None:
-        """Refuse to add results of ``model`` to a store that holds results of another version of it."""
-        other = {r.get("weights") for r in self.rows if r["model"] == model} - {weights}
-        if other:
-            raise ValueError(f"{self.path} holds results of model {model!r} with other weights (fingerprint "
-                             f"{', '.join(str(w) for w in sorted(other, key=str))}, this one is {weights}); "
+    def check_model(self, model: str, identity: dict) -> None:
+        """Refuse to add results of ``model`` to a store that holds results of another version of it (other
+        weights, config or tokenizer: ``identity`` is :meth:`bench.loading.ModelIdentity.row_fields`), naming
+        what differs. Other derived artifacts are no refusal: rows key and group by them, so they never mix.
+        Rows written before the model's parts were recorded fingerprinted it another way and are not compared."""
+        same_name = [r for r in self.rows if r["model"] == model and isinstance(r.get("model_parts"), dict)]
+        other = next((r for r in same_name if r["weights"] != identity["weights"]), None)
+        if other is not None:
+            differ = [part for part, value in identity["model_parts"].items()
+                      if other["model_parts"].get(part) != value]
+            raise ValueError(f"{self.path} holds results of model {model!r} with other {' and '.join(differ)} "
+                             f"(fingerprint {other['weights']}, this one is {identity['weights']}); "
                              "write to a new --out directory")
+        artifacts = sorted({str(r.get("artifacts")) for r in same_name} - {identity["artifacts"]})
+        if artifacts:
+            print(f"note: {self.path} holds results of model {model!r} with other artifacts (gatesight/, "
+                  f"calibration/: {', '.join(artifacts)}; this one's are {identity['artifacts']}); rows record "
+                  "their artifacts, so the two are never mixed", file=sys.stderr)
 
     def check_schema(self) -> None:
         """Refuse a store with rows written before the fidelity metrics (schema < 2): never mix the two."""

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from allocators.options import build_with_options
 from runtime import EvidenceRequest, Parent
 from runtime.kv import attention_probs
 
@@ -43,6 +44,15 @@ RATIO_DEPENDENT = {
 }
 FULL_ROPE_ONLY = ("ExpectedAttentionPress", "CapPress")
 """Presses that rebuild RoPE for future positions with ``module.rotary_emb`` over the full head dimension."""
+
+
+def scorer_names() -> list[str]:
+    """kvpress's ``ScorerPress`` subclasses that score (the abstract base left out)."""
+    import kvpress
+
+    classes = {name: getattr(kvpress, name) for name in dir(kvpress)}
+    return sorted(name for name, cls in classes.items() if isinstance(cls, type)
+                  and issubclass(cls, kvpress.ScorerPress) and cls is not kvpress.ScorerPress)
 
 
 def _refusal(press) -> str | None:
@@ -100,18 +110,22 @@ class KvpressScorer(Press):
         self._initialised_for = None
 
     @staticmethod
-    def build(class_name: str, **options):
-        """A kvpress ``ScorerPress`` subclass by class name, with ``options`` (its dataclass fields)."""
+    def scorer_class(class_name: str) -> type:
+        """The kvpress ``ScorerPress`` subclass named ``class_name``; ``ValueError`` listing them otherwise."""
         import kvpress
 
         cls = getattr(kvpress, class_name, None)
+        if cls is kvpress.ScorerPress:
+            raise ValueError(f"kvpress:{class_name} is the abstract base of kvpress's scorers (its score() is not "
+                             f"implemented); name one of them: {', '.join(scorer_names())}")
         if not (isinstance(cls, type) and issubclass(cls, kvpress.ScorerPress)):
-            names = sorted(n for n in dir(kvpress) if isinstance(getattr(kvpress, n), type)
-                           and issubclass(getattr(kvpress, n), kvpress.ScorerPress))
-            raise ValueError(f"{class_name!r} is not a kvpress ScorerPress; available: {', '.join(names)}")
-        from .registry import build_with_options
+            raise ValueError(f"{class_name!r} is not a kvpress ScorerPress; available: {', '.join(scorer_names())}")
+        return cls
 
-        return build_with_options(cls, f"kvpress:{class_name}", options)
+    @staticmethod
+    def build(class_name: str, **options):
+        """A kvpress ``ScorerPress`` subclass by class name, with ``options`` (its dataclass fields, typed)."""
+        return build_with_options(KvpressScorer.scorer_class(class_name), f"kvpress:{class_name}", options)
 
     def evidence(self, adapter) -> EvidenceRequest:
         return EvidenceRequest(window=ALL_TOKENS)

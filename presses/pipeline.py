@@ -14,6 +14,7 @@ import torch
 import allocators
 from runtime import adapter_for, encode_text, prefill
 
+from .base import Press
 from .registry import get
 from .selection import Selection, keep_fraction_from
 
@@ -54,13 +55,23 @@ class CompressedContextPipeline:
         """Greedy answers to ``questions`` (a list, or one string) from the context compressed once by ``press``
         and ``allocator`` at ``compression_ratio`` (kvpress's: the evicted fraction) or ``keep_fraction``.
         ``answer_prefix`` opens every answer (as kvpress's pipeline does); it is not part of the returned text."""
+        if not isinstance(context, str):
+            raise TypeError(f"context must be a string (the text to compress), got {type(context).__name__}")
         single = isinstance(questions, str)
+        if not single and not (isinstance(questions, (list, tuple))
+                               and all(isinstance(q, str) for q in questions)):
+            raise TypeError(f"questions must be a string or a list of strings, got {_shown(questions)}")
         questions = [questions] if single else list(questions)
         if not questions:
             raise ValueError("give at least one question")
         p = keep_fraction_from(keep_fraction, compression_ratio)
         press = get(press) if isinstance(press, str) else press
+        if not isinstance(press, Press):
+            raise TypeError(f"press must be a press name (e.g. 'gatesight') or a Press instance, got {_shown(press)}")
         allocator = allocators.get(allocator) if isinstance(allocator, str) else allocator
+        if not isinstance(allocator, allocators.Allocator):
+            raise TypeError(f"allocator must be an allocator name (e.g. 'flat') or an Allocator instance, got "
+                            f"{_shown(allocator)}")
         prefix, body, suffix = self.frame(context)
         prefix_ids = encode_text(self.tokenizer, prefix)
         ids = torch.tensor(prefix_ids + encode_text(self.tokenizer, body))
@@ -73,6 +84,13 @@ class CompressedContextPipeline:
         parent.release()
         child.release()
         return answers[0] if single else answers
+
+
+def _shown(value) -> str:
+    """A wrong argument as a message names it: a class (given where an instance belongs) says so."""
+    if isinstance(value, type):
+        return f"the class {value.__name__} (pass an instance: {value.__name__}())"
+    return f"{type(value).__name__} {value!r}"[:120]
 
 
 def pipeline(model, tokenizer, max_new_tokens: int = 64) -> CompressedContextPipeline:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import fields
+from allocators.options import build_with_options, typed_options
 
 from .base import Press
 from .gatesight import GateSightPress
@@ -26,7 +26,8 @@ def available() -> list[str]:
 
 def get(name: str, **kwargs) -> Press:
     """A press by registry name, or ``kvpress:<ClassName>`` for any kvpress ``ScorerPress`` (built with its
-    defaults); unknown names raise ``ValueError`` listing the valid ones."""
+    defaults), its options typed by their fields (:mod:`allocators.options`: ``"no"`` for a boolean is False);
+    unknown names and options, and ill-typed values, raise ``ValueError`` saying what is allowed."""
     if name.startswith(KVPRESS_PREFIX):
         return KvpressScorer(press=KvpressScorer.build(name.removeprefix(KVPRESS_PREFIX), **kwargs))
     if name == KvpressScorer.name and "press" not in kwargs:
@@ -36,13 +37,11 @@ def get(name: str, **kwargs) -> Press:
     return build_with_options(PRESSES[name], name, kwargs)
 
 
-def build_with_options(cls, name: str, options: dict):
-    """``cls(**options)``; an unknown option is a ``ValueError`` that names the valid ones."""
-    valid = [f.name for f in fields(cls) if f.init]
-    unknown = [key for key in options if key not in valid]
-    if unknown:
-        raise ValueError(f"{name} has no option {unknown[0]!r}; valid: {', '.join(valid) or 'none'}")
-    try:
-        return cls(**options)
-    except TypeError as error:  # a required field without a default, e.g. a wrapper's inner press
-        raise ValueError(f"{name} cannot be built from these options: {error}") from None
+def options_of(name: str, options: dict) -> dict:
+    """``options`` of the press ``name`` typed by its fields, as :func:`get` builds it with them (``ValueError``
+    as :func:`get`'s): what a run records, so that ``normalized_anchor=no`` and ``=false`` name one setting."""
+    if name.startswith(KVPRESS_PREFIX):
+        class_name = name.removeprefix(KVPRESS_PREFIX)
+        return typed_options(KvpressScorer.scorer_class(class_name), name, options)
+    get(name, **options)  # unknown names and the bare "kvpress" fail as get's do
+    return typed_options(PRESSES[name], name, options)

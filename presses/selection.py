@@ -52,6 +52,21 @@ def check_scores(scores: Scores, layers, num_kv_heads: int, n_body: int) -> None
             raise ValueError(f"scores of layer {layer} contain NaN or infinite values")
 
 
+def check_evidence(parent: Parent, press: Press) -> None:
+    """``ValueError`` naming what ``press`` reads that ``parent`` was prefilled without (or that it was released)."""
+    parent.kv  # noqa: B018 - a released parent says so, rather than that its evidence is missing
+    adapter, wanted, recorded = parent.adapter, press.evidence(parent.adapter), parent.evidence
+    missing = []
+    if wanted.window and not all(layer in recorded.window_hidden for layer in adapter.attention_layers):
+        missing.append(f"the attention layers' inputs of the last {min(wanted.window, parent.n)} context tokens")
+    if wanted.gdn_signals and adapter.gdn_layers and not recorded.gdn_signals:
+        missing.append("the GDN signals (β, g, ‖v‖)")
+    if missing:
+        name = type(press).__name__ if press.name == "kvpress" else press.name
+        raise ValueError(f"press {name} reads {' and '.join(missing)}, which this parent was prefilled without: "
+                         "pass evidence=press.evidence(adapter) to prefill")
+
+
 class Selection:
     """One press's scores for one parent, computed once, and the children of any (allocator, kept fraction).
 
@@ -70,6 +85,7 @@ class Selection:
         self.press = get(press) if isinstance(press, str) else press
         self.press.bind(parent.adapter.model_dir)
         self.press.check(parent.adapter)
+        check_evidence(parent, self.press)
         self.layer_weights = layer_weights
         self._scores: Scores | None = None
         self.score_seconds: float | None = None

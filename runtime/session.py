@@ -45,10 +45,13 @@ def _as_ids(ids, adapter: ModelAdapter, what: str) -> torch.Tensor:
         if ids.shape[0] != 1:
             raise ValueError(f"{what}: got a batch of {ids.shape[0]}; one sequence at a time (shape [L] or [1, L])")
         ids = ids[0]
-    if ids.dim() != 1 or ids.dtype not in (torch.int64, torch.int32):
-        raise ValueError(f"{what}: expected a 1-D tensor of token ids, got shape {tuple(ids.shape)} {ids.dtype}")
     if ids.numel() == 0:
-        raise ValueError(f"{what} is empty")
+        raise ValueError(f"{what} is empty: give at least one token id")
+    if ids.dim() != 1:
+        raise ValueError(f"{what}: expected a 1-D tensor of token ids (shape [L] or [1, L]), got shape "
+                         f"{tuple(ids.shape)}")
+    if ids.dtype not in (torch.int64, torch.int32):
+        raise ValueError(f"{what}: token ids must be of an integer type int64 or int32, got {ids.dtype}")
     vocab = adapter.config.vocab_size
     outside = (ids < 0) | (ids >= vocab)
     if bool(outside.any()):
@@ -75,9 +78,12 @@ class CachedContext:
     def released(self) -> bool:
         return self._state is None
 
+    #: what to do once this object was released
+    _after_release = "fork a new child from its parent (if the parent is not released too)"
+
     def _live_state(self) -> SequenceState:
         if self._state is None:
-            raise RuntimeError(f"this {type(self).__name__.lower()} was released; fork a new child from the parent")
+            raise RuntimeError(f"this {type(self).__name__.lower()} was released; {self._after_release}")
         return self._state
 
     @property
@@ -174,6 +180,8 @@ class Parent(CachedContext):
     last_logits : torch.Tensor
         ``[V]`` logits after the last context token.
     """
+
+    _after_release = "its cache and evidence are gone: prefill the context again"
 
     def __init__(self, adapter, state, context_ids, protected, tokenizer, evidence: Evidence, last_logits):
         super().__init__(adapter, state, context_ids.numel(), protected, context_hash(context_ids), tokenizer)

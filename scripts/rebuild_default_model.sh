@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 MODEL=models/hybrid-byte-12l
 LABELS=${LABELS:-60}
 N=${N:-20}
-bench train-model --out "$MODEL" --checkpoints checkpoints/hybrid-byte-12l
+bench train-model --out "$MODEL" --checkpoints checkpoints/hybrid-byte-12l --replace  # the old model moves aside
 bench calibrate --model "$MODEL"
 bench label --model "$MODEL" --out results/labels --limit "$LABELS"
 bench train --model "$MODEL" --labels results/labels

@@ -4,6 +4,7 @@ import json
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -244,3 +245,411 @@ def test_rows_from_before_the_engine_field_read_as_the_runtimes(tmp_path):
     (tmp_path / "results.jsonl").write_text(json.dumps(row) + "\n")
     (stored,) = ResultStore(tmp_path, readonly=True).rows
     assert stored["engine"] == "hf"
+
+
+# ---- issue 19: nothing a user types destroys a model or passes off one run's results as another's --------------
+def _cli(capsys, *argv) -> tuple[int, str]:
+    """Exit code and stderr of ``bench argv``; an error must be one line, the last, ``bench <cmd>: error: ...``
+    (a progress bar may come before it)."""
+    capsys.readouterr()
+    code = main(list(map(str, argv)))
+    err = capsys.readouterr().err
+    if code == 2:
+        last = err.splitlines()[-1]
+        assert last.startswith(f"bench {argv[0]}: error: ") and err.count(": error: ") == 1, err
+        return code, last
+    return code, err
+
+
+def _copy(model_dir, tmp_path):
+    """A copy of the tiny model under the same directory name."""
+    import shutil
+
+    copy = tmp_path / "copy" / model_dir.name
+    shutil.copytree(model_dir, copy)
+    return copy
+
+
+# 1. data lost
+def test_train_model_never_writes_over_a_trained_model(tmp_path, capsys, monkeypatch):
+    from bench.model import train as training
+
+    monkeypatch.setattr(training, "train", lambda *a, **k: pytest.fail("training started"))
+    out, checkpoints = tmp_path / "model", tmp_path / "checkpoints"
+    out.mkdir()
+    (out / "model.safetensors").write_bytes(b"trained")
+    for steps in ("0", "-3"):
+        code, err = _cli(capsys, "train-model", "--steps", steps, "--out", tmp_path / "fresh",
+                         "--checkpoints", checkpoints)
+        assert code == 2 and f"--steps {steps}: give a positive number of training steps" in err
+    code, err = _cli(capsys, "train-model", "--steps", 5, "--out", out, "--checkpoints", checkpoints)
+    assert code == 2 and f"{out} holds a trained model (model.safetensors); pass --resume" in err and "--replace" in err
+    code, err = _cli(capsys, "train-model", "--resume", "--out", out, "--checkpoints", checkpoints)
+    assert code == 2 and f"--resume: no checkpoint at {checkpoints / 'last.pt'}" in err
+    assert (out / "model.safetensors").read_bytes() == b"trained"
+    with pytest.raises(ValueError, match="steps=0: expected an integer >= 1"):
+        training.TrainConfig(steps=0)
+
+
+def test_a_replaced_model_moves_aside_with_its_artifacts(tiny, tmp_path):
+    from bench.model.tokenizer import build_tokenizer
+    from bench.model.train import save
+
+    out = tmp_path / "model"
+    (out / "gatesight").mkdir(parents=True)
+    (out / "model.safetensors").write_bytes(b"old weights")
+    (out / "gatesight" / "gatesight.safetensors").write_bytes(b"old estimator")
+    (out / "calibration").mkdir()
+    lines = []
+    save(tiny("qwen3"), build_tokenizer(), out, {"steps_done": 1}, log=lines.append)
+    (backup,) = tmp_path.glob("model.backup-*")
+    assert (backup / "model.safetensors").read_bytes() == b"old weights"
+    assert (backup / "gatesight" / "gatesight.safetensors").exists() and (backup / "calibration").is_dir()
+    assert not (out / "gatesight").exists() and not (out / "calibration").exists()
+    assert (out / "model.safetensors").stat().st_size > 1000 and str(backup) in lines[0]
+
+
+# 2 + 3. a result's identity: weights, config, tokenizer, chat template, artifacts, dtype, device
+def test_identity_names_each_part_of_the_model(model_dir, tmp_path):
+    base = loading.identity(model_dir)
+    copy = _copy(model_dir, tmp_path)
+    assert loading.identity(copy) == base
+    config = json.loads((copy / "config.json").read_text())
+    config["rope_parameters"]["rope_theta"] = 10.0
+    (copy / "config.json").write_text(json.dumps(config))
+    changed = loading.identity(copy)
+    assert changed.parts["config"] != base.parts["config"] and changed.model != base.model
+    assert {k: v for k, v in changed.parts.items() if k != "config"} == {k: v for k, v in base.parts.items()
+                                                                         if k != "config"}
+    (copy / "chat_template.jinja").write_text("{{ messages }}")
+    assert loading.identity(copy).parts["tokenizer"] != base.parts["tokenizer"]
+    import shutil
+
+    shutil.rmtree(copy / "gatesight")
+    assert loading.identity(copy).artifacts != base.artifacts
+    assert loading.fingerprint(model_dir) == base.model
+
+
+def test_a_reconfigured_model_is_refused_naming_what_differs(model_dir, tmp_path, capsys):
+    out = tmp_path / "out"
+    run_compare(_settings(model_dir, out, presses=["none"]), show_progress=False)
+    before = (out / "results.jsonl").read_bytes()
+    copy = _copy(model_dir, tmp_path)
+    config = json.loads((copy / "config.json").read_text())
+    config["rope_parameters"]["rope_theta"] = 10.0
+    (copy / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match=r"holds results of model .* with other config \(fingerprint"):
+        run_compare(_settings(copy, out, presses=["none"]), show_progress=False)
+    assert (out / "results.jsonl").read_bytes() == before
+
+
+def test_a_copy_without_gatesight_is_kept_apart_not_refused(model_dir, tmp_path, capsys):
+    import shutil
+
+    out = tmp_path / "out"
+    first = run_compare(_settings(model_dir, out, presses=["none"]), show_progress=False)
+    copy = _copy(model_dir, tmp_path)
+    shutil.rmtree(copy / "gatesight")
+    capsys.readouterr()
+    store = run_compare(_settings(copy, out, presses=["none"]), show_progress=False)
+    err = capsys.readouterr().err
+    assert "with other artifacts" in err and "other weights" not in err
+    assert len(store.rows) == 2 * len(first.rows)
+    assert len({r["artifacts"] for r in store.rows}) == 2 and len({r["weights"] for r in store.rows}) == 1
+    own = run_rows(store, _settings(copy, out, presses=["none"]))
+    assert len(own) == len(first.rows) and {r["artifacts"] for r in own} == {loading.identity(copy).artifacts}
+
+
+def test_dtype_and_device_are_part_of_a_results_identity(model_dir, tmp_path):
+    out = tmp_path / "out"
+    first = run_compare(_settings(model_dir, out, presses=["none"]), show_progress=False)
+    assert {(r["dtype"], r["device"]) for r in first.rows} == {("float32", "cpu")}
+    bf16 = _settings(model_dir, out, presses=["none"], model=loading.ModelSpec(str(model_dir), dtype="bfloat16"))
+    store = run_compare(bf16, show_progress=False)
+    assert len(store.rows) == 2 * len(first.rows)  # the bfloat16 run answered, it did not reuse the float32 rows
+    own = run_rows(store, bf16)
+    assert len(own) == len(first.rows) and {r["dtype"] for r in own} == {"bfloat16"}
+    from bench.report import group_rows, group_title
+
+    titles = [group_title(key) for key in group_rows(store.rows)]
+    assert len(titles) == 2 and sum("dtype bfloat16" in t for t in titles) == 1
+
+
+def test_the_committed_store_still_reads_and_verifies():
+    from bench.report import group_rows, group_title
+    from bench.store import ROOT
+
+    store = ResultStore(ROOT / "docs" / "results", readonly=True)
+    assert store.rows and store.problems() == []
+    assert {(r["dtype"], r["device"], r["engine"]) for r in store.rows} == {("float32", "cpu", "hf")}
+    (title,) = [group_title(key) for key in group_rows(store.rows)]
+    assert "dtype" not in title and "artifacts" not in title and title in (ROOT / "docs" / "leaderboard.md").read_text()
+
+
+# 4. bench verify checks types, finiteness and ranges, naming file and line
+GOOD_ROW = {"schema": 2, "model": "m", "weights": "w", "artifacts": "a", "press": "none", "allocator": "none",
+            "ratio": 1.0, "task": "vt", "profile": "compact", "length": 512, "item": 0, "question": 0, "seed": 0,
+            "code": "c", "engine": "hf", "dtype": "float32", "device": "cpu", "score": 1.0, "answer_nll": 0.5,
+            "delta_nll": 0.0, "kl": 0.0, "agree": True}
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"kl": -1.0}, "kl=-1.0 (expected a finite number >= 0)"),
+    ({"score": float("nan")}, "score=nan (expected a number in [0, 1])"),
+    ({"score": 1.5}, "score=1.5 (expected a number in [0, 1])"),
+    ({"delta_nll": "abc"}, "delta_nll='abc' (expected a finite number)"),
+    ({"agree": "yes"}, "agree='yes' (expected true or false)"),
+    ({"kl": float("inf")}, "kl=inf"),
+])
+def test_verify_and_the_leaderboard_refuse_impossible_rows(tmp_path, capsys, change, message):
+    compacted = {**GOOD_ROW, "press": "keydiff", "allocator": "flat", "ratio": 0.5, "delta_nll": 0.3, "kl": 0.1,
+                 "agree": False}
+    lines = [GOOD_ROW, compacted, {**compacted, "item": 1, **change}]
+    (tmp_path / "results.jsonl").write_text("".join(json.dumps(row) + "\n" for row in lines))
+    for argv in (["verify", tmp_path], ["leaderboard", tmp_path, "--out", tmp_path / "docs"]):
+        code, err = _cli(capsys, *argv)
+        assert code == 2 and "1 row(s) are not valid results" in err, err
+        assert f"{tmp_path / 'results.jsonl'}:3: {message}" in err
+    assert not (tmp_path / "docs" / "leaderboard.md").exists()
+
+
+def test_verify_refuses_a_no_prune_row_that_changed(tmp_path, capsys):
+    (tmp_path / "results.jsonl").write_text(json.dumps({**GOOD_ROW, "delta_nll": 0.2}) + "\n")
+    code, err = _cli(capsys, "verify", tmp_path)
+    assert code == 2 and f"{tmp_path / 'results.jsonl'}:1: the no-prune row has delta_nll=0.2" in err
+
+
+# 5. options typed by their fields
+def test_options_are_typed_by_their_fields():
+    assert presses.get("keydiff", normalized_anchor="no").normalized_anchor is False
+    assert presses.get("keydiff", normalized_anchor="YES").normalized_anchor is True
+    assert presses.get("snapkv", window="8").window == 8
+    with pytest.raises(ValueError, match=r"keydiff option normalized_anchor='maybe': expected true or false \(also "
+                                         r"yes/no, 1/0\)"):
+        presses.get("keydiff", normalized_anchor="maybe")
+    with pytest.raises(ValueError, match="snapkv option window='8.5': expected an integer"):
+        presses.get("snapkv", window="8.5")
+    with pytest.raises(ValueError, match="adakv option safeguard='abc': expected a number"):
+        allocators.get("adakv", safeguard="abc")
+    with pytest.raises(ValueError, match=r"perlayer option weights='abc': expected numbers separated by '/'"):
+        allocators.get("perlayer", weights="abc")
+    assert allocators.get("perlayer", weights="5").weights == [5.0]
+    assert allocators.get("perlayer", weights="1/2").weights == [1.0, 2.0]
+    assert presses.get("kvpress:SnapKVPress", window_size="16").press.window_size == 16
+
+
+def test_typed_options_name_the_rows(model_dir, tmp_path):
+    settings = _settings(model_dir, tmp_path, press_options={"normalized_anchor": "no"},
+                         allocators=["perlayer"], alloc_options={"weights": "1/3"})
+    compare.validate(settings)
+    assert settings.press_label("keydiff") == "keydiff(normalized_anchor=False)"
+    assert settings.alloc_label("perlayer") == "perlayer(weights=1;3)"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--alloc", "perlayer", "--alloc-options", "weights=5"],
+     "perlayer has 1 weights; the model has 2 attention layers"),
+    (["--alloc", "adakv", "--alloc-options", "safeguard=abc"], "adakv option safeguard='abc': expected a number"),
+    (["--alloc", "perlayer", "--alloc-options", "weights=abc"], "perlayer option weights='abc'"),
+    (["--press", "keydiff", "--press-options", "normalized_anchor=maybe"], "expected true or false"),
+    (["--press", "kvpress:ScorerPress"], "kvpress:ScorerPress is the abstract base of kvpress's scorers"),
+])
+def test_bad_options_are_refused_before_the_model_loads(model_dir, tmp_path, capsys, no_model_load, argv, message):
+    code, err = _cli(capsys, "compare", "--model", model_dir, "--out", tmp_path / "out", *argv)
+    assert code == 2 and message in err, err
+    assert not (tmp_path / "out" / "results.jsonl").exists()
+
+
+# 6. damaged files: one error naming the file
+def _truncate(path):
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda d: _truncate(d / "model.safetensors"), "model.safetensors: not a complete safetensors file"),
+    (lambda d: _truncate(d / "gatesight" / "gatesight.safetensors"),
+     "gatesight.safetensors: not a complete safetensors file"),
+    (lambda d: _truncate(d / "calibration" / "calibration.safetensors"),
+     "calibration.safetensors: not a complete safetensors file"),
+    (lambda d: [p.unlink() for p in d.glob("tokenizer*")], "no tokenizer files"),
+    (lambda d: (d / "config.json").write_text("{not json"), "config.json: not valid JSON"),
+])
+def test_a_damaged_model_directory_is_named(model_dir, tmp_path, capsys, damage, message):
+    copy = _copy(model_dir, tmp_path)
+    damage(copy)
+    code, err = _cli(capsys, "compare", "--model", copy, "--out", tmp_path / "out", "--press", "gatesight",
+                     "--ratios", "0.5", "--tasks", "niah_single_1", "--n", "1", "--length", "300")
+    assert code == 2 and str(copy) in err and message in err, err
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda d: (d / "results.jsonl.gz").write_bytes(b"not gzip at all"), "results.jsonl.gz: not a complete gzip file"),
+    (lambda d: (d / "results.jsonl.gz").write_bytes(__import__("gzip").compress(b'{"a": 1}\n' * 100)[:30]),
+     "results.jsonl.gz: not a complete gzip file"),
+    (lambda d: (d / "results.jsonl").mkdir(), "results.jsonl: is a directory, not a result store"),
+])
+def test_a_damaged_store_is_named(tmp_path, capsys, make, message):
+    make(tmp_path)
+    for argv in (["verify", tmp_path], ["leaderboard", tmp_path, "--out", tmp_path / "docs"]):
+        code, err = _cli(capsys, *argv)
+        assert code == 2 and message in err, err
+
+
+# 7. outputs written atomically; a full or read-only disk is one clear error and a rerun resumes
+def test_a_full_disk_is_one_error_and_a_rerun_resumes(model_dir, tmp_path, capsys, monkeypatch):
+    import errno
+
+    out = tmp_path / "out"
+    argv = ["compare", "--model", model_dir, "--out", out, "--press", "keydiff", "--ratios", "0.5,0.2",
+            "--tasks", "niah_single_1", "--n", "1", "--length", "300"]
+    real_append = ResultStore.append
+
+    def full_after_one(store, row):
+        if len(store.rows) >= 1:
+            raise OSError(errno.ENOSPC, "No space left on device", str(store.path))
+        real_append(store, row)
+
+    monkeypatch.setattr(ResultStore, "append", full_after_one)
+    code, err = _cli(capsys, *argv)
+    assert code == 2 and f"{out / 'results.jsonl'}: No space left on device" in err
+    monkeypatch.setattr(ResultStore, "append", real_append)
+    assert _cli(capsys, *argv)[0] == 0
+    rows = ResultStore(out, readonly=True).rows
+    assert len(rows) == 3 and len({json.dumps(r, sort_keys=True) for r in rows}) == 3
+    summary = (out / "summary.md").read_text()
+    assert summary.startswith("## ")
+    real_write = Path.write_text
+
+    def full_half_way(path, text, *args, **kwargs):  # the disk fills while the summary is written
+        if "summary.md" not in path.name:
+            return real_write(path, text, *args, **kwargs)
+        real_write(path, text[:10])
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(Path, "write_text", full_half_way)
+    code, err = _cli(capsys, *argv)
+    monkeypatch.undo()
+    assert code == 2 and "No space left on device" in err
+    assert (out / "summary.md").read_text() == summary and sorted(p.name for p in out.iterdir()) == [
+        ".lock", "curves.png", "results.jsonl", "summary.md"]
+
+
+def test_a_read_only_leaderboard_out_is_one_error(tmp_path, capsys, monkeypatch):
+    from bench import files
+
+    (tmp_path / "results.jsonl").write_text(json.dumps(GOOD_ROW) + "\n")
+
+    def read_only(*args, dir=None, **kwargs):
+        raise PermissionError(13, "Permission denied", str(dir))
+
+    monkeypatch.setattr(files.tempfile, "mkstemp", read_only)
+    code, err = _cli(capsys, "leaderboard", tmp_path, "--out", tmp_path / "docs")
+    assert code == 2 and f"{tmp_path / 'docs'}: Permission denied" in err
+
+
+# 8. errors before work, and the right advice
+def test_fractions_are_given_one_way_and_checked_as_typed(capsys):
+    with pytest.raises(SystemExit):
+        main(["compare", "--ratios", "0.5", "--compression-ratios", "0.9"])
+    assert "not allowed with argument" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["compare", "--compression-ratios", "0.5,1"])
+    assert "compression ratio 1 is outside [0, 1)" in capsys.readouterr().err
+
+
+def test_the_abstract_kvpress_base_is_not_offered():
+    with pytest.raises(ValueError) as error:
+        presses.get("kvpress:NoSuchPress")
+    assert "KnormPress" in str(error.value) and "ScorerPress," not in str(error.value)
+    with pytest.raises(ValueError, match="abstract base"):
+        presses.get("kvpress:ScorerPress")
+
+
+def test_allow_download_when_the_hub_is_offline(monkeypatch):
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    with pytest.raises(FileNotFoundError, match="the hub is offline because HF_HUB_OFFLINE is set") as error:
+        loading.resolve(loading.ModelSpec("nobody/no-such-model", allow_download=True))
+    assert "pass --allow-download" not in str(error.value)
+
+
+def test_model_eval_and_calibrate_refuse_empty_work(model_dir, capsys, no_model_load):
+    code, err = _cli(capsys, "model-eval", "--model", model_dir, "--n", "0")
+    assert code == 2 and "--n 0: give at least 1 item per task" in err
+    code, err = _cli(capsys, "calibrate", "--model", model_dir, "--tokens", "0")
+    assert code == 2 and "--tokens 0: give a positive number of tokens" in err
+
+
+# 9. --jobs capped at the contexts, warned above the cores
+def test_jobs_are_capped_at_the_contexts_and_warned_above_the_cores(model_dir, tmp_path, capsys, monkeypatch):
+    import multiprocessing
+    import os
+
+    class InProcessPool:  # the pool's protocol, in this process: no model-loading workers in a test
+        def __init__(self, processes, initializer, initargs):
+            self.processes = processes
+            initializer(*initargs)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def imap_unordered(self, fn, jobs):
+            return map(fn, jobs)
+
+    pools = []
+    monkeypatch.setattr(multiprocessing, "get_context",
+                        lambda method: type("Context", (), {"Pool": lambda self, *a: pools.append(InProcessPool(*a))
+                                                            or pools[-1]})())
+    monkeypatch.setattr(os, "cpu_count", lambda: 1)
+    capsys.readouterr()
+    run_compare(_settings(model_dir, tmp_path / "one", jobs=64), show_progress=False)
+    err = capsys.readouterr().err
+    assert "--jobs 64 capped at 1: the run has 1 context(s)" in err and not pools
+    run_compare(_settings(model_dir, tmp_path / "two", n=2, jobs=64), show_progress=False)
+    err = capsys.readouterr().err
+    assert "capped at 2" in err and "warning: 2 worker processes on 1 CPU core(s)" in err
+    assert [pool.processes for pool in pools] == [2]
+
+
+# 10. library messages
+def test_library_messages_say_what_is_wrong(tiny):
+    model = tiny("qwen3_5")
+    with pytest.raises(ValueError, match="context_ids is empty: give at least one token id"):
+        prefill(model, torch.tensor([]))
+    for dtype in (torch.int8, torch.uint8):
+        with pytest.raises(ValueError, match=f"must be of an integer type int64 or int32, got {dtype}"):
+            prefill(model, torch.tensor([1, 2, 3], dtype=dtype))
+    parent = prefill(model, torch.arange(20))
+    parent.release()
+    with pytest.raises(RuntimeError, match="this parent was released; its cache and evidence are gone: prefill "
+                                           "the context again"):
+        parent.fork(KeepPlan({}))
+
+
+def test_a_selection_without_its_evidence_says_which(tiny):
+    for name, missing in [("kvpress:SnapKVPress", "the attention layers' inputs of the last 60 context tokens"),
+                          ("snapkv", "the attention layers' inputs of the last 32 context tokens"),
+                          ("gatesight", "the GDN signals")]:
+        press = presses.get(name)
+        if name == "gatesight":
+            press = presses.get(name, estimator=presses.GateSightEstimator.random(_parent(tiny).adapter))
+        with pytest.raises(ValueError, match=f"reads {missing}.*pass evidence=press.evidence\\(adapter\\) to prefill"):
+            presses.Selection(_parent(tiny), press)
+
+
+def test_the_pipeline_names_a_wrong_argument(tiny):
+    from bench.model.tokenizer import build_tokenizer
+    from presses.keydiff import KeyDiffPress
+
+    pipe = presses.pipeline(tiny("qwen3_5"), build_tokenizer())
+    with pytest.raises(TypeError, match=r"press must be .* got the class KeyDiffPress \(pass an instance: "
+                                        r"KeyDiffPress\(\)\)"):
+        pipe("some context", ["q?"], press=KeyDiffPress, keep_fraction=0.5)
+    with pytest.raises(TypeError, match="questions must be a string or a list of strings, got NoneType None"):
+        pipe("some context", None, press="keydiff", keep_fraction=0.5)
+    with pytest.raises(TypeError, match="context must be a string"):
+        pipe(None, ["q?"], press="keydiff", keep_fraction=0.5)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import shutil
 import time
 from statistics import median
 from dataclasses import asdict, dataclass
@@ -71,6 +72,10 @@ class TrainConfig:
     weight_decay: float = 0.01
     seed: int = 0
     checkpoint_every: int = 25
+
+    def __post_init__(self):
+        if isinstance(self.steps, bool) or not isinstance(self.steps, int) or self.steps < 1:
+            raise ValueError(f"steps={self.steps!r}: expected an integer >= 1 (total training steps)")
 
 
 def model_config(vocab_size: int) -> Qwen3_5TextConfig:
@@ -148,12 +153,39 @@ def _stage(step: int) -> Stage:
     return [s for s in CURRICULUM if s.start <= step][-1]
 
 
+EXISTING = ("refuse", "resume", "replace")
+"""What :func:`train` may do to a trained model already in its output directory: nothing (the default), or, when
+told, continue its checkpoint (``resume``) or train anew (``replace``); both then move the old directory aside."""
+
+
+def check_target(out_dir: Path, checkpoint_dir: Path, existing: str = "refuse") -> None:
+    """``ValueError`` before any work if :func:`train` would write over a trained model (a ``model.safetensors``
+    in ``out_dir``) without being told to, or is told to resume without a checkpoint."""
+    if existing not in EXISTING:
+        raise ValueError(f"unknown existing={existing!r}; choose {', '.join(EXISTING)}")
+    checkpoint = Path(checkpoint_dir) / "last.pt"
+    if existing == "resume" and not checkpoint.exists():
+        raise ValueError(f"--resume: no checkpoint at {checkpoint} to continue from; pass the run's --checkpoints")
+    if existing == "refuse" and (Path(out_dir) / "model.safetensors").exists():
+        raise ValueError(f"{out_dir} holds a trained model (model.safetensors); pass --resume to continue training "
+                         f"it from {checkpoint}, or --replace to train anew (either way the old directory, its "
+                         "gatesight/ and calibration/ included, is moved aside to a timestamped backup first), or "
+                         "write to another --out")
+
+
+def backup_path(out_dir: Path) -> Path:
+    """Where an old model directory goes: beside it, named by the time (``<name>.backup-YYYYmmdd-HHMMSS``)."""
+    return out_dir.with_name(f"{out_dir.name}.backup-{time.strftime('%Y%m%d-%H%M%S')}")
+
+
 def train(out_dir: Path, checkpoint_dir: Path, cfg: TrainConfig = TrainConfig(), log=print,
-          device: str = "cpu", precision: str = "auto") -> Path:
+          device: str = "cpu", precision: str = "auto", existing: str = "refuse") -> Path:
     """Train (or resume) the default model; ``precision``: ``auto`` (each stage's own: bf16 autocast from the
-    512-token stage on), ``float32`` or ``bfloat16`` (autocast on every stage)."""
+    512-token stage on), ``float32`` or ``bfloat16`` (autocast on every stage). ``existing``: what to do with a
+    trained model already in ``out_dir`` (:data:`EXISTING`; :func:`check_target`)."""
     if precision not in ("auto", "float32", "bfloat16"):
         raise ValueError(f"unknown training precision {precision!r}; choose auto, float32 or bfloat16")
+    check_target(out_dir, checkpoint_dir, existing)
     device = torch.device(device)
     tokenizer = build_tokenizer()
     model = new_model(len(tokenizer), cfg.seed).to(device)
@@ -197,13 +229,23 @@ def train(out_dir: Path, checkpoint_dir: Path, cfg: TrainConfig = TrainConfig(),
                         "elapsed": elapsed, "tokens": tokens_seen}, checkpoint.with_suffix(".tmp"))
             checkpoint.with_suffix(".tmp").replace(checkpoint)
     save(model, tokenizer, out_dir, {"train": asdict(cfg), "steps_done": cfg.steps, "train_seconds": round(elapsed),
-                                     "tokens": tokens_seen, "curriculum": [asdict(s) for s in CURRICULUM]})
+                                     "tokens": tokens_seen, "curriculum": [asdict(s) for s in CURRICULUM]}, log)
     return out_dir
 
 
-def save(model, tokenizer, out_dir: Path, record: dict) -> None:
-    out_dir.mkdir(parents=True, exist_ok=True)
+def save(model, tokenizer, out_dir: Path, record: dict, log=print) -> None:
+    """Write the model into a fresh directory beside ``out_dir``, then move it into place; an old directory there
+    is first moved aside to :func:`backup_path` (its artifacts were derived from the old weights)."""
+    out_dir = Path(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    partial = out_dir.with_name(f"{out_dir.name}.partial")
+    shutil.rmtree(partial, ignore_errors=True)  # left by a save that was killed
     model.eval()
-    model.save_pretrained(out_dir, safe_serialization=True)
-    tokenizer.save_pretrained(out_dir)
-    (out_dir / "training.json").write_text(json.dumps(record, indent=2))
+    model.save_pretrained(partial, safe_serialization=True)
+    tokenizer.save_pretrained(partial)
+    (partial / "training.json").write_text(json.dumps(record, indent=2))
+    if out_dir.exists():
+        backup = backup_path(out_dir)
+        out_dir.rename(backup)
+        log(f"moved the previous {out_dir} (with its gatesight/ and calibration/) to {backup}")
+    partial.rename(out_dir)

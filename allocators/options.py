@@ -1,0 +1,98 @@
+"""Options of a press or an allocator (dataclass fields), typed by the field's declared type: text such as the
+CLI's ``window=64`` or ``weights=1/2/3`` is parsed, values of the wrong type are refused naming the option, the
+value and what is allowed. Presses and allocators share it; it imports neither."""
+
+from __future__ import annotations
+
+import types
+import typing
+from dataclasses import MISSING, fields
+
+BOOLEANS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
+
+
+def _kind(annotation, default):
+    """``bool``, ``int``, ``float``, ``str``, ``("list", element)``, or None (a type not parsed here)."""
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        inner = [a for a in typing.get_args(annotation) if a is not type(None)]
+        return _kind(inner[0], default) if len(inner) == 1 else None
+    if typing.get_origin(annotation) in (list, tuple):
+        element = (typing.get_args(annotation) or (float,))[0]
+        return ("list", element) if element in (int, float) else None
+    if annotation in (bool, int, float, str):
+        return annotation
+    if annotation in (None, typing.Any) and type(default) in (bool, int, float, str):
+        return type(default)  # an annotation not resolvable here: the default says the type
+    return None
+
+
+def _number(value, kind):
+    if isinstance(value, str):
+        value = value.strip()
+        try:
+            return kind(value)
+        except ValueError:
+            return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if kind is int:
+        return value if isinstance(value, int) else None
+    return float(value)
+
+
+def parse_option(value, kind):
+    """``value`` as ``kind``; ``ValueError`` (without the option's name) saying what is allowed."""
+    if kind is bool:
+        if isinstance(value, bool):
+            return value
+        text = str(value).strip().lower() if isinstance(value, (str, int)) else None
+        if text in BOOLEANS:
+            return BOOLEANS[text]
+        raise ValueError("expected true or false (also yes/no, 1/0)")
+    if kind in (int, float):
+        parsed = _number(value, kind)
+        if parsed is None:
+            raise ValueError("expected an integer" if kind is int else "expected a number")
+        return parsed
+    if kind is str:
+        if not isinstance(value, str):
+            raise ValueError("expected text")
+        return value
+    _, element = kind
+    items = value.split("/") if isinstance(value, str) else value if isinstance(value, (list, tuple)) else [value]
+    parsed = [_number(item, element) for item in items]
+    if not parsed or any(item is None for item in parsed):  # finiteness and ranges: the class's own checks
+        raise ValueError(f"expected {'integers' if element is int else 'numbers'} separated by '/' (e.g. 1/2/3)")
+    return parsed
+
+
+def typed_options(cls, name: str, options: dict) -> dict:
+    """``options`` for the dataclass ``cls`` (shown as ``name``), each parsed by its field's declared type.
+    An unknown option, or a value its field's type does not allow, is a ``ValueError`` naming it."""
+    init_fields = {f.name: f for f in fields(cls) if f.init}
+    unknown = [key for key in options if key not in init_fields]
+    if unknown:
+        raise ValueError(f"{name} has no option {unknown[0]!r}; valid: {', '.join(init_fields) or 'none'}")
+    try:
+        hints = typing.get_type_hints(cls)
+    except Exception:  # noqa: BLE001 - a third-party class whose annotations do not resolve: fall back to defaults
+        hints = {}
+    typed = {}
+    for key, value in options.items():
+        field = init_fields[key]
+        default = field.default if field.default is not MISSING else None
+        kind = _kind(hints.get(key), default)
+        try:
+            typed[key] = value if kind is None else parse_option(value, kind)
+        except ValueError as error:
+            raise ValueError(f"{name} option {key}={value!r}: {error}") from None
+    return typed
+
+
+def build_with_options(cls, name: str, options: dict):
+    """``cls(**typed_options(...))``; a field without a default that is not given is a ``ValueError`` too."""
+    typed = typed_options(cls, name, options)
+    try:
+        return cls(**typed)
+    except TypeError as error:  # a required field without a default, e.g. a wrapper's inner press
+        raise ValueError(f"{name} cannot be built from these options: {error}") from None
