@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import json
 from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import ClassVar
@@ -29,6 +31,8 @@ class Press(ABC):
         # scoring never needs gradients; wrapping here keeps every press file free of the decorator
         if "score" in cls.__dict__:
             cls.score = torch.no_grad()(cls.__dict__["score"])
+        if "bind" in cls.__dict__:
+            cls.bind = _naming_the_directory(cls.__dict__["bind"])
 
     #: scores of different layers share one scale, so a global top-B over layers is meaningful
     comparable_scale: ClassVar[bool] = False
@@ -47,6 +51,22 @@ class Press(ABC):
     @abstractmethod
     def score(self, parent: Parent) -> Scores:
         """Scores ``[H_kv, n_body]`` per attention layer for the body of ``parent``'s context."""
+
+
+def _naming_the_directory(bind):
+    """``bind`` whose damaged artifact (a cut safetensors file, JSON that does not parse) is one ``ValueError``
+    naming the model directory, instead of the reader's own error that names no file."""
+    from safetensors import SafetensorError
+
+    @functools.wraps(bind)
+    def wrapped(self, model_dir):
+        try:
+            return bind(self, model_dir)
+        except (SafetensorError, json.JSONDecodeError) as error:
+            raise ValueError(f"{model_dir}: the artifacts press {self.name!r} reads there are damaged ({error}); "
+                             "write them again (bench calibrate, bench train) or copy them whole") from None
+
+    return wrapped
 
 
 def group_reduce(per_query_head: torch.Tensor, group_size: int, how: str) -> torch.Tensor:

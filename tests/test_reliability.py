@@ -653,3 +653,14 @@ def test_the_pipeline_names_a_wrong_argument(tiny):
         pipe("some context", None, press="keydiff", keep_fraction=0.5)
     with pytest.raises(TypeError, match="context must be a string"):
         pipe(None, ["q?"], press="keydiff", keep_fraction=0.5)
+
+
+def test_a_damaged_artifact_is_named_by_the_library(model_dir, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    copy = _copy(model_dir, tmp_path)
+    _truncate(copy / "gatesight" / "gatesight.safetensors")
+    model = AutoModelForCausalLM.from_pretrained(copy).eval()
+    parent = prefill(model, torch.arange(40), protected=4, evidence=presses.get("gatesight").evidence(None))
+    with pytest.raises(ValueError, match=f"{copy}: the artifacts press 'gatesight' reads there are damaged"):
+        presses.Selection(parent, "gatesight")
