@@ -92,6 +92,7 @@ def cmd_compare(args) -> None:
         length=args.length, model=_spec(args), seed=args.seed, out=Path(args.out), profile=args.profile,
         scbench_data=Path(args.scbench_data) if args.scbench_data else None, jobs=args.jobs, batch=args.batch,
         press_options=args.press_options, alloc_options=args.alloc_options, engine=args.engine,
+        haystack=args.haystack,
     )
     store = run_compare(settings)
     rows = run_rows(store, settings)
@@ -247,6 +248,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="results")
     p.add_argument("--profile", default="compact", help="RULER template profile: compact or faithful")
+    p.add_argument("--haystack", default="generated",
+                   help="the essay haystack of the tasks that read one (group 'haystack'): generated, or real text "
+                        "nothing here trains on: manpages or nodejs-docs (rows and summaries name it)")
     p.add_argument("--scbench-data", default=None, help="local microsoft/SCBench copy (jsonl dir or datasets cache)")
     p.add_argument("--press-options", type=_options, default={},
                    help="key=value,... for every press of the run (e.g. window=64 for snapkv; a kvpress:<Class> "

@@ -28,7 +28,10 @@ from . import loading
 from .fidelity import FullCacheReference, answer_log_probs, answer_log_probs_many, fidelity, reference_text
 from .metrics import METRICS
 from .store import BASELINE, KEY_FIELDS, SCHEMA, ResultStore, check_writable, code_version, row_key
+from .corpus import check_haystack
+from .needles import evidence_positions, mean_over_heads, needle_rank, needle_recall
 from .tasks import PROFILES, TASKS, Config, generate
+from .tasks.ruler import GENERATED, HAYSTACK_TASKS
 from .tasks.scbench import SCBENCH_TASKS, load_rows, to_item
 
 RATIO_GRIDS = {
@@ -41,7 +44,8 @@ MIN_LENGTH = 64
 ENGINES = ("hf", "vllm")
 """``hf``: this project's runtime on a transformers model; ``vllm``: compaction inside vLLM (:mod:`serving`)."""
 SCBENCH = tuple(f"scbench_{t}" for t in SCBENCH_TASKS)
-TASK_GROUPS = {"ruler": TASKS, "niah": tuple(t for t in TASKS if t.startswith("niah")), "scbench": SCBENCH}
+TASK_GROUPS = {"ruler": TASKS, "niah": tuple(t for t in TASKS if t.startswith("niah")), "scbench": SCBENCH,
+               "haystack": HAYSTACK_TASKS}
 
 
 @dataclass
@@ -62,6 +66,7 @@ class CompareSettings:
     press_options: dict = field(default_factory=dict)
     alloc_options: dict = field(default_factory=dict)
     engine: str = "hf"
+    haystack: str = GENERATED
 
     def press_label(self, name: str) -> str:
         """The press's name in rows: with its options, if any, so that differently configured runs never mix."""
@@ -126,6 +131,11 @@ def validate(settings: CompareSettings) -> None:
         raise ValueError(f"batch must be an integer >= 1 (children answered together), got {settings.batch!r}")
     if settings.n < 1:
         raise ValueError(f"n must be >= 1 (items per task), got {settings.n}")
+    if settings.haystack != GENERATED:
+        check_haystack(settings.haystack)
+        if not set(expand_tasks(settings.tasks)) & set(HAYSTACK_TASKS):
+            raise ValueError(f"--haystack {settings.haystack}: none of the tasks reads a haystack; those that do: "
+                             f"{', '.join(HAYSTACK_TASKS)} (the group 'haystack')")
     if settings.profile not in PROFILES:
         raise ValueError(f"unknown template profile {settings.profile!r}; choose from {', '.join(PROFILES)}")
     if settings.length < MIN_LENGTH:
@@ -204,7 +214,8 @@ class Harness:
             self.engine = CompactingLLM(str(self.model_dir), press="keydiff", max_model_len=settings.length + 512,
                                         max_num_seqs=1, gpu_memory_utilization=0.3, kv_cache_memory_bytes=1 << 30)
         self.task_config = Config(profile=settings.profile, length=settings.length,
-                                  count_tokens=lambda text: len(encode_text(self.tokenizer, text)))
+                                  count_tokens=lambda text: len(encode_text(self.tokenizer, text)),
+                                  haystack=settings.haystack)
         self.scbench_rows = {}
         for task in expand_tasks(settings.tasks):
             try:
@@ -233,35 +244,54 @@ def _base_row(h: Harness, task: str, item, question_index: int) -> dict:
     s = h.settings
     return {"schema": SCHEMA, "model": str(h.model_dir.name), **h.identity.row_fields(), "task": task,
             "profile": s.profile, "length": s.length, "item": item.index, "question": question_index, "seed": s.seed,
-            "code": h.code, "engine": s.engine, "dtype": h.dtype, "device": h.device}
+            "code": h.code, "engine": s.engine, "dtype": h.dtype, "device": h.device, "haystack": item.haystack}
 
 
 class _Question:
-    """One question of an item, encoded, with its full-cache reference computed once from the parent."""
+    """One question of an item, encoded, with its full-cache reference computed once from the parent and the
+    context positions of its evidence (None when the task has none)."""
 
-    def __init__(self, h: Harness, question, parent):
+    def __init__(self, h: Harness, question, parent, context: str):
         self.question = question
         self.prompt_ids = h.encode(question.prompt)
+        self.evidence = self.answer_tokens = None
+        if question.evidence:
+            encode = lambda text: encode_text(h.tokenizer, text)  # noqa: E731
+            self.evidence = evidence_positions(encode, context, question.evidence)
+            self.answer_tokens = evidence_positions(encode, context, question.evidence, question.answers)
         answer_ids = h.encode(reference_text(question.prefix, question.answers[0]))
         self.reference = FullCacheReference(
             answer_ids, answer_log_probs(parent, self.prompt_ids, answer_ids),
             parent.answer(self.prompt_ids, question.max_new_tokens, h.tokenizer.eos_token_id).tokens)
 
 
-def _row(h: Harness, item, q: _Question, row: dict, extra: dict, answer, log_probs: torch.Tensor) -> dict:
-    """The stored row of one answered question: accuracy, fidelity against the full cache, the prediction."""
+def _needle_fields(q: _Question, plan, scores, protected: int) -> dict:
+    """Needle recall and rank of a compacted child's plan on one question (:mod:`bench.needles`)."""
+    if q.evidence is None or plan is None:
+        return {}
+    sentence, answer = needle_recall(plan, q.evidence), needle_recall(plan, q.answer_tokens)
+    return {"needle_recall": mean_over_heads(sentence), "needle_recall_layers": sentence,
+            "answer_recall": mean_over_heads(answer), "answer_recall_layers": answer,
+            "answer_rank_layers": needle_rank(scores, q.answer_tokens, protected) if scores is not None else None}
+
+
+def _row(h: Harness, item, q: _Question, row: dict, extra: dict, answer, log_probs: torch.Tensor,
+         needles: dict | None = None) -> dict:
+    """The stored row of one answered question: accuracy, fidelity against the full cache, the prediction, and
+    (NIAH tasks, compacted children) the needle diagnostics."""
     question = q.question
     scores = {"score": question.scorer(answer.text)} if question.scorer else {
         "score": METRICS[item.metric](answer.text, question.answers)}
     if question.official:
         scores["score_official"] = question.official(answer.text)
     scores.update(fidelity(q.reference, log_probs, answer.tokens))
-    return {**row, **extra, **scores, "prediction": answer.text, "answers": question.answers}
+    return {**row, **extra, **scores, **(needles or {}), "prediction": answer.text, "answers": question.answers}
 
 
 def _answer_batch(h: Harness, item, questions: list[_Question], rows: list[dict], children: list, extras: list[dict],
-                  is_done, emit) -> None:
-    """Every pending question of every child, the children of a question answered as one batch."""
+                  is_done, emit, needles) -> None:
+    """Every pending question of every child, the children of a question answered as one batch; ``needles(i, q)``
+    gives child i's needle fields on question q."""
     for q, row in zip(questions, rows):
         members = [i for i, extra in enumerate(extras) if not is_done(row_key({**row, **extra}))]
         if not members:
@@ -270,7 +300,7 @@ def _answer_batch(h: Harness, item, questions: list[_Question], rows: list[dict]
         answers = answer_many(batch, q.prompt_ids, q.question.max_new_tokens, h.tokenizer.eos_token_id)
         log_probs = answer_log_probs_many(batch, q.prompt_ids, q.reference.answer_ids)
         for i, answer, child_log_probs in zip(members, answers, log_probs):
-            emit(_row(h, item, q, row, extras[i], answer, child_log_probs))
+            emit(_row(h, item, q, row, extras[i], answer, child_log_probs, needles(i, q)))
 
 
 def _context(h: Harness, task: str, index: int, is_done, emit) -> int:
@@ -307,7 +337,7 @@ def _runtime_context(h: Harness, item, rows, todo, context, protected: int, is_d
     t0 = time.perf_counter()
     parent = prefill(h.model, context, protected=protected, evidence=h.evidence, tokenizer=h.tokenizer)
     prefill_seconds = time.perf_counter() - t0
-    questions = [_Question(h, question, parent) for question in item.questions]
+    questions = [_Question(h, question, parent, item.context) for question in item.questions]
     selections = {name: Selection(parent, press, h.layer_weights) for name, press in h.presses.items()}
     common = {"prefill_seconds": round(prefill_seconds, 4), "n_context": parent.n, "protected": protected}
     if todo[0][0] == BASELINE:
@@ -319,15 +349,17 @@ def _runtime_context(h: Harness, item, rows, todo, context, protected: int, is_d
     # similar kept fractions side by side: a batch is padded to its largest child
     compacted = sorted((combo for combo in todo if combo[0] != BASELINE), key=lambda combo: combo[2])
     for start in range(0, len(compacted), h.settings.batch):
-        children, extras = [], []
+        children, extras, plans = [], [], []
         for press_name, alloc_name, ratio in compacted[start : start + h.settings.batch]:
             selection = selections[press_name]
             plan = selection.plan(h.allocators[alloc_name], ratio)
+            plans.append((plan, selection))
             children.append(parent.fork(plan))
             extras.append({"press": press_name, "allocator": alloc_name, "ratio": ratio, **common,
                            "score_seconds": round(selection.score_seconds, 4), "kept_entries": plan.total(),
                            "kv_bytes": children[-1].kv_nbytes, "gdn_bytes": children[-1].gdn_nbytes})
-        _answer_batch(h, item, questions, rows, children, extras, is_done, emit)
+        _answer_batch(h, item, questions, rows, children, extras, is_done, emit,
+                      lambda i, q: _needle_fields(q, plans[i][0], plans[i][1].scores, protected))
         for child in children:
             child.release()
     parent.release()
@@ -341,7 +373,7 @@ def _served_context(h: Harness, item, rows, todo, context, protected: int, is_do
     engine, ids = h.engine, context.tolist()
     parent = EngineCache(engine, engine.prefill(ids, 1.0, protected), h.tokenizer)
     try:
-        questions = [_Question(h, question, parent) for question in item.questions]
+        questions = [_Question(h, question, parent, item.context) for question in item.questions]
         common = {"prefill_seconds": round(parent.held.prefill_seconds, 4), "n_context": parent.n,
                   "protected": protected}
         if todo[0][0] == BASELINE:
@@ -406,7 +438,9 @@ def run_rows(store: ResultStore, settings: CompareSettings) -> list[dict]:
                                             for p in settings.presses for a in settings.allocators
                                             for r in settings.ratios}
     tasks = set(expand_tasks(settings.tasks))
+    haystack = lambda task: settings.haystack if task in HAYSTACK_TASKS else GENERATED  # noqa: E731
     return [r for r in store.rows if all(r.get(k) == v for k, v in wanted.items()) and r["task"] in tasks
+            and r.get("haystack", GENERATED) == haystack(r["task"])
             and (r["press"], r["allocator"], float(r["ratio"])) in combos and r["item"] < settings.n]
 
 

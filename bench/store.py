@@ -18,12 +18,12 @@ import sys
 from pathlib import Path
 
 KEY_FIELDS = ("model", "weights", "artifacts", "press", "allocator", "ratio", "task", "profile", "length", "item",
-              "question", "seed", "code", "engine", "dtype", "device")
+              "question", "seed", "code", "engine", "dtype", "device", "haystack")
 GROUP_FIELDS = ("model", "weights", "artifacts", "profile", "length", "code", "engine", "dtype", "device")
 """Rows are averaged only within one group of these settings."""
-LEGACY_DEFAULTS = {"engine": "hf", "dtype": "float32", "device": "cpu"}
+LEGACY_DEFAULTS = {"engine": "hf", "dtype": "float32", "device": "cpu", "haystack": "generated"}
 """What rows written before these fields existed ran with: the HF runtime (the only engine), float32 on CPU (the
-only settings of the runs the committed store holds)."""
+only settings of the runs the committed store holds), on the generated haystacks (the only ones then)."""
 OPTIONAL_FIELDS = ("artifacts",)
 """Key fields that rows written before them lack: their ``weights`` fingerprint covered the artifacts too."""
 BASELINE = "none"

@@ -157,7 +157,10 @@ class GateSightPress(Press):
     estimator: GateSightEstimator | None = None
     signal_dtype: str = "float32"
     name = "gatesight"
-    comparable_scale = True
+    # not comparable across layers: the labels are max-normalised per (document, layer, KV head), so a predicted
+    # utility says how an entry ranks within its head, not what it is worth against another layer's entries (a
+    # global top-B kept nothing of the first attention layer); GateSight's own allocation is the output gate's
+    comparable_scale = False
 
     def __post_init__(self):
         if self.signal_dtype not in ("float32", "bfloat16"):

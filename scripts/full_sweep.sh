@@ -12,7 +12,7 @@ ALLOCS=${ALLOCS:-flat}
 JOBS=${JOBS:-2}
 common=(--ratios "$RATIOS" --tasks "$TASKS" --n "$N" --length "$LENGTH" --jobs "$JOBS" --out results/board)
 bench compare --press gatesight,snapkv,triattention,keydiff,kvzip --alloc "$ALLOCS" "${common[@]}"
-bench compare --press kvzip,gatesight --alloc global "${common[@]}"
+bench compare --press kvzip --alloc global "${common[@]}"
 mkdir -p docs/results
 gzip -c results/board/results.jsonl > docs/results/results.jsonl.gz
 bench leaderboard docs/results --out docs

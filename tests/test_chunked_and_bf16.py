@@ -68,8 +68,9 @@ def bf16(tiny):
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_bf16_keep_all_fork_equals_fresh_run(bf16, family):
-    """Greedy tokens identical to transformers' own bf16 forward; logits within 0.1 (bf16 has 8 mantissa bits:
-    one ulp at logits of magnitude 4-8 is 0.03, and the two paths sum in different orders)."""
+    """Logits within 0.1 of transformers' own bf16 forward (bf16 has 8 mantissa bits: one ulp at logits of
+    magnitude 4-8 is 0.03, and the two paths sum in different orders); greedy tokens identical wherever the
+    fresh run's top token leads by more than that rounding (a near-tie may flip either way, on either path)."""
     model = bf16(family)
     context, question = _ids(100, 7), _ids(8, 8)
     parent = prefill(model, context, protected=4)
@@ -78,7 +79,10 @@ def test_bf16_keep_all_fork_equals_fresh_run(bf16, family):
     fresh = model(torch.cat([context, question])[None]).logits[0, 100:].float()
     ours = child.logits(question).float()
     assert (ours - fresh).abs().max() < 0.1
-    assert torch.equal(ours.argmax(-1), fresh.argmax(-1))
+    differ = ours.argmax(-1) != fresh.argmax(-1)
+    lead = fresh.max(-1).values - fresh.gather(-1, ours.argmax(-1, keepdim=True))[:, 0]
+    assert (lead[differ] < 0.1).all(), f"greedy tokens differ where the top token leads by {lead[differ].tolist()}"
+    assert differ.sum() <= 1
 
 
 @pytest.mark.parametrize("press_name", ["snapkv", "keydiff", "kvzip", "triattention", "gatesight"])

@@ -88,3 +88,20 @@ def test_corpus_windows_have_unique_ids():
     ids = [(corpus, doc) for corpus, doc, _ in windows]
     present = {source for source in LABEL_SOURCES if label_documents(source)}
     assert len(ids) == len(set(ids)) and {c for c, _ in ids} == present and len(present) >= 3
+
+
+def test_label_parts_share_one_directory(model_dir, tmp_path):
+    """Two processes labelling parts 0/2 and 1/2 write exactly the shards one process writes."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from bench.gatesight.record import record_corpus
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    settings = {"limit": 4, "tokens": 32, "continuations": 1, "max_new_tokens": 3, "weights": "w"}
+    whole = {p.name for p in record_corpus(model, tokenizer, tmp_path / "whole", **settings)}
+    parts = {p.name for k in range(2) for p in record_corpus(model, tokenizer, tmp_path / "parts", part=(k, 2),
+                                                             **settings)}
+    assert whole == parts == {p.name for p in (tmp_path / "parts").glob("*.safetensors")} and len(whole) == 4
+    with pytest.raises(ValueError, match="part 2/2: expected K/N"):
+        record_corpus(model, tokenizer, tmp_path / "bad", part=(2, 2), **settings)

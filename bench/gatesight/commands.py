@@ -23,10 +23,11 @@ def _shards(labels_dir: Path, futures: str = "labels") -> list[dict]:
     return [load_shard(p, futures) for p in tqdm(paths, desc="read labels", unit="shard", leave=False)]
 
 
-def label(model_path, out: Path, limit, tokens: int, continuations: int, max_new_tokens: int, seed: int) -> None:
+def label(model_path, out: Path, limit, tokens: int, continuations: int, max_new_tokens: int, seed: int,
+          part: tuple[int, int] = (0, 1)) -> None:
     model, tokenizer, directory = loading.load(model_path)
     record_corpus(model, tokenizer, out, limit, tokens, continuations, max_new_tokens, seed,
-                  weights=loading.fingerprint(directory, "model*.safetensors"))
+                  weights=loading.fingerprint(directory, "model*.safetensors"), part=part)
 
 
 def _table(rows: dict[str, dict[str, float]]) -> str:

@@ -102,9 +102,15 @@ def label_document(model, tokenizer, text: str, continuations: int = 4, max_new_
 
 
 def record_corpus(model, tokenizer, out: Path, limit: int | None = None, tokens: int = 1024,
-                  continuations: int = 4, max_new_tokens: int = 128, seed: int = 0, weights: str = "") -> list[Path]:
+                  continuations: int = 4, max_new_tokens: int = 128, seed: int = 0, weights: str = "",
+                  part: tuple[int, int] = (0, 1)) -> list[Path]:
+    """Label every window of :func:`corpus_windows` into ``out`` (resuming); ``part = (k, N)`` takes windows
+    k, k + N, k + 2N, … only, so that N processes (cores, machines) share one corpus into one directory."""
+    index, parts = part
+    if not (isinstance(index, int) and isinstance(parts, int) and 0 <= index < parts):
+        raise ValueError(f"part {index}/{parts}: expected K/N with 0 <= K < N")
     out.mkdir(parents=True, exist_ok=True)
-    windows = corpus_windows(tokenizer, tokens, limit=limit)
+    windows = corpus_windows(tokenizer, tokens, limit=limit)[index::parts]
     for path in sorted(out.glob("*.safetensors")):
         with safe_open(str(path), "pt") as f:
             theirs = f.metadata().get("weights", "unknown")
