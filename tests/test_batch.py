@@ -7,7 +7,7 @@ import presses
 from runtime import prefill
 from runtime.batch import answer_many, logits_many
 
-FAMILIES = ["qwen3_5", "qwen3_next", "qwen3", "llama"]
+FAMILIES = ["qwen3_5", "qwen3_5_moe", "qwen3_next", "qwen3", "llama"]
 
 
 def _ids(n, seed):

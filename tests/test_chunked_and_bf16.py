@@ -7,7 +7,7 @@ import presses
 import runtime.session
 from runtime import DEFAULT_PREFILL_CHUNK, EvidenceRequest, prefill
 
-FAMILIES = ["qwen3_5", "qwen3_next", "qwen3", "llama"]
+FAMILIES = ["qwen3_5", "qwen3_5_moe", "qwen3_next", "qwen3", "llama"]
 
 
 def _ids(n, seed, vocab=97):
@@ -85,12 +85,13 @@ def test_bf16_keep_all_fork_equals_fresh_run(bf16, family):
     assert differ.sum() <= 1
 
 
+@pytest.mark.parametrize("family", ["qwen3_5", "qwen3_5_moe"])
 @pytest.mark.parametrize("press_name", ["snapkv", "keydiff", "kvzip", "triattention", "gatesight"])
-def test_bf16_every_press_scores_and_compacts_exactly(bf16, press_name):
+def test_bf16_every_press_scores_and_compacts_exactly(bf16, family, press_name):
     from presses.calibration import calibrate
     from presses.gatesight import GateSightEstimator
 
-    model = bf16("qwen3_5")
+    model = bf16(family)
     adapter = __import__("runtime").adapter_for(model)
     options = {"gatesight": {"estimator": GateSightEstimator.random(adapter)},
                "triattention": {"calibration": calibrate(model, [_ids(64, 9)], ["random"])},

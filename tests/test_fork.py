@@ -9,7 +9,7 @@ import torch
 from runtime import EvidenceRequest, KeepPlan, prefill
 from runtime.adapters import apply_rope
 
-FAMILIES = ["qwen3_5", "qwen3_next", "qwen3", "llama"]
+FAMILIES = ["qwen3_5", "qwen3_5_moe", "qwen3_next", "qwen3", "llama"]
 
 
 def _ids(n, seed, vocab=97):
@@ -130,7 +130,7 @@ def test_release_frees_parent_storage(tiny):
     assert child.kv_nbytes == 0 and child.released
 
 
-@pytest.mark.parametrize("family", ["qwen3_5", "qwen3_next"])
+@pytest.mark.parametrize("family", ["qwen3_5", "qwen3_5_moe", "qwen3_next"])
 def test_child_gdn_states_copied_and_questions_isolated(tiny, family):
     parent = prefill(tiny(family), _ids(150, 8), protected=4)
     child = parent.fork(_random_plan(parent, 2, ragged=False))

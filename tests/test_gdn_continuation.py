@@ -8,7 +8,7 @@ from runtime import prefill
 from runtime.gdn import chunk_gated_delta_rule, recurrent_gated_delta_step
 
 
-@pytest.mark.parametrize("family", ["qwen3_5", "qwen3_next"])
+@pytest.mark.parametrize("family", ["qwen3_5", "qwen3_5_moe", "qwen3_next"])
 @pytest.mark.parametrize("question_len", [1, 7, 64, 200])
 def test_prefill_then_question_equals_one_pass(tiny, family, question_len):
     model = tiny(family)

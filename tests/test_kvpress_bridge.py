@@ -12,7 +12,7 @@ from runtime import adapter_for, prefill
 
 SCORERS = sorted(name for name in dir(kvpress) if isinstance(getattr(kvpress, name), type)
                  and issubclass(getattr(kvpress, name), kvpress.ScorerPress) and getattr(kvpress, name) is not kvpress.ScorerPress)
-FAMILIES = ["qwen3", "llama", "qwen3_5", "qwen3_next"]
+FAMILIES = ["qwen3", "llama", "qwen3_5", "qwen3_5_moe", "qwen3_next"]
 
 
 def _build(name, **options):

@@ -183,10 +183,11 @@ def test_gatesight_refuses_models_it_cannot_run_on(tiny):
         GateSightPress().check(_parent(tiny("qwen3_5")).adapter)
 
 
+@pytest.mark.parametrize("family", ["qwen3_5", "qwen3_5_moe", "qwen3_next"])
 @pytest.mark.parametrize("press_name", ["snapkv", "keydiff", "gatesight", "kvzip", "triattention"])
 @pytest.mark.parametrize("allocator_name", ["flat", "gate", "pyramid", "global", "adakv", "perlayer"])
-def test_any_press_with_any_allocator(tiny, press_name, allocator_name):
-    model = tiny("qwen3_5")
+def test_any_press_with_any_allocator(tiny, family, press_name, allocator_name):
+    model = tiny(family)
     adapter = __import__("runtime").adapter_for(model)
     options = {
         "gatesight": {"estimator": GateSightEstimator.random(adapter)},
@@ -200,7 +201,8 @@ def test_any_press_with_any_allocator(tiny, press_name, allocator_name):
         with pytest.raises(ValueError, match="not on one scale"):
             presses.compress(parent, press, allocator_name, keep_fraction=0.3, layer_weights=weights)
         return
-    allocator = allocators.get(allocator_name, **({"weights": [1.0, 3.0]} if allocator_name == "perlayer" else {}))
+    per_layer = {"weights": [1.0 + 2 * k for k in range(len(adapter.attention_layers))]}  # one per attention layer
+    allocator = allocators.get(allocator_name, **(per_layer if allocator_name == "perlayer" else {}))
     child = presses.compress(parent, press, allocator, compression_ratio=0.7, layer_weights=weights)
     body = parent.n - parent.protected
     kept = sum(length - parent.protected for kv in child.kv.values() for length in kv.lengths())

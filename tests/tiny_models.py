@@ -7,6 +7,8 @@ from transformers import (
     LlamaConfig,
     LlamaForCausalLM,
     Qwen3_5ForCausalLM,
+    Qwen3_5MoeForCausalLM,
+    Qwen3_5MoeTextConfig,
     Qwen3_5TextConfig,
     Qwen3Config,
     Qwen3ForCausalLM,
@@ -15,6 +17,9 @@ from transformers import (
 )
 
 VOCAB = 97
+#: Qwen3.5's partial, interleaved multimodal RoPE (text positions use all three sections alike)
+QWEN3_5_ROPE = {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25,
+                "mrope_section": [1, 1, 0], "mrope_interleaved": True}
 
 
 def _hybrid_common(num_layers: int) -> dict:
@@ -39,11 +44,20 @@ def _finish(model):
 
 def qwen3_5(num_layers: int = 8, seed: int = 0) -> Qwen3_5ForCausalLM:
     torch.manual_seed(seed)
-    config = Qwen3_5TextConfig(**_hybrid_common(num_layers), rope_parameters={
-        "rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25,
-        "mrope_section": [1, 1, 0], "mrope_interleaved": True,
-    })
+    config = Qwen3_5TextConfig(**_hybrid_common(num_layers), rope_parameters=QWEN3_5_ROPE)
     return _finish(Qwen3_5ForCausalLM(config))
+
+
+def qwen3_5_moe(num_layers: int = 4, seed: int = 0) -> Qwen3_5MoeForCausalLM:
+    """Every layer's MLP a sparse-MoE block routing each token to 1 of 2 experts (plus the shared expert);
+    attention every second layer, so that the per-layer allocators see two attention layers."""
+    torch.manual_seed(seed)
+    config = Qwen3_5MoeTextConfig(
+        **{**_hybrid_common(num_layers), "hidden_size": 32, "full_attention_interval": 2}, num_experts=2,
+        num_experts_per_tok=1, moe_intermediate_size=16, shared_expert_intermediate_size=16,
+        rope_parameters=QWEN3_5_ROPE,
+    )
+    return _finish(Qwen3_5MoeForCausalLM(config))
 
 
 def qwen3_next(num_layers: int = 4, seed: int = 0) -> Qwen3NextForCausalLM:
@@ -73,4 +87,4 @@ def llama(seed: int = 0) -> LlamaForCausalLM:
     return _finish(LlamaForCausalLM(config))
 
 
-MODELS = {"qwen3_5": qwen3_5, "qwen3_next": qwen3_next, "qwen3": qwen3, "llama": llama}
+MODELS = {"qwen3_5": qwen3_5, "qwen3_5_moe": qwen3_5_moe, "qwen3_next": qwen3_next, "qwen3": qwen3, "llama": llama}

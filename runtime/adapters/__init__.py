@@ -7,9 +7,10 @@ from torch import nn
 from .base import AttentionGeometry, ModelAdapter, apply_rope
 from .dense import DenseAdapter
 from .qwen3_5 import Qwen3_5Adapter
+from .qwen3_5_moe import Qwen3_5MoeAdapter
 from .qwen3_next import Qwen3NextAdapter
 
-ADAPTERS: tuple[type[ModelAdapter], ...] = (Qwen3_5Adapter, Qwen3NextAdapter, DenseAdapter)
+ADAPTERS: tuple[type[ModelAdapter], ...] = (Qwen3_5Adapter, Qwen3_5MoeAdapter, Qwen3NextAdapter, DenseAdapter)
 
 
 def adapter_for(model: nn.Module) -> ModelAdapter:
