@@ -147,29 +147,20 @@ def cmd_calibrate(args) -> None:
     import os
     import tempfile
 
-    import torch
     from tqdm import tqdm
 
     from presses.calibration import calibrate
-    from runtime import encode_text
 
     from . import loading
-    from .corpus import SOURCES, documents
+    from .gatesight.record import recording_chunks
 
     for flag, value in (("--tokens", args.tokens), ("--chunk", args.chunk)):
         if value < 1:
             raise ValueError(f"{flag} {value}: give a positive number of tokens")
     model, tokenizer, directory = loading.load(_spec(args))
-    ids: list[int] = []
-    for source in SOURCES:  # interleave sources so every one contributes
-        for _, text in documents(source, "train")[:40]:
-            ids += encode_text(tokenizer, text)
-            if len(ids) >= args.tokens:
-                break
-    ids = ids[: args.tokens]
-    chunks = [torch.tensor(ids[i : i + args.chunk]) for i in range(0, len(ids), args.chunk)]
-    with tqdm(total=len(ids), unit="tok", desc="calibrate") as bar:
-        result = calibrate(model, chunks, list(SOURCES), progress=bar.update)
+    chunks, sources = recording_chunks(tokenizer, args.tokens, args.chunk)
+    with tqdm(total=sum(c.numel() for c in chunks), unit="tok", desc="calibrate") as bar:
+        result = calibrate(model, chunks, sources, progress=bar.update)
     with tempfile.TemporaryDirectory(dir=directory) as scratch:  # written whole, then moved into place
         written = result.save(Path(scratch))
         path = directory / written.relative_to(scratch)

@@ -155,6 +155,10 @@ def test_calibrate_command_writes_the_calibration(model_dir, tmp_path):
     assert main(["calibrate", "--model", str(copy), "--tokens", "300", "--chunk", "128"]) == 0
     calibration = Calibration.load(copy)
     assert calibration.tokens == 300 and sorted(calibration.gate_weights) == [1, 3]
+    # measured on the recording corpus: the labelling windows, round-robin over the labelling sources
+    from bench.corpus import LABEL_SOURCES
+
+    assert calibration.sources == list(LABEL_SOURCES[:3])
 
 
 def test_a_calibration_at_the_old_root_location_is_still_read(model_dir, tmp_path):

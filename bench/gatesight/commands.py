@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 from pathlib import Path
 
 from tqdm import tqdm
@@ -64,9 +66,13 @@ def train(model_path, labels_dir: Path, out: Path | None, slow_threshold: float,
                            "loco_per_layer": {name: {str(layer): m for layer, m in by_layer.items()}
                                               for name, by_layer in per_layer.items()},
                            "slow_threshold": slow_threshold})
-    target = out or directory / ARTIFACT_DIR
-    estimator.save(target)
-    (Path(target) / "evaluation.md").write_text(table + "\n")
+    target = Path(out or directory / ARTIFACT_DIR)
+    target.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target) as scratch:  # each file written whole, then moved into place
+        estimator.save(scratch)
+        (Path(scratch) / "evaluation.md").write_text(table + "\n")
+        for written in sorted(Path(scratch).iterdir()):
+            os.replace(written, target / written.name)
     print(table)
     print(f"estimator saved to {target}")
     return table

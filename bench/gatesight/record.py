@@ -73,6 +73,21 @@ def corpus_windows(tokenizer, tokens: int = 1024, per_document: int = 2, limit: 
     return out[:limit] if limit else out
 
 
+def recording_chunks(tokenizer, tokens: int, chunk: int) -> tuple[list[torch.Tensor], list[str]]:
+    """The first ``tokens`` tokens of the recording corpus — the labelling windows, round-robin over the labelling
+    sources — as sequences of at most ``chunk`` tokens, and the sources they come from: what TriAttention's query
+    statistics and the layer gate weights are measured on (paper §4.2, App. G: the recording corpus)."""
+    chunks, sources, total = [], [], 0
+    for corpus, _, text in corpus_windows(tokenizer, chunk, per_document=1):
+        ids = encode_text(tokenizer, text)[: min(chunk, tokens - total)]
+        chunks.append(torch.tensor(ids))
+        sources += [corpus] if corpus not in sources else []
+        total += len(ids)
+        if total >= tokens:
+            break
+    return chunks, sources
+
+
 def label_document(model, tokenizer, text: str, continuations: int = 4, max_new_tokens: int = 128,
                    seed: int = 0, check_entries: int = 8):
     """Signals ``{gdn layer: [n, Hv, 3]}``, normalised labels of each future kind
