@@ -21,7 +21,7 @@ import allocators
 import presses
 from presses.calibration import Calibration
 from presses.selection import Selection, check_pair
-from runtime import EvidenceRequest, adapter_for, encode_text, prefill
+from runtime import EvidenceRequest, KeepPlan, adapter_for, encode_text, prefill
 from runtime.batch import answer_many
 
 from . import loading
@@ -322,12 +322,13 @@ def _context(h: Harness, task: str, index: int, is_done, emit) -> int:
 
 
 def _answer_alone(h: Harness, item, questions: list[_Question], rows: list[dict], child, extra: dict, is_done,
-                  emit) -> None:
-    """Every pending question of one child, answered one at a time."""
+                  emit, needles=lambda q: None) -> None:
+    """Every pending question of one child, answered one at a time; ``needles(q)`` gives its needle fields."""
     for q, row in zip(questions, rows):
         if not is_done(row_key({**row, **extra})):
             answer = child.answer(q.prompt_ids, q.question.max_new_tokens, h.tokenizer.eos_token_id)
-            emit(_row(h, item, q, row, extra, answer, answer_log_probs(child, q.prompt_ids, q.reference.answer_ids)))
+            emit(_row(h, item, q, row, extra, answer, answer_log_probs(child, q.prompt_ids, q.reference.answer_ids),
+                      needles(q)))
 
 
 def _runtime_context(h: Harness, item, rows, todo, context, protected: int, is_done, emit) -> None:
@@ -388,7 +389,10 @@ def _served_context(h: Harness, item, rows, todo, context, protected: int, is_do
                          "score_seconds": round(child.held.score_seconds, 4),
                          "kept_entries": sum(len(head) for heads in child.held.plan.values() for head in heads),
                          "kv_bytes": child.kv_nbytes, "gdn_bytes": child.gdn_nbytes}
-                _answer_alone(h, item, questions, rows, child, extra, is_done, emit)
+                # the engine scores inside vLLM: the plan comes back, the scores do not (no rank)
+                plan = KeepPlan({int(layer): heads for layer, heads in child.held.plan.items()})
+                _answer_alone(h, item, questions, rows, child, extra, is_done, emit,
+                              lambda q: _needle_fields(q, plan, None, protected))
             finally:
                 child.release()
     finally:
