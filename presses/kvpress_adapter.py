@@ -119,7 +119,8 @@ class KvpressScorer(Press):
             raise ValueError(f"kvpress:{class_name} is the abstract base of kvpress's scorers (its score() is not "
                              f"implemented); name one of them: {', '.join(scorer_names())}")
         if not (isinstance(cls, type) and issubclass(cls, kvpress.ScorerPress)):
-            raise ValueError(f"{class_name!r} is not a kvpress ScorerPress; available: {', '.join(scorer_names())}")
+            raise ValueError(f"{class_name!r} is not a kvpress ScorerPress; available: {', '.join(scorer_names())}; "
+                             "or one of kvpress's short names (knorm, snapkv, …: presses.kvpress_names)")
         return cls
 
     @staticmethod

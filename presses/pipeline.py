@@ -3,6 +3,9 @@
 >>> pipe = pipeline(model, tokenizer)
 >>> pipe(context, questions=["Who?", "When?"], press="gatesight", allocator="gate", compression_ratio=0.9)
 ['Alice', '1999']
+
+The context and questions are framed as kvpress's ``KVPressTextGenerationPipeline`` frames them (:func:`frame`);
+the transformers task of :mod:`presses.kvpress_pipeline` is this pipeline behind kvpress's call signature.
 """
 
 from __future__ import annotations
@@ -12,13 +15,97 @@ from dataclasses import dataclass
 import torch
 
 import allocators
-from runtime import adapter_for, encode_text, prefill
+from allocators import Allocator
+from runtime import Answer, adapter_for, encode_text, prefill
 
 from .base import Press
-from .registry import get
+from .kvpress_adapter import KvpressScorer
+from .kvpress_names import NAMES, kvpress_object
+from .kvpress_wrappers import is_kvpress_press, translate
+from .registry import KVPRESS_PREFIX, get
 from .selection import Selection, keep_fraction_from
 
-_MARK = "\x00QUESTION\x00"
+
+def frame(tokenizer, context: str, enable_thinking: bool = False) -> tuple[str, str, str]:
+    """kvpress's framing of a context: (header, context text, question suffix).
+
+    With a chat template, the context and then the question make up one user turn: the header is the template's
+    text before the context, the suffix what follows the question (the end of the turn and the assistant's
+    opening). Without one, the header is the tokenizer's BOS text and the suffix a newline. A question is sent as
+    ``question + suffix + answer_prefix``, right after the context: nothing separates them (kvpress's README
+    starts its question with a newline for that reason).
+    """
+    if tokenizer.chat_template is None:
+        return tokenizer.bos_token or "", context, "\n"
+    separator = "#" * (len(context) + 10)  # kvpress's: a run of '#' longer than any in the context
+    text = tokenizer.apply_chat_template([{"role": "user", "content": context + separator}],
+                                         add_generation_prompt=True, tokenize=False, enable_thinking=enable_thinking)
+    before, suffix = text.split(separator)
+    start = before.rfind(context)  # a template that rewrites the content leaves no header to protect
+    return (before[:start], before[start:], suffix) if start >= 0 else ("", before, suffix)
+
+
+def encode_context(tokenizer, header: str, body: str) -> tuple[list[int], int]:
+    """The framed context's ids, encoded in one piece as kvpress encodes it, and how many of them the header's
+    tokens are (as far as the context's encoding starts with them: a tokenizer may merge across the boundary)."""
+    ids, header_ids = encode_text(tokenizer, header + body), encode_text(tokenizer, header)
+    protected = next((i for i, (a, b) in enumerate(zip(header_ids, ids)) if a != b), min(len(header_ids), len(ids)))
+    return ids, protected
+
+
+@dataclass(frozen=True)
+class Compression:
+    """How the context is compressed: ``press`` and ``allocator`` at kept fraction ``keep_fraction`` (``press``
+    None, or p = 1: the context is kept whole)."""
+
+    press: Press | None
+    allocator: Allocator | None
+    keep_fraction: float
+
+
+def resolve(model, press, allocator=None, compression_ratio: float | None = None,
+            keep_fraction: float | None = None) -> Compression:
+    """The :class:`Compression` that ``press`` and ``allocator`` name for ``model``.
+
+    ``press``: a :class:`Press` or its name (``"gatesight"``); a kvpress press object (its ``compression_ratio``
+    sets the budget, so neither ``compression_ratio`` nor ``keep_fraction`` may be given) or its name
+    (``"kvpress:KnormPress"``, or a kvpress short name: ``"kvpress:knorm"``, ``"kvpress:adakv_snapkv"``), both
+    translated by :func:`presses.kvpress_wrappers.translate`; or None (no compression).
+    ``allocator``: a name or an :class:`~allocators.Allocator`; by default ``flat``, or the rule a kvpress
+    press carries (PyramidKVPress's schedule; AdaKVPress and PerLayerCompressionPress fix it: another is refused).
+    """
+    budget_given = compression_ratio is not None or keep_fraction is not None
+    if press is None:
+        if budget_given:
+            raise ValueError("press=None keeps the whole context; name a press to compress it")
+        return Compression(None, None, 1.0)
+    if isinstance(allocator, str):
+        allocator = allocators.get(allocator)
+    if allocator is not None and not isinstance(allocator, Allocator):
+        raise TypeError(f"allocator must be an allocator name (e.g. 'flat') or an Allocator instance, got "
+                        f"{_shown(allocator)}")
+    named = isinstance(press, str) and press.startswith(KVPRESS_PREFIX)
+    if named or is_kvpress_press(press):
+        if named:  # built with its defaults; the budget comes from the arguments
+            short = press.removeprefix(KVPRESS_PREFIX)
+            translation = translate(kvpress_object(short) if short in NAMES else KvpressScorer.build(short),
+                                    adapter_for(model))
+            p = keep_fraction_from(keep_fraction, compression_ratio)
+        elif budget_given:
+            raise ValueError(f"the kvpress press {type(press).__name__} carries its compression_ratio; do not pass "
+                             "compression_ratio or keep_fraction as well")
+        else:
+            translation = translate(press, adapter_for(model))
+            p = translation.keep_fraction
+        if allocator is not None and translation.wrapper is not None:
+            raise ValueError(f"kvpress {translation.wrapper} sets the allocator ({translation.allocator.name}); to "
+                             f"use {allocator.name!r}, pass the press it wraps with allocator={allocator.name!r}")
+        return Compression(translation.press, allocator or translation.allocator, p)
+    press = get(press) if isinstance(press, str) else press
+    if not isinstance(press, Press):
+        raise TypeError(f"press must be a press name (e.g. 'gatesight'), a Press instance or a kvpress press, got "
+                        f"{_shown(press)}")
+    return Compression(press, allocator or allocators.get("flat"), keep_fraction_from(keep_fraction, compression_ratio))
 
 
 @dataclass
@@ -28,10 +115,9 @@ class CompressedContextPipeline:
     Parameters
     ----------
     model : transformers.PreTrainedModel
-        A model the runtime supports (Qwen3.5, Qwen3-Next, Qwen3, Llama).
+        A model the runtime supports (Qwen3.5, Qwen3.5-MoE, Qwen3-Next, Qwen3, Llama).
     tokenizer : transformers tokenizer
-        With a chat template, the context and each question are framed by it (the context opens the user turn, the
-        question closes it); without one they are plain text, the question after a blank line.
+        Frames the context and each question (:func:`frame`) and decodes the answers.
     max_new_tokens : int
     """
 
@@ -39,22 +125,30 @@ class CompressedContextPipeline:
     tokenizer: object
     max_new_tokens: int = 64
 
-    def frame(self, context: str) -> tuple[str, str, str]:
-        """(text before the context, the context turn up to the question, text after the question)."""
-        if getattr(self.tokenizer, "chat_template", None):
-            text = self.tokenizer.apply_chat_template([{"role": "user", "content": context + "\n\n" + _MARK}],
-                                                      add_generation_prompt=True, tokenize=False)
-            before_question, after = text.split(_MARK)
-            start = before_question.index(context)
-            return before_question[:start], before_question[start:], after
-        return "", context + "\n\n", ""
+    def answer(self, context_ids: torch.Tensor, protected: int, questions_ids: list[torch.Tensor],
+               compression: Compression, layer_weights: dict[int, float] | None = None,
+               eos_token_id: int | list[int] | None = None) -> list[Answer]:
+        """The protocol: prefill ``context_ids`` once with the press's evidence (its first ``protected`` tokens
+        kept), compact once, answer every question greedily from the one child."""
+        press = compression.press
+        evidence = press.evidence(adapter_for(self.model)) if press is not None else None
+        parent = prefill(self.model, context_ids, protected=protected, tokenizer=self.tokenizer,
+                         **({"evidence": evidence} if evidence is not None else {}))
+        child = parent
+        if press is not None and compression.keep_fraction < 1:
+            child = Selection(parent, press, layer_weights).fork(compression.allocator, compression.keep_fraction)
+        answers = [child.answer(ids, self.max_new_tokens, eos_token_id) for ids in questions_ids]
+        parent.release()
+        child.release()
+        return answers
 
-    def __call__(self, context: str, questions: list[str] | str, press="gatesight", allocator="flat",
+    def __call__(self, context: str, questions: list[str] | str, press="gatesight", allocator=None,
                  compression_ratio: float | None = None, keep_fraction: float | None = None,
                  layer_weights: dict[int, float] | None = None, answer_prefix: str = "") -> list[str] | str:
         """Greedy answers to ``questions`` (a list, or one string) from the context compressed once by ``press``
-        and ``allocator`` at ``compression_ratio`` (kvpress's: the evicted fraction) or ``keep_fraction``.
-        ``answer_prefix`` opens every answer (as kvpress's pipeline does); it is not part of the returned text."""
+        and ``allocator`` (:func:`resolve`) at ``compression_ratio`` (kvpress's: the evicted fraction) or
+        ``keep_fraction``; the template's header before the context is kept. ``answer_prefix`` opens every answer
+        (as kvpress's pipeline does); it is not part of the returned text."""
         if not isinstance(context, str):
             raise TypeError(f"context must be a string (the text to compress), got {type(context).__name__}")
         single = isinstance(questions, str)
@@ -64,26 +158,14 @@ class CompressedContextPipeline:
         questions = [questions] if single else list(questions)
         if not questions:
             raise ValueError("give at least one question")
-        p = keep_fraction_from(keep_fraction, compression_ratio)
-        press = get(press) if isinstance(press, str) else press
-        if not isinstance(press, Press):
-            raise TypeError(f"press must be a press name (e.g. 'gatesight') or a Press instance, got {_shown(press)}")
-        allocator = allocators.get(allocator) if isinstance(allocator, str) else allocator
-        if not isinstance(allocator, allocators.Allocator):
-            raise TypeError(f"allocator must be an allocator name (e.g. 'flat') or an Allocator instance, got "
-                            f"{_shown(allocator)}")
-        prefix, body, suffix = self.frame(context)
-        prefix_ids = encode_text(self.tokenizer, prefix)
-        ids = torch.tensor(prefix_ids + encode_text(self.tokenizer, body))
-        parent = prefill(self.model, ids, protected=len(prefix_ids), evidence=press.evidence(adapter_for(self.model)),
-                         tokenizer=self.tokenizer)
-        child = Selection(parent, press, layer_weights).fork(allocator, p) if p < 1 else parent
-        eos = self.tokenizer.eos_token_id
-        answers = [child.answer(torch.tensor(encode_text(self.tokenizer, q + suffix + answer_prefix)),
-                                self.max_new_tokens, eos).text for q in questions]
-        parent.release()
-        child.release()
-        return answers[0] if single else answers
+        compression = resolve(self.model, press, allocator, compression_ratio, keep_fraction)
+        header, body, suffix = frame(self.tokenizer, context)
+        ids, protected = encode_context(self.tokenizer, header, body)
+        questions_ids = [torch.tensor(encode_text(self.tokenizer, q + suffix + answer_prefix)) for q in questions]
+        answers = self.answer(torch.tensor(ids), protected, questions_ids, compression, layer_weights,
+                              self.tokenizer.eos_token_id)
+        texts = [a.text for a in answers]
+        return texts[0] if single else texts
 
 
 def _shown(value) -> str:

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from allocators.options import build_with_options, typed_options
 
 from .base import Press
 from .gatesight import GateSightPress
 from .keydiff import KeyDiffPress
 from .kvpress_adapter import KvpressScorer
+from .kvpress_names import NAMES, kvpress_object
+from .kvpress_wrappers import refusal
 from .kvzip import KVzipPress
 from .snapkv import SnapKVPress
 from .triattention import TriAttentionPress
@@ -21,7 +25,28 @@ KVPRESS_PREFIX = "kvpress:"
 
 
 def available() -> list[str]:
-    return [f"{KVPRESS_PREFIX}<ScorerPress class>" if name == KvpressScorer.name else name for name in PRESSES]
+    return [f"{KVPRESS_PREFIX}<ScorerPress class or kvpress short name>" if name == KvpressScorer.name else name
+            for name in PRESSES]
+
+
+def _kvpress_scorer(name: str, options: dict):
+    """The kvpress ``ScorerPress`` a ``kvpress:`` name names — a class (``KnormPress``) or one of kvpress's short
+    names (``knorm``: :mod:`presses.kvpress_names`) — with ``options`` (its fields, typed). A short name of a
+    wrapper is refused: the allocator it maps to is chosen with the allocator, not the press."""
+    if name not in NAMES:
+        return KvpressScorer.build(name, **options)
+    import kvpress
+
+    press = kvpress_object(name)
+    if isinstance(press, kvpress.AdaKVPress):
+        inner = type(press.press).__name__
+        raise ValueError(f"{KVPRESS_PREFIX}{name} is AdaKVPress({inner}()): a press here is the scorer alone; "
+                         f"name it with the adakv allocator ({KVPRESS_PREFIX}{inner}, allocator adakv)")
+    if not isinstance(press, kvpress.ScorerPress):
+        raise ValueError(refusal(press))
+    if not options:  # as built: replace() would rebuild it, which some presses' own fields do not allow
+        return press
+    return dataclasses.replace(press, **typed_options(type(press), f"{KVPRESS_PREFIX}{name}", options))
 
 
 def get(name: str, **kwargs) -> Press:
@@ -29,7 +54,7 @@ def get(name: str, **kwargs) -> Press:
     defaults), its options typed by their fields (:mod:`allocators.options`: ``"no"`` for a boolean is False);
     unknown names and options, and ill-typed values, raise ``ValueError`` saying what is allowed."""
     if name.startswith(KVPRESS_PREFIX):
-        return KvpressScorer(press=KvpressScorer.build(name.removeprefix(KVPRESS_PREFIX), **kwargs))
+        return KvpressScorer(press=_kvpress_scorer(name.removeprefix(KVPRESS_PREFIX), kwargs))
     if name == KvpressScorer.name and "press" not in kwargs:
         raise ValueError(f"name the kvpress scorer to wrap: {KVPRESS_PREFIX}<ClassName>, e.g. {KVPRESS_PREFIX}KnormPress")
     if name not in PRESSES:
@@ -41,7 +66,8 @@ def options_of(name: str, options: dict) -> dict:
     """``options`` of the press ``name`` typed by its fields, as :func:`get` builds it with them (``ValueError``
     as :func:`get`'s): what a run records, so that ``normalized_anchor=no`` and ``=false`` name one setting."""
     if name.startswith(KVPRESS_PREFIX):
-        class_name = name.removeprefix(KVPRESS_PREFIX)
-        return typed_options(KvpressScorer.scorer_class(class_name), name, options)
+        short = name.removeprefix(KVPRESS_PREFIX)
+        cls = type(_kvpress_scorer(short, {})) if short in NAMES else KvpressScorer.scorer_class(short)
+        return typed_options(cls, name, options)
     get(name, **options)  # unknown names and the bare "kvpress" fail as get's do
     return typed_options(PRESSES[name], name, options)
