@@ -16,7 +16,7 @@ from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig, Qwen3Config, Qwe
 
 import presses
 import presses.kvpress_pipeline  # noqa: F401 - registers the task
-from allocators import AdaKVAllocator, FlatAllocator, PerLayerAllocator, PyramidAllocator
+from allocators import AdaKVAllocator, FlatAllocator, PyramidAllocator
 from bench.cli import main
 from bench.model.tokenizer import build_tokenizer
 from presses.kvpress_adapter import KvpressScorer
@@ -74,8 +74,13 @@ def _by_hand(pipe, context, questions, kvpress_press, allocator, keep_fraction, 
     ids = encode_text(tokenizer, "<|im_start|>user\n" + context)
     parent = prefill(pipe.model, torch.tensor(ids), evidence=press.evidence(None), tokenizer=tokenizer)
     child = presses.Selection(parent, press).fork(allocator, keep_fraction)
-    return [tokenizer.decode(child.answer(torch.tensor(encode_text(tokenizer, q + CHATML_ASSISTANT_TURN + answer_prefix)),
-                                          max_new_tokens, EOS).tokens, skip_special_tokens=True) for q in questions]
+    return [_answer(child, tokenizer, q + CHATML_ASSISTANT_TURN + answer_prefix, max_new_tokens) for q in questions]
+
+
+def _answer(child, tokenizer, text, max_new_tokens):
+    """``child``'s greedy answer to the framed question ``text``, decoded as kvpress decodes (no special tokens)."""
+    tokens = child.answer(torch.tensor(encode_text(tokenizer, text)), max_new_tokens, EOS).tokens
+    return tokenizer.decode(tokens, skip_special_tokens=True)
 
 
 def test_kvpress_readme_example_on_a_hybrid_is_the_protocol_by_hand(hybrid_dir):
@@ -113,8 +118,7 @@ def test_questions_prefix_names_and_this_projects_presses_are_the_protocol_by_ha
     header = len(encode_text(pipe.tokenizer, "<|im_start|>user\n"))
     parent = prefill(pipe.model, torch.tensor(ids), protected=header, tokenizer=pipe.tokenizer)
     child = presses.Selection(parent, "keydiff").fork("pyramid", 0.5)
-    by_hand = pipe.tokenizer.decode(child.answer(torch.tensor(encode_text(pipe.tokenizer, QUESTION + CHATML_ASSISTANT_TURN)),
-                                                 6, EOS).tokens, skip_special_tokens=True)
+    by_hand = _answer(child, pipe.tokenizer, QUESTION + CHATML_ASSISTANT_TURN, 6)
     assert pipe(CONTEXT, question=QUESTION, press="keydiff", allocator="pyramid", compression_ratio=0.5,
                 protected="header", max_new_tokens=6) == {"answer": by_hand}
     # the project's own entry point is the same pipeline (it keeps the header)
