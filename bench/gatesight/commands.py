@@ -42,7 +42,7 @@ def _table(rows: dict[str, dict[str, float]]) -> str:
 
 
 def train(model_path, labels_dir: Path, out: Path | None, slow_threshold: float, settings: TrainSettings,
-          futures: str = "labels") -> str:
+          futures: str = "both") -> str:
     """Fit the estimator on the labels of ``futures`` (:func:`bench.gatesight.record.load_shard`), evaluate it and
     the heuristics leave-one-corpus-out, and save it with its record."""
     from .analyze import observation_1, slow_heads_by_layer
