@@ -25,11 +25,11 @@ from runtime import EvidenceRequest, KeepPlan, adapter_for, encode_text, prefill
 from runtime.batch import answer_many
 
 from . import loading
+from .corpus import check_haystack
 from .fidelity import FullCacheReference, answer_log_probs, answer_log_probs_many, fidelity, reference_text
 from .metrics import METRICS
-from .store import BASELINE, KEY_FIELDS, SCHEMA, ResultStore, check_writable, code_version, row_key
-from .corpus import check_haystack
 from .needles import evidence_positions, mean_over_heads, needle_rank, needle_recall
+from .store import BASELINE, KEY_FIELDS, SCHEMA, ResultStore, check_writable, code_version, row_key
 from .tasks import PROFILES, TASKS, Config, generate
 from .tasks.ruler import GENERATED, HAYSTACK_TASKS
 from .tasks.scbench import SCBENCH_TASKS, load_rows, to_item
