@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from bench.compare import CompareSettings, validate
+from bench.compare import CompareSettings, run_compare, validate
 from bench.corpus import (ALL_SOURCES, HAYSTACK_SOURCES, LABEL_SOURCES, SOURCES, _markdown_prose, _roff_text,
                           check_haystack, documents, label_documents, source_files)
 from bench.tasks import Config, generate
@@ -93,3 +93,23 @@ def test_real_sentences_are_consecutive_sentences_of_documents():
     assert len(sentences) == 30 and sentences == real_sentences("nodejs-docs", 30, random.Random(1))
     corpus = " ".join(" ".join(text.split()) for _, text in documents("nodejs-docs", "all"))
     assert all(s in corpus for s in sentences)
+
+
+def test_haystack_runs_share_one_store_without_mixing(model_dir, tmp_path):
+    """A real-text run and a generated run in one store: rows name their haystack, a task without an essay filler
+    is shared (same key), and each run's summary rows are its own."""
+    from bench.compare import run_rows
+    from bench.stats import task_of
+
+    settings = {"presses": ["keydiff"], "ratios": [0.5], "tasks": ["niah_single_1", "niah_single_2"], "n": 1,
+                "length": 512, "model": str(model_dir), "out": tmp_path / "results"}
+    real = CompareSettings(**settings, haystack="manpages")
+    store = run_compare(real, show_progress=False)
+    assert {(r["task"], r["haystack"]) for r in store.rows} == {("niah_single_1", GENERATED),
+                                                               ("niah_single_2", "manpages")}
+    before = len(store.rows)
+    generated = CompareSettings(**settings)
+    store = run_compare(generated, show_progress=False)
+    assert len(store.rows) == before + 2  # only niah_single_2 on the generated haystack is new (baseline + keydiff)
+    assert {task_of(r) for r in run_rows(store, real)} == {"niah_single_1", "niah_single_2@manpages"}
+    assert {task_of(r) for r in run_rows(store, generated)} == {"niah_single_1", "niah_single_2"}
