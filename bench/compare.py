@@ -265,14 +265,14 @@ class _Question:
             parent.answer(self.prompt_ids, question.max_new_tokens, h.tokenizer.eos_token_id).tokens)
 
 
-def _needle_fields(q: _Question, plan, scores, protected: int) -> dict:
-    """Needle recall and rank of a compacted child's plan on one question (:mod:`bench.needles`)."""
-    if q.evidence is None or plan is None:
+def _needle_fields(q: _Question, plan, rank) -> dict:
+    """Needle recall of a compacted child's plan on one question (:mod:`bench.needles`); ``rank()`` gives the
+    answer tokens' rank under the press's scores (None where the scores stay in the engine)."""
+    if q.evidence is None:
         return {}
     sentence, answer = needle_recall(plan, q.evidence), needle_recall(plan, q.answer_tokens)
     return {"needle_recall": mean_over_heads(sentence), "needle_recall_layers": sentence,
-            "answer_recall": mean_over_heads(answer), "answer_recall_layers": answer,
-            "answer_rank_layers": needle_rank(scores, q.answer_tokens, protected) if scores is not None else None}
+            "answer_recall": mean_over_heads(answer), "answer_recall_layers": answer, "answer_rank_layers": rank()}
 
 
 def _row(h: Harness, item, q: _Question, row: dict, extra: dict, answer, log_probs: torch.Tensor,
@@ -341,6 +341,15 @@ def _runtime_context(h: Harness, item, rows, todo, context, protected: int, is_d
     questions = [_Question(h, question, parent, item.context) for question in item.questions]
     selections = {name: Selection(parent, press, h.layer_weights) for name, press in h.presses.items()}
     common = {"prefill_seconds": round(prefill_seconds, 4), "n_context": parent.n, "protected": protected}
+    ranks: dict[tuple, dict] = {}
+
+    def answer_rank(selection: Selection, q: _Question) -> dict:
+        # the rank depends on the press and the question only: once for all of a press's children
+        key = (id(selection), id(q))
+        if key not in ranks:
+            ranks[key] = needle_rank(selection.scores, q.answer_tokens, protected)
+        return ranks[key]
+
     if todo[0][0] == BASELINE:
         child = parent.fork(parent.keep_all_plan())
         extra = {"press": BASELINE, "allocator": BASELINE, "ratio": 1.0, **common,
@@ -360,7 +369,7 @@ def _runtime_context(h: Harness, item, rows, todo, context, protected: int, is_d
                            "score_seconds": round(selection.score_seconds, 4), "kept_entries": plan.total(),
                            "kv_bytes": children[-1].kv_nbytes, "gdn_bytes": children[-1].gdn_nbytes})
         _answer_batch(h, item, questions, rows, children, extras, is_done, emit,
-                      lambda i, q: _needle_fields(q, plans[i][0], plans[i][1].scores, protected))
+                      lambda i, q: _needle_fields(q, plans[i][0], lambda: answer_rank(plans[i][1], q)))
         for child in children:
             child.release()
     parent.release()
@@ -392,7 +401,7 @@ def _served_context(h: Harness, item, rows, todo, context, protected: int, is_do
                 # the engine scores inside vLLM: the plan comes back, the scores do not (no rank)
                 plan = KeepPlan({int(layer): heads for layer, heads in child.held.plan.items()})
                 _answer_alone(h, item, questions, rows, child, extra, is_done, emit,
-                              lambda q: _needle_fields(q, plan, None, protected))
+                              lambda q: _needle_fields(q, plan, lambda: None))
             finally:
                 child.release()
     finally:

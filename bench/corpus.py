@@ -160,6 +160,11 @@ def documents(source: str, split: str = "train", min_chars: int = 400) -> tuple[
     return tuple(out)
 
 
+def content_digest(text: str) -> str:
+    """SHA-256 of a document's text with whitespace normalised: the same text under another path or layout."""
+    return hashlib.sha256(" ".join(text.split()).encode()).hexdigest()
+
+
 def label_documents(source: str) -> tuple[tuple[str, str], ...]:
     """The documents of a labelling source: held out from the model's training for :data:`SOURCES`, all of them
     for the sources only labelling reads."""

@@ -23,17 +23,13 @@ from bench.store import BASELINE, ResultStore  # noqa: E402
 
 def load(labelled: list[str]) -> list[dict]:
     rows = []
-    for spec in labelled:
+    for index, spec in enumerate(labelled):
         label, _, directory = spec.partition("=")
         for row in ResultStore(directory, readonly=True).rows:
-            method = method_of(row)
-            # one shared full cache: the no-prune rows of every store are the same model on the same items
-            if method == BASELINE and label != labelled[0].partition("=")[0]:
-                continue
-            renamed = dict(row)
-            if method != BASELINE:
-                renamed["press"], renamed["allocator"] = f"{row['press']}", f"{row['allocator']} [{label}]"
-            rows.append(renamed)
+            if method_of(row) != BASELINE:
+                rows.append({**row, "allocator": f"{row['allocator']} [{label}]"})
+            elif index == 0:  # one shared full cache: every store's no-prune rows are the same model on the same items
+                rows.append(row)
     return rows
 
 

@@ -1,21 +1,16 @@
 """Which text serves what (bench.corpus): haystacks never share a document with anything that trains, calibrates
 or labels; the plain-text readers of each format; real-text haystack tasks."""
 
-import hashlib
 import random
 
 import pytest
 
 from bench.compare import CompareSettings, run_compare, validate
 from bench.corpus import (ALL_SOURCES, HAYSTACK_SOURCES, LABEL_SOURCES, SOURCES, _markdown_prose, _roff_text,
-                          check_haystack, documents, label_documents, source_files)
+                          check_haystack, content_digest, documents, label_documents, source_files)
 from bench.tasks import Config, generate
 from bench.tasks.ruler import GENERATED, HAYSTACK_TASKS, TASKS
 from bench.tasks.text import real_sentences
-
-
-def _digest(text: str) -> str:
-    return hashlib.sha256(" ".join(text.split()).encode()).hexdigest()
 
 
 def test_roles_are_declared_once_and_cover_every_source():
@@ -29,12 +24,12 @@ def test_no_haystack_document_is_read_by_training_calibration_or_labelling():
     # split); a haystack document must be none of them, by path or by content (whitespace ignored)
     trained = {s: documents(s, "all") for s in LABEL_SOURCES}
     paths = {path for docs in trained.values() for path, _ in docs}
-    digests = {_digest(text) for docs in trained.values() for _, text in docs}
+    digests = {content_digest(text) for docs in trained.values() for _, text in docs}
     for source in HAYSTACK_SOURCES:
         haystack = documents(source, "all")
         assert haystack, f"{source} has no documents on this machine"
         assert not {path for path, _ in haystack} & paths
-        assert not {_digest(text) for _, text in haystack} & digests, source
+        assert not {content_digest(text) for _, text in haystack} & digests, source
 
 
 def test_label_documents_hold_out_the_model_training_split():

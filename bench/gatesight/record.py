@@ -30,7 +30,7 @@ from tqdm import tqdm
 
 from runtime import CHATML_ASSISTANT_TURN, EvidenceRequest, encode_text, prefill
 
-from ..corpus import LABEL_SOURCES, label_documents
+from ..corpus import LABEL_SOURCES, content_digest, label_documents
 from .labels import LabelChecks, Sampler, max_normalise, utility_labels
 
 CHAT_PREFIX = "<|im_start|>user\n"
@@ -55,7 +55,7 @@ def corpus_windows(tokenizer, tokens: int = 1024, per_document: int = 2, limit: 
         # that still collide (README and README.gz) get a digest of their path
         names = Counter(_document_name(path) for path, _ in found)
         for path, text in found:
-            digest = hashlib.sha256(" ".join(text.split()).encode()).hexdigest()
+            digest = content_digest(text)
             if digest in seen:  # the same text shipped twice (templates, licenses) is labelled once
                 continue
             seen.add(digest)
