@@ -176,7 +176,11 @@ class GateSightPress(Press):
 
     def check(self, adapter: ModelAdapter) -> None:
         if not adapter.gdn_layers:
-            raise ValueError(f"GateSight reads GDN signals; {type(adapter.model).__name__} has no GDN layers")
+            # named by the model's own layer kinds, so that every family without GDN layers (dense, Mamba2 hybrids)
+            # is refused alike and says what it has instead
+            kinds = ", ".join(sorted(set(adapter.layer_kinds)))
+            raise ValueError(f"GateSight reads GDN signals (β, g, ‖v‖); {type(adapter.model).__name__} has no GDN "
+                             f"layers (its layers: {kinds})")
         if self.estimator is None:
             where = "the model was not loaded from a local directory" if adapter.model_dir is None else (
                 f"none was found in {adapter.model_dir / ARTIFACT_DIR}")

@@ -1,8 +1,9 @@
 """The layer loop: one chunk of tokens through a hybrid model, from and into a :class:`SequenceState`.
 
-The runtime drives the decoder layers itself instead of calling ``model.forward``: the GDN layers continue from
-their cached states (:mod:`runtime.gdn`) and the attention layers attend over a compacted, possibly ragged cache
-(:mod:`runtime.kv`). Weights, norms, MLPs and RoPE are the model's own modules, reached through the adapter.
+The runtime drives the decoder layers itself instead of calling ``model.forward``: the GDN and Mamba2 layers continue
+from their cached states (:mod:`runtime.gdn`, :mod:`runtime.mamba2`) and the attention layers attend over a
+compacted, possibly ragged cache (:mod:`runtime.kv`). Weights, norms, MLPs and RoPE are the model's own modules,
+reached through the adapter.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import torch
 from .adapters import ModelAdapter, apply_rope
 from .gdn import GDNState, gdn_forward
 from .kv import LayerKV, attend
+from .mamba2 import mamba2_forward
 
 
 class ForwardObserver(Protocol):
@@ -47,6 +49,7 @@ class SequenceState:
     tail : dict[int, tuple[torch.Tensor, torch.Tensor]]
         Keys and values ``[H_kv, t, d]`` appended after ``base`` (question and generated tokens).
     gdn : dict[int, GDNState]
+        Recurrent states of the GDN and Mamba2 layers.
     next_position : int
         RoPE position of the next token: the original context length plus the tail, whatever was evicted.
     """
@@ -89,6 +92,8 @@ def forward_chunk(
             )
             if signals is not None:
                 observer.on_gdn(layer_idx, signals)
+        elif kind == "mamba2":
+            out, state.gdn[layer_idx] = mamba2_forward(adapter, layer_idx, x, state.gdn.get(layer_idx))
         else:
             query, gate = adapter.project_query(layer_idx, x)
             keys, values = adapter.project_kv(layer_idx, x)

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 from transformers import (
+    BambaConfig,
+    BambaForCausalLM,
+    GraniteMoeHybridConfig,
+    GraniteMoeHybridForCausalLM,
     LlamaConfig,
     LlamaForCausalLM,
     Qwen3_5ForCausalLM,
@@ -87,4 +93,52 @@ def llama(seed: int = 0) -> LlamaForCausalLM:
     return _finish(LlamaForCausalLM(config))
 
 
-MODELS = {"qwen3_5": qwen3_5, "qwen3_5_moe": qwen3_5_moe, "qwen3_next": qwen3_next, "qwen3": qwen3, "llama": llama}
+def _mamba2_common(num_layers: int) -> dict:
+    """Mamba2 mixers of 4 heads of 8 channels in 2 groups (B and C shared by two heads each), a 16-wide state and
+    8-token scan chunks, so that a 150-token context crosses many chunk boundaries on transformers' own path."""
+    return dict(
+        vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=num_layers, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=32768, tie_word_embeddings=False, mamba_n_heads=4,
+        mamba_d_head=8, mamba_n_groups=2, mamba_d_state=16, mamba_d_conv=4, mamba_expand=1, mamba_chunk_size=8,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+    )
+
+
+def _mamba2_init(model):
+    """Mamba2's own initialisation of the step Δ (log-uniform in [time_step_min, time_step_max] through an inverse
+    softplus): transformers' ``_init_weights`` sets ``dt_bias`` to 1, where every head forgets within a few tokens
+    and a lost state would hardly show; with Δ ≥ 0.001 the slowest head keeps a half-life of hundreds of tokens."""
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for layer in model.model.layers:
+            mixer = getattr(layer, "mamba", None)
+            if mixer is not None:
+                low, high = math.log(mixer.time_step_min), math.log(mixer.time_step_max)
+                dt = torch.exp(torch.rand(mixer.num_heads, generator=generator) * (high - low) + low)
+                mixer.dt_bias.copy_(dt + torch.log(-torch.expm1(-dt)))
+                # a small skip D, so that the gated norm's output is mostly the state's read-out C·h, not D·x
+                mixer.D.fill_(0.1)
+    return _finish(model)
+
+
+def bamba(num_layers: int = 4, seed: int = 0) -> BambaForCausalLM:
+    """Mamba2, attention, Mamba2, attention: the per-layer allocators see two attention layers."""
+    torch.manual_seed(seed)
+    config = BambaConfig(**_mamba2_common(num_layers), attn_layer_indices=[1, 3])
+    return _mamba2_init(BambaForCausalLM(config))
+
+
+def granitemoehybrid(num_layers: int = 4, seed: int = 0) -> GraniteMoeHybridForCausalLM:
+    """Granite 4.0-H's layout with RoPE attention (the adapter refuses NoPE): each MLP a top-1-of-2 MoE plus a
+    shared MLP; µP multipliers that differ from 1 everywhere (embeddings, residuals, attention logits, logits)."""
+    torch.manual_seed(seed)
+    config = GraniteMoeHybridConfig(
+        **_mamba2_common(num_layers), layer_types=["mamba", "attention", "mamba", "attention"][:num_layers],
+        position_embedding_type="rope", num_local_experts=2, num_experts_per_tok=1, shared_intermediate_size=24,
+        embedding_multiplier=3.0, residual_multiplier=0.5, attention_multiplier=0.2, logits_scaling=2.0,
+    )
+    return _mamba2_init(GraniteMoeHybridForCausalLM(config))
+
+
+MODELS = {"qwen3_5": qwen3_5, "qwen3_5_moe": qwen3_5_moe, "qwen3_next": qwen3_next, "qwen3": qwen3, "llama": llama,
+          "bamba": bamba, "granitemoehybrid": granitemoehybrid}

@@ -4,13 +4,25 @@ from __future__ import annotations
 
 from torch import nn
 
+from .bamba import BambaAdapter
 from .base import AttentionGeometry, ModelAdapter, apply_rope
 from .dense import DenseAdapter
+from .granitemoehybrid import GraniteMoeHybridAdapter
 from .qwen3_5 import Qwen3_5Adapter
 from .qwen3_5_moe import Qwen3_5MoeAdapter
 from .qwen3_next import Qwen3NextAdapter
 
-ADAPTERS: tuple[type[ModelAdapter], ...] = (Qwen3_5Adapter, Qwen3_5MoeAdapter, Qwen3NextAdapter, DenseAdapter)
+ADAPTERS: tuple[type[ModelAdapter], ...] = (Qwen3_5Adapter, Qwen3_5MoeAdapter, Qwen3NextAdapter, DenseAdapter,
+                                            BambaAdapter, GraniteMoeHybridAdapter)
+
+#: hybrid families transformers ships that no adapter serves, with the reason
+REFUSED = {
+    "jamba": "its recurrent layers are Mamba1 (a per-channel selective scan with a [d_inner, d_state] state), not the "
+             "Mamba2 scan of runtime/mamba2.py, and its attention layers have no RoPE",
+    "zamba2": "its attention is one shared transformer block (attention and MLP, with per-layer LoRA adapters) whose "
+              "input is the hidden state concatenated with the original embeddings, added in front of a Mamba2 layer; "
+              "the runtime's layer loop (norm, one mixer, residual, MLP) does not express it",
+}
 
 
 def adapter_for(model: nn.Module) -> ModelAdapter:
@@ -25,7 +37,10 @@ def adapter_for(model: nn.Module) -> ModelAdapter:
                 )
             return adapter(model)
     supported = sorted(t for adapter in ADAPTERS for t in adapter.model_types)
+    if model_type in REFUSED:
+        raise ValueError(f"model type {model_type!r} ({type(model).__name__}) is not supported: {REFUSED[model_type]}; "
+                         f"supported: {supported}")
     raise ValueError(f"unsupported model type {model_type!r} ({type(model).__name__}); supported: {supported}")
 
 
-__all__ = ["ADAPTERS", "AttentionGeometry", "ModelAdapter", "adapter_for", "apply_rope"]
+__all__ = ["ADAPTERS", "REFUSED", "AttentionGeometry", "ModelAdapter", "adapter_for", "apply_rope"]

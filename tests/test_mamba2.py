@@ -1,0 +1,217 @@
+"""Mamba2 hybrids (Bamba, Granite 4.0-H): the Mamba2 continuation kernel against transformers' own torch path and the
+literal recurrence; every runtime invariant and every attention-reading press × allocator on each tiny family; the
+families and presses that are refused, with their reasons.
+
+The invariants are the ones the GDN families are held to, run here by calling the same test bodies
+(``test_fork``, ``test_chunked_and_bf16``, ``test_batch``, ``test_presses``, ``test_kvpress_bridge``) on these
+families, so that both kinds of hybrid answer to one definition of each invariant.
+"""
+
+import pytest
+import torch
+from transformers import (
+    GraniteMoeHybridConfig,
+    GraniteMoeHybridForCausalLM,
+    JambaConfig,
+    JambaForCausalLM,
+    Zamba2Config,
+    Zamba2ForCausalLM,
+)
+
+import presses
+import test_batch
+import test_chunked_and_bf16
+import test_fork
+import test_kvpress_bridge
+import test_presses
+from presses.gatesight import GateSightEstimator, GateSightPress
+from runtime import adapter_for, prefill
+from runtime.gdn import GDNState
+from runtime.mamba2 import mamba2_forward, ssd_scan
+from tiny_models import VOCAB, _mamba2_common
+
+FAMILIES = ["bamba", "granitemoehybrid"]
+#: every press that reads only attention (the families use RoPE, so TriAttention too)
+ATTENTION_PRESSES = ["snapkv", "keydiff", "kvzip", "triattention"]
+ALLOCATORS = ["flat", "gate", "pyramid", "global", "adakv", "perlayer"]
+
+
+def _ids(n, seed):
+    return torch.randint(0, VOCAB, (n,), generator=torch.Generator().manual_seed(seed))
+
+
+# ---- the kernel --------------------------------------------------------------------------------------------------
+def _recurrence(x, dt, A, B, C, state):
+    """h_t = exp(Δ_t A) h_{t-1} + Δ_t x_t ⊗ B_t, y_t = h_t C_t, one token at a time (the definition)."""
+    outputs = []
+    for t in range(x.shape[0]):
+        state = state * torch.exp(dt[t] * A)[:, None, None] + (dt[t][:, None] * x[t])[..., None] * B[t][:, None, :]
+        outputs.append(torch.einsum("hpn,hn->hp", state, C[t]))
+    return torch.stack(outputs), state
+
+
+@pytest.mark.parametrize("length, chunk", [(1, 8), (13, 1), (13, 5), (40, 8), (40, 64)])
+def test_ssd_scan_equals_the_recurrence_from_any_state(length, chunk):
+    g = torch.Generator().manual_seed(length * 100 + chunk)
+    heads, dim, state_size = 3, 4, 5
+    x, B, C = (torch.randn(length, heads, d, generator=g) for d in (dim, state_size, state_size))
+    dt = torch.rand(length, heads, generator=g) * 0.5
+    A = -torch.rand(heads, generator=g) * 4
+    initial = torch.randn(heads, dim, state_size, generator=g)
+    y, state = ssd_scan(x, dt, A, B, C, initial, chunk)
+    y_ref, state_ref = _recurrence(x, dt, A, B, C, initial)
+    assert torch.allclose(y, y_ref, atol=1e-5, rtol=1e-5)
+    assert torch.allclose(state, state_ref, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("pieces", [[150], [1, 1, 148], [7, 64, 79], [64, 86]])
+def test_mixer_continued_in_pieces_equals_transformers_torch_path(tiny, family, pieces):
+    """Each Mamba2 layer, run piece by piece from its cached states, equals transformers' ``torch_forward`` over
+    the whole sequence in one pass (8-token scan chunks: pieces start and end inside chunks)."""
+    model = tiny(family)
+    adapter = adapter_for(model)
+    hidden = torch.randn(1, 150, model.config.hidden_size, generator=torch.Generator().manual_seed(3))
+    for layer in adapter.mamba2_layers:
+        reference = adapter.mamba_module(layer).torch_forward(hidden)
+        if family == "granitemoehybrid":  # the layer scales its mixer output on the residual; the adapter folds it in
+            reference = reference * model.config.residual_multiplier
+        outputs, state, start = [], None, 0
+        for piece in pieces:
+            out, state = mamba2_forward(adapter, layer, hidden[:, start : start + piece], state)
+            outputs.append(out)
+            start += piece
+        assert torch.allclose(torch.cat(outputs, 1), reference, atol=1e-5, rtol=0), layer
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_mamba2_state_carries_the_context(tiny, family):
+    """A question answered from a zeroed SSM state differs far beyond the 1e-4 of the keep-all test, so that test
+    would catch a lost or mangled state."""
+    parent = prefill(tiny(family), _ids(120, 1), protected=5)
+    child = parent.fork(parent.keep_all_plan())
+    question = _ids(9, 2)
+    kept = child.logits(question)
+    for state in child.gdn_states.values():
+        state.recurrent.zero_()
+    assert (child.logits(question) - kept).abs().max() > 1e-3
+
+
+def test_the_tiny_granite_routes_tokens_to_every_expert(tiny):
+    """Every MoE block sends some tokens of one context to each expert, so the invariant runs (the batched one
+    included, which evaluates the experts densely) cover a router whose choice differs token by token."""
+    model = tiny("granitemoehybrid")
+    sizes = {}
+    hooks = [layer.block_sparse_moe.router.register_forward_hook(
+        lambda module, args, out, i=i: sizes.__setitem__(i, out[3])) for i, layer in enumerate(model.model.layers)]
+    try:
+        model(_ids(120, 0)[None])
+    finally:
+        for hook in hooks:
+            hook.remove()
+    assert len(sizes) == 4 and all(min(per_expert) > 0 for per_expert in sizes.values()), sizes
+
+
+# ---- the runtime invariants, as the GDN families have them ----------------------------------------------------------
+@pytest.mark.parametrize("family", FAMILIES)
+def test_keep_all_fork_equals_fresh_run(tiny, family):
+    test_fork.test_keep_all_fork_equals_fresh_run(tiny, family)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("ragged", [False, True])
+def test_compacted_attention_equals_masked_full_attention(tiny, family, ragged):
+    test_fork.test_compacted_attention_equals_masked_full_attention(tiny, family, ragged)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_child_states_copied_and_questions_isolated(tiny, family):
+    test_fork.test_child_gdn_states_copied_and_questions_isolated(tiny, family)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("chunk", [1, 37, 64])
+def test_chunked_prefill_equals_one_pass(tiny, family, chunk):
+    test_chunked_and_bf16.test_chunked_prefill_equals_one_pass(tiny, family, chunk)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_batch_equals_each_child_alone(tiny, family):
+    test_batch.test_batch_equals_each_child_alone(tiny, family)
+
+
+@pytest.fixture
+def bf16(tiny):
+    """test_chunked_and_bf16's fixture, restoring these families' session-cached models to float32 afterwards."""
+    yield lambda family: tiny(family).to(torch.bfloat16)
+    for family in FAMILIES:
+        tiny(family).float()
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_bf16_keep_all_fork_equals_fresh_run(bf16, family):
+    test_chunked_and_bf16.test_bf16_keep_all_fork_equals_fresh_run(bf16, family)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("press_name", ATTENTION_PRESSES)
+def test_bf16_every_press_scores_and_compacts_exactly(bf16, family, press_name):
+    test_chunked_and_bf16.test_bf16_every_press_scores_and_compacts_exactly(bf16, family, press_name)
+
+
+# ---- presses ---------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("press_name", ATTENTION_PRESSES)
+@pytest.mark.parametrize("allocator_name", ALLOCATORS)
+def test_any_attention_press_with_any_allocator(tiny, family, press_name, allocator_name):
+    test_presses.test_any_press_with_any_allocator(tiny, family, press_name, allocator_name)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("name", test_kvpress_bridge.SCORERS)
+def test_kvpress_scorers_score_and_fork_or_are_refused_with_their_reason(tiny, family, name):
+    test_kvpress_bridge.test_scores_and_forks_or_is_refused_with_its_reason(tiny, family, name)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_gatesight_is_refused_naming_the_layers_it_would_read(tiny, family):
+    adapter = adapter_for(tiny(family))
+    with pytest.raises(ValueError, match=r"GateSight reads GDN signals .* has no GDN layers \(its layers: attention, "
+                                         r"mamba2\)"):
+        GateSightPress(estimator=GateSightEstimator.random(adapter)).check(adapter)
+    parent = prefill(tiny(family), _ids(40, 0), protected=4)
+    with pytest.raises(ValueError, match="has no GDN layers"):
+        presses.Selection(parent, GateSightPress(estimator=GateSightEstimator.random(adapter))).scores
+
+
+# ---- refused families ------------------------------------------------------------------------------------------------
+def _jamba():
+    config = JambaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, num_experts=1, attn_layer_period=2,
+                         attn_layer_offset=1, mamba_d_state=4, mamba_dt_rank=4, use_mamba_kernels=False)
+    return JambaForCausalLM(config)
+
+
+def _zamba2():
+    config = Zamba2Config(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                          num_key_value_heads=4, mamba_d_state=8, mamba_headdim=8, n_mamba_heads=8,
+                          layers_block_type=["mamba", "hybrid"], num_mem_blocks=1, adapter_rank=4)
+    return Zamba2ForCausalLM(config)
+
+
+@pytest.mark.parametrize("build, reason", [
+    (_jamba, r"'jamba' \(JambaForCausalLM\) is not supported: its recurrent layers are Mamba1 .* no RoPE"),
+    (_zamba2, r"'zamba2' \(Zamba2ForCausalLM\) is not supported: its attention is one shared transformer block"),
+])
+def test_hybrid_families_without_an_adapter_are_refused_with_the_reason(build, reason):
+    with pytest.raises(ValueError, match=reason + r".*; supported: \[.*'bamba'.*'granitemoehybrid'"):
+        adapter_for(build())
+
+
+def test_granite_without_rope_is_refused_with_the_reason():
+    torch.manual_seed(0)
+    config = GraniteMoeHybridConfig(**_mamba2_common(2), layer_types=["mamba", "attention"],
+                                    position_embedding_type="nope", num_local_experts=0, shared_intermediate_size=24)
+    with pytest.raises(ValueError, match=r"position_embedding_type='nope' is not supported: only 'rope' is"):
+        adapter_for(GraniteMoeHybridForCausalLM(config))
+
