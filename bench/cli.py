@@ -152,7 +152,7 @@ def cmd_calibrate(args) -> None:
     from presses.calibration import calibrate
 
     from . import loading
-    from .gatesight.record import recording_chunks
+    from gatesight_learning.record import recording_chunks
 
     for flag, value in (("--tokens", args.tokens), ("--chunk", args.chunk)):
         if value < 1:
@@ -173,7 +173,7 @@ def cmd_calibrate(args) -> None:
 def cmd_train_model(args) -> None:
     import torch
 
-    from .model.train import TrainConfig, check_target, train
+    from hybridmodel.train import TrainConfig, check_target, train
 
     if args.steps is not None and args.steps < 1:
         raise ValueError(f"--steps {args.steps}: give a positive number of training steps")
@@ -188,36 +188,36 @@ def cmd_train_model(args) -> None:
 
 
 def cmd_model_eval(args) -> None:
-    from .model.evaluate import evaluate_model
+    from hybridmodel.evaluate import evaluate_model
 
     print(evaluate_model(_spec(args), args.tasks, args.lengths, args.n, args.seed,
                          Path(args.rows) if args.rows else None))
 
 
 def cmd_label(args) -> None:
-    from .gatesight.commands import label
+    from gatesight_learning.commands import label
 
     label(_spec(args), Path(args.out), args.limit, args.tokens, args.continuations, args.max_new_tokens, args.seed,
           args.part)
 
 
 def cmd_train(args) -> None:
-    from .gatesight.commands import train
-    from .gatesight.estimator import TrainSettings
+    from gatesight_learning.commands import train
+    from gatesight_learning.estimator import TrainSettings
 
     train(_spec(args), Path(args.labels), Path(args.out) if args.out else None, args.slow_threshold,
           TrainSettings(epochs=args.epochs, seed=args.seed), args.futures)
 
 
 def cmd_analyze(args) -> None:
-    from .gatesight.commands import analyze
+    from gatesight_learning.commands import analyze
 
     analyze(_spec(args), Path(args.labels), Path(args.out), args.slow_threshold)
 
 
 def build_parser() -> argparse.ArgumentParser:
     from .compare import DEFAULT_RATIOS
-    from .model.data import TRAIN_TASKS
+    from hybridmodel.data import TRAIN_TASKS
 
     parser = argparse.ArgumentParser(prog="bench", description="Query-agnostic KV compression for hybrid LLMs")
     sub = parser.add_subparsers(dest="command", required=True)

@@ -1,17 +1,22 @@
-"""Loading models for the bench (the default model itself lives in :mod:`bench.model`): a local directory or a hub id from the local Hugging Face cache, on a chosen
-device and dtype (default: the project's own trained hybrid, float32 on CPU). Nothing is downloaded unless the
-user allows it explicitly."""
+"""Loading models for the bench: a local directory or a hub id from the local Hugging Face cache, on a chosen
+device and dtype (default: the project's own trained hybrid, float32 on CPU, trained by :mod:`hybridmodel`). Nothing
+is downloaded unless the user allows it explicitly."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from .model import DEFAULT_MODEL_DIR, MODEL_ENV
+MODEL_ENV = "HYBRIDPRESS_MODEL"
+"""Where the default model is looked up first: a non-editable install has no source checkout beside it."""
+DEFAULT_MODEL_DIR = Path(os.environ.get(MODEL_ENV)
+                         or Path(__file__).resolve().parent.parent / "models" / "hybrid-byte-12l")
+"""The default model: the shipped checkout's ``models/hybrid-byte-12l`` unless :data:`MODEL_ENV` names another."""
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 DEVICES = "cpu, cuda, cuda:N or auto"

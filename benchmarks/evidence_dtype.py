@@ -9,7 +9,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import presses
 from bench.corpus import SOURCES, documents
-from bench.model import DEFAULT_MODEL_DIR
+from bench.loading import DEFAULT_MODEL_DIR
 from runtime import encode_text, prefill
 
 

@@ -7,7 +7,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import presses
-from bench.model import DEFAULT_MODEL_DIR
+from bench.loading import DEFAULT_MODEL_DIR
 from bench.tasks import Config, generate
 from runtime import encode_text, prefill
 

@@ -12,9 +12,9 @@ import time
 import torch
 from transformers import Qwen3_5ForCausalLM
 
-from bench.model.data import batch
-from bench.model.tokenizer import build_tokenizer
-from bench.model.train import PHASE2_MIX, install_fast_kernel, model_config, row_mean_loss
+from hybridmodel.data import batch
+from hybridmodel.tokenizer import build_tokenizer
+from hybridmodel.train import PHASE2_MIX, install_fast_kernel, model_config, row_mean_loss
 
 
 def tokens_per_second(fast_kernel: bool, bf16: bool, size: int, length: int) -> float:

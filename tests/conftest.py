@@ -7,7 +7,7 @@ from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from bench.model.tokenizer import build_tokenizer  # noqa: E402
+from hybridmodel.tokenizer import build_tokenizer  # noqa: E402
 from presses.calibration import calibrate  # noqa: E402
 from presses.gatesight import GateSightEstimator  # noqa: E402
 from runtime import adapter_for  # noqa: E402

@@ -3,8 +3,8 @@
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from bench.loading import DEFAULT_MODEL_DIR
 from bench.metrics import string_match_all
-from bench.model import DEFAULT_MODEL_DIR
 from bench.tasks import Config, generate
 from runtime import adapter_for, encode_text, prefill
 

@@ -5,7 +5,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from bench.fidelity import FullCacheReference, answer_log_probs, fidelity, reference_text
-from bench.model import DEFAULT_MODEL_DIR
+from bench.loading import DEFAULT_MODEL_DIR
 from bench.tasks import Config, generate
 from runtime import KeepPlan, encode_text, prefill
 

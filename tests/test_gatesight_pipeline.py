@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from bench.cli import main
-from bench.gatesight.evaluate import overlap_and_coverage, spearman, split_by_corpus
-from bench.gatesight.record import load_shard
+from gatesight_learning.evaluate import overlap_and_coverage, spearman, split_by_corpus
+from gatesight_learning.record import load_shard
 from presses.gatesight import GateSightEstimator
 
 
@@ -37,7 +37,7 @@ def test_label_train_analyze(model_dir, tmp_path, capsys):
     assert sorted(estimator.meta["corpora"]) == sorted({s["corpus"] for s in shards})
     assert estimator.meta["futures"] == "both" and estimator.meta["label_seconds_per_window"] > 0
     # observation 3 reads the per-layer evaluation: its layer means are the overall leave-one-corpus-out figures
-    from bench.gatesight.analyze import observation_3
+    from gatesight_learning.analyze import observation_3
 
     obs3 = observation_3(estimator.meta)
     for name, by_layer in estimator.meta["loco_per_layer"].items():
@@ -79,8 +79,8 @@ def test_ranking_metrics_on_hand_made_cases():
 
 
 def test_corpus_windows_have_unique_ids():
-    from bench.gatesight.record import corpus_windows
-    from bench.model.tokenizer import build_tokenizer
+    from gatesight_learning.record import corpus_windows
+    from hybridmodel.tokenizer import build_tokenizer
 
     from bench.corpus import LABEL_SOURCES, label_documents
 
@@ -94,7 +94,7 @@ def test_label_parts_share_one_directory(model_dir, tmp_path):
     """Two processes labelling parts 0/2 and 1/2 write exactly the shards one process writes."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from bench.gatesight.record import record_corpus
+    from gatesight_learning.record import record_corpus
 
     model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
     tokenizer = AutoTokenizer.from_pretrained(model_dir)

@@ -8,8 +8,8 @@ import torch
 from bench import loading
 from bench.cli import main
 from bench.compare import CompareSettings, run_compare
-from bench.model.tokenizer import build_tokenizer
 from bench.report import write_leaderboard
+from hybridmodel.tokenizer import build_tokenizer
 from tiny_models import qwen3
 
 

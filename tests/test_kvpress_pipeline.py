@@ -18,7 +18,7 @@ import presses
 import presses.kvpress_pipeline  # noqa: F401 - registers the task
 from allocators import AdaKVAllocator, FlatAllocator, PyramidAllocator
 from bench.cli import main
-from bench.model.tokenizer import build_tokenizer
+from hybridmodel.tokenizer import build_tokenizer
 from presses.kvpress_adapter import KvpressScorer
 from presses.kvpress_names import NAMES, kvpress_object
 from presses.kvpress_wrappers import REFUSALS, translate

@@ -2,7 +2,7 @@
 
 import torch
 
-from bench.gatesight.labels import (
+from gatesight_learning.labels import (
     Sampler,
     _continuation_attention,
     _out_proj_blocks,
@@ -76,7 +76,7 @@ def test_reconstruction_future_is_the_window_asked_back(model_dir):
     the window itself; both kinds pass the closed-form = deletion check."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from bench.gatesight.record import CHAT_PREFIX, RECONSTRUCTION_REQUEST, label_document
+    from gatesight_learning.record import CHAT_PREFIX, RECONSTRUCTION_REQUEST, label_document
     from runtime import CHATML_ASSISTANT_TURN, EvidenceRequest, encode_text
 
     model = AutoModelForCausalLM.from_pretrained(model_dir).eval()

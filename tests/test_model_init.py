@@ -4,7 +4,7 @@ import math
 
 import torch
 
-from bench.model.train import GDN_A_RANGE, GDN_DT_RANGE, new_model, parameter_groups
+from hybridmodel.train import GDN_A_RANGE, GDN_DT_RANGE, new_model, parameter_groups
 
 
 def test_fresh_model_has_the_documented_decay_ranges():

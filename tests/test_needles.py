@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from bench.compare import CompareSettings, run_compare
-from bench.model.tokenizer import build_tokenizer
 from bench.needles import evidence_positions, mean_over_heads, needle_markdown, needle_rank, needle_recall
+from hybridmodel.tokenizer import build_tokenizer
 from runtime import KeepPlan, encode_text
 
 

@@ -4,8 +4,8 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import presses
+from bench.loading import DEFAULT_MODEL_DIR
 from bench.metrics import string_match_all
-from bench.model import DEFAULT_MODEL_DIR
 from bench.tasks import Config, generate
 from runtime import CHATML_ASSISTANT_TURN, encode_text, prefill
 

@@ -272,7 +272,7 @@ def _copy(model_dir, tmp_path):
 
 # 1. data lost
 def test_train_model_never_writes_over_a_trained_model(tmp_path, capsys, monkeypatch):
-    from bench.model import train as training
+    from hybridmodel import train as training
 
     monkeypatch.setattr(training, "train", lambda *a, **k: pytest.fail("training started"))
     out, checkpoints = tmp_path / "model", tmp_path / "checkpoints"
@@ -292,8 +292,8 @@ def test_train_model_never_writes_over_a_trained_model(tmp_path, capsys, monkeyp
 
 
 def test_a_replaced_model_moves_aside_with_its_artifacts(tiny, tmp_path):
-    from bench.model.tokenizer import build_tokenizer
-    from bench.model.train import save
+    from hybridmodel.tokenizer import build_tokenizer
+    from hybridmodel.train import save
 
     out = tmp_path / "model"
     (out / "gatesight").mkdir(parents=True)
@@ -642,7 +642,7 @@ def test_a_selection_without_its_evidence_says_which(tiny):
 
 
 def test_the_pipeline_names_a_wrong_argument(tiny):
-    from bench.model.tokenizer import build_tokenizer
+    from hybridmodel.tokenizer import build_tokenizer
     from presses.keydiff import KeyDiffPress
 
     pipe = presses.pipeline(tiny("qwen3_5"), build_tokenizer())

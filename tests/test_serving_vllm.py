@@ -26,7 +26,7 @@ def served(tmp_path_factory):
     """``(engine, hf_model)`` on one tiny Qwen3-Next directory."""
     from transformers import Qwen3NextConfig, Qwen3NextForCausalLM
 
-    from bench.model.tokenizer import build_tokenizer
+    from hybridmodel.tokenizer import build_tokenizer
     from presses.calibration import calibrate
     from presses.gatesight import GateSightEstimator
     from serving import CompactingLLM

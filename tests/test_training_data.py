@@ -6,9 +6,9 @@ import re
 
 import pytest
 
-from bench.model.data import IGNORE, chains_sequence, needles_sequence
-from bench.model.tokenizer import build_tokenizer
-from bench.model.train import TrainConfig, learning_rate
+from hybridmodel.data import IGNORE, chains_sequence, needles_sequence
+from hybridmodel.tokenizer import build_tokenizer
+from hybridmodel.train import TrainConfig, learning_rate
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""``python -m bench.model OUT_DIR [CHECKPOINT_DIR]``: train the default model (also ``bench train-model``)."""
+"""``python -m hybridmodel OUT_DIR [CHECKPOINT_DIR]``: train the default model (also ``bench train-model``)."""
 
 import sys
 from pathlib import Path

@@ -28,9 +28,9 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from tqdm import tqdm
 
+from bench.corpus import LABEL_SOURCES, content_digest, label_documents
 from runtime import CHATML_ASSISTANT_TURN, EvidenceRequest, encode_text, prefill
 
-from ..corpus import LABEL_SOURCES, content_digest, label_documents
 from .labels import LabelChecks, Sampler, max_normalise, utility_labels
 
 CHAT_PREFIX = "<|im_start|>user\n"

@@ -10,6 +10,8 @@ from statistics import mean, median
 
 import torch
 
+from hybridmodel.half_lives import static_half_lives
+
 from .evaluate import evaluate, heuristic_predictors, spearman
 
 LN_HALF = math.log(0.5)
@@ -22,18 +24,6 @@ def half_lives(shard: dict) -> dict[tuple[int, int], float]:
         mean_g = signals[..., 1].mean(0)  # [Hv], negative
         for head, g in enumerate(mean_g.tolist()):
             out[(layer, head)] = LN_HALF / g if g < 0 else float("inf")
-    return out
-
-
-def static_half_lives(model) -> dict[tuple[int, int], float]:
-    """ln 2 / (exp(A_log) · softplus(dt_bias)) from the weights alone (a = 0)."""
-    out = {}
-    for index, layer in enumerate(model.model.layers):
-        if hasattr(layer, "linear_attn"):
-            module = layer.linear_attn
-            rate = module.A_log.float().exp() * torch.nn.functional.softplus(module.dt_bias.float())
-            for head, r in enumerate(rate.tolist()):
-                out[(index, head)] = math.log(2) / r
     return out
 
 

@@ -9,17 +9,16 @@ from statistics import mean
 
 import torch
 
+from bench import loading
+from bench.metrics import METRICS
+from bench.tasks import Config, generate
 from runtime import encode_text, prefill
-
-from .. import loading
-from ..metrics import METRICS
-from ..tasks import Config, generate
 
 
 @torch.no_grad()
 def bits_per_byte(model, tokenizer, documents_per_source: int = 10, window: int = 1024) -> dict[str, float]:
     """Bits per byte on the first ``window`` bytes of held-out generic documents, per source."""
-    from ..corpus import SOURCES, documents
+    from bench.corpus import SOURCES, documents
 
     out = {}
     for source in SOURCES:
@@ -37,8 +36,8 @@ def evaluate_model(model_path, tasks: list[str], lengths: list[int], n: int, see
                    rows_out: Path | None = None) -> str:
     """Markdown table: accuracy (%) per task and length with 95 % bootstrap intervals over items, no eviction,
     greedy; items = evaluation seeds. ``rows_out``: one JSON line per item (for paired comparisons of models)."""
-    from ..stats import PairedBootstrap
-    from ..tasks import TASKS
+    from bench.stats import PairedBootstrap
+    from bench.tasks import TASKS
 
     if n < 1:
         raise ValueError(f"--n {n}: give at least 1 item per task")

@@ -16,8 +16,8 @@ from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
 
 from runtime.gdn import transformers_chunk_kernel
 
-from ..gatesight.analyze import static_half_lives
 from .data import batch
+from .half_lives import static_half_lives
 from .tokenizer import build_tokenizer
 
 

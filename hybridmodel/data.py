@@ -10,12 +10,11 @@ from dataclasses import dataclass
 
 import torch
 
+from bench.corpus import SOURCES, documents
+from bench.tasks import Config, generate
+from bench.tasks.ruler import draw_distinct, needle_text, niah_question, vt_chain, vt_names, vt_question
+from bench.tasks.text import noise_lines, prose_sentences
 from runtime import encode_text
-
-from ..corpus import SOURCES, documents
-from ..tasks import Config, generate
-from ..tasks.ruler import draw_distinct, needle_text, niah_question, vt_chain, vt_names, vt_question
-from ..tasks.text import noise_lines, prose_sentences
 
 TRAIN_SEED_BASE = 1_000_000
 TRAIN_TASKS = ("niah_single_1", "niah_single_2", "niah_single_3", "niah_multikey_1", "niah_multikey_2",

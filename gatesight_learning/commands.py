@@ -9,10 +9,10 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from bench import loading
 from presses.gatesight import ARTIFACT_DIR, gdn_window
 from runtime import adapter_for
 
-from .. import loading
 from .estimator import TrainSettings, train_estimator
 from .evaluate import evaluate, heuristic_predictors, learned_predictors_loco, single_head_oracle
 from .record import load_shard, record_corpus
@@ -43,7 +43,7 @@ def _table(rows: dict[str, dict[str, float]]) -> str:
 
 def train(model_path, labels_dir: Path, out: Path | None, slow_threshold: float, settings: TrainSettings,
           futures: str = "both") -> str:
-    """Fit the estimator on the labels of ``futures`` (:func:`bench.gatesight.record.load_shard`), evaluate it and
+    """Fit the estimator on the labels of ``futures`` (:func:`gatesight_learning.record.load_shard`), evaluate it and
     the heuristics leave-one-corpus-out, and save it with its record."""
     from .analyze import observation_1, slow_heads_by_layer
 

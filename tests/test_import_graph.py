@@ -1,0 +1,81 @@
+"""The packages' imports form no cycle, and the core (runtime, presses, allocators) never reaches into the bench,
+GateSight's learning pipeline or the default model's training. Every import counts, the lazy ones inside functions
+included: a cycle through a lazy import still ties the two modules together."""
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("runtime", "presses", "allocators", "bench", "gatesight_learning", "hybridmodel", "serving")
+CORE = ("runtime", "presses", "allocators")
+OUTER = ("bench", "gatesight_learning", "hybridmodel")
+
+
+def _module(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph() -> dict[str, set[str]]:
+    """``{module: the project's modules it imports}`` over :data:`PACKAGES`."""
+    files = {_module(p): p for package in PACKAGES for p in (ROOT / package).rglob("*.py")}
+    graph = {}
+    for module, path in files.items():
+        package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+        imported = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                anchor = package[: len(package) - node.level + 1] if node.level else []
+                base = ".".join(anchor + ([node.module] if node.module else []))
+                names = [base] + [f"{base}.{alias.name}" for alias in node.names]
+            else:
+                continue
+            for name in names:
+                while name and name not in files:  # ``from pkg import name``: name is an attribute, not a module
+                    name = name.rpartition(".")[0]
+                if name and name != module:
+                    imported.add(name)
+        graph[module] = imported
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    order, low, stack, found = {}, {}, [], []
+
+    def visit(module):
+        order[module] = low[module] = len(order)
+        stack.append(module)
+        for other in graph[module]:
+            if other not in order:
+                visit(other)
+                low[module] = min(low[module], low[other])
+            elif other in stack:
+                low[module] = min(low[module], order[other])
+        if low[module] == order[module]:
+            component = []
+            while not component or component[-1] != module:
+                component.append(stack.pop())
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for module in graph:
+        if module not in order:
+            visit(module)
+    return found
+
+
+def test_no_import_cycle():
+    assert cycles(import_graph()) == []
+
+
+def test_the_core_never_imports_the_outer_packages():
+    forbidden = [f"{module} -> {other}" for module, imported in import_graph().items() for other in imported
+                 if module.split(".")[0] in CORE and other.split(".")[0] in OUTER]
+    assert forbidden == []
+
+
+def test_a_cycle_is_found():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
