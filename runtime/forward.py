@@ -64,6 +64,28 @@ class SequenceState:
         return SequenceState(dict(self.base), {}, {i: s.clone() for i, s in self.gdn.items()}, self.next_position)
 
 
+def _attention(adapter: ModelAdapter, state: SequenceState, layer_idx: int, x: torch.Tensor, cos: torch.Tensor,
+               sin: torch.Tensor, observer: ForwardObserver | None) -> torch.Tensor:
+    """One attention mixer: the chunk's keys and values (from ``x`` ``[1, L, D]``) join the layer's appended entries
+    in ``state``, its queries attend over the stored and appended entries; returns the output ``[1, L, D]``."""
+    x = adapter.attention_input(layer_idx, x)
+    query, gate = adapter.project_query(layer_idx, x)
+    keys, values = adapter.project_kv(layer_idx, x)
+    query, keys = apply_rope(query, cos, sin), apply_rope(keys, cos, sin)
+    if layer_idx in state.tail:
+        old_keys, old_values = state.tail[layer_idx]
+        keys_all, values_all = torch.cat([old_keys, keys], 1), torch.cat([old_values, values], 1)
+    else:
+        keys_all, values_all = keys, values
+    state.tail[layer_idx] = (keys_all, values_all)
+    scale = adapter.attention_module(layer_idx).scaling
+    attn = attend(query, state.base.get(layer_idx), keys_all, values_all, scale)
+    out = adapter.output(layer_idx, attn, gate)
+    if observer is not None:
+        observer.on_attention(layer_idx, x, query, gate, keys, values, out)
+    return out
+
+
 @torch.no_grad()
 def forward_chunk(
     adapter: ModelAdapter,
@@ -94,21 +116,11 @@ def forward_chunk(
                 observer.on_gdn(layer_idx, signals)
         elif kind == "mamba2":
             out, state.gdn[layer_idx] = mamba2_forward(adapter, layer_idx, x, state.gdn.get(layer_idx))
-        else:
-            query, gate = adapter.project_query(layer_idx, x)
-            keys, values = adapter.project_kv(layer_idx, x)
-            query, keys = apply_rope(query, cos, sin), apply_rope(keys, cos, sin)
-            if layer_idx in state.tail:
-                old_keys, old_values = state.tail[layer_idx]
-                keys_all, values_all = torch.cat([old_keys, keys], 1), torch.cat([old_values, values], 1)
-            else:
-                keys_all, values_all = keys, values
-            state.tail[layer_idx] = (keys_all, values_all)
-            scale = adapter.attention_module(layer_idx).scaling
-            attn = attend(query, state.base.get(layer_idx), keys_all, values_all, scale)
-            out = adapter.output(layer_idx, attn, gate)
-            if observer is not None:
-                observer.on_attention(layer_idx, x, query, gate, keys, values, out)
+        elif kind == "attention":
+            out = _attention(adapter, state, layer_idx, x, cos, sin, observer)
+        else:  # "mamba2+attention": Falcon-H1's parallel mixers read the same normed input and their outputs add
+            out, state.gdn[layer_idx] = mamba2_forward(adapter, layer_idx, x, state.gdn.get(layer_idx))
+            out = out + _attention(adapter, state, layer_idx, x, cos, sin, observer)
         hidden = hidden + out
         hidden = hidden + adapter.mlp(layer_idx, hidden)
     state.next_position += length

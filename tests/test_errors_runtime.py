@@ -55,7 +55,7 @@ def test_over_long_context(tiny):
 
 def test_unsupported_model():
     model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=50))
-    with pytest.raises(ValueError, match=r"unsupported model type 'gpt2'.*supported: \['bamba', "
+    with pytest.raises(ValueError, match=r"unsupported model type 'gpt2'.*supported: \['bamba', 'falcon_h1', "
                                          r"'granitemoehybrid', 'llama', 'qwen3', 'qwen3_5', 'qwen3_5_moe', "
                                          r"'qwen3_5_moe_text', 'qwen3_5_text', 'qwen3_next'\]"):
         prefill(model, torch.arange(10))

@@ -8,6 +8,8 @@ import torch
 from transformers import (
     BambaConfig,
     BambaForCausalLM,
+    FalconH1Config,
+    FalconH1ForCausalLM,
     GraniteMoeHybridConfig,
     GraniteMoeHybridForCausalLM,
     LlamaConfig,
@@ -140,5 +142,19 @@ def granitemoehybrid(num_layers: int = 4, seed: int = 0) -> GraniteMoeHybridForC
     return _mamba2_init(GraniteMoeHybridForCausalLM(config))
 
 
+def falcon_h1(num_layers: int = 2, seed: int = 0, mamba_rms_norm: bool = True) -> FalconH1ForCausalLM:
+    """Falcon-H1's parallel layers (Mamba2 and RoPE attention side by side in every layer) with every µP multiplier
+    away from 1. ``mamba_rms_norm`` switches the mixer's optional gated norm (grouped, applied after the gate); it
+    is on by default because without it the random mixer's output is ~1e-3 and a lost state would hardly show."""
+    torch.manual_seed(seed)
+    config = FalconH1Config(
+        **_mamba2_common(num_layers), mamba_d_ssm=32, mamba_rms_norm=mamba_rms_norm, mamba_norm_before_gate=False,
+        embedding_multiplier=2.0, lm_head_multiplier=0.5, key_multiplier=0.7, attention_in_multiplier=1.5,
+        attention_out_multiplier=0.8, ssm_in_multiplier=1.3, ssm_out_multiplier=0.6, mlp_multipliers=[1.2, 0.7],
+        ssm_multipliers=[1.1, 0.9, 1.2, 0.8, 1.05],
+    )
+    return _mamba2_init(FalconH1ForCausalLM(config))
+
+
 MODELS = {"qwen3_5": qwen3_5, "qwen3_5_moe": qwen3_5_moe, "qwen3_next": qwen3_next, "qwen3": qwen3, "llama": llama,
-          "bamba": bamba, "granitemoehybrid": granitemoehybrid}
+          "bamba": bamba, "granitemoehybrid": granitemoehybrid, "falcon_h1": falcon_h1}

@@ -7,13 +7,14 @@ from torch import nn
 from .bamba import BambaAdapter
 from .base import AttentionGeometry, ModelAdapter, apply_rope
 from .dense import DenseAdapter
+from .falcon_h1 import FalconH1Adapter
 from .granitemoehybrid import GraniteMoeHybridAdapter
 from .qwen3_5 import Qwen3_5Adapter
 from .qwen3_5_moe import Qwen3_5MoeAdapter
 from .qwen3_next import Qwen3NextAdapter
 
 ADAPTERS: tuple[type[ModelAdapter], ...] = (Qwen3_5Adapter, Qwen3_5MoeAdapter, Qwen3NextAdapter, DenseAdapter,
-                                            BambaAdapter, GraniteMoeHybridAdapter)
+                                            BambaAdapter, GraniteMoeHybridAdapter, FalconH1Adapter)
 
 #: hybrid families transformers ships that no adapter serves, with the reason
 REFUSED = {

@@ -21,7 +21,7 @@ class BambaAdapter(DenseAdapter):
 
     @property
     def mamba2_layers(self) -> tuple[int, ...]:
-        return tuple(i for i, kind in enumerate(self.layer_kinds) if kind == "mamba2")
+        return tuple(i for i, kind in enumerate(self.layer_kinds) if "mamba2" in kind.split("+"))
 
     def mlp(self, layer_idx: int, hidden: torch.Tensor) -> torch.Tensor:
         layer = self.layers[layer_idx]

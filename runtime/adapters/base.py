@@ -59,7 +59,8 @@ class ModelAdapter(ABC):
         self.config = model.config
         self.layers = model.model.layers
         self.layer_kinds = tuple(self._layer_kind(layer) for layer in self.layers)
-        self.attention_layers = tuple(i for i, kind in enumerate(self.layer_kinds) if kind == "attention")
+        # a kind names the layer's mixers, joined by "+" where they run side by side on the same input (Falcon-H1)
+        self.attention_layers = tuple(i for i, kind in enumerate(self.layer_kinds) if "attention" in kind.split("+"))
         self.gdn_layers = tuple(i for i, kind in enumerate(self.layer_kinds) if kind == "gdn")
         attn = self.layers[self.attention_layers[0]].self_attn
         head_dim = attn.head_dim
@@ -116,6 +117,11 @@ class ModelAdapter(ABC):
     # ---- attention ------------------------------------------------------------------------------------
     def attention_module(self, layer_idx: int) -> nn.Module:
         return self.layers[layer_idx].self_attn
+
+    def attention_input(self, layer_idx: int, hidden: torch.Tensor) -> torch.Tensor:
+        """What the attention projections read, from the layer's normed input ``[1, L, D]``: the same tensor, or
+        (Falcon-H1) a scaled copy. The observers record this, so presses recompute queries from what attention saw."""
+        return hidden
 
     @abstractmethod
     def project_query(self, layer_idx: int, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
