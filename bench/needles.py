@@ -78,7 +78,7 @@ def needle_markdown(rows: list[dict]) -> str:
     values: dict[str, dict[tuple, dict[str, list[float]]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
     for row in rows:
         if row.get("answer_recall_layers"):
-            key = (method_of(row), float(row["ratio"]))
+            key = (method_of(row), float(row["keep_fraction"]))
             for field in ("needle_recall_layers", "answer_recall_layers", "answer_rank_layers"):
                 for layer, heads in (row.get(field) or {}).items():
                     values[field][key][layer] += heads

@@ -266,7 +266,7 @@ def write_leaderboard(stores: list[Path], out: Path, resamples: int = RESAMPLES)
             "the reference answer (lower is better; 0 = no change). Accuracy averages leave out tasks where no "
             f"prune is below {ACCURACY_FLOOR:.0%}.", ""]
     writer = csv.writer(table)
-    writer.writerow(["group", "method", "task", "ratio", "items", "metric", "mean", "low", "high"])
+    writer.writerow(["group", "method", "task", "keep_fraction", "items", "metric", "mean", "low", "high"])
     for number, (key, group) in enumerate(group_rows(rows).items(), start=1):
         report = GroupReport(group, resamples)
         png = "leaderboard.png" if number == 1 else f"leaderboard-{number}.png"

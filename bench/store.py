@@ -17,13 +17,15 @@ import os
 import sys
 from pathlib import Path
 
-KEY_FIELDS = ("model", "weights", "artifacts", "press", "allocator", "ratio", "task", "profile", "length", "item",
+KEY_FIELDS = ("model", "weights", "artifacts", "press", "allocator", "keep_fraction", "task", "profile", "length", "item",
               "question", "seed", "code", "engine", "dtype", "device", "haystack")
 GROUP_FIELDS = ("model", "weights", "artifacts", "profile", "length", "code", "engine", "dtype", "device")
 """Rows are averaged only within one group of these settings."""
 LEGACY_DEFAULTS = {"engine": "hf", "dtype": "float32", "device": "cpu", "haystack": "generated"}
 """What rows written before these fields existed ran with: the HF runtime (the only engine), float32 on CPU (the
 only settings of the runs the committed store holds), on the generated haystacks (the only ones then)."""
+LEGACY_NAMES = {"keep_fraction": "ratio"}
+"""Fields that rows written before were stored under another name; they are read under the new one."""
 OPTIONAL_FIELDS = ("artifacts",)
 """Key fields that rows written before them lack: their ``weights`` fingerprint covered the artifacts too."""
 BASELINE = "none"
@@ -33,7 +35,8 @@ SCHEMA = 2
 FIDELITY_FIELDS = ("answer_nll", "delta_nll", "kl", "agree")
 
 ROOT = Path(__file__).resolve().parent.parent
-RESULT_SOURCES = ("runtime", "presses", "allocators", "bench/compare.py", "bench/fidelity.py", "bench/metrics.py",
+RESULT_SOURCES = ("runtime", "presses", "allocators", "bench/settings.py", "bench/harness.py", "bench/context_run.py",
+                  "bench/rows.py", "bench/fidelity.py", "bench/metrics.py", "bench/needles.py",
                   "bench/scbench_metrics.py", "bench/tasks", "bench/loading.py", "bench/corpus.py")
 """The modules whose code decides a row's values. Reporting, the CLI, the store itself and training code are not
 among them, so editing those does not invalidate a store."""
@@ -67,7 +70,8 @@ def row_key(row: dict) -> tuple:
 
 
 def _is_row(value) -> bool:
-    return isinstance(value, dict) and all(f in value for f in ("model", "press", "allocator", "ratio", "task", "item"))
+    return isinstance(value, dict) and all(f in value for f in ("model", "press", "allocator", "task", "item")) and (
+        "keep_fraction" in value or LEGACY_NAMES["keep_fraction"] in value)
 
 
 def check_writable(directory: Path) -> None:
@@ -92,14 +96,14 @@ def _number(value) -> bool:
 
 def row_problem(row: dict) -> str | None:
     """What is wrong with one row, or None: every key and fidelity field present; score (and score_official) a
-    number in [0, 1]; ratio in (0, 1]; answer_nll and delta_nll finite numbers; kl a finite number >= 0; agree a
+    number in [0, 1]; keep_fraction in (0, 1]; answer_nll and delta_nll finite numbers; kl a finite number >= 0; agree a
     boolean; and a no-prune row — the full cache compared with itself — at exactly zero ΔNLL and KL, agreeing."""
     missing = [f for f in (*KEY_FIELDS, "score", *FIDELITY_FIELDS) if row.get(f) is None and f not in OPTIONAL_FIELDS]
     if missing:
         return f"missing {', '.join(missing)}"
     checks = [("score", lambda v: _number(v) and 0 <= v <= 1, "a number in [0, 1]"),
               ("score_official", lambda v: v is None or (_number(v) and 0 <= v <= 1), "a number in [0, 1]"),
-              ("ratio", lambda v: _number(v) and 0 < v <= 1, "a number in (0, 1]"),
+              ("keep_fraction", lambda v: _number(v) and 0 < v <= 1, "a number in (0, 1]"),
               ("answer_nll", _number, "a finite number"),
               ("delta_nll", _number, "a finite number"),
               ("kl", lambda v: _number(v) and v >= -KL_TOLERANCE, "a finite number >= 0"),
@@ -154,6 +158,9 @@ class ResultStore:
                 except (UnicodeDecodeError, json.JSONDecodeError):
                     value = None
                 if _is_row(value):
+                    for field, legacy in LEGACY_NAMES.items():
+                        if legacy in value:
+                            value[field] = value.pop(legacy)
                     for field, default in LEGACY_DEFAULTS.items():
                         value.setdefault(field, default)
                     self.rows.append(value)

@@ -14,7 +14,7 @@ from runtime import Child, KeepPlan, Parent
 
 from .base import Press, Scores
 from .calibration import Calibration
-from .registry import get
+from .preparation import prepare
 
 
 def keep_fraction_from(keep_fraction: float | None, compression_ratio: float | None) -> float:
@@ -82,9 +82,7 @@ class Selection:
 
     def __init__(self, parent: Parent, press: Press | str, layer_weights: dict[int, float] | None = None):
         self.parent = parent
-        self.press = get(press) if isinstance(press, str) else press
-        self.press.bind(parent.adapter.model_dir)
-        self.press.check(parent.adapter)
+        self.press = prepare(press, parent.adapter)
         check_evidence(parent, self.press)
         self.layer_weights = layer_weights
         self._scores: Scores | None = None

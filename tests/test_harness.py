@@ -25,7 +25,7 @@ def test_compare_writes_every_row_and_resumes(model_dir, tmp_path):
     assert len(store.rows) == questions * (1 + 2 * 2 * 2)
     assert {r["press"] for r in store.rows} == {"gatesight", "snapkv", "none"}
     assert all(0 <= r["score"] <= 1 for r in store.rows)
-    kept = {(r["press"], r["allocator"], r["ratio"]): r["kept_entries"] for r in store.rows if r["press"] != "none"}
+    kept = {(r["press"], r["allocator"], r["keep_fraction"]): r["kept_entries"] for r in store.rows if r["press"] != "none"}
     assert kept[("snapkv", "flat", 0.3)] == kept[("gatesight", "gate", 0.3)]  # same model-wide budget B
 
     lines = store.path.read_text().splitlines()
@@ -33,7 +33,7 @@ def test_compare_writes_every_row_and_resumes(model_dir, tmp_path):
     store.path.write_text("\n".join(lines[:-1]) + "\n" + lines[-1][: len(lines[-1]) // 2])
     resumed = run_compare(_settings(model_dir, tmp_path), show_progress=False)
     rows = [json.loads(line) for line in resumed.path.read_text().splitlines() if line.endswith("}")]
-    keys = [(r["press"], r["allocator"], r["ratio"], r["task"], r["question"]) for r in rows]
+    keys = [(r["press"], r["allocator"], r["keep_fraction"], r["task"], r["question"]) for r in rows]
     assert len(keys) == len(set(keys)) == len(lines)
     again = run_compare(_settings(model_dir, tmp_path), show_progress=False)
     assert len(again.rows) == len(resumed.rows)
@@ -45,7 +45,7 @@ def test_leaderboard_builds(model_dir, tmp_path):
     text = path.read_text()
     assert "| gatesight/flat |" in text and "Allocation ablation" in text and "| vt |" in text
     assert (tmp_path / "docs" / "leaderboard.png").stat().st_size > 1000
-    assert (tmp_path / "docs" / "leaderboard.csv").read_text().startswith("group,method,task,ratio,items,metric,mean,low,high")
+    assert (tmp_path / "docs" / "leaderboard.csv").read_text().startswith("group,method,task,keep_fraction,items,metric,mean,low,high")
 
 
 @pytest.mark.parametrize(

@@ -64,7 +64,7 @@ def test_niah_rows_carry_needle_diagnostics(model_dir, tmp_path):
         assert row["needle_recall"] == pytest.approx(mean_over_heads(layers))
         assert row["answer_recall"] == pytest.approx(mean_over_heads(row["answer_recall_layers"]))
         assert set(row["answer_rank_layers"]) == {"1", "3"}
-        if row["ratio"] == 1.0:  # keeping everything keeps every needle token
+        if row["keep_fraction"] == 1.0:  # keeping everything keeps every needle token
             assert row["needle_recall"] == row["answer_recall"] == 1.0
     assert "| keydiff/flat | 1 | 100 / 100 |" in needle_markdown(rows)
     assert all("needle_recall" not in r for r in rows if r["press"] == "none")

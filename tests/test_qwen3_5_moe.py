@@ -141,5 +141,5 @@ def test_bench_compare_runs_on_a_conditional_generation_checkpoint(tmp_path):
     assert {row["press"] for row in rows} == {"none", "keydiff", "gatesight"}
     for row in rows:
         if row["press"] != "none":  # both attention layers × both KV heads keep half the body
-            assert row["ratio"] == 0.5
+            assert row["keep_fraction"] == 0.5
             assert row["kept_entries"] == 2 * 2 * round_half_up(0.5 * (row["n_context"] - row["protected"]))

@@ -100,6 +100,17 @@ def test_a_store_from_before_the_fidelity_metrics_is_refused(model_dir, tmp_path
     assert (tmp_path / "results.jsonl").read_bytes() == before
 
 
+def test_rows_stored_under_the_old_name_ratio_are_read_as_keep_fraction():
+    import gzip
+
+    directory = Path(__file__).resolve().parent.parent / "docs" / "realtext" / "before"  # written before the rename
+    raw = [json.loads(line) for line in gzip.decompress((directory / "results.jsonl.gz").read_bytes()).splitlines()]
+    assert raw and all("ratio" in r and "keep_fraction" not in r for r in raw)
+    rows = ResultStore(directory, readonly=True).rows
+    assert [r["keep_fraction"] for r in rows] == [r["ratio"] for r in raw]
+    assert not any("ratio" in r for r in rows)
+
+
 # ---- 4. CLI errors before work ------------------------------------------------------------------------------------
 @pytest.mark.parametrize("argv, message", [
     (["--ratios", ""], "--ratios is empty"),
@@ -240,7 +251,7 @@ def test_engine_settings_are_checked_before_work(tmp_path):
 
 
 def test_rows_from_before_the_engine_field_read_as_the_runtimes(tmp_path):
-    row = {"schema": 2, "model": "m", "weights": "w", "press": "none", "allocator": "none", "ratio": 1.0,
+    row = {"schema": 2, "model": "m", "weights": "w", "press": "none", "allocator": "none", "keep_fraction": 1.0,
            "task": "vt", "profile": "compact", "length": 512, "item": 0, "question": 0, "seed": 0, "code": "c"}
     (tmp_path / "results.jsonl").write_text(json.dumps(row) + "\n")
     (stored,) = ResultStore(tmp_path, readonly=True).rows
@@ -388,7 +399,7 @@ def test_the_committed_store_still_reads_and_verifies():
 
 # 4. bench verify checks types, finiteness and ranges, naming file and line
 GOOD_ROW = {"schema": 2, "model": "m", "weights": "w", "artifacts": "a", "press": "none", "allocator": "none",
-            "ratio": 1.0, "task": "vt", "profile": "compact", "length": 512, "item": 0, "question": 0, "seed": 0,
+            "keep_fraction": 1.0, "task": "vt", "profile": "compact", "length": 512, "item": 0, "question": 0, "seed": 0,
             "code": "c", "engine": "hf", "dtype": "float32", "device": "cpu", "score": 1.0, "answer_nll": 0.5,
             "delta_nll": 0.0, "kl": 0.0, "agree": True}
 
@@ -402,7 +413,7 @@ GOOD_ROW = {"schema": 2, "model": "m", "weights": "w", "artifacts": "a", "press"
     ({"kl": float("inf")}, "kl=inf"),
 ])
 def test_verify_and_the_leaderboard_refuse_impossible_rows(tmp_path, capsys, change, message):
-    compacted = {**GOOD_ROW, "press": "keydiff", "allocator": "flat", "ratio": 0.5, "delta_nll": 0.3, "kl": 0.1,
+    compacted = {**GOOD_ROW, "press": "keydiff", "allocator": "flat", "keep_fraction": 0.5, "delta_nll": 0.3, "kl": 0.1,
                  "agree": False}
     lines = [GOOD_ROW, compacted, {**compacted, "item": 1, **change}]
     (tmp_path / "results.jsonl").write_text("".join(json.dumps(row) + "\n" for row in lines))
@@ -583,27 +594,19 @@ def test_model_eval_and_calibrate_refuse_empty_work(model_dir, capsys, no_model_
 
 # 9. --jobs capped at the contexts, warned above the cores
 def test_jobs_are_capped_at_the_contexts_and_warned_above_the_cores(model_dir, tmp_path, capsys, monkeypatch):
-    import multiprocessing
     import os
 
-    class InProcessPool:  # the pool's protocol, in this process: no model-loading workers in a test
-        def __init__(self, processes, initializer, initargs):
-            self.processes = processes
-            initializer(*initargs)
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            return False
-
-        def imap_unordered(self, fn, jobs):
-            return map(fn, jobs)
+    import bench.compare
+    from bench.execution import ContextWorker
 
     pools = []
-    monkeypatch.setattr(multiprocessing, "get_context",
-                        lambda method: type("Context", (), {"Pool": lambda self, *a: pools.append(InProcessPool(*a))
-                                                            or pools[-1]})())
+
+    def in_this_process(settings, jobs, workers):  # the workers' protocol, here: no model-loading processes in a test
+        pools.append(workers)
+        worker = ContextWorker(settings)
+        return map(worker.rows, jobs)
+
+    monkeypatch.setattr(bench.compare, "in_processes", in_this_process)
     monkeypatch.setattr(os, "cpu_count", lambda: 1)
     capsys.readouterr()
     run_compare(_settings(model_dir, tmp_path / "one", jobs=64), show_progress=False)
@@ -612,7 +615,7 @@ def test_jobs_are_capped_at_the_contexts_and_warned_above_the_cores(model_dir, t
     run_compare(_settings(model_dir, tmp_path / "two", n=2, jobs=64), show_progress=False)
     err = capsys.readouterr().err
     assert "capped at 2" in err and "warning: 2 worker processes on 1 CPU core(s)" in err
-    assert [pool.processes for pool in pools] == [2]
+    assert pools == [2]
 
 
 # 10. library messages

@@ -15,7 +15,7 @@ def _rows(values: dict[tuple[str, str, float], list[float]], task="t", field="sc
     rows = []
     for (press, alloc, ratio), per_item in values.items():
         for item, v in enumerate(per_item):
-            rows.append({**GROUP, **extra, "press": press, "allocator": alloc, "ratio": ratio, "task": task,
+            rows.append({**GROUP, **extra, "press": press, "allocator": alloc, "keep_fraction": ratio, "task": task,
                          "item": item, "question": 0, field: v})
     return rows
 

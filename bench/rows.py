@@ -1,0 +1,96 @@
+"""The stored rows of a comparison, built the same way for every engine.
+
+A row is one question answered from one child: the run's identity (:func:`base_row`), the method and the child's
+size (:func:`method_fields`), accuracy and fidelity against the full cache, and, on NIAH tasks, which
+answer-bearing entries the child kept (:func:`needle_fields`).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from runtime import Answer, KeepPlan
+from runtime.session import CachedContext
+
+from .fidelity import FullCacheReference, answer_log_probs, fidelity, reference_text
+from .metrics import METRICS
+from .needles import evidence_positions, mean_over_heads, needle_recall
+from .store import SCHEMA
+from .tasks.items import Item, Question
+
+
+def base_row(harness, task: str, item: Item, question_index: int) -> dict:
+    """The fields every row of one question of one context shares, whatever the method."""
+    s = harness.settings
+    return {"schema": SCHEMA, "model": str(harness.model_dir.name), **harness.identity.row_fields(), "task": task,
+            "profile": s.profile, "length": s.length, "item": item.index, "question": question_index, "seed": s.seed,
+            "code": harness.code, "engine": s.engine, "dtype": harness.dtype, "device": harness.device,
+            "haystack": item.haystack}
+
+
+def method_fields(press: str, allocator: str, keep_fraction: float, common: dict, cache: CachedContext,
+                  kept_entries: int | None = None, score_seconds: float | None = None) -> dict:
+    """The fields of one child: its method, the context's timings and sizes, and the child's bytes.
+
+    ``kept_entries`` and ``score_seconds`` are those of a compacted child (absent for no prune).
+    """
+    fields = {"press": press, "allocator": allocator, "keep_fraction": keep_fraction, **common}
+    if score_seconds is not None:
+        fields["score_seconds"] = round(score_seconds, 4)
+        fields["kept_entries"] = kept_entries
+    return {**fields, "kv_bytes": cache.kv_nbytes, "gdn_bytes": cache.gdn_nbytes}
+
+
+class QuestionReference:
+    """One question of an item, encoded, with its full-cache reference computed once from the parent.
+
+    Attributes
+    ----------
+    question : Question
+    prompt_ids : torch.Tensor
+        ``[L]`` the question's prompt.
+    reference : FullCacheReference
+        The teacher-forced reference answer's log-probabilities under the full cache, and its greedy answer.
+    answer : Answer
+        The full cache's greedy answer: the no-prune row's answer (a keep-all child gives exactly this).
+    evidence, answer_tokens : list[int] or None
+        Context positions of the needle sentences and of the answer's tokens (None when the task has none).
+    """
+
+    def __init__(self, question: Question, parent: CachedContext, context: str,
+                 encode: Callable[[str], list[int]], eos_token_id):
+        self.question = question
+        self.prompt_ids = torch.tensor(encode(question.prompt), dtype=torch.long)
+        self.evidence = self.answer_tokens = None
+        if question.evidence:
+            self.evidence = evidence_positions(encode, context, question.evidence)
+            self.answer_tokens = evidence_positions(encode, context, question.evidence, question.answers)
+        answer_ids = torch.tensor(encode(reference_text(question.prefix, question.answers[0])), dtype=torch.long)
+        self.answer = parent.answer(self.prompt_ids, question.max_new_tokens, eos_token_id)
+        self.reference = FullCacheReference(answer_ids, answer_log_probs(parent, self.prompt_ids, answer_ids),
+                                            self.answer.tokens)
+
+
+def needle_fields(q: QuestionReference, plan: KeepPlan, rank: Callable[[], dict | None]) -> dict:
+    """Needle recall of a compacted child's plan on one question (:mod:`bench.needles`); ``rank()`` gives the
+    answer tokens' rank under the press's scores (None where the scores stay in the engine)."""
+    if q.evidence is None:
+        return {}
+    sentence, answer = needle_recall(plan, q.evidence), needle_recall(plan, q.answer_tokens)
+    return {"needle_recall": mean_over_heads(sentence), "needle_recall_layers": sentence,
+            "answer_recall": mean_over_heads(answer), "answer_recall_layers": answer, "answer_rank_layers": rank()}
+
+
+def answered_row(item: Item, q: QuestionReference, row: dict, method: dict, answer: Answer,
+                 log_probs: torch.Tensor, needles: dict | None = None) -> dict:
+    """The stored row of one answered question: accuracy, fidelity against the full cache (``log_probs``:
+    ``[A, V]`` at the reference answer's positions), the prediction, and the needle diagnostics if any."""
+    question = q.question
+    scores = {"score": question.scorer(answer.text)} if question.scorer else {
+        "score": METRICS[item.metric](answer.text, question.answers)}
+    if question.official:
+        scores["score_official"] = question.official(answer.text)
+    scores.update(fidelity(q.reference, log_probs, answer.tokens))
+    return {**row, **method, **scores, **(needles or {}), "prediction": answer.text, "answers": question.answers}

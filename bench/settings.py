@@ -1,0 +1,165 @@
+"""What a comparison runs, and every error knowable before the model loads.
+
+:class:`CompareSettings` names the presses, allocators, kept fractions, tasks and engine of one ``bench compare``;
+:func:`validate` checks them all (the press and allocator options typed by their fields) and raises one clear
+``ValueError`` naming the bad value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import allocators
+import presses
+
+from . import loading
+from .store import BASELINE, check_writable
+from .tasks import registry as tasks
+from .tasks.ruler import GENERATED, TASKS
+
+KEEP_FRACTION_GRIDS = {
+    "default": (0.02, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9),
+    "paper": (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9),
+}
+"""Named kept-fraction grids: ``default`` adds 0.02 and 0.05, where eviction bites, to the paper's grid."""
+DEFAULT_KEEP_FRACTIONS = KEEP_FRACTION_GRIDS["default"]
+MIN_LENGTH = 64
+ENGINES = ("hf", "vllm")
+"""``hf``: this project's runtime on a transformers model; ``vllm``: compaction inside vLLM (:mod:`serving`)."""
+
+
+@dataclass
+class CompareSettings:
+    """One comparison: every (press, allocator, kept fraction) on every context of the tasks.
+
+    Attributes
+    ----------
+    presses, allocators : list[str]
+        Registry names (``presses.available()``, ``allocators.available()``); ``none`` (no prune) always runs.
+    ratios : list[float]
+        Kept fractions p in (0, 1].
+    tasks : list[str]
+        Task names or groups (:data:`bench.tasks.registry.GROUPS`).
+    n : int
+        Contexts per task.
+    length : int
+        Context length in tokens.
+    model : str or ModelSpec, optional
+        A model directory or hub id, with device and dtype; default: the shipped model.
+    jobs : int
+        Worker processes, one context each.
+    batch : int
+        Compacted children answered as one padded batch.
+    press_options, alloc_options : dict
+        Field values of every press / allocator of the run (typed by :func:`validate`).
+    engine : str
+        One of :data:`ENGINES`.
+    haystack : str
+        ``generated`` or a real-text source for the tasks that read one.
+    """
+
+    presses: list[str]
+    allocators: list[str] = field(default_factory=lambda: ["flat"])
+    ratios: list[float] = field(default_factory=lambda: list(DEFAULT_KEEP_FRACTIONS))
+    tasks: list[str] = field(default_factory=lambda: list(TASKS))
+    n: int = 2
+    length: int = 1024
+    model: str | loading.ModelSpec | None = None
+    seed: int = 0
+    out: Path = Path("results")
+    profile: str = "compact"
+    scbench_data: Path | None = None
+    jobs: int = 1
+    batch: int = 32
+    press_options: dict = field(default_factory=dict)
+    alloc_options: dict = field(default_factory=dict)
+    engine: str = "hf"
+    haystack: str = GENERATED
+
+    def press_label(self, name: str) -> str:
+        """The press's name in rows: with its options, if any, so that differently configured runs never mix."""
+        return _label(name, self.press_options)
+
+    def alloc_label(self, name: str) -> str:
+        return _label(name, self.alloc_options)
+
+    def methods(self) -> list[tuple[str, str, float]]:
+        """``(press label, allocator label, kept fraction)`` of every child of a context, no prune first."""
+        return [(BASELINE, BASELINE, 1.0)] + [(self.press_label(p), self.alloc_label(a), r) for p in self.presses
+                                              if p != BASELINE for a in self.allocators for r in self.ratios]
+
+
+def _label(name: str, options: dict) -> str:
+    if not options:
+        return name
+    # lists with ';' so that a method name "press/allocator" keeps exactly one '/'
+    shown = ",".join(f"{k}={';'.join(f'{x:g}' for x in v) if isinstance(v, list) else v}" for k, v in sorted(options.items()))
+    return f"{name}({shown})"
+
+
+def _nonempty(values: list, what: str, allowed: str) -> None:
+    if not values:
+        raise ValueError(f"{what} is empty; give at least one of: {allowed}")
+
+
+def _positive_int(value, what: str, meaning: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{what} must be an integer >= 1 ({meaning}), got {value!r}")
+
+
+def validate(settings: CompareSettings) -> None:
+    """Every error that can be known before the model loads, as one clear ``ValueError``. The press and allocator
+    options are replaced by their typed values (what rows record)."""
+    _nonempty(settings.presses, "--press", ", ".join(presses.available() + [BASELINE]))
+    _nonempty(settings.allocators, "--alloc", ", ".join(allocators.available()))
+    _nonempty(settings.ratios, "--ratios",
+              "kept fractions in (0, 1], or a grid name: " + ", ".join(KEEP_FRACTION_GRIDS))
+    _nonempty(settings.tasks, "--tasks", f"task names or the groups {', '.join(tasks.GROUPS)}")
+    # unknown names, ill-typed options and unbuildable presses fail here, with the valid choices; the options
+    # are then held typed by their fields, so that rows name what ran (normalized_anchor=no runs and reads False)
+    for name in settings.presses:
+        if name != BASELINE:
+            settings.press_options = presses.options_of(name, settings.press_options)
+    for name in settings.allocators:
+        settings.alloc_options = allocators.options_of(name, settings.alloc_options)
+    layers = loading.attention_layer_count(settings.model)
+    if layers is not None:
+        for name in settings.allocators:
+            allocators.get(name, **settings.alloc_options).check_layers(layers)
+    tasks.check(settings.tasks, settings.profile, settings.haystack, settings.scbench_data)
+    for ratio in settings.ratios:
+        allocators.check_keep_fraction(ratio, "ratio")
+    _positive_int(settings.jobs, "jobs", "worker processes")
+    _positive_int(settings.batch, "batch", "children answered together")
+    if settings.n < 1:
+        raise ValueError(f"n must be >= 1 (items per task), got {settings.n}")
+    if settings.length < MIN_LENGTH:
+        raise ValueError(f"length {settings.length} is too short; use at least {MIN_LENGTH} tokens")
+    limit = loading.position_limit(settings.model)
+    if limit is not None and settings.length > limit:
+        raise ValueError(f"length {settings.length} is longer than the model's position limit "
+                         f"(max_position_embeddings = {limit})")
+    if settings.engine not in ENGINES:
+        raise ValueError(f"unknown engine {settings.engine!r}; choose from {', '.join(ENGINES)}")
+    if settings.engine == "vllm":
+        _validate_served(settings)
+    check_writable(Path(settings.out))
+
+
+def _validate_served(settings: CompareSettings) -> None:
+    """What the vLLM engine runs is the serving plugin's to say (:mod:`serving`); the bench only asks."""
+    if importlib.util.find_spec("vllm") is None:
+        raise ValueError("--engine vllm needs vLLM, which lives in its own environment: scripts/serving_env.sh")
+    from serving import ENGINE_PRESSES
+
+    refused = [name for name in settings.presses if name not in ENGINE_PRESSES + (BASELINE,)]
+    if refused:
+        raise ValueError(f"press {refused[0]!r} does not run in the vLLM engine; presses there: "
+                         f"{', '.join(ENGINE_PRESSES)}")
+    if settings.allocators != ["flat"]:
+        raise ValueError(f"--alloc {','.join(settings.allocators)}: the vLLM engine compacts equal counts per layer "
+                         "and head, allocator 'flat' only")
+    if settings.jobs != 1:
+        raise ValueError(f"--jobs {settings.jobs}: the vLLM engine runs in one process (use --jobs 1)")

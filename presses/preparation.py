@@ -1,0 +1,57 @@
+"""Getting presses ready for a model: the one path from a name to a press that can score its contexts.
+
+Every caller — ``bench compare``, ``bench cost``, :class:`presses.Selection`, the vLLM worker — prepares a press the
+same way: built by name with its options, bound to the artifacts in the model's directory, checked against the
+model, and the prefill evidence of all presses in use combined into one request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+from runtime import EvidenceRequest
+from runtime.adapters import ModelAdapter
+
+from .base import Press
+from .registry import get
+
+
+def prepare(press: Press | str, adapter: ModelAdapter, model_dir: Path | None = None, **options) -> Press:
+    """``press`` (an instance, or a registry name built with ``options``) bound and checked for ``adapter``'s model.
+
+    Parameters
+    ----------
+    press : Press or str
+        A press, or a name of :func:`presses.available` (``kvpress:<Class>`` included).
+    adapter : ModelAdapter
+        The model the press will score contexts of.
+    model_dir : Path, optional
+        Where the press's artifacts live (GateSight's estimator, TriAttention's calibration); default: the
+        adapter's own ``model_dir``.
+
+    Raises
+    ------
+    ValueError
+        An unknown name or option, or a press that cannot run on this model (its reason, and the directory).
+    """
+    shown = press if isinstance(press, str) else press.name
+    if isinstance(press, str):
+        press = get(press, **options)
+    elif options:
+        raise ValueError(f"options {sorted(options)} are for a press built by name; {press.name!r} is built already")
+    directory = model_dir if model_dir is not None else adapter.model_dir
+    try:
+        press.bind(directory)
+        press.check(adapter)
+    except (ValueError, FileNotFoundError) as error:
+        raise ValueError(f"press {shown!r} cannot run on {directory}: {error}") from None
+    return press
+
+
+def evidence_for(presses: Iterable[Press], adapter: ModelAdapter) -> EvidenceRequest:
+    """The one prefill request that records what every press in ``presses`` reads."""
+    request = EvidenceRequest()
+    for press in presses:
+        request = request | press.evidence(adapter)
+    return request
