@@ -10,6 +10,8 @@ families, so that both kinds of hybrid answer to one definition of each invarian
 import pytest
 import torch
 from transformers import (
+    BambaConfig,
+    BambaForCausalLM,
     GraniteMoeHybridConfig,
     GraniteMoeHybridForCausalLM,
     JambaConfig,
@@ -24,11 +26,14 @@ import test_chunked_and_bf16
 import test_fork
 import test_kvpress_bridge
 import test_presses
+from allocators.integerize import round_half_up
+from bench.cli import main
+from bench.store import ResultStore
+from hybridmodel.tokenizer import build_tokenizer
 from presses.gatesight import GateSightEstimator, GateSightPress
 from runtime import adapter_for, prefill
-from runtime.gdn import GDNState
 from runtime.mamba2 import mamba2_forward, ssd_scan
-from tiny_models import MODELS, VOCAB, _mamba2_common
+from tiny_models import MODELS, VOCAB, _mamba2_common, _mamba2_init
 
 FAMILIES = ["bamba", "granitemoehybrid", "falcon_h1"]
 #: every press that reads only attention (the families use RoPE, so TriAttention too)
@@ -123,6 +128,22 @@ def test_the_tiny_granite_routes_tokens_to_every_expert(tiny):
     assert len(sizes) == 4 and all(min(per_expert) > 0 for per_expert in sizes.values()), sizes
 
 
+@torch.no_grad()
+def test_transformers_multi_token_continuation_drops_the_state(tiny):
+    """Why the kernel exists: transformers' own cache continues a Mamba2 layer only one token at a time; a question
+    of several tokens after a cached context restarts the SSM state and the conv window, and misses one pass."""
+    from transformers.models.bamba.modeling_bamba import HybridMambaAttentionDynamicCache
+
+    model = tiny("bamba")
+    context, question = _ids(120, 1), _ids(9, 2)
+    one_pass = model(torch.cat([context, question])[None]).logits[0, 120:]
+    cache = HybridMambaAttentionDynamicCache(model.config, 1, dtype=torch.float32)
+    model(context[None], past_key_values=cache, use_cache=True)
+    cached = model(question[None], past_key_values=cache, use_cache=True, cache_position=torch.arange(120, 129))
+    assert (cached.logits[0] - one_pass).abs().max() > 1e-2
+    assert torch.allclose(prefill(model, context).logits(question), one_pass, atol=1e-4, rtol=0)
+
+
 # ---- the runtime invariants, as the GDN families have them ----------------------------------------------------------
 @pytest.mark.parametrize("family", FAMILIES)
 def test_keep_all_fork_equals_fresh_run(tiny, family):
@@ -193,6 +214,26 @@ def test_gatesight_is_refused_naming_the_layers_it_would_read(tiny, family):
     parent = prefill(tiny(family), _ids(40, 0), protected=4)
     with pytest.raises(ValueError, match="has no GDN layers"):
         presses.Selection(parent, GateSightPress(estimator=GateSightEstimator.random(adapter))).scores
+
+
+def test_bench_compare_runs_on_a_saved_bamba_checkpoint_and_refuses_gatesight(tmp_path, capsys):
+    """How a hub checkpoint arrives: a model directory with its tokenizer (the byte tokenizer's vocabulary)."""
+    torch.manual_seed(0)
+    config = BambaConfig(**{**_mamba2_common(4), "vocab_size": 260}, attn_layer_indices=[1, 3], eos_token_id=257)
+    directory = tmp_path / "model"
+    _mamba2_init(BambaForCausalLM(config)).save_pretrained(directory)
+    build_tokenizer().save_pretrained(directory)
+    out = tmp_path / "out"
+    common = ["--alloc", "flat", "--ratios", "0.5", "--tasks", "niah_single_1", "--n", "1", "--length", "300"]
+    assert main(["compare", "--model", str(directory), "--press", "keydiff,snapkv", *common, "--out", str(out)]) == 0
+    rows = ResultStore(out, readonly=True).rows
+    assert {row["press"] for row in rows} == {"none", "keydiff", "snapkv"}
+    for row in rows:
+        if row["press"] != "none":  # both attention layers × both KV heads keep half the body
+            assert row["kept_entries"] == 2 * 2 * round_half_up(0.5 * (row["n_context"] - row["protected"]))
+    assert main(["compare", "--model", str(directory), "--press", "gatesight", *common,
+                 "--out", str(tmp_path / "refused")]) == 2
+    assert "GateSight reads GDN signals" in capsys.readouterr().err
 
 
 # ---- refused families ------------------------------------------------------------------------------------------------
