@@ -69,8 +69,10 @@ def test_ssd_scan_equals_the_recurrence_from_any_state(length, chunk):
     assert torch.allclose(state, state_ref, atol=1e-5, rtol=1e-5)
 
 
-#: each family's tiny model, and Falcon-H1's without its optional gated norm (the gate multiplies the scan output)
-MIXER_CASES = [(family, {}) for family in FAMILIES] + [("falcon_h1", {"mamba_rms_norm": False})]
+#: each family's tiny model, and Falcon-H1's other gating: without its optional norm (the gate multiplies the scan
+#: output), and with the norm before the gate
+MIXER_CASES = [(family, {}) for family in FAMILIES] + [("falcon_h1", {"mamba_rms_norm": False}),
+                                                       ("falcon_h1", {"mamba_norm_before_gate": True})]
 
 
 @pytest.mark.parametrize("family, options", MIXER_CASES)
@@ -148,6 +150,13 @@ def test_transformers_multi_token_continuation_drops_the_state(tiny):
 @pytest.mark.parametrize("family", FAMILIES)
 def test_keep_all_fork_equals_fresh_run(tiny, family):
     test_fork.test_keep_all_fork_equals_fresh_run(tiny, family)
+
+
+def test_keep_all_fork_equals_fresh_run_on_a_dense_granite():
+    """Granite 4.0-H without experts (its MLPs the shared MLP alone)."""
+    model = MODELS["granitemoehybrid"](num_local_experts=0)
+    assert all(layer.block_sparse_moe is None for layer in model.model.layers)
+    test_fork.test_keep_all_fork_equals_fresh_run(lambda family: model, "granitemoehybrid")
 
 
 @pytest.mark.parametrize("family", FAMILIES)

@@ -130,25 +130,29 @@ def bamba(num_layers: int = 4, seed: int = 0) -> BambaForCausalLM:
     return _mamba2_init(BambaForCausalLM(config))
 
 
-def granitemoehybrid(num_layers: int = 4, seed: int = 0) -> GraniteMoeHybridForCausalLM:
+def granitemoehybrid(num_layers: int = 4, seed: int = 0,
+                     num_local_experts: int = 2) -> GraniteMoeHybridForCausalLM:
     """Granite 4.0-H's layout with RoPE attention (the adapter refuses NoPE): each MLP a top-1-of-2 MoE plus a
-    shared MLP; µP multipliers that differ from 1 everywhere (embeddings, residuals, attention logits, logits)."""
+    shared MLP (the shared MLP alone with ``num_local_experts=0``, as the dense Granite 4.0-H models); µP multipliers
+    that differ from 1 everywhere (embeddings, residuals, attention logits, logits)."""
     torch.manual_seed(seed)
     config = GraniteMoeHybridConfig(
         **_mamba2_common(num_layers), layer_types=["mamba", "attention", "mamba", "attention"][:num_layers],
-        position_embedding_type="rope", num_local_experts=2, num_experts_per_tok=1, shared_intermediate_size=24,
+        position_embedding_type="rope", num_local_experts=num_local_experts, num_experts_per_tok=1, shared_intermediate_size=24,
         embedding_multiplier=3.0, residual_multiplier=0.5, attention_multiplier=0.2, logits_scaling=2.0,
     )
     return _mamba2_init(GraniteMoeHybridForCausalLM(config))
 
 
-def falcon_h1(num_layers: int = 2, seed: int = 0, mamba_rms_norm: bool = True) -> FalconH1ForCausalLM:
+def falcon_h1(num_layers: int = 2, seed: int = 0, mamba_rms_norm: bool = True,
+              mamba_norm_before_gate: bool = False) -> FalconH1ForCausalLM:
     """Falcon-H1's parallel layers (Mamba2 and RoPE attention side by side in every layer) with every µP multiplier
-    away from 1. ``mamba_rms_norm`` switches the mixer's optional gated norm (grouped, applied after the gate); it
-    is on by default because without it the random mixer's output is ~1e-3 and a lost state would hardly show."""
+    away from 1. ``mamba_rms_norm`` switches the mixer's optional gated norm (grouped; before or after the gate);
+    it is on by default because without it the random mixer's output is ~1e-3 and a lost state would hardly show."""
     torch.manual_seed(seed)
     config = FalconH1Config(
-        **_mamba2_common(num_layers), mamba_d_ssm=32, mamba_rms_norm=mamba_rms_norm, mamba_norm_before_gate=False,
+        **_mamba2_common(num_layers), mamba_d_ssm=32, mamba_rms_norm=mamba_rms_norm,
+        mamba_norm_before_gate=mamba_norm_before_gate,
         embedding_multiplier=2.0, lm_head_multiplier=0.5, key_multiplier=0.7, attention_in_multiplier=1.5,
         attention_out_multiplier=0.8, ssm_in_multiplier=1.3, ssm_out_multiplier=0.6, mlp_multipliers=[1.2, 0.7],
         ssm_multipliers=[1.1, 0.9, 1.2, 0.8, 1.05],
