@@ -2,9 +2,12 @@
 
 :class:`~serving.engine.CompactingLLM` drives the engine; :mod:`serving.worker` (``worker_extension_cls``) scores
 and compacts on the worker with the project's presses and allocators; :mod:`serving.scheduler`
-(``scheduler_cls``) shortens the request and returns the freed blocks to the pool. Nothing of vLLM is edited.
+(``scheduler_cls``) shortens the request and returns the freed blocks to the pool; :mod:`serving.vllm_internals`
+holds every private name of vLLM the plugin uses. Nothing of vLLM is edited. :func:`~serving.rules.check_request`
+says, without vLLM, whether the engine can run a request.
 """
 
-from .engine import ENGINE_PRESSES, CompactingLLM, HeldContext
+from .engine import CompactingLLM, HeldContext
+from .rules import ENGINE_ALLOCATORS, ENGINE_PRESSES, check_request
 
-__all__ = ["ENGINE_PRESSES", "CompactingLLM", "HeldContext"]
+__all__ = ["ENGINE_ALLOCATORS", "ENGINE_PRESSES", "CompactingLLM", "HeldContext", "check_request"]

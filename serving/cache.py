@@ -26,8 +26,8 @@ class EngineCache:
 
     @property
     def kv_nbytes(self) -> int:
-        """Bytes of the kept keys and values (entries x layers x heads, as the runtime counts them)."""
-        return self.held.kept * self.engine.layout["entry_bytes"]
+        """Bytes of the kept keys and values (entries x heads, summed over layers, as the runtime counts them)."""
+        return sum(self.held.kept.values()) * self.engine.layout["layer_entry_bytes"]
 
     @property
     def gdn_nbytes(self) -> int:

@@ -7,7 +7,9 @@
 
 The engine runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) so that the driver reaches the scheduler
 between steps; the worker is reached through ``collective_rpc``. Contexts are prefilled one at a time (the GDN
-signal recorder attributes every prefill token of a step to the one context in flight).
+signal recorder attributes every prefill token of a step to the one context in flight). Every layer is its own
+KV-cache group (built so by :func:`serving.vllm_internals.per_layer_kv_cache_groups`), so attention layers keep
+their own counts (:data:`serving.rules.ENGINE_ALLOCATORS`).
 """
 
 from __future__ import annotations
@@ -21,11 +23,10 @@ import torch
 from allocators import check_keep_fraction
 import runtime
 
-ENGINE_PRESSES = ("keydiff", "gatesight", "triattention")
-"""Presses that run in the engine: they read the cache (and TriAttention its calibration) or the GDN signals of
-vLLM's own forward. SnapKV needs the context's last queries and KVzip a second pass."""
+from .rules import check_allocator, check_engine_args, check_model, check_press
+
 # max_logprobs=-1: the fidelity measures need the full next-token distributions
-ENGINE_DEFAULTS = dict(enable_prefix_caching=False, enforce_eager=True, dtype="bfloat16", max_logprobs=-1)
+ENGINE_DEFAULTS = dict(enable_prefix_caching=False, enforce_eager=True, max_logprobs=-1)
 # the ids of the context positions in a question's prompt: those tokens are never computed (their cache entries are
 # copied in), only counted
 _PLACEHOLDER = 0
@@ -41,10 +42,15 @@ class HeldContext:
         Which held context this is (one context may be held at several kept fractions).
     context_hash : str
         SHA-256 of the context ids (as ``runtime.Parent.context_hash``).
-    n, kept : int
-        Context tokens, and entries kept per attention layer and KV head.
-    freed_blocks : int
-        Attention blocks returned to the pool by compaction.
+    n : int
+        Context tokens.
+    computed : int
+        The context's length for vLLM from now on: the largest kept count of any layer (a question's first token
+        takes this position).
+    kept : dict[int, int]
+        Per attention layer, the entries each of its KV heads keeps (the protected prefix included).
+    freed_blocks : dict[int, int]
+        Per attention layer, its blocks returned to the pool by compaction.
     free_blocks_before, free_blocks_after : int
         The pool's free-block count right before and after compaction.
     prefill_seconds, score_seconds, compact_seconds : float
@@ -58,8 +64,9 @@ class HeldContext:
     handle: str
     context_hash: str
     n: int
-    kept: int
-    freed_blocks: int
+    computed: int
+    kept: dict
+    freed_blocks: dict
     free_blocks_before: int
     free_blocks_after: int
     prefill_seconds: float
@@ -75,47 +82,60 @@ class CompactingLLM:
     Parameters
     ----------
     model : str
-        What ``vllm.LLM`` takes; GateSight reads its estimator from it when it is a directory.
+        The model directory; GateSight reads its estimator from it, TriAttention and ``gate`` its calibration.
     press : str
-        One of :data:`ENGINE_PRESSES`.
+        One of :data:`serving.rules.ENGINE_PRESSES`.
     press_options : dict, optional
+    dtype : str
+        What the engine computes and caches in; a dtype vLLM's CPU build cannot run the model in is refused
+        (:func:`serving.rules.check_model`), as are parallel engines, before vLLM starts.
     **engine_args
         Passed to ``vllm.LLM`` over :data:`ENGINE_DEFAULTS`.
     """
 
-    def __init__(self, model: str, press: str = "keydiff", press_options: dict | None = None, **engine_args):
+    def __init__(self, model: str, press: str = "keydiff", press_options: dict | None = None,
+                 dtype: str = "bfloat16", **engine_args):
+        check_engine_args(engine_args)
+        check_model(model, dtype)
+        check_press(press)
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         from vllm import LLM
 
+        from . import vllm_internals
+
+        self._vi = vllm_internals
         t0 = time.perf_counter()
-        self.llm = LLM(model=model, worker_extension_cls="serving.worker.CompactionWorker",
-                       scheduler_cls="serving.scheduler.CompactingScheduler",
-                       **{**ENGINE_DEFAULTS, **engine_args})
+        with vllm_internals.per_layer_kv_cache_groups():
+            self.llm = LLM(model=model, worker_extension_cls="serving.worker.CompactionWorker",
+                           scheduler_cls="serving.scheduler.CompactingScheduler", dtype=dtype,
+                           **{**ENGINE_DEFAULTS, **engine_args})
         self.layout = self.use_press(press, press_options)
         self.start_seconds = time.perf_counter() - t0
         self.contexts: dict[str, HeldContext] = {}
         self._requests = 0
 
     def use_press(self, press: str, options: dict | None = None) -> dict:
-        """Score with ``press`` from the next context on; returns the page geometry (block size, attention
-        layers, the index of their KV-cache group). A press the engine cannot run is refused here with the reason."""
+        """Score with ``press`` from the next context on; returns the page geometry (block size, the KV-cache
+        group of each attention layer, bytes per entry and layer, bytes of one sequence's recurrent states). A press
+        the engine cannot run is refused here with the reason."""
+        check_press(press)
         return self.llm.collective_rpc("hybridpress_setup", args=(press, options))[0]
 
     @property
     def scheduler(self):
-        return self.llm.llm_engine.engine_core.engine_core.scheduler
+        return self._vi.engine_scheduler(self.llm)
 
     @property
     def free_blocks(self) -> int:
-        """Free blocks in the pool now."""
-        return self.scheduler.kv_cache_manager.block_pool.get_num_free_blocks()
+        """Free blocks in the pool now (a block holds one layer's page)."""
+        return self._vi.num_free_blocks(self.scheduler)
 
     def prefill(self, context_ids: list[int], keep_fraction: float, protected: int = 0,
-                allocator: str = "flat") -> HeldContext:
-        """Prefill ``context_ids``, score and compact its cache to ``keep_fraction`` of the body, and hold it."""
-        if allocator != "flat":
-            raise ValueError(f"allocator={allocator!r}: the engine compacts equal counts per layer and head ('flat') "
-                             "until each attention layer gets its own KV-cache group")
+                allocator: str = "flat", allocator_options: dict | None = None) -> HeldContext:
+        """Prefill ``context_ids``, score and compact its cache to ``keep_fraction`` of the body with
+        ``allocator`` (one of :data:`serving.rules.ENGINE_ALLOCATORS`, built with ``allocator_options``), and hold
+        it."""
+        check_allocator(allocator)
         check_keep_fraction(keep_fraction, "keep_fraction")
         if not 0 <= protected < len(context_ids):
             raise ValueError(f"protected={protected} must be in [0, {len(context_ids)}) for this context")
@@ -133,18 +153,21 @@ class CompactingLLM:
         try:
             report = self.llm.collective_rpc("hybridpress_compact",
                                              args=(request_id, len(context_ids), keep_fraction, protected,
-                                                   allocator))[0]
+                                                   allocator, allocator_options))[0]
         except BaseException:
             engine.abort_request([external_id])  # nothing was written to the cache: the request just ends
             raise
-        freed = self.scheduler.compact(request_id, report["k"])
+        groups = self.layout["attention_groups"]
+        freed = self.scheduler.compact(request_id, report["computed"],
+                                       {groups[layer]: k for layer, k in report["kept"].items()})
         compact_seconds = time.perf_counter() - t0
         after = self.free_blocks
         blocks = self.scheduler.hold(request_id)
         engine.abort_request([external_id])  # the context's blocks stay, held; its one generated token is dropped
         held = HeldContext(request_id, runtime.context_hash(torch.as_tensor(list(context_ids))), len(context_ids),
-                           report["k"], freed, before, after, prefill_seconds, report["score_seconds"],
-                           compact_seconds, report["plan"], blocks)
+                           report["computed"], report["kept"], {layer: freed[g] for layer, g in groups.items()},
+                           before, after, prefill_seconds, report["score_seconds"], compact_seconds, report["plan"],
+                           blocks)
         self.contexts[held.handle] = held
         return held
 
@@ -186,16 +209,20 @@ class CompactingLLM:
         if not len(ids):
             raise ValueError("the question is empty")
         self._check_idle()
-        request_id, _ = self._add([_PLACEHOLDER] * held.kept + list(ids), **sampling)
-        target = self.scheduler.attach(request_id, held.kept)
+        request_id, _ = self._add([_PLACEHOLDER] * held.computed + list(ids), **sampling)
+        target = self.scheduler.attach(request_id, held.computed)
         source = tuple([block.block_id for block in group] for group in held.blocks)
-        self.llm.collective_rpc("hybridpress_attach", args=(source, target, held.kept))
-        return self._run_to_end()
+        self.llm.collective_rpc("hybridpress_attach", args=(request_id, source, target, held.computed, held.kept))
+        try:
+            return self._run_to_end()
+        finally:
+            self.llm.collective_rpc("hybridpress_detach", args=(request_id,))
 
     def pages(self, context: HeldContext) -> dict:
-        """``{layer: (keys, values)}``, each ``[H_kv, kept, d]``: the entries a held context's pages contain (keys
-        rotated to the engine's positions)."""
-        blocks = [block.block_id for block in context.blocks[self.layout["attention_group"]]]
+        """``{layer: (keys, values)}``, each ``[H_kv, kept[layer], d]``: the entries a held context's pages contain
+        (keys rotated to the engine's positions)."""
+        blocks = {layer: [block.block_id for block in context.blocks[group]]
+                  for layer, group in self.layout["attention_groups"].items()}
         return self.llm.collective_rpc("hybridpress_read", args=(blocks, context.kept))[0]
 
     def release(self, context: HeldContext) -> None:

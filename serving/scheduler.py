@@ -1,51 +1,59 @@
-"""The scheduler side of compaction: a compacted request becomes a k-token prompt whose cache is computed, and the
-attention blocks past its kept entries go back to the pool; a compacted context is held in the pool and questions
-attach to copies of it."""
+"""The scheduler side of compaction: a compacted request becomes a prompt whose cache is computed, and each attention
+layer's blocks past its kept entries go back to the pool; a compacted context is held in the pool and questions
+attach to copies of it.
+
+The engine is built with one KV-cache group per layer (:func:`serving.vllm_internals.per_layer_kv_cache_groups`),
+so every attention layer has its own block list per request and keeps its own number of blocks."""
 
 from __future__ import annotations
 
-from vllm.v1.core.sched.scheduler import Scheduler
-from vllm.v1.kv_cache_interface import FullAttentionSpec
+from . import vllm_internals as vi
 
 
-class CompactingScheduler(Scheduler):
-    """vLLM's scheduler plus :meth:`compact` (configured with ``scheduler_cls``; nothing else changes)."""
+class CompactingScheduler(vi.Scheduler):
+    """vLLM's scheduler plus :meth:`compact`, :meth:`hold`, :meth:`attach`, :meth:`release` (configured with
+    ``scheduler_cls``; nothing else changes)."""
 
     def hold(self, request_id: str) -> tuple[list, ...]:
         """Take a reference on every block of ``request_id`` (all groups), so that they stay allocated with their
         contents after the request ends; :meth:`release` gives them back."""
-        blocks = tuple(list(manager.req_to_blocks[request_id])
-                       for manager in self.kv_cache_manager.coordinator.single_type_managers)
-        for group in blocks:
-            for block in group:
-                block.ref_cnt += 1
+        blocks = tuple(list(group) for group in vi.request_blocks(self, request_id))
+        vi.take_references(block for group in blocks for block in group)
         return blocks
 
     def release(self, blocks: tuple[list, ...]) -> None:
         """Drop the references :meth:`hold` took."""
-        self.kv_cache_manager.block_pool.free_blocks(block for group in blocks for block in group)
+        vi.free_blocks(self, [block for group in blocks for block in group])
 
-    def attach(self, request_id: str, kept: int) -> tuple[list[int], ...]:
-        """Give the waiting request ``request_id`` blocks for ``kept`` already-computed tokens (in every group, as
-        for a KV load) and mark them computed, so that only the tokens after them are scheduled. The caller fills
-        the blocks (``CompactionWorker.hybridpress_attach``) before the next step. Returns the block ids per group."""
+    def attach(self, request_id: str, computed: int) -> tuple[list[int], ...]:
+        """Give the waiting request ``request_id`` blocks for ``computed`` already-computed tokens (in every group,
+        as for a KV load) and mark them computed, so that only the tokens after them are scheduled. The caller fills
+        the blocks (``CompactionWorker.hybridpress_attach``) before the next step. Returns the block ids per group.
+
+        An attention layer that kept fewer entries than ``computed`` fills only its first blocks; the worker shifts
+        its view of the request back by the difference."""
         request = self.requests[request_id]
-        groups = tuple(range(len(self.kv_cache_manager.coordinator.single_type_managers)))
-        allocated = self.kv_cache_manager.allocate_slots(request, num_new_tokens=0, num_external_computed_tokens=kept,
-                                                         skip_zeroing_group_ids=groups)  # about to be filled
-        if allocated is None:
-            raise RuntimeError(f"no free blocks for {kept} context entries: the pool has "
-                               f"{self.kv_cache_manager.block_pool.get_num_free_blocks()} free blocks")
-        request.num_computed_tokens = kept
-        return self.kv_cache_manager.get_block_ids(request_id)
+        if vi.allocate_external(self, request, computed) is None:
+            raise RuntimeError(f"no free blocks for {computed} context entries: the pool has "
+                               f"{vi.num_free_blocks(self)} free blocks")
+        request.num_computed_tokens = computed
+        return vi.block_ids(self, request_id)
 
-    def compact(self, request_id: str, kept: int) -> int:
-        """Shorten the prefilled ``request_id`` to its ``kept`` entries and free its attention tail blocks.
+    def compact(self, request_id: str, computed: int, kept: dict[int, int]) -> dict[int, int]:
+        """Shorten the prefilled ``request_id`` to ``computed`` tokens and free each attention group's blocks past
+        its kept entries.
+
+        Parameters
+        ----------
+        computed : int
+            The request's computed count from now on (the largest kept count of any layer).
+        kept : dict[int, int]
+            Per attention group index, the entries that group's layer keeps (≤ ``computed``).
 
         Returns
         -------
-        int
-            Blocks returned to the pool.
+        dict[int, int]
+            Per attention group index, the blocks returned to the pool.
         """
         request = self.requests[request_id]
         n = request.num_prompt_tokens
@@ -53,19 +61,18 @@ class CompactingScheduler(Scheduler):
             raise RuntimeError(f"request {request_id} is not right after its prefill (computed "
                                f"{request.num_computed_tokens} of {n} prompt tokens, {request.num_output_tokens} "
                                "generated)")
-        if not 0 < kept <= n:
-            raise ValueError(f"kept={kept} must be in [1, {n}]")
-        # the token ids past the kept count are no longer in the cache; only the count matters from here on
-        del request._all_token_ids[kept:n]
-        request.prompt_token_ids = request.prompt_token_ids[:kept]
-        request.num_prompt_tokens = kept
-        request.num_computed_tokens = kept
-        freed = []
-        for manager in self.kv_cache_manager.coordinator.single_type_managers:
-            if isinstance(manager.kv_cache_spec, FullAttentionSpec):
-                blocks = manager.req_to_blocks[request_id]
-                keep_blocks = -(-kept // manager.kv_cache_spec.block_size)
-                freed.extend(blocks[keep_blocks:])
-                del blocks[keep_blocks:]
-        self.kv_cache_manager.block_pool.free_blocks(reversed(freed))
-        return len(freed)
+        if not 0 < computed <= n or any(not 0 < k <= computed for k in kept.values()):
+            raise ValueError(f"kept counts {kept} must be in [1, {computed}] and computed={computed} in [1, {n}]")
+        managers, lists = vi.group_managers(self), vi.request_blocks(self, request_id)
+        attention = {group for group, manager in enumerate(managers) if vi.is_attention_group(manager)}
+        if set(kept) != attention:
+            raise ValueError(f"kept counts for groups {sorted(kept)}; the attention groups are {sorted(attention)}")
+        vi.shorten_request(request, computed)
+        freed, tails = {}, []
+        for group, k in kept.items():
+            blocks, keep_blocks = lists[group], -(-k // managers[group].kv_cache_spec.block_size)
+            tails.extend(blocks[keep_blocks:])
+            freed[group] = len(blocks) - keep_blocks
+            del blocks[keep_blocks:]
+        vi.free_blocks(self, list(reversed(tails)))
+        return freed

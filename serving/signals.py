@@ -13,6 +13,8 @@ import re
 import torch
 from torch import nn
 
+from . import vllm_internals as vi
+
 _LAYER = re.compile(r"layers\.(\d+)\.")
 _recording: list["GDNSignalRecorder"] = []  # the recorder that is on, if any (the gating wrapper is process-wide)
 
@@ -26,16 +28,12 @@ class GDNSignalRecorder:
     """
 
     def __init__(self, model: nn.Module):
-        layers = {int(_LAYER.search(m.prefix).group(1)): m for m in model.modules()
-                  if hasattr(m, "rearrange_mixed_qkv") and _LAYER.search(getattr(m, "prefix", ""))}
+        layers = {int(_LAYER.search(m.prefix).group(1)): m for m in vi.gdn_layers(model)}
         self._chunks: dict[int, list[torch.Tensor]] = {}
         self._pending: tuple[int, torch.Tensor] | None = None
         for index, module in layers.items():
             module.rearrange_mixed_qkv = self._wrap_rearrange(index, module.rearrange_mixed_qkv)
-        import vllm._custom_ops as ops  # the module through which the CPU op looks the gating kernel up
-
-        if not getattr(ops.fused_gdn_gating_cpu, "_hybridpress", False):
-            ops.fused_gdn_gating_cpu = _record_gating(ops.fused_gdn_gating_cpu)
+        vi.wrap_gdn_gating(_record_gating)
 
     def _wrap_rearrange(self, index: int, rearrange):
         def rearrange_and_keep_v(mixed_qkv):
@@ -70,5 +68,4 @@ def _record_gating(gating):
             recorder._gated(g, beta)
         return g, beta
 
-    gating_and_record._hybridpress = True
     return gating_and_record

@@ -7,10 +7,13 @@ that scoring reads (the adapter, the KV per layer as ``[H_kv, n, d]``, n, the pr
 from vLLM's pages. The adapter is the project's own, built on a meta-device twin of the served model's
 configuration (no weights), with a real rotary embedding for re-rotating keys.
 
-Positions. vLLM gives the next token of a request the position ``num_computed_tokens``, which becomes the kept
-count k after compaction, while the runtime continues at n. RoPE scores depend only on the distance between query
-and key, so every kept key is rotated by ``-(n - k)``: a query at ``k + j`` then sees a key of original position p
-at distance ``n + j - p``, exactly as in the runtime's child, and vLLM's position bookkeeping needs no change.
+Positions. vLLM gives the next token of a request the position ``num_computed_tokens``, which becomes K, the largest
+kept count of any attention layer, after compaction, while the runtime continues at n. RoPE scores depend only on
+the distance between query and key, so every kept key is rotated by ``-(n - K)``: a query at ``K + j`` then sees a
+key of original position p at distance ``n + j - p``, exactly as in the runtime's child. Layer ℓ holds its k_ℓ
+entries at token offsets 0 ... k_ℓ - 1 of its own KV-cache group; a question's token j goes to offset k_ℓ + j and
+sees k_ℓ + j + 1 keys there: the group's view of the request is shifted back by K - k_ℓ
+(:func:`serving.vllm_internals.install_group_offsets`).
 """
 
 from __future__ import annotations
@@ -21,12 +24,14 @@ from pathlib import Path
 
 import torch
 
+import allocators
 import presses
 from runtime import Evidence, KeepPlan, LayerKV
 from runtime.adapters import ModelAdapter, adapter_for, apply_rope
 
-from .engine import ENGINE_PRESSES
+from . import vllm_internals as vi
 from .pages import PageLayout
+from .rules import check_allocator, check_press
 from .signals import GDNSignalRecorder
 
 _LAYER = re.compile(r"layers\.(\d+)\.")
@@ -73,13 +78,12 @@ class CompactionWorker:
     """Methods for ``LLM.collective_rpc`` (prefixed so that they never collide with the worker's own)."""
 
     def hybridpress_setup(self, press: str, options: dict | None = None) -> dict:
-        """Use ``press`` from now on (built with ``options``). The first call also builds the adapter and learns the
-        page layouts; the GDN signal hooks are installed when a press first reads them. Returns the page geometry:
-        block size, attention layers, the index of their KV-cache group, bytes of one context entry over all
-        attention layers (keys and values), bytes of one sequence's recurrent states (conv and GDN, all layers)."""
-        if press not in ENGINE_PRESSES:
-            raise ValueError(f"press {press!r} does not run in the engine; presses there: {', '.join(ENGINE_PRESSES)} "
-                             "(SnapKV needs the context's last queries, KVzip a second pass)")
+        """Use ``press`` from now on (built with ``options``). The first call also builds the adapter, learns the
+        page layouts and installs the per-group offsets; the GDN signal hooks are installed when a press first reads
+        them. Returns the page geometry: block size, the KV-cache group of each attention layer, bytes of one entry
+        of one attention layer (keys and values, all KV heads), bytes of one sequence's recurrent states (conv and
+        GDN, all layers)."""
+        check_press(press)
         if not hasattr(self, "_hp_adapter"):
             self._hp_attach()
         chosen = presses.get(press, **(options or {}))
@@ -89,22 +93,19 @@ class CompactionWorker:
         if request.gdn_signals and self._hp_recorder is None:
             self._hp_recorder = GDNSignalRecorder(self.model_runner.model)
         self._hp_press, self._hp_reads_signals = chosen, request.gdn_signals
-        return {"block_size": self._hp_block_size, "attention_layers": list(self._hp_adapter.attention_layers),
-                "attention_group": self._hp_group, "entry_bytes": self._hp_entry_bytes,
-                "state_bytes": self._hp_state_bytes}
+        return {"block_size": self._hp_block_size, "attention_groups": dict(self._hp_groups),
+                "layer_entry_bytes": self._hp_entry_bytes, "state_bytes": self._hp_state_bytes}
 
     def _hp_attach(self) -> None:
         runner = self.model_runner
-        groups = runner.kv_cache_config.kv_cache_groups
-        attention = [i for i, g in enumerate(groups) if type(g.kv_cache_spec).__name__ == "FullAttentionSpec"]
-        if len(attention) != 1:
-            raise ValueError(f"expected the attention layers in one KV-cache group, found {len(attention)}: "
-                             "per-layer groups are not supported yet")
-        self._hp_group = attention[0]
-        spec = groups[self._hp_group].kv_cache_spec
-        context = runner.compilation_config.static_forward_context
-        self._hp_layers = {int(_LAYER.search(name).group(1)): context[name]
-                           for name in groups[self._hp_group].layer_names}
+        groups = vi.kv_cache_groups(runner)
+        attention = [i for i, g in enumerate(groups) if vi.is_attention_group(g.kv_cache_spec)]
+        if any(len(groups[i].layer_names) != 1 for i in attention):
+            raise ValueError("expected one KV-cache group per attention layer: build the engine with "
+                             "serving.CompactingLLM (serving.vllm_internals.per_layer_kv_cache_groups)")
+        context = vi.layer_modules(runner)
+        self._hp_groups = {int(_LAYER.search(groups[i].layer_names[0]).group(1)): i for i in attention}
+        self._hp_layers = {index: context[groups[i].layer_names[0]] for index, i in self._hp_groups.items()}
         device = next(iter(self._hp_layers.values())).kv_cache.device
         model_dir = Path(runner.model_config.model)
         self._hp_adapter = _twin_adapter(runner.model_config.hf_config, device,
@@ -112,14 +113,20 @@ class CompactionWorker:
         if tuple(sorted(self._hp_layers)) != tuple(self._hp_adapter.attention_layers):
             raise ValueError(f"vLLM's attention layers {sorted(self._hp_layers)} are not the model's "
                              f"{self._hp_adapter.attention_layers}")
+        specs = {groups[i].kv_cache_spec for i in attention}
+        if len(specs) != 1:
+            raise ValueError(f"the attention layers have different KV-cache specs {specs}")
+        spec = specs.pop()
         self._hp_block_size = spec.block_size
         self._hp_layouts = {index: PageLayout.learn(layer, spec.block_size, spec.num_kv_heads, spec.head_size)
                             for index, layer in self._hp_layers.items()}
         self._hp_recorder, self._hp_signals = None, {}
-        self._hp_entry_bytes = len(self._hp_layers) * 2 * spec.num_kv_heads * spec.head_size * spec.dtype.itemsize
+        self._hp_entry_bytes = 2 * spec.num_kv_heads * spec.head_size * spec.dtype.itemsize
         self._hp_state_bytes = sum(
-            cache[0].nbytes for index, group in enumerate(groups) if index != self._hp_group
+            cache[0].nbytes for index, group in enumerate(groups) if index not in attention
             for name in group.layer_names for cache in context[name].kv_cache)
+        self._hp_offsets: dict[str, dict[int, int]] = {}
+        vi.install_group_offsets(runner, self._hp_offsets)
 
     def hybridpress_record(self) -> None:
         """Start recording the evidence of the next prefill."""
@@ -127,19 +134,18 @@ class CompactionWorker:
             self._hp_recorder.start()
 
     def hybridpress_compact(self, request_id: str, n: int, keep_fraction: float, protected: int,
-                            allocator: str = "flat") -> dict:
+                            allocator: str = "flat", allocator_options: dict | None = None) -> dict:
         """Score, plan and compact the request ``request_id`` whose ``n`` prompt tokens were just prefilled.
 
-        Returns the kept count ``k`` (all layers and heads keep the same number), the plan, and the scoring seconds.
+        Returns the request's computed count from now on (``computed``, the largest kept count), each layer's kept
+        count (protected prefix included), the plan, and the scoring seconds.
         """
-        runner = self.model_runner
-        state = runner.requests[request_id]
+        state = vi.request_state(self.model_runner, request_id)
         if state.num_prompt_tokens != n:
             raise RuntimeError(f"request {request_id} has {state.num_prompt_tokens} prompt tokens, not {n}")
-        blocks = state.block_ids[self._hp_group]
         kv = {}
         for index, layer in self._hp_layers.items():
-            keys, values = self._hp_layouts[index].read(layer.kv_cache, blocks, n)
+            keys, values = self._hp_layouts[index].read(layer.kv_cache, state.block_ids[self._hp_groups[index]], n)
             positions = torch.arange(n, device=keys.device).expand(keys.shape[0], -1)
             kv[index] = LayerKV(keys, values, positions)
         signals = self._hp_recorder.stop() if self._hp_reads_signals else {}
@@ -149,46 +155,63 @@ class CompactionWorker:
                                f"context of {n}: prefill one context at a time while recording")
         context = ServedContext(self._hp_adapter, kv, n, protected, Evidence(gdn_signals=signals))
         t0 = time.perf_counter()
-        plan = presses.Selection(context, self._hp_press).plan(allocator, keep_fraction)
+        check_allocator(allocator)
+        plan = presses.Selection(context, self._hp_press).plan(allocators.get(allocator, **(allocator_options or {})),
+                                                               keep_fraction)
         score_seconds = time.perf_counter() - t0
-        counts = {len(h) for heads in plan.layers.values() for h in heads}
-        if len(counts) != 1:
-            raise ValueError(f"the plan keeps different counts per layer or head ({sorted(counts)}); the engine "
-                             "compacts uniform plans (allocator 'flat') until attention layers get their own groups")
-        k = protected + counts.pop()
-        self._hp_gather(kv, plan, blocks, n, k, protected)
-        self._hp_shorten(request_id, k)
-        return {"k": k, "score_seconds": score_seconds,
+        kept = {}
+        for layer, heads in plan.layers.items():
+            counts = {len(h) for h in heads}
+            if len(counts) != 1:
+                raise ValueError(f"the plan keeps {sorted(counts)} entries in the heads of layer {layer}; the engine "
+                                 "compacts the heads of a layer to one count")
+            kept[layer] = protected + counts.pop()
+        computed = max(kept.values())
+        self._hp_gather(kv, plan, state.block_ids, n, computed, protected)
+        self._hp_shorten(request_id, computed, kept)
+        return {"computed": computed, "kept": kept, "score_seconds": score_seconds,
                 "plan": {layer: [h.tolist() for h in heads] for layer, heads in plan.layers.items()}}
 
-    def hybridpress_attach(self, source: tuple[list[int], ...], target: tuple[list[int], ...], kept: int) -> None:
-        """Copy a held context into a question's blocks: the pages holding its ``kept`` attention entries, and the
-        GDN states (conv and recurrent), so that decoding the question never changes the held context."""
+    def hybridpress_attach(self, request_id: str, source: tuple[list[int], ...], target: tuple[list[int], ...],
+                           computed: int, kept: dict[int, int]) -> None:
+        """Copy a held context into the question ``request_id``'s blocks: each attention layer's pages holding its
+        ``kept[layer]`` entries, and the GDN states (conv and recurrent), so that decoding the question never
+        changes the held context; and shift each attention layer's view of the question back by
+        ``computed - kept[layer]``."""
         runner = self.model_runner
-        context = runner.compilation_config.static_forward_context
-        for index, group in enumerate(runner.kv_cache_config.kv_cache_groups):
-            # the attention group: the pages holding the kept entries; a recurrent group: its state slots
-            count = -(-kept // self._hp_block_size) if index == self._hp_group else len(source[index])
+        context = vi.layer_modules(runner)
+        by_group = {self._hp_groups[layer]: k for layer, k in kept.items()}
+        for index, group in enumerate(vi.kv_cache_groups(runner)):
+            # an attention group: the pages holding its kept entries; a recurrent group: its state slots
+            count = -(-by_group[index] // self._hp_block_size) if index in by_group else len(source[index])
             src, dst = (torch.as_tensor(ids[:count], dtype=torch.long) for ids in (source[index], target[index]))
             for name in group.layer_names:
                 caches = context[name].kv_cache
                 for cache in caches if isinstance(caches, (list, tuple)) else (caches,):
                     cache[dst.to(cache.device)] = cache[src.to(cache.device)]
+        shifts = {group: computed - k for group, k in by_group.items() if k != computed}
+        if shifts:
+            self._hp_offsets[request_id] = shifts
 
-    def hybridpress_read(self, blocks: list[int], count: int) -> dict:
-        """Keys and values ``[H_kv, count, d]`` (CPU) of every attention layer at token offsets ``0 ... count - 1``
-        of the attention blocks ``blocks``: what a held context's pages contain."""
-        return {index: tuple(t.cpu() for t in self._hp_layouts[index].read(layer.kv_cache, blocks, count))
+    def hybridpress_detach(self, request_id: str) -> None:
+        """Forget a finished question's offsets."""
+        self._hp_offsets.pop(request_id, None)
+
+    def hybridpress_read(self, blocks: dict[int, list[int]], kept: dict[int, int]) -> dict:
+        """Keys and values ``[H_kv, kept[layer], d]`` (CPU) of every attention layer at token offsets
+        ``0 ... kept[layer] - 1`` of its blocks ``blocks[layer]``: what a held context's pages contain."""
+        return {index: tuple(t.cpu() for t in self._hp_layouts[index].read(layer.kv_cache, blocks[index],
+                                                                            kept[index]))
                 for index, layer in self._hp_layers.items()}
 
     def hybridpress_signals(self) -> dict:
         """The GDN signals ``{layer: [n, Hv, 3]}`` of the last compacted context (CPU)."""
         return {index: s.cpu() for index, s in self._hp_signals.items()}
 
-    def _hp_gather(self, kv: dict[int, LayerKV], plan: KeepPlan, blocks: list[int], n: int, k: int,
+    def _hp_gather(self, kv: dict[int, LayerKV], plan: KeepPlan, block_ids, n: int, computed: int,
                    protected: int) -> None:
-        """Write each layer's kept entries to token offsets ``0 ... k - 1`` of the request's blocks, keys rotated
-        by ``-(n - k)``."""
+        """Write each layer's kept entries to token offsets ``0 ... k - 1`` of its group's blocks, keys rotated by
+        ``-(n - computed)``."""
         adapter = self._hp_adapter
         for index, layer in self._hp_layers.items():
             stored = kv[index]
@@ -196,21 +219,21 @@ class CompactionWorker:
             keep = torch.stack([torch.cat([prefix, h.to(prefix.device).long()]) for h in plan.layers[index]])
             expand = keep[..., None].expand(-1, -1, stored.keys.shape[-1])
             keys, values = stored.keys.gather(1, expand), stored.values.gather(1, expand)  # [H_kv, k, d]
-            if n != k:
+            if n != computed:
                 cos, sin = adapter.rope(torch.zeros(1, dtype=torch.float32, device=keys.device),
-                                        torch.tensor([k - n], device=keys.device))
+                                        torch.tensor([computed - n], device=keys.device))
                 keys = apply_rope(keys.float(), cos, sin).to(keys.dtype)
-            slots = self._hp_layouts[index].slots(blocks, k, keys.device)
-            layer.impl.do_kv_cache_update(layer, keys.transpose(0, 1).contiguous(),
-                                          values.transpose(0, 1).contiguous(), layer.kv_cache, slots)
+            slots = self._hp_layouts[index].slots(block_ids[self._hp_groups[index]], keys.shape[1], keys.device)
+            vi.write_entries(layer, keys.transpose(0, 1).contiguous(), values.transpose(0, 1).contiguous(), slots)
 
-    def _hp_shorten(self, request_id: str, k: int) -> None:
-        """Make the runner's record of the request a k-token prompt whose cache is computed: it is re-added to the
-        persistent batch from this record at the next step, with the blocks the scheduler kept."""
-        runner = self.model_runner
-        state = runner.requests[request_id]
-        del state.block_ids[self._hp_group][-(-k // self._hp_block_size):]
-        state.prompt_token_ids = state.prompt_token_ids[:k]
-        state.num_prompt_tokens = k
-        state.num_computed_tokens = k
-        runner.input_batch.remove_request(request_id)
+    def _hp_shorten(self, request_id: str, computed: int, kept: dict[int, int]) -> None:
+        """Make the runner's record of the request a ``computed``-token prompt whose cache is computed, each
+        attention group with the blocks the scheduler kept; it is re-added to the persistent batch from this record
+        at the next step."""
+        state = vi.request_state(self.model_runner, request_id)
+        for layer, k in kept.items():
+            del state.block_ids[self._hp_groups[layer]][-(-k // self._hp_block_size):]
+        state.prompt_token_ids = state.prompt_token_ids[:computed]
+        state.num_prompt_tokens = computed
+        state.num_computed_tokens = computed
+        vi.drop_from_batch(self.model_runner, request_id)

