@@ -5,6 +5,7 @@ Each figure is the median of three runs after one warm-up. Contexts are generic 
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
 import time
@@ -17,6 +18,7 @@ from presses.selection import Selection
 from runtime import EvidenceRequest, adapter_for, encode_text, prefill
 
 from . import loading
+from .arguments import Command, add_model_arguments, ints, model_spec, names
 from .corpus import SOURCES, documents
 from .files import write_text
 from .store import check_writable
@@ -85,3 +87,20 @@ def run_cost(model_path, press_names: list[str], lengths: list[int], out: Path) 
     write_text(out / "cost.md", "\n".join(table) + "\n")
     print("\n".join(table))
     return rows
+
+
+def add_cost_arguments(parser: argparse.ArgumentParser) -> None:
+    add_model_arguments(parser)
+    # every press the registry builds by its name alone (the kvpress bridge needs a class named: kvpress:<Class>)
+    by_name = [name for name in presses.available() if name in presses.PRESSES]
+    parser.add_argument("--press", type=names, default=by_name)
+    parser.add_argument("--lengths", type=ints, default=[1024, 4096, 16384])
+    parser.add_argument("--out", default="results/cost")
+
+
+def run_cost_command(args: argparse.Namespace) -> None:
+    run_cost(model_spec(args), args.press, args.lengths, Path(args.out))
+
+
+COST = Command("cost", "scoring time per press against prefill time, by context length", add_cost_arguments,
+               run_cost_command)

@@ -29,13 +29,15 @@ def import_graph() -> dict[str, set[str]]:
             elif isinstance(node, ast.ImportFrom):
                 anchor = package[: len(package) - node.level + 1] if node.level else []
                 base = ".".join(anchor + ([node.module] if node.module else []))
-                names = [base] + [f"{base}.{alias.name}" for alias in node.names]
+                # ``from pkg import name``: the submodule pkg.name if there is one, else an attribute of pkg
+                names = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in files else base for alias in node.names]
             else:
                 continue
             for name in names:
-                while name and name not in files:  # ``from pkg import name``: name is an attribute, not a module
+                while name and name not in files:
                     name = name.rpartition(".")[0]
-                if name and name != module:
+                # a module's own packages are imported before it anyway: no edge back to them
+                if name and not (module == name or module.startswith(name + ".")):
                     imported.add(name)
         graph[module] = imported
     return graph
