@@ -75,7 +75,8 @@ def resolve(model: str | ModelSpec | None) -> Path:
     if spec.path is None:
         if not (DEFAULT_MODEL_DIR / "config.json").exists():
             raise FileNotFoundError(f"no model at {DEFAULT_MODEL_DIR}: the default model ships with the source "
-                                    f"checkout (models/hybrid-byte-12l); set {MODEL_ENV} to its directory, or pass --model")
+                                    f"checkout (models/hybrid-byte-12l); set {MODEL_ENV} to its directory, or pass "
+                                    "--model")
         return DEFAULT_MODEL_DIR
     directory = Path(spec.path).expanduser()
     if (directory / "config.json").exists():
@@ -233,8 +234,15 @@ def _digest(directory: Path, paths) -> str:
 
 @dataclass(frozen=True)
 class ModelIdentity:
-    """Fingerprints of a model directory: ``parts`` (weights, config, tokenizer: :data:`MODEL_PARTS`) and the
-    derived ``artifacts`` (:data:`ARTIFACTS`)."""
+    """Fingerprints of a model directory.
+
+    Attributes
+    ----------
+    parts : dict
+        ``{part: fingerprint}`` of the weights, config and tokenizer (:data:`MODEL_PARTS`).
+    artifacts : str
+        One fingerprint of what the bench derived and stores beside them (:data:`ARTIFACTS`).
+    """
 
     parts: dict
     artifacts: str

@@ -29,6 +29,9 @@ def _shards(labels_dir: Path, futures: str = "labels") -> list[dict]:
 
 def label(model_path, out: Path, limit, tokens: int, continuations: int, max_new_tokens: int, seed: int,
           part: tuple[int, int] = (0, 1)) -> None:
+    """Record GDN signals and utility labels of the labelling windows into ``out``
+    (:func:`gatesight_learning.record.record_corpus`, its arguments), each shard tagged with the weights'
+    fingerprint."""
     model, tokenizer, directory = loading.load(model_path)
     record_corpus(model, tokenizer, out, limit, tokens, continuations, max_new_tokens, seed,
                   weights=loading.fingerprint(directory, "model*.safetensors"), part=part)
@@ -81,6 +84,8 @@ def train(model_path, labels_dir: Path, out: Path | None, slow_threshold: float,
 
 
 def analyze(model_path, labels_dir: Path, out: Path, slow_threshold: float) -> None:
+    """Write the paper's observations on this model into ``out``: ``observations.md`` (tables beside the paper's
+    figures), ``observations.json`` and the half-life PNGs; observation 3 reads the model's GateSight artifact."""
     from .analyze import (PAPER, observation_1, observation_2, observation_3, plot_half_life_histogram,
                           plot_half_lives, slow_heads_by_layer)
 
@@ -99,11 +104,12 @@ def analyze(model_path, labels_dir: Path, out: Path, slow_threshold: float) -> N
     for key in ("median half-life", "pair spearman (median)", "pair spearman (min)", "static vs measured spearman",
                 "slow heads", "heads", "slow-set jaccard (median)"):
         value, paper = obs1[key], PAPER.get(key, "–")
-        lines.append(f"| {key} | {value:.3f} | {paper} |" if isinstance(value, float) else f"| {key} | {value} | {paper} |")
+        shown = f"{value:.3f}" if isinstance(value, float) else str(value)
+        lines.append(f"| {key} | {shown} | {paper} |")
     lines += [f"| half-life 10th / 90th percentile (tokens) | {lives[len(lives) // 10]:.2f} / "
               f"{lives[(9 * len(lives)) // 10]:.2f} | a handful / hundreds to thousands |",
-              f"| heads with half-life ≥ {slow_threshold:g} tokens | {sum(v >= slow_threshold for v in lives) / len(lives):.1%} "
-              "| – |"]
+              f"| heads with half-life ≥ {slow_threshold:g} tokens | "
+              f"{sum(v >= slow_threshold for v in lives) / len(lives):.1%} | – |"]
     names = sorted({k[1] for k in obs2["rho"]})
     lines += ["", "![half-lives per layer](half_lives.png) ![half-life histogram](half_life_histogram.png)", "",
               "## Observation 2: Spearman ρ of U with native signals", "",

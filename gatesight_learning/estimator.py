@@ -15,6 +15,28 @@ from presses.gatesight import GateSightEstimator, build_features, init_mlp, mlp_
 
 @dataclass
 class TrainSettings:
+    """How the estimator (and the ridge baseline beside it) is fitted.
+
+    Attributes
+    ----------
+    hidden : int
+        Hidden units of each (layer, KV head) MLP.
+    lr, weight_decay : float
+        AdamW's learning rate and weight decay.
+    clip : float
+        Gradient-norm clip.
+    epochs : int
+        Passes over the sampled positions.
+    positions_per_document : int
+        Random context positions drawn from each labelled document.
+    batch_size : int
+        Positions per optimiser step.
+    seed : int
+        Seeds the position draws, the initialisation and the batch order.
+    window : int
+        GDN layers before each attention layer whose signals are features (paper: 6).
+    """
+
     hidden: int = 64
     lr: float = 2e-3
     weight_decay: float = 1e-2
@@ -26,8 +48,27 @@ class TrainSettings:
     window: int = 6
 
 
-def layer_dataset(shards: list[dict], layer: int, gdn_layers: list[int], per_document: int, seed: int):
-    """Features ``[N, F]`` and targets ``[H_kv, N]`` of ``per_document`` random positions of every document."""
+def layer_dataset(shards: list[dict], layer: int, gdn_layers: list[int], per_document: int,
+                  seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Features and targets of ``per_document`` random positions of every document, for one attention layer.
+
+    Parameters
+    ----------
+    shards : list[dict]
+        Label shards (:func:`gatesight_learning.record.load_shard`): ``signals`` ``{gdn layer: [n, Hv, 3]}`` and
+        ``labels`` ``{attention layer: [H_kv, n]}``.
+    layer : int
+        The attention layer.
+    gdn_layers : list[int]
+        The GDN layers whose signals are its features.
+    per_document, seed : int
+        Positions drawn per document (all if fewer), and the draw's seed.
+
+    Returns
+    -------
+    tuple[torch.Tensor, torch.Tensor]
+        Features ``[N, F]`` and targets ``[H_kv, N]``, N summed over the documents.
+    """
     generator = torch.Generator().manual_seed(seed)
     xs, ys = [], []
     for shard in shards:
@@ -41,7 +82,23 @@ def layer_dataset(shards: list[dict], layer: int, gdn_layers: list[int], per_doc
 
 def train_estimator(shards: list[dict], gdn_windows: dict[int, list[int]], settings: TrainSettings = TrainSettings(),
                     log=None) -> GateSightEstimator:
-    """One MLP per (attention layer, KV head), BCE against the max-normalised utility, inputs standardised."""
+    """One MLP per (attention layer, KV head), BCE against the max-normalised utility, inputs standardised.
+
+    Parameters
+    ----------
+    shards : list[dict]
+        Label shards, as :func:`layer_dataset` reads them.
+    gdn_windows : dict[int, list[int]]
+        ``{attention layer: the GDN layers whose signals are its features}``.
+    settings : TrainSettings
+    log : Callable[[str], None] or None
+        Receives the mean BCE of every epoch of every layer.
+
+    Returns
+    -------
+    GateSightEstimator
+        The MLPs with their input standardisation (``mean``, ``std`` ``[F]``) per layer, and a training record.
+    """
     torch.manual_seed(settings.seed)
     layers = {}
     for layer, gdn_layers in gdn_windows.items():
@@ -74,12 +131,21 @@ def train_estimator(shards: list[dict], gdn_windows: dict[int, list[int]], setti
 
 @dataclass
 class RidgeModel:
-    """Per (layer, KV head) linear map on standardised features: ``{layer: (mean, std, weights [H_kv, F + 1])}``."""
+    """Per (layer, KV head) linear map on standardised features: the baseline the MLPs are compared with.
+
+    Attributes
+    ----------
+    layers : dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
+        ``{attention layer: (mean [F], std [F], weights [H_kv, F + 1])}``, the last weight column the bias.
+    gdn_windows : dict[int, list[int]]
+        ``{attention layer: the GDN layers whose signals are its features}``.
+    """
 
     layers: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
     gdn_windows: dict[int, list[int]]
 
     def predict(self, layer: int, features: torch.Tensor) -> torch.Tensor:
+        """Predicted utility ``[H_kv, N]`` of ``features`` ``[N, F]`` at ``layer``."""
         mean, std, weights = self.layers[layer]
         x = torch.cat([(features - mean) / std, torch.ones(features.shape[0], 1)], dim=1)
         return weights @ x.T
@@ -87,6 +153,8 @@ class RidgeModel:
 
 def fit_ridge(shards: list[dict], gdn_windows: dict[int, list[int]], alpha: float = 1.0,
               per_document: int = 500, seed: int = 0) -> RidgeModel:
+    """Ridge regression (penalty ``alpha`` on every weight, the bias included) of the utility on the same features
+    and positions as :func:`train_estimator` (:func:`layer_dataset`), solved in float64."""
     layers = {}
     for layer, gdn_layers in gdn_windows.items():
         x, y = layer_dataset(shards, layer, gdn_layers, per_document, seed)

@@ -38,6 +38,21 @@ def spearman(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def overlap_and_coverage(pred: torch.Tensor, truth: torch.Tensor, fraction: float) -> tuple[float, float]:
+    """How well the predicted top ``fraction`` of entries matches the true one.
+
+    Parameters
+    ----------
+    pred, truth : torch.Tensor
+        ``[n]`` predicted and true utilities of one KV head.
+    fraction : float
+        The share k / n of entries compared (k at least 1).
+
+    Returns
+    -------
+    tuple[float, float]
+        Overlap@k (the share of the true top k that is predicted) and coverage@k (the true utility the predicted
+        top k holds, as a share of the most any k entries hold).
+    """
     k = max(1, math.ceil(fraction * truth.numel()))
     top_pred = torch.topk(pred, k).indices
     top_true = torch.topk(truth, k).indices
@@ -51,14 +66,27 @@ Predictor = Callable[[dict, int], torch.Tensor]
 
 
 def evaluate(predictor: Predictor, shards: list[dict]) -> dict[str, float]:
-    """Metrics averaged over KV heads, then documents, then layers."""
+    """Metrics averaged over KV heads, then documents, then layers.
+
+    Parameters
+    ----------
+    predictor : Predictor
+    shards : list[dict]
+        Label shards (:func:`gatesight_learning.record.load_shard`): ``signals`` ``{gdn layer: [n, Hv, 3]}``,
+        ``labels`` ``{attention layer: [H_kv, n]}``.
+
+    Returns
+    -------
+    dict[str, float]
+        ``rho`` (Spearman), ``ov@5|10|20`` and ``cov@5|10|20`` (:func:`overlap_and_coverage` at :data:`FRACTIONS`).
+    """
     per_layer = evaluate_per_layer(predictor, shards)
     keys = next(iter(per_layer.values())).keys()
     return {key: mean(per_layer[layer][key] for layer in per_layer) for key in keys}
 
 
 def evaluate_per_layer(predictor: Predictor, shards: list[dict]) -> dict[int, dict[str, float]]:
-    """Metrics per attention layer, averaged over KV heads, then documents."""
+    """``{attention layer: metrics}``, each averaged over KV heads, then documents (the metrics of :func:`evaluate`)."""
     per_layer: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for shard in shards:
         for layer, truth in shard["labels"].items():
@@ -80,7 +108,22 @@ def _window_mean(shard: dict, gdn_layers: list[int], fn) -> torch.Tensor:
 
 
 def heuristic_predictors(gdn_windows: dict[int, list[int]], slow_heads: dict[int, list[int]], seed: int = 0):
-    """Untrained predictors of Table 1 / Table 5: random, age, window-mean signals, slow-head writes."""
+    """Untrained predictors of Table 1 / Table 5: random, age, window-mean signals, slow-head writes.
+
+    Parameters
+    ----------
+    gdn_windows : dict[int, list[int]]
+        ``{attention layer: the GDN layers before it whose signals are read}``.
+    slow_heads : dict[int, list[int]]
+        ``{gdn layer: its slow value heads}`` (:func:`gatesight_learning.analyze.slow_heads_by_layer`).
+    seed : int
+        Seeds the random predictor.
+
+    Returns
+    -------
+    dict[str, Predictor]
+        By the name the tables show; a signal predictor gives every KV head the same ``[n]`` scores.
+    """
     def broadcast(shard, layer, vector):
         return vector.expand(shard["labels"][layer].shape[0], -1)
 
@@ -96,15 +139,18 @@ def heuristic_predictors(gdn_windows: dict[int, list[int]], slow_heads: dict[int
             return torch.zeros(shard["labels"][layer].shape[1])
         return torch.cat(cells, dim=1).mean(1)
 
+    def window_mean(signal):
+        return lambda shard, layer: broadcast(shard, layer, _window_mean(shard, gdn_windows[layer], signal))
+
     generator = torch.Generator().manual_seed(seed)
     return {
         "random": lambda shard, layer: torch.rand(shard["labels"][layer].shape, generator=generator),
         "age (older first)": lambda shard, layer: broadcast(
             shard, layer, -torch.arange(shard["labels"][layer].shape[1], dtype=torch.float32)),
-        "β (window mean)": lambda shard, layer: broadcast(shard, layer, _window_mean(shard, gdn_windows[layer], beta)),
-        "−g (window mean)": lambda shard, layer: broadcast(shard, layer, _window_mean(shard, gdn_windows[layer], forget)),
-        "‖v‖ (window mean)": lambda shard, layer: broadcast(shard, layer, _window_mean(shard, gdn_windows[layer], vnorm)),
-        "β‖v‖ (window mean)": lambda shard, layer: broadcast(shard, layer, _window_mean(shard, gdn_windows[layer], write)),
+        "β (window mean)": window_mean(beta),
+        "−g (window mean)": window_mean(forget),
+        "‖v‖ (window mean)": window_mean(vnorm),
+        "β‖v‖ (window mean)": window_mean(write),
         "slow-head β‖v‖": lambda shard, layer: broadcast(shard, layer, slow_write(shard, layer)),
     }
 
@@ -135,8 +181,27 @@ def single_head_oracle(shards: list[dict], gdn_windows: dict[int, list[int]]) ->
 
 
 def learned_predictors_loco(shards: list[dict], gdn_windows, settings: TrainSettings, log=None, per_layer=None):
-    """Ridge and MLP, each evaluated leave-one-corpus-out: metrics averaged over held-out corpora. ``per_layer``,
-    if given, is filled with ``{predictor: {layer: {metric: value}}}`` (observation 3 compares them per layer)."""
+    """Ridge and MLP, each evaluated leave-one-corpus-out: metrics averaged over held-out corpora.
+
+    Parameters
+    ----------
+    shards : list[dict]
+        Label shards (:func:`gatesight_learning.record.load_shard`): ``signals`` ``{gdn layer: [n, Hv, 3]}``,
+        ``labels`` ``{attention layer: [H_kv, n]}``.
+    gdn_windows : dict[int, list[int]]
+        ``{attention layer: the GDN layers whose signals are its features}``.
+    settings : TrainSettings
+        How both are fitted on the other corpora.
+    log : Callable[[str], None] or None
+        Receives one line per held-out corpus.
+    per_layer : dict or None
+        If given, filled with ``{predictor: {layer: {metric: value}}}`` (observation 3 compares them per layer).
+
+    Returns
+    -------
+    dict[str, dict[str, float]]
+        ``{"ridge" | "MLP (GateSight)": the metrics of :func:`evaluate`}``.
+    """
     corpora = sorted({s["corpus"] for s in shards})
     results = {"ridge": defaultdict(list), "MLP (GateSight)": defaultdict(list)}
     layers = {name: defaultdict(lambda: defaultdict(list)) for name in results}

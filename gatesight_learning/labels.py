@@ -23,7 +23,19 @@ from runtime.kv import attention_probs
 
 @dataclass
 class Sampler:
-    """Seeded temperature / top-k / top-p sampling of one token from ``[V]`` logits (paper App. B defaults)."""
+    """Seeded temperature / top-k / top-p sampling of one token from ``[V]`` logits (paper App. B defaults).
+
+    Attributes
+    ----------
+    temperature : float
+        Divides the logits.
+    top_p : float
+        The smallest set of the top-k tokens whose probability reaches it is sampled from.
+    top_k : int
+        Tokens considered.
+    seed : int
+        Seeds the sampler's own generator: one sampler, one reproducible sequence of draws.
+    """
 
     temperature: float = 1.0
     top_p: float = 0.95
@@ -43,6 +55,8 @@ class Sampler:
 
 
 class _ContinuationCapture:
+    """A forward observer keeping each attention layer's query, gate, keys, values and output of a continuation."""
+
     wants_gdn_signals = False
 
     def __init__(self):
@@ -71,12 +85,27 @@ def _out_proj_blocks(parent: Parent, layer: int) -> torch.Tensor:
 
 
 def closed_form_utility(probs, outputs, values, blocks, num_kv_heads: int, n: int) -> torch.Tensor:
-    """``[H_kv, n]``: max over the T continuation tokens of ‖Δr(t, i)‖ for the first n entries.
+    """Max over the T continuation tokens of ‖Δr(t, i)‖ for the first n entries (the module docstring's closed
+    form).
 
     Parameters
     ----------
-    probs : ``[H, T, N]`` float32 attention, ``outputs`` ``[H, T, d]``, ``values`` ``[H_kv, N, d]``,
-    blocks : ``[H, D, d]`` output-projection slices.
+    probs : torch.Tensor
+        ``[H, T, N]`` float32 attention of the continuation tokens over all N entries.
+    outputs : torch.Tensor
+        ``[H, T, d]`` head outputs.
+    values : torch.Tensor
+        ``[H_kv, N, d]``.
+    blocks : torch.Tensor
+        ``[H, D, d]`` output-projection slices (:func:`_out_proj_blocks`).
+    num_kv_heads : int
+    n : int
+        Context entries labelled (the first n of N).
+
+    Returns
+    -------
+    torch.Tensor
+        ``[H_kv, n]``.
     """
     heads = probs.shape[0]
     group = heads // num_kv_heads
@@ -99,7 +128,22 @@ def closed_form_utility(probs, outputs, values, blocks, num_kv_heads: int, n: in
 
 
 def brute_force_utility(probs, outputs, values, blocks, num_kv_heads: int, entries: torch.Tensor) -> torch.Tensor:
-    """``[H_kv, len(entries)]`` by deleting each entry from the softmax of its group and recomputing the output."""
+    """The utility of ``entries`` by deleting each from the softmax of its group and recomputing the output: what
+    :func:`closed_form_utility` is checked against.
+
+    Parameters
+    ----------
+    probs, outputs, values, blocks : torch.Tensor
+        As :func:`closed_form_utility`'s.
+    num_kv_heads : int
+    entries : torch.Tensor
+        ``[E]`` entry indices.
+
+    Returns
+    -------
+    torch.Tensor
+        ``[H_kv, E]``.
+    """
     heads = probs.shape[0]
     group = heads // num_kv_heads
     values_rep = values.repeat_interleave(group, 0)  # [H, N, d]
@@ -119,7 +163,17 @@ def brute_force_utility(probs, outputs, values, blocks, num_kv_heads: int, entri
 
 @dataclass
 class LabelChecks:
-    """What the label pass verified: worst closed-form vs deletion error, worst module reconstruction error."""
+    """What the label pass verified.
+
+    Attributes
+    ----------
+    max_closed_form_error : float
+        Worst absolute difference between the closed-form utility and brute-force deletion on the checked entries.
+    max_reconstruction_error : float
+        Worst absolute difference between the layer output rebuilt from the captured head outputs and the module's.
+    covered : bool
+        Every label finite and every context entry labelled.
+    """
 
     max_closed_form_error: float = 0.0
     max_reconstruction_error: float = 0.0
@@ -130,10 +184,25 @@ class LabelChecks:
 def utility_labels(
     parent: Parent, continuations: list[torch.Tensor], n: int, check_entries: int = 0, seed: int = 0
 ) -> tuple[dict[int, torch.Tensor], LabelChecks]:
-    """Raw (un-normalised) U(i) ``[H_kv, n]`` per attention layer for the first ``n`` prefilled entries.
+    """Raw (un-normalised) U(i) per attention layer for the first ``n`` prefilled entries.
 
-    ``continuations`` are token tensors appended after the parent's prompt (each its own branch). With
-    ``check_entries`` > 0, that many random entries per layer are also scored by brute-force deletion.
+    Parameters
+    ----------
+    parent : Parent
+        The prefilled document.
+    continuations : list[torch.Tensor]
+        ``[T]`` token tensors appended after the parent's prompt, each its own branch; U is the max over all.
+    n : int
+        Context entries labelled.
+    check_entries : int
+        With > 0, that many random entries per layer are also scored by brute-force deletion.
+    seed : int
+        Which entries are checked.
+
+    Returns
+    -------
+    tuple[dict[int, torch.Tensor], LabelChecks]
+        ``{attention layer: [H_kv, n]}`` and what was verified.
     """
     g = parent.adapter.geometry
     labels = {layer: torch.zeros(g.num_kv_heads, n) for layer in parent.adapter.attention_layers}
@@ -162,5 +231,5 @@ def utility_labels(
 
 
 def max_normalise(labels: dict[int, torch.Tensor]) -> dict[int, torch.Tensor]:
-    """Scale each (layer, KV head) row to max 1 (paper: per document, layer and KV head)."""
+    """Scale each (layer, KV head) row of ``{layer: [H_kv, n]}`` to max 1 (paper: per document, layer and KV head)."""
     return {layer: u / u.amax(-1, keepdim=True).clamp_min(1e-12) for layer, u in labels.items()}

@@ -1,6 +1,7 @@
 """Training data for the default model: offline generic text mixed with the project's own task generators.
 
-Generic text comes from :mod:`bench.corpus` (its training split). Task items use training seeds (>= ``TRAIN_SEED_BASE``), disjoint from evaluation seeds.
+Generic text comes from :mod:`bench.corpus` (its training split). Task items use training seeds
+(>= ``TRAIN_SEED_BASE``), disjoint from evaluation seeds.
 """
 
 from __future__ import annotations
@@ -24,6 +25,16 @@ IGNORE = -100
 
 @dataclass
 class Sequence:
+    """One training row before padding.
+
+    Attributes
+    ----------
+    ids : list[int]
+        ``[L]`` input tokens.
+    labels : list[int]
+        ``[L]`` next-token targets, :data:`IGNORE` where the loss does not look (prompts, haystacks).
+    """
+
     ids: list[int]
     labels: list[int]
 
@@ -108,7 +119,8 @@ def quiz_sequence(tokenizer, rng: random.Random, length: int) -> Sequence:
     count = max(2, (length - len(header)) // 76)
     keys = draw_distinct(rng, "words", "compact", count)
     values = [str(rng.randint(1000, 9999)) for _ in keys]
-    ids = _encode(tokenizer, header + "".join(f"The magic number for {k} is {v}.\n" for k, v in zip(keys, values)) + "\n")
+    facts = "".join(f"The magic number for {k} is {v}.\n" for k, v in zip(keys, values))
+    ids = _encode(tokenizer, header + facts + "\n")
     labels = [IGNORE] * len(ids)
     for i in rng.sample(range(count), count):
         prompt = _encode(tokenizer, f"The magic number for {keys[i]} is")
@@ -200,7 +212,25 @@ def text_sequence(tokenizer, rng: random.Random, length: int) -> Sequence:
 
 
 def batch(tokenizer, rng: random.Random, size: int, length: int, mix: dict[str, float]) -> tuple[torch.Tensor, ...]:
-    """``[size, length]`` input ids and labels (next-token targets aligned to inputs), padded/truncated."""
+    """One training batch of rows drawn by ``mix``.
+
+    Parameters
+    ----------
+    tokenizer : PreTrainedTokenizerFast
+    rng : random.Random
+        Draws every row (a step's rng makes its batch reproducible).
+    size, length : int
+        Rows, and tokens per row (padded or truncated to it).
+    mix : dict[str, float]
+        ``{kind: weight}`` of the row makers (``task``, ``recall``, ``quiz``, ``mqar``, ``needles``, ``chains``,
+        ``text``).
+
+    Returns
+    -------
+    tuple[torch.Tensor, ...]
+        Input ids ``[size, length]`` and labels ``[size, length]``: the next-token target of each position,
+        :data:`IGNORE` where there is none.
+    """
     makers = {"task": task_sequence, "recall": recall_sequence, "quiz": quiz_sequence, "mqar": mqar_sequence,
               "needles": needles_sequence, "chains": chains_sequence, "text": text_sequence}
     pad = tokenizer.pad_token_id

@@ -28,6 +28,7 @@ def _bytes_to_unicode() -> dict[int, str]:
 
 
 def build_tokenizer() -> PreTrainedTokenizerFast:
+    """The default model's tokenizer: one token per byte (ids 0-255), then :data:`SPECIAL_TOKENS`; no merges."""
     vocab = {char: byte for byte, char in _bytes_to_unicode().items()}
     for offset, token in enumerate(SPECIAL_TOKENS):
         vocab[token] = 256 + offset

@@ -23,6 +23,20 @@ from .tokenizer import build_tokenizer
 
 @dataclass(frozen=True)
 class Stage:
+    """One step of the curriculum (:data:`CURRICULUM`), in force from its ``start`` to the next stage's.
+
+    Attributes
+    ----------
+    start : int
+        The first step of the stage.
+    batch, length : int
+        Rows per step and tokens per row.
+    mix : dict
+        ``{kind of row: share}``, the kinds of :func:`hybridmodel.data.batch`.
+    bf16 : bool
+        bfloat16 autocast (with ``--dtype auto``).
+    """
+
     start: int
     batch: int
     length: int
@@ -64,7 +78,22 @@ GDN_A_RANGE = (1.0, 16.0)
 
 @dataclass
 class TrainConfig:
-    """``phases``: (first step, peak learning rate) of each cosine cycle; each warms up over ``warmup`` steps."""
+    """The training run's schedule and seed (the data of each step depends on ``seed`` and the step only).
+
+    Attributes
+    ----------
+    steps : int
+        Total steps, ≥ 1.
+    phases : tuple[tuple[int, float], ...]
+        ``(first step, peak learning rate)`` of each cosine cycle.
+    warmup : int
+        Linear warm-up steps at the start of each cycle.
+    weight_decay : float
+        AdamW's, on matrices only (:func:`parameter_groups`).
+    seed : int
+    checkpoint_every : int
+        Steps between checkpoints (a killed run resumes from the last).
+    """
 
     steps: int = 1750
     phases: tuple[tuple[int, float], ...] = ((0, 1e-3), (950, 5e-4))
@@ -130,7 +159,20 @@ def install_fast_kernel(model) -> None:
 
 def row_mean_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """Mean over rows of each row's mean token loss: a text row (every token labelled) weighs as much as a task
-    row (a few answer tokens), instead of drowning the answers."""
+    row (a few answer tokens), instead of drowning the answers.
+
+    Parameters
+    ----------
+    logits : torch.Tensor
+        ``[B, L, V]``.
+    labels : torch.Tensor
+        ``[B, L]`` targets, -100 where there is none; rows without any are left out.
+
+    Returns
+    -------
+    torch.Tensor
+        ``[]`` float32.
+    """
     per_token = torch.nn.functional.cross_entropy(
         logits.float().transpose(1, 2), labels, ignore_index=-100, reduction="none"
     )
