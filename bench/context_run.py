@@ -14,9 +14,9 @@ from typing import Callable
 
 from presses.selection import Selection
 from runtime import KeepPlan, prefill
-from runtime.batch import answer_many
+from runtime.batch import answer_and_follow_many
 
-from .fidelity import answer_log_probs, answer_log_probs_many
+from .fidelity import answer_log_probs
 from .harness import Harness
 from .needles import needle_rank
 from .rows import QuestionReference, answered_row, base_row, method_fields, needle_fields
@@ -120,9 +120,10 @@ class ContextRun:
             members = [i for i, method in enumerate(methods) if not self.is_done(row_key({**row, **method}))]
             if not members:
                 continue
-            batch = [children[i] for i in members]
-            answers = answer_many(batch, q.prompt_ids, q.question.max_new_tokens, eos)
-            log_probs = answer_log_probs_many(batch, q.prompt_ids, q.reference.answer_ids)
+            # one pass over the question feeds both the greedy answer and the teacher-forced reference answer
+            answers, logits = answer_and_follow_many([children[i] for i in members], q.prompt_ids,
+                                                     q.reference.answer_ids, q.question.max_new_tokens, eos)
+            log_probs = logits.float().log_softmax(-1)
             for i, answer, child_log_probs in zip(members, answers, log_probs):
                 self.emit(answered_row(self.item, q, row, methods[i], answer, child_log_probs, needles(i, q)))
 

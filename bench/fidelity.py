@@ -11,7 +11,6 @@ from dataclasses import dataclass
 
 import torch
 
-from runtime.batch import logits_many
 from runtime.session import CachedContext
 
 
@@ -32,12 +31,6 @@ def answer_log_probs(cache: CachedContext, prompt_ids: torch.Tensor, answer_ids:
         ``[L]`` and ``[A]`` token ids.
     """
     return _answer_slice(cache.logits(torch.cat([prompt_ids, answer_ids])), prompt_ids, answer_ids)
-
-
-def answer_log_probs_many(children: list[CachedContext], prompt_ids: torch.Tensor,
-                          answer_ids: torch.Tensor) -> torch.Tensor:
-    """``[B, A, V]``: :func:`answer_log_probs` of every child, computed as one batch (:mod:`runtime.batch`)."""
-    return _answer_slice(logits_many(children, torch.cat([prompt_ids, answer_ids])), prompt_ids, answer_ids)
 
 
 def _answer_slice(logits: torch.Tensor, prompt_ids: torch.Tensor, answer_ids: torch.Tensor) -> torch.Tensor:

@@ -56,9 +56,8 @@ class Harness:
         self.layer_weights = None
         if any(a.needs_layer_weights for a in self.allocators.values()):
             self.layer_weights = Calibration.load(self.model_dir).gate_weights
-        for press in self.presses.values():
-            for allocator in self.allocators.values():
-                check_pair(press, allocator)
+        for press, allocator in settings.combinations():
+            check_pair(self.presses[settings.press_label(press)], self.allocators[settings.alloc_label(allocator)])
         self.evidence = evidence_for(self.presses.values(), self.adapter)
         self.code = code_version()
         self.identity = loading.identity(self.model_dir)

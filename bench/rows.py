@@ -12,6 +12,7 @@ from typing import Callable
 import torch
 
 from runtime import Answer, KeepPlan
+from runtime.batch import answer_and_follow_many
 from runtime.session import CachedContext
 
 from .fidelity import FullCacheReference, answer_log_probs, fidelity, reference_text
@@ -46,9 +47,18 @@ def method_fields(press: str, allocator: str, keep_fraction: float, common: dict
 class QuestionReference:
     """One question of an item, encoded, with its full-cache reference computed once from the parent.
 
-    Attributes
+    Parameters
     ----------
     question : Question
+    parent : CachedContext or an engine's held context
+        The full cache; it is not changed.
+    context : str
+        The context's text (to find the needle sentences' positions).
+    encode : Callable[[str], list[int]]
+    eos_token_id : int or None
+
+    Attributes
+    ----------
     prompt_ids : torch.Tensor
         ``[L]`` the question's prompt.
     reference : FullCacheReference
@@ -59,8 +69,8 @@ class QuestionReference:
         Context positions of the needle sentences and of the answer's tokens (None when the task has none).
     """
 
-    def __init__(self, question: Question, parent: CachedContext, context: str,
-                 encode: Callable[[str], list[int]], eos_token_id):
+    def __init__(self, question: Question, parent, context: str, encode: Callable[[str], list[int]],
+                 eos_token_id):
         self.question = question
         self.prompt_ids = torch.tensor(encode(question.prompt), dtype=torch.long)
         self.evidence = self.answer_tokens = None
@@ -68,9 +78,14 @@ class QuestionReference:
             self.evidence = evidence_positions(encode, context, question.evidence)
             self.answer_tokens = evidence_positions(encode, context, question.evidence, question.answers)
         answer_ids = torch.tensor(encode(reference_text(question.prefix, question.answers[0])), dtype=torch.long)
-        self.answer = parent.answer(self.prompt_ids, question.max_new_tokens, eos_token_id)
-        self.reference = FullCacheReference(answer_ids, answer_log_probs(parent, self.prompt_ids, answer_ids),
-                                            self.answer.tokens)
+        if isinstance(parent, CachedContext):  # the runtime's: one pass over the question feeds both
+            answers, logits = answer_and_follow_many([parent], self.prompt_ids, answer_ids, question.max_new_tokens,
+                                                     eos_token_id)
+            self.answer, log_probs = answers[0], logits[0].float().log_softmax(-1)
+        else:  # a context held in an engine answers and scores in two requests
+            self.answer = parent.answer(self.prompt_ids, question.max_new_tokens, eos_token_id)
+            log_probs = answer_log_probs(parent, self.prompt_ids, answer_ids)
+        self.reference = FullCacheReference(answer_ids, log_probs, self.answer.tokens)
 
 
 def needle_fields(q: QuestionReference, plan: KeepPlan, rank: Callable[[], dict | None]) -> dict:

@@ -58,6 +58,9 @@ class CompareSettings:
         One of :data:`ENGINES`.
     haystack : str
         ``generated`` or a real-text source for the tasks that read one.
+    pairs : list[str]
+        ``press/allocator`` pairs to run instead of every press with every allocator (``--methods``); the
+        presses and allocators are then those of the pairs.
     """
 
     presses: list[str]
@@ -77,6 +80,13 @@ class CompareSettings:
     alloc_options: dict = field(default_factory=dict)
     engine: str = "hf"
     haystack: str = GENERATED
+    pairs: list[str] = field(default_factory=list)
+
+    def combinations(self) -> list[tuple[str, str]]:
+        """``(press, allocator)`` registry names of every compacted child, in order."""
+        if self.pairs:
+            return [tuple(pair.split("/", 1)) for pair in self.pairs]
+        return [(p, a) for p in self.presses if p != BASELINE for a in self.allocators]
 
     def press_label(self, name: str) -> str:
         """The press's name in rows: with its options, if any, so that differently configured runs never mix."""
@@ -87,8 +97,8 @@ class CompareSettings:
 
     def methods(self) -> list[tuple[str, str, float]]:
         """``(press label, allocator label, kept fraction)`` of every child of a context, no prune first."""
-        return [(BASELINE, BASELINE, 1.0)] + [(self.press_label(p), self.alloc_label(a), r) for p in self.presses
-                                              if p != BASELINE for a in self.allocators for r in self.ratios]
+        return [(BASELINE, BASELINE, 1.0)] + [(self.press_label(p), self.alloc_label(a), r)
+                                              for p, a in self.combinations() for r in self.ratios]
 
 
 def _label(name: str, options: dict) -> str:
@@ -109,9 +119,26 @@ def _positive_int(value, what: str, meaning: str) -> None:
         raise ValueError(f"{what} must be an integer >= 1 ({meaning}), got {value!r}")
 
 
+def _pairs(settings: CompareSettings) -> None:
+    """``--methods``: each a ``press/allocator`` pair, none twice; the presses and allocators become the pairs'."""
+    for pair in settings.pairs:
+        press, sep, allocator = pair.partition("/")
+        if not sep or not press or not allocator or "/" in allocator:
+            raise ValueError(f"--methods {pair!r}: expected press/allocator, e.g. gatesight/gate")
+        if press == BASELINE:
+            raise ValueError(f"--methods {pair!r}: no prune ({BASELINE}) always runs; name compacting methods only")
+    if len(set(settings.pairs)) < len(settings.pairs):
+        twice = next(p for p in settings.pairs if settings.pairs.count(p) > 1)
+        raise ValueError(f"--methods names {twice!r} twice")
+    settings.presses = list(dict.fromkeys(pair.split("/", 1)[0] for pair in settings.pairs))
+    settings.allocators = list(dict.fromkeys(pair.split("/", 1)[1] for pair in settings.pairs))
+
+
 def validate(settings: CompareSettings) -> None:
     """Every error that can be known before the model loads, as one clear ``ValueError``. The press and allocator
     options are replaced by their typed values (what rows record)."""
+    if settings.pairs:
+        _pairs(settings)
     _nonempty(settings.presses, "--press", ", ".join(presses.available() + [BASELINE]))
     _nonempty(settings.allocators, "--alloc", ", ".join(allocators.available()))
     _nonempty(settings.ratios, "--ratios",
@@ -149,17 +176,10 @@ def validate(settings: CompareSettings) -> None:
 
 
 def _validate_served(settings: CompareSettings) -> None:
-    """What the vLLM engine runs is the serving plugin's to say (:mod:`serving`); the bench only asks."""
+    """What the vLLM engine runs is the serving plugin's to say (:func:`serving.check_request`); the bench asks."""
     if importlib.util.find_spec("vllm") is None:
         raise ValueError("--engine vllm needs vLLM, which lives in its own environment: scripts/serving_env.sh")
-    from serving import ENGINE_PRESSES
+    from serving import check_request
 
-    refused = [name for name in settings.presses if name not in ENGINE_PRESSES + (BASELINE,)]
-    if refused:
-        raise ValueError(f"press {refused[0]!r} does not run in the vLLM engine; presses there: "
-                         f"{', '.join(ENGINE_PRESSES)}")
-    if settings.allocators != ["flat"]:
-        raise ValueError(f"--alloc {','.join(settings.allocators)}: the vLLM engine compacts equal counts per layer "
-                         "and head, allocator 'flat' only")
-    if settings.jobs != 1:
-        raise ValueError(f"--jobs {settings.jobs}: the vLLM engine runs in one process (use --jobs 1)")
+    check_request([name for name in settings.presses if name != BASELINE], settings.allocators, settings.jobs,
+                  loading.dtype_name(settings.model), loading.resolve(settings.model))

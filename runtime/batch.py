@@ -85,6 +85,22 @@ def answer_many(children: list[CachedContext], question_ids, max_new_tokens: int
     Each child's answer is what :meth:`CachedContext.answer` gives it alone (tokens after its end of sequence are
     computed for the batch but dropped).
     """
+    return answer_and_follow_many(children, question_ids, None, max_new_tokens, eos_token_id)[0]
+
+
+def answer_and_follow_many(children: list[CachedContext], question_ids, continuation_ids, max_new_tokens: int,
+                           eos_token_id: int | list[int] | None = None) -> tuple[list[Answer], torch.Tensor | None]:
+    """:func:`answer_many`, and the logits of a teacher-forced ``continuation_ids`` after the question, from one
+    pass over the question: the greedy decode and the forced continuation both continue from its state.
+
+    Returns
+    -------
+    answers : list[Answer]
+        One per child.
+    logits : torch.Tensor or None
+        ``[B, A, V]``: ``logits[:, i]`` predicts continuation token ``i`` (what :func:`logits_many` gives at the
+        positions from the question's last token on); None without a continuation.
+    """
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     _check(children)
@@ -95,6 +111,13 @@ def answer_many(children: list[CachedContext], question_ids, max_new_tokens: int
     position = children[0]._live_state().next_position
     logits, tail, gdn = vmap(_step(adapter, position, False), in_dims=(0, None, 0, None))(base, {}, gdn, ids)
     position += ids.numel()
+    followed = None
+    if continuation_ids is not None:
+        forced = _as_ids(continuation_ids, adapter, "continuation_ids")
+        followed = logits
+        if forced.numel() > 1:  # the states are values here: the forced pass leaves the decode's state untouched
+            rest, _, _ = vmap(_step(adapter, position, True), in_dims=(0, 0, 0, None))(base, tail, gdn, forced[:-1])
+            followed = torch.cat([logits, rest], 1)
     tokens: list[list[int]] = [[] for _ in children]
     done = [False] * len(children)
     while True:
@@ -108,5 +131,6 @@ def answer_many(children: list[CachedContext], question_ids, max_new_tokens: int
         logits, tail, gdn = vmap(_step(adapter, position, False))(base, tail, gdn, chosen[:, None])
         position += 1
     tokenizer = children[0].tokenizer
-    return [Answer(t, tokenizer.decode([x for x in t if x not in stop]) if tokenizer is not None else None)
-            for t in tokens]
+    answers = [Answer(t, tokenizer.decode([x for x in t if x not in stop]) if tokenizer is not None else None)
+               for t in tokens]
+    return answers, followed

@@ -5,7 +5,7 @@ import torch
 
 import presses
 from runtime import prefill
-from runtime.batch import answer_many, logits_many
+from runtime.batch import answer_and_follow_many, answer_many, logits_many
 
 FAMILIES = ["qwen3_5", "qwen3_5_moe", "qwen3_next", "qwen3", "llama"]
 
@@ -28,6 +28,22 @@ def test_batch_equals_each_child_alone(tiny, family):
         assert torch.allclose(together[b], child.logits(question), atol=1e-5, rtol=0), b
     answers = answer_many(children, question, 7, eos_token_id=5)
     assert [a.tokens for a in answers] == [child.answer(question, 7, eos_token_id=5).tokens for child in children]
+
+
+@pytest.mark.parametrize("family", ["qwen3_5", "qwen3"])
+@pytest.mark.parametrize("forced", [1, 6])
+def test_answers_and_a_forced_continuation_from_one_question_pass(tiny, family, forced):
+    model = tiny(family)
+    parent = prefill(model, _ids(120, 5), protected=4)
+    selection = presses.Selection(parent, "keydiff")
+    children = [selection.fork("flat", 0.2), selection.fork("adakv", 0.4)]
+    question, continuation = _ids(8, 6), _ids(forced, 7)
+    answers, logits = answer_and_follow_many(children, question, continuation, 5, eos_token_id=5)
+    assert [a.tokens for a in answers] == [a.tokens for a in answer_many(children, question, 5, eos_token_id=5)]
+    # logits[:, i] predicts continuation token i: the question's last position, then the forced tokens but the last
+    expected = logits_many(children, torch.cat([question, continuation]))[:, question.numel() - 1 : -1]
+    assert logits.shape == expected.shape
+    assert torch.allclose(logits, expected, atol=1e-5, rtol=0)
 
 
 def test_batch_refuses_children_of_different_contexts(tiny):
