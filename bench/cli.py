@@ -18,6 +18,7 @@ from .publish import LEADERBOARD, VERIFY
 
 
 def _ratios(text: str) -> list[float]:
+    """Kept fractions p: a named grid (default, paper) or comma-separated numbers."""
     from .compare import RATIO_GRIDS
 
     return list(RATIO_GRIDS[text]) if text in RATIO_GRIDS else floats(text)
@@ -125,6 +126,7 @@ def _quiet_transformers() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run ``bench argv``; exit code 0, 2 with a one-line error on stderr, or 130 when interrupted."""
     args = build_parser().parse_args(argv)
     command: Command = args.command_entry
     if command.loads_models:

@@ -25,6 +25,7 @@ from .store import check_writable
 
 
 def median_seconds(fn, repeats: int = 3) -> float:
+    """Median wall time of ``repeats`` calls of ``fn``, after one untimed warm-up call."""
     fn()  # warm-up
     times = []
     for _ in range(repeats):
@@ -35,6 +36,7 @@ def median_seconds(fn, repeats: int = 3) -> float:
 
 
 def _context(tokenizer, length: int) -> torch.Tensor:
+    """``[length]`` token ids of held-out generic text, repeated when the documents are shorter."""
     text = "\n\n".join(text for source in SOURCES for _, text in documents(source, "heldout")[:5])
     ids = encode_text(tokenizer, text)
     while len(ids) < length:
@@ -43,6 +45,30 @@ def _context(tokenizer, length: int) -> torch.Tensor:
 
 
 def run_cost(model_path, press_names: list[str], lengths: list[int], out: Path) -> list[dict]:
+    """Time each press's scoring against the prefill at each length; write ``cost.json`` and ``cost.md`` to ``out``.
+
+    Parameters
+    ----------
+    model_path : str, ModelSpec or None
+        The model (:func:`bench.loading.load`).
+    press_names : list[str]
+        Registry names (:func:`presses.get`).
+    lengths : list[int]
+        Context lengths in tokens, each in [2, the model's position limit].
+    out : Path
+        Where the table goes.
+
+    Returns
+    -------
+    list[dict]
+        One row per (press, length): ``score_s``, ``prefill_s`` and their ``ratio``.
+
+    Raises
+    ------
+    ValueError
+        No press or length, an unknown press, a length out of range or an ``out`` that cannot be written: all before
+        the model loads.
+    """
     if not press_names or not lengths:
         raise ValueError("give at least one press and one length")
     for name in press_names:

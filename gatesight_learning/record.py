@@ -90,8 +90,27 @@ def recording_chunks(tokenizer, tokens: int, chunk: int) -> tuple[list[torch.Ten
 
 def label_document(model, tokenizer, text: str, continuations: int = 4, max_new_tokens: int = 128,
                    seed: int = 0, check_entries: int = 8):
-    """Signals ``{gdn layer: [n, Hv, 3]}``, normalised labels of each future kind
-    ``{kind: {attention layer: [H_kv, n]}}`` (:data:`FUTURES`) and the checks of both."""
+    """GDN signals and the utility labels of both futures for the n tokens of one document, from one prefill.
+
+    Parameters
+    ----------
+    model, tokenizer
+        The model labelled, and its tokenizer.
+    text : str
+        The document; the chat prefix comes before it and the assistant turn after it.
+    continuations, max_new_tokens : int
+        The sampled futures (:class:`~gatesight_learning.labels.Sampler`, seeded ``seed * 1000 + m``) and their
+        length.
+    seed : int
+    check_entries : int
+        Entries per layer and future also scored by brute-force deletion.
+
+    Returns
+    -------
+    tuple[dict, dict, LabelChecks]
+        Signals ``{gdn layer: [n, Hv, 3]}`` (β, g, ‖v‖), max-normalised labels of each future kind
+        ``{kind: {attention layer: [H_kv, n]}}`` (:data:`FUTURES`), and the worst checks of both.
+    """
     encode = lambda s: encode_text(tokenizer, s)  # noqa: E731
     prefix, body, suffix = encode(CHAT_PREFIX), encode(text), encode(CHATML_ASSISTANT_TURN)
     ids = torch.tensor(prefix + body + suffix)
@@ -119,8 +138,39 @@ def label_document(model, tokenizer, text: str, continuations: int = 4, max_new_
 def record_corpus(model, tokenizer, out: Path, limit: int | None = None, tokens: int = 1024,
                   continuations: int = 4, max_new_tokens: int = 128, seed: int = 0, weights: str = "",
                   part: tuple[int, int] = (0, 1)) -> list[Path]:
-    """Label every window of :func:`corpus_windows` into ``out`` (resuming); ``part = (k, N)`` takes windows
-    k, k + N, k + 2N, … only, so that N processes (cores, machines) share one corpus into one directory."""
+    """Label every window of :func:`corpus_windows` into ``out``, one shard per window (the module docstring's
+    format); shards already there are kept, so a killed run resumes.
+
+    Parameters
+    ----------
+    model, tokenizer
+        The model labelled, and its tokenizer.
+    out : Path
+        The shard directory.
+    limit : int or None
+        At most this many windows.
+    tokens : int
+        Tokens per window.
+    continuations, max_new_tokens, seed : int
+        The sampled futures (:func:`label_document`).
+    weights : str
+        The model's fingerprint, stored in each shard; shards of other weights in ``out`` are refused.
+    part : tuple[int, int]
+        ``(k, N)``: windows k, k + N, k + 2N, … only, so that N processes (cores, machines) share one corpus into
+        one directory.
+
+    Returns
+    -------
+    list[Path]
+        The shards of this part's windows, written now or before.
+
+    Raises
+    ------
+    ValueError
+        A bad ``part``, or shards of other weights in ``out``.
+    RuntimeError
+        A window whose labels fail their checks (closed form against deletion, coverage).
+    """
     index, parts = part
     if not (isinstance(index, int) and isinstance(parts, int) and 0 <= index < parts):
         raise ValueError(f"part {index}/{parts}: expected K/N with 0 <= K < N")
