@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Callable
 
 from .arguments import Command
-from .report import write_leaderboard
+from .leaderboard import write_leaderboard
 from .store import ResultStore
 
 DIFF_LINES = 20

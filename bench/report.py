@@ -7,15 +7,13 @@ items (:mod:`bench.stats`); a difference whose interval contains 0 is reported a
 
 from __future__ import annotations
 
-import csv
-import io
 from collections import defaultdict
 from pathlib import Path
 
-from .files import atomic_path, write_text
+from .files import atomic_path
 from .stats import PairedBootstrap
 from .needles import needle_markdown
-from .store import BASELINE, GROUP_FIELDS, ResultStore
+from .store import BASELINE, GROUP_FIELDS
 
 ACCURACY_FLOOR = 0.10
 """Tasks where no prune answers fewer than this fraction right are left out of the accuracy average."""
@@ -227,65 +225,3 @@ def plot_curves(rows: list[dict], path: Path, title: str = "", resamples: int = 
         fig.savefig(scratch, format=path.suffix.lstrip(".") or "png")
     plt.close(fig)
     return path
-
-
-def allocation_ablation_markdown(report: GroupReport) -> list[str]:
-    """The paper's Table 4 analogue: each scorer under every allocator it ran with (ΔNLL, task-averaged)."""
-    by_press: dict[str, list[str]] = defaultdict(list)
-    for method in report.methods:
-        press, alloc = method.split("/", 1)
-        by_press[press].append(alloc)
-    boot, tasks = report.boot["delta_nll"], report.average_tasks["delta_nll"]
-    lines = ["| press | allocator | " + " | ".join(f"p={r:g}" for r in report.ratios) + " |",
-             "|---|---|" + "---|" * len(report.ratios)]
-    for press in sorted(by_press):
-        if len(by_press[press]) < 2:
-            continue
-        for alloc in sorted(by_press[press]):
-            method = f"{press}/{alloc}"
-            cells = [boot.average(method, r, tasks).format(1, 3) if r in report.columns(method) else "–"
-                     for r in report.ratios]
-            lines.append(f"| {press} | {alloc} | " + " | ".join(cells) + " |")
-    return lines if len(lines) > 2 else []
-
-
-def write_leaderboard(stores: list[Path], out: Path, resamples: int = RESAMPLES) -> Path:
-    """``leaderboard.md``, ``leaderboard.csv`` and one PNG per setting group from one or more result stores."""
-    rows = []
-    for directory in stores:
-        store = ResultStore(directory, readonly=True)
-        store.check_rows()  # a report never shows a NaN as a blank cell, nor stops on a value that is not a number
-        rows += store.rows
-    if not rows:
-        raise ValueError(f"no results in {', '.join(map(str, stores))}: run `bench compare` first")
-    out.mkdir(parents=True, exist_ok=True)
-    table = io.StringIO(newline="")
-    text = ["# Leaderboard", "",
-            "Every cell: mean [95 % paired-bootstrap interval over items, "
-            f"{resamples} resamples]. ΔNLL = answer NLL of the compacted cache − the full cache's, teacher-forced on "
-            "the reference answer (lower is better; 0 = no change). Accuracy averages leave out tasks where no "
-            f"prune is below {ACCURACY_FLOOR:.0%}.", ""]
-    writer = csv.writer(table)
-    writer.writerow(["group", "method", "task", "keep_fraction", "items", "metric", "mean", "low", "high"])
-    for number, (key, group) in enumerate(group_rows(rows).items(), start=1):
-        report = GroupReport(group, resamples)
-        png = "leaderboard.png" if number == 1 else f"leaderboard-{number}.png"
-        plot_curves(group, out / png, group_title(key), resamples)
-        text += [f"## {group_title(key)}", "", f"![task-averaged accuracy and ΔNLL against kept fraction]({png})",
-                 "", report.markdown(PAIRWISE_RATIOS)]
-        ablation = allocation_ablation_markdown(report)
-        if ablation:
-            text += ["### Allocation ablation: ΔNLL of each scorer under each allocator", "", *ablation, ""]
-        for field, boot in report.boot.items():
-            for method, ratio in boot.cells:
-                for task in boot.tasks:
-                    if boot.has(method, ratio, task):
-                        c = boot.cell(method, ratio, task)
-                        writer.writerow([number, method, task, ratio, boot.n_items(task), field,
-                                         f"{c.mean:.4f}", f"{c.low:.4f}", f"{c.high:.4f}"])
-    official = [r for r in rows if "score_official" in r]
-    if official:
-        text += ["## SCBench under the official scorers (sensitivity; the tables above use the revised scorers)", "",
-                 summary_markdown([{**r, "score": r["score_official"]} for r in official], resamples=resamples)]
-    write_text(out / "leaderboard.csv", table.getvalue())
-    return write_text(out / "leaderboard.md", "\n".join(text))

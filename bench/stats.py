@@ -18,7 +18,6 @@ import numpy as np
 from .store import BASELINE
 
 
-
 def method_of(row: dict) -> str:
     return BASELINE if row["press"] == BASELINE else f"{row['press']}/{row['allocator']}"
 
@@ -127,4 +126,18 @@ class PairedBootstrap:
         """Paired difference of task averages, ``a − b``, on the same resampled items."""
         point_a, samples_a = self._average_samples(a, ratio_a, tasks)
         point_b, samples_b = self._average_samples(b, ratio_b, tasks)
+        return self._interval(point_a - point_b, samples_a - samples_b)
+
+    def _over_fractions(self, method: str, ratios: list[float], tasks: list[str]) -> tuple[float, np.ndarray]:
+        parts = [self._average_samples(method, r, tasks) for r in ratios]
+        return float(np.mean([p[0] for p in parts])), np.mean([p[1] for p in parts], axis=0)
+
+    def mean_over_fractions(self, method: str, ratios: list[float], tasks: list[str]) -> Interval:
+        """The task average, averaged again over kept fractions ``ratios`` (the paper's "mean" column)."""
+        return self._interval(*self._over_fractions(method, ratios, tasks))
+
+    def difference_over_fractions(self, a: str, b: str, ratios: list[float], tasks: list[str]) -> Interval:
+        """Paired ``a − b`` of :meth:`mean_over_fractions`, on the same resampled items."""
+        point_a, samples_a = self._over_fractions(a, ratios, tasks)
+        point_b, samples_b = self._over_fractions(b, ratios, tasks)
         return self._interval(point_a - point_b, samples_a - samples_b)

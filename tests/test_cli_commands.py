@@ -11,7 +11,7 @@ import presses
 from bench import loading
 from bench.cli import COMMANDS, build_parser, main
 from bench.publish import verify_stores
-from bench.report import write_leaderboard
+from bench.leaderboard import write_leaderboard
 from bench.store import ROOT, ResultStore
 from gatesight_learning.calibrate import calibrate_model
 

@@ -8,7 +8,7 @@ import torch
 from bench import loading
 from bench.cli import main
 from bench.compare import CompareSettings, run_compare
-from bench.report import write_leaderboard
+from bench.leaderboard import write_leaderboard
 from hybridmodel.tokenizer import build_tokenizer
 from tiny_models import qwen3
 

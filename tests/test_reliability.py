@@ -86,7 +86,7 @@ def test_lines_that_are_not_rows_are_skipped_and_counted(model_dir, tmp_path, ca
     assert f"skipped 4 line(s) that are not result rows (line {rows + 1}, {rows + 2}, {rows + 3}, {rows + 4})" in err
     assert str(path) in err and store.skipped == [rows + 1, rows + 2, rows + 3, rows + 4]
     assert path.read_bytes() == damaged  # nothing rewritten
-    from bench.report import write_leaderboard
+    from bench.leaderboard import write_leaderboard
 
     assert write_leaderboard([tmp_path], tmp_path / "docs").exists()
 
