@@ -10,16 +10,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-ENGINE_PRESSES = ("keydiff", "gatesight", "triattention")
-"""Presses that run in the engine: they read the cache (and TriAttention its calibration) or the GDN signals of
-vLLM's own forward."""
+ENGINE_PRESSES = ("keydiff", "gatesight", "triattention", "snapkv")
+"""Presses that run in the engine: they read the cache (and TriAttention its calibration), the GDN signals of
+vLLM's own forward (GateSight) or the queries of the context's last tokens at vLLM's attention layers (SnapKV)."""
 
 ENGINE_ALLOCATORS = ("flat", "gate", "pyramid", "perlayer")
 """Allocators that run in the engine: each attention layer is its own KV-cache group, so layers keep different
 counts; the heads of one layer keep the same count."""
 
 _REFUSED_PRESSES = {
-    "snapkv": "it reads the queries of the context's last tokens, which vLLM does not keep",
     "kvzip": "its reconstruction pass would be a second request attached to the held context (not done yet)",
 }
 _PER_HEAD = ("vLLM's paged attention kernels take one sequence length per request and layer for all of its KV "

@@ -1,4 +1,5 @@
-"""GateSight's evidence from vLLM's own forward: (β, g, ‖v‖) of every GDN layer, exactly as its CPU op computes them.
+"""Evidence from vLLM's own forward: (β, g, ‖v‖) of every GDN layer, exactly as its CPU op computes them
+(GateSight), and the queries of the context's last tokens at every attention layer (SnapKV).
 
 vLLM's CPU GDN op (``model_executor/layers/mamba/ops/cpu/gdn_attention.py``) splits the convolved ``mixed_qkv``
 with the layer's ``rearrange_mixed_qkv`` and then gates with ``fused_gdn_gating_cpu(A_log, a, b, dt_bias)`` on the
@@ -69,3 +70,35 @@ def _record_gating(gating):
         return g, beta
 
     return gating_and_record
+
+
+class WindowQueryRecorder:
+    """Records the queries of the last ``window`` prefill tokens per attention layer, as vLLM's attention layers
+    receive them (post q-norm, post-RoPE at the tokens' positions; gated ``q_proj`` already split off).
+
+    Like :class:`GDNSignalRecorder` it sees every prefill token of a step, so the engine driver prefills one context
+    at a time while recording; :meth:`stop` also returns how many tokens each layer saw.
+    """
+
+    def __init__(self, layers: dict[int, nn.Module], window: int):
+        self.window, self._on, self._tails, self._seen = window, False, {}, {}
+        for index, layer in layers.items():
+            vi.observe_queries(layer, self._observer(index))
+
+    def _observer(self, index: int):
+        def observe(query: torch.Tensor) -> None:
+            if self._on:
+                # only the last `window` rows are ever needed: keep a rolling tail over the prefill's chunks
+                tail = torch.cat([self._tails.get(index, query[:0]), query.detach().reshape(query.shape[0], -1)])
+                self._tails[index] = tail[-self.window:].clone()
+                self._seen[index] = self._seen.get(index, 0) + query.shape[0]
+
+        return observe
+
+    def start(self) -> None:
+        self._on, self._tails, self._seen = True, {}, {}
+
+    def stop(self) -> tuple[dict[int, torch.Tensor], dict[int, int]]:
+        """Stop recording; the queries ``[min(window, n), H * d]`` per attention layer, and the tokens each saw."""
+        self._on = False
+        return self._tails, self._seen

@@ -160,6 +160,18 @@ def write_entries(layer, keys: torch.Tensor, values: torch.Tensor, slots: torch.
     layer.impl.do_kv_cache_update(layer, keys, values, layer.kv_cache if cache is None else cache, slots)
 
 
+def observe_queries(layer, observe) -> None:
+    """Call ``observe(query)`` with the ``[tokens, H * d]`` queries (post-norm, post-RoPE) of every forward of the
+    attention layer ``layer`` (vLLM's ``Attention`` module, called by the model in eager mode), then run it."""
+    forward = layer.forward
+
+    def observe_and_forward(query, key, value, *args, **kwargs):
+        observe(query)
+        return forward(query, key, value, *args, **kwargs)
+
+    layer.forward = observe_and_forward
+
+
 def install_group_offsets(runner, offsets: dict[str, dict[int, int]]) -> None:
     """Shift every attention group's view of a request back by an offset: ``offsets[request_id][group] = d``
     makes that group's sequence length ``seq_len - d`` and writes the request's token at position ``p`` to the

@@ -32,7 +32,7 @@ from runtime.adapters import ModelAdapter, adapter_for, apply_rope
 from . import vllm_internals as vi
 from .pages import PageLayout
 from .rules import check_allocator, check_press
-from .signals import GDNSignalRecorder
+from .signals import GDNSignalRecorder, WindowQueryRecorder
 
 _LAYER = re.compile(r"layers\.(\d+)\.")
 
@@ -47,6 +47,9 @@ class ServedContext:
         Dense ``[H_kv, n, d]`` keys and values per attention layer (post-RoPE, original positions).
     n, protected : int
     evidence : Evidence
+        GDN signals as the runtime records them; ``window_hidden`` holds, per attention layer, vLLM's own queries
+        ``[w, H * d]`` of the last ``w`` context tokens (the adapter's ``queries`` returns them as they are: the
+        twin has no weights to project layer inputs with).
     """
 
     def __init__(self, adapter, kv: dict[int, LayerKV], n: int, protected: int, evidence: Evidence):
@@ -54,13 +57,19 @@ class ServedContext:
 
 
 class _ServedAdapter:
-    """The project's adapter of the meta twin, answering ``device`` and ``model_dir`` for the served model."""
+    """The project's adapter of the meta twin, answering ``device`` and ``model_dir`` for the served model, and
+    ``queries`` with the recorded ones."""
 
     def __init__(self, adapter: ModelAdapter, device: torch.device, model_dir: Path | None):
         self._adapter, self.device, self.model_dir = adapter, device, model_dir
 
     def __getattr__(self, name):
         return getattr(self._adapter, name)
+
+    def queries(self, layer_idx: int, hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """``[H, L, d]``: the recorded post-RoPE queries ``hidden`` ``[1, L, H * d]`` (already rotated: ``cos``
+        and ``sin`` are not applied again)."""
+        return hidden[0].view(hidden.shape[1], -1, self._adapter.geometry.head_dim).transpose(0, 1)
 
 
 def _twin_adapter(hf_config, device: torch.device, model_dir: Path | None) -> _ServedAdapter:
@@ -92,7 +101,11 @@ class CompactionWorker:
         chosen.check(self._hp_adapter)
         if request.gdn_signals and self._hp_recorder is None:
             self._hp_recorder = GDNSignalRecorder(self.model_runner.model)
-        self._hp_press, self._hp_reads_signals = chosen, request.gdn_signals
+        if request.window:
+            if self._hp_queries is None:
+                self._hp_queries = WindowQueryRecorder(self._hp_layers, request.window)
+            self._hp_queries.window = request.window
+        self._hp_press, self._hp_reads_signals, self._hp_reads_window = chosen, request.gdn_signals, request.window
         return {"block_size": self._hp_block_size, "attention_groups": dict(self._hp_groups),
                 "layer_entry_bytes": self._hp_entry_bytes, "state_bytes": self._hp_state_bytes}
 
@@ -120,7 +133,7 @@ class CompactionWorker:
         self._hp_block_size = spec.block_size
         self._hp_layouts = {index: PageLayout.learn(layer, spec.block_size, spec.num_kv_heads, spec.head_size)
                             for index, layer in self._hp_layers.items()}
-        self._hp_recorder, self._hp_signals = None, {}
+        self._hp_recorder, self._hp_signals, self._hp_queries = None, {}, None
         self._hp_entry_bytes = 2 * spec.num_kv_heads * spec.head_size * spec.dtype.itemsize
         self._hp_state_bytes = sum(
             cache[0].nbytes for index, group in enumerate(groups) if index not in attention
@@ -132,6 +145,8 @@ class CompactionWorker:
         """Start recording the evidence of the next prefill."""
         if self._hp_reads_signals:
             self._hp_recorder.start()
+        if self._hp_reads_window:
+            self._hp_queries.start()
 
     def hybridpress_compact(self, request_id: str, n: int, keep_fraction: float, protected: int,
                             allocator: str = "flat", allocator_options: dict | None = None) -> dict:
@@ -153,7 +168,14 @@ class CompactionWorker:
         if signals and any(s.shape[0] != n for s in signals.values()):
             raise RuntimeError(f"recorded GDN signals of {next(iter(signals.values())).shape[0]} tokens for a "
                                f"context of {n}: prefill one context at a time while recording")
-        context = ServedContext(self._hp_adapter, kv, n, protected, Evidence(gdn_signals=signals))
+        window = {}
+        if self._hp_reads_window:
+            window, seen = self._hp_queries.stop()
+            if set(seen.values()) != {n}:
+                raise RuntimeError(f"recorded the queries of {sorted(set(seen.values()))} prefill tokens for a "
+                                   f"context of {n}: prefill one context at a time while recording")
+        context = ServedContext(self._hp_adapter, kv, n, protected, Evidence(gdn_signals=signals,
+                                                                             window_hidden=window))
         t0 = time.perf_counter()
         check_allocator(allocator)
         plan = presses.Selection(context, self._hp_press).plan(allocators.get(allocator, **(allocator_options or {})),

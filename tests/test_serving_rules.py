@@ -57,9 +57,8 @@ def test_other_model_types_and_missing_configs_are_refused(tmp_path):
 @pytest.mark.parametrize("press,reason", [
     ("kvpress:KnormPress", "kvpress presses do not run in the engine: the serving environment has no kvpress"),
     ("kvpress:snapkv", "kvpress presses do not run in the engine"),
-    ("snapkv", "does not run in the engine: it reads the queries of the context's last tokens"),
     ("kvzip", "does not run in the engine: its reconstruction pass"),
-    ("nonsense", "does not run in the engine; presses there: keydiff, gatesight, triattention$"),
+    ("nonsense", "does not run in the engine; presses there: keydiff, gatesight, triattention, snapkv$"),
 ])
 def test_presses_the_engine_cannot_run_are_refused_with_the_reason(next_dir, press, reason):
     with pytest.raises(ValueError, match=f"press '{press}' {reason}" if not press.startswith("kvpress")

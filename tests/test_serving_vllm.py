@@ -140,7 +140,7 @@ def test_held_pages_are_the_kept_entries_rotated_to_the_engines_positions(served
 
 
 @pytest.mark.parametrize("press,allocator", [("keydiff", "flat"), ("gatesight", "flat"), ("triattention", "flat"),
-                                            ("gatesight", "gate"), ("keydiff", "pyramid"),
+                                            ("snapkv", "flat"), ("gatesight", "gate"), ("keydiff", "pyramid"),
                                             ("triattention", "perlayer")])
 def test_answers_are_the_runtime_childs_greedy_choices(served, press, allocator):
     """Questions on the compacted context get the runtime child's argmax tokens for the same plan, up to bf16
@@ -209,16 +209,18 @@ def test_gatesight_reads_the_signals_of_vllms_forward(served):
     assert min(overlaps) >= 0.95
 
 
-@pytest.mark.parametrize("press", ["keydiff", "triattention"])
+@pytest.mark.parametrize("press", ["keydiff", "triattention", "snapkv"])
 def test_presses_reading_the_pages_keep_the_runtimes_entries(served, press):
     """Scored on vLLM's pages, KeyDiff and TriAttention (with the calibration from the model directory's
-    calibration/ folder) keep the entries they keep on the runtime's cache, but for bf16 near-ties."""
+    calibration/ folder) keep the entries they keep on the runtime's cache, but for bf16 near-ties; so does SnapKV
+    with the window queries recorded at vLLM's attention layers."""
     engine, model = served
     engine.use_press(press)
     ids = _ids(800, 51)
     context = engine.prefill(ids, keep_fraction=0.2, protected=PROTECTED)
     engine.release(context)
-    parent = prefill(model, torch.tensor(ids), protected=PROTECTED)
+    parent = prefill(model, torch.tensor(ids), protected=PROTECTED,
+                     evidence=presses.get(press).evidence(adapter_for(model)))
     ours = presses.Selection(parent, press).plan("flat", 0.2)
     overlaps = [len(set(context.plan[layer][h]) & set(kept.tolist())) / len(kept)
                 for layer, heads in ours.layers.items() for h, kept in enumerate(heads)]
@@ -227,8 +229,8 @@ def test_presses_reading_the_pages_keep_the_runtimes_entries(served, press):
 
 def test_bad_requests_are_refused_before_any_work(served):
     engine, _ = served
-    with pytest.raises(ValueError, match="press .snapkv. does not run in the engine: it reads the queries"):
-        engine.use_press("snapkv")
+    with pytest.raises(ValueError, match="press .kvzip. does not run in the engine: its reconstruction pass"):
+        engine.use_press("kvzip")
     engine.use_press("keydiff")
     idle = engine.free_blocks
     for allocator in ("adakv", "global"):
@@ -251,12 +253,14 @@ def test_bench_compare_in_the_engine_writes_the_runtimes_rows(served, tmp_path):
     """``bench compare --engine vllm``: the same rows (keys and fields) as the HF runtime on the same model and
     settings, the no-prune rows exactly at zero ΔNLL and KL, and the two engines never mixed in one store."""
     from bench.compare import CompareSettings, run_compare
+    from bench.loading import ModelSpec
     from bench.store import verify_rows
 
     engine, model = served
-    directory = str(engine.llm.llm_engine.model_config.model)
-    common = dict(presses=["keydiff", "gatesight"], allocators=["flat"], ratios=[0.2, 0.5], tasks=["niah_single_1"],
-                  n=1, length=512, model=directory, out=tmp_path / "results")
+    # both engines in bfloat16: the engine runs the dtype it is given, and vLLM's CPU GDN op runs bfloat16 only
+    spec = ModelSpec(str(engine.llm.llm_engine.model_config.model), dtype="bfloat16")
+    common = dict(presses=["keydiff", "gatesight"], allocators=["flat"], keep_fractions=[0.2, 0.5],
+                  tasks=["niah_single_1"], n=1, length=512, model=spec, out=tmp_path / "results")
     runtime_rows = run_compare(CompareSettings(**common), show_progress=False).rows
     rows = run_compare(CompareSettings(**common, engine="vllm"), show_progress=False).rows
     served_rows = [r for r in rows if r["engine"] == "vllm"]
