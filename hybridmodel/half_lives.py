@@ -1,4 +1,4 @@
-"""How long each GDN head of a model remembers, read from its weights alone.
+"""How long each GDN (or Mamba2) head of a model remembers, read from its weights alone.
 
 The default model's training initialises the decays so that slow heads exist (:data:`hybridmodel.train.GDN_DT_RANGE`)
 and logs these half-lives at every checkpoint; the GateSight analysis (``bench analyze``, observation 1) compares them
@@ -13,23 +13,24 @@ import torch
 
 
 def static_half_lives(model) -> dict[tuple[int, int], float]:
-    """Memory half-life ln 2 / (exp(A_log) · softplus(dt_bias)) of every GDN value head at input a = 0.
+    """Memory half-life ln 2 / (exp(A_log) · softplus(dt_bias)) of every GDN value head at input a = 0, and of every
+    Mamba2 head at input dt = 0 (its decay exp(−exp(A_log) · softplus(dt + dt_bias)) has the same form).
 
     Parameters
     ----------
     model : transformers causal LM
-        A hybrid with ``model.model.layers``; the GDN layers carry ``linear_attn`` with ``A_log`` and ``dt_bias``
-        of shape ``[Hv]``.
+        A hybrid with ``model.model.layers``; the GDN layers carry ``linear_attn``, the Mamba2 layers ``mamba``, with
+        ``A_log`` and ``dt_bias`` of shape ``[heads]``.
 
     Returns
     -------
     dict[tuple[int, int], float]
-        ``{(layer index, value head): half-life in tokens}`` over the GDN layers.
+        ``{(layer index, head): half-life in tokens}`` over the GDN or Mamba2 layers.
     """
     out = {}
     for index, layer in enumerate(model.model.layers):
-        if hasattr(layer, "linear_attn"):
-            module = layer.linear_attn
+        module = getattr(layer, "linear_attn", None) or getattr(layer, "mamba", None)
+        if module is not None:
             rate = module.A_log.float().exp() * torch.nn.functional.softplus(module.dt_bias.float())
             for head, r in enumerate(rate.tolist()):
                 out[(index, head)] = math.log(2) / r

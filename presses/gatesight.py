@@ -1,5 +1,6 @@
 """GateSight (paper §4): per-(attention layer, KV head) MLPs read the native GDN signals of prefill and the age
-of an entry and predict its future utility. No attention score is computed.
+of an entry and predict its future utility. No attention score is computed. On a Mamba2 hybrid they read the Mamba2
+layers' analogues (write strength Δ·‖B‖, log-decay A·Δ, ‖x‖; :func:`runtime.mamba2.mamba2_forward`).
 
 The estimator artifact is a directory with ``gatesight.safetensors`` (weights and input statistics) and
 ``gatesight.json`` (geometry, GDN window, layer gate weights); it lives in ``<model dir>/gatesight/`` and is
@@ -26,14 +27,16 @@ AGE_FEATURES = ("i/n", "(n-i)/n", "log(1+n-i)/log(1+n)")
 
 
 def gdn_window(adapter: ModelAdapter, layer: int, window: int = 6) -> list[int]:
-    """The up-to-``window`` GDN layers that precede attention layer ``layer``, in depth order."""
-    return [i for i in adapter.gdn_layers if i < layer][-window:]
+    """The up-to-``window`` signal layers (GDN, or a Mamba2 hybrid's Mamba2 layers) that precede attention layer
+    ``layer`` in depth order; a Mamba2 mixer running beside it in the same layer (Falcon-H1) counts, as it reads the
+    same input."""
+    return [i for i in adapter.signal_layers if i <= layer][-window:]
 
 
 def feature_names(adapter: ModelAdapter, layer: int, window: int = 6) -> list[str]:
     """Name of every input dimension: ``gdn{j}.h{m}.{signal}`` for each window layer j, value head m, signal;
     then the three age features."""
-    heads = adapter.gdn_value_heads()
+    heads = adapter.signal_heads()
     return [f"gdn{j}.h{m}.{s}" for j in gdn_window(adapter, layer, window) for m in range(heads) for s in SIGNALS] + list(
         AGE_FEATURES
     )
@@ -175,12 +178,11 @@ class GateSightPress(Press):
             self.estimator = GateSightEstimator.load(artifact)
 
     def check(self, adapter: ModelAdapter) -> None:
-        if not adapter.gdn_layers:
-            # named by the model's own layer kinds, so that every family without GDN layers (dense, Mamba2 hybrids)
-            # is refused alike and says what it has instead
+        if not adapter.signal_layers:
+            # named by the model's own layer kinds, so that every family without recurrent layers is refused alike
             kinds = ", ".join(sorted(set(adapter.layer_kinds)))
-            raise ValueError(f"GateSight reads GDN signals (β, g, ‖v‖); {type(adapter.model).__name__} has no GDN "
-                             f"layers (its layers: {kinds})")
+            raise ValueError(f"GateSight reads the signals of GDN or Mamba2 layers; {type(adapter.model).__name__} "
+                             f"has no GDN layers and no Mamba2 layers (its layers: {kinds})")
         if self.estimator is None:
             where = "the model was not loaded from a local directory" if adapter.model_dir is None else (
                 f"none was found in {adapter.model_dir / ARTIFACT_DIR}")

@@ -14,7 +14,9 @@ class EvidenceRequest:
     Attributes
     ----------
     gdn_signals : bool
-        Per GDN layer, token and value head: (β, g, ‖v‖) exactly as handed to the delta rule.
+        Per GDN layer, token and value head: (β, g, ‖v‖) exactly as handed to the delta rule; per Mamba2 layer,
+        token and head their analogues (Δ·‖B‖, A·Δ, ‖x‖) as the scan consumes them (the adapter's
+        ``signal_layers``).
     signal_dtype : torch.dtype or None
         How the GDN signals are stored: float32 (12 bytes per token, GDN layer and value head; the default) or a
         16-bit type (half of that; ``benchmarks/evidence_dtype.py`` measures what it changes in the kept sets).
@@ -44,7 +46,8 @@ class Evidence:
     Attributes
     ----------
     gdn_signals : dict[int, torch.Tensor]
-        ``[n, Hv, 3]`` in the requested ``signal_dtype``, last axis (β, g, ‖v‖).
+        ``[n, Hv, 3]`` in the requested ``signal_dtype``, last axis (β, g, ‖v‖) or, for a Mamba2 layer,
+        ``[n, H, 3]`` with (Δ·‖B‖, A·Δ, ‖x‖).
     window_hidden : dict[int, torch.Tensor]
         ``[w, D]`` in model dtype.
     """

@@ -114,13 +114,16 @@ def forward_chunk(
             )
             if signals is not None:
                 observer.on_gdn(layer_idx, signals)
-        elif kind == "mamba2":
-            out, state.gdn[layer_idx] = mamba2_forward(adapter, layer_idx, x, state.gdn.get(layer_idx))
         elif kind == "attention":
             out = _attention(adapter, state, layer_idx, x, cos, sin, observer)
-        else:  # "mamba2+attention": Falcon-H1's parallel mixers read the same normed input and their outputs add
-            out, state.gdn[layer_idx] = mamba2_forward(adapter, layer_idx, x, state.gdn.get(layer_idx))
-            out = out + _attention(adapter, state, layer_idx, x, cos, sin, observer)
+        else:  # "mamba2", or "mamba2+attention": Falcon-H1's parallel mixers read the same input and their outputs add
+            out, state.gdn[layer_idx], signals = mamba2_forward(
+                adapter, layer_idx, x, state.gdn.get(layer_idx), record_signals
+            )
+            if signals is not None:
+                observer.on_gdn(layer_idx, signals)
+            if kind == "mamba2+attention":
+                out = out + _attention(adapter, state, layer_idx, x, cos, sin, observer)
         hidden = hidden + out
         hidden = hidden + adapter.mlp(layer_idx, hidden)
     state.next_position += length

@@ -87,8 +87,9 @@ def ssd_scan(
     return torch.cat(outputs), state
 
 
-def mamba2_forward(adapter, layer_idx: int, hidden: torch.Tensor, state: GDNState | None):
-    """Run one Mamba2 mixer over a chunk, continuing from ``state``.
+def mamba2_forward(adapter, layer_idx: int, hidden: torch.Tensor, state: GDNState | None,
+                   record_signals: bool = False):
+    """Run one Mamba2 mixer over a chunk, continuing from ``state``; optionally record its GateSight signals.
 
     Parameters
     ----------
@@ -99,11 +100,15 @@ def mamba2_forward(adapter, layer_idx: int, hidden: torch.Tensor, state: GDNStat
         ``[1, L, D]`` output of the layer's input norm.
     state : GDNState or None
         ``conv`` ``[conv_dim, kernel]``, ``recurrent`` ``[H, P, N]`` float32; ``None`` starts from zeros.
+    record_signals : bool
+        Also return the Mamba2 analogues of GDN's (β, g, ‖v‖) per token and head, float32 ``[L, H, 3]``:
+        the write strength Δ·‖B‖ (the state gains Δ·‖B‖ · x ⊗ B/‖B‖), the log-decay g = A·Δ (the state is
+        multiplied by exp(g)), and ‖x‖ (the written content), each exactly as the scan consumes them.
 
     Returns
     -------
-    (torch.Tensor, GDNState)
-        The mixer's contribution to the residual stream ``[1, L, D]`` and the new state.
+    (torch.Tensor, GDNState, torch.Tensor or None)
+        The mixer's contribution to the residual stream ``[1, L, D]``, the new state, the signals.
     """
     module = adapter.mamba_module(layer_idx)
     gate, xbc, dt = adapter.mamba_projections(layer_idx, hidden)  # [1, L, I], [1, L, conv_dim], [1, L, H]
@@ -129,4 +134,5 @@ def mamba2_forward(adapter, layer_idx: int, hidden: torch.Tensor, state: GDNStat
                if state is None else state.recurrent)
     y, recurrent = ssd_scan(x, dt, A, B, C, initial, module.chunk_size)
     y = y + module.D.float()[:, None] * x
-    return adapter.mamba_output(layer_idx, y.reshape(1, length, -1), gate), GDNState(new_conv, recurrent)
+    signals = torch.stack([dt * B.norm(dim=-1), dt * A, x.norm(dim=-1)], dim=-1) if record_signals else None
+    return adapter.mamba_output(layer_idx, y.reshape(1, length, -1), gate), GDNState(new_conv, recurrent), signals

@@ -23,6 +23,13 @@ class BambaAdapter(DenseAdapter):
     def mamba2_layers(self) -> tuple[int, ...]:
         return tuple(i for i, kind in enumerate(self.layer_kinds) if "mamba2" in kind.split("+"))
 
+    @property
+    def signal_layers(self) -> tuple[int, ...]:
+        return self.mamba2_layers
+
+    def signal_heads(self) -> int:
+        return self.mamba_module(self.mamba2_layers[0]).num_heads
+
     def mlp(self, layer_idx: int, hidden: torch.Tensor) -> torch.Tensor:
         layer = self.layers[layer_idx]
         return layer.feed_forward(layer.pre_ff_layernorm(hidden))

@@ -158,3 +158,14 @@ class ModelAdapter(ABC):
 
     def gdn_value_heads(self) -> int:
         return self.gdn_module(self.gdn_layers[0]).num_v_heads if self.gdn_layers else 0
+
+    # ---- recurrent signals (GateSight) ------------------------------------------------------------------
+    @property
+    def signal_layers(self) -> tuple[int, ...]:
+        """The recurrent layers whose per-token, per-head signal triples prefill records on request
+        (``EvidenceRequest.gdn_signals``): the GDN layers; a Mamba2 hybrid's adapter names its Mamba2 layers."""
+        return self.gdn_layers
+
+    def signal_heads(self) -> int:
+        """Heads per signal layer (the second axis of a recorded ``[n, heads, 3]`` triple)."""
+        return self.gdn_value_heads()
