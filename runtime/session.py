@@ -226,8 +226,8 @@ def prefill(
     Parameters
     ----------
     model : transformers.PreTrainedModel
-        ``Qwen3_5ForCausalLM``, ``Qwen3_5MoeForCausalLM``, ``Qwen3NextForCausalLM``, ``Qwen3ForCausalLM`` or
-        ``LlamaForCausalLM``.
+        ``Qwen3_5ForCausalLM``, ``Qwen3_5MoeForCausalLM``, ``Qwen3NextForCausalLM``, ``BambaForCausalLM``,
+        ``GraniteMoeHybridForCausalLM``, ``FalconH1ForCausalLM``, ``Qwen3ForCausalLM`` or ``LlamaForCausalLM``.
     context_ids : array-like of int
         ``[n]`` or ``[1, n]``.
     protected : int
