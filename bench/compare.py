@@ -15,14 +15,11 @@ import sys
 from tqdm import tqdm
 
 from . import loading
-from .execution import ContextJob, in_processes, in_this_process
+from .execution import ContextJob, in_processes, in_ray, in_this_process
 from .harness import Harness
-from .settings import DEFAULT_KEEP_FRACTIONS, KEEP_FRACTION_GRIDS, CompareSettings, validate
+from .settings import CompareSettings, validate
 from .store import KEY_FIELDS, ResultStore, code_version
 from .tasks import registry as tasks
-
-RATIO_GRIDS, DEFAULT_RATIOS = KEEP_FRACTION_GRIDS, DEFAULT_KEEP_FRACTIONS
-expand_tasks = tasks.expand
 
 __all__ = ["CompareSettings", "run_compare", "run_rows", "validate"]
 
@@ -51,10 +48,10 @@ def run_rows(store: ResultStore, settings: CompareSettings) -> list[dict]:
               "engine": settings.engine, "dtype": loading.dtype_name(settings.model),
               "device": loading.device_name(settings.model)}
     methods = {(press, allocator, float(ratio)) for press, allocator, ratio in settings.methods()}
-    selected = set(tasks.expand(settings.tasks))
-    return [r for r in store.rows if all(r.get(k) == v for k, v in wanted.items()) and r["task"] in selected
+    contexts = set(contexts_of(settings))
+    return [r for r in store.rows if all(r.get(k) == v for k, v in wanted.items()) and (r["task"], r["item"]) in contexts
             and r.get("haystack", tasks.GENERATED) == tasks.haystack_of(r["task"], settings.haystack)
-            and (r["press"], r["allocator"], float(r["keep_fraction"])) in methods and r["item"] < settings.n]
+            and (r["press"], r["allocator"], float(r["keep_fraction"])) in methods]
 
 
 def _jobs(settings: CompareSettings, store: ResultStore) -> list[ContextJob]:
@@ -63,7 +60,16 @@ def _jobs(settings: CompareSettings, store: ResultStore) -> list[ContextJob]:
     for key in store.done:
         done_by_context.setdefault((key[task_at], key[item_at]), set()).add(key)
     return [ContextJob(task, index, frozenset(done_by_context.get((task, index), ())))
-            for task in tasks.expand(settings.tasks) for index in range(settings.n)]
+            for task, index in contexts_of(settings)]
+
+
+def contexts_of(settings: CompareSettings) -> list[tuple[str, int]]:
+    """``(task, index)`` of every context the run answers, in order; a shard ``k/n`` takes positions k, k + n, ..."""
+    contexts = [(task, index) for task in tasks.expand(settings.tasks) for index in range(settings.n)]
+    if settings.shard is not None:
+        k, n = settings.shard
+        contexts = contexts[k::n]
+    return contexts
 
 
 def _run(harness: Harness, store: ResultStore, show_progress: bool) -> None:
@@ -76,15 +82,18 @@ def _run(harness: Harness, store: ResultStore, show_progress: bool) -> None:
     if workers < settings.jobs:
         print(f"note: --jobs {settings.jobs} capped at {workers}: the run has {len(jobs)} context(s)",
               file=sys.stderr)
-    if workers > (os.cpu_count() or 1):
+    if settings.executor == "local" and workers > (os.cpu_count() or 1):
         print(f"warning: {workers} worker processes on {os.cpu_count()} CPU core(s): each loads the model and "
               "wants a core of its own; they will compete", file=sys.stderr)
     try:
-        if workers <= 1:
+        if settings.executor == "local" and workers <= 1:
             for _ in in_this_process(harness, jobs, store.has, store.append):
                 bar.update(per_context)
         else:
-            for rows in in_processes(settings, jobs, workers):
+            # only this process writes the store, whoever answers the contexts
+            results = (in_ray(settings, jobs, workers, settings.address) if settings.executor == "ray"
+                       else in_processes(settings, jobs, workers))
+            for rows in results:
                 for row in rows:
                     store.append(row)
                 bar.update(per_context)

@@ -102,3 +102,21 @@ def in_this_process(harness: Harness, jobs: list[ContextJob], is_done: Callable[
     for job in jobs:
         ContextRun(harness, job.task, job.index, is_done, emit).run()
         yield None
+
+
+def in_ray(settings: CompareSettings, jobs: list[ContextJob], workers: int, address: str | None) -> Iterator[list[dict]]:
+    """The rows of every job from ``workers`` Ray actors, each a :class:`ContextWorker` (one CPU each), context by
+    context as they finish: on the cluster at ``address``, or on a Ray instance started here for the run."""
+    import ray
+    from ray.util import ActorPool
+
+    started = not ray.is_initialized()
+    if started:
+        ray.init(address=address, include_dashboard=False, log_to_driver=False)
+    try:
+        actor = ray.remote(num_cpus=1)(ContextWorker)
+        pool = ActorPool([actor.remote(settings) for _ in range(workers)])
+        yield from pool.map_unordered(lambda worker, job: worker.rows.remote(job), jobs)
+    finally:
+        if started:
+            ray.shutdown()

@@ -67,7 +67,7 @@ def mean_over_heads(per_layer: dict[str, list[float]]) -> float:
     return sum(values) / len(values)
 
 
-def needle_markdown(rows: list[dict]) -> str:
+def needle_markdown(rows: list[dict], per_layer: bool = True) -> str:
     """Needle recall by method and kept fraction: the share of the needle sentences' tokens and of the answers'
     tokens that children keep, per attention layer (mean over heads, questions and items), with the mean
     percentile rank of the answer tokens under the press's scores; empty without NIAH rows."""
@@ -87,17 +87,18 @@ def needle_markdown(rows: list[dict]) -> str:
     sentence, answer, rank = (values[f] for f in ("needle_recall_layers", "answer_recall_layers",
                                                   "answer_rank_layers"))
     layers = sorted({layer for by_layer in answer.values() for layer in by_layer}, key=int)
+    shown = layers if per_layer else []
     mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
     lines = ["### Needle recall (%): answer tokens kept / needle-sentence tokens kept; rank of the answer tokens "
              "under the press's scores (0 = top, 0.5 = chance)", "",
-             "| method | p | all layers | " + " | ".join(f"layer {layer}" for layer in layers) + " |",
-             "|---|---|---|" + "---|" * len(layers)]
+             "| " + " | ".join(["method", "p", "all layers"] + [f"layer {layer}" for layer in shown]) + " |",
+             "|---|---|---|" + "---|" * len(shown)]
     for key in sorted(answer):
         cells = []
-        for layer in layers:
+        for layer in shown:
             cell = f"{100 * mean(answer[key][layer]):.0f} / {100 * mean(sentence[key][layer]):.0f}"
             cells.append(cell + (f" (rank {mean(rank[key][layer]):.2f})" if rank[key].get(layer) else ""))
         overall = [v for layer in layers for v in answer[key][layer]], [v for layer in layers for v in sentence[key][layer]]
-        lines.append(f"| {key[0]} | {key[1]:g} | {100 * mean(overall[0]):.0f} / {100 * mean(overall[1]):.0f} | "
-                     + " | ".join(cells) + " |")
+        both = f"{100 * mean(overall[0]):.0f} / {100 * mean(overall[1]):.0f}"
+        lines.append("| " + " | ".join([key[0], f"{key[1]:g}", both] + cells) + " |")
     return "\n".join(lines) + "\n"

@@ -7,6 +7,7 @@ items (:mod:`bench.stats`); a difference whose interval contains 0 is reported a
 
 from __future__ import annotations
 
+import textwrap
 from collections import defaultdict
 from pathlib import Path
 
@@ -135,6 +136,10 @@ class GroupReport:
             lines.append(f"| {task} | {base} | " + " | ".join(cells) + " |")
         return lines + [""]
 
+    def headline_markdown(self) -> str:
+        """The averages of both metrics alone (what ``bench compare`` prints; the rest is in ``summary.md``)."""
+        return "\n".join([self.items_line(), ""] + [line for field in METRICS for line in self.averages_markdown(field)])
+
     def markdown(self, pairwise_ratios=None, per_task: bool = True) -> str:
         ratios = self.ratios if pairwise_ratios is None else [r for r in self.ratios if r in pairwise_ratios]
         lines = [self.items_line(), ""]
@@ -159,6 +164,17 @@ def summary_markdown(rows: list[dict], pairwise_ratios=None, resamples: int = RE
     for key, group in group_rows(rows).items():
         sections += [f"## {group_title(key)}", "", GroupReport(group, resamples).markdown(pairwise_ratios)]
         needles = needle_markdown(group)
+        if needles:
+            sections += [needles]
+    return "\n".join(sections) + "\n"
+
+
+def headline_markdown(rows: list[dict], resamples: int = RESAMPLES) -> str:
+    """Per setting group: the task-averaged accuracy and ΔNLL with intervals, and the needle recall over all layers."""
+    sections = []
+    for key, group in group_rows(rows).items():
+        sections += [f"## {group_title(key)}", "", GroupReport(group, resamples).headline_markdown()]
+        needles = needle_markdown(group, per_layer=False)
         if needles:
             sections += [needles]
     return "\n".join(sections) + "\n"
@@ -219,7 +235,7 @@ def plot_curves(rows: list[dict], path: Path, title: str = "", resamples: int = 
         ax.set_ylabel(f"task-averaged {label.split(' (')[0]}" + (" (%)" if field == "score" else " (nats per answer)"))
         ax.grid(alpha=0.3)
     axes[-1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
-    fig.suptitle(title, fontsize=9)
+    fig.suptitle("\n".join(textwrap.wrap(title, 150)), fontsize=9)  # wrapped: a long title stays on the image
     fig.tight_layout()
     with atomic_path(path) as scratch:
         fig.savefig(scratch, format=path.suffix.lstrip(".") or "png")

@@ -26,6 +26,8 @@ KEEP_FRACTION_GRIDS = {
 """Named kept-fraction grids: ``default`` adds 0.02 and 0.05, where eviction bites, to the paper's grid."""
 DEFAULT_KEEP_FRACTIONS = KEEP_FRACTION_GRIDS["default"]
 MIN_LENGTH = 64
+EXECUTORS = ("local", "ray")
+"""``local``: this process or ``--jobs`` worker processes; ``ray``: ``--jobs`` Ray actors (:mod:`bench.execution`)."""
 ENGINES = ("hf", "vllm")
 """``hf``: this project's runtime on a transformers model; ``vllm``: compaction inside vLLM (:mod:`serving`)."""
 
@@ -38,8 +40,9 @@ class CompareSettings:
     ----------
     presses, allocators : list[str]
         Registry names (``presses.available()``, ``allocators.available()``); ``none`` (no prune) always runs.
-    ratios : list[float]
-        Kept fractions p in (0, 1].
+    keep_fractions : list[float]
+        Kept fractions p in (0, 1] (``--keep-fractions``, alias ``--ratios``; kvpress's compression ratio 1 − p
+        is converted at the CLI).
     tasks : list[str]
         Task names or groups (:data:`bench.tasks.registry.GROUPS`).
     n : int
@@ -58,6 +61,14 @@ class CompareSettings:
         One of :data:`ENGINES`.
     haystack : str
         ``generated`` or a real-text source for the tasks that read one.
+    shard : tuple[int, int], optional
+        ``(k, n)``: run only the contexts whose position in the run's list is k modulo n (``--shard k/n``), for
+        batch schedulers; ``bench merge`` joins the shards' stores.
+    executor : str
+        Where the contexts run: ``local`` (this process, or ``jobs`` worker processes) or ``ray`` (``jobs`` Ray
+        actors on the cluster at ``address``, or a local Ray instance).
+    address : str, optional
+        The Ray cluster's address (``ray`` executor).
     pairs : list[str]
         ``press/allocator`` pairs to run instead of every press with every allocator (``--methods``); the
         presses and allocators are then those of the pairs.
@@ -65,7 +76,7 @@ class CompareSettings:
 
     presses: list[str]
     allocators: list[str] = field(default_factory=lambda: ["flat"])
-    ratios: list[float] = field(default_factory=lambda: list(DEFAULT_KEEP_FRACTIONS))
+    keep_fractions: list[float] = field(default_factory=lambda: list(DEFAULT_KEEP_FRACTIONS))
     tasks: list[str] = field(default_factory=lambda: list(TASKS))
     n: int = 2
     length: int = 1024
@@ -81,6 +92,9 @@ class CompareSettings:
     engine: str = "hf"
     haystack: str = GENERATED
     pairs: list[str] = field(default_factory=list)
+    shard: tuple[int, int] | None = None
+    executor: str = "local"
+    address: str | None = None
 
     def combinations(self) -> list[tuple[str, str]]:
         """``(press, allocator)`` registry names of every compacted child, in order."""
@@ -98,7 +112,7 @@ class CompareSettings:
     def methods(self) -> list[tuple[str, str, float]]:
         """``(press label, allocator label, kept fraction)`` of every child of a context, no prune first."""
         return [(BASELINE, BASELINE, 1.0)] + [(self.press_label(p), self.alloc_label(a), r)
-                                              for p, a in self.combinations() for r in self.ratios]
+                                              for p, a in self.combinations() for r in self.keep_fractions]
 
 
 def _label(name: str, options: dict) -> str:
@@ -141,7 +155,7 @@ def validate(settings: CompareSettings) -> None:
         _pairs(settings)
     _nonempty(settings.presses, "--press", ", ".join(presses.available() + [BASELINE]))
     _nonempty(settings.allocators, "--alloc", ", ".join(allocators.available()))
-    _nonempty(settings.ratios, "--ratios",
+    _nonempty(settings.keep_fractions, "--keep-fractions",
               "kept fractions in (0, 1], or a grid name: " + ", ".join(KEEP_FRACTION_GRIDS))
     _nonempty(settings.tasks, "--tasks", f"task names or the groups {', '.join(tasks.GROUPS)}")
     # unknown names, ill-typed options and unbuildable presses fail here, with the valid choices; the options
@@ -156,8 +170,8 @@ def validate(settings: CompareSettings) -> None:
         for name in settings.allocators:
             allocators.get(name, **settings.alloc_options).check_layers(layers)
     tasks.check(settings.tasks, settings.profile, settings.haystack, settings.scbench_data)
-    for ratio in settings.ratios:
-        allocators.check_keep_fraction(ratio, "ratio")
+    for fraction in settings.keep_fractions:
+        allocators.check_keep_fraction(fraction, "keep fraction")
     _positive_int(settings.jobs, "jobs", "worker processes")
     _positive_int(settings.batch, "batch", "children answered together")
     if settings.n < 1:
@@ -168,6 +182,20 @@ def validate(settings: CompareSettings) -> None:
     if limit is not None and settings.length > limit:
         raise ValueError(f"length {settings.length} is longer than the model's position limit "
                          f"(max_position_embeddings = {limit})")
+    if settings.shard is not None:
+        k, n = settings.shard
+        if isinstance(k, bool) or not isinstance(k, int) or not isinstance(n, int) or not 0 <= k < n:
+            raise ValueError(f"shard {k}/{n}: expected k/n with 0 <= k < n")
+    if settings.executor not in EXECUTORS:
+        raise ValueError(f"unknown executor {settings.executor!r}; choose from {', '.join(EXECUTORS)}")
+    if settings.executor == "ray":
+        if importlib.util.find_spec("ray") is None:
+            raise ValueError("--executor ray needs Ray: pip install -e '.[ray]'")
+        if settings.engine != "hf":
+            raise ValueError("--executor ray runs this project's runtime (--engine hf); the vLLM engine runs in one "
+                             "process")
+    elif settings.address is not None:
+        raise ValueError("--address is the Ray cluster's: it needs --executor ray")
     if settings.engine not in ENGINES:
         raise ValueError(f"unknown engine {settings.engine!r}; choose from {', '.join(ENGINES)}")
     if settings.engine == "vllm":

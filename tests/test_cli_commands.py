@@ -20,8 +20,8 @@ def test_every_command_is_in_the_parser_and_named_once():
     names = [command.name for command in COMMANDS]
     assert len(set(names)) == len(names)
     for name in names:
-        stores = ["store"] if name in ("verify", "leaderboard") else []  # the two that take stores as arguments
-        assert build_parser().parse_args([name, *stores]).command == name
+        required = {"verify": ["store"], "leaderboard": ["store"], "merge": ["store", "--out", "merged"]}
+        assert build_parser().parse_args([name, *required.get(name, [])]).command == name
 
 
 def test_help_and_defaults_come_from_the_registries(capsys):

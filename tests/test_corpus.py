@@ -96,7 +96,7 @@ def test_haystack_runs_share_one_store_without_mixing(model_dir, tmp_path):
     from bench.compare import run_rows
     from bench.stats import task_of
 
-    settings = {"presses": ["keydiff"], "ratios": [0.5], "tasks": ["niah_single_1", "niah_single_2"], "n": 1,
+    settings = {"presses": ["keydiff"], "keep_fractions": [0.5], "tasks": ["niah_single_1", "niah_single_2"], "n": 1,
                 "length": 512, "model": str(model_dir), "out": tmp_path / "results"}
     real = CompareSettings(**settings, haystack="manpages")
     store = run_compare(real, show_progress=False)

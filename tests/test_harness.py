@@ -14,7 +14,7 @@ from tiny_models import qwen3
 
 
 def _settings(model_dir, out, **kw):
-    base = dict(presses=["gatesight", "snapkv", "none"], allocators=["flat", "gate"], ratios=[0.3, 0.7],
+    base = dict(presses=["gatesight", "snapkv", "none"], allocators=["flat", "gate"], keep_fractions=[0.3, 0.7],
                 tasks=["niah_single_1", "niah_multikey_1"], n=1, length=400, model=str(model_dir), out=out)
     return CompareSettings(**{**base, **kw})
 
@@ -43,7 +43,7 @@ def test_leaderboard_builds(model_dir, tmp_path):
     run_compare(_settings(model_dir, tmp_path / "run", tasks=["vt"]), show_progress=False)
     path = write_leaderboard([tmp_path / "run"], tmp_path / "docs")
     text = path.read_text()
-    assert "| gatesight/flat |" in text and "Allocation ablation" in text and "| vt |" in text
+    assert "| gatesight/flat |" in text and "Every scorer under every allocator it ran with" in text and "| vt |" in text
     assert (tmp_path / "docs" / "leaderboard.png").stat().st_size > 1000
     assert (tmp_path / "docs" / "leaderboard.csv").read_text().startswith("group,method,task,keep_fraction,items,metric,mean,low,high")
 
@@ -54,8 +54,8 @@ def test_leaderboard_builds(model_dir, tmp_path):
         ({"presses": ["gatesight", "nope"]}, "unknown press 'nope'; available: gatesight"),
         ({"allocators": ["flat", "steep"]}, "unknown allocator 'steep'"),
         ({"tasks": ["niah_single_9"]}, "unknown task 'niah_single_9'"),
-        ({"ratios": [0.5, 0.0]}, r"ratio 0.0 is outside \(0, 1\]"),
-        ({"ratios": [1.5]}, r"ratio 1.5 is outside"),
+        ({"keep_fractions": [0.5, 0.0]}, r"keep fraction 0.0 is outside \(0, 1\]"),
+        ({"keep_fractions": [1.5]}, r"keep fraction 1.5 is outside"),
         ({"n": 0}, "n must be >= 1"),
         ({"length": 200}, "task 'niah_single_1' at --length 200: .* too short"),
         ({"presses": ["snapkv"], "allocators": ["global"]}, "not on one scale"),
@@ -116,7 +116,7 @@ def test_verify_checks_invariants_and_the_published_leaderboard(model_dir, tmp_p
 
 
 def test_jobs_give_the_same_rows_as_one_process(model_dir, tmp_path):
-    settings = dict(presses=["keydiff", "none"], allocators=["flat"], ratios=[0.3],
+    settings = dict(presses=["keydiff", "none"], allocators=["flat"], keep_fractions=[0.3],
                     tasks=["niah_single_1", "niah_multikey_1"], n=2)
     serial = run_compare(_settings(model_dir, tmp_path / "serial", **settings), show_progress=False)
     parallel = run_compare(_settings(model_dir, tmp_path / "parallel", jobs=2, **settings), show_progress=False)
@@ -132,7 +132,7 @@ def test_jobs_give_the_same_rows_as_one_process(model_dir, tmp_path):
 
 
 def test_batched_children_give_the_rows_of_one_at_a_time(model_dir, tmp_path):
-    settings = dict(presses=["keydiff", "snapkv", "none"], allocators=["flat", "pyramid"], ratios=[0.2, 0.6],
+    settings = dict(presses=["keydiff", "snapkv", "none"], allocators=["flat", "pyramid"], keep_fractions=[0.2, 0.6],
                     tasks=["niah_multikey_1"], n=1)
     one = run_compare(_settings(model_dir, tmp_path / "one", batch=1, **settings), show_progress=False)
     many = run_compare(_settings(model_dir, tmp_path / "many", batch=32, **settings), show_progress=False)

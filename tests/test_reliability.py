@@ -21,7 +21,7 @@ from runtime import EvidenceRequest, KeepPlan, prefill
 
 
 def _settings(model_dir, out, **kw):
-    base = dict(presses=["keydiff", "none"], allocators=["flat"], ratios=[0.5], tasks=["niah_single_1"], n=1,
+    base = dict(presses=["keydiff", "none"], allocators=["flat"], keep_fractions=[0.5], tasks=["niah_single_1"], n=1,
                 length=300, model=str(model_dir), out=out)
     return CompareSettings(**{**base, **kw})
 
@@ -113,14 +113,14 @@ def test_rows_stored_under_the_old_name_ratio_are_read_as_keep_fraction():
 
 # ---- 4. CLI errors before work ------------------------------------------------------------------------------------
 @pytest.mark.parametrize("argv, message", [
-    (["--ratios", ""], "--ratios is empty"),
+    (["--ratios", ""], "--keep-fractions is empty"),
     (["--press", ""], "--press is empty"),
     (["--alloc", ""], "--alloc is empty"),
     (["--tasks", ""], "--tasks is empty"),
     (["--press", "kvpress"], "name the kvpress scorer to wrap: kvpress:<ClassName>"),
     (["--press", "kvpress:NoSuchPress"], "'NoSuchPress' is not a kvpress ScorerPress; available: .*KnormPress"),
     (["--length", "10000000"], "length 10000000 is longer than the model's position limit"),
-    (["--ratios", "0.5,1.5"], r"ratio 1.5 is outside \(0, 1\]"),
+    (["--ratios", "0.5,1.5"], r"keep fraction 1.5 is outside \(0, 1\]"),
 ])
 def test_cli_errors_come_before_the_model_loads(model_dir, tmp_path, capsys, no_model_load, argv, message):
     code = main(["compare", "--model", str(model_dir), "--out", str(tmp_path / "out"), *argv])

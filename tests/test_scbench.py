@@ -82,7 +82,7 @@ def test_loading_and_truncation(scbench_dir):
 
 
 def test_compare_on_scbench_fixture(model_dir, scbench_dir, tmp_path):
-    settings = CompareSettings(presses=["snapkv"], ratios=[0.5], tasks=["scbench_kv", "scbench_choice_eng"], n=2,
+    settings = CompareSettings(presses=["snapkv"], keep_fractions=[0.5], tasks=["scbench_kv", "scbench_choice_eng"], n=2,
                                length=700, model=str(model_dir), out=tmp_path, scbench_data=scbench_dir)
     store = run_compare(settings, show_progress=False)
     assert {r["task"] for r in store.rows} == {"scbench_kv", "scbench_choice_eng"}

@@ -1,0 +1,114 @@
+"""``bench compare`` on the command line: its flags, and what it prints and writes when the run is done.
+
+The terminal gets the headline tables (task-averaged accuracy and ΔNLL with intervals, needle recall over all
+layers) and where the files are; ``summary.md`` holds everything (pairwise tables, per-task cells, needle recall
+per layer) and ``curves.png`` the curves.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import allocators
+import presses
+
+from .arguments import Command, add_model_arguments, floats, model_spec, names, options, part
+from .settings import DEFAULT_KEEP_FRACTIONS, ENGINES, EXECUTORS, KEEP_FRACTION_GRIDS
+from .tasks import registry as tasks
+
+
+def keep_fractions(text: str) -> list[float]:
+    """Kept fractions p: a named grid (default, paper) or comma-separated numbers."""
+    return list(KEEP_FRACTION_GRIDS[text]) if text in KEEP_FRACTION_GRIDS else floats(text)
+
+
+def compression_ratios(text: str) -> list[float]:
+    """kvpress's compression ratios 1 − p, checked as typed, -> kept fractions p (kvpress's name stops here)."""
+    from presses.selection import keep_fraction_from
+
+    fractions = []
+    for typed, value in zip(names(text), floats(text)):
+        try:
+            fractions.append(round(keep_fraction_from(None, value), 10))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"compression ratio {typed} is outside [0, 1) (the evicted fraction, "
+                                             "1 − kept fraction)") from None
+    return fractions
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--press", type=names, default=["gatesight"],
+                   help=f"comma list of presses ({', '.join(presses.available())}) and none")
+    p.add_argument("--alloc", type=names, default=["flat"],
+                   help=f"comma list of allocators: {','.join(allocators.available())}")
+    p.add_argument("--methods", type=names, default=[],
+                   help="press/allocator pairs instead of every --press with every --alloc, e.g. "
+                        "gatesight/gate,kvzip/global,snapkv/flat")
+    fractions = p.add_mutually_exclusive_group()
+    fractions.add_argument("--keep-fractions", "--ratios", dest="keep_fractions", type=keep_fractions,
+                           default=list(DEFAULT_KEEP_FRACTIONS),
+                           help="kept fractions p in (0, 1], or a grid: default (0.02, 0.05, 0.1 … 0.9) or paper "
+                                "(0.1 … 0.9); --ratios is the same flag")
+    fractions.add_argument("--compression-ratios", type=compression_ratios, default=None,
+                           help="kvpress's naming: fractions evicted, 1 − p in [0, 1) (rows still record p); instead "
+                                "of --keep-fractions")
+    p.add_argument("--tasks", type=names, default=["ruler"], help=f"task names or groups ({', '.join(tasks.GROUPS)})")
+    p.add_argument("--n", type=int, default=2, help="items per task")
+    p.add_argument("--length", type=int, default=1024, help="context length in tokens (question included)")
+    add_model_arguments(p)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default="results")
+    p.add_argument("--profile", default="compact", help="RULER template profile: compact or faithful")
+    p.add_argument("--haystack", default="generated",
+                   help="the essay haystack of the tasks that read one (group 'haystack'): generated, or real text "
+                        "nothing here trains on: manpages or nodejs-docs (rows and summaries name it)")
+    p.add_argument("--scbench-data", default=None, help="local microsoft/SCBench copy (jsonl dir or datasets cache)")
+    p.add_argument("--press-options", type=options, default={},
+                   help="key=value,... for every press of the run (e.g. window=64 for snapkv; a kvpress:<Class> "
+                        "takes its own fields); rows name the press with its options")
+    p.add_argument("--alloc-options", type=options, default={},
+                   help="key=value,... for every allocator (e.g. weights=1/2/3 for perlayer, safeguard=0.1 for adakv)")
+    p.add_argument("--batch", type=int, default=32,
+                   help="compacted children of one context answered together (memory: their caches, padded)")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="worker processes (or Ray actors), one context at a time each (each loads the model; one core "
+                        "each)")
+    p.add_argument("--executor", default="local", choices=EXECUTORS,
+                   help="local: this process or --jobs worker processes; ray: --jobs Ray actors (pip install "
+                        "-e '.[ray]'), on the cluster at --address or a Ray instance started for the run")
+    p.add_argument("--address", default=None, help="a Ray cluster's address (--executor ray)")
+    p.add_argument("--shard", type=part, default=None,
+                   help="K/N: only the contexts at positions K, K + N, ... of the run (batch schedulers); "
+                        "bench merge joins the shards' stores")
+    p.add_argument("--engine", default="hf", choices=ENGINES,
+                   help="hf: this project's runtime; vllm: compaction inside vLLM (serving environment; what runs "
+                        "there: the README's serving section)")
+
+
+def run(args) -> None:
+    from .compare import CompareSettings, run_compare, run_rows
+    from .files import write_text
+    from .report import headline_markdown, plot_curves, summary_markdown
+
+    fractions = args.compression_ratios if args.compression_ratios is not None else args.keep_fractions
+    settings = CompareSettings(
+        presses=args.press, allocators=args.alloc, keep_fractions=fractions, tasks=args.tasks, n=args.n,
+        length=args.length, model=model_spec(args), seed=args.seed, out=Path(args.out), profile=args.profile,
+        scbench_data=Path(args.scbench_data) if args.scbench_data else None, jobs=args.jobs, batch=args.batch,
+        press_options=args.press_options, alloc_options=args.alloc_options, engine=args.engine,
+        haystack=args.haystack, pairs=args.methods, shard=args.shard, executor=args.executor, address=args.address,
+    )
+    store = run_compare(settings)
+    rows = run_rows(store, settings)
+    write_text(settings.out / "summary.md", summary_markdown(rows))
+    methods = len(settings.methods()) - 1
+    png = plot_curves(rows, settings.out / "curves.png",
+                      f"{methods} method(s) · {', '.join(tasks.expand(settings.tasks))} · {settings.length} tokens · "
+                      f"n = {settings.n} per task")
+    print(headline_markdown(rows))
+    print(f"results: {store.path}\nsummary: {settings.out / 'summary.md'} (pairwise tables, per-task cells, needle "
+          f"recall per layer)\nplot:    {png}")
+
+
+COMPARE = Command("compare", "score, fork and answer: presses × allocators × kept fractions", add_arguments, run)
