@@ -180,6 +180,12 @@ def test_batch_equals_each_child_alone(tiny, family):
     test_batch.test_batch_equals_each_child_alone(tiny, family)
 
 
+def test_batch_equals_each_child_alone_with_two_experts_per_token():
+    """The batched (dense) MoE adds two routed experts per token in the block's own order."""
+    model = MODELS["granitemoehybrid"](num_local_experts=3, num_experts_per_tok=2)
+    test_batch.test_batch_equals_each_child_alone(lambda family: model, "granitemoehybrid")
+
+
 @pytest.fixture
 def bf16(tiny):
     """test_chunked_and_bf16's fixture, restoring these families' session-cached models to float32 afterwards."""

@@ -130,16 +130,17 @@ def bamba(num_layers: int = 4, seed: int = 0) -> BambaForCausalLM:
     return _mamba2_init(BambaForCausalLM(config))
 
 
-def granitemoehybrid(num_layers: int = 4, seed: int = 0,
-                     num_local_experts: int = 2) -> GraniteMoeHybridForCausalLM:
+def granitemoehybrid(num_layers: int = 4, seed: int = 0, num_local_experts: int = 2,
+                     num_experts_per_tok: int = 1) -> GraniteMoeHybridForCausalLM:
     """Granite 4.0-H's layout with RoPE attention (the adapter refuses NoPE): each MLP a top-1-of-2 MoE plus a
-    shared MLP (the shared MLP alone with ``num_local_experts=0``, as the dense Granite 4.0-H models); µP multipliers
-    that differ from 1 everywhere (embeddings, residuals, attention logits, logits)."""
+    shared MLP (top-k of ``num_local_experts``; the shared MLP alone with 0 experts, as the dense Granite 4.0-H
+    models); µP multipliers that differ from 1 everywhere (embeddings, residuals, attention logits, logits)."""
     torch.manual_seed(seed)
     config = GraniteMoeHybridConfig(
         **_mamba2_common(num_layers), layer_types=["mamba", "attention", "mamba", "attention"][:num_layers],
-        position_embedding_type="rope", num_local_experts=num_local_experts, num_experts_per_tok=1, shared_intermediate_size=24,
-        embedding_multiplier=3.0, residual_multiplier=0.5, attention_multiplier=0.2, logits_scaling=2.0,
+        position_embedding_type="rope", num_local_experts=num_local_experts, num_experts_per_tok=num_experts_per_tok,
+        shared_intermediate_size=24, embedding_multiplier=3.0, residual_multiplier=0.5, attention_multiplier=0.2,
+        logits_scaling=2.0,
     )
     return _mamba2_init(GraniteMoeHybridForCausalLM(config))
 
