@@ -26,8 +26,8 @@ from .gdn import GDNState
 def _segment_sum(log_decay: torch.Tensor) -> torch.Tensor:
     """``[..., l]`` -> ``[..., l, l]``: entry ``[t, s]`` is Σ_{s<r≤t} ``log_decay[r]``, −inf above the diagonal.
 
-    Summed from masked copies rather than as a difference of cumulative sums (transformers' ``segment_sum``): the
-    cumulative sums of a long chunk reach hundreds, where their difference would lose float32 digits.
+    Summed from masked copies, as transformers' ``segment_sum`` does, rather than as a difference of cumulative sums:
+    the cumulative sums of a long chunk reach hundreds, where their difference would lose float32 digits.
     """
     length = log_decay.shape[-1]
     expanded = log_decay[..., None].expand(*log_decay.shape, length)  # [..., r, s] = log_decay[r]

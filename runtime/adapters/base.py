@@ -1,9 +1,10 @@
 """What the runtime and the presses need to know about a model, behind one small interface.
 
 The per-family projections live here: a new architecture family is one adapter file plus a line in
-:data:`ADAPTERS`. Three other places read GDN module internals by attribute (``A_log``, ``dt_bias``, the
-projections): the GDN continuation kernel (``runtime/gdn.py``), the half-life analysis
-(``bench/gatesight/analyze.py``) and the utility labels' output projection (``bench/gatesight/labels.py``).
+:data:`ADAPTERS`. Other places read module internals by attribute: the GDN and Mamba2 continuation kernels
+(``runtime/gdn.py``, ``runtime/mamba2.py``: ``A_log``, ``dt_bias``, the conv, the mixer's sizes), the static
+half-lives (``hybridmodel/half_lives.py``: ``A_log``, ``dt_bias``) and the utility labels' output projection
+(``gatesight_learning/labels.py``).
 """
 
 from __future__ import annotations
