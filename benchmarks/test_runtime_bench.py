@@ -6,8 +6,7 @@ import pytest
 import torch
 
 import presses
-from presses.calibration import calibrate
-from presses.gatesight import GateSightEstimator
+from default_presses import REGISTERED_PRESSES, offline_press
 from runtime import EvidenceRequest, KeepPlan, adapter_for, prefill
 from tiny_models import qwen3_5
 
@@ -57,15 +56,10 @@ def test_decode_step(benchmark, model, n, kept):
 
 
 @pytest.mark.parametrize("n", LENGTHS)
-@pytest.mark.parametrize("name", ["gatesight", "snapkv", "triattention", "keydiff", "kvzip"])
+@pytest.mark.parametrize("name", REGISTERED_PRESSES)
 def test_scoring(benchmark, model, n, name):
     benchmark.group = f"scoring n={n}"
     adapter = adapter_for(model)
-    options = {
-        "gatesight": {"estimator": GateSightEstimator.random(adapter)},
-        "triattention": {"calibration": calibrate(model, [_context(256)], ["ids"])},
-        "kvzip": {"tokenizer": lambda text, add_special_tokens=False: {"input_ids": [b % 97 for b in text.encode()]}},
-    }.get(name, {})
-    press = presses.get(name, **options)
+    press = offline_press(name, model)
     parent = prefill(model, _context(n), evidence=press.evidence(adapter))
     benchmark.pedantic(lambda: press.score(parent), rounds=3, warmup_rounds=1)

@@ -6,15 +6,60 @@ import functools
 import json
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, Protocol
 
 import torch
 
-from runtime import EvidenceRequest, Parent
+from runtime import EvidenceRequest
 from runtime.adapters import ModelAdapter
+from runtime.evidence import Evidence
+from runtime.kv import LayerKV
 
 Scores = dict[int, torch.Tensor]
 """Per attention layer, ``[H_kv, n_body]`` scores over the body positions ``[prot, n)``."""
+
+
+class ScoringContext(Protocol):
+    """What a press may read of a prefilled context: ``runtime.Parent`` satisfies it in the runtime, and the served
+    context does inside vLLM (``serving.worker.ServedContext``), so a press that reads only these scores in both.
+
+    Attributes
+    ----------
+    adapter : ModelAdapter
+        The model's layout: attention and recurrent layers, geometry, projections.
+    kv : dict[int, LayerKV]
+        Per attention layer, the context's keys and values ``[H_kv, n, d]`` (post-RoPE, original positions).
+    n : int
+        Context length in tokens.
+    protected : int
+        The protected prefix ``[0, protected)``: never scored, always kept.
+    evidence : Evidence
+        What the prefill recorded for the presses in use (:meth:`Press.evidence`).
+    """
+
+    adapter: ModelAdapter
+    kv: dict[int, LayerKV]
+    n: int
+    protected: int
+    evidence: Evidence
+
+
+class BranchingContext(ScoringContext, Protocol):
+    """A context more tokens can be run after without changing it (KVzip's reconstruction pass): ``runtime.Parent``.
+
+    Attributes
+    ----------
+    context_ids : torch.Tensor
+        ``[n]`` the context's token ids.
+    tokenizer : tokenizer or None
+        What the context was prefilled with (to encode a prompt).
+    """
+
+    context_ids: torch.Tensor
+    tokenizer: object
+
+    def logits(self, question_ids, observer=None, context_hash: str | None = None) -> torch.Tensor:
+        """``[L, V]`` logits of ``question_ids`` run after the context (which is left as it was)."""
 
 
 class Press(ABC):
@@ -49,8 +94,8 @@ class Press(ABC):
         """Raise ``ValueError`` if this press cannot run on the model behind ``adapter`` (loads nothing)."""
 
     @abstractmethod
-    def score(self, parent: Parent) -> Scores:
-        """Scores ``[H_kv, n_body]`` per attention layer for the body of ``parent``'s context."""
+    def score(self, context: ScoringContext) -> Scores:
+        """Scores ``[H_kv, n_body]`` per attention layer for the body of ``context``."""
 
 
 def _naming_the_directory(bind):

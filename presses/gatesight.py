@@ -16,10 +16,10 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from runtime import EvidenceRequest, Parent
+from runtime import EvidenceRequest
 from runtime.adapters import ModelAdapter
 
-from .base import Press, Scores
+from .base import Press, Scores, ScoringContext
 
 ARTIFACT_DIR = "gatesight"
 SIGNALS = ("beta", "g", "vnorm")
@@ -192,17 +192,17 @@ class GateSightPress(Press):
         if missing:
             raise ValueError(f"the GateSight estimator has no MLPs for attention layers {sorted(missing)}")
 
-    def score(self, parent: Parent) -> Scores:
-        self.check(parent.adapter)
-        if not parent.evidence.gdn_signals:
+    def score(self, context: ScoringContext) -> Scores:
+        self.check(context.adapter)
+        if not context.evidence.gdn_signals:
             raise ValueError("GateSight reads the GDN signals of prefill: prefill with evidence=press.evidence(adapter)")
-        signals = parent.evidence.gdn_signals
+        signals = context.evidence.gdn_signals
         device = next(iter(signals.values())).device
         estimator = self.estimator.to(device)
-        positions = torch.arange(parent.protected, parent.n, device=device)
+        positions = torch.arange(context.protected, context.n, device=device)
         return {
             layer: torch.sigmoid(
-                estimator.logits(layer, build_features(signals, estimator.gdn_layers[layer], parent.n, positions))
+                estimator.logits(layer, build_features(signals, estimator.gdn_layers[layer], context.n, positions))
             )
-            for layer in parent.adapter.attention_layers
+            for layer in context.adapter.attention_layers
         }

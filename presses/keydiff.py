@@ -7,9 +7,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from runtime import Parent
 
-from .base import Press, Scores
+from .base import Press, Scores, ScoringContext
 
 
 def keydiff_scores(keys: torch.Tensor, normalized_anchor: bool) -> torch.Tensor:
@@ -31,8 +30,8 @@ class KeyDiffPress(Press):
     normalized_anchor: bool = False
     name = "keydiff"
 
-    def score(self, parent: Parent) -> Scores:
+    def score(self, context: ScoringContext) -> Scores:
         return {
-            layer: keydiff_scores(parent.kv[layer].keys[:, parent.protected :].float(), self.normalized_anchor)
-            for layer in parent.adapter.attention_layers
+            layer: keydiff_scores(context.kv[layer].keys[:, context.protected :].float(), self.normalized_anchor)
+            for layer in context.adapter.attention_layers
         }

@@ -23,10 +23,10 @@ import torch
 from torch import nn
 
 from allocators.options import build_with_options
-from runtime import EvidenceRequest, Parent
+from runtime import EvidenceRequest
 from runtime.kv import attention_probs
 
-from .base import Press, Scores
+from .base import Press, Scores, ScoringContext
 
 ALL_TOKENS = 1 << 40
 NEEDS_ATTENTIONS = ("ObservedAttentionPress",)
@@ -138,16 +138,16 @@ class KvpressScorer(Press):
                              f"{type(adapter.model).__name__} rotates {adapter.geometry.rotary_dim} of "
                              f"{adapter.geometry.head_dim} dimensions (partial RoPE)")
 
-    def score(self, parent: Parent) -> Scores:
-        adapter = parent.adapter
+    def score(self, context: ScoringContext) -> Scores:
+        adapter = context.adapter
         self.check(adapter)
         model = adapter.model
         if self._initialised_for is not model:
             self.press.post_init_from_model(model)
             self._initialised_for = model
-        positions = torch.arange(parent.n, device=adapter.device)
-        any_hidden = parent.evidence.window_hidden[adapter.attention_layers[0]]
-        if any_hidden.shape[0] != parent.n:
+        positions = torch.arange(context.n, device=adapter.device)
+        any_hidden = context.evidence.window_hidden[adapter.attention_layers[0]]
+        if any_hidden.shape[0] != context.n:
             raise ValueError("kvpress presses read every context token's layer input: prefill with "
                              "evidence=press.evidence(adapter)")
         cos, sin = model.model.rotary_emb(any_hidden[None], positions[None])
@@ -155,13 +155,13 @@ class KvpressScorer(Press):
         for layer in adapter.attention_layers:
             module = adapter.attention_module(layer)
             module.rotary_emb = model.model.rotary_emb  # what kvpress's context manager sets on every layer
-            kv = parent.kv[layer]
-            hidden = parent.evidence.window_hidden[layer][None]
+            kv = context.kv[layer]
+            hidden = context.evidence.window_hidden[layer][None]
             queries = None
             if adapter.gated or adapter.geometry.rotary_dim < adapter.geometry.head_dim:
                 queries = adapter.queries(layer, hidden, cos[0], sin[0])  # [H, n, d], post-RoPE
-                module = _QueryView(module, hidden, queries.transpose(0, 1).reshape(1, parent.n, -1))
-                identity = torch.ones(1, parent.n, adapter.geometry.head_dim, dtype=queries.dtype, device=queries.device)
+                module = _QueryView(module, hidden, queries.transpose(0, 1).reshape(1, context.n, -1))
+                identity = torch.ones(1, context.n, adapter.geometry.head_dim, dtype=queries.dtype, device=queries.device)
                 embeddings = (identity, torch.zeros_like(identity))  # the view's queries are rotated already
             else:
                 embeddings = (cos, sin)
@@ -170,9 +170,9 @@ class KvpressScorer(Press):
                 if queries is None:
                     queries = adapter.queries(layer, hidden, cos[0], sin[0])
                 attentions = attention_probs(queries.float(), kv.keys.float(), module.scaling,
-                                             causal_tail=parent.n).to(kv.keys.dtype)[None]
+                                             causal_tail=context.n).to(kv.keys.dtype)[None]
             kwargs = {"hidden_states": hidden, "position_embeddings": embeddings, "cache_position": positions,
                       "attention_mask": None}
             per_entry = self.press.score(module, hidden, kv.keys[None], kv.values[None], attentions, kwargs)
-            scores[layer] = per_entry[0, :, parent.protected :].float()
+            scores[layer] = per_entry[0, :, context.protected :].float()
         return scores

@@ -1,9 +1,9 @@
 """KVzip (arXiv 2505.23416; ``snu-mllab/KVzip``): score entries by how much a context reconstruction attends to them.
 
 The context body is split into chunks; for each chunk the model is teacher-forced on
-``[repeat prompt | chat suffix | chunk]`` against the full parent cache, and each layer's queries of those tokens
+``[repeat prompt | chat suffix | chunk]`` against the full context cache, and each layer's queries of those tokens
 attend over ``[protected | chunk | repeat tokens (causal)]`` only. An entry's score is the max over queries and
-over the query heads of its group. The pass runs on a branch of the parent, so the parent (GDN states included)
+over the query heads of its group. The pass runs on a branch of the context, so the context (GDN states included)
 is exactly as before scoring.
 """
 
@@ -13,28 +13,28 @@ from dataclasses import dataclass
 
 import torch
 
-from runtime import CHATML_ASSISTANT_TURN, Parent, encode_text
+from runtime import CHATML_ASSISTANT_TURN, encode_text
 from runtime.kv import attention_probs
 
-from .base import Press, Scores
+from .base import BranchingContext, Press, Scores
 
 
 class _ReconstructionAttention:
     wants_gdn_signals = False
 
-    def __init__(self, parent: Parent, start: int, end: int, scores: Scores):
-        self.parent, self.start, self.end, self.scores = parent, start, end, scores
+    def __init__(self, context: BranchingContext, start: int, end: int, scores: Scores):
+        self.context, self.start, self.end, self.scores = context, start, end, scores
 
     def on_attention(self, layer, hidden, query, gate, keys, values, output):
-        parent, g = self.parent, self.parent.adapter.geometry
-        stored = parent.kv[layer].keys
-        restricted = torch.cat([stored[:, : parent.protected], stored[:, self.start : self.end], keys], dim=1)
+        context, g = self.context, self.context.adapter.geometry
+        stored = context.kv[layer].keys
+        restricted = torch.cat([stored[:, : context.protected], stored[:, self.start : self.end], keys], dim=1)
         # softmax in the model dtype, as the official implementation does
-        probs = attention_probs(query, restricted, parent.adapter.attention_module(layer).scaling,
+        probs = attention_probs(query, restricted, context.adapter.attention_module(layer).scaling,
                                 causal_tail=query.shape[1])
-        chunk = probs[..., parent.protected : parent.protected + self.end - self.start].amax(1)  # [H, c]
+        chunk = probs[..., context.protected : context.protected + self.end - self.start].amax(1)  # [H, c]
         chunk = chunk.view(g.num_kv_heads, g.group_size, -1).amax(1)
-        body = slice(self.start - parent.protected, self.end - parent.protected)
+        body = slice(self.start - context.protected, self.end - context.protected)
         self.scores[layer][:, body] = chunk.float()
 
 
@@ -52,25 +52,25 @@ class KVzipPress(Press):
     name = "kvzip"
     comparable_scale = True
 
-    def _encode(self, parent: Parent, text: str) -> torch.Tensor:
-        tokenizer = self.tokenizer or parent.tokenizer
+    def _encode(self, context: BranchingContext, text: str) -> torch.Tensor:
+        tokenizer = self.tokenizer or context.tokenizer
         if tokenizer is None:
             raise ValueError("KVzip needs a tokenizer for its repeat prompt: pass tokenizer= to prefill or the press")
         return torch.tensor(encode_text(tokenizer, text), dtype=torch.long)
 
-    def score(self, parent: Parent) -> Scores:
-        g = parent.adapter.geometry
-        n_body = parent.n - parent.protected
-        scores = {layer: torch.zeros(g.num_kv_heads, n_body, device=parent.adapter.device)
-                  for layer in parent.adapter.attention_layers}
-        suffix = self._encode(parent, self.suffix)
-        ids = parent.context_ids.cpu()
-        for start in range(parent.protected, parent.n, self.chunk_size):
-            end = min(start + self.chunk_size, parent.n)
-            if start == parent.protected:
-                prompt = self._encode(parent, self.prompt)
+    def score(self, context: BranchingContext) -> Scores:
+        g = context.adapter.geometry
+        n_body = context.n - context.protected
+        scores = {layer: torch.zeros(g.num_kv_heads, n_body, device=context.adapter.device)
+                  for layer in context.adapter.attention_layers}
+        suffix = self._encode(context, self.suffix)
+        ids = context.context_ids.cpu()
+        for start in range(context.protected, context.n, self.chunk_size):
+            end = min(start + self.chunk_size, context.n)
+            if start == context.protected:
+                prompt = self._encode(context, self.prompt)
             else:
-                prompt = torch.cat([self._encode(parent, self.continue_prompt), ids[start - self.overlap : start]])
+                prompt = torch.cat([self._encode(context, self.continue_prompt), ids[start - self.overlap : start]])
             repeat = torch.cat([prompt, suffix, ids[start:end]])
-            parent.logits(repeat, observer=_ReconstructionAttention(parent, start, end, scores))
+            context.logits(repeat, observer=_ReconstructionAttention(context, start, end, scores))
         return scores

@@ -7,10 +7,10 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from runtime import EvidenceRequest, Parent
+from runtime import EvidenceRequest
 from runtime.kv import attention_probs
 
-from .base import Press, Scores, group_reduce
+from .base import Press, Scores, ScoringContext, group_reduce
 
 
 @dataclass
@@ -44,34 +44,34 @@ class SnapKVPress(Press):
     def evidence(self, adapter) -> EvidenceRequest:
         return EvidenceRequest(window=self.window)
 
-    def observation_window(self, parent: Parent) -> int:
+    def observation_window(self, context: ScoringContext) -> int:
         """w: the recorded window, shortened so that at least one body entry lies before it."""
-        layer = parent.adapter.attention_layers[0]
-        if layer not in parent.evidence.window_hidden:
+        layer = context.adapter.attention_layers[0]
+        if layer not in context.evidence.window_hidden:
             raise ValueError("SnapKV reads the last window's layer inputs recorded at prefill: prefill with "
                              "evidence=press.evidence(adapter)")
-        n_body = parent.n - parent.protected
+        n_body = context.n - context.protected
         if n_body < 2:
             raise ValueError(f"SnapKV needs at least 2 body tokens (n - protected), got {n_body}")
-        return min(self.window, parent.evidence.window_hidden[layer].shape[0], n_body - 1)
+        return min(self.window, context.evidence.window_hidden[layer].shape[0], n_body - 1)
 
-    def window_attention(self, parent: Parent, layer: int, w: int) -> torch.Tensor:
+    def window_attention(self, context: ScoringContext, layer: int, w: int) -> torch.Tensor:
         """``[H, w, n]`` float32 softmax of the last ``w`` context queries over all n keys (causal in the window)."""
-        adapter, n = parent.adapter, parent.n
-        hidden = parent.evidence.window_hidden[layer][-w:]
+        adapter, n = context.adapter, context.n
+        hidden = context.evidence.window_hidden[layer][-w:]
         positions = torch.arange(n - w, n, device=hidden.device)
         cos, sin = adapter.rope(hidden, positions)
         query = adapter.queries(layer, hidden[None], cos, sin)
         scaling = adapter.attention_module(layer).scaling
-        return attention_probs(query.float(), parent.kv[layer].keys.float(), scaling, causal_tail=w)
+        return attention_probs(query.float(), context.kv[layer].keys.float(), scaling, causal_tail=w)
 
-    def score(self, parent: Parent) -> Scores:
+    def score(self, context: ScoringContext) -> Scores:
         scores = {}
-        w = self.observation_window(parent)
-        for layer in parent.adapter.attention_layers:
-            votes = self.window_attention(parent, layer, w).sum(1)[:, : parent.n - w]
-            votes = group_reduce(votes, parent.adapter.geometry.group_size, self.gqa)
+        w = self.observation_window(context)
+        for layer in context.adapter.attention_layers:
+            votes = self.window_attention(context, layer, w).sum(1)[:, : context.n - w]
+            votes = group_reduce(votes, context.adapter.geometry.group_size, self.gqa)
             pooled = F.max_pool1d(votes[None], self.kernel, stride=1, padding=self.kernel // 2)[0]
             full = torch.cat([pooled, pooled.new_full((pooled.shape[0], w), float(pooled.max()))], dim=1)
-            scores[layer] = full[:, parent.protected :]
+            scores[layer] = full[:, context.protected :]
         return scores

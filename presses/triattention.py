@@ -13,9 +13,8 @@ from dataclasses import dataclass
 
 import torch
 
-from runtime import Parent
 
-from .base import Press, Scores, group_reduce
+from .base import Press, Scores, ScoringContext, group_reduce
 from .calibration import Calibration, band_frequencies, query_bands
 
 
@@ -76,15 +75,15 @@ class TriAttentionPress(Press):
             raise ValueError(f"TriAttention needs the model's calibration and {where}: pass calibration= or run "
                              "`bench calibrate --model PATH`")
 
-    def score(self, parent: Parent) -> Scores:
-        adapter = parent.adapter
+    def score(self, context: ScoringContext) -> Scores:
+        adapter = context.adapter
         self.check(adapter)
         g = adapter.geometry
         omega = band_frequencies(adapter)
-        positions = parent.n + geometric_offsets(self.max_offset)
+        positions = context.n + geometric_offsets(self.max_offset)
         scores = {}
         for layer in adapter.attention_layers:
-            keys = parent.kv[layer].keys[:, parent.protected :]
+            keys = context.kv[layer].keys[:, context.protected :]
             bands = query_bands(keys, g.rotary_dim).repeat_interleave(g.group_size, 0)  # [H, n, F]
             centre = self.calibration.centres[layer].to(keys.device)
             trig = trig_preference(centre, bands, omega, positions.to(keys.device))

@@ -9,9 +9,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 import presses  # noqa: E402
-from presses.calibration import calibrate  # noqa: E402
 from presses.gatesight import GateSightEstimator  # noqa: E402
 from runtime import adapter_for, prefill  # noqa: E402
+from default_presses import REGISTERED_PRESSES, offline_press  # noqa: E402
 from tiny_models import MODELS  # noqa: E402
 
 lines = ["# GPU check", "", f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}", ""]
@@ -41,11 +41,9 @@ for family, build in MODELS.items():
                      f"{bool((ours.argmax(-1) == fresh.argmax(-1)).all())} |")
 model = MODELS["qwen3_5"]().to("cuda")
 adapter = adapter_for(model)
-options = {"gatesight": {"estimator": GateSightEstimator.random(adapter)},
-           "triattention": {"calibration": calibrate(model, [torch.randint(0, 97, (64,))], ["random"])}}
 lines += ["", "| press | scores on | child bytes at p = 0.1 |", "|---|---|---|"]
-for name in ("gatesight", "snapkv", "keydiff", "triattention"):
-    press = presses.get(name, **options.get(name, {}))
+for name in REGISTERED_PRESSES:
+    press = offline_press(name, model)
     parent = prefill(model, torch.randint(0, 97, (500,), device="cuda"), protected=4, evidence=press.evidence(adapter))
     selection = presses.Selection(parent, press)
     device = next(iter(selection.scores.values())).device

@@ -16,6 +16,7 @@ from presses.triattention import TriAttentionPress, trig_preference
 from runtime import EvidenceRequest, prefill
 from runtime.adapters import apply_rope
 from tiny_models import MODELS
+from default_presses import REGISTERED_PRESSES, ByteTokenizer, offline_allocator, offline_press
 
 
 def _ids(n, seed, vocab=97):
@@ -110,21 +111,16 @@ def test_triattention_uses_stored_calibration(tiny, tmp_path):
         Calibration.load(tmp_path / "missing")
 
 
-class _ByteTokenizer:
-    def __call__(self, text, add_special_tokens=False):
-        return {"input_ids": [b % 97 for b in text.encode()]}
-
-
 def test_kvzip_single_chunk_equals_full_attention_and_leaves_parent_unchanged():
     model = _eager("qwen3")
-    press = presses.get("kvzip", tokenizer=_ByteTokenizer())
+    press = presses.get("kvzip", tokenizer=ByteTokenizer())
     parent = _parent(model, n=120)
     question = _ids(6, 3)
     before = parent.answer(question, 5).tokens
     scores = press.score(parent)
     assert parent.answer(question, 5).tokens == before
     # one chunk: the restricted key set is the whole context, so the scores are the model's own attention
-    prompt = torch.tensor(_ByteTokenizer()(press.prompt)["input_ids"] + _ByteTokenizer()(press.suffix)["input_ids"])
+    prompt = torch.tensor(ByteTokenizer()(press.prompt)["input_ids"] + ByteTokenizer()(press.suffix)["input_ids"])
     repeat = torch.cat([prompt, parent.context_ids[parent.protected :]])
     attentions = model(torch.cat([parent.context_ids, repeat])[None], output_attentions=True).attentions
     g = parent.adapter.geometry
@@ -138,7 +134,7 @@ def test_kvzip_leaves_hybrid_gdn_state_unchanged(tiny):
     parent = _parent(tiny("qwen3_5"), n=150)
     states = {i: s.recurrent.clone() for i, s in parent.gdn_states.items()}
     before = parent.answer(_ids(7, 5), 6).tokens
-    presses.get("kvzip", tokenizer=_ByteTokenizer(), chunk_size=64).score(parent)
+    presses.get("kvzip", tokenizer=ByteTokenizer(), chunk_size=64).score(parent)
     assert parent.answer(_ids(7, 5), 6).tokens == before
     assert all(torch.equal(parent.gdn_states[i].recurrent, s) for i, s in states.items())
 
@@ -184,25 +180,19 @@ def test_gatesight_refuses_models_it_cannot_run_on(tiny):
 
 
 @pytest.mark.parametrize("family", ["qwen3_5", "qwen3_5_moe", "qwen3_next"])
-@pytest.mark.parametrize("press_name", ["snapkv", "keydiff", "gatesight", "kvzip", "triattention"])
-@pytest.mark.parametrize("allocator_name", ["flat", "gate", "pyramid", "global", "adakv", "perlayer"])
+@pytest.mark.parametrize("press_name", REGISTERED_PRESSES)
+@pytest.mark.parametrize("allocator_name", allocators.available())
 def test_any_press_with_any_allocator(tiny, family, press_name, allocator_name):
     model = tiny(family)
     adapter = __import__("runtime").adapter_for(model)
-    options = {
-        "gatesight": {"estimator": GateSightEstimator.random(adapter)},
-        "kvzip": {"tokenizer": _ByteTokenizer(), "chunk_size": 64},
-        "triattention": {"calibration": calibrate(model, [_ids(64, 9)], ["ids"])},
-    }.get(press_name, {})
-    press = presses.get(press_name, **options)
+    press = offline_press(press_name, model)
     parent = _parent(model, press=press)
     weights = {layer: 1.0 + layer for layer in adapter.attention_layers}
-    if allocator_name == "global" and not press.comparable_scale:
+    allocator = offline_allocator(allocator_name, len(adapter.attention_layers))
+    if allocator.compares_layers and not press.comparable_scale:
         with pytest.raises(ValueError, match="not on one scale"):
-            presses.compress(parent, press, allocator_name, keep_fraction=0.3, layer_weights=weights)
+            presses.compress(parent, press, allocator, keep_fraction=0.3, layer_weights=weights)
         return
-    per_layer = {"weights": [1.0 + 2 * k for k in range(len(adapter.attention_layers))]}  # one per attention layer
-    allocator = allocators.get(allocator_name, **(per_layer if allocator_name == "perlayer" else {}))
     child = presses.compress(parent, press, allocator, compression_ratio=0.7, layer_weights=weights)
     body = parent.n - parent.protected
     kept = sum(length - parent.protected for kv in child.kv.values() for length in kv.lengths())
