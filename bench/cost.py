@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 
 import presses
+from presses.preparation import evidence_for, prepare
 from presses.selection import Selection
 from runtime import EvidenceRequest, adapter_for, encode_text, prefill
 
@@ -81,15 +82,8 @@ def run_cost(model_path, press_names: list[str], lengths: list[int], out: Path) 
     model, tokenizer, directory = loading.load(model_path)
     loading.check_artifacts(directory)
     adapter = adapter_for(model)
-    built = {}
-    for name in press_names:
-        press = presses.get(name)
-        press.bind(directory)
-        press.check(adapter)
-        built[name] = press
-    evidence = EvidenceRequest()
-    for press in built.values():
-        evidence = evidence | press.evidence(adapter)
+    built = {name: prepare(name, adapter, directory) for name in press_names}
+    evidence = evidence_for(built.values(), adapter)
     rows = []
     for length in lengths:
         context = _context(tokenizer, length)

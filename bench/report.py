@@ -196,7 +196,9 @@ def plot_curves(rows: list[dict], path: Path, title: str = "", resamples: int = 
     report = GroupReport(next(iter(groups.values())), resamples)
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), dpi=120)
     presses_seen = sorted({m.split("/")[0] for m in report.methods})
-    styles = {"flat": "-", "gate": "--", "pyramid": ":", "global": "-."}
+    # colour by press, line style by allocator, both by first appearance: a new press or allocator needs no entry
+    styles = ("-", "--", ":", "-.", (0, (5, 1)), (0, (1, 3)), (0, (3, 1, 1, 1)))
+    allocators_seen = sorted({m.split("/", 1)[1] for m in report.methods})
     single = len(report.ratios) == 1
     for ax, field in zip(axes, METRICS):
         label, scale, _ = METRICS[field]
@@ -216,7 +218,7 @@ def plot_curves(rows: list[dict], path: Path, title: str = "", resamples: int = 
                             capsize=3, label=method)
             else:
                 ax.plot(xs, ys, marker="o", markersize=3, label=method, color=colour,
-                        linestyle=styles.get(alloc, "-"))
+                        linestyle=styles[allocators_seen.index(alloc) % len(styles)])
                 ax.fill_between(xs, low, high, color=colour, alpha=0.12)
         if boot.has_baseline():
             base = boot.average(BASELINE, 1.0, tasks)

@@ -1,10 +1,10 @@
 """What to keep: one file per scorer, a registry, and the shared selection."""
 
-from .base import Press, Scores
+from .base import BranchingContext, Press, Scores, ScoringContext
 from .pipeline import pipeline
 from .selection import Selection, compress
 from .gatesight import GateSightEstimator
-from .registry import PRESSES, available, get, options_of
+from .registry import PRESSES, available, get, options_of, register
 
-__all__ = ["GateSightEstimator", "PRESSES", "Press", "Scores", "Selection", "available", "compress", "get", "options_of",
-           "pipeline"]
+__all__ = ["BranchingContext", "GateSightEstimator", "PRESSES", "Press", "Scores", "ScoringContext", "Selection",
+           "available", "compress", "get", "options_of", "pipeline", "register"]

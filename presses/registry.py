@@ -24,6 +24,26 @@ PRESSES: dict[str, type[Press]] = {
 KVPRESS_PREFIX = "kvpress:"
 
 
+def register(cls: type[Press]) -> type[Press]:
+    """Add a press class to the registry under its ``name`` (a class decorator): a press of one's own, in one's
+    own module, runs wherever a registry name does (``bench compare``, ``bench cost``, the pipelines).
+
+    Raises
+    ------
+    ValueError
+        A class that is not a :class:`Press`, without a ``name``, or whose name is taken by another class.
+    """
+    if not (isinstance(cls, type) and issubclass(cls, Press)):
+        raise ValueError(f"register takes a Press subclass, got {cls!r}")
+    if not cls.name or cls.name.startswith(KVPRESS_PREFIX) or cls.name == "none":
+        raise ValueError(f"{cls.__name__}.name {cls.name!r}: give the press a name of its own (not empty, 'none' or "
+                         f"'{KVPRESS_PREFIX}...')")
+    if PRESSES.get(cls.name, cls) is not cls:
+        raise ValueError(f"press name {cls.name!r} is taken by {PRESSES[cls.name].__name__}")
+    PRESSES[cls.name] = cls
+    return cls
+
+
 def available() -> list[str]:
     return [f"{KVPRESS_PREFIX}<ScorerPress class or kvpress short name>" if name == KvpressScorer.name else name
             for name in PRESSES]
