@@ -179,15 +179,28 @@ class CompactingLLM:
         ``context_hash``, when given, must be the held context's SHA-256 (a question asked of another context is
         refused). Decoding stops after ``max_tokens`` or after a token of ``stop_token_ids`` (which is returned).
         """
+        return self.answer_many([(context, question_ids)], max_tokens, stop_token_ids,
+                                [context_hash] if context_hash is not None else None)[0]
+
+    def answer_many(self, questions: list[tuple[HeldContext, list[int]]], max_tokens: int,
+                    stop_token_ids: list[int] | None = None, context_hashes: list[str] | None = None
+                    ) -> list[list[int]]:
+        """:meth:`answer` for several ``(held context, question ids)`` at once, all in flight together (the engine
+        batches them, up to its ``max_num_seqs``); a context may appear several times. Every question is checked
+        before any is queued; ``context_hashes``, when given, one per question."""
         if max_tokens < 1:
             raise ValueError(f"max_tokens={max_tokens} must be >= 1")
-        return list(self._attached(context, question_ids, context_hash, max_tokens=max_tokens,
-                                   stop_token_ids=stop_token_ids).token_ids)
+        if context_hashes is not None and len(context_hashes) != len(questions):
+            raise ValueError(f"{len(context_hashes)} context hashes for {len(questions)} questions")
+        outputs = self._attached([(held, ids, None if context_hashes is None else context_hashes[i])
+                                  for i, (held, ids) in enumerate(questions)],
+                                 max_tokens=max_tokens, stop_token_ids=stop_token_ids)
+        return [list(output.token_ids) for output in outputs]
 
     def log_probs(self, context: HeldContext, ids: list[int]) -> torch.Tensor:
         """``[L, V]`` float32 log-probabilities of the next token after each of the ``L`` tokens ``ids`` read after
         the held context (teacher-forced; the runtime's ``CachedContext.logits`` up to a constant per row)."""
-        output = self._attached(context, ids, None, max_tokens=1, prompt_logprobs=-1, logprobs=-1)
+        (output,) = self._attached([(context, ids, None)], max_tokens=1, prompt_logprobs=-1, logprobs=-1)
         rows = [*output.prompt_logprobs[-(len(ids) - 1):], output.logprobs[0]] if len(ids) > 1 else [
             output.logprobs[0]]
         dense = torch.full((len(rows), self.vocab_size), float("-inf"))
@@ -199,24 +212,35 @@ class CompactingLLM:
     def vocab_size(self) -> int:
         return self.llm.llm_engine.model_config.get_vocab_size()
 
-    def _attached(self, held: HeldContext, ids: list[int], expected_hash: str | None, **sampling):
-        """Run one request of ``ids`` attached to a held context; its finished completion output."""
-        if self.contexts.get(held.handle) is not held:
-            raise ValueError(f"context {held.handle} is not held by this engine (released?)")
-        if expected_hash is not None and expected_hash != held.context_hash:
-            raise ValueError(f"context hash mismatch: the held context is {held.context_hash[:12]}…, the question "
-                             f"was asked of {expected_hash[:12]}…")
-        if not len(ids):
-            raise ValueError("the question is empty")
+    def _attached(self, questions: list[tuple[HeldContext, list[int], str | None]], **sampling) -> list:
+        """Run one request per ``(held context, ids, expected hash)``, each attached to its held context, all in
+        flight together; their finished completion outputs, in order."""
+        for held, ids, expected_hash in questions:
+            if self.contexts.get(held.handle) is not held:
+                raise ValueError(f"context {held.handle} is not held by this engine (released?)")
+            if expected_hash is not None and expected_hash != held.context_hash:
+                raise ValueError(f"context hash mismatch: the held context is {held.context_hash[:12]}…, the "
+                                 f"question was asked of {expected_hash[:12]}…")
+            if not len(ids):
+                raise ValueError("the question is empty")
         self._check_idle()
-        request_id, _ = self._add([_PLACEHOLDER] * held.computed + list(ids), **sampling)
-        target = self.scheduler.attach(request_id, held.computed)
-        source = tuple([block.block_id for block in group] for group in held.blocks)
-        self.llm.collective_rpc("hybridpress_attach", args=(request_id, source, target, held.computed, held.kept))
+        requests = []
         try:
-            return self._run_to_end()
+            for held, ids, _ in questions:
+                request_id, external_id = self._add([_PLACEHOLDER] * held.computed + list(ids), **sampling)
+                requests.append((request_id, external_id))
+                target = self.scheduler.attach(request_id, held.computed)
+                source = tuple([block.block_id for block in group] for group in held.blocks)
+                self.llm.collective_rpc("hybridpress_attach",
+                                        args=(request_id, source, target, held.computed, held.kept))
+            finished = self._run_to_end()
+        except BaseException:
+            self.llm.llm_engine.abort_request([external_id for _, external_id in requests])
+            raise
         finally:
-            self.llm.collective_rpc("hybridpress_detach", args=(request_id,))
+            for request_id, _ in requests:
+                self.llm.collective_rpc("hybridpress_detach", args=(request_id,))
+        return [finished[external_id] for _, external_id in requests]
 
     def pages(self, context: HeldContext) -> dict:
         """``{layer: (keys, values)}``, each ``[H_kv, kept[layer], d]``: the entries a held context's pages contain
@@ -234,13 +258,13 @@ class CompactingLLM:
     def generate_plain(self, prompt_ids: list[int], max_tokens: int) -> list[int]:
         """Greedy tokens of vLLM without the plugin (the reference of keep-all)."""
         self._check_idle()
-        self._add(list(prompt_ids), max_tokens=max_tokens)
-        return list(self._run_to_end().token_ids)
+        _, external_id = self._add(list(prompt_ids), max_tokens=max_tokens)
+        return list(self._run_to_end()[external_id].token_ids)
 
     # ---- helpers -------------------------------------------------------------------------------------
     def _check_idle(self) -> None:
         if self.scheduler.requests:
-            raise RuntimeError("another request is in flight: the driver runs one request at a time")
+            raise RuntimeError("another request is in flight: the driver starts work when the engine is idle")
 
     def _add(self, prompt_ids: list[int], **sampling) -> tuple[str, str]:
         """Queue a greedy request; its ids in the scheduler and in the engine's front end."""
@@ -249,19 +273,21 @@ class CompactingLLM:
 
         self._requests += 1
         external_id = f"hybridpress-{self._requests}"
+        before = set(self.scheduler.requests)
         self.llm.llm_engine.add_request(external_id, TokensPrompt(prompt_token_ids=prompt_ids),
                                         SamplingParams(temperature=0.0, detokenize=False, **sampling))
-        (request_id,) = self.scheduler.requests  # the scheduler's id carries a suffix
+        (request_id,) = set(self.scheduler.requests) - before  # the scheduler's id carries a suffix
         return request_id, external_id
 
-    def _run_to_end(self):
-        """Step until the one request in flight finishes; its completion output (with the prompt's log-probs)."""
-        finished = None
+    def _run_to_end(self) -> dict:
+        """Step until every request in flight finishes; their completion outputs (with the prompt's log-probs) by
+        front-end id."""
+        finished = {}
         engine = self.llm.llm_engine
         while engine.has_unfinished_requests():
             for output in engine.step():
                 if output.finished:
-                    finished = output.outputs[0]
-                    finished.prompt_logprobs = output.prompt_logprobs
+                    finished[output.request_id] = output.outputs[0]
+                    finished[output.request_id].prompt_logprobs = output.prompt_logprobs
         return finished
 

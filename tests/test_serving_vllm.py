@@ -172,6 +172,29 @@ def test_answers_are_the_runtime_childs_greedy_choices(served, press, allocator)
     assert deficits.mean() < 0.01
 
 
+def test_questions_in_flight_together_get_the_runtime_childs_choices(served):
+    """Several held contexts (different plans: flat and gate), four questions in flight at once, batched by vLLM:
+    each answer is its context's runtime child's greedy choice up to bf16 near-ties (the bounds of the one-at-a-time
+    test), and the questions' blocks go back to the pool when they end, the contexts' stay."""
+    engine, model = served
+    engine.use_press("keydiff")
+    contexts, children = [], []
+    try:
+        for n, seed, allocator in [(700, 61, "flat"), (1100, 62, "gate")]:
+            ids = _ids(n, seed)
+            contexts.append(engine.prefill(ids, keep_fraction=0.2, protected=PROTECTED, allocator=allocator))
+            children.append(_child(model, ids, contexts[-1].plan)[1])
+        held = engine.free_blocks
+        questions = [(i % 2, _ids(9 + 7 * i, 70 + i)) for i in range(4)]
+        answers = engine.answer_many([(contexts[c], q) for c, q in questions], 8)
+        assert engine.free_blocks == held and not engine.scheduler.requests
+        deficits = torch.cat([_deficits(children[c], q, tokens) for (c, q), tokens in zip(questions, answers)])
+    finally:
+        for context in contexts:
+            engine.release(context)
+    assert deficits.numel() == 32 and (deficits == 0).float().mean() >= 0.85 and deficits.mean() < 0.01
+
+
 def test_each_question_starts_from_the_held_context(served):
     """Questions one after another: each decodes from copies of the GDN states and KV, so asking the first again
     gives the same tokens, and the held blocks are never written."""
