@@ -91,7 +91,15 @@ def _read_gzip_or_text(path: Path) -> str:
 
 @dataclass(frozen=True)
 class TextSource:
-    """Where a source's documents are and how one is turned into plain text."""
+    """Where a source's documents are and how one is turned into plain text.
+
+    Attributes
+    ----------
+    files : Callable[[], list[Path]]
+        The source's documents, sorted.
+    read : Callable[[str], str]
+        A document's raw text -> plain text (roff, markdown, package metadata).
+    """
 
     files: Callable[[], list[Path]]
     read: Callable[[str], str] = lambda text: text

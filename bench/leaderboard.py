@@ -13,8 +13,16 @@ from pathlib import Path
 
 from .files import write_text
 from .paper_tables import table3_markdown, table4_markdown
-from .report import ACCURACY_FLOOR, PAIRWISE_RATIOS, RESAMPLES, GroupReport, group_rows, group_title, plot_curves, \
-    summary_markdown
+from .report import (
+    ACCURACY_FLOOR,
+    PAIRWISE_RATIOS,
+    RESAMPLES,
+    GroupReport,
+    group_rows,
+    group_title,
+    plot_curves,
+    summary_markdown,
+)
 from .store import ResultStore
 
 

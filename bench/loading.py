@@ -84,11 +84,9 @@ def resolve(model: str | ModelSpec | None) -> Path:
     if directory.exists() or spec.path.count("/") != 1 or spec.path.startswith((".", "/", "~")):
         raise FileNotFoundError(f"no model at {spec.path}: expected a local HF model directory (with config.json) "
                                 "or a hub id such as Qwen/Qwen3.5-0.8B")
-    from huggingface_hub import snapshot_download
+    from huggingface_hub import constants, snapshot_download
     from huggingface_hub.constants import HF_HUB_CACHE
     from huggingface_hub.errors import LocalEntryNotFoundError
-
-    from huggingface_hub import constants
 
     try:
         return Path(snapshot_download(spec.path, local_files_only=not spec.allow_download,

@@ -11,7 +11,7 @@ its interval excludes 0 and = (a tie) when it does not.
 
 from __future__ import annotations
 
-from .report import GroupReport, METRICS
+from .report import METRICS, GroupReport
 from .store import BASELINE
 
 GATESIGHT, KVZIP = "gatesight/gate", "kvzip/global"

@@ -12,8 +12,8 @@ from collections import defaultdict
 from pathlib import Path
 
 from .files import atomic_path
-from .stats import PairedBootstrap
 from .needles import needle_markdown
+from .stats import PairedBootstrap
 from .store import BASELINE, GROUP_FIELDS
 
 ACCURACY_FLOOR = 0.10

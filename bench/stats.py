@@ -24,7 +24,14 @@ def method_of(row: dict) -> str:
 
 @dataclass(frozen=True)
 class Interval:
-    """A point estimate with a percentile interval."""
+    """A point estimate with a percentile interval.
+
+    Attributes
+    ----------
+    mean : float
+    low, high : float
+        The interval's bounds (NaN when no resample has a value).
+    """
 
     mean: float
     low: float

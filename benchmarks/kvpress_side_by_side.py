@@ -55,6 +55,7 @@ import presses  # noqa: E402
 from allocators import BudgetRequest  # noqa: E402
 from hybridmodel.tokenizer import build_tokenizer  # noqa: E402
 from runtime import CHATML_ASSISTANT_TURN, KeepPlan, encode_text, prefill  # noqa: E402
+
 from tiny_models import _finish  # noqa: E402
 
 CHAT_HEADER = "<|im_start|>user\n"

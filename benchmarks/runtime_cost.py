@@ -12,6 +12,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from bench.cost import median_seconds  # noqa: E402
 from runtime import KeepPlan, prefill  # noqa: E402
+
 from tiny_models import qwen3_5  # noqa: E402
 
 

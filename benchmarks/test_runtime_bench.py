@@ -5,9 +5,9 @@ run's table; ``python benchmarks/runtime_cost.py`` prints them directly."""
 import pytest
 import torch
 
-import presses
+from runtime import KeepPlan, adapter_for, prefill
+
 from default_presses import REGISTERED_PRESSES, offline_press
-from runtime import EvidenceRequest, KeepPlan, adapter_for, prefill
 from tiny_models import qwen3_5
 
 LENGTHS = [1024, 4096, 16384]

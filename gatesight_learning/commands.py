@@ -86,8 +86,15 @@ def train(model_path, labels_dir: Path, out: Path | None, slow_threshold: float,
 def analyze(model_path, labels_dir: Path, out: Path, slow_threshold: float) -> None:
     """Write the paper's observations on this model into ``out``: ``observations.md`` (tables beside the paper's
     figures), ``observations.json`` and the half-life PNGs; observation 3 reads the model's GateSight artifact."""
-    from .analyze import (PAPER, observation_1, observation_2, observation_3, plot_half_life_histogram,
-                          plot_half_lives, slow_heads_by_layer)
+    from .analyze import (
+        PAPER,
+        observation_1,
+        observation_2,
+        observation_3,
+        plot_half_life_histogram,
+        plot_half_lives,
+        slow_heads_by_layer,
+    )
 
     model, _, directory = loading.load(model_path)
     adapter = adapter_for(model)

@@ -7,9 +7,9 @@ import math
 import random
 import shutil
 import time
-from statistics import median
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from statistics import median
 
 import torch
 from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig

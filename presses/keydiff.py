@@ -7,7 +7,6 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-
 from .base import Press, Scores, ScoringContext
 
 

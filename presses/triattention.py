@@ -13,7 +13,6 @@ from dataclasses import dataclass
 
 import torch
 
-
 from .base import Press, Scores, ScoringContext, group_reduce
 from .calibration import Calibration, band_frequencies, query_bands
 

@@ -11,6 +11,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 import presses  # noqa: E402
 from presses.gatesight import GateSightEstimator  # noqa: E402
 from runtime import adapter_for, prefill  # noqa: E402
+
 from default_presses import REGISTERED_PRESSES, offline_press  # noqa: E402
 from tiny_models import MODELS  # noqa: E402
 

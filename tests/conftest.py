@@ -11,6 +11,7 @@ from hybridmodel.tokenizer import build_tokenizer  # noqa: E402
 from presses.calibration import calibrate  # noqa: E402
 from presses.gatesight import GateSightEstimator  # noqa: E402
 from runtime import adapter_for  # noqa: E402
+
 from tiny_models import MODELS  # noqa: E402
 
 

@@ -10,8 +10,8 @@ import allocators
 import presses
 from bench import loading
 from bench.cli import COMMANDS, build_parser, main
-from bench.publish import verify_stores
 from bench.leaderboard import write_leaderboard
+from bench.publish import verify_stores
 from bench.store import ROOT, ResultStore
 from gatesight_learning.calibrate import calibrate_model
 

@@ -6,8 +6,19 @@ import random
 import pytest
 
 from bench.compare import CompareSettings, run_compare, validate
-from bench.corpus import (ALL_SOURCES, HAYSTACK_SOURCES, LABEL_SOURCES, SOURCES, _markdown_prose, _roff_text,
-                          check_haystack, content_digest, documents, label_documents, source_files)
+from bench.corpus import (
+    ALL_SOURCES,
+    HAYSTACK_SOURCES,
+    LABEL_SOURCES,
+    SOURCES,
+    _markdown_prose,
+    _roff_text,
+    check_haystack,
+    content_digest,
+    documents,
+    label_documents,
+    source_files,
+)
 from bench.tasks import Config, generate
 from bench.tasks.ruler import GENERATED, HAYSTACK_TASKS, TASKS
 from bench.tasks.text import real_sentences

@@ -4,12 +4,13 @@ import json
 import shutil
 
 import pytest
-import torch
+
 from bench import loading
 from bench.cli import main
 from bench.compare import CompareSettings, run_compare
 from bench.leaderboard import write_leaderboard
 from hybridmodel.tokenizer import build_tokenizer
+
 from tiny_models import qwen3
 
 

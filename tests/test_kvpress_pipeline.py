@@ -8,10 +8,15 @@ import re
 import kvpress
 import pytest
 import torch
-from kvpress import (AdaKVPress, ExpectedAttentionPress, KnormPress, PerLayerCompressionPress, PyramidKVPress,
-                     SnapKVPress)
+from kvpress import (
+    AdaKVPress,
+    ExpectedAttentionPress,
+    KnormPress,
+    PerLayerCompressionPress,
+    PyramidKVPress,
+    SnapKVPress,
+)
 from kvpress.utils import compute_n_kept
-from tiny_models import QWEN3_5_ROPE, _finish, _hybrid_common
 from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig, Qwen3Config, Qwen3ForCausalLM, pipeline
 
 import presses
@@ -24,6 +29,8 @@ from presses.kvpress_names import NAMES, kvpress_object
 from presses.kvpress_wrappers import REFUSALS, translate
 from presses.pipeline import resolve
 from runtime import CHATML_ASSISTANT_TURN, adapter_for, encode_text, prefill
+
+from tiny_models import QWEN3_5_ROPE, _finish, _hybrid_common
 
 TASK = "hybrid-kv-press-text-generation"
 EOS = 257  # the byte tokenizer's <|im_end|>

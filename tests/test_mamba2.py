@@ -9,6 +9,11 @@ families, so that both kinds of hybrid answer to one definition of each invarian
 """
 
 import pytest
+import test_batch
+import test_chunked_and_bf16
+import test_fork
+import test_kvpress_bridge
+import test_presses
 import torch
 from transformers import (
     BambaConfig,
@@ -21,17 +26,13 @@ from transformers import (
     Zamba2ForCausalLM,
 )
 
-import test_batch
-import test_chunked_and_bf16
-import test_fork
-import test_kvpress_bridge
-import test_presses
 from allocators.integerize import round_half_up
 from bench.cli import main
 from bench.store import ResultStore
 from hybridmodel.tokenizer import build_tokenizer
 from runtime import adapter_for, prefill
 from runtime.mamba2 import mamba2_forward, ssd_scan
+
 from tiny_models import MODELS, VOCAB, _mamba2_common, _mamba2_init
 
 FAMILIES = ["bamba", "granitemoehybrid", "falcon_h1"]

@@ -3,13 +3,13 @@ prefill, GateSight with every allocator on each tiny family, and the labelling â
 saved tiny Bamba, observation 1 (half-lives from A and Î”, stable across documents) measured on it."""
 
 import pytest
+import test_chunked_and_bf16
+import test_mamba2
+import test_presses
 import torch
 import torch.nn.functional as F
 from transformers import BambaConfig, BambaForCausalLM
 
-import test_chunked_and_bf16
-import test_mamba2
-import test_presses
 from bench.cli import main
 from bench.store import ResultStore
 from gatesight_learning.analyze import observation_1
@@ -17,6 +17,7 @@ from gatesight_learning.record import load_shard
 from hybridmodel.half_lives import static_half_lives
 from presses.gatesight import GateSightEstimator, feature_names, gdn_window
 from runtime import EvidenceRequest, adapter_for, prefill
+
 from tiny_models import VOCAB, _mamba2_common, _mamba2_init
 
 FAMILIES = test_mamba2.FAMILIES

@@ -7,16 +7,17 @@ from kvpress import KeyDiffPress as KvpressKeyDiff
 from kvpress import KnormPress
 
 import allocators
-from allocators.integerize import round_half_up
 import presses
+from allocators.integerize import round_half_up
 from presses.calibration import Calibration, band_frequencies, calibrate, query_bands
 from presses.gatesight import GateSightEstimator, GateSightPress, build_features, feature_names
 from presses.kvpress_adapter import KvpressScorer
 from presses.triattention import TriAttentionPress, trig_preference
 from runtime import EvidenceRequest, prefill
 from runtime.adapters import apply_rope
-from tiny_models import MODELS
+
 from default_presses import REGISTERED_PRESSES, ByteTokenizer, offline_allocator, offline_press
+from tiny_models import MODELS
 
 
 def _ids(n, seed, vocab=97):

@@ -28,6 +28,7 @@ from presses.gatesight import GateSightEstimator
 from runtime import adapter_for, prefill
 from runtime.adapters.qwen3_5 import Qwen3_5Adapter
 from runtime.adapters.qwen3_5_moe import Qwen3_5MoeAdapter
+
 from tiny_models import QWEN3_5_ROPE
 
 VOCAB = 260  # the byte tokenizer's

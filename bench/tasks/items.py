@@ -14,16 +14,30 @@ QUESTION_TEMPLATE = "{text}" + CHATML_ASSISTANT_TURN + "{prefix}"
 
 @dataclass
 class Question:
-    """One question about a context: its text, the answer prefix the model continues, references, budget."""
+    """One question about a context: its text, the answer prefix the model continues, references, budget.
+
+    Attributes
+    ----------
+    text : str
+        The question.
+    prefix : str
+        What the assistant's turn starts with; the model continues it.
+    answers : list[str]
+        Reference answers (the first one is teacher-forced for the fidelity metrics).
+    max_new_tokens : int
+        The answer's token budget.
+    scorer, official : Callable[[str], float], optional
+        Task-specific scorers of a prediction (SCBench's revised and official); RULER uses the item's metric.
+    evidence : list[str]
+        The sentences of the context that carry the answer (NIAH needles), for the needle-recall diagnostic.
+    """
 
     text: str
     prefix: str
     answers: list[str]
     max_new_tokens: int
-    #: optional task-specific scorers ``(prediction) -> float`` (SCBench); RULER uses the item's metric
     scorer: Callable[[str], float] | None = field(default=None, repr=False)
     official: Callable[[str], float] | None = field(default=None, repr=False)
-    #: the sentences of the context that carry the answer (NIAH needles), for the needle-recall diagnostic
     evidence: list[str] = field(default_factory=list)
 
     @property

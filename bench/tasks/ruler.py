@@ -41,8 +41,23 @@ COMPACT_MAX_NEW_TOKENS = {"niah": 24, "vt": 32, "cwe": 96, "fwe": 32, "qa": 24}
 
 @dataclass(frozen=True)
 class Config:
-    """How items are drawn: template profile, target length in tokens, token counter, the essay haystack
-    (``generated`` prose, or a real source of :data:`bench.corpus.HAYSTACK_SOURCES`) and optional corpora."""
+    """How items are drawn.
+
+    Attributes
+    ----------
+    profile : str
+        Template profile (:data:`PROFILES`).
+    length : int
+        Target context length in tokens.
+    count_tokens : Callable[[str], int]
+        The model's token count of a text.
+    essay : str, optional
+        A text to draw the essay haystack from instead of the generated prose.
+    qa_documents : list[dict], optional
+        Documents for the QA tasks instead of the synthetic ones.
+    haystack : str
+        ``generated``, or a real source of :data:`bench.corpus.HAYSTACK_SOURCES`.
+    """
 
     profile: str = "compact"
     length: int = 2048
