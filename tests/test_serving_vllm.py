@@ -64,7 +64,8 @@ def _ids(n, seed):
 
 def _child(model, ids, plan: dict):
     parent = prefill(model, torch.tensor(ids), protected=PROTECTED)
-    return parent, parent.fork(KeepPlan({int(layer): [torch.tensor(h) for h in heads] for layer, heads in plan.items()}))
+    plan = KeepPlan({int(layer): [torch.tensor(h) for h in heads] for layer, heads in plan.items()})
+    return parent, parent.fork(plan)
 
 
 def _deficits(child, question: list[int], tokens: list[int]) -> torch.Tensor:
@@ -110,6 +111,16 @@ def test_freed_blocks_are_exactly_the_planned_tail_of_every_layer(served, alloca
     assert context.free_blocks_after - context.free_blocks_before == sum(planned.values())
     if allocator != "flat":
         assert len(set(context.kept.values())) > 1  # the layers really keep different counts
+    # a question attached to the context takes, per attention layer, the blocks of that layer's entries only
+    held = engine.free_blocks
+    request_id, external_id = engine._add([0] * context.computed + [5], max_tokens=1)
+    groups = engine.layout["attention_groups"]
+    engine.scheduler.attach(request_id, context.computed, {groups[layer]: k for layer, k in context.kept.items()})
+    states = sum(len(blocks) for g, blocks in enumerate(context.blocks) if g not in groups.values())
+    assert held - engine.free_blocks == sum(-(-k // block) for k in context.kept.values()) + states
+    engine.llm.llm_engine.abort_request([external_id])
+    engine.scheduler.detach(request_id)
+    assert engine.free_blocks == held
     held = engine.free_blocks
     engine.answer(context, _ids(7, 3), 4)
     assert engine.free_blocks == held  # a question's blocks go back when it ends; the context stays held
