@@ -16,7 +16,8 @@ class GateAllocator(Allocator):
 
     def allocate(self, request: BudgetRequest) -> dict[int, list[int]]:
         if request.layer_weights is None:
-            raise ValueError("the gate allocator needs calibrated layer gate weights: run `bench calibrate --model PATH`")
+            raise ValueError("the gate allocator needs calibrated layer gate weights: "
+                             "run `bench calibrate --model PATH`")
         missing = [layer for layer in request.layers if layer not in request.layer_weights]
         if missing:
             raise ValueError(f"layer gate weights have no entry for attention layers {missing}")

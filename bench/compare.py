@@ -49,7 +49,8 @@ def run_rows(store: ResultStore, settings: CompareSettings) -> list[dict]:
               "device": loading.device_name(settings.model)}
     methods = {(press, allocator, float(ratio)) for press, allocator, ratio in settings.methods()}
     contexts = set(contexts_of(settings))
-    return [r for r in store.rows if all(r.get(k) == v for k, v in wanted.items()) and (r["task"], r["item"]) in contexts
+    return [r for r in store.rows if all(r.get(k) == v for k, v in wanted.items())
+            and (r["task"], r["item"]) in contexts
             and r.get("haystack", tasks.GENERATED) == tasks.haystack_of(r["task"], settings.haystack)
             and (r["press"], r["allocator"], float(r["keep_fraction"])) in methods]
 

@@ -48,7 +48,8 @@ class ContextRun:
         if self.item is None:
             return
         self.rows = [base_row(harness, task, self.item, q) for q in range(len(self.item.questions))]
-        self.todo = [method for method in harness.settings.methods() if any(not self._done(r, method) for r in self.rows)]
+        self.todo = [method for method in harness.settings.methods()
+                     if any(not self._done(r, method) for r in self.rows)]
 
     def _done(self, row: dict, method: Method) -> bool:
         press, allocator, ratio = method

@@ -104,7 +104,8 @@ def in_this_process(harness: Harness, jobs: list[ContextJob], is_done: Callable[
         yield None
 
 
-def in_ray(settings: CompareSettings, jobs: list[ContextJob], workers: int, address: str | None) -> Iterator[list[dict]]:
+def in_ray(settings: CompareSettings, jobs: list[ContextJob], workers: int,
+           address: str | None) -> Iterator[list[dict]]:
     """The rows of every job from ``workers`` Ray actors, each a :class:`ContextWorker` (one CPU each), context by
     context as they finish: on the cluster at ``address``, or on a Ray instance started here for the run."""
     import ray

@@ -98,7 +98,8 @@ def needle_markdown(rows: list[dict], per_layer: bool = True) -> str:
         for layer in shown:
             cell = f"{100 * mean(answer[key][layer]):.0f} / {100 * mean(sentence[key][layer]):.0f}"
             cells.append(cell + (f" (rank {mean(rank[key][layer]):.2f})" if rank[key].get(layer) else ""))
-        overall = [v for layer in layers for v in answer[key][layer]], [v for layer in layers for v in sentence[key][layer]]
+        overall = ([v for layer in layers for v in answer[key][layer]],
+                   [v for layer in layers for v in sentence[key][layer]])
         both = f"{100 * mean(overall[0]):.0f} / {100 * mean(overall[1]):.0f}"
         lines.append("| " + " | ".join([key[0], f"{key[1]:g}", both] + cells) + " |")
     return "\n".join(lines) + "\n"

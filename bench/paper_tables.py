@@ -44,7 +44,8 @@ def table3_markdown(report: GroupReport) -> list[str]:
     shared = sorted(set(report.columns(GATESIGHT)) & set(report.columns(KVZIP)))
     shown = [p for p in TABLE3_FRACTIONS if p in shared]
     lines = ["### Table 3: GateSight (gate allocation) against KVzip (global selection)", "",
-             f"Columns: kept fraction p; mean = the average over every p both ran ({', '.join(f'{p:g}' for p in shared)})."
+             "Columns: kept fraction p; mean = the average over every p both ran "
+             f"({', '.join(f'{p:g}' for p in shared)})."
              " Difference rows: GateSight − KVzip, paired.", ""]
     for field, (label, scale, digits) in METRICS.items():
         boot, higher = report.boot[field], field == "score"

@@ -138,7 +138,8 @@ class GroupReport:
 
     def headline_markdown(self) -> str:
         """The averages of both metrics alone (what ``bench compare`` prints; the rest is in ``summary.md``)."""
-        return "\n".join([self.items_line(), ""] + [line for field in METRICS for line in self.averages_markdown(field)])
+        return "\n".join([self.items_line(), ""]
+                         + [line for field in METRICS for line in self.averages_markdown(field)])
 
     def markdown(self, pairwise_ratios=None, per_task: bool = True) -> str:
         ratios = self.ratios if pairwise_ratios is None else [r for r in self.ratios if r in pairwise_ratios]
@@ -146,7 +147,8 @@ class GroupReport:
         for field in METRICS:
             lines += self.averages_markdown(field)
         if ratios:
-            lines += ["### Pairwise differences (▲ row better, ▼ row worse, = indistinguishable: the interval holds 0)", ""]
+            lines += ["### Pairwise differences (▲ row better, ▼ row worse, = indistinguishable: "
+                      "the interval holds 0)", ""]
             for ratio in ratios:
                 for field in METRICS:
                     lines += self.pairwise_markdown(field, ratio)

@@ -19,7 +19,8 @@ def as_list(label) -> list[str]:
     return [str(x) for x in label] if isinstance(label, (list, tuple)) else [str(label)]
 
 
-_ZH_PUNCT = "！？｡。＂＃＄％＆＇（）＊＋，－／：；＜＝＞＠［＼］＾＿｀｛｜｝～｟｠｢｣､、〃《》「」『』【】〔〕〖〗〘〙〚〛〜〝〞〟〰〾〿–—‘’‛“”„‟…‧﹏."
+_ZH_PUNCT = ("！？｡。＂＃＄％＆＇（）＊＋，－／：；＜＝＞＠［＼］＾＿｀｛｜｝～｟｠"
+             "｢｣､、〃《》「」『』【】〔〕〖〗〘〙〚〛〜〝〞〟〰〾〿–—‘’‛“”„‟…‧﹏.")
 
 
 def normalize_zh(text: str) -> str:
@@ -75,13 +76,13 @@ def official_any_upper(prediction: str, label) -> float:
     """qa_eng / many_shot: any label, upper-cased, in the upper-cased prediction; a raw string label is iterated
     character by character (the official bug for many_shot)."""
     labels = label if isinstance(label, (list, tuple)) else str(label)
-    return float(any(str(l).upper() in prediction.upper() for l in labels))
+    return float(any(str(gold).upper() in prediction.upper() for gold in labels))
 
 
 def official_qa_chn(prediction: str, label) -> float:
     """qa_chn: char F1 maxed over ``for ground_truth in ground_truths`` — over the characters of a string label."""
     labels = label if isinstance(label, (list, tuple)) else str(label)
-    return max(char_f1(prediction, str(l)) for l in labels)
+    return max(char_f1(prediction, str(gold)) for gold in labels)
 
 
 def official_choice(prediction: str, label) -> float:
@@ -135,7 +136,7 @@ def parse_option(prediction: str, options: list[str] | None = None) -> str | Non
 
 
 def revised_choice(prediction: str, label, options: list[str] | None = None) -> float:
-    letter = next((str(l).strip() for l in as_list(label) if str(l).strip() in ("A", "B", "C", "D")), None)
+    letter = next((str(gold).strip() for gold in as_list(label) if str(gold).strip() in ("A", "B", "C", "D")), None)
     return float(letter is not None and parse_option(prediction, options) == letter)
 
 
@@ -154,7 +155,8 @@ def revised_vt(prediction: str, label) -> float:
 
 
 def score(task: str, prediction: str, label, options=None, candidates=None, revised: bool = True) -> float:
-    """One SCBench answer, by task (sub-task names for the mixed tasks: ``summary``, ``passkey``, ``repoqa``, ``kv``)."""
+    """One SCBench answer, by task (sub-task names for the mixed tasks: ``summary``, ``passkey``, ``repoqa``,
+    ``kv``)."""
     if task in ("kv", "prefix_suffix"):
         return official_substring(prediction, label)
     if task == "vt":

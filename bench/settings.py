@@ -119,7 +119,8 @@ def _label(name: str, options: dict) -> str:
     if not options:
         return name
     # lists with ';' so that a method name "press/allocator" keeps exactly one '/'
-    shown = ",".join(f"{k}={';'.join(f'{x:g}' for x in v) if isinstance(v, list) else v}" for k, v in sorted(options.items()))
+    shown = ",".join(f"{k}={';'.join(f'{x:g}' for x in v) if isinstance(v, list) else v}"
+                     for k, v in sorted(options.items()))
     return f"{name}({shown})"
 
 

@@ -70,7 +70,8 @@ class PairedBootstrap:
         per_item: dict[tuple, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
         for row in rows:
             if row.get(field) is not None:
-                per_item[(task_of(row), method_of(row), float(row["keep_fraction"]))][row["item"]].append(float(row[field]))
+                per_item[(task_of(row), method_of(row), float(row["keep_fraction"]))][row["item"]].append(
+                    float(row[field]))
         self.field, self.level = field, level
         self.tasks = sorted({task for task, _, _ in per_item})
         self.cells = sorted({(m, r) for _, m, r in per_item})

@@ -12,8 +12,8 @@ SnapKV, Knorm and KeyDiff presses at whole-size kept fractions (p·n an integer)
 Each side runs in its own process (the same seeded model and workload), timed by the wall clock and by the
 process's CPU clock (with one thread, the figure the other sessions' load on a shared machine disturbs least), with
 a peak resident set of its own: the peak (``VmHWM`` of ``/proc/self/status``, reset through
-``/proc/self/clear_refs`` once the model is built) and the resident set before the work starts are reported. tracemalloc is not used: it sees only Python's
-allocator, not torch's tensor memory.
+``/proc/self/clear_refs`` once the model is built) and the resident set before the work starts are reported.
+tracemalloc is not used: it sees only Python's allocator, not torch's tensor memory.
 
 The parity check (untimed, in this process) runs kvpress's forward hooks as its pipeline does
 (``model.model(context)`` inside ``with press(model)``), recovers the positions every compressed head kept by

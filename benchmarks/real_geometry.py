@@ -37,8 +37,9 @@ def build(family: str, layers: int) -> torch.nn.Module:
         config = Qwen3_5TextConfig(**common, intermediate_size=3584,
                                    rope_parameters={**ROPE, "mrope_section": [11, 11, 10], "mrope_interleaved": True})
         return Qwen3_5ForCausalLM(config)
-    config = Qwen3NextConfig(**common, intermediate_size=3584, moe_intermediate_size=256, shared_expert_intermediate_size=512,
-                             num_experts=16, num_experts_per_tok=2, rope_parameters=ROPE)
+    config = Qwen3NextConfig(**common, intermediate_size=3584, moe_intermediate_size=256,
+                             shared_expert_intermediate_size=512, num_experts=16, num_experts_per_tok=2,
+                             rope_parameters=ROPE)
     return Qwen3NextForCausalLM(config)
 
 
@@ -106,9 +107,11 @@ def main() -> None:
     gatesight = presses.get("gatesight", estimator=GateSightEstimator.random(adapter))
     kvzip = presses.get("kvzip", tokenizer=_Bytes(), chunk_size=2000)
     evidence = gatesight.evidence(adapter) | kvzip.evidence(adapter)
-    lines = [f"# Runtime at real geometry ({args.family}, {args.layers} layers, bfloat16, random weights, {device})", "",
-             f"`python benchmarks/real_geometry.py --family {args.family} --layers {args.layers} --lengths {args.lengths} "
-             f"--device {args.device} --chunk {args.chunk}`; weights {weights / 2**30:.2f} GiB.", "",
+    lines = [f"# Runtime at real geometry ({args.family}, {args.layers} layers, bfloat16, "
+             f"random weights, {device})", "",
+             f"`python benchmarks/real_geometry.py --family {args.family} --layers {args.layers} "
+             f"--lengths {args.lengths} --device {args.device} --chunk {args.chunk}`; "
+             f"weights {weights / 2**30:.2f} GiB.", "",
              "Memory: the peak during each prefill above what the process held before it (resident set on CPU, "
              "allocator on CUDA), against what the parent keeps afterwards (KV + GateSight's evidence); the "
              "difference is the transient overhead. transformers' forward keeps nothing (use_cache=False).", "",
@@ -131,7 +134,8 @@ def main() -> None:
         full_s, _ = seconds(lambda: [parent.logits(token) for _ in range(5)], device)
         child_s, _ = seconds(lambda: [child.logits(token) for _ in range(5)], device)
         lines.append(f"| {n} | {ours:.1f} ({ours / theirs:.2f}×) | {our_memory.peak / 2**30:.2f} / "
-                     f"{their_memory.peak / 2**30:.2f} / {(kv + held) / 2**30:.2f} | {held / n:.0f} | {g_s / ours:.2%} | {z_s / ours:.2f}× | "
+                     f"{their_memory.peak / 2**30:.2f} / {(kv + held) / 2**30:.2f} | {held / n:.0f} | "
+                     f"{g_s / ours:.2%} | {z_s / ours:.2f}× | "
                      f"{child_s / full_s:.2f} |")
         print(lines[-1], flush=True)
         parent.release()

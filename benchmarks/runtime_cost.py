@@ -18,7 +18,8 @@ from tiny_models import qwen3_5  # noqa: E402
 
 def main(lengths):
     model = qwen3_5(num_layers=8)
-    print("| n | prefill s | fork (p=0.1) s | decode step full ms | decode step p=0.1 ms | ratio | child KV bytes / parent |")
+    print("| n | prefill s | fork (p=0.1) s | decode step full ms | decode step p=0.1 ms | ratio | "
+          "child KV bytes / parent |")
     print("|---|---|---|---|---|---|---|")
     for n in lengths:
         context = torch.randint(0, 97, (n,), generator=torch.Generator().manual_seed(n))

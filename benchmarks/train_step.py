@@ -40,7 +40,8 @@ def tokens_per_second(fast_kernel: bool, bf16: bool, size: int, length: int) -> 
 
 def main(shapes):
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
-    print("| batch × length | fallback fp32 | fallback bf16 | solve_triangular fp32 | solve_triangular bf16 | speed-up (bf16) |")
+    print("| batch × length | fallback fp32 | fallback bf16 | solve_triangular fp32 | solve_triangular bf16 | "
+          "speed-up (bf16) |")
     print("|---|---|---|---|---|---|")
     for size, length in shapes:
         rates = {(fast, bf16): tokens_per_second(fast, bf16, size, length) for fast in (False, True)

@@ -124,7 +124,7 @@ def plot_half_lives(medians: dict, threshold: float, path) -> None:
     layers = sorted({layer for layer, _ in medians})
     fig, ax = plt.subplots(figsize=(6, 3.5), dpi=120)
     for layer in layers:
-        values = [v for (l, _), v in medians.items() if l == layer]
+        values = [v for (cell_layer, _), v in medians.items() if cell_layer == layer]
         ax.scatter([layer] * len(values), values, s=12, color="tab:blue")
     ax.axhline(threshold, color="tab:orange", linestyle="--", label=f"slow threshold {threshold:g}")
     ax.set_yscale("log")

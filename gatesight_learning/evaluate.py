@@ -216,8 +216,8 @@ def learned_predictors_loco(shards: list[dict], gdn_windows, settings: TrainSett
             n = shard["labels"][layer].shape[1]
             return build_features(shard["signals"], gdn_windows[layer], n, torch.arange(n))
 
-        for name, predictor in (("ridge", lambda sh, l: ridge.predict(l, feats(sh, l))),
-                                ("MLP (GateSight)", lambda sh, l: mlp.logits(l, feats(sh, l)))):
+        for name, predictor in (("ridge", lambda sh, layer: ridge.predict(layer, feats(sh, layer))),
+                                ("MLP (GateSight)", lambda sh, layer: mlp.logits(layer, feats(sh, layer)))):
             by_layer = evaluate_per_layer(predictor, test)
             for layer, metrics in by_layer.items():
                 for key, value in metrics.items():

@@ -85,8 +85,9 @@ class Calibration:
         tensors = load_file(str(path))
         layers = sorted({int(k.split(".")[1]) for k in tensors})
         return cls(
-            centres={l: torch.complex(tensors[f"centre_real.{l}"], tensors[f"centre_imag.{l}"]) for l in layers},
-            magnitudes={l: tensors[f"magnitude.{l}"] for l in layers},
+            centres={layer: torch.complex(tensors[f"centre_real.{layer}"], tensors[f"centre_imag.{layer}"])
+                     for layer in layers},
+            magnitudes={layer: tensors[f"magnitude.{layer}"] for layer in layers},
             gate_weights={int(k): v for k, v in json.loads(meta["gate_weights"]).items()},
             tokens=int(meta["tokens"]),
             sources=json.loads(meta["sources"]),

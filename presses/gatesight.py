@@ -37,9 +37,8 @@ def feature_names(adapter: ModelAdapter, layer: int, window: int = 6) -> list[st
     """Name of every input dimension: ``gdn{j}.h{m}.{signal}`` for each window layer j, value head m, signal;
     then the three age features."""
     heads = adapter.signal_heads()
-    return [f"gdn{j}.h{m}.{s}" for j in gdn_window(adapter, layer, window) for m in range(heads) for s in SIGNALS] + list(
-        AGE_FEATURES
-    )
+    return ([f"gdn{j}.h{m}.{s}" for j in gdn_window(adapter, layer, window) for m in range(heads) for s in SIGNALS]
+            + list(AGE_FEATURES))
 
 
 def build_features(signals: dict[int, torch.Tensor], gdn_layers: list[int], n: int, positions: torch.Tensor):
@@ -195,7 +194,8 @@ class GateSightPress(Press):
     def score(self, context: ScoringContext) -> Scores:
         self.check(context.adapter)
         if not context.evidence.gdn_signals:
-            raise ValueError("GateSight reads the GDN signals of prefill: prefill with evidence=press.evidence(adapter)")
+            raise ValueError("GateSight reads the GDN signals of prefill: "
+                             "prefill with evidence=press.evidence(adapter)")
         signals = context.evidence.gdn_signals
         device = next(iter(signals.values())).device
         estimator = self.estimator.to(device)

@@ -161,7 +161,8 @@ class KvpressScorer(Press):
             if adapter.gated or adapter.geometry.rotary_dim < adapter.geometry.head_dim:
                 queries = adapter.queries(layer, hidden, cos[0], sin[0])  # [H, n, d], post-RoPE
                 module = _QueryView(module, hidden, queries.transpose(0, 1).reshape(1, context.n, -1))
-                identity = torch.ones(1, context.n, adapter.geometry.head_dim, dtype=queries.dtype, device=queries.device)
+                identity = torch.ones(1, context.n, adapter.geometry.head_dim, dtype=queries.dtype,
+                                      device=queries.device)
                 embeddings = (identity, torch.zeros_like(identity))  # the view's queries are rotated already
             else:
                 embeddings = (cos, sin)

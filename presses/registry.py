@@ -76,7 +76,8 @@ def get(name: str, **kwargs) -> Press:
     if name.startswith(KVPRESS_PREFIX):
         return KvpressScorer(press=_kvpress_scorer(name.removeprefix(KVPRESS_PREFIX), kwargs))
     if name == KvpressScorer.name and "press" not in kwargs:
-        raise ValueError(f"name the kvpress scorer to wrap: {KVPRESS_PREFIX}<ClassName>, e.g. {KVPRESS_PREFIX}KnormPress")
+        raise ValueError(f"name the kvpress scorer to wrap: {KVPRESS_PREFIX}<ClassName>, "
+                         f"e.g. {KVPRESS_PREFIX}KnormPress")
     if name not in PRESSES:
         raise ValueError(f"unknown press {name!r}; available: {', '.join(available())}")
     return build_with_options(PRESSES[name], name, kwargs)

@@ -10,6 +10,7 @@ from .session import DEFAULT_PREFILL_CHUNK, Answer, Child, Parent, context_hash,
 from .tokens import CHATML_ASSISTANT_TURN, encode_text
 
 __all__ = [
-    "CHATML_ASSISTANT_TURN", "DEFAULT_PREFILL_CHUNK", "Answer", "Child", "Evidence", "EvidenceRequest", "GDNState", "KeepPlan", "LayerKV", "ModelAdapter",
-    "Parent", "SequenceState", "adapter_for", "context_hash", "encode_text", "forward_chunk", "prefill",
+    "CHATML_ASSISTANT_TURN", "DEFAULT_PREFILL_CHUNK", "Answer", "Child", "Evidence", "EvidenceRequest", "GDNState",
+    "KeepPlan", "LayerKV", "ModelAdapter", "Parent", "SequenceState", "adapter_for", "context_hash", "encode_text",
+    "forward_chunk", "prefill",
 ]

@@ -33,10 +33,12 @@ def _padded(children: list[CachedContext]) -> tuple[dict, dict]:
             pad = [longest - k.shape[0] for k, _, _ in child]
             keys.append(torch.stack([torch.nn.functional.pad(k, (0, 0, 0, p)) for (k, _, _), p in zip(child, pad)]))
             values.append(torch.stack([torch.nn.functional.pad(v, (0, 0, 0, p)) for (_, v, _), p in zip(child, pad)]))
-            positions.append(torch.stack([torch.nn.functional.pad(i, (0, p), value=-1) for (_, _, i), p in zip(child, pad)]))
+            positions.append(torch.stack([torch.nn.functional.pad(i, (0, p), value=-1)
+                                          for (_, _, i), p in zip(child, pad)]))
             valid.append(positions[-1] >= 0)
         base[layer] = tuple(torch.stack(t) for t in (keys, values, positions, valid))
-    gdn = {layer: (torch.stack([s.gdn[layer].conv for s in states]), torch.stack([s.gdn[layer].recurrent for s in states]))
+    gdn = {layer: (torch.stack([s.gdn[layer].conv for s in states]),
+                   torch.stack([s.gdn[layer].recurrent for s in states]))
            for layer in states[0].gdn}
     return base, gdn
 

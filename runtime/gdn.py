@@ -100,7 +100,8 @@ def chunk_gated_delta_rule(
         v_new = value_wy[..., c, :, :] - k_cumdecay[..., c, :, :] @ state
         outs.append((q_c * g_c.unsqueeze(-1).exp()) @ state + intra @ v_new)
         g_last = g_c[..., -1:]
-        state = state * g_last.unsqueeze(-1).exp() + (k_c * (g_last - g_c).exp().unsqueeze(-1)).transpose(-1, -2) @ v_new
+        state = (state * g_last.unsqueeze(-1).exp()
+                 + (k_c * (g_last - g_c).exp().unsqueeze(-1)).transpose(-1, -2) @ v_new)
     return torch.cat(outs, dim=-2)[..., :length, :], state
 
 
@@ -158,7 +159,8 @@ def gdn_forward(adapter, layer_idx: int, hidden: torch.Tensor, state: GDNState |
     mixed_qkv = F.silu(F.conv1d(conv_input, module.conv1d.weight, module.conv1d.bias, groups=conv_dim)[..., -length:])
     new_conv = conv_input[0, :, -kernel:].clone()
 
-    query, key, value = torch.split(mixed_qkv[0].transpose(0, 1), [module.key_dim, module.key_dim, module.value_dim], -1)
+    query, key, value = torch.split(mixed_qkv[0].transpose(0, 1),
+                                    [module.key_dim, module.key_dim, module.value_dim], -1)
     query = query.reshape(length, module.num_k_heads, module.head_k_dim)
     key = key.reshape(length, module.num_k_heads, module.head_k_dim)
     value = value.reshape(length, module.num_v_heads, module.head_v_dim)

@@ -31,7 +31,8 @@ class KeepPlan:
                 if positions.numel() == 0:
                     positions = positions.long()
                 elif positions.dtype.is_floating_point or positions.dtype.is_complex or positions.dtype == torch.bool:
-                    raise ValueError(f"keep plan layer {layer} head {h}: positions must be integers, got {positions.dtype}")
+                    raise ValueError(f"keep plan layer {layer} head {h}: positions must be integers, "
+                                     f"got {positions.dtype}")
                 converted.append(positions.long().reshape(-1) if positions.dim() == 0 else positions.long())
             layers[layer] = converted
         self.layers = layers
@@ -75,11 +76,13 @@ class KeepPlan:
         """Raise ``ValueError`` naming the first bad layer, head or position."""
         if set(self.layers) != set(attention_layers):
             raise ValueError(
-                f"keep plan covers layers {sorted(self.layers)}; the model's attention layers are {list(attention_layers)}"
+                f"keep plan covers layers {sorted(self.layers)}; "
+                f"the model's attention layers are {list(attention_layers)}"
             )
         for layer, heads in self.layers.items():
             if len(heads) != num_kv_heads:
-                raise ValueError(f"keep plan layer {layer} has {len(heads)} heads; the model has {num_kv_heads} KV heads")
+                raise ValueError(f"keep plan layer {layer} has {len(heads)} heads; "
+                                 f"the model has {num_kv_heads} KV heads")
             for h, positions in enumerate(heads):
                 if positions.dtype not in (torch.int64, torch.int32) or positions.dim() != 1:
                     raise ValueError(f"keep plan layer {layer} head {h}: expected a 1-D integer tensor of positions")

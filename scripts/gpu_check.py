@@ -27,7 +27,8 @@ def seconds(fn):
 
 
 # 1. invariants on the GPU: keep-all fork = transformers' forward; every press scores and compacts
-lines += ["## Invariants on cuda", "", "| family | dtype | max abs logit diff, keep-all child vs forward | greedy equal |",
+lines += ["## Invariants on cuda", "",
+          "| family | dtype | max abs logit diff, keep-all child vs forward | greedy equal |",
           "|---|---|---|---|"]
 for family, build in MODELS.items():
     for dtype in (torch.float32, torch.bfloat16):

@@ -127,5 +127,6 @@ def test_bfloat16_signals_halve_the_evidence(tiny):
         assert narrow.evidence.gdn_signals[layer].nbytes * 2 == signals.nbytes
         assert torch.allclose(narrow.evidence.gdn_signals[layer].float(), signals, rtol=1e-2, atol=1e-2)
     # a request for float32 signals wins over one for bfloat16; no preference defers to the other
-    assert (Request(gdn_signals=True, signal_dtype=torch.bfloat16) | Request(signal_dtype=torch.float32)).signal_dtype == torch.float32
+    assert (Request(gdn_signals=True, signal_dtype=torch.bfloat16)
+            | Request(signal_dtype=torch.float32)).signal_dtype == torch.float32
     assert (Request(gdn_signals=True, signal_dtype=torch.bfloat16) | Request(window=4)).signal_dtype == torch.bfloat16

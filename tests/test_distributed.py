@@ -29,7 +29,8 @@ def test_shards_merged_equal_the_whole_run(model_dir, tmp_path):
         run_compare(_settings(model_dir, tmp_path / f"shard{k}", shard=(k, 3)), show_progress=False)
     shard_rows = [_rows(tmp_path / f"shard{k}") for k in range(3)]
     assert all(shard_rows) and len({(r["task"], r["item"]) for r in shard_rows[0]}) == 2  # positions 0 and 3
-    assert merge_stores([tmp_path / f"shard{k}" for k in range(3)], tmp_path / "merged") == len(_rows(tmp_path / "whole"))
+    assert (merge_stores([tmp_path / f"shard{k}" for k in range(3)], tmp_path / "merged")
+            == len(_rows(tmp_path / "whole")))
     assert _rows(tmp_path / "merged") == _rows(tmp_path / "whole")
     assert merge_stores([tmp_path / "shard0"], tmp_path / "merged") == 0  # merging again adds nothing
 

@@ -31,7 +31,7 @@ def _random_plan(parent, seed, ragged):
     g = torch.Generator().manual_seed(seed)
     body = parent.n - parent.protected
     layers = {}
-    for i, layer in enumerate(parent.adapter.attention_layers):
+    for _, layer in enumerate(parent.adapter.attention_layers):
         layer_count = int(torch.randint(1, body + 1, (1,), generator=g))
         heads = []
         for _ in range(parent.adapter.geometry.num_kv_heads):

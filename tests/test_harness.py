@@ -26,7 +26,8 @@ def test_compare_writes_every_row_and_resumes(model_dir, tmp_path):
     assert len(store.rows) == questions * (1 + 2 * 2 * 2)
     assert {r["press"] for r in store.rows} == {"gatesight", "snapkv", "none"}
     assert all(0 <= r["score"] <= 1 for r in store.rows)
-    kept = {(r["press"], r["allocator"], r["keep_fraction"]): r["kept_entries"] for r in store.rows if r["press"] != "none"}
+    kept = {(r["press"], r["allocator"], r["keep_fraction"]): r["kept_entries"]
+            for r in store.rows if r["press"] != "none"}
     assert kept[("snapkv", "flat", 0.3)] == kept[("gatesight", "gate", 0.3)]  # same model-wide budget B
 
     lines = store.path.read_text().splitlines()
@@ -44,9 +45,11 @@ def test_leaderboard_builds(model_dir, tmp_path):
     run_compare(_settings(model_dir, tmp_path / "run", tasks=["vt"]), show_progress=False)
     path = write_leaderboard([tmp_path / "run"], tmp_path / "docs")
     text = path.read_text()
-    assert "| gatesight/flat |" in text and "Every scorer under every allocator it ran with" in text and "| vt |" in text
+    assert ("| gatesight/flat |" in text and "Every scorer under every allocator it ran with" in text
+            and "| vt |" in text)
     assert (tmp_path / "docs" / "leaderboard.png").stat().st_size > 1000
-    assert (tmp_path / "docs" / "leaderboard.csv").read_text().startswith("group,method,task,keep_fraction,items,metric,mean,low,high")
+    assert (tmp_path / "docs" / "leaderboard.csv").read_text().startswith(
+        "group,method,task,keep_fraction,items,metric,mean,low,high")
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,8 @@ from presses.kvpress_adapter import KvpressScorer
 from runtime import adapter_for, prefill
 
 SCORERS = sorted(name for name in dir(kvpress) if isinstance(getattr(kvpress, name), type)
-                 and issubclass(getattr(kvpress, name), kvpress.ScorerPress) and getattr(kvpress, name) is not kvpress.ScorerPress)
+                 and issubclass(getattr(kvpress, name), kvpress.ScorerPress)
+                 and getattr(kvpress, name) is not kvpress.ScorerPress)
 FAMILIES = ["qwen3", "llama", "qwen3_5", "qwen3_5_moe", "qwen3_next"]
 
 
@@ -97,7 +98,8 @@ def test_scores_equal_kvpress_on_dense_models(tiny, family, name):
     reference = _kvpress_reference(model, name, ids)
     assert sorted(reference) == sorted(ours)
     for layer in ours:
-        assert torch.allclose(ours[layer], reference[layer], atol=1e-5, rtol=1e-5), (layer, (ours[layer] - reference[layer]).abs().max())
+        assert torch.allclose(ours[layer], reference[layer], atol=1e-5, rtol=1e-5), (
+            layer, (ours[layer] - reference[layer]).abs().max())
 
 
 def test_qwen35_presses_see_the_models_own_queries(tiny):

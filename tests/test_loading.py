@@ -32,7 +32,8 @@ def test_hub_id_is_found_in_the_local_cache(model_dir, tmp_path, monkeypatch):
 def test_a_missing_hub_id_names_both_places_and_downloads_nothing(tmp_path, monkeypatch):
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "empty"))
     with pytest.raises(FileNotFoundError, match=r"no model at nobody/none: it is not a local directory, and the hub "
-                                                r"id is not in the local Hugging Face cache \(.*empty\).*--allow-download"):
+                                                r"id is not in the local Hugging Face cache \(.*empty\)"
+                                                r".*--allow-download"):
         loading.resolve("nobody/none")
     with pytest.raises(FileNotFoundError, match="expected a local HF model directory"):
         loading.resolve(str(tmp_path / "no" / "such" / "dir"))

@@ -52,8 +52,9 @@ def test_needle_rank_equals_brute_force():
 
 
 def test_niah_rows_carry_needle_diagnostics(model_dir, tmp_path):
-    settings = CompareSettings(presses=["keydiff"], allocators=["flat"], keep_fractions=[0.3, 1.0], tasks=["niah_multikey_1"],
-                               n=1, length=384, model=str(model_dir), out=tmp_path / "results", haystack="nodejs-docs")
+    settings = CompareSettings(presses=["keydiff"], allocators=["flat"], keep_fractions=[0.3, 1.0],
+                               tasks=["niah_multikey_1"], n=1, length=384, model=str(model_dir),
+                               out=tmp_path / "results", haystack="nodejs-docs")
     run_compare(settings, show_progress=False)
     rows = [json.loads(line) for line in (tmp_path / "results" / "results.jsonl").read_text().splitlines()]
     compacted = [r for r in rows if r["press"] == "keydiff"]

@@ -164,7 +164,8 @@ def test_plan_for_refuses_bad_scores(tiny):
     scores = {layer: torch.rand(2, parent.n - parent.protected) for layer in parent.adapter.attention_layers}
     first = parent.adapter.attention_layers[0]
     with pytest.raises(ValueError, match=f"scores of layer {first} contain NaN"):
-        plan_for(parent, {**scores, first: scores[first].masked_fill(torch.rand_like(scores[first]) < 0.1, float("nan"))},
+        plan_for(parent,
+                 {**scores, first: scores[first].masked_fill(torch.rand_like(scores[first]) < 0.1, float("nan"))},
                  flat, 0.5)
     with pytest.raises(ValueError, match=r"shape \(2, 20\); expected \[H_kv, n_body\] = \[2, 56\]"):
         plan_for(parent, {**scores, first: torch.rand(2, 20)}, flat, 0.5)
@@ -187,7 +188,8 @@ def test_snapkv_inputs(tiny):
 
 def test_token_ids_and_protected_are_checked(tiny):
     model = tiny("qwen3_5")
-    with pytest.raises(ValueError, match=r"context_ids\[2\] = 97 is not a token id of this model: ids must be in \[0, 97\)"):
+    with pytest.raises(ValueError,
+                       match=r"context_ids\[2\] = 97 is not a token id of this model: ids must be in \[0, 97\)"):
         prefill(model, torch.tensor([1, 2, 97, 3]))
     with pytest.raises(ValueError, match=r"context_ids\[0\] = -1"):
         prefill(model, torch.tensor([-1, 2, 3]))
@@ -399,9 +401,9 @@ def test_the_committed_store_still_reads_and_verifies():
 
 # 4. bench verify checks types, finiteness and ranges, naming file and line
 GOOD_ROW = {"schema": 2, "model": "m", "weights": "w", "artifacts": "a", "press": "none", "allocator": "none",
-            "keep_fraction": 1.0, "task": "vt", "profile": "compact", "length": 512, "item": 0, "question": 0, "seed": 0,
-            "code": "c", "engine": "hf", "dtype": "float32", "device": "cpu", "score": 1.0, "answer_nll": 0.5,
-            "delta_nll": 0.0, "kl": 0.0, "agree": True}
+            "keep_fraction": 1.0, "task": "vt", "profile": "compact", "length": 512, "item": 0, "question": 0,
+            "seed": 0, "code": "c", "engine": "hf", "dtype": "float32", "device": "cpu", "score": 1.0,
+            "answer_nll": 0.5, "delta_nll": 0.0, "kl": 0.0, "agree": True}
 
 
 @pytest.mark.parametrize("change, message", [

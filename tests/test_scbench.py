@@ -18,8 +18,10 @@ from bench.tasks.scbench import load_rows, middle_truncate, to_item
 
 ROWS = {
     "kv": [{"id": 0, "context": "{\"a1\": \"v-111\", \"b2\": \"v-222\", \"c3\": \"v-333\"} " * 3,
-            "multi_turns": [{"input": "Key: \"b2\"\nThe value associated with the specified key is:", "answer": "v-222"},
-                            {"input": "Key: \"c3\"\nThe value associated with the specified key is:", "answer": "v-333"}]}],
+            "multi_turns": [{"input": "Key: \"b2\"\nThe value associated with the specified key is:",
+                             "answer": "v-222"},
+                            {"input": "Key: \"c3\"\nThe value associated with the specified key is:",
+                             "answer": "v-333"}]}],
     "choice_eng": [{"id": 1, "context": "Alice met Bob in Paris. " * 10,
                     "multi_turns": [{"input": "Where did Alice meet Bob?", "answer": ["Paris", "B"],
                                      "options": ["London", "Paris", "Rome", "Oslo"]}]}],
@@ -82,8 +84,8 @@ def test_loading_and_truncation(scbench_dir):
 
 
 def test_compare_on_scbench_fixture(model_dir, scbench_dir, tmp_path):
-    settings = CompareSettings(presses=["snapkv"], keep_fractions=[0.5], tasks=["scbench_kv", "scbench_choice_eng"], n=2,
-                               length=700, model=str(model_dir), out=tmp_path, scbench_data=scbench_dir)
+    settings = CompareSettings(presses=["snapkv"], keep_fractions=[0.5], tasks=["scbench_kv", "scbench_choice_eng"],
+                               n=2, length=700, model=str(model_dir), out=tmp_path, scbench_data=scbench_dir)
     store = run_compare(settings, show_progress=False)
     assert {r["task"] for r in store.rows} == {"scbench_kv", "scbench_choice_eng"}
     assert len(store.rows) == (2 + 1) * 2  # questions × (no prune + snapkv/flat@0.5); n=2 > rows: skipped

@@ -41,7 +41,8 @@ def test_niah_structure_follows_ruler():
     assert distractors.body.count("One of the special magic numbers for") > 20
     single = generate("niah_single_1", 0, 0, cfg)
     assert "A special magic number" not in single.body and " is: " in single.body
-    assert NIAH["niah_single_3"][2] == "uuids" and len(generate("niah_single_3", 0, 0, cfg).questions[0].answers[0]) == 36
+    assert (NIAH["niah_single_3"][2] == "uuids"
+            and len(generate("niah_single_3", 0, 0, cfg).questions[0].answers[0]) == 36)
 
 
 def test_length_counts_with_the_given_tokenizer():

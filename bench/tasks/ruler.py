@@ -116,7 +116,8 @@ def niah_question(keys: list[str], answers: list[str], value_kind: str, profile:
     tv = _type_word(value_kind, one)
     if profile == "faithful":
         verb = "is" if one else "are"
-        text = f"What {'is the' if one else 'are all the'} special magic {tv} for {query} mentioned in the provided text?"
+        text = (f"What {'is the' if one else 'are all the'} special magic {tv} for {query} "
+                "mentioned in the provided text?")
         prefix = f" The special magic {tv} for {query} mentioned in the provided text {verb}"
     else:
         text = f"What {'is the' if one else 'are the'} magic {tv} for {query}?"
@@ -263,7 +264,8 @@ def _fwe(rng: random.Random, cfg: Config) -> Item:
     vocab[0] = "...."
     zeta = sum(k**-alpha for k in range(1, 10000))
     header = ("Read the following coded text and track the frequency of each coded word. Find the three most "
-              "frequently appeared coded words." if cfg.profile == "faithful" else "Find the three most frequent words.")
+              "frequently appeared coded words." if cfg.profile == "faithful"
+              else "Find the three most frequent words.")
     text = ("Question: Do not provide any explanation. Please ignore the dots '....'. What are the three most "
             "frequently appeared words in the above coded text?" if cfg.profile == "faithful"
             else "Ignoring '....', which three words are most frequent?")
