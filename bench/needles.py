@@ -89,8 +89,9 @@ def needle_markdown(rows: list[dict], per_layer: bool = True) -> str:
     layers = sorted({layer for by_layer in answer.values() for layer in by_layer}, key=int)
     shown = layers if per_layer else []
     mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
-    lines = ["### Needle recall (%): answer tokens kept / needle-sentence tokens kept; rank of the answer tokens "
-             "under the press's scores (0 = top, 0.5 = chance)", "",
+    rank_note = ("; per layer, the rank of the answer tokens under the press's scores (0 = top, 0.5 = chance)"
+                 if per_layer else "")
+    lines = [f"### Needle recall (%): answer tokens kept / needle-sentence tokens kept{rank_note}", "",
              "| " + " | ".join(["method", "p", "all layers"] + [f"layer {layer}" for layer in shown]) + " |",
              "|---|---|---|" + "---|" * len(shown)]
     for key in sorted(answer):
