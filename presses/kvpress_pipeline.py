@@ -15,7 +15,9 @@ project's protocol: the context is prefilled once with the press's evidence, com
 sight, and every question is answered from that child. ``press`` takes what :func:`presses.pipeline.resolve`
 takes; the extra arguments ``allocator``, ``compression_ratio`` / ``keep_fraction`` (for this project's presses
 and press names) and ``protected`` are this runtime's. Where kvpress's pipeline runs (dense models), the answers
-are the same for the same press at a budget both round alike (p·n an integer): ``tests/test_kvpress_pipeline.py``.
+are the same for the same press at a budget both round alike (p·n an integer, exactly in floating point) where no
+two scores tie at the budget's edge: kvpress keeps what ``torch.topk`` returns among ties, this project the earlier
+positions (``tests/test_kvpress_pipeline.py``, ``tests/test_kvpress_parity.py``).
 """
 
 from __future__ import annotations
