@@ -7,6 +7,10 @@ kernel accepts, saved in bfloat16 (vLLM's CPU GDN layers need it) with a random 
 """
 
 import dataclasses
+import json
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -84,6 +88,33 @@ def test_keep_all_equals_no_plugin(served):
         assert context.computed == context.n == 700 and set(context.kept.values()) == {700}
         assert set(context.freed_blocks.values()) == {0}
         assert engine.answer(context, question, 12) == engine.generate_plain(ids + question, 12)
+    finally:
+        engine.release(context)
+
+
+_STOCK = """import json, os, sys
+os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+from vllm import LLM, SamplingParams
+llm = LLM(model=sys.argv[1], dtype="bfloat16", enforce_eager=True, enable_prefix_caching=False, max_model_len=4096,
+          max_num_seqs=4, gpu_memory_utilization=0.2, kv_cache_memory_bytes=64 * 2**20)
+params = SamplingParams(temperature=0.0, max_tokens=int(sys.argv[3]))
+print(json.dumps(llm.generate([{"prompt_token_ids": json.loads(sys.argv[2])}], params, use_tqdm=False)[0]
+                 .outputs[0].token_ids))
+"""
+
+
+def test_keep_all_equals_vllm_without_the_plugin(served):
+    """The plugin's engine (one KV-cache group per layer, a held context, a question attached to it) answers with
+    the tokens of a stock vLLM engine (its own grouping, no plugin; in a process of its own) for context +
+    question."""
+    engine, _ = served
+    ids, question = _ids(700, 7), _ids(9, 8)
+    stock = subprocess.run([sys.executable, "-c", _STOCK, str(engine.llm.llm_engine.model_config.model),
+                            json.dumps(ids + question), "12"], capture_output=True, text=True, check=True,
+                           env={**os.environ, "OMP_NUM_THREADS": "1"})
+    context = engine.prefill(ids, keep_fraction=1.0, protected=PROTECTED)
+    try:
+        assert engine.answer(context, question, 12) == json.loads(stock.stdout.strip().splitlines()[-1])
     finally:
         engine.release(context)
 
