@@ -6,10 +6,11 @@
 >>> engine.release(context)
 
 The engine runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) so that the driver reaches the scheduler
-between steps; the worker is reached through ``collective_rpc``. Contexts are prefilled one at a time (the GDN
-signal recorder attributes every prefill token of a step to the one context in flight). Every layer is its own
-KV-cache group (built so by :func:`serving.vllm_internals.per_layer_kv_cache_groups`), so attention layers keep
-their own counts (:data:`serving.rules.ENGINE_ALLOCATORS`).
+between steps; the worker is reached through ``collective_rpc``. Contexts are prefilled one at a time (the evidence
+recorders attribute every prefill token of a step to the one context in flight); any number stay held, and questions
+on them run together (:meth:`CompactingLLM.answer_many`). Every layer is its own KV-cache group (built so by
+:func:`serving.vllm_internals.per_layer_kv_cache_groups`), so attention layers keep their own counts
+(:data:`serving.rules.ENGINE_ALLOCATORS`).
 """
 
 from __future__ import annotations

@@ -324,7 +324,7 @@ def test_bench_compare_in_the_engine_writes_the_runtimes_rows(served, tmp_path):
     engine, model = served
     # both engines in bfloat16: the engine runs the dtype it is given, and vLLM's CPU GDN op runs bfloat16 only
     spec = ModelSpec(str(engine.llm.llm_engine.model_config.model), dtype="bfloat16")
-    common = dict(presses=["keydiff", "gatesight"], allocators=["flat"], keep_fractions=[0.2, 0.5],
+    common = dict(presses=["keydiff", "gatesight", "snapkv"], allocators=["flat", "gate"], keep_fractions=[0.2, 0.5],
                   tasks=["niah_single_1"], n=1, length=512, model=spec, out=tmp_path / "results")
     runtime_rows = run_compare(CompareSettings(**common), show_progress=False).rows
     rows = run_compare(CompareSettings(**common, engine="vllm"), show_progress=False).rows
