@@ -143,8 +143,9 @@ class ContextRun:
                 self._baseline(questions, method_fields(BASELINE, BASELINE, 1.0, common, parent))
             for press, allocator, ratio in (method for method in self.todo if method[0] != BASELINE):
                 engine.use_press(h.press_names[press], h.settings.press_options)
-                child = EngineCache(engine, engine.prefill(ids, ratio, self.protected, allocator=allocator),
-                                    h.tokenizer)
+                held = engine.prefill(ids, ratio, self.protected, allocator=h.allocator_names[allocator],
+                                      allocator_options=h.settings.alloc_options)
+                child = EngineCache(engine, held, h.tokenizer)
                 try:
                     # the engine scores inside vLLM: the plan comes back, the scores do not (no rank)
                     plan = KeepPlan({int(layer): heads for layer, heads in child.held.plan.items()})

@@ -31,7 +31,7 @@ class Harness:
     presses : dict[str, Press]
         By the label rows record (:meth:`CompareSettings.press_label`); ``press_names`` maps it to the registry name.
     allocators : dict[str, Allocator]
-        By label.
+        By label; ``allocator_names`` maps it to the registry name.
     layer_weights : dict[int, float] or None
         The model's calibrated gate weights, when an allocator reads them.
     evidence : EvidenceRequest
@@ -53,6 +53,7 @@ class Harness:
                 self.press_names[label] = name
         self.allocators = {settings.alloc_label(name): allocators.get(name, **settings.alloc_options)
                            for name in settings.allocators}
+        self.allocator_names = {settings.alloc_label(name): name for name in settings.allocators}
         self.layer_weights = None
         if any(a.needs_layer_weights for a in self.allocators.values()):
             self.layer_weights = Calibration.load(self.model_dir).gate_weights
@@ -62,7 +63,7 @@ class Harness:
         self.code = code_version()
         self.identity = loading.identity(self.model_dir)
         self.dtype, self.device = loading.dtype_name(settings.model), loading.device_name(settings.model)
-        self.engine = self._engine() if settings.engine == "vllm" else None
+        self.engine = self._engine() if settings.engine == "vllm" else None  # after self.dtype: the engine's
         task_settings = tasks.TaskSettings(settings.length, self.encode_list, self.tokenizer.decode,
                                            settings.profile, settings.seed, settings.haystack, settings.scbench_data)
         self._builders = {}
@@ -79,8 +80,9 @@ class Harness:
         # each child sets its press (use_press). On CPU vLLM checks gpu_memory_utilization of the machine's memory
         # against what is free (the HF copy of the model this harness holds takes some) and the KV pool gets
         # kv_cache_memory_bytes: 1 GiB holds 80K tokens of the 0.8B geometry
-        return CompactingLLM(str(self.model_dir), press="keydiff", max_model_len=self.settings.length + 512,
-                             max_num_seqs=1, gpu_memory_utilization=0.3, kv_cache_memory_bytes=1 << 30)
+        return CompactingLLM(str(self.model_dir), press="keydiff", dtype=self.dtype,
+                             max_model_len=self.settings.length + 512, max_num_seqs=1, gpu_memory_utilization=0.3,
+                             kv_cache_memory_bytes=1 << 30)
 
     def encode_list(self, text: str) -> list[int]:
         return encode_text(self.tokenizer, text)

@@ -37,7 +37,7 @@ FIDELITY_FIELDS = ("answer_nll", "delta_nll", "kl", "agree")
 ROOT = Path(__file__).resolve().parent.parent
 RESULT_SOURCES = ("runtime", "presses", "allocators", "bench/settings.py", "bench/harness.py", "bench/context_run.py",
                   "bench/rows.py", "bench/fidelity.py", "bench/metrics.py", "bench/needles.py",
-                  "bench/scbench_metrics.py", "bench/tasks", "bench/loading.py", "bench/corpus.py")
+                  "bench/scbench_metrics.py", "bench/tasks", "bench/loading.py", "bench/corpus.py", "serving")
 """The modules whose code decides a row's values. Reporting, the CLI, the store itself and training code are not
 among them, so editing those does not invalidate a store."""
 
