@@ -4,6 +4,7 @@ import importlib.util
 import json
 
 import pytest
+import torch
 
 from bench.compare import CompareSettings, run_compare
 from bench.merge import merge_stores
@@ -49,8 +50,17 @@ def test_a_shard_outside_its_count_is_refused(model_dir, tmp_path, shard):
         run_compare(_settings(model_dir, tmp_path, shard=shard), show_progress=False)
 
 
+@pytest.fixture
+def one_thread():
+    """This process on one thread, as every worker runs (ContextWorker): float sums then add up in the same order."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="Ray is the optional 'ray' extra")
-def test_ray_actors_give_the_rows_of_one_process(model_dir, tmp_path):
+def test_ray_actors_give_the_rows_of_one_process(model_dir, tmp_path, one_thread):
     run_compare(_settings(model_dir, tmp_path / "one"), show_progress=False)
     run_compare(_settings(model_dir, tmp_path / "ray", executor="ray", jobs=2), show_progress=False)
     assert _rows(tmp_path / "ray") == _rows(tmp_path / "one")

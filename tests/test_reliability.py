@@ -395,8 +395,10 @@ def test_the_committed_store_still_reads_and_verifies():
     store = ResultStore(ROOT / "docs" / "results", readonly=True)
     assert store.rows and store.problems() == []
     assert {(r["dtype"], r["device"], r["engine"]) for r in store.rows} == {("float32", "cpu", "hf")}
-    (title,) = [group_title(key) for key in group_rows(store.rows)]
-    assert "dtype" not in title and "artifacts" not in title and title in (ROOT / "docs" / "leaderboard.md").read_text()
+    titles = [group_title(key) for key in group_rows(store.rows)]
+    published = (ROOT / "docs" / "leaderboard.md").read_text()
+    assert {r["length"] for r in store.rows} == {2048, 4096} and len(titles) == 2
+    assert all("dtype" not in title and title in published for title in titles)
 
 
 # 4. bench verify checks types, finiteness and ranges, naming file and line
