@@ -26,6 +26,7 @@ import torch
 
 import allocators
 import presses
+from presses.preparation import prepare
 from runtime import Evidence, KeepPlan, LayerKV
 from runtime.adapters import ModelAdapter, adapter_for, apply_rope
 
@@ -95,10 +96,8 @@ class CompactionWorker:
         check_press(press)
         if not hasattr(self, "_hp_adapter"):
             self._hp_attach()
-        chosen = presses.get(press, **(options or {}))
+        chosen = prepare(press, self._hp_adapter, **(options or {}))  # built, bound, checked: as every caller does
         request = chosen.evidence(self._hp_adapter)
-        chosen.bind(self._hp_adapter.model_dir)
-        chosen.check(self._hp_adapter)
         if request.gdn_signals and self._hp_recorder is None:
             self._hp_recorder = GDNSignalRecorder(self.model_runner.model)
         if request.window:
