@@ -16,7 +16,7 @@ from presses.selection import Selection
 from runtime import KeepPlan, prefill
 from runtime.batch import answer_and_follow_many
 
-from .fidelity import answer_log_probs
+from .fidelity import answer_log_probs, log_probs_of
 from .harness import Harness
 from .needles import needle_rank
 from .rows import QuestionReference, answered_row, base_row, method_fields, needle_fields
@@ -124,7 +124,7 @@ class ContextRun:
             # one pass over the question feeds both the greedy answer and the teacher-forced reference answer
             answers, logits = answer_and_follow_many([children[i] for i in members], q.prompt_ids,
                                                      q.reference.answer_ids, q.question.max_new_tokens, eos)
-            log_probs = logits.float().log_softmax(-1)
+            log_probs = log_probs_of(logits)
             for i, answer, child_log_probs in zip(members, answers, log_probs):
                 self.emit(answered_row(self.item, q, row, methods[i], answer, child_log_probs, needles(i, q)))
 

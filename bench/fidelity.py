@@ -30,13 +30,14 @@ def answer_log_probs(cache: CachedContext, prompt_ids: torch.Tensor, answer_ids:
     prompt_ids, answer_ids : torch.Tensor
         ``[L]`` and ``[A]`` token ids.
     """
-    return _answer_slice(cache.logits(torch.cat([prompt_ids, answer_ids])), prompt_ids, answer_ids)
+    logits = cache.logits(torch.cat([prompt_ids, answer_ids]))
+    start = prompt_ids.numel() - 1  # the logits after prompt token L - 1 predict the first answer token
+    return log_probs_of(logits[start : start + answer_ids.numel()])
 
 
-def _answer_slice(logits: torch.Tensor, prompt_ids: torch.Tensor, answer_ids: torch.Tensor) -> torch.Tensor:
-    # the logits after prompt token L - 1 predict the first answer token
-    start = prompt_ids.numel() - 1
-    return logits[..., start : start + answer_ids.numel(), :].float().log_softmax(-1)
+def log_probs_of(logits: torch.Tensor) -> torch.Tensor:
+    """``[..., A, V]`` logits at the answer positions -> the float32 log-probabilities the fidelity metrics read."""
+    return logits.float().log_softmax(-1)
 
 
 @dataclass

@@ -63,7 +63,7 @@ class Harness:
         self.code = code_version()
         self.identity = loading.identity(self.model_dir)
         self.dtype, self.device = loading.dtype_name(settings.model), loading.device_name(settings.model)
-        self.engine = self._engine() if settings.engine == "vllm" else None  # after self.dtype: the engine's
+        self.engine = self._engine() if settings.engine == "vllm" else None  # reads self.dtype, set just above
         task_settings = tasks.TaskSettings(settings.length, self.encode_list, self.tokenizer.decode,
                                            settings.profile, settings.seed, settings.haystack, settings.scbench_data)
         self._builders = {}

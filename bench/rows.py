@@ -15,7 +15,7 @@ from runtime import Answer, KeepPlan
 from runtime.batch import answer_and_follow_many
 from runtime.session import CachedContext
 
-from .fidelity import FullCacheReference, answer_log_probs, fidelity, reference_text
+from .fidelity import FullCacheReference, answer_log_probs, fidelity, log_probs_of, reference_text
 from .metrics import METRICS
 from .needles import evidence_positions, mean_over_heads, needle_recall
 from .store import SCHEMA
@@ -81,7 +81,7 @@ class QuestionReference:
         if isinstance(parent, CachedContext):  # the runtime's: one pass over the question feeds both
             answers, logits = answer_and_follow_many([parent], self.prompt_ids, answer_ids, question.max_new_tokens,
                                                      eos_token_id)
-            self.answer, log_probs = answers[0], logits[0].float().log_softmax(-1)
+            self.answer, log_probs = answers[0], log_probs_of(logits[0])
         else:  # a context held in an engine answers and scores in two requests
             self.answer = parent.answer(self.prompt_ids, question.max_new_tokens, eos_token_id)
             log_probs = answer_log_probs(parent, self.prompt_ids, answer_ids)

@@ -7,6 +7,7 @@ plus its entry in :data:`FAMILIES`.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, ClassVar
@@ -46,7 +47,7 @@ class TaskSettings:
     scbench_data: Path | None = None
 
 
-class TaskFamily:
+class TaskFamily(ABC):
     """A family of tasks built the same way; :meth:`builder` returns ``index -> Item`` (None past the last one)."""
 
     name: ClassVar[str]
@@ -55,8 +56,9 @@ class TaskFamily:
     def check(self, tasks: list[str], scbench_data: Path | None, haystack: str) -> None:
         """``ValueError`` for settings these tasks cannot be built with, before anything loads."""
 
+    @abstractmethod
     def builder(self, task: str, settings: TaskSettings) -> Callable[[int], Item | None]:
-        raise NotImplementedError
+        """``index -> Item`` for ``task`` (its data read once, here), None past the family's last item."""
 
 
 class RulerFamily(TaskFamily):
