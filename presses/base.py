@@ -81,6 +81,8 @@ class Press(ABC):
 
     #: scores of different layers share one scale, so a global top-B over layers is meaningful
     comparable_scale: ClassVar[bool] = False
+    #: :meth:`score` runs passes after the context (``BranchingContext.logits``), not only reads the prefill
+    runs_after_context: ClassVar[bool] = False
 
     def evidence(self, adapter: ModelAdapter) -> EvidenceRequest:
         """What the prefill must record for this press (nothing beyond the KV cache by default)."""

@@ -51,6 +51,7 @@ class KVzipPress(Press):
     tokenizer: object = None
     name = "kvzip"
     comparable_scale = True
+    runs_after_context = True
 
     def _encode(self, context: BranchingContext, text: str) -> torch.Tensor:
         tokenizer = self.tokenizer or context.tokenizer

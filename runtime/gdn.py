@@ -148,15 +148,46 @@ def gdn_forward(adapter, layer_idx: int, hidden: torch.Tensor, state: GDNState |
     """
     module = adapter.gdn_module(layer_idx)
     mixed_qkv, z, b, a = adapter.gdn_projections(layer_idx, hidden)
-    _, conv_dim, length = mixed_qkv.shape
+    core, state, signals = gdn_core(module, mixed_qkv[0], b[0], a[0], state)
+    core = core.to(hidden.dtype).reshape(-1, module.head_v_dim)
+    core = module.norm(core, z.reshape(-1, module.head_v_dim)).reshape(1, mixed_qkv.shape[-1], -1)
+    return module.out_proj(core), state, signals if record_signals else None
+
+
+def gdn_core(module, mixed_qkv: torch.Tensor, b: torch.Tensor, a: torch.Tensor, state: GDNState | None,
+             conv_weight: torch.Tensor | None = None) -> tuple[torch.Tensor, GDNState, torch.Tensor]:
+    """The short convolution, the gates and the delta rule of one GDN layer over a chunk of one sequence.
+
+    Shared by the runtime and the serving plugin's pure-torch GDN path, so both run the same numbers.
+
+    Parameters
+    ----------
+    module : GDN layer
+        Read for its sizes (``conv_kernel_size``, ``key_dim``, ``value_dim``, ``num_k_heads``, ``num_v_heads``,
+        ``head_k_dim``, ``head_v_dim``) and parameters (``conv1d``, ``A_log``, ``dt_bias``): transformers' and
+        vLLM's GDN layers both name them so.
+    mixed_qkv : torch.Tensor
+        ``[conv_dim, L]`` projected queries, keys and values before the convolution.
+    b, a : torch.Tensor
+        ``[L, num_v_heads]`` write-gate and decay projections.
+    state : GDNState or None
+        ``None`` starts from zeros. ``state.conv`` holds at least the last ``kernel - 1`` inputs ``[conv_dim, c]``.
+    conv_weight : torch.Tensor, optional
+        ``[conv_dim, 1, kernel]`` in place of ``module.conv1d.weight`` (where that is stored packed).
+
+    Returns
+    -------
+    (torch.Tensor, GDNState, torch.Tensor)
+        Core output ``[L, num_v_heads, head_v_dim]`` float32 (before the gated norm), the new state (its ``conv``
+        the last ``kernel`` inputs), and the signals ``[L, num_v_heads, 3]`` = (β, g, ‖v‖) float32.
+    """
+    conv_dim, length = mixed_qkv.shape
     kernel = module.conv_kernel_size
-    previous = (
-        torch.zeros(1, conv_dim, kernel, dtype=mixed_qkv.dtype, device=mixed_qkv.device)
-        if state is None
-        else state.conv.unsqueeze(0).to(mixed_qkv.dtype)
-    )
-    conv_input = torch.cat([previous, mixed_qkv], dim=-1)
-    mixed_qkv = F.silu(F.conv1d(conv_input, module.conv1d.weight, module.conv1d.bias, groups=conv_dim)[..., -length:])
+    weight = module.conv1d.weight if conv_weight is None else conv_weight
+    previous = (torch.zeros(conv_dim, kernel, dtype=mixed_qkv.dtype, device=mixed_qkv.device) if state is None
+                else state.conv.to(mixed_qkv.dtype))
+    conv_input = torch.cat([previous, mixed_qkv], dim=-1)[None]
+    mixed_qkv = F.silu(F.conv1d(conv_input, weight, module.conv1d.bias, groups=conv_dim)[..., -length:])
     new_conv = conv_input[0, :, -kernel:].clone()
 
     query, key, value = torch.split(mixed_qkv[0].transpose(0, 1),
@@ -164,31 +195,21 @@ def gdn_forward(adapter, layer_idx: int, hidden: torch.Tensor, state: GDNState |
     query = query.reshape(length, module.num_k_heads, module.head_k_dim)
     key = key.reshape(length, module.num_k_heads, module.head_k_dim)
     value = value.reshape(length, module.num_v_heads, module.head_v_dim)
-    beta = b[0].sigmoid()
-    g = -module.A_log.float().exp() * F.softplus(a[0].float() + module.dt_bias)
+    beta = b.sigmoid()
+    g = -module.A_log.float().exp() * F.softplus(a.float() + module.dt_bias)
     repeat = module.num_v_heads // module.num_k_heads
     if repeat > 1:
         query = query.repeat_interleave(repeat, dim=1)
         key = key.repeat_interleave(repeat, dim=1)
     query, key = _l2norm(query.float()), _l2norm(key.float())
 
-    initial = (
-        torch.zeros(module.num_v_heads, module.head_k_dim, module.head_v_dim, device=value.device)
-        if state is None
-        else state.recurrent
-    )
+    initial = (torch.zeros(module.num_v_heads, module.head_k_dim, module.head_v_dim, device=value.device)
+               if state is None else state.recurrent)
     args = (query.transpose(0, 1), key.transpose(0, 1), value.transpose(0, 1), g.transpose(0, 1), beta.transpose(0, 1))
     kernel_fn = recurrent_gated_delta_step if length == 1 else chunk_gated_delta_rule
     core, recurrent = kernel_fn(*args, initial)
-
-    core = core.transpose(0, 1).to(hidden.dtype).reshape(-1, module.head_v_dim)
-    core = module.norm(core, z.reshape(-1, module.head_v_dim)).reshape(1, length, -1)
-    output = module.out_proj(core)
-
-    signals = None
-    if record_signals:
-        signals = torch.stack([beta.float(), g.float(), value.float().norm(dim=-1)], dim=-1)
-    return output, GDNState(new_conv, recurrent), signals
+    signals = torch.stack([beta.float(), g.float(), value.float().norm(dim=-1)], dim=-1)
+    return core.transpose(0, 1), GDNState(new_conv, recurrent), signals
 
 
 def transformers_chunk_kernel(query, key, value, g, beta, chunk_size=64, initial_state=None,

@@ -8,9 +8,11 @@
 The engine runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) so that the driver reaches the scheduler
 between steps; the worker is reached through ``collective_rpc``. Contexts are prefilled one at a time (the evidence
 recorders attribute every prefill token of a step to the one context in flight); any number stay held, and questions
-on them run together (:meth:`CompactingLLM.answer_many`). Every layer is its own KV-cache group (built so by
-:func:`serving.vllm_internals.per_layer_kv_cache_groups`), so attention layers keep their own counts
-(:data:`serving.rules.ENGINE_ALLOCATORS`).
+on them run together (:meth:`CompactingLLM.answer_many`). A prefilled context is held uncompacted first: the passes
+a press runs after the context (KVzip's reconstruction prompts) are requests attached to it, like questions, while
+the worker records what vLLM's attention layers see; then it is compacted in place. Every layer is its own KV-cache
+group (built so by :func:`serving.vllm_internals.per_layer_kv_cache_groups`), so attention layers keep their own
+counts (:data:`serving.rules.ENGINE_ALLOCATORS`).
 """
 
 from __future__ import annotations
@@ -55,7 +57,8 @@ class HeldContext:
     free_blocks_before, free_blocks_after : int
         The pool's free-block count right before and after compaction.
     prefill_seconds, score_seconds, compact_seconds : float
-        ``compact_seconds`` covers scoring, planning, the gather and freeing the tail.
+        ``score_seconds`` includes the passes a press runs after the context (KVzip's reconstruction);
+        ``compact_seconds`` covers those passes, scoring, planning, the gather and freeing the tail.
     plan : dict
         ``{layer: [[kept body positions of head h]]}``.
     blocks : tuple of list
@@ -102,11 +105,13 @@ class CompactingLLM:
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         from vllm import LLM
 
-        from . import vllm_internals
+        from . import gdn_torch, vllm_internals
 
         self._vi = vllm_internals
         t0 = time.perf_counter()
-        with vllm_internals.per_layer_kv_cache_groups():
+        vllm_internals.register_text_only_qwen3_5()
+        with vllm_internals.per_layer_kv_cache_groups(), vllm_internals.torch_gdn_where_kernels_refuse(
+                gdn_torch.forward):
             self.llm = LLM(model=model, worker_extension_cls="serving.worker.CompactionWorker",
                            scheduler_cls="serving.scheduler.CompactingScheduler", dtype=dtype,
                            **{**ENGINE_DEFAULTS, **engine_args})
@@ -141,33 +146,47 @@ class CompactingLLM:
         if not 0 <= protected < len(context_ids):
             raise ValueError(f"protected={protected} must be in [0, {len(context_ids)}) for this context")
         self._check_idle()
-        engine = self.llm.llm_engine
+        engine, n = self.llm.llm_engine, len(context_ids)
         # two tokens so that the request is still running, its blocks allocated, after the prefill step
         request_id, external_id = self._add(list(context_ids), max_tokens=2)
         self.llm.collective_rpc("hybridpress_record")
         t0 = time.perf_counter()
-        while self.scheduler.requests[request_id].num_output_tokens == 0:
-            engine.step()
-        prefill_seconds = time.perf_counter() - t0
-        before = self.free_blocks
-        t0 = time.perf_counter()
         try:
-            report = self.llm.collective_rpc("hybridpress_compact",
-                                             args=(request_id, len(context_ids), keep_fraction, protected,
-                                                   allocator, allocator_options))[0]
+            while self.scheduler.requests[request_id].num_output_tokens == 0:
+                engine.step()
+            self.llm.collective_rpc("hybridpress_prefilled", args=(n,))
         except BaseException:
-            engine.abort_request([external_id])  # nothing was written to the cache: the request just ends
+            engine.abort_request([external_id])
             raise
-        groups = self.layout["attention_groups"]
-        freed = self.scheduler.compact(request_id, report["computed"],
-                                       {groups[layer]: k for layer, k in report["kept"].items()})
-        compact_seconds = time.perf_counter() - t0
-        after = self.free_blocks
+        prefill_seconds = time.perf_counter() - t0
         blocks = self.scheduler.hold(request_id)
         engine.abort_request([external_id])  # the context's blocks stay, held; its one generated token is dropped
-        held = HeldContext(request_id, runtime.context_hash(torch.as_tensor(list(context_ids))), len(context_ids),
-                           report["computed"], report["kept"], {layer: freed[g] for layer, g in groups.items()},
-                           before, after, prefill_seconds, report["score_seconds"], compact_seconds, report["plan"],
+        context_hash = runtime.context_hash(torch.as_tensor(list(context_ids)))
+        groups = self.layout["attention_groups"]
+        # uncompacted first: the passes a press runs after the context attach to it as questions do
+        held = HeldContext(request_id, context_hash, n, n, {layer: n for layer in groups}, {}, 0, 0,
+                           prefill_seconds, 0.0, 0.0, {}, blocks)
+        self.contexts[held.handle] = held
+        try:
+            before = self.free_blocks
+            t0 = time.perf_counter()
+            ids = (list(context_ids), self._block_ids(held))
+            passes = self.llm.collective_rpc("hybridpress_passes", args=(*ids, protected))[0]
+            for pass_ids in passes:
+                self.llm.collective_rpc("hybridpress_record_pass", args=(pass_ids,))
+                self._attached([(held, pass_ids, None)], max_tokens=1)
+                self.llm.collective_rpc("hybridpress_pass_done")
+            pass_seconds = time.perf_counter() - t0
+            report = self.llm.collective_rpc("hybridpress_compact", args=(*ids, keep_fraction, protected, allocator,
+                                                                          allocator_options))[0]
+            freed = self.scheduler.shrink(blocks, {groups[layer]: k for layer, k in report["kept"].items()})
+            compact_seconds = time.perf_counter() - t0
+        except BaseException:
+            self.release(held)
+            raise
+        held = HeldContext(request_id, context_hash, n, report["computed"], report["kept"],
+                           {layer: freed[g] for layer, g in groups.items()}, before, self.free_blocks,
+                           prefill_seconds, pass_seconds + report["score_seconds"], compact_seconds, report["plan"],
                            blocks)
         self.contexts[held.handle] = held
         return held
@@ -233,7 +252,7 @@ class CompactingLLM:
                 groups = self.layout["attention_groups"]
                 target = self.scheduler.attach(request_id, held.computed,
                                                {groups[layer]: k for layer, k in held.kept.items()})
-                source = tuple([block.block_id for block in group] for group in held.blocks)
+                source = self._block_ids(held)
                 self.llm.collective_rpc("hybridpress_attach",
                                         args=(request_id, source, target, held.computed, held.kept))
             finished = self._run_to_end()
@@ -249,9 +268,9 @@ class CompactingLLM:
     def pages(self, context: HeldContext) -> dict:
         """``{layer: (keys, values)}``, each ``[H_kv, kept[layer], d]``: the entries a held context's pages contain
         (keys rotated to the engine's positions)."""
-        blocks = {layer: [block.block_id for block in context.blocks[group]]
-                  for layer, group in self.layout["attention_groups"].items()}
-        return self.llm.collective_rpc("hybridpress_read", args=(blocks, context.kept))[0]
+        blocks = self._block_ids(context)
+        return self.llm.collective_rpc("hybridpress_read", args=(
+            {layer: blocks[group] for layer, group in self.layout["attention_groups"].items()}, context.kept))[0]
 
     def release(self, context: HeldContext) -> None:
         """Return a held context's blocks to the pool."""
@@ -266,6 +285,10 @@ class CompactingLLM:
         return list(self._run_to_end()[external_id].token_ids)
 
     # ---- helpers -------------------------------------------------------------------------------------
+    @staticmethod
+    def _block_ids(context: HeldContext) -> tuple[list[int], ...]:
+        return tuple([block.block_id for block in group] for group in context.blocks)
+
     def _check_idle(self) -> None:
         if self.scheduler.requests:
             raise RuntimeError("another request is in flight: the driver starts work when the engine is idle")

@@ -10,17 +10,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-ENGINE_PRESSES = ("keydiff", "gatesight", "triattention", "snapkv")
+ENGINE_PRESSES = ("keydiff", "gatesight", "triattention", "snapkv", "kvzip")
 """Presses that run in the engine: they read the cache (and TriAttention its calibration), the GDN signals of
-vLLM's own forward (GateSight) or the queries of the context's last tokens at vLLM's attention layers (SnapKV)."""
+vLLM's own forward (GateSight), the queries of the context's last tokens at vLLM's attention layers (SnapKV), or the
+queries of reconstruction passes run as requests attached to the held context (KVzip)."""
 
 ENGINE_ALLOCATORS = ("flat", "gate", "pyramid", "perlayer")
 """Allocators that run in the engine: each attention layer is its own KV-cache group, so layers keep different
 counts; the heads of one layer keep the same count."""
 
-_REFUSED_PRESSES = {
-    "kvzip": "its reconstruction pass would be a second request attached to the held context (not done yet)",
-}
 _PER_HEAD = ("vLLM's paged attention kernels take one sequence length per request and layer for all of its KV "
              "heads, so heads of one layer cannot keep different counts exactly")
 _REFUSED_ALLOCATORS = {
@@ -30,15 +28,19 @@ _REFUSED_ALLOCATORS = {
 _KVPRESS = ("kvpress presses do not run in the engine: the serving environment has no kvpress (vLLM's CPU build "
             "brings transformers 5.19, which kvpress 0.5.5 refuses)")
 
-SERVED_MODEL_TYPES = ("qwen3_next",)
-"""Model types the engine serves (tested: tests/test_serving_vllm.py)."""
-GDN_HEAD_DIMS = (64, 128)
-"""GDN key and value head dims vLLM 0.32's CPU chunked delta-rule kernel accepts (it rejects 16 ... 256 otherwise)."""
-GDN_DTYPES = ("bfloat16",)
-"""vLLM 0.32's CPU GDN op asserts bfloat16 inputs."""
-_QWEN3_5 = ("vLLM 0.32's Qwen3.5 model module imports its Qwen3-VL image processor, which needs torchvision, and the "
-            "torchvision for torch 2.13 is a CUDA build that does not load beside the CPU torch of the serving "
-            "environment")
+SERVED_MODEL_TYPES = ("qwen3_next", "qwen3_5_text")
+"""Model types the engine serves (tested: tests/test_serving_vllm.py): Qwen3-Next and the text-only Qwen3.5
+(``Qwen3_5ForCausalLM``, the shipped default model's). GDN layers vLLM's CPU kernels reject (head dims other than 64
+and 128, dtypes other than bfloat16) run the plugin's pure-torch path (:mod:`serving.gdn_torch`)."""
+ENGINE_DTYPES = ("bfloat16", "float32")
+"""What the engine computes and caches in (both tested)."""
+_UNSERVED = {
+    "qwen3_5": ("a Qwen3.5 checkpoint with its vision tower (Qwen3_5ForConditionalGeneration) is not served: vLLM "
+                "builds its multimodal processor, untested here; save the language model alone "
+                "(Qwen3_5ForCausalLM) to serve it"),
+    "qwen3_5_moe": "Qwen3.5-MoE is not tested in the engine",
+    "qwen3_5_moe_text": "Qwen3.5-MoE is not tested in the engine",
+}
 
 
 def check_request(press_names, allocator_names, jobs: int, dtype: str, model_dir) -> None:
@@ -69,9 +71,7 @@ def check_press(name: str) -> None:
     if name.startswith("kvpress:"):
         raise ValueError(f"press {name!r}: {_KVPRESS}")
     if name not in ENGINE_PRESSES:
-        reason = _REFUSED_PRESSES.get(name)
-        raise ValueError(f"press {name!r} does not run in the engine{': ' + reason if reason else ''}; presses "
-                         f"there: {', '.join(ENGINE_PRESSES)}")
+        raise ValueError(f"press {name!r} does not run in the engine; presses there: {', '.join(ENGINE_PRESSES)}")
 
 
 def check_allocator(name: str) -> None:
@@ -87,23 +87,14 @@ def check_model(model_dir, dtype: str) -> None:
     if not (path / "config.json").is_file():
         raise ValueError(f"model {str(model_dir)!r}: the engine serves a local model directory with a config.json")
     config = json.loads((path / "config.json").read_text())
-    text = config.get("text_config") or config
-    model_type = text.get("model_type")
-    reasons = []
-    if str(model_type).startswith("qwen3_5"):
-        reasons.append(_QWEN3_5)
-    elif model_type not in SERVED_MODEL_TYPES:
-        raise ValueError(f"model {str(model_dir)!r} ({model_type}): the engine serves model types "
+    model_type = config.get("model_type")
+    if model_type not in SERVED_MODEL_TYPES:
+        reason = _UNSERVED.get(model_type, "")
+        raise ValueError(f"model {str(model_dir)!r} ({model_type}) does not run in the vLLM engine"
+                         f"{': ' + reason if reason else ''}; the engine serves model types "
                          f"{', '.join(SERVED_MODEL_TYPES)}")
-    dims = sorted({text.get("linear_key_head_dim"), text.get("linear_value_head_dim")} - {None})
-    if any(d not in GDN_HEAD_DIMS for d in dims):
-        reasons.append(f"vLLM's CPU GDN kernel accepts GDN head dims {', '.join(map(str, GDN_HEAD_DIMS))}, this "
-                       f"model's are {', '.join(map(str, dims))}")
-    if dtype not in GDN_DTYPES:
-        reasons.append(f"vLLM's CPU GDN op runs {', '.join(GDN_DTYPES)} only, not dtype {dtype!r}")
-    if reasons:
-        raise ValueError(f"model {str(model_dir)!r} ({model_type}) does not run in the vLLM engine: "
-                         + "; ".join(reasons))
+    if dtype not in ENGINE_DTYPES:
+        raise ValueError(f"dtype {dtype!r}: the engine runs {', '.join(ENGINE_DTYPES)}")
 
 
 def check_engine_args(engine_args: dict) -> None:

@@ -1,6 +1,6 @@
-"""The scheduler side of compaction: a compacted request becomes a prompt whose cache is computed, and each attention
-layer's blocks past its kept entries go back to the pool; a compacted context is held in the pool and questions
-attach to copies of it.
+"""The scheduler side of compaction: a prefilled context is held in the pool after its request ends, each attention
+layer's blocks past its kept entries go back to the pool when it is compacted, and questions (and the passes a press
+runs after the context) attach to copies of it.
 
 The engine is built with one KV-cache group per layer (:func:`serving.vllm_internals.per_layer_kv_cache_groups`),
 so every attention layer has its own block list per request and keeps its own number of blocks."""
@@ -11,7 +11,7 @@ from . import vllm_internals as vi
 
 
 class CompactingScheduler(vi.Scheduler):
-    """vLLM's scheduler plus :meth:`compact`, :meth:`hold`, :meth:`attach`, :meth:`detach`, :meth:`release`
+    """vLLM's scheduler plus :meth:`hold`, :meth:`shrink`, :meth:`attach`, :meth:`detach`, :meth:`release`
     (configured with ``scheduler_cls``; nothing else changes)."""
 
     def __init__(self, *args, **kwargs):
@@ -51,40 +51,32 @@ class CompactingScheduler(vi.Scheduler):
         """Forget a finished request's shifts."""
         self._offsets.pop(request_id, None)
 
-    def compact(self, request_id: str, computed: int, kept: dict[int, int]) -> dict[int, int]:
-        """Shorten the prefilled ``request_id`` to ``computed`` tokens and free each attention group's blocks past
-        its kept entries.
+    def shrink(self, blocks: tuple[list, ...], kept: dict[int, int]) -> dict[int, int]:
+        """Give back each attention group's blocks of a held context past its kept entries.
 
         Parameters
         ----------
-        computed : int
-            The request's computed count from now on (the largest kept count of any layer).
+        blocks : tuple of list
+            The held context's blocks per group (:meth:`hold`); the attention groups' lists are shortened in place.
         kept : dict[int, int]
-            Per attention group index, the entries that group's layer keeps (≤ ``computed``).
+            Per attention group index, the entries that group's layer keeps (≥ 1).
 
         Returns
         -------
         dict[int, int]
             Per attention group index, the blocks returned to the pool.
         """
-        request = self.requests[request_id]
-        n = request.num_prompt_tokens
-        if request.num_computed_tokens != n or request.num_output_tokens != 1:
-            raise RuntimeError(f"request {request_id} is not right after its prefill (computed "
-                               f"{request.num_computed_tokens} of {n} prompt tokens, {request.num_output_tokens} "
-                               "generated)")
-        if not 0 < computed <= n or any(not 0 < k <= computed for k in kept.values()):
-            raise ValueError(f"kept counts {kept} must be in [1, {computed}] and computed={computed} in [1, {n}]")
-        managers, lists = vi.group_managers(self), vi.request_blocks(self, request_id)
+        managers = vi.group_managers(self)
         attention = {group for group, manager in enumerate(managers) if vi.is_attention_group(manager)}
         if set(kept) != attention:
             raise ValueError(f"kept counts for groups {sorted(kept)}; the attention groups are {sorted(attention)}")
-        vi.shorten_request(request, computed)
+        if any(k < 1 for k in kept.values()):
+            raise ValueError(f"kept counts {kept} must be >= 1")
         freed, tails = {}, []
         for group, k in kept.items():
-            blocks, keep_blocks = lists[group], -(-k // managers[group].kv_cache_spec.block_size)
-            tails.extend(blocks[keep_blocks:])
-            freed[group] = len(blocks) - keep_blocks
-            del blocks[keep_blocks:]
+            keep_blocks = -(-k // managers[group].kv_cache_spec.block_size)
+            tails.extend(blocks[group][keep_blocks:])
+            freed[group] = len(blocks[group]) - keep_blocks
+            del blocks[group][keep_blocks:]
         vi.free_blocks(self, list(reversed(tails)))
         return freed

@@ -1,10 +1,12 @@
 """Evidence from vLLM's own forward: (β, g, ‖v‖) of every GDN layer, exactly as its CPU op computes them
-(GateSight), and the queries of the context's last tokens at every attention layer (SnapKV).
+(GateSight), the queries of the context's last tokens at every attention layer (SnapKV), and the queries and keys
+of a pass run after a held context (KVzip).
 
 vLLM's CPU GDN op (``model_executor/layers/mamba/ops/cpu/gdn_attention.py``) splits the convolved ``mixed_qkv``
 with the layer's ``rearrange_mixed_qkv`` and then gates with ``fused_gdn_gating_cpu(A_log, a, b, dt_bias)`` on the
 prefill tokens. The recorder wraps the first per layer instance (it knows the layer and sees v) and the second in
 the op's module (it returns g and β), so nothing of vLLM's is edited and the numbers are those the kernel used.
+Layers the CPU kernels reject run the plugin's pure-torch path (:mod:`serving.gdn_torch`), which reports its own.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import re
 import torch
 from torch import nn
 
+from . import gdn_torch
 from . import vllm_internals as vi
 
 _LAYER = re.compile(r"layers\.(\d+)\.")
@@ -35,6 +38,7 @@ class GDNSignalRecorder:
         for index, module in layers.items():
             module.rearrange_mixed_qkv = self._wrap_rearrange(index, module.rearrange_mixed_qkv)
         vi.wrap_gdn_gating(_record_gating)
+        gdn_torch.signal_observers.append(self._observe_torch_path)
 
     def _wrap_rearrange(self, index: int, rearrange):
         def rearrange_and_keep_v(mixed_qkv):
@@ -51,6 +55,10 @@ class GDNSignalRecorder:
             self._pending = None
             signals = torch.stack([beta.reshape(vnorm.shape).float(), g.reshape(vnorm.shape).float(), vnorm], -1)
             self._chunks.setdefault(index, []).append(signals)
+
+    def _observe_torch_path(self, prefix: str, signals: torch.Tensor) -> None:
+        if self in _recording:
+            self._chunks.setdefault(int(_LAYER.search(prefix).group(1)), []).append(signals.float())
 
     def start(self) -> None:
         self._chunks, self._pending = {}, None
@@ -83,10 +91,10 @@ class WindowQueryRecorder:
     def __init__(self, layers: dict[int, nn.Module], window: int):
         self.window, self._on, self._tails, self._seen = window, False, {}, {}
         for index, layer in layers.items():
-            vi.observe_queries(layer, self._observer(index))
+            vi.observe_attention_inputs(layer, self._observer(index))
 
     def _observer(self, index: int):
-        def observe(query: torch.Tensor) -> None:
+        def observe(query: torch.Tensor, key: torch.Tensor) -> None:
             if self._on:
                 # only the last `window` rows are ever needed: keep a rolling tail over the prefill's chunks
                 tail = torch.cat([self._tails.get(index, query[:0]), query.detach().reshape(query.shape[0], -1)])
@@ -102,3 +110,29 @@ class WindowQueryRecorder:
         """Stop recording; the queries ``[min(window, n), H * d]`` per attention layer, and the tokens each saw."""
         self._on = False
         return self._tails, self._seen
+
+
+class PassRecorder:
+    """Records every query and key ``[tokens, H * d]``, ``[tokens, H_kv * d]`` per attention layer while it is on:
+    one pass after a held context (KVzip's reconstruction), run by the engine driver alone in flight."""
+
+    def __init__(self, layers: dict[int, nn.Module]):
+        self._on, self._chunks = False, {}
+        for index, layer in layers.items():
+            vi.observe_attention_inputs(layer, self._observer(index))
+
+    def _observer(self, index: int):
+        def observe(query: torch.Tensor, key: torch.Tensor) -> None:
+            if self._on:
+                self._chunks.setdefault(index, []).append((query.detach().clone(), key.detach().clone()))
+
+        return observe
+
+    def start(self) -> None:
+        self._on, self._chunks = True, {}
+
+    def stop(self) -> tuple[dict[int, tuple[torch.Tensor, torch.Tensor]], dict[int, int]]:
+        """Stop recording; ``(queries, keys)`` per attention layer, and the tokens each layer saw."""
+        self._on = False
+        attention = {index: tuple(torch.cat(parts) for parts in zip(*chunks)) for index, chunks in self._chunks.items()}
+        return attention, {index: q.shape[0] for index, (q, _) in attention.items()}

@@ -1,8 +1,8 @@
 """Every name of vLLM's that is not its public API, in one place, for the one vLLM this plugin was tested with.
 
 The plugin reaches into vLLM's engine core (the scheduler, its KV-cache manager and block pool), the worker's model
-runner (request states, the persistent batch, the per-group block tables and attention-metadata builders), the
-attention layers' write op and the CPU GDN op. Those are private and change between releases, so importing this
+runner (the per-group block tables and attention-metadata builders), the attention layers' write op, the CPU GDN op,
+the GDN layer's forward and the model registry. Those are private and change between releases, so importing this
 module checks the installed vLLM against :data:`TESTED_VLLM` and refuses any other with that name; the rest of
 :mod:`serving` touches vLLM only through the functions here (and ``vllm.LLM`` / ``SamplingParams`` / ``TokensPrompt``,
 which are public).
@@ -12,6 +12,10 @@ layers of one spec into one KV-cache group (one block table) and gives every gro
 While the engine is built the plugin makes every layer its own group over the shared block pool; when a question
 attaches to a context whose layers kept different counts, each attention group's sequence lengths and slot
 mapping are shifted back by that layer's offset (the request's computed count minus the layer's kept count).
+
+GDN layers the CPU kernels reject (:func:`torch_gdn_where_kernels_refuse`): vLLM 0.32's CPU delta-rule kernel takes
+head dims 64 and 128 and bfloat16 only; while the engine is built, the GDN layers' CPU forward is routed, for the
+layers and dtypes it rejects, to the plugin's pure-torch path (:mod:`serving.gdn_torch`, the runtime's own kernel).
 """
 
 from __future__ import annotations
@@ -40,6 +44,8 @@ def _check_version() -> None:
 
 _check_version()
 
+from vllm.forward_context import get_forward_context  # noqa: E402
+from vllm.model_executor.layers.mamba.gdn.qwen_gdn_linear_attn import QwenGatedDeltaNetAttention  # noqa: E402
 from vllm.v1.core import kv_cache_utils  # noqa: E402  (after the version check: these paths are version-specific)
 from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402, F401  (serving.scheduler subclasses it)
 from vllm.v1.kv_cache_interface import FullAttentionSpec  # noqa: E402
@@ -129,16 +135,6 @@ def _shift_manager(manager, group: int, offsets: dict[str, dict[int, int]]) -> N
     manager.allocate_new_blocks = new_shifted
 
 
-def shorten_request(request, kept: int) -> None:
-    """Make the scheduler's request a ``kept``-token prompt, all computed (the ids past it are no longer cached;
-    only their count matters from here on)."""
-    n = request.num_prompt_tokens
-    del request._all_token_ids[kept:n]
-    request.prompt_token_ids = request.prompt_token_ids[:kept]
-    request.num_prompt_tokens = kept
-    request.num_computed_tokens = kept
-
-
 # ---- the engine's build: one KV-cache group per layer ----------------------------------------------------------
 @contextlib.contextmanager
 def per_layer_kv_cache_groups():
@@ -174,30 +170,20 @@ def layer_modules(runner) -> dict:
     return runner.compilation_config.static_forward_context
 
 
-def request_state(runner, request_id: str):
-    """The runner's record of a request: ``num_prompt_tokens``, ``prompt_token_ids``, ``num_computed_tokens``,
-    ``block_ids`` (per group)."""
-    return runner.requests[request_id]
-
-
-def drop_from_batch(runner, request_id: str) -> None:
-    """Take a request out of the persistent batch; it is re-added from its record at the next step."""
-    runner.input_batch.remove_request(request_id)
-
-
 def write_entries(layer, keys: torch.Tensor, values: torch.Tensor, slots: torch.Tensor, cache=None) -> None:
     """Write ``[tokens, H_kv, D]`` keys and values at ``slots`` with the attention backend's own write op (into
     ``cache``, default the layer's)."""
     layer.impl.do_kv_cache_update(layer, keys, values, layer.kv_cache if cache is None else cache, slots)
 
 
-def observe_queries(layer, observe) -> None:
-    """Call ``observe(query)`` with the ``[tokens, H * d]`` queries (post-norm, post-RoPE) of every forward of the
-    attention layer ``layer`` (vLLM's ``Attention`` module, called by the model in eager mode), then run it."""
+def observe_attention_inputs(layer, observe) -> None:
+    """Call ``observe(query, key)`` with the ``[tokens, H * d]`` queries and ``[tokens, H_kv * d]`` keys (post-norm,
+    post-RoPE) of every forward of the attention layer ``layer`` (vLLM's ``Attention`` module, called by the model in
+    eager mode), then run it."""
     forward = layer.forward
 
     def observe_and_forward(query, key, value, *args, **kwargs):
-        observe(query)
+        observe(query, key)
         return forward(query, key, value, *args, **kwargs)
 
     layer.forward = observe_and_forward
@@ -270,3 +256,127 @@ def wrap_gdn_gating(wrap) -> None:
         wrapped = wrap(ops.fused_gdn_gating_cpu)
         wrapped._hybridpress = True
         ops.fused_gdn_gating_cpu = wrapped
+
+
+CPU_GDN_HEAD_DIMS = (64, 128)
+"""GDN key and value head dims vLLM 0.32's CPU chunked delta-rule kernel accepts."""
+CPU_GDN_DTYPES = (torch.bfloat16,)
+"""What vLLM 0.32's CPU GDN op computes in (it asserts bfloat16)."""
+
+
+def cpu_gdn_kernels_run(layer, dtype: torch.dtype) -> bool:
+    """Whether vLLM's CPU GDN kernels run ``layer`` (a ``QwenGatedDeltaNetAttention``) in ``dtype``."""
+    return (dtype in CPU_GDN_DTYPES and layer.head_k_dim in CPU_GDN_HEAD_DIMS
+            and layer.head_v_dim in CPU_GDN_HEAD_DIMS)
+
+
+@contextlib.contextmanager
+def torch_gdn_where_kernels_refuse(forward):
+    """While the engine is built, route the CPU forward of every GDN layer the CPU kernels reject (head dims, dtype:
+    :func:`cpu_gdn_kernels_run`) to ``forward(layer, hidden_states)``; the others keep vLLM's.
+
+    A layer binds its forward method when it is built, so the layers of this engine keep the routing and the class
+    is restored afterwards (other engines in the process are unchanged).
+    """
+    original = QwenGatedDeltaNetAttention.forward_cpu
+
+    def forward_cpu(layer, hidden_states):
+        if cpu_gdn_kernels_run(layer, hidden_states.dtype):
+            return original(layer, hidden_states)
+        return forward(layer, hidden_states)
+
+    QwenGatedDeltaNetAttention.forward_cpu = forward_cpu
+    try:
+        yield
+    finally:
+        QwenGatedDeltaNetAttention.forward_cpu = original
+
+
+def gdn_projections(layer, hidden_states: torch.Tensor):
+    """The input projections of vLLM's GDN ``forward_cpu``: pre-conv ``mixed_qkv [T, C]``, gate ``z [T, Hv, dv]``,
+    ``b`` and ``a`` ``[T, Hv]``."""
+    mixed_qkvz, _ = layer.in_proj_qkvz(hidden_states)
+    ba, _ = layer.in_proj_ba(hidden_states)
+    if layer.gqa_interleaved_layout:  # Qwen3-Next's interleaved checkpoints
+        query, key, value, z, b, a = layer.fix_query_key_value_ordering(mixed_qkvz, ba)
+        mixed_qkv = torch.cat([t.reshape(t.shape[0], -1) for t in (query, key, value)], dim=-1)
+        return mixed_qkv, z, b, a
+    mixed_qkv, z = mixed_qkvz.split([2 * layer.key_dim + layer.value_dim, layer.value_dim], dim=-1)
+    b, a = ba.chunk(2, dim=-1)
+    return mixed_qkv, z.reshape(z.shape[0], -1, layer.head_v_dim), b, a
+
+
+def gdn_output(layer, core: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+    """The gated norm and output projection of vLLM's GDN layer over the core output ``[T, Hv, dv]``."""
+    return layer._output_projection(core, z)
+
+
+def gdn_sequences(layer) -> list[tuple[int, int, int, bool, bool]] | None:
+    """The sequences of this step at a GDN layer: ``(first token, end, state slot, resumes from the slot's state,
+    is a prefill)``, decodes first as vLLM orders them; None when the step has no GDN metadata (a profiling run)."""
+    metadata = get_forward_context().attn_metadata
+    metadata = None if metadata is None else metadata[layer.prefix]
+    if metadata is None or metadata.num_actual_tokens == 0:
+        return None
+    if metadata.spec_sequence_masks is not None or metadata.num_spec_decodes:
+        raise NotImplementedError("the pure-torch GDN path does not run speculative decoding")
+    starts = metadata.non_spec_query_start_loc.tolist()
+    slots = metadata.non_spec_state_indices_tensor.tolist()
+    resumes = (metadata.has_initial_state.tolist() if metadata.has_initial_state is not None
+               else [True] * len(slots))
+    decodes = metadata.num_decodes
+    return [(starts[i], starts[i + 1], slots[i], i < decodes or bool(resumes[i]), i >= decodes)
+            for i in range(decodes + metadata.num_prefills)]
+
+
+def gdn_state_views(layer) -> tuple[torch.Tensor, torch.Tensor]:
+    """Views of a GDN layer's state slots: conv ``[slots, C, kernel - 1]`` and recurrent ``[slots, Hv, dk, dv]``
+    (the CPU op reads the recurrent slots in this order)."""
+    conv, recurrent = layer.kv_cache[0], layer.kv_cache[1]
+    if not _conv_state_dim_first():
+        conv = conv.transpose(-1, -2)
+    slots, heads, v_dim, k_dim = recurrent.shape
+    return conv, recurrent.view(slots, heads, k_dim, v_dim)
+
+
+def gdn_conv_weight(layer) -> torch.Tensor:
+    """The ``[C, 1, kernel]`` conv weight (vLLM packs it in place for its bfloat16 CPU conv and keeps a copy)."""
+    unpacked = getattr(layer.conv1d, "_cpu_unpacked_conv_weight", None)
+    return layer.conv1d.weight if unpacked is None else unpacked[:, None, :]
+
+
+def _conv_state_dim_first() -> bool:
+    from vllm.model_executor.layers.mamba.mamba_utils import is_conv_state_dim_first
+
+    return is_conv_state_dim_first()
+
+
+# ---- the model registry ----------------------------------------------------------------------------------------
+def register_text_only_qwen3_5() -> None:
+    """Make vLLM's text-only Qwen3.5 (``Qwen3_5ForCausalLM``) load without torchvision.
+
+    vLLM's Qwen3.5 module imports its Qwen3-VL image processor, whose transformers module imports torchvision; the
+    serving environment has none (the torchvision for torch 2.13 is a CUDA build that does not load beside the CPU
+    torch). Where that import fails for want of torchvision, transformers' own torchvision-free image processor
+    (``Qwen2VLImageProcessorPil``, which transformers falls back to itself) stands in for the module; a text-only
+    model never processes an image. The class is then registered in this process, so vLLM inspects it here and not
+    in a subprocess without the stand-in.
+    """
+    import importlib
+    import sys
+    import types
+
+    name = "transformers.models.qwen2_vl.image_processing_qwen2_vl"
+    try:
+        importlib.import_module(name)
+    except ModuleNotFoundError as error:
+        if error.name != "torchvision":
+            raise
+        pil = importlib.import_module("transformers.models.qwen2_vl.image_processing_pil_qwen2_vl")
+        stand_in = types.ModuleType(name)
+        stand_in.smart_resize, stand_in.Qwen2VLImageProcessor = pil.smart_resize, pil.Qwen2VLImageProcessorPil
+        sys.modules[name] = stand_in
+    from vllm import ModelRegistry
+    from vllm.model_executor.models.qwen3_5 import Qwen3_5ForCausalLM
+
+    ModelRegistry.register_model("Qwen3_5ForCausalLM", Qwen3_5ForCausalLM)

@@ -33,13 +33,13 @@ from runtime.adapters import ModelAdapter, adapter_for, apply_rope
 from . import vllm_internals as vi
 from .pages import PageLayout
 from .rules import check_allocator, check_press
-from .signals import GDNSignalRecorder, WindowQueryRecorder
+from .signals import GDNSignalRecorder, PassRecorder, WindowQueryRecorder
 
 _LAYER = re.compile(r"layers\.(\d+)\.")
 
 
 class ServedContext:
-    """What presses read of a ``runtime.Parent``, over one request's paged cache in vLLM.
+    """What presses read of a ``runtime.Parent``, over one held context's paged cache in vLLM.
 
     Attributes
     ----------
@@ -51,10 +51,49 @@ class ServedContext:
         GDN signals as the runtime records them; ``window_hidden`` holds, per attention layer, vLLM's own queries
         ``[w, H * d]`` of the last ``w`` context tokens (the adapter's ``queries`` returns them as they are: the
         twin has no weights to project layer inputs with).
+    context_ids : torch.Tensor
+        ``[n]`` the context's ids.
+    passes : Passes
+        The passes after the context (:meth:`logits`), run by the engine as requests attached to the held context.
     """
 
-    def __init__(self, adapter, kv: dict[int, LayerKV], n: int, protected: int, evidence: Evidence):
+    def __init__(self, adapter, kv: dict[int, LayerKV], n: int, protected: int, evidence: Evidence,
+                 context_ids: torch.Tensor, passes: "Passes", tokenizer_source):
         self.adapter, self.kv, self.n, self.protected, self.evidence = adapter, kv, n, protected, evidence
+        self.context_ids, self.passes, self._tokenizer_source = context_ids, passes, tokenizer_source
+
+    @property
+    def tokenizer(self):
+        return self._tokenizer_source()
+
+    def logits(self, question_ids, observer=None, context_hash: str | None = None) -> None:
+        """Run ``question_ids`` after the context, showing ``observer`` every attention layer's queries and keys of
+        those tokens (KVzip's reconstruction pass). The engine ran the pass (:class:`Passes`); it returns no logits,
+        so a press that reads them does not run in the engine."""
+        self.passes.run(question_ids, observer)
+
+
+class Passes:
+    """The passes a press runs after the context, in two rounds: asked for (``recorded=None``: :meth:`run` notes
+    the ids), then replayed from what vLLM's attention layers saw while the engine ran each one as a request attached
+    to the held context (:class:`serving.signals.PassRecorder`). The replay refuses ids the engine did not run."""
+
+    def __init__(self, recorded: list[tuple[list[int], dict]] | None = None):
+        self.asked: list[list[int]] = []
+        self._recorded = None if recorded is None else list(recorded)
+
+    def run(self, ids, observer) -> None:
+        ids = [int(i) for i in ids]
+        if self._recorded is None:
+            self.asked.append(ids)
+            return
+        if not self._recorded or self._recorded[0][0] != ids:
+            raise RuntimeError("the press asked for a pass after the context the engine did not run (its passes "
+                               "must not depend on their own outputs)")
+        _, attention = self._recorded.pop(0)
+        if observer is not None:
+            for layer, (query, keys) in sorted(attention.items()):
+                observer.on_attention(layer, None, query, None, keys, None, None)
 
 
 class _ServedAdapter:
@@ -133,6 +172,7 @@ class CompactionWorker:
         self._hp_layouts = {index: PageLayout.learn(layer, spec.block_size, spec.num_kv_heads, spec.head_size)
                             for index, layer in self._hp_layers.items()}
         self._hp_recorder, self._hp_signals, self._hp_queries = None, {}, None
+        self._hp_pass_recorder = PassRecorder(self._hp_layers)
         self._hp_entry_bytes = 2 * spec.num_kv_heads * spec.head_size * spec.dtype.itemsize
         self._hp_state_bytes = sum(
             cache[0].nbytes for index, group in enumerate(groups) if index not in attention
@@ -147,23 +187,9 @@ class CompactionWorker:
         if self._hp_reads_window:
             self._hp_queries.start()
 
-    def hybridpress_compact(self, request_id: str, n: int, keep_fraction: float, protected: int,
-                            allocator: str = "flat", allocator_options: dict | None = None) -> dict:
-        """Score, plan and compact the request ``request_id`` whose ``n`` prompt tokens were just prefilled.
-
-        Returns the request's computed count from now on (``computed``, the largest kept count), each layer's kept
-        count (protected prefix included), the plan, and the scoring seconds.
-        """
-        state = vi.request_state(self.model_runner, request_id)
-        if state.num_prompt_tokens != n:
-            raise RuntimeError(f"request {request_id} has {state.num_prompt_tokens} prompt tokens, not {n}")
-        kv = {}
-        for index, layer in self._hp_layers.items():
-            keys, values = self._hp_layouts[index].read(layer.kv_cache, state.block_ids[self._hp_groups[index]], n)
-            positions = torch.arange(n, device=keys.device).expand(keys.shape[0], -1)
-            kv[index] = LayerKV(keys, values, positions)
+    def hybridpress_prefilled(self, n: int) -> None:
+        """Stop recording: the evidence of the ``n``-token context just prefilled (checked to be its tokens')."""
         signals = self._hp_recorder.stop() if self._hp_reads_signals else {}
-        self._hp_signals = signals
         if signals and any(s.shape[0] != n for s in signals.values()):
             raise RuntimeError(f"recorded GDN signals of {next(iter(signals.values())).shape[0]} tokens for a "
                                f"context of {n}: prefill one context at a time while recording")
@@ -173,8 +199,46 @@ class CompactionWorker:
             if set(seen.values()) != {n}:
                 raise RuntimeError(f"recorded the queries of {sorted(set(seen.values()))} prefill tokens for a "
                                    f"context of {n}: prefill one context at a time while recording")
-        context = ServedContext(self._hp_adapter, kv, n, protected, Evidence(gdn_signals=signals,
-                                                                             window_hidden=window))
+        self._hp_signals, self._hp_evidence, self._hp_passes = signals, Evidence(gdn_signals=signals,
+                                                                                 window_hidden=window), []
+
+    def hybridpress_passes(self, context_ids: list[int], blocks: tuple[list[int], ...], protected: int
+                           ) -> list[list[int]]:
+        """The ids of every pass the press runs after the held context ``blocks`` (KVzip's reconstruction
+        prompts; none for a press that reads only the prefill): a first round of its scoring, whose scores are
+        dropped."""
+        if not self._hp_press.runs_after_context:
+            return []
+        passes = Passes()
+        self._hp_press.score(self._hp_context(context_ids, blocks, protected, passes))
+        return passes.asked
+
+    def hybridpress_record_pass(self, ids: list[int]) -> None:
+        """Record the attention inputs of the next request (a pass after the context, alone in flight)."""
+        self._hp_pass_recorder.start()
+        self._hp_pass_ids = ids
+
+    def hybridpress_pass_done(self) -> None:
+        attention, seen = self._hp_pass_recorder.stop()
+        n = len(self._hp_pass_ids)
+        if set(seen.values()) != {n}:
+            raise RuntimeError(f"recorded {sorted(set(seen.values()))} tokens of a {n}-token pass: run passes one "
+                               "at a time")
+        g = self._hp_adapter.geometry
+        self._hp_passes.append((self._hp_pass_ids, {
+            layer: (query.view(n, -1, g.head_dim).transpose(0, 1), keys.view(n, -1, g.head_dim).transpose(0, 1))
+            for layer, (query, keys) in attention.items()}))
+
+    def hybridpress_compact(self, context_ids: list[int], blocks: tuple[list[int], ...], keep_fraction: float,
+                            protected: int, allocator: str = "flat", allocator_options: dict | None = None) -> dict:
+        """Score, plan and compact the held context ``blocks`` (block ids per KV-cache group) of ``context_ids``,
+        prefilled and not yet compacted: each attention layer's kept entries go to the front of its blocks.
+
+        Returns the context's computed count from now on (``computed``, the largest kept count), each layer's kept
+        count (protected prefix included), the plan, and the scoring seconds.
+        """
+        n = len(context_ids)
+        context = self._hp_context(context_ids, blocks, protected, Passes(self._hp_passes))
         t0 = time.perf_counter()
         check_allocator(allocator)
         plan = presses.Selection(context, self._hp_press).plan(allocators.get(allocator, **(allocator_options or {})),
@@ -188,10 +252,29 @@ class CompactionWorker:
                                  "compacts the heads of a layer to one count")
             kept[layer] = protected + counts.pop()
         computed = max(kept.values())
-        self._hp_gather(kv, plan, state.block_ids, n, computed, protected)
-        self._hp_shorten(request_id, computed, kept)
+        self._hp_gather(context.kv, plan, blocks, n, computed, protected)
         return {"computed": computed, "kept": kept, "score_seconds": score_seconds,
                 "plan": {layer: [h.tolist() for h in heads] for layer, heads in plan.layers.items()}}
+
+    def _hp_context(self, context_ids: list[int], blocks: tuple[list[int], ...], protected: int,
+                    passes: Passes) -> ServedContext:
+        """The held context ``blocks`` as presses read it: its pages, the evidence of its prefill, its passes."""
+        n = len(context_ids)
+        kv = {}
+        for index, layer in self._hp_layers.items():
+            keys, values = self._hp_layouts[index].read(layer.kv_cache, blocks[self._hp_groups[index]], n)
+            positions = torch.arange(n, device=keys.device).expand(keys.shape[0], -1)
+            kv[index] = LayerKV(keys, values, positions)
+        return ServedContext(self._hp_adapter, kv, n, protected, self._hp_evidence, torch.tensor(context_ids),
+                             passes, self._hp_tokenizer)
+
+    def _hp_tokenizer(self):
+        """The model directory's tokenizer (KVzip encodes its repeat prompt with it), loaded once."""
+        if getattr(self, "_hp_loaded_tokenizer", None) is None:
+            from transformers import AutoTokenizer
+
+            self._hp_loaded_tokenizer = AutoTokenizer.from_pretrained(self.model_runner.model_config.tokenizer)
+        return self._hp_loaded_tokenizer
 
     def hybridpress_attach(self, request_id: str, source: tuple[list[int], ...], target: tuple[list[int], ...],
                            computed: int, kept: dict[int, int]) -> None:
@@ -229,7 +312,7 @@ class CompactionWorker:
         """The GDN signals ``{layer: [n, Hv, 3]}`` of the last compacted context (CPU)."""
         return {index: s.cpu() for index, s in self._hp_signals.items()}
 
-    def _hp_gather(self, kv: dict[int, LayerKV], plan: KeepPlan, block_ids, n: int, computed: int,
+    def _hp_gather(self, kv: dict[int, LayerKV], plan: KeepPlan, blocks, n: int, computed: int,
                    protected: int) -> None:
         """Write each layer's kept entries to token offsets ``0 ... k - 1`` of its group's blocks, keys rotated by
         ``-(n - computed)``."""
@@ -244,17 +327,5 @@ class CompactionWorker:
                 cos, sin = adapter.rope(torch.zeros(1, dtype=torch.float32, device=keys.device),
                                         torch.tensor([computed - n], device=keys.device))
                 keys = apply_rope(keys.float(), cos, sin).to(keys.dtype)
-            slots = self._hp_layouts[index].slots(block_ids[self._hp_groups[index]], keys.shape[1], keys.device)
+            slots = self._hp_layouts[index].slots(blocks[self._hp_groups[index]], keys.shape[1], keys.device)
             vi.write_entries(layer, keys.transpose(0, 1).contiguous(), values.transpose(0, 1).contiguous(), slots)
-
-    def _hp_shorten(self, request_id: str, computed: int, kept: dict[int, int]) -> None:
-        """Make the runner's record of the request a ``computed``-token prompt whose cache is computed, each
-        attention group with the blocks the scheduler kept; it is re-added to the persistent batch from this record
-        at the next step."""
-        state = vi.request_state(self.model_runner, request_id)
-        for layer, k in kept.items():
-            del state.block_ids[self._hp_groups[layer]][-(-k // self._hp_block_size):]
-        state.prompt_token_ids = state.prompt_token_ids[:computed]
-        state.num_prompt_tokens = computed
-        state.num_computed_tokens = computed
-        vi.drop_from_batch(self.model_runner, request_id)

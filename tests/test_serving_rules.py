@@ -23,42 +23,41 @@ def test_a_request_the_engine_runs_passes(next_dir):
     check_request(list(serving.ENGINE_PRESSES), list(serving.ENGINE_ALLOCATORS), 1, "bfloat16", next_dir)
 
 
-def test_the_shipped_model_is_refused_with_every_reason_before_vllm_starts():
-    """The shipped byte model is a Qwen3.5 with GDN head dim 32 stored in float32: each obstacle is named, and the
-    engine refuses it before importing vLLM (this environment has none, so reaching vLLM would be an ImportError)."""
-    with pytest.raises(ValueError) as refused:
-        check_request(["keydiff"], ["flat"], 1, "float32", SHIPPED)
-    message = str(refused.value)
-    assert message.startswith(f"model '{SHIPPED}' (qwen3_5_text) does not run in the vLLM engine: ")
-    assert "needs torchvision" in message and "accepts GDN head dims 64, 128, this model's are 32" in message
-    assert "runs bfloat16 only, not dtype 'float32'" in message
-    with pytest.raises(ValueError, match="needs torchvision"):
-        CompactingLLM(SHIPPED, dtype="bfloat16")
+def test_the_shipped_model_passes_in_both_engine_dtypes():
+    """The shipped byte model (a Qwen3.5 with GDN head dim 32, float32) runs in the engine: its GDN layers take the
+    plugin's pure-torch path (tests/test_serving_vllm.py runs it)."""
+    for dtype in ("float32", "bfloat16"):
+        check_request(["gatesight", "kvzip"], ["gate", "flat"], 1, dtype, SHIPPED)
 
 
-def test_dtypes_the_gdn_op_cannot_run_are_refused(next_dir):
-    with pytest.raises(ValueError, match=r"\(qwen3_next\) does not run in the vLLM engine: vLLM's CPU GDN op runs "
-                                         "bfloat16 only, not dtype 'float32'"):
-        CompactingLLM(str(next_dir), dtype="float32")
-    config = json.loads((next_dir / "config.json").read_text())
-    (next_dir / "config.json").write_text(json.dumps({**config, "linear_key_head_dim": 96}))
-    with pytest.raises(ValueError, match="accepts GDN head dims 64, 128, this model's are 96, 128$"):
-        check_request([], [], 1, "bfloat16", next_dir)
+def test_dtypes_the_engine_was_not_tested_in_are_refused_before_vllm_starts(next_dir):
+    """This environment may have no vLLM: a refusal here comes before any import of it."""
+    with pytest.raises(ValueError, match="dtype 'float16': the engine runs bfloat16, float32$"):
+        CompactingLLM(str(next_dir), dtype="float16")
+
+
+def test_qwen3_5_with_its_vision_tower_is_refused_naming_what_to_serve(tmp_path):
+    config = {"model_type": "qwen3_5", "architectures": ["Qwen3_5ForConditionalGeneration"],
+              "text_config": {"model_type": "qwen3_5_text"}}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match=r"\(qwen3_5\) does not run in the vLLM engine: a Qwen3.5 checkpoint with its "
+                                         r"vision tower .* save the language model alone \(Qwen3_5ForCausalLM\)"):
+        check_request([], [], 1, "bfloat16", tmp_path)
 
 
 def test_other_model_types_and_missing_configs_are_refused(tmp_path):
     with pytest.raises(ValueError, match="the engine serves a local model directory with a config.json"):
         check_request([], [], 1, "bfloat16", tmp_path)
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama"}))
-    with pytest.raises(ValueError, match=r"\(llama\): the engine serves model types qwen3_next$"):
+    with pytest.raises(ValueError, match=r"\(llama\) does not run in the vLLM engine; the engine serves model types "
+                                         "qwen3_next, qwen3_5_text$"):
         check_request([], [], 1, "bfloat16", tmp_path)
 
 
 @pytest.mark.parametrize("press,reason", [
     ("kvpress:KnormPress", "kvpress presses do not run in the engine: the serving environment has no kvpress"),
     ("kvpress:snapkv", "kvpress presses do not run in the engine"),
-    ("kvzip", "does not run in the engine: its reconstruction pass"),
-    ("nonsense", "does not run in the engine; presses there: keydiff, gatesight, triattention, snapkv$"),
+    ("nonsense", "does not run in the engine; presses there: keydiff, gatesight, triattention, snapkv, kvzip$"),
 ])
 def test_presses_the_engine_cannot_run_are_refused_with_the_reason(next_dir, press, reason):
     with pytest.raises(ValueError, match=f"press '{press}' {reason}" if not press.startswith("kvpress")

