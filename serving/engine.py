@@ -26,7 +26,7 @@ import torch
 import runtime
 from allocators import check_keep_fraction
 
-from .rules import check_allocator, check_engine_args, check_model, check_press
+from .rules import check_allocator, check_engine_args, check_model, check_press, has_experts, is_multimodal
 
 # max_logprobs=-1: the fidelity measures need the full next-token distributions
 ENGINE_DEFAULTS = dict(enable_prefix_caching=False, enforce_eager=True, max_logprobs=-1)
@@ -109,7 +109,13 @@ class CompactingLLM:
 
         self._vi = vllm_internals
         t0 = time.perf_counter()
-        vllm_internals.register_text_only_qwen3_5()
+        if has_experts(model) and vllm_internals.parallel_groups_lack_experts():
+            raise RuntimeError(f"{model} has experts, and an earlier engine in this process (a model without "
+                               "experts) built vLLM's process-wide parallel groups without the expert-parallel one: "
+                               "build this engine in a fresh process, or before the other")
+        vllm_internals.register_qwen3_5_without_torchvision()
+        if is_multimodal(model):  # a checkpoint with its vision tower: the engine serves its language model
+            engine_args.setdefault("limit_mm_per_prompt", {"image": 0, "video": 0})
         with vllm_internals.per_layer_kv_cache_groups(), vllm_internals.torch_gdn_where_kernels_refuse(
                 gdn_torch.forward):
             self.llm = LLM(model=model, worker_extension_cls="serving.worker.CompactionWorker",

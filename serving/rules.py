@@ -28,19 +28,13 @@ _REFUSED_ALLOCATORS = {
 _KVPRESS = ("kvpress presses do not run in the engine: the serving environment has no kvpress (vLLM's CPU build "
             "brings transformers 5.19, which kvpress 0.5.5 refuses)")
 
-SERVED_MODEL_TYPES = ("qwen3_next", "qwen3_5_text")
-"""Model types the engine serves (tested: tests/test_serving_vllm.py): Qwen3-Next and the text-only Qwen3.5
-(``Qwen3_5ForCausalLM``, the shipped default model's). GDN layers vLLM's CPU kernels reject (head dims other than 64
-and 128, dtypes other than bfloat16) run the plugin's pure-torch path (:mod:`serving.gdn_torch`)."""
+SERVED_MODEL_TYPES = ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text", "qwen3_5", "qwen3_5_moe")
+"""Model types the engine serves (tested: tests/test_serving_vllm.py): Qwen3-Next, and Qwen3.5 and Qwen3.5-MoE both as
+the language model alone (``qwen3_5_text``: the shipped default model) and as the hub lays them out, vision tower
+included (served text-only). GDN layers vLLM's CPU kernels reject (head dims other than 64 and 128, dtypes other than
+bfloat16) run the plugin's pure-torch path (:mod:`serving.gdn_torch`)."""
 ENGINE_DTYPES = ("bfloat16", "float32")
 """What the engine computes and caches in (both tested)."""
-_UNSERVED = {
-    "qwen3_5": ("a Qwen3.5 checkpoint with its vision tower (Qwen3_5ForConditionalGeneration) is not served: vLLM "
-                "builds its multimodal processor, untested here; save the language model alone "
-                "(Qwen3_5ForCausalLM) to serve it"),
-    "qwen3_5_moe": "Qwen3.5-MoE is not tested in the engine",
-    "qwen3_5_moe_text": "Qwen3.5-MoE is not tested in the engine",
-}
 
 
 def check_request(press_names, allocator_names, jobs: int, dtype: str, model_dir) -> None:
@@ -89,12 +83,22 @@ def check_model(model_dir, dtype: str) -> None:
     config = json.loads((path / "config.json").read_text())
     model_type = config.get("model_type")
     if model_type not in SERVED_MODEL_TYPES:
-        reason = _UNSERVED.get(model_type, "")
-        raise ValueError(f"model {str(model_dir)!r} ({model_type}) does not run in the vLLM engine"
-                         f"{': ' + reason if reason else ''}; the engine serves model types "
-                         f"{', '.join(SERVED_MODEL_TYPES)}")
+        raise ValueError(f"model {str(model_dir)!r} ({model_type}) does not run in the vLLM engine; the engine serves "
+                         f"model types {', '.join(SERVED_MODEL_TYPES)}")
     if dtype not in ENGINE_DTYPES:
         raise ValueError(f"dtype {dtype!r}: the engine runs {', '.join(ENGINE_DTYPES)}")
+
+
+def has_experts(model_dir) -> bool:
+    """Whether the model's MLPs are mixtures of experts (``num_experts`` > 0 in its text config)."""
+    config = json.loads((Path(model_dir) / "config.json").read_text())
+    return (config.get("text_config") or config).get("num_experts", 0) > 0
+
+
+def is_multimodal(model_dir) -> bool:
+    """Whether the checkpoint carries a vision tower (its config has a ``vision_config``)."""
+    path = Path(model_dir) / "config.json"
+    return path.is_file() and "vision_config" in json.loads(path.read_text())
 
 
 def check_engine_args(engine_args: dict) -> None:

@@ -135,6 +135,14 @@ def _shift_manager(manager, group: int, offsets: dict[str, dict[int, int]]) -> N
     manager.allocate_new_blocks = new_shifted
 
 
+def parallel_groups_lack_experts() -> bool:
+    """Whether an earlier engine in this process built vLLM's process-wide parallel groups without the
+    expert-parallel one (vLLM builds them once per process, that one only for a model with experts)."""
+    from vllm.distributed import parallel_state
+
+    return parallel_state.model_parallel_is_initialized() and parallel_state._EP is None
+
+
 # ---- the engine's build: one KV-cache group per layer ----------------------------------------------------------
 @contextlib.contextmanager
 def per_layer_kv_cache_groups():
@@ -352,15 +360,22 @@ def _conv_state_dim_first() -> bool:
 
 
 # ---- the model registry ----------------------------------------------------------------------------------------
-def register_text_only_qwen3_5() -> None:
-    """Make vLLM's text-only Qwen3.5 (``Qwen3_5ForCausalLM``) load without torchvision.
+QWEN3_5_ARCHITECTURES = ("Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM", "Qwen3_5ForConditionalGeneration",
+                         "Qwen3_5MoeForConditionalGeneration")
+"""vLLM's Qwen3.5 classes the plugin registers: the language models alone, and the checkpoints as the hub lays them
+out (vision tower included; the engine serves them text-only)."""
+
+
+def register_qwen3_5_without_torchvision() -> None:
+    """Make vLLM's Qwen3.5 classes (:data:`QWEN3_5_ARCHITECTURES`) load without torchvision.
 
     vLLM's Qwen3.5 module imports its Qwen3-VL image processor, whose transformers module imports torchvision; the
     serving environment has none (the torchvision for torch 2.13 is a CUDA build that does not load beside the CPU
     torch). Where that import fails for want of torchvision, transformers' own torchvision-free image processor
-    (``Qwen2VLImageProcessorPil``, which transformers falls back to itself) stands in for the module; a text-only
-    model never processes an image. The class is then registered in this process, so vLLM inspects it here and not
-    in a subprocess without the stand-in.
+    (``Qwen2VLImageProcessorPil``, which transformers falls back to itself) stands in for the module; the engine
+    sends no image (:class:`serving.CompactingLLM` builds multimodal checkpoints with no image or video per prompt).
+    The classes are then registered in this process, so vLLM inspects them here and not in a subprocess without the
+    stand-in.
     """
     import importlib
     import sys
@@ -377,6 +392,7 @@ def register_text_only_qwen3_5() -> None:
         stand_in.smart_resize, stand_in.Qwen2VLImageProcessor = pil.smart_resize, pil.Qwen2VLImageProcessorPil
         sys.modules[name] = stand_in
     from vllm import ModelRegistry
-    from vllm.model_executor.models.qwen3_5 import Qwen3_5ForCausalLM
+    from vllm.model_executor.models import qwen3_5
 
-    ModelRegistry.register_model("Qwen3_5ForCausalLM", Qwen3_5ForCausalLM)
+    for architecture in QWEN3_5_ARCHITECTURES:
+        ModelRegistry.register_model(architecture, getattr(qwen3_5, architecture))

@@ -36,13 +36,12 @@ def test_dtypes_the_engine_was_not_tested_in_are_refused_before_vllm_starts(next
         CompactingLLM(str(next_dir), dtype="float16")
 
 
-def test_qwen3_5_with_its_vision_tower_is_refused_naming_what_to_serve(tmp_path):
-    config = {"model_type": "qwen3_5", "architectures": ["Qwen3_5ForConditionalGeneration"],
-              "text_config": {"model_type": "qwen3_5_text"}}
+@pytest.mark.parametrize("model_type", ["qwen3_5", "qwen3_5_moe"])
+def test_qwen3_5_checkpoints_as_the_hub_lays_them_out_pass_and_are_served_text_only(tmp_path, model_type):
+    config = {"model_type": model_type, "text_config": {"model_type": f"{model_type}_text"}, "vision_config": {}}
     (tmp_path / "config.json").write_text(json.dumps(config))
-    with pytest.raises(ValueError, match=r"\(qwen3_5\) does not run in the vLLM engine: a Qwen3.5 checkpoint with its "
-                                         r"vision tower .* save the language model alone \(Qwen3_5ForCausalLM\)"):
-        check_request([], [], 1, "bfloat16", tmp_path)
+    check_request(["gatesight"], ["gate"], 1, "bfloat16", tmp_path)
+    assert serving.rules.is_multimodal(tmp_path) and not serving.rules.is_multimodal(SHIPPED)
 
 
 def test_other_model_types_and_missing_configs_are_refused(tmp_path):
@@ -50,7 +49,7 @@ def test_other_model_types_and_missing_configs_are_refused(tmp_path):
         check_request([], [], 1, "bfloat16", tmp_path)
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama"}))
     with pytest.raises(ValueError, match=r"\(llama\) does not run in the vLLM engine; the engine serves model types "
-                                         "qwen3_next, qwen3_5_text$"):
+                                         "qwen3_next, qwen3_5_text, qwen3_5_moe_text, qwen3_5, qwen3_5_moe$"):
         check_request([], [], 1, "bfloat16", tmp_path)
 
 

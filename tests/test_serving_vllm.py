@@ -326,6 +326,31 @@ def test_bad_requests_are_refused_before_any_work(served):
     assert engine.free_blocks == idle and not engine.scheduler.requests
 
 
+def test_passes_longer_than_the_engine_holds_are_refused_and_the_context_released(served):
+    """KVzip's first pass over a 3,000-token context quotes a 2,000-token chunk: context + pass exceed the engine's
+    max_model_len (4,096), which is said with the numbers before any pass runs, and the pool is back to idle."""
+    engine, _ = served
+    engine.use_press("kvzip")
+    idle = engine.free_blocks
+    with pytest.raises(ValueError, match=r"read up to 5\d\d\d tokens \(the 3000-token context and a 2\d\d\d-token "
+                                         r"pass\); the engine's max_model_len is 4096"):
+        engine.prefill(_ids(3000, 91), keep_fraction=0.2, protected=PROTECTED)
+    assert engine.free_blocks == idle and not engine.scheduler.requests and not engine.contexts
+
+
+def test_an_engine_with_experts_after_one_without_is_refused_before_vllm_starts(served, monkeypatch):
+    """vLLM builds its parallel groups once per process, the expert-parallel one only for a model with experts: an
+    engine for a model with experts after one without would fail deep in vLLM; it is refused up front instead."""
+    from serving import CompactingLLM, vllm_internals
+
+    engine, _ = served
+    assert not vllm_internals.parallel_groups_lack_experts()  # the tiny Qwen3-Next has experts
+    monkeypatch.setattr(vllm_internals, "parallel_groups_lack_experts", lambda: True)
+    with pytest.raises(RuntimeError, match="has experts, and an earlier engine in this process .* build this engine "
+                                           "in a fresh process"):
+        CompactingLLM(str(engine.llm.llm_engine.model_config.model))
+
+
 def test_bench_compare_in_the_engine_writes_the_runtimes_rows(served, tmp_path):
     """``bench compare --engine vllm``: the same rows (keys and fields) as the HF runtime on the same model and
     settings, the no-prune rows exactly at zero ΔNLL and KL, and the two engines never mixed in one store."""
@@ -499,3 +524,76 @@ def test_bench_compare_serves_the_shipped_model_out_of_the_box(tmp_path):
     rows = ResultStore(out, readonly=True).rows
     assert rows and {r["engine"] for r in rows} == {"vllm"} and verify_rows(rows) == []
     assert {(r["press"], r["allocator"]) for r in rows} >= {("gatesight", "gate"), ("kvzip", "flat")}
+
+
+def _qwen3_5_checkpoint(directory: Path, family: str, vision: bool):
+    """A tiny random Qwen3.5 (or -MoE) saved as the hub lays them out (``...ForConditionalGeneration`` with a vision
+    tower) or as the language model alone, with the byte tokenizer and a random GateSight estimator; head dims 32
+    (vLLM's CPU attention takes 32 and up; the GDN layers run the pure-torch path)."""
+    import transformers
+
+    from hybridmodel.tokenizer import build_tokenizer
+    from presses.gatesight import GateSightEstimator
+
+    torch.manual_seed(5)
+    rope = {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25, "mrope_section": [2, 1, 1],
+            "mrope_interleaved": True}  # the sections add up to the rotary half-width (32 * 0.25 / 2)
+    text = dict(vocab_size=VOCAB, hidden_size=128, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+                head_dim=32, linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=32,
+                linear_value_head_dim=32, full_attention_interval=2, eos_token_id=257, rope_parameters=rope,
+                partial_rotary_factor=0.25)
+    text.update(dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=64, shared_expert_intermediate_size=64)
+                if family == "qwen3_5_moe" else dict(intermediate_size=256))
+    name = "Qwen3_5Moe" if family == "qwen3_5_moe" else "Qwen3_5"
+    if vision:
+        vision_config = dict(depth=1, hidden_size=16, intermediate_size=32, num_heads=2, patch_size=4,
+                             spatial_merge_size=2, temporal_patch_size=2, out_hidden_size=128,
+                             num_position_embeddings=16)
+        config = getattr(transformers, f"{name}Config")(text_config=text, vision_config=vision_config)
+        model = getattr(transformers, f"{name}ForConditionalGeneration")(config).eval()
+    else:
+        model = getattr(transformers, f"{name}ForCausalLM")(getattr(transformers, f"{name}TextConfig")(**text)).eval()
+    with torch.no_grad():  # random init leaves the norm offsets and the router at zero
+        for parameter in model.parameters():
+            parameter.add_(torch.randn_like(parameter) * 0.05)
+    model.save_pretrained(directory)
+    build_tokenizer().save_pretrained(directory)
+    text_model = transformers.AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32).eval()
+    GateSightEstimator.random(adapter_for(text_model), seed=3).save(directory / "gatesight")
+    return transformers.AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32).eval()
+
+
+def check_qwen3_5_checkpoint(directory: str, family: str, vision: bool) -> None:
+    """The checks of :func:`test_qwen3_5_checkpoints_are_served_as_the_runtime_runs_them`, in a process of its own."""
+    from serving import CompactingLLM
+
+    model = _qwen3_5_checkpoint(Path(directory), family, vision)
+    engine = CompactingLLM(directory, press="gatesight", dtype="float32", max_model_len=2048, max_num_seqs=2,
+                           gpu_memory_utilization=0.2, kv_cache_memory_bytes=32 * 2**20)
+    ids, question = _ids(600, 81), _ids(12, 82)
+    full = engine.prefill(ids, keep_fraction=1.0, protected=PROTECTED)
+    served = engine.log_probs(full, question)
+    engine.release(full)
+    parent = prefill(model, torch.tensor(ids), protected=PROTECTED, evidence=EvidenceRequest(gdn_signals=True))
+    reference = parent.logits(torch.tensor(question)).float().log_softmax(-1)
+    assert (served - reference).abs().max() < 1e-3, (served - reference).abs().max()
+    context = engine.prefill(ids, keep_fraction=0.2, protected=PROTECTED)
+    ours = presses.Selection(parent, "gatesight").plan("flat", 0.2)
+    assert all(set(context.plan[layer][h]) == set(kept.tolist())
+               for layer, heads in ours.layers.items() for h, kept in enumerate(heads))
+    _, child = _child(model, ids, context.plan)
+    deficits = _deficits(child, question, engine.answer(context, question, 8))
+    assert (deficits == 0).all(), deficits
+
+
+@pytest.mark.parametrize("family,vision", [("qwen3_5", True), ("qwen3_5_moe", True), ("qwen3_5_moe", False)])
+def test_qwen3_5_checkpoints_are_served_as_the_runtime_runs_them(tmp_path, family, vision):
+    """Qwen3.5 and Qwen3.5-MoE as the hub lays them out (vision tower included: served text-only) and the MoE
+    language model alone: keep-all log-probabilities are the runtime's, and with GateSight at p = 0.2 the engine keeps
+    the runtime's entries and answers with the runtime child's tokens. Each in a fresh process: vLLM builds its
+    process-wide parallel groups (the expert-parallel one only for a model with experts) once per process."""
+    script = ("import sys; sys.path.insert(0, 'tests'); import test_serving_vllm as t; "
+              "t.check_qwen3_5_checkpoint(sys.argv[1], sys.argv[2], sys.argv[3] == 'vision')")
+    run = subprocess.run([sys.executable, "-c", script, str(tmp_path), family, "vision" if vision else "text"],
+                         cwd=ROOT, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "2"})
+    assert run.returncode == 0, run.stderr[-3000:]
