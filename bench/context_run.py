@@ -129,12 +129,14 @@ class ContextRun:
                 self.emit(answered_row(self.item, q, row, methods[i], answer, child_log_probs, needles(i, q)))
 
     def served(self) -> None:
-        """The same protocol inside vLLM (:mod:`serving`): the full cache is the context held uncompacted, each
-        compacted child its own prefill, scored and compacted in the engine; references come from the engine."""
+        """The same protocol inside vLLM (:mod:`serving`): the full cache is the context held uncompacted, with the
+        evidence of every press (one prefill); each compacted child a copy of it, scored and compacted in the
+        engine; references come from the engine."""
         from serving.cache import EngineCache
 
         h, engine, ids = self.h, self.h.engine, self.context.tolist()
-        parent = EngineCache(engine, engine.prefill(ids, 1.0, self.protected), h.tokenizer)
+        names = sorted({h.press_names[press] for press, _, _ in self.todo if press != BASELINE})
+        parent = EngineCache(engine, engine.hold(ids, self.protected, names, h.settings.press_options), h.tokenizer)
         try:
             questions = self._references(parent)
             common = {"prefill_seconds": round(parent.held.prefill_seconds, 4), "n_context": parent.n,
@@ -143,7 +145,7 @@ class ContextRun:
                 self._baseline(questions, method_fields(BASELINE, BASELINE, 1.0, common, parent))
             for press, allocator, ratio in (method for method in self.todo if method[0] != BASELINE):
                 engine.use_press(h.press_names[press], h.settings.press_options)
-                held = engine.prefill(ids, ratio, self.protected, allocator=h.allocator_names[allocator],
+                held = engine.compact(parent.held, ratio, allocator=h.allocator_names[allocator],
                                       allocator_options=h.settings.alloc_options)
                 child = EngineCache(engine, held, h.tokenizer)
                 try:

@@ -37,47 +37,57 @@ _PLACEHOLDER = 0
 
 @dataclass
 class HeldContext:
-    """A compacted context held in the engine's block pool.
+    """A context held in the engine's block pool: uncompacted (:meth:`CompactingLLM.hold`) or compacted.
 
     Attributes
     ----------
     handle : str
-        Which held context this is (one context may be held at several kept fractions).
+        Which held context this is (one context may be held whole and at several kept fractions).
     context_hash : str
         SHA-256 of the context ids (as ``runtime.Parent.context_hash``).
     n : int
         Context tokens.
+    protected : int
+        The prefix every layer keeps whole (never scored).
     computed : int
-        The context's length for vLLM from now on: the largest kept count of any layer (a question's first token
-        takes this position).
+        The context's length for vLLM: the largest kept count of any layer (a question's first token takes this
+        position); ``n`` for an uncompacted context.
     kept : dict[int, int]
         Per attention layer, the entries each of its KV heads keeps (the protected prefix included).
     freed_blocks : dict[int, int]
-        Per attention layer, its blocks returned to the pool by compaction.
+        Per attention layer, its blocks returned to the pool by compaction (empty: uncompacted).
     free_blocks_before, free_blocks_after : int
         The pool's free-block count right before and after compaction.
     prefill_seconds, score_seconds, compact_seconds : float
         ``score_seconds`` includes the passes a press runs after the context (KVzip's reconstruction);
-        ``compact_seconds`` covers those passes, scoring, planning, the gather and freeing the tail.
+        ``compact_seconds`` covers those passes, scoring, planning, a copy of the context (when compacting one),
+        the gather and freeing the tail.
     plan : dict
-        ``{layer: [[kept body positions of head h]]}``.
+        ``{layer: [[kept body positions of head h]]}`` (empty: uncompacted).
     blocks : tuple of list
         Per KV-cache group, the pool blocks the context holds (its kept attention pages, its GDN state slots).
+    context_ids : list of int
     """
 
     handle: str
     context_hash: str
     n: int
+    protected: int
     computed: int
     kept: dict
-    freed_blocks: dict
-    free_blocks_before: int
-    free_blocks_after: int
-    prefill_seconds: float
-    score_seconds: float
-    compact_seconds: float
-    plan: dict = field(repr=False)
+    freed_blocks: dict = field(default_factory=dict)
+    free_blocks_before: int = 0
+    free_blocks_after: int = 0
+    prefill_seconds: float = 0.0
+    score_seconds: float = 0.0
+    compact_seconds: float = 0.0
+    plan: dict = field(repr=False, default_factory=dict)
     blocks: tuple = field(repr=False, default=())
+    context_ids: list = field(repr=False, default_factory=list)
+
+    @property
+    def compacted(self) -> bool:
+        return bool(self.plan)
 
 
 class CompactingLLM:
@@ -146,62 +156,108 @@ class CompactingLLM:
                 allocator: str = "flat", allocator_options: dict | None = None) -> HeldContext:
         """Prefill ``context_ids``, score and compact its cache to ``keep_fraction`` of the body with
         ``allocator`` (one of :data:`serving.rules.ENGINE_ALLOCATORS`, built with ``allocator_options``), and hold
-        it."""
+        it: :meth:`hold`, then :meth:`compact` in place."""
         check_allocator(allocator)
         check_keep_fraction(keep_fraction, "keep_fraction")
+        held = self.hold(context_ids, protected)
+        return self.compact(held, keep_fraction, allocator, allocator_options, copy=False)
+
+    def hold(self, context_ids: list[int], protected: int = 0, presses: list[str] | None = None,
+             press_options: dict | None = None) -> HeldContext:
+        """Prefill ``context_ids`` and hold it uncompacted, with the evidence that the engine's press (or every
+        press of ``presses``, built with ``press_options``) reads: a parent that :meth:`compact` compacts copies of,
+        one per method, with one prefill."""
         if not 0 <= protected < len(context_ids):
             raise ValueError(f"protected={protected} must be in [0, {len(context_ids)}) for this context")
+        for name in presses or ():
+            check_press(name)
         self._check_idle()
         engine, n = self.llm.llm_engine, len(context_ids)
         # two tokens so that the request is still running, its blocks allocated, after the prefill step
         request_id, external_id = self._add(list(context_ids), max_tokens=2)
-        self.llm.collective_rpc("hybridpress_record")
         t0 = time.perf_counter()
         try:
+            self.llm.collective_rpc("hybridpress_record", args=(presses, press_options))
             while self.scheduler.requests[request_id].num_output_tokens == 0:
                 engine.step()
-            self.llm.collective_rpc("hybridpress_prefilled", args=(n,))
+            self.llm.collective_rpc("hybridpress_prefilled", args=(request_id, n))
         except BaseException:
             engine.abort_request([external_id])
             raise
         prefill_seconds = time.perf_counter() - t0
         blocks = self.scheduler.hold(request_id)
         engine.abort_request([external_id])  # the context's blocks stay, held; its one generated token is dropped
-        context_hash = runtime.context_hash(torch.as_tensor(list(context_ids)))
-        groups = self.layout["attention_groups"]
-        # uncompacted first: the passes a press runs after the context attach to it as questions do
-        held = HeldContext(request_id, context_hash, n, n, {layer: n for layer in groups}, {}, 0, 0,
-                           prefill_seconds, 0.0, 0.0, {}, blocks)
+        held = HeldContext(request_id, runtime.context_hash(torch.as_tensor(list(context_ids))), n, protected, n,
+                           {layer: n for layer in self.layout["attention_groups"]}, prefill_seconds=prefill_seconds,
+                           blocks=blocks, context_ids=list(context_ids))
         self.contexts[held.handle] = held
+        return held
+
+    def compact(self, context: HeldContext, keep_fraction: float, allocator: str = "flat",
+                allocator_options: dict | None = None, copy: bool = True) -> HeldContext:
+        """Score the uncompacted held ``context`` with the engine's press and compact it to ``keep_fraction`` of
+        the body with ``allocator``: a copy of it (the context stays held as it was), or with ``copy=False`` the
+        context itself. The passes a press runs after the context (KVzip) are requests attached to it."""
+        check_allocator(allocator)
+        check_keep_fraction(keep_fraction, "keep_fraction")
+        if self.contexts.get(context.handle) is not context:
+            raise ValueError(f"context {context.handle} is not held by this engine (released?)")
+        if context.compacted:
+            raise ValueError(f"context {context.handle} is compacted already: compact a context held whole "
+                             "(CompactingLLM.hold)")
+        self._check_idle()
+        n, groups = context.n, self.layout["attention_groups"]
+        t0 = time.perf_counter()
+        target = self._copy(context) if copy else context
         try:
             before = self.free_blocks
-            t0 = time.perf_counter()
-            ids = (list(context_ids), self._block_ids(held))
-            passes = self.llm.collective_rpc("hybridpress_passes", args=(*ids, protected))[0]
+            ids = (context.context_ids, self._block_ids(target))
+            passes = self.llm.collective_rpc("hybridpress_passes", args=(context.handle, *ids, context.protected))[0]
             limit = self.llm.llm_engine.model_config.max_model_len
             if passes and n + max(map(len, passes)) > limit:
                 raise ValueError(f"the press's passes after the context read up to {n + max(map(len, passes))} "
                                  f"tokens (the {n}-token context and a {max(map(len, passes))}-token pass); the "
                                  f"engine's max_model_len is {limit}: build it with a larger one, or give the press "
                                  "a smaller chunk_size")
+            t1 = time.perf_counter()
             for pass_ids in passes:
                 self.llm.collective_rpc("hybridpress_record_pass", args=(pass_ids,))
-                self._attached([(held, pass_ids, None)], max_tokens=1)
+                self._attached([(context, pass_ids, None)], max_tokens=1)
                 self.llm.collective_rpc("hybridpress_pass_done")
-            pass_seconds = time.perf_counter() - t0
-            report = self.llm.collective_rpc("hybridpress_compact", args=(*ids, keep_fraction, protected, allocator,
-                                                                          allocator_options))[0]
-            freed = self.scheduler.shrink(blocks, {groups[layer]: k for layer, k in report["kept"].items()})
-            compact_seconds = time.perf_counter() - t0
+            pass_seconds = time.perf_counter() - t1
+            report = self.llm.collective_rpc("hybridpress_compact", args=(
+                context.handle, *ids, keep_fraction, context.protected, allocator, allocator_options))[0]
+            freed = self.scheduler.shrink(target.blocks, {groups[layer]: k for layer, k in report["kept"].items()})
         except BaseException:
-            self.release(held)
+            self.release(target)
             raise
-        held = HeldContext(request_id, context_hash, n, report["computed"], report["kept"],
-                           {layer: freed[g] for layer, g in groups.items()}, before, self.free_blocks,
-                           prefill_seconds, pass_seconds + report["score_seconds"], compact_seconds, report["plan"],
-                           blocks)
-        self.contexts[held.handle] = held
-        return held
+        compacted = HeldContext(target.handle, context.context_hash, n, context.protected, report["computed"],
+                                report["kept"], {layer: freed[g] for layer, g in groups.items()}, before,
+                                self.free_blocks, context.prefill_seconds, pass_seconds + report["score_seconds"],
+                                time.perf_counter() - t0, report["plan"], target.blocks, context.context_ids)
+        self.contexts[compacted.handle] = compacted
+        return compacted
+
+    def _copy(self, context: HeldContext) -> HeldContext:
+        """A second held copy of ``context`` (its pages and GDN states in blocks of their own): a request attached
+        to it, whose blocks are held before it ever runs."""
+        request_id, external_id = self._add([_PLACEHOLDER] * (context.computed + 1), max_tokens=1)
+        groups = self.layout["attention_groups"]
+        try:
+            target = self.scheduler.attach(request_id, context.computed,
+                                           {groups[layer]: k for layer, k in context.kept.items()})
+            self.llm.collective_rpc("hybridpress_attach", args=(request_id, self._block_ids(context), target,
+                                                                context.computed, context.kept))
+            blocks = self.scheduler.hold(request_id)
+        finally:
+            self.llm.llm_engine.abort_request([external_id])
+            self.scheduler.detach(request_id)
+            self.llm.collective_rpc("hybridpress_detach", args=(request_id,))
+        copy = HeldContext(request_id, context.context_hash, context.n, context.protected, context.computed,
+                           dict(context.kept), prefill_seconds=context.prefill_seconds, blocks=blocks,
+                           context_ids=context.context_ids)
+        self.contexts[copy.handle] = copy
+        return copy
 
     def answer(self, context: HeldContext, question_ids: list[int], max_tokens: int,
                stop_token_ids: list[int] | None = None, context_hash: str | None = None) -> list[int]:
@@ -289,6 +345,7 @@ class CompactingLLM:
         if self.contexts.pop(context.handle, None) is None:
             raise ValueError(f"context {context.handle} is not held by this engine (released already?)")
         self.scheduler.release(context.blocks)
+        self.llm.collective_rpc("hybridpress_forget", args=(context.handle,))
 
     def generate_plain(self, prompt_ids: list[int], max_tokens: int) -> list[int]:
         """Greedy tokens of vLLM without the plugin (the reference of keep-all)."""

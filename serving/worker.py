@@ -26,7 +26,7 @@ import torch
 
 import allocators
 import presses
-from presses.preparation import prepare
+from presses.preparation import evidence_for, prepare
 from runtime import Evidence, KeepPlan, LayerKV
 from runtime.adapters import ModelAdapter, adapter_for, apply_rope
 
@@ -135,15 +135,8 @@ class CompactionWorker:
         check_press(press)
         if not hasattr(self, "_hp_adapter"):
             self._hp_attach()
-        chosen = prepare(press, self._hp_adapter, **(options or {}))  # built, bound, checked: as every caller does
-        request = chosen.evidence(self._hp_adapter)
-        if request.gdn_signals and self._hp_recorder is None:
-            self._hp_recorder = GDNSignalRecorder(self.model_runner.model)
-        if request.window:
-            if self._hp_queries is None:
-                self._hp_queries = WindowQueryRecorder(self._hp_layers, request.window)
-            self._hp_queries.window = request.window
-        self._hp_press, self._hp_reads_signals, self._hp_reads_window = chosen, request.gdn_signals, request.window
+        # built, bound, checked: as every caller does
+        self._hp_press = prepare(press, self._hp_adapter, **(options or {}))
         return {"block_size": self._hp_block_size, "attention_groups": dict(self._hp_groups),
                 "layer_entry_bytes": self._hp_entry_bytes, "state_bytes": self._hp_state_bytes}
 
@@ -172,6 +165,7 @@ class CompactionWorker:
         self._hp_layouts = {index: PageLayout.learn(layer, spec.block_size, spec.num_kv_heads, spec.head_size)
                             for index, layer in self._hp_layers.items()}
         self._hp_recorder, self._hp_signals, self._hp_queries = None, {}, None
+        self._hp_evidence: dict[str, tuple] = {}
         self._hp_pass_recorder = PassRecorder(self._hp_layers)
         self._hp_entry_bytes = 2 * spec.num_kv_heads * spec.head_size * spec.dtype.itemsize
         self._hp_state_bytes = sum(
@@ -180,37 +174,54 @@ class CompactionWorker:
         self._hp_offsets: dict[str, dict[int, int]] = {}
         vi.install_group_offsets(runner, self._hp_offsets)
 
-    def hybridpress_record(self) -> None:
-        """Start recording the evidence of the next prefill."""
-        if self._hp_reads_signals:
+    def hybridpress_record(self, press_names: list[str] | None = None, options: dict | None = None) -> None:
+        """Start recording the evidence of the next prefill: what the engine's press reads, or every press of
+        ``press_names`` (built with ``options``)."""
+        chosen = ([self._hp_press] if press_names is None else
+                  [prepare(name, self._hp_adapter, **(options or {})) for name in press_names])
+        request = evidence_for(chosen, self._hp_adapter)
+        if request.gdn_signals:
+            if self._hp_recorder is None:
+                self._hp_recorder = GDNSignalRecorder(self.model_runner.model)
             self._hp_recorder.start()
-        if self._hp_reads_window:
+        if request.window:
+            if self._hp_queries is None:
+                self._hp_queries = WindowQueryRecorder(self._hp_layers, request.window)
+            self._hp_queries.window = request.window
             self._hp_queries.start()
+        self._hp_recording = request
 
-    def hybridpress_prefilled(self, n: int) -> None:
-        """Stop recording: the evidence of the ``n``-token context just prefilled (checked to be its tokens')."""
-        signals = self._hp_recorder.stop() if self._hp_reads_signals else {}
+    def hybridpress_prefilled(self, handle: str, n: int) -> None:
+        """Stop recording: the evidence of the ``n``-token context just prefilled (checked to be its tokens'), kept
+        for the held context ``handle``."""
+        request = self._hp_recording
+        signals = self._hp_recorder.stop() if request.gdn_signals else {}
         if signals and any(s.shape[0] != n for s in signals.values()):
             raise RuntimeError(f"recorded GDN signals of {next(iter(signals.values())).shape[0]} tokens for a "
                                f"context of {n}: prefill one context at a time while recording")
         window = {}
-        if self._hp_reads_window:
+        if request.window:
             window, seen = self._hp_queries.stop()
             if set(seen.values()) != {n}:
                 raise RuntimeError(f"recorded the queries of {sorted(set(seen.values()))} prefill tokens for a "
                                    f"context of {n}: prefill one context at a time while recording")
-        self._hp_signals, self._hp_evidence, self._hp_passes = signals, Evidence(gdn_signals=signals,
-                                                                                 window_hidden=window), []
+        self._hp_signals = signals
+        self._hp_evidence[handle] = (request, Evidence(gdn_signals=signals, window_hidden=window))
 
-    def hybridpress_passes(self, context_ids: list[int], blocks: tuple[list[int], ...], protected: int
-                           ) -> list[list[int]]:
+    def hybridpress_forget(self, handle: str) -> None:
+        """Drop the evidence of a released context."""
+        self._hp_evidence.pop(handle, None)
+
+    def hybridpress_passes(self, handle: str, context_ids: list[int], blocks: tuple[list[int], ...],
+                           protected: int) -> list[list[int]]:
         """The ids of every pass the press runs after the held context ``blocks`` (KVzip's reconstruction
         prompts; none for a press that reads only the prefill): a first round of its scoring, whose scores are
         dropped."""
+        self._hp_passes = []
         if not self._hp_press.runs_after_context:
             return []
         passes = Passes()
-        self._hp_press.score(self._hp_context(context_ids, blocks, protected, passes))
+        self._hp_press.score(self._hp_context(handle, context_ids, blocks, protected, passes))
         return passes.asked
 
     def hybridpress_record_pass(self, ids: list[int]) -> None:
@@ -229,16 +240,18 @@ class CompactionWorker:
             layer: (query.view(n, -1, g.head_dim).transpose(0, 1), keys.view(n, -1, g.head_dim).transpose(0, 1))
             for layer, (query, keys) in attention.items()}))
 
-    def hybridpress_compact(self, context_ids: list[int], blocks: tuple[list[int], ...], keep_fraction: float,
-                            protected: int, allocator: str = "flat", allocator_options: dict | None = None) -> dict:
+    def hybridpress_compact(self, handle: str, context_ids: list[int], blocks: tuple[list[int], ...],
+                            keep_fraction: float, protected: int, allocator: str = "flat",
+                            allocator_options: dict | None = None) -> dict:
         """Score, plan and compact the held context ``blocks`` (block ids per KV-cache group) of ``context_ids``,
-        prefilled and not yet compacted: each attention layer's kept entries go to the front of its blocks.
+        not yet compacted, with the evidence recorded for the held context ``handle`` (itself, or the one it is a
+        copy of): each attention layer's kept entries go to the front of its blocks.
 
         Returns the context's computed count from now on (``computed``, the largest kept count), each layer's kept
         count (protected prefix included), the plan, and the scoring seconds.
         """
         n = len(context_ids)
-        context = self._hp_context(context_ids, blocks, protected, Passes(self._hp_passes))
+        context = self._hp_context(handle, context_ids, blocks, protected, Passes(self._hp_passes))
         t0 = time.perf_counter()
         check_allocator(allocator)
         plan = presses.Selection(context, self._hp_press).plan(allocators.get(allocator, **(allocator_options or {})),
@@ -256,17 +269,23 @@ class CompactionWorker:
         return {"computed": computed, "kept": kept, "score_seconds": score_seconds,
                 "plan": {layer: [h.tolist() for h in heads] for layer, heads in plan.layers.items()}}
 
-    def _hp_context(self, context_ids: list[int], blocks: tuple[list[int], ...], protected: int,
+    def _hp_context(self, handle: str, context_ids: list[int], blocks: tuple[list[int], ...], protected: int,
                     passes: Passes) -> ServedContext:
-        """The held context ``blocks`` as presses read it: its pages, the evidence of its prefill, its passes."""
+        """The held context ``blocks`` as presses read it: its pages, the evidence of its prefill (recorded for
+        ``handle``), its passes. A press reading evidence that prefill did not record is refused."""
         n = len(context_ids)
+        recorded, evidence = self._hp_evidence[handle]
+        wanted = self._hp_press.evidence(self._hp_adapter)
+        if (wanted.gdn_signals and not recorded.gdn_signals) or min(wanted.window, n) > min(recorded.window, n):
+            raise ValueError(f"press {self._hp_press.name!r} reads evidence the context was not held with ({wanted}; "
+                             f"recorded {recorded}): hold it with this press among its presses")
         kv = {}
         for index, layer in self._hp_layers.items():
             keys, values = self._hp_layouts[index].read(layer.kv_cache, blocks[self._hp_groups[index]], n)
             positions = torch.arange(n, device=keys.device).expand(keys.shape[0], -1)
             kv[index] = LayerKV(keys, values, positions)
-        return ServedContext(self._hp_adapter, kv, n, protected, self._hp_evidence, torch.tensor(context_ids),
-                             passes, self._hp_tokenizer)
+        return ServedContext(self._hp_adapter, kv, n, protected, evidence, torch.tensor(context_ids), passes,
+                             self._hp_tokenizer)
 
     def _hp_tokenizer(self):
         """The model directory's tokenizer (KVzip encodes its repeat prompt with it), loaded once."""

@@ -241,6 +241,52 @@ def test_questions_in_flight_together_get_the_runtime_childs_choices(served):
     assert deficits.numel() == 32 and (deficits == 0).float().mean() >= 0.85 and deficits.mean() < 0.01
 
 
+def test_one_held_prefill_gives_every_method_its_compacted_copy(served):
+    """``hold`` once with the evidence of several presses, ``compact`` a copy per method: each copy keeps what a
+    prefill of its own would keep (same plan, same pages), frees its planned tail, and the parent stays held whole
+    (its answers unchanged, its blocks untouched); a compacted context cannot be compacted again, and a press the
+    context was not held for is refused before anything is written."""
+    engine, _ = served
+    ids, question = _ids(900, 95), _ids(10, 96)
+    idle = engine.free_blocks
+    parent = engine.hold(ids, PROTECTED, presses=["keydiff", "gatesight", "snapkv", "kvzip"])
+    try:
+        whole = engine.answer(parent, question, 8)
+        held = engine.free_blocks
+        for press, allocator in [("gatesight", "gate"), ("snapkv", "flat"), ("kvzip", "pyramid")]:
+            engine.use_press(press)
+            copy = engine.compact(parent, 0.2, allocator=allocator)
+            alone = engine.prefill(ids, 0.2, PROTECTED, allocator=allocator)
+            try:
+                assert copy.handle != parent.handle and copy.kept == alone.kept and copy.plan == alone.plan
+                assert copy.freed_blocks == alone.freed_blocks and sum(copy.freed_blocks.values()) > 0
+                assert all(torch.equal(a, b) for layer in copy.kept
+                           for a, b in zip(engine.pages(copy)[layer], engine.pages(alone)[layer]))
+                assert engine.answer(copy, question, 8) == engine.answer(alone, question, 8)
+            finally:
+                engine.release(alone)
+                engine.release(copy)
+            assert engine.free_blocks == held
+        assert engine.answer(parent, question, 8) == whole and not parent.compacted
+        compacted = engine.prefill(ids, 0.5, PROTECTED)
+        with pytest.raises(ValueError, match="is compacted already: compact a context held whole"):
+            engine.compact(compacted, 0.2)
+        engine.release(compacted)
+        engine.use_press("keydiff")
+        keydiff_only = engine.hold(ids, PROTECTED)  # the evidence of the engine's press: none beyond the pages
+        engine.use_press("gatesight")
+        before = engine.free_blocks
+        with pytest.raises(ValueError, match="press 'gatesight' reads evidence the context was not held with"):
+            engine.compact(keydiff_only, 0.2)
+        assert engine.free_blocks == before and keydiff_only.handle in engine.contexts  # the copy went back
+        engine.release(keydiff_only)
+        assert engine.free_blocks == held
+    finally:
+        for context in list(engine.contexts.values()):
+            engine.release(context)
+    assert engine.free_blocks == idle and not engine.contexts
+
+
 def test_each_question_starts_from_the_held_context(served):
     """Questions one after another: each decodes from copies of the GDN states and KV, so asking the first again
     gives the same tokens, and the held blocks are never written."""
