@@ -159,6 +159,8 @@ def validate(settings: CompareSettings) -> None:
     _nonempty(settings.keep_fractions, "--keep-fractions",
               "kept fractions in (0, 1], or a grid name: " + ", ".join(KEEP_FRACTION_GRIDS))
     _nonempty(settings.tasks, "--tasks", f"task names or the groups {', '.join(tasks.GROUPS)}")
+    if settings.engine == "vllm":  # first: what the engine cannot run (kvpress presses) is refused with its reason
+        _validate_served(settings)
     # unknown names, ill-typed options and unbuildable presses fail here, with the valid choices; the options
     # are then held typed by their fields, so that rows name what ran (normalized_anchor=no runs and reads False)
     for name in settings.presses:
@@ -199,8 +201,6 @@ def validate(settings: CompareSettings) -> None:
         raise ValueError("--address is the Ray cluster's: it needs --executor ray")
     if settings.engine not in ENGINES:
         raise ValueError(f"unknown engine {settings.engine!r}; choose from {', '.join(ENGINES)}")
-    if settings.engine == "vllm":
-        _validate_served(settings)
     check_writable(Path(settings.out))
 
 

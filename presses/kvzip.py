@@ -53,6 +53,14 @@ class KVzipPress(Press):
     comparable_scale = True
     runs_after_context = True
 
+    def __post_init__(self):
+        if isinstance(self.chunk_size, bool) or not isinstance(self.chunk_size, int) or self.chunk_size < 1:
+            raise ValueError(f"chunk_size={self.chunk_size!r}: expected an integer >= 1 (context tokens per "
+                             "reconstruction pass)")
+        if isinstance(self.overlap, bool) or not isinstance(self.overlap, int) or self.overlap < 0:
+            raise ValueError(f"overlap={self.overlap!r}: expected an integer >= 0 (tokens of the previous chunk "
+                             "quoted)")
+
     def _encode(self, context: BranchingContext, text: str) -> torch.Tensor:
         tokenizer = self.tokenizer or context.tokenizer
         if tokenizer is None:

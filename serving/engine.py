@@ -23,10 +23,11 @@ from dataclasses import dataclass, field
 
 import torch
 
+import presses
 import runtime
 from allocators import check_keep_fraction
 
-from .rules import check_allocator, check_engine_args, check_model, check_press, has_experts, is_multimodal
+from .rules import check_engine_args, check_model, check_press, has_experts, is_multimodal
 
 # max_logprobs=-1: the fidelity measures need the full next-token distributions
 ENGINE_DEFAULTS = dict(enable_prefix_caching=False, enforce_eager=True, max_logprobs=-1)
@@ -112,6 +113,7 @@ class CompactingLLM:
         check_engine_args(engine_args)
         check_model(model, dtype)
         check_press(press)
+        presses.get(press, **(press_options or {}))  # its options, checked before vLLM starts
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         from vllm import LLM
 
@@ -157,8 +159,8 @@ class CompactingLLM:
         """Prefill ``context_ids``, score and compact its cache to ``keep_fraction`` of the body with
         ``allocator`` (one of :data:`serving.rules.ENGINE_ALLOCATORS`, built with ``allocator_options``), and hold
         it: :meth:`hold`, then :meth:`compact` in place."""
-        check_allocator(allocator)
         check_keep_fraction(keep_fraction, "keep_fraction")
+        self.llm.collective_rpc("hybridpress_check_allocator", args=(allocator, allocator_options))
         held = self.hold(context_ids, protected)
         return self.compact(held, keep_fraction, allocator, allocator_options, copy=False)
 
@@ -167,19 +169,26 @@ class CompactingLLM:
         """Prefill ``context_ids`` and hold it uncompacted, with the evidence that the engine's press (or every
         press of ``presses``, built with ``press_options``) reads: a parent that :meth:`compact` compacts copies of,
         one per method, with one prefill."""
-        if not 0 <= protected < len(context_ids):
-            raise ValueError(f"protected={protected} must be in [0, {len(context_ids)}) for this context")
+        context_ids = self._token_ids(context_ids, "the context")
+        if isinstance(protected, bool) or not isinstance(protected, int) or not 0 <= protected < len(context_ids):
+            raise ValueError(f"protected={protected!r} must be an integer in [0, {len(context_ids)}) for this context")
         for name in presses or ():
             check_press(name)
         self._check_idle()
         engine, n = self.llm.llm_engine, len(context_ids)
         # two tokens so that the request is still running, its blocks allocated, after the prefill step
-        request_id, external_id = self._add(list(context_ids), max_tokens=2)
+        request_id, external_id = self._add(context_ids, max_tokens=2)
         t0 = time.perf_counter()
         try:
             self.llm.collective_rpc("hybridpress_record", args=(presses, press_options))
-            while self.scheduler.requests[request_id].num_output_tokens == 0:
+            request = self.scheduler.requests[request_id]
+            while request.num_output_tokens == 0:
+                computed = request.num_computed_tokens
                 engine.step()
+                if request.num_computed_tokens == computed and request.num_output_tokens == 0:
+                    raise RuntimeError(f"the pool has {self.free_blocks} free blocks, too few to prefill a "
+                                       f"{n}-token context: release held contexts, or build the engine with a larger "
+                                       "pool")
             self.llm.collective_rpc("hybridpress_prefilled", args=(request_id, n))
         except BaseException:
             engine.abort_request([external_id])
@@ -187,9 +196,9 @@ class CompactingLLM:
         prefill_seconds = time.perf_counter() - t0
         blocks = self.scheduler.hold(request_id)
         engine.abort_request([external_id])  # the context's blocks stay, held; its one generated token is dropped
-        held = HeldContext(request_id, runtime.context_hash(torch.as_tensor(list(context_ids))), n, protected, n,
+        held = HeldContext(request_id, runtime.context_hash(torch.as_tensor(context_ids)), n, protected, n,
                            {layer: n for layer in self.layout["attention_groups"]}, prefill_seconds=prefill_seconds,
-                           blocks=blocks, context_ids=list(context_ids))
+                           blocks=blocks, context_ids=context_ids)
         self.contexts[held.handle] = held
         return held
 
@@ -198,10 +207,9 @@ class CompactingLLM:
         """Score the uncompacted held ``context`` with the engine's press and compact it to ``keep_fraction`` of
         the body with ``allocator``: a copy of it (the context stays held as it was), or with ``copy=False`` the
         context itself. The passes a press runs after the context (KVzip) are requests attached to it."""
-        check_allocator(allocator)
         check_keep_fraction(keep_fraction, "keep_fraction")
-        if self.contexts.get(context.handle) is not context:
-            raise ValueError(f"context {context.handle} is not held by this engine (released?)")
+        self.llm.collective_rpc("hybridpress_check_allocator", args=(allocator, allocator_options))
+        self._check_held(context)
         if context.compacted:
             raise ValueError(f"context {context.handle} is compacted already: compact a context held whole "
                              "(CompactingLLM.hold)")
@@ -302,40 +310,53 @@ class CompactingLLM:
 
     def _attached(self, questions: list[tuple[HeldContext, list[int], str | None]], **sampling) -> list:
         """Run one request per ``(held context, ids, expected hash)``, each attached to its held context, all in
-        flight together; their finished completion outputs, in order."""
+        flight together; their finished completion outputs, in order. The pool must hold every block they can take
+        (their copies of the held contexts and all their tokens), so vLLM never preempts one: a preempted request
+        would be recomputed from its placeholders."""
+        checked = []
         for held, ids, expected_hash in questions:
-            if self.contexts.get(held.handle) is not held:
-                raise ValueError(f"context {held.handle} is not held by this engine (released?)")
+            self._check_held(held)
             if expected_hash is not None and expected_hash != held.context_hash:
                 raise ValueError(f"context hash mismatch: the held context is {held.context_hash[:12]}…, the "
                                  f"question was asked of {expected_hash[:12]}…")
-            if not len(ids):
-                raise ValueError("the question is empty")
+            checked.append((held, self._token_ids(ids, "the question")))
         self._check_idle()
+        groups = self.layout["attention_groups"]
+        need = sum(self._blocks_needed(held, len(ids) + sampling["max_tokens"]) for held, ids in checked)
+        if need > self.free_blocks:
+            raise ValueError(f"{len(checked)} request(s) in flight together can take up to {need} blocks (copies of "
+                             f"their held contexts and all their tokens); the pool has {self.free_blocks} free: "
+                             "release held contexts, ask fewer at once, or build the engine with a larger pool")
         requests = []
         try:
-            for held, ids, _ in questions:
-                request_id, external_id = self._add([_PLACEHOLDER] * held.computed + list(ids), **sampling)
-                requests.append((request_id, external_id))
-                groups = self.layout["attention_groups"]
+            for held, ids in checked:
+                request_id, external_id = self._add([_PLACEHOLDER] * held.computed + ids, **sampling)
+                requests.append((request_id, external_id, held.computed))
                 target = self.scheduler.attach(request_id, held.computed,
                                                {groups[layer]: k for layer, k in held.kept.items()})
-                source = self._block_ids(held)
                 self.llm.collective_rpc("hybridpress_attach",
-                                        args=(request_id, source, target, held.computed, held.kept))
-            finished = self._run_to_end()
+                                        args=(request_id, self._block_ids(held), target, held.computed, held.kept))
+            finished = self._run_to_end({request_id: computed for request_id, _, computed in requests})
         except BaseException:
-            self.llm.llm_engine.abort_request([external_id for _, external_id in requests])
+            self.llm.llm_engine.abort_request([external_id for _, external_id, _ in requests])
             raise
         finally:
-            for request_id, _ in requests:
+            for request_id, _, _ in requests:
                 self.scheduler.detach(request_id)
                 self.llm.collective_rpc("hybridpress_detach", args=(request_id,))
-        return [finished[external_id] for _, external_id in requests]
+        return [finished[external_id] for _, external_id, _ in requests]
+
+    def _blocks_needed(self, held: HeldContext, tokens: int) -> int:
+        """Blocks a request attached to ``held`` takes with ``tokens`` tokens of its own (question + generated):
+        each attention layer its kept entries and the tokens, each recurrent group the held context's slots."""
+        groups, block = self.layout["attention_groups"], self.layout["block_size"]
+        attention = sum(-(-(k + tokens) // block) for k in held.kept.values())
+        return attention + sum(len(b) for g, b in enumerate(held.blocks) if g not in groups.values())
 
     def pages(self, context: HeldContext) -> dict:
         """``{layer: (keys, values)}``, each ``[H_kv, kept[layer], d]``: the entries a held context's pages contain
         (keys rotated to the engine's positions)."""
+        self._check_held(context)
         blocks = self._block_ids(context)
         return self.llm.collective_rpc("hybridpress_read", args=(
             {layer: blocks[group] for layer, group in self.layout["attention_groups"].items()}, context.kept))[0]
@@ -354,6 +375,24 @@ class CompactingLLM:
         return list(self._run_to_end()[external_id].token_ids)
 
     # ---- helpers -------------------------------------------------------------------------------------
+    def _check_held(self, context: HeldContext) -> None:
+        if self.contexts.get(context.handle) is not context:
+            raise ValueError(f"context {context.handle} is not held by this engine (released?)")
+
+    def _token_ids(self, ids, what: str) -> list[int]:
+        """``ids`` as a list of token ids; ``ValueError`` naming what is wrong (empty, not integers, outside the
+        vocabulary) before anything is queued."""
+        values = torch.as_tensor(ids)
+        if values.numel() == 0:
+            raise ValueError(f"{what} is empty: give at least one token id")
+        if values.dim() != 1 or values.dtype.is_floating_point or values.dtype.is_complex or values.dtype == torch.bool:
+            raise ValueError(f"{what}: expected a 1-D sequence of integer token ids, got {values.dtype} of shape "
+                             f"{tuple(values.shape)}")
+        outside = values[(values < 0) | (values >= self.vocab_size)]
+        if outside.numel():
+            raise ValueError(f"{what}: token id {int(outside[0])} is outside the vocabulary [0, {self.vocab_size})")
+        return values.tolist()
+
     @staticmethod
     def _block_ids(context: HeldContext) -> tuple[list[int], ...]:
         return tuple([block.block_id for block in group] for group in context.blocks)
@@ -375,9 +414,10 @@ class CompactingLLM:
         (request_id,) = set(self.scheduler.requests) - before  # the scheduler's id carries a suffix
         return request_id, external_id
 
-    def _run_to_end(self) -> dict:
+    def _run_to_end(self, attached: dict[str, int] | None = None) -> dict:
         """Step until every request in flight finishes; their completion outputs (with the prompt's log-probs) by
-        front-end id."""
+        front-end id. ``attached``: the scheduler ids of requests attached to held contexts and their computed
+        counts; one that vLLM preempts (its computed count reset) is an error, not an answer from placeholders."""
         finished = {}
         engine = self.llm.llm_engine
         while engine.has_unfinished_requests():
@@ -385,5 +425,11 @@ class CompactingLLM:
                 if output.finished:
                     finished[output.request_id] = output.outputs[0]
                     finished[output.request_id].prompt_logprobs = output.prompt_logprobs
+            for request_id, computed in (attached or {}).items():
+                request = self.scheduler.requests.get(request_id)
+                if request is not None and request.num_computed_tokens < computed:
+                    raise RuntimeError(f"vLLM preempted request {request_id} (the pool ran out of blocks): it would "
+                                       "be recomputed from its placeholders, not from the held context; release held "
+                                       "contexts or ask fewer questions at once")
         return finished
 

@@ -26,6 +26,7 @@ import torch
 
 import allocators
 import presses
+from presses.calibration import Calibration
 from presses.preparation import evidence_for, prepare
 from runtime import Evidence, KeepPlan, LayerKV
 from runtime.adapters import ModelAdapter, adapter_for, apply_rope
@@ -208,6 +209,15 @@ class CompactionWorker:
         self._hp_signals = signals
         self._hp_evidence[handle] = (request, Evidence(gdn_signals=signals, window_hidden=window))
 
+    def hybridpress_check_allocator(self, allocator: str, options: dict | None = None) -> None:
+        """Refuse, before any prefill, an allocator that cannot run here: unknown, ill-built options, a per-layer
+        value for another number of attention layers, or (``gate``) a model directory without its calibration."""
+        check_allocator(allocator)
+        built = allocators.get(allocator, **(options or {}))
+        built.check_layers(len(self._hp_adapter.attention_layers))
+        if built.needs_layer_weights:
+            Calibration.for_model(self._hp_adapter)
+
     def hybridpress_forget(self, handle: str) -> None:
         """Drop the evidence of a released context."""
         self._hp_evidence.pop(handle, None)
@@ -264,6 +274,10 @@ class CompactionWorker:
                 raise ValueError(f"the plan keeps {sorted(counts)} entries in the heads of layer {layer}; the engine "
                                  "compacts the heads of a layer to one count")
             kept[layer] = protected + counts.pop()
+        empty = [layer for layer, k in kept.items() if k == 0]
+        if empty:
+            raise ValueError(f"keep_fraction={keep_fraction} with protected=0 keeps no entry of attention layers "
+                             f"{empty}: the engine holds at least one per layer; keep more, or protect a prefix")
         computed = max(kept.values())
         self._hp_gather(context.kv, plan, blocks, n, computed, protected)
         return {"computed": computed, "kept": kept, "score_seconds": score_seconds,

@@ -142,3 +142,13 @@ def test_adakv_children_are_ragged_and_exact(tiny):
                for h in range(2)]
         assert all(torch.equal(a, b) for a, b in zip(top, heads))
     assert child.kv_nbytes == sum(2 * (4 + len(p)) * 16 * 4 for heads in plan.layers.values() for p in heads)
+
+
+@pytest.mark.parametrize("options,message", [
+    ({"beta": 0}, r"beta=0.0: expected a number > 0"), ({"beta": -2.0}, r"beta=-2.0: expected a number > 0"),
+    ({"beta": True}, r"pyramid option beta=True: expected a number"),
+    ({"floor": -1}, r"floor=-1: expected an integer >= 0"),
+])
+def test_pyramid_options_outside_their_range_are_refused_when_built(options, message):
+    with pytest.raises(ValueError, match=message):
+        allocators.get("pyramid", **options)

@@ -210,3 +210,14 @@ def test_registry_and_ratio_errors(tiny):
     with pytest.raises(ValueError, match="outside"):
         presses.compress(parent, "keydiff", "flat", keep_fraction=1.2)
     assert allocators.available() == ["flat", "gate", "pyramid", "global", "adakv", "perlayer"]
+
+
+@pytest.mark.parametrize("options,message", [
+    ({"chunk_size": 0}, r"chunk_size=0: expected an integer >= 1"),
+    ({"chunk_size": -5}, r"chunk_size=-5: expected an integer >= 1"),
+    ({"chunk_size": 2.5}, r"kvzip option chunk_size=2.5: expected an integer"),
+    ({"overlap": -1}, r"overlap=-1: expected an integer >= 0"),
+])
+def test_kvzip_options_outside_their_range_are_refused_when_built(options, message):
+    with pytest.raises(ValueError, match=message):
+        presses.get("kvzip", **options)

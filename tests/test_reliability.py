@@ -244,8 +244,8 @@ def test_engine_settings_are_checked_before_work(tmp_path):
             compare.validate(CompareSettings(presses=["keydiff"], engine="vllm", out=tmp_path))
     else:
         for settings, message in [
-            (dict(presses=["snapkv"]), "press 'snapkv' does not run in the vLLM engine"),
-            (dict(presses=["keydiff"], allocators=["pyramid"]), "allocator 'flat' only"),
+            (dict(presses=["kvpress:KnormPress"]), "kvpress presses do not run in the engine"),
+            (dict(presses=["keydiff"], allocators=["adakv"]), "allocator 'adakv' does not run in the engine"),
             (dict(presses=["keydiff"], jobs=2), "the vLLM engine runs in one process"),
         ]:
             with pytest.raises(ValueError, match=message):

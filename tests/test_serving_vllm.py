@@ -372,6 +372,71 @@ def test_bad_requests_are_refused_before_any_work(served):
     assert engine.free_blocks == idle and not engine.scheduler.requests
 
 
+def test_bad_inputs_are_refused_naming_the_value_before_any_prefill(served, monkeypatch):
+    """Ids that are not integer token ids, a protected prefix that is not an integer, allocator options that cannot
+    run on this model, pages of a released context: each one ``ValueError`` naming it, before vLLM steps once; a
+    kept fraction that leaves a layer no entry: refused before anything is written. The pool is idle after each."""
+    engine, _ = served
+    engine.use_press("keydiff")
+    idle, steps = engine.free_blocks, []
+    step = engine.llm.llm_engine.step
+    monkeypatch.setattr(engine.llm.llm_engine, "step", lambda: steps.append(1) or step())
+    for call, message in [
+        (lambda: engine.hold([1.5] * 20), r"the context: expected a 1-D sequence of integer token ids, got "
+                                          r"torch.float32"),
+        (lambda: engine.hold([]), "the context is empty"),
+        (lambda: engine.hold(_ids(50, 1) + [VOCAB]), rf"the context: token id {VOCAB} is outside the vocabulary "
+                                                     rf"\[0, {VOCAB}\)"),
+        (lambda: engine.hold(_ids(50, 1), protected=2.5), r"protected=2.5 must be an integer in \[0, 50\)"),
+        (lambda: engine.prefill(_ids(300, 2), 0.2, PROTECTED, allocator="perlayer",
+                                allocator_options={"weights": "1/2/3"}), "perlayer has 3 weights; the model has 2"),
+        (lambda: engine.prefill(_ids(300, 2), 0.2, PROTECTED, allocator="pyramid",
+                                allocator_options={"bogus": 1}), "pyramid has no option 'bogus'"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            call()
+    assert not steps and engine.free_blocks == idle and not engine.scheduler.requests and not engine.contexts
+    with pytest.raises(ValueError, match=r"keep_fraction=1e-09 with protected=0 keeps no entry of attention layers"):
+        engine.prefill(_ids(300, 3), 1e-9, protected=0)
+    assert engine.free_blocks == idle and not engine.contexts
+    context = engine.prefill(_ids(300, 3), 0.2, PROTECTED)
+    with pytest.raises(ValueError, match="the question: expected a 1-D sequence of integer token ids"):
+        engine.answer(context, [65.9, 66.2], 4)
+    engine.release(context)
+    with pytest.raises(ValueError, match="is not held by this engine"):
+        engine.pages(context)
+    assert engine.free_blocks == idle and not engine.scheduler.requests
+
+
+def test_a_full_pool_is_refused_clearly_and_nothing_leaks(served):
+    """With the pool nearly full (other tenants' blocks taken here from vLLM's pool directly): a context that
+    cannot be prefilled is refused instead of waiting forever, and a question whose tokens could outgrow the free
+    blocks is refused before it is queued (vLLM would preempt it and recompute it from its placeholders); nothing
+    leaks, and the engine answers as before once the blocks are back."""
+    engine, _ = served
+    engine.use_press("keydiff")
+    idle = engine.free_blocks
+    context = engine.prefill(_ids(600, 4), 0.2, PROTECTED)
+    question = _ids(8, 5)
+    before = engine.answer(context, question, 6)
+    pool = engine.scheduler.kv_cache_manager.block_pool
+    taken = pool.get_new_blocks(engine.free_blocks - 8)
+    try:
+        with pytest.raises(RuntimeError, match=r"the pool has \d+ free blocks, too few to prefill a 2000-token "
+                                               "context"):
+            engine.hold(_ids(2000, 6), PROTECTED)
+        assert engine.free_blocks == 8 and not engine.scheduler.requests
+        with pytest.raises(ValueError, match=r"1 request\(s\) in flight together can take up to \d+ blocks .* the "
+                                             r"pool has 8 free"):
+            engine.answer(context, question, 1500)
+        assert engine.free_blocks == 8 and not engine.scheduler.requests
+    finally:
+        pool.free_blocks(taken)
+    assert engine.answer(context, question, 6) == before
+    engine.release(context)
+    assert engine.free_blocks == idle
+
+
 def test_passes_longer_than_the_engine_holds_are_refused_and_the_context_released(served):
     """KVzip's first pass over a 3,000-token context quotes a 2,000-token chunk: context + pass exceed the engine's
     max_model_len (4,096), which is said with the numbers before any pass runs, and the pool is back to idle."""
