@@ -132,6 +132,16 @@ def held_contexts(engine, ids: list[int], question: list[int], args) -> list[str
     full = engine.prefill(ids, keep_fraction=1.0, protected=16)
     full_attention, states = blocks_of(full)
     engine.release(full)
+    # args.batch contexts (distinct ids) held one after another, then prefilled together in one batch
+    contexts = [[(token + i) % engine.vocab_size for token in ids] for i in range(args.batch)]
+    t0 = time.perf_counter()
+    for context in [engine.hold(c, protected=16) for c in contexts]:
+        engine.release(context)
+    one_by_one = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    for context in engine.hold_many(contexts, protected=16):
+        engine.release(context)
+    together_prefill = time.perf_counter() - t0
     held, prefill_need = [], full_attention + states  # a new context is prefilled uncompacted
     while len(held) < args.hold and engine.free_blocks >= prefill_need:
         held.append(engine.prefill(ids, keep_fraction=args.keep, protected=16, allocator="gate"))
@@ -158,7 +168,10 @@ def held_contexts(engine, ids: list[int], question: list[int], args) -> list[str
             f"Held at once: uncompacted {pool // (full_attention + states)}; compacted {count}{room}, with one "
             f"uncompacted prefill's room kept free. A 32-token question + 16 generated tokens on every held context: "
             f"{tokens / alone:.1f} generated tokens/s one question at a time, {together / batched:.1f} with "
-            f"{args.batch} in flight together ({len(held)} contexts held while asking)."]
+            f"{args.batch} in flight together ({len(held)} contexts held while asking).",
+            f"Prefilling {args.batch} such contexts (held whole, GateSight's evidence recorded): "
+            f"{one_by_one:.2f} s one after another, {together_prefill:.2f} s together (hold_many, "
+            f"{one_by_one / together_prefill:.2f}x)."]
 
 
 if __name__ == "__main__":

@@ -6,13 +6,14 @@
 >>> engine.release(context)
 
 The engine runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) so that the driver reaches the scheduler
-between steps; the worker is reached through ``collective_rpc``. Contexts are prefilled one at a time (the evidence
-recorders attribute every prefill token of a step to the one context in flight); any number stay held, and questions
-on them run together (:meth:`CompactingLLM.answer_many`). A prefilled context is held uncompacted first: the passes
-a press runs after the context (KVzip's reconstruction prompts) are requests attached to it, like questions, while
-the worker records what vLLM's attention layers see; then it is compacted in place. Every layer is its own KV-cache
-group (built so by :func:`serving.vllm_internals.per_layer_kv_cache_groups`), so attention layers keep their own
-counts (:data:`serving.rules.ENGINE_ALLOCATORS`).
+between steps; the worker is reached through ``collective_rpc``. Several contexts may prefill together
+(:meth:`CompactingLLM.hold_many`: the evidence recorders split each step's tokens by request); any number stay
+held, and questions on them run together (:meth:`CompactingLLM.answer_many`). A prefilled context is held
+uncompacted first: the passes a press runs after the context (KVzip's reconstruction prompts) are requests attached
+to it, like questions, while the worker records what vLLM's attention layers see; then it, or a copy of it, is
+compacted in place. Every layer is its own KV-cache group (built so by
+:func:`serving.vllm_internals.per_layer_kv_cache_groups`), so attention layers keep their own counts
+(:data:`serving.rules.ENGINE_ALLOCATORS`).
 """
 
 from __future__ import annotations
@@ -169,38 +170,69 @@ class CompactingLLM:
         """Prefill ``context_ids`` and hold it uncompacted, with the evidence that the engine's press (or every
         press of ``presses``, built with ``press_options``) reads: a parent that :meth:`compact` compacts copies of,
         one per method, with one prefill."""
-        context_ids = self._token_ids(context_ids, "the context")
-        if isinstance(protected, bool) or not isinstance(protected, int) or not 0 <= protected < len(context_ids):
-            raise ValueError(f"protected={protected!r} must be an integer in [0, {len(context_ids)}) for this context")
+        return self.hold_many([context_ids], protected, presses, press_options)[0]
+
+    def hold_many(self, contexts: list[list[int]], protected: int | list[int] = 0, presses: list[str] | None = None,
+                  press_options: dict | None = None) -> list[HeldContext]:
+        """:meth:`hold` for several contexts prefilled together (vLLM batches their prefill tokens; the evidence is
+        split by request), each held as soon as its prefill ends. ``protected``: one for all, or one per context."""
+        if not len(contexts):
+            raise ValueError("no contexts to hold")
+        names = ["the context"] if len(contexts) == 1 else [f"context {i}" for i in range(len(contexts))]
+        contexts = [self._token_ids(ids, name) for ids, name in zip(contexts, names)]
+        prefixes = protected if isinstance(protected, (list, tuple)) else [protected] * len(contexts)
+        if len(prefixes) != len(contexts):
+            raise ValueError(f"{len(prefixes)} protected prefixes for {len(contexts)} contexts")
+        for ids, prefix, name in zip(contexts, prefixes, names):
+            if isinstance(prefix, bool) or not isinstance(prefix, int) or not 0 <= prefix < len(ids):
+                raise ValueError(f"protected={prefix!r} must be an integer in [0, {len(ids)}) for {name}")
         for name in presses or ():
             check_press(name)
         self._check_idle()
-        engine, n = self.llm.llm_engine, len(context_ids)
-        # two tokens so that the request is still running, its blocks allocated, after the prefill step
-        request_id, external_id = self._add(context_ids, max_tokens=2)
+        engine = self.llm.llm_engine
+        # two tokens so that a request is still running, its blocks allocated, after its prefill step
+        pending, order = {}, []
+        held: dict[str, HeldContext] = {}
         t0 = time.perf_counter()
         try:
+            for ids, prefix in zip(contexts, prefixes):
+                request_id, external_id = self._add(ids, max_tokens=2)
+                pending[request_id] = (external_id, ids, prefix)
+                order.append(request_id)
             self.llm.collective_rpc("hybridpress_record", args=(presses, press_options))
-            request = self.scheduler.requests[request_id]
-            while request.num_output_tokens == 0:
-                computed = request.num_computed_tokens
+            while pending:
+                progress = {rid: self.scheduler.requests[rid].num_computed_tokens for rid in pending}
                 engine.step()
-                if request.num_computed_tokens == computed and request.num_output_tokens == 0:
-                    raise RuntimeError(f"the pool has {self.free_blocks} free blocks, too few to prefill a "
-                                       f"{n}-token context: release held contexts, or build the engine with a larger "
-                                       "pool")
-            self.llm.collective_rpc("hybridpress_prefilled", args=(request_id, n))
+                for request_id, (external_id, ids, prefix) in list(pending.items()):
+                    if self.scheduler.requests[request_id].num_output_tokens == 0:
+                        continue
+                    # held before the next step, which would decode it
+                    self.llm.collective_rpc("hybridpress_prefilled", args=(request_id, len(ids)))
+                    blocks = self.scheduler.hold(request_id)
+                    engine.abort_request([external_id])  # its blocks stay, held; its one generated token is dropped
+                    del pending[request_id]
+                    held[request_id] = HeldContext(
+                        request_id, runtime.context_hash(torch.as_tensor(ids)), len(ids), prefix, len(ids),
+                        {layer: len(ids) for layer in self.layout["attention_groups"]},
+                        prefill_seconds=time.perf_counter() - t0, blocks=blocks, context_ids=ids)
+                    self.contexts[request_id] = held[request_id]
+                now = {rid: self.scheduler.requests[rid].num_computed_tokens for rid in pending}
+                if any(now[rid] < progress[rid] for rid in now):
+                    raise RuntimeError("vLLM preempted a context while it prefilled (the pool ran short): hold fewer "
+                                       "at once, or build the engine with a larger pool")
+                if now and len(now) == len(progress) and all(now[rid] == progress[rid] for rid in now):
+                    raise RuntimeError(f"the pool has {self.free_blocks} free blocks, too few to prefill "
+                                       f"{len(pending)} more context(s) of {max(len(v[1]) for v in pending.values())} "
+                                       "tokens at most: release held contexts, hold fewer at once, or build the "
+                                       "engine with a larger pool")
         except BaseException:
-            engine.abort_request([external_id])
+            engine.abort_request([external_id for external_id, _, _ in pending.values()])
+            for context in held.values():
+                self.release(context)
             raise
-        prefill_seconds = time.perf_counter() - t0
-        blocks = self.scheduler.hold(request_id)
-        engine.abort_request([external_id])  # the context's blocks stay, held; its one generated token is dropped
-        held = HeldContext(request_id, runtime.context_hash(torch.as_tensor(context_ids)), n, protected, n,
-                           {layer: n for layer in self.layout["attention_groups"]}, prefill_seconds=prefill_seconds,
-                           blocks=blocks, context_ids=context_ids)
-        self.contexts[held.handle] = held
-        return held
+        finally:
+            self.llm.collective_rpc("hybridpress_stop_recording")
+        return [held[request_id] for request_id in order]
 
     def compact(self, context: HeldContext, keep_fraction: float, allocator: str = "flat",
                 allocator_options: dict | None = None, copy: bool = True) -> HeldContext:

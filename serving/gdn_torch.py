@@ -17,9 +17,10 @@ from runtime.gdn import GDNState, gdn_core
 
 from . import vllm_internals as vi
 
-signal_observers: list[Callable[[str, torch.Tensor], None]] = []
-"""Called with ``(layer prefix, [tokens, Hv, 3] (β, g, ‖v‖))`` for the prefill tokens of every sequence this path
-runs (:class:`serving.signals.GDNSignalRecorder` listens here as it listens to vLLM's gating op)."""
+signal_observers: list[Callable[[str, torch.Tensor, int], None]] = []
+"""Called with ``(layer prefix, [tokens, Hv, 3] (β, g, ‖v‖), the sequence's index in the step's batch)`` for the
+prefill tokens of every sequence this path runs (:class:`serving.signals.GDNSignalRecorder` listens here as it
+listens to vLLM's gating op)."""
 
 
 def forward(layer, hidden_states: torch.Tensor) -> torch.Tensor:
@@ -32,7 +33,7 @@ def forward(layer, hidden_states: torch.Tensor) -> torch.Tensor:
         conv_states, recurrent_states = vi.gdn_state_views(layer)
         weight = vi.gdn_conv_weight(layer)
         width = conv_states.shape[-1]
-        for start, end, slot, resumes, is_prefill in sequences:
+        for sequence, (start, end, slot, resumes, is_prefill) in enumerate(sequences):
             state = GDNState(conv_states[slot], recurrent_states[slot].float()) if resumes else None
             out, state, signals = gdn_core(layer, mixed_qkv[start:end].transpose(0, 1), b[start:end], a[start:end],
                                            state, conv_weight=weight)
@@ -41,5 +42,5 @@ def forward(layer, hidden_states: torch.Tensor) -> torch.Tensor:
             core[start:end] = out.to(core.dtype)
             if is_prefill:
                 for observe in signal_observers:
-                    observe(layer.prefix, signals)
+                    observe(layer.prefix, signals, sequence)
     return vi.gdn_output(layer, core, z)

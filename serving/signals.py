@@ -1,6 +1,7 @@
 """Evidence from vLLM's own forward: (β, g, ‖v‖) of every GDN layer, exactly as its CPU op computes them
 (GateSight), the queries of the context's last tokens at every attention layer (SnapKV), and the queries and keys
-of a pass run after a held context (KVzip).
+of a pass run after a held context (KVzip). Several contexts may prefill together: each step's tokens are split by
+request in the batch's order.
 
 vLLM's CPU GDN op (``model_executor/layers/mamba/ops/cpu/gdn_attention.py``) splits the convolved ``mixed_qkv``
 with the layer's ``rearrange_mixed_qkv`` and then gates with ``fused_gdn_gating_cpu(A_log, a, b, dt_bias)`` on the
@@ -24,16 +25,18 @@ _recording: list["GDNSignalRecorder"] = []  # the recorder that is on, if any (t
 
 
 class GDNSignalRecorder:
-    """Records ``[tokens, Hv, 3]`` (β, g, ‖v‖) per GDN layer for the prefill tokens that pass while it is on.
+    """Records ``[tokens, Hv, 3]`` (β, g, ‖v‖) per request and GDN layer for the prefill tokens that pass while it
+    is on.
 
-    vLLM batches the prefill tokens of all scheduled requests into one op call; the engine driver prefills one
-    context at a time while recording (:class:`serving.engine.CompactingLLM`), so every recorded token is the
-    context's.
+    vLLM batches the prefill tokens of all scheduled requests into one op call, in the batch's order; ``layout``
+    (:func:`serving.vllm_internals.step_layout`) gives each step's requests and token counts, so every request gets
+    its own tokens. The engine driver records only while contexts are prefilled, none decoding.
     """
 
-    def __init__(self, model: nn.Module):
+    def __init__(self, model: nn.Module, layout):
         layers = {int(_LAYER.search(m.prefix).group(1)): m for m in vi.gdn_layers(model)}
-        self._chunks: dict[int, list[torch.Tensor]] = {}
+        self._layout = layout
+        self._chunks: dict[str, dict[int, list[torch.Tensor]]] = {}
         self._pending: tuple[int, torch.Tensor] | None = None
         for index, module in layers.items():
             module.rearrange_mixed_qkv = self._wrap_rearrange(index, module.rearrange_mixed_qkv)
@@ -54,20 +57,31 @@ class GDNSignalRecorder:
             index, vnorm = self._pending
             self._pending = None
             signals = torch.stack([beta.reshape(vnorm.shape).float(), g.reshape(vnorm.shape).float(), vnorm], -1)
-            self._chunks.setdefault(index, []).append(signals)
+            layout = self._layout()
+            if sum(count for _, count in layout) != signals.shape[0]:
+                raise RuntimeError(f"the GDN op gated {signals.shape[0]} prefill tokens in a step of "
+                                   f"{sum(count for _, count in layout)}: record while contexts prefill, none "
+                                   "decoding")
+            for (request_id, _), part in zip(layout, signals.split([count for _, count in layout])):
+                self._chunks.setdefault(request_id, {}).setdefault(index, []).append(part)
 
-    def _observe_torch_path(self, prefix: str, signals: torch.Tensor) -> None:
+    def _observe_torch_path(self, prefix: str, signals: torch.Tensor, sequence: int) -> None:
         if self in _recording:
-            self._chunks.setdefault(int(_LAYER.search(prefix).group(1)), []).append(signals.float())
+            request_id = self._layout()[sequence][0]
+            index = int(_LAYER.search(prefix).group(1))
+            self._chunks.setdefault(request_id, {}).setdefault(index, []).append(signals.float())
 
     def start(self) -> None:
         self._chunks, self._pending = {}, None
         _recording[:] = [self]
 
-    def stop(self) -> dict[int, torch.Tensor]:
-        """Stop recording; the signals ``[n, Hv, 3]`` per GDN layer index."""
+    def take(self, request_id: str) -> dict[int, torch.Tensor]:
+        """The signals ``[n, Hv, 3]`` per GDN layer index of one request, forgotten here."""
+        return {index: torch.cat(chunks) for index, chunks in self._chunks.pop(request_id, {}).items()}
+
+    def stop(self) -> None:
         _recording.clear()
-        return {index: torch.cat(chunks) for index, chunks in self._chunks.items()}
+        self._chunks = {}
 
 
 def _record_gating(gating):
@@ -81,35 +95,40 @@ def _record_gating(gating):
 
 
 class WindowQueryRecorder:
-    """Records the queries of the last ``window`` prefill tokens per attention layer, as vLLM's attention layers
-    receive them (post q-norm, post-RoPE at the tokens' positions; gated ``q_proj`` already split off).
+    """Records, per request, the queries of its last ``window`` prefill tokens at every attention layer, as vLLM's
+    attention layers receive them (post q-norm, post-RoPE at the tokens' positions; gated ``q_proj`` already split
+    off). Each step's queries are split by request with ``layout``, as :class:`GDNSignalRecorder` splits its
+    signals."""
 
-    Like :class:`GDNSignalRecorder` it sees every prefill token of a step, so the engine driver prefills one context
-    at a time while recording; :meth:`stop` also returns how many tokens each layer saw.
-    """
-
-    def __init__(self, layers: dict[int, nn.Module], window: int):
-        self.window, self._on, self._tails, self._seen = window, False, {}, {}
+    def __init__(self, layers: dict[int, nn.Module], window: int, layout):
+        self.window, self._layout, self._on, self._tails, self._seen = window, layout, False, {}, {}
         for index, layer in layers.items():
             vi.observe_attention_inputs(layer, self._observer(index))
 
     def _observer(self, index: int):
         def observe(query: torch.Tensor, key: torch.Tensor) -> None:
-            if self._on:
-                # only the last `window` rows are ever needed: keep a rolling tail over the prefill's chunks
-                tail = torch.cat([self._tails.get(index, query[:0]), query.detach().reshape(query.shape[0], -1)])
-                self._tails[index] = tail[-self.window:].clone()
-                self._seen[index] = self._seen.get(index, 0) + query.shape[0]
+            if not self._on:
+                return
+            layout = self._layout()
+            counts = [count for _, count in layout]
+            # only the last `window` rows are ever needed: keep a rolling tail per request over its chunks
+            for (request_id, count), part in zip(layout, query.detach()[: sum(counts)].split(counts)):
+                tails, seen = self._tails.setdefault(request_id, {}), self._seen.setdefault(request_id, {})
+                tail = torch.cat([tails.get(index, part[:0]).reshape(-1, part.shape[-1]), part])
+                tails[index] = tail[-self.window:].clone()
+                seen[index] = seen.get(index, 0) + count
 
         return observe
 
     def start(self) -> None:
         self._on, self._tails, self._seen = True, {}, {}
 
-    def stop(self) -> tuple[dict[int, torch.Tensor], dict[int, int]]:
-        """Stop recording; the queries ``[min(window, n), H * d]`` per attention layer, and the tokens each saw."""
-        self._on = False
-        return self._tails, self._seen
+    def take(self, request_id: str) -> tuple[dict[int, torch.Tensor], dict[int, int]]:
+        """One request's queries ``[min(window, n), H * d]`` per attention layer, and the tokens each layer saw."""
+        return self._tails.pop(request_id, {}), self._seen.pop(request_id, {})
+
+    def stop(self) -> None:
+        self._on, self._tails, self._seen = False, {}, {}
 
 
 class PassRecorder:

@@ -184,6 +184,27 @@ def write_entries(layer, keys: torch.Tensor, values: torch.Tensor, slots: torch.
     layer.impl.do_kv_cache_update(layer, keys, values, layer.kv_cache if cache is None else cache, slots)
 
 
+def step_layout(runner):
+    """A function giving the forward running now its requests in the batch's token order with their token counts
+    this step, ``[(request id, tokens)]``; it reads what the runner's ``execute_model`` (wrapped on this instance)
+    was last given."""
+    scheduled: dict[str, int] = {}
+    execute = runner.execute_model
+
+    def execute_noting(scheduler_output, *args, **kwargs):
+        scheduled.clear()
+        scheduled.update(scheduler_output.num_scheduled_tokens)
+        return execute(scheduler_output, *args, **kwargs)
+
+    runner.execute_model = execute_noting
+
+    def layout() -> list[tuple[str, int]]:
+        return [(request_id, scheduled[request_id]) for request_id in runner.input_batch.req_ids
+                if request_id in scheduled]
+
+    return layout
+
+
 def observe_attention_inputs(layer, observe) -> None:
     """Call ``observe(query, key)`` with the ``[tokens, H * d]`` queries and ``[tokens, H_kv * d]`` keys (post-norm,
     post-RoPE) of every forward of the attention layer ``layer`` (vLLM's ``Attention`` module, called by the model in

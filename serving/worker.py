@@ -168,6 +168,7 @@ class CompactionWorker:
         self._hp_recorder, self._hp_signals, self._hp_queries = None, {}, None
         self._hp_evidence: dict[str, tuple] = {}
         self._hp_pass_recorder = PassRecorder(self._hp_layers)
+        self._hp_step_layout = vi.step_layout(runner)
         self._hp_entry_bytes = 2 * spec.num_kv_heads * spec.head_size * spec.dtype.itemsize
         self._hp_state_bytes = sum(
             cache[0].nbytes for index, group in enumerate(groups) if index not in attention
@@ -176,38 +177,43 @@ class CompactionWorker:
         vi.install_group_offsets(runner, self._hp_offsets)
 
     def hybridpress_record(self, press_names: list[str] | None = None, options: dict | None = None) -> None:
-        """Start recording the evidence of the next prefill: what the engine's press reads, or every press of
-        ``press_names`` (built with ``options``)."""
+        """Start recording the evidence of the next prefills, per request: what the engine's press reads, or every
+        press of ``press_names`` (built with ``options``)."""
         chosen = ([self._hp_press] if press_names is None else
                   [prepare(name, self._hp_adapter, **(options or {})) for name in press_names])
         request = evidence_for(chosen, self._hp_adapter)
         if request.gdn_signals:
             if self._hp_recorder is None:
-                self._hp_recorder = GDNSignalRecorder(self.model_runner.model)
+                self._hp_recorder = GDNSignalRecorder(self.model_runner.model, self._hp_step_layout)
             self._hp_recorder.start()
         if request.window:
             if self._hp_queries is None:
-                self._hp_queries = WindowQueryRecorder(self._hp_layers, request.window)
+                self._hp_queries = WindowQueryRecorder(self._hp_layers, request.window, self._hp_step_layout)
             self._hp_queries.window = request.window
             self._hp_queries.start()
         self._hp_recording = request
 
     def hybridpress_prefilled(self, handle: str, n: int) -> None:
-        """Stop recording: the evidence of the ``n``-token context just prefilled (checked to be its tokens'), kept
-        for the held context ``handle``."""
+        """The evidence of the request ``handle``, whose ``n``-token context was just prefilled (checked to be all
+        its tokens'), kept for the held context ``handle``."""
         request = self._hp_recording
-        signals = self._hp_recorder.stop() if request.gdn_signals else {}
-        if signals and any(s.shape[0] != n for s in signals.values()):
-            raise RuntimeError(f"recorded GDN signals of {next(iter(signals.values())).shape[0]} tokens for a "
-                               f"context of {n}: prefill one context at a time while recording")
+        signals = self._hp_recorder.take(handle) if request.gdn_signals else {}
+        if request.gdn_signals and (not signals or any(s.shape[0] != n for s in signals.values())):
+            raise RuntimeError(f"recorded the GDN signals of {sorted({s.shape[0] for s in signals.values()})} "
+                               f"tokens for a context of {n}")
         window = {}
         if request.window:
-            window, seen = self._hp_queries.stop()
+            window, seen = self._hp_queries.take(handle)
             if set(seen.values()) != {n}:
                 raise RuntimeError(f"recorded the queries of {sorted(set(seen.values()))} prefill tokens for a "
-                                   f"context of {n}: prefill one context at a time while recording")
+                                   f"context of {n}")
         self._hp_signals = signals
         self._hp_evidence[handle] = (request, Evidence(gdn_signals=signals, window_hidden=window))
+
+    def hybridpress_stop_recording(self) -> None:
+        for recorder in (self._hp_recorder, self._hp_queries):
+            if recorder is not None:
+                recorder.stop()
 
     def hybridpress_check_allocator(self, allocator: str, options: dict | None = None) -> None:
         """Refuse, before any prefill, an allocator that cannot run here: unknown, ill-built options, a per-layer

@@ -287,6 +287,36 @@ def test_one_held_prefill_gives_every_method_its_compacted_copy(served):
     assert engine.free_blocks == idle and not engine.contexts
 
 
+def test_contexts_prefilled_together_are_held_as_each_alone(served):
+    """Three contexts of different lengths prefilled in one batch (vLLM interleaves their prefill tokens in each
+    step; the evidence is split by request): each is held with its own GDN signals and window queries, so GateSight
+    and SnapKV keep what they keep on the context held alone (but for bf16 near-ties), and questions on all three run
+    together afterwards."""
+    engine, _ = served
+    idle = engine.free_blocks
+    contexts = [_ids(n, 100 + n) for n in (300, 1100, 700)]
+    together = engine.hold_many(contexts, PROTECTED, presses=["gatesight", "snapkv"])
+    assert [c.n for c in together] == [300, 1100, 700] and len({c.handle for c in together}) == 3
+    try:
+        for press, allocator in [("gatesight", "gate"), ("snapkv", "flat")]:
+            engine.use_press(press)
+            for ids, parent in zip(contexts, together):
+                alone = engine.hold(ids, PROTECTED, presses=[press])
+                ours, theirs = engine.compact(parent, 0.2, allocator), engine.compact(alone, 0.2, allocator)
+                assert ours.kept == theirs.kept
+                overlaps = [len(set(ours.plan[layer][h]) & set(kept)) / len(kept)
+                            for layer, heads in theirs.plan.items() for h, kept in enumerate(heads)]
+                assert min(overlaps) >= 0.95, (press, len(ids), overlaps)
+                for context in (ours, theirs, alone):
+                    engine.release(context)
+        answers = engine.answer_many([(parent, _ids(9, 7)) for parent in together], 6)
+        assert answers == [engine.answer(parent, _ids(9, 7), 6) for parent in together]
+    finally:
+        for parent in together:
+            engine.release(parent)
+    assert engine.free_blocks == idle and not engine.contexts
+
+
 def test_each_question_starts_from_the_held_context(served):
     """Questions one after another: each decodes from copies of the GDN states and KV, so asking the first again
     gives the same tokens, and the held blocks are never written."""
@@ -422,8 +452,8 @@ def test_a_full_pool_is_refused_clearly_and_nothing_leaks(served):
     pool = engine.scheduler.kv_cache_manager.block_pool
     taken = pool.get_new_blocks(engine.free_blocks - 8)
     try:
-        with pytest.raises(RuntimeError, match=r"the pool has \d+ free blocks, too few to prefill a 2000-token "
-                                               "context"):
+        with pytest.raises(RuntimeError, match=r"the pool has \d+ free blocks, too few to prefill 1 more "
+                                               r"context\(s\) of 2000 tokens"):
             engine.hold(_ids(2000, 6), PROTECTED)
         assert engine.free_blocks == 8 and not engine.scheduler.requests
         with pytest.raises(ValueError, match=r"1 request\(s\) in flight together can take up to \d+ blocks .* the "
