@@ -4,8 +4,9 @@ gather the kept entries to the front of each attention layer's blocks.
 :class:`CompactionWorker` is mixed into vLLM's worker through ``worker_extension_cls``; the engine driver calls its
 methods with ``collective_rpc``. The presses see a :class:`ServedContext`: the attributes of a runtime ``Parent``
 that scoring reads (the adapter, the KV per layer as ``[H_kv, n, d]``, n, the protected prefix, the evidence
-recorded at its prefill, the passes run after it), read from vLLM's pages. The adapter is the project's own, built on a meta-device twin of the served model's
-configuration (no weights), with a real rotary embedding for re-rotating keys.
+recorded at its prefill, the passes run after it), read from vLLM's pages. The adapter is the project's own, built
+on a meta-device twin of the served model's configuration (no weights), with a real rotary embedding for re-rotating
+keys.
 
 Positions. vLLM gives the next token of a request the position ``num_computed_tokens``, which becomes K, the largest
 kept count of any attention layer, after compaction, while the runtime continues at n. RoPE scores depend only on
@@ -130,9 +131,9 @@ class CompactionWorker:
     def hybridpress_setup(self, press: str, options: dict | None = None) -> dict:
         """Use ``press`` from now on (built with ``options``). The first call also builds the adapter, learns the
         page layouts and installs the per-group offsets; the evidence recorders are built when a prefill first
-        records what they record. Returns the page geometry: block size, the KV-cache group of each attention layer, bytes of one entry
-        of one attention layer (keys and values, all KV heads), bytes of one sequence's recurrent states (conv and
-        GDN, all layers)."""
+        records what they record. Returns the page geometry: block size, the KV-cache group of each attention
+        layer, bytes of one entry of one attention layer (keys and values, all KV heads), bytes of one sequence's
+        recurrent states (conv and GDN, all layers)."""
         check_press(press)
         if not hasattr(self, "_hp_adapter"):
             self._hp_attach()
