@@ -738,3 +738,23 @@ def test_qwen3_5_checkpoints_are_served_as_the_runtime_runs_them(tmp_path, famil
     run = subprocess.run([sys.executable, "-c", script, str(tmp_path), family, "vision" if vision else "text"],
                          cwd=ROOT, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "2"})
     assert run.returncode == 0, run.stderr[-3000:]
+
+
+def test_gate_on_a_model_without_its_calibration_is_refused_before_the_prefill(tmp_path, monkeypatch):
+    """``gate`` reads the calibration's per-layer weights: on a model directory without them it is refused, naming
+    the command that writes them, before vLLM steps once."""
+    import shutil
+
+    from serving import CompactingLLM
+
+    directory = tmp_path / "uncalibrated"
+    shutil.copytree(SHIPPED, directory, ignore=shutil.ignore_patterns("calibration"))
+    engine = CompactingLLM(str(directory), press="keydiff", dtype="float32", max_model_len=2048, max_num_seqs=2,
+                           gpu_memory_utilization=0.2, kv_cache_memory_bytes=16 * 2**20)
+    steps, step = [], engine.llm.llm_engine.step
+    monkeypatch.setattr(engine.llm.llm_engine, "step", lambda: steps.append(1) or step())
+    idle = engine.free_blocks
+    with pytest.raises(FileNotFoundError, match="no calibration at .*: run `bench calibrate --model"):
+        engine.prefill(_prose(600, 9), 0.2, PROTECTED, allocator="gate")
+    assert not steps and engine.free_blocks == idle and not engine.contexts
+    assert engine.prefill(_prose(600, 9), 0.2, PROTECTED, allocator="pyramid").compacted  # the others run
