@@ -81,3 +81,11 @@ def test_jobs_and_parallel_engines_are_refused(next_dir):
     for name in ("tensor_parallel_size", "pipeline_parallel_size"):
         with pytest.raises(ValueError, match=f"{name}=2: the engine compacts on one worker process"):
             CompactingLLM(str(next_dir), **{name: 2})
+
+
+def test_press_options_are_checked_before_vllm_starts():
+    """This environment may have no vLLM: the press's options are refused before any import of it."""
+    with pytest.raises(ValueError, match="kvzip has no option 'bogus'; valid: chunk_size"):
+        CompactingLLM(SHIPPED, press="kvzip", dtype="float32", press_options={"bogus": 1})
+    with pytest.raises(ValueError, match="chunk_size=0: expected an integer >= 1"):
+        CompactingLLM(SHIPPED, press="kvzip", dtype="float32", press_options={"chunk_size": 0})
