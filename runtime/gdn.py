@@ -148,14 +148,15 @@ def gdn_forward(adapter, layer_idx: int, hidden: torch.Tensor, state: GDNState |
     """
     module = adapter.gdn_module(layer_idx)
     mixed_qkv, z, b, a = adapter.gdn_projections(layer_idx, hidden)
-    core, state, signals = gdn_core(module, mixed_qkv[0], b[0], a[0], state)
+    core, state, signals = gdn_core(module, mixed_qkv[0], b[0], a[0], state, record_signals=record_signals)
     core = core.to(hidden.dtype).reshape(-1, module.head_v_dim)
     core = module.norm(core, z.reshape(-1, module.head_v_dim)).reshape(1, mixed_qkv.shape[-1], -1)
-    return module.out_proj(core), state, signals if record_signals else None
+    return module.out_proj(core), state, signals
 
 
 def gdn_core(module, mixed_qkv: torch.Tensor, b: torch.Tensor, a: torch.Tensor, state: GDNState | None,
-             conv_weight: torch.Tensor | None = None) -> tuple[torch.Tensor, GDNState, torch.Tensor]:
+             conv_weight: torch.Tensor | None = None, record_signals: bool = False
+             ) -> tuple[torch.Tensor, GDNState, torch.Tensor | None]:
     """The short convolution, the gates and the delta rule of one GDN layer over a chunk of one sequence.
 
     Shared by the runtime and the serving plugin's pure-torch GDN path, so both run the same numbers.
@@ -174,12 +175,14 @@ def gdn_core(module, mixed_qkv: torch.Tensor, b: torch.Tensor, a: torch.Tensor, 
         ``None`` starts from zeros. ``state.conv`` holds at least the last ``kernel - 1`` inputs ``[conv_dim, c]``.
     conv_weight : torch.Tensor, optional
         ``[conv_dim, 1, kernel]`` in place of ``module.conv1d.weight`` (where that is stored packed).
+    record_signals : bool
+        Also return the native signals.
 
     Returns
     -------
-    (torch.Tensor, GDNState, torch.Tensor)
+    (torch.Tensor, GDNState, torch.Tensor or None)
         Core output ``[L, num_v_heads, head_v_dim]`` float32 (before the gated norm), the new state (its ``conv``
-        the last ``kernel`` inputs), and the signals ``[L, num_v_heads, 3]`` = (β, g, ‖v‖) float32.
+        the last ``kernel`` inputs), and the signals ``[L, num_v_heads, 3]`` = (β, g, ‖v‖) float32 when asked.
     """
     conv_dim, length = mixed_qkv.shape
     kernel = module.conv_kernel_size
@@ -208,7 +211,7 @@ def gdn_core(module, mixed_qkv: torch.Tensor, b: torch.Tensor, a: torch.Tensor, 
     args = (query.transpose(0, 1), key.transpose(0, 1), value.transpose(0, 1), g.transpose(0, 1), beta.transpose(0, 1))
     kernel_fn = recurrent_gated_delta_step if length == 1 else chunk_gated_delta_rule
     core, recurrent = kernel_fn(*args, initial)
-    signals = torch.stack([beta.float(), g.float(), value.float().norm(dim=-1)], dim=-1)
+    signals = torch.stack([beta.float(), g.float(), value.float().norm(dim=-1)], dim=-1) if record_signals else None
     return core.transpose(0, 1), GDNState(new_conv, recurrent), signals
 
 

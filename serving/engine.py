@@ -282,17 +282,12 @@ class CompactingLLM:
         """A second held copy of ``context`` (its pages and GDN states in blocks of their own): a request attached
         to it, whose blocks are held before it ever runs."""
         request_id, external_id = self._add([_PLACEHOLDER] * (context.computed + 1), max_tokens=1)
-        groups = self.layout["attention_groups"]
         try:
-            target = self.scheduler.attach(request_id, context.computed,
-                                           {groups[layer]: k for layer, k in context.kept.items()})
-            self.llm.collective_rpc("hybridpress_attach", args=(request_id, self._block_ids(context), target,
-                                                                context.computed, context.kept))
+            self._attach(request_id, context)
             blocks = self.scheduler.hold(request_id)
         finally:
             self.llm.llm_engine.abort_request([external_id])
-            self.scheduler.detach(request_id)
-            self.llm.collective_rpc("hybridpress_detach", args=(request_id,))
+            self._detach(request_id)
         copy = HeldContext(request_id, context.context_hash, context.n, context.protected, context.computed,
                            dict(context.kept), prefill_seconds=context.prefill_seconds, blocks=blocks,
                            context_ids=context.context_ids)
@@ -353,7 +348,6 @@ class CompactingLLM:
                                  f"question was asked of {expected_hash[:12]}…")
             checked.append((held, self._token_ids(ids, "the question")))
         self._check_idle()
-        groups = self.layout["attention_groups"]
         need = sum(self._blocks_needed(held, len(ids) + sampling["max_tokens"]) for held, ids in checked)
         if need > self.free_blocks:
             raise ValueError(f"{len(checked)} request(s) in flight together can take up to {need} blocks (copies of "
@@ -364,19 +358,27 @@ class CompactingLLM:
             for held, ids in checked:
                 request_id, external_id = self._add([_PLACEHOLDER] * held.computed + ids, **sampling)
                 requests.append((request_id, external_id, held.computed))
-                target = self.scheduler.attach(request_id, held.computed,
-                                               {groups[layer]: k for layer, k in held.kept.items()})
-                self.llm.collective_rpc("hybridpress_attach",
-                                        args=(request_id, self._block_ids(held), target, held.computed, held.kept))
+                self._attach(request_id, held)
             finished = self._run_to_end({request_id: computed for request_id, _, computed in requests})
         except BaseException:
             self.llm.llm_engine.abort_request([external_id for _, external_id, _ in requests])
             raise
         finally:
             for request_id, _, _ in requests:
-                self.scheduler.detach(request_id)
-                self.llm.collective_rpc("hybridpress_detach", args=(request_id,))
+                self._detach(request_id)
         return [finished[external_id] for _, external_id, _ in requests]
+
+    def _attach(self, request_id: str, held: HeldContext) -> None:
+        """Give the waiting request ``request_id`` blocks for ``held``'s entries, marked computed, and copy the held
+        pages and GDN states into them (the scheduler's and the worker's halves of attaching)."""
+        groups = self.layout["attention_groups"]
+        target = self.scheduler.attach(request_id, held.computed, {groups[layer]: k for layer, k in held.kept.items()})
+        self.llm.collective_rpc("hybridpress_attach",
+                                args=(request_id, self._block_ids(held), target, held.computed, held.kept))
+
+    def _detach(self, request_id: str) -> None:
+        self.scheduler.detach(request_id)
+        self.llm.collective_rpc("hybridpress_detach", args=(request_id,))
 
     def _blocks_needed(self, held: HeldContext, tokens: int) -> int:
         """Blocks a request attached to ``held`` takes with ``tokens`` tokens of its own (question + generated):

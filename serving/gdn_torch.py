@@ -35,12 +35,13 @@ def forward(layer, hidden_states: torch.Tensor) -> torch.Tensor:
         width = conv_states.shape[-1]
         for sequence, (start, end, slot, resumes, is_prefill) in enumerate(sequences):
             state = GDNState(conv_states[slot], recurrent_states[slot].float()) if resumes else None
+            record = is_prefill and bool(signal_observers)
             out, state, signals = gdn_core(layer, mixed_qkv[start:end].transpose(0, 1), b[start:end], a[start:end],
-                                           state, conv_weight=weight)
+                                           state, conv_weight=weight, record_signals=record)
             conv_states[slot] = state.conv[:, -width:].to(conv_states.dtype)
             recurrent_states[slot] = state.recurrent.to(recurrent_states.dtype)
             core[start:end] = out.to(core.dtype)
-            if is_prefill:
+            if record:
                 for observe in signal_observers:
                     observe(layer.prefix, signals, sequence)
     return vi.gdn_output(layer, core, z)

@@ -102,7 +102,11 @@ def is_multimodal(model_dir) -> bool:
 
 
 def check_engine_args(engine_args: dict) -> None:
-    """Refuse parallel engines: the plugin compacts on one worker (how plans would shard: docs/serving.md)."""
+    """Refuse parallel engines (the plugin compacts on one worker; how plans would shard: docs/serving.md) and
+    speculative decoding (a draft's tokens would write past a held context's kept entries, and the plugin's GDN path
+    keeps one state per sequence)."""
+    if engine_args.get("speculative_config") is not None:
+        raise ValueError("speculative_config: the engine does not run speculative decoding with compaction")
     for name in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size"):
         size = engine_args.get(name, 1)
         if size != 1:

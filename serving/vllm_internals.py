@@ -348,7 +348,8 @@ def gdn_sequences(layer) -> list[tuple[int, int, int, bool, bool]] | None:
     if metadata is None or metadata.num_actual_tokens == 0:
         return None
     if metadata.spec_sequence_masks is not None or metadata.num_spec_decodes:
-        raise NotImplementedError("the pure-torch GDN path does not run speculative decoding")
+        raise RuntimeError("speculative decoding reached the pure-torch GDN path; CompactingLLM refuses "
+                           "speculative_config (serving.rules.check_engine_args)")
     starts = metadata.non_spec_query_start_loc.tolist()
     slots = metadata.non_spec_state_indices_tensor.tolist()
     resumes = (metadata.has_initial_state.tolist() if metadata.has_initial_state is not None

@@ -222,8 +222,9 @@ class CompactionWorker:
         check_allocator(allocator)
         built = allocators.get(allocator, **(options or {}))
         built.check_layers(len(self._hp_adapter.attention_layers))
-        if built.needs_layer_weights:
-            Calibration.for_model(self._hp_adapter)
+        model_dir = self._hp_adapter.model_dir
+        if built.needs_layer_weights and (model_dir is None or not Calibration.exists(model_dir)):
+            Calibration.for_model(self._hp_adapter)  # raises, naming the command that writes it
 
     def hybridpress_forget(self, handle: str) -> None:
         """Drop the evidence of a released context."""

@@ -78,6 +78,8 @@ def test_allocators_the_engine_cannot_run_are_refused_with_the_reason(next_dir, 
 def test_jobs_and_parallel_engines_are_refused(next_dir):
     with pytest.raises(ValueError, match="jobs=2: the vLLM engine runs in one process"):
         check_request(["keydiff"], ["flat"], 2, "bfloat16", next_dir)
+    with pytest.raises(ValueError, match="speculative_config: the engine does not run speculative decoding"):
+        CompactingLLM(str(next_dir), speculative_config={"method": "ngram", "num_speculative_tokens": 2})
     for name in ("tensor_parallel_size", "pipeline_parallel_size"):
         with pytest.raises(ValueError, match=f"{name}=2: the engine compacts on one worker process"):
             CompactingLLM(str(next_dir), **{name: 2})
