@@ -81,8 +81,10 @@ def options(text: str) -> dict:
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     """``--model``, ``--device``, ``--dtype`` and ``--allow-download``: which model a command loads, and how."""
-    parser.add_argument("--model", default=None, help="local model directory, or a hub id in the local Hugging Face "
-                                                      "cache (default: the shipped hybrid)")
+    parser.add_argument("--model", default=None, help="a pretrained model's name (smollm2-135m-instruct; `bench "
+                                                      "fetch-model` gets it once), a local model directory, or a hub "
+                                                      "id in the local Hugging Face cache (default: the shipped "
+                                                      "hybrid)")
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto")
     parser.add_argument("--dtype", default="float32", help="auto (the checkpoint's), float32, bfloat16 or float16")
     parser.add_argument("--allow-download", action="store_true",

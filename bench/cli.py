@@ -8,15 +8,17 @@ import sys
 
 from gatesight_learning.calibrate import CALIBRATE
 from gatesight_learning.commands import ANALYZE, LABEL, TRAIN
-from hybridmodel.commands import MODEL_EVAL, TRAIN_MODEL
+from hybridmodel.commands import DISTILL, MODEL_EVAL, TRAIN_MODEL
 
 from .arguments import Command
 from .compare_command import COMPARE
 from .cost import COST
+from .fetch_command import FETCH_MODEL
 from .merge import MERGE
 from .publish import LEADERBOARD, VERIFY
 
-COMMANDS = (COMPARE, MERGE, LEADERBOARD, VERIFY, COST, CALIBRATE, TRAIN_MODEL, MODEL_EVAL, LABEL, TRAIN, ANALYZE)
+COMMANDS = (COMPARE, MERGE, LEADERBOARD, VERIFY, COST, FETCH_MODEL, CALIBRATE, TRAIN_MODEL, MODEL_EVAL, DISTILL, LABEL,
+            TRAIN, ANALYZE)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -128,12 +128,17 @@ _TEXT_SOURCES = {
 ALL_SOURCES = tuple(_TEXT_SOURCES)
 
 
+def _reserved(path: Path) -> bool:
+    """Package changelogs and GNU info manuals are kept for checks outside the project: no role reads them."""
+    return "changelog" in path.name.lower() or Path("/usr/share/info") in path.parents
+
+
 @lru_cache(maxsize=None)
 def source_files(source: str) -> tuple[Path, ...]:
     """Every candidate file of ``source`` (listed, not read)."""
     if source not in _TEXT_SOURCES:
         raise ValueError(f"unknown text source {source!r}; choose from {', '.join(ALL_SOURCES)}")
-    return tuple(p for p in _TEXT_SOURCES[source].files() if p.is_file())
+    return tuple(p for p in _TEXT_SOURCES[source].files() if p.is_file() and not _reserved(p))
 
 
 @lru_cache(maxsize=4096)

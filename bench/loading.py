@@ -12,6 +12,8 @@ from pathlib import Path
 
 import torch
 
+import pretrained
+
 MODEL_ENV = "HYBRIDPRESS_MODEL"
 """Where the default model is looked up first: a non-editable install has no source checkout beside it."""
 DEFAULT_MODEL_DIR = Path(os.environ.get(MODEL_ENV)
@@ -29,8 +31,9 @@ class ModelSpec:
     Attributes
     ----------
     path : str or None
-        A local model directory, a hub id (``Qwen/Qwen3.5-0.8B``) found in the local Hugging Face cache, or None
-        for the shipped default model.
+        A catalogued pretrained model's name (:data:`pretrained.CHECKPOINTS`, e.g. ``smollm2-135m-instruct``,
+        converted once by ``bench fetch-model``), a local model directory, a hub id (``Qwen/Qwen3.5-0.8B``) found in
+        the local Hugging Face cache, or None for the shipped default model.
     device : str
         ``cpu``, ``cuda``, ``cuda:N`` or ``auto`` (cuda when available).
     dtype : str
@@ -70,7 +73,8 @@ def _spec(model) -> ModelSpec:
 
 
 def resolve(model: str | ModelSpec | None) -> Path:
-    """The model's local directory: the path itself, or the hub id's snapshot in the local HF cache."""
+    """The model's local directory: a catalogued name's converted directory, the path itself, or the hub id's
+    snapshot in the local HF cache."""
     spec = _spec(model)
     if spec.path is None:
         if not (DEFAULT_MODEL_DIR / "config.json").exists():
@@ -78,6 +82,9 @@ def resolve(model: str | ModelSpec | None) -> Path:
                                     f"checkout (models/hybrid-byte-12l); set {MODEL_ENV} to its directory, or pass "
                                     "--model")
         return DEFAULT_MODEL_DIR
+    named = pretrained.locate(spec.path)  # a catalogued name: its converted directory, or how to fetch it
+    if named is not None:
+        return named
     directory = Path(spec.path).expanduser()
     if (directory / "config.json").exists():
         return directory

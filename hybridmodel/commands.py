@@ -9,6 +9,7 @@ from bench.arguments import Command, add_model_arguments, ints, model_spec, name
 from bench.loading import ModelSpec
 
 from .data import TRAIN_TASKS
+from .distill import DistillConfig
 
 
 def add_train_model_arguments(parser: argparse.ArgumentParser) -> None:
@@ -66,3 +67,44 @@ TRAIN_MODEL = Command("train-model", "train the default hybrid from scratch (res
                       run_train_model)
 MODEL_EVAL = Command("model-eval", "full-cache accuracy of a model on held-out task items", add_model_eval_arguments,
                      run_model_eval)
+
+
+def add_distill_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--teacher", default="smollm2-135m-instruct",
+                        help="the pretrained teacher (a catalogued name or a Llama-architecture model directory)")
+    parser.add_argument("--checkpoints", default="checkpoints/smollm2-135m-hybrid",
+                        help="where the run checkpoints and logs (resumed from there when it has a checkpoint)")
+    parser.add_argument("--hours", type=float, default=None,
+                        help="checkpoint and stop after this many hours (rerun the same command to go on)")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--transfer-steps", type=int, default=DistillConfig.transfer_steps)
+    parser.add_argument("--kd-steps", type=int, default=DistillConfig.kd_steps)
+    parser.add_argument("--length", type=int, default=DistillConfig.length)
+    parser.add_argument("--seed", type=int, default=0)
+
+
+def run_distill(args: argparse.Namespace) -> None:
+    import torch  # here, not at the top: ``bench --help`` need not import the training
+
+    from bench.loading import load
+
+    from .distill import Windows, distill
+    from .from_teacher import from_teacher
+
+    cfg = DistillConfig(transfer_steps=args.transfer_steps, kd_steps=args.kd_steps, length=args.length,
+                        seed=args.seed)
+    if args.hours is not None and args.hours <= 0:
+        raise ValueError(f"--hours {args.hours}: give a positive number of hours")
+    if args.threads < 1:
+        raise ValueError(f"--threads {args.threads}: give at least one thread")
+    torch.set_num_threads(args.threads)
+    teacher, tokenizer, _ = load(ModelSpec(args.teacher))
+    sample = Windows(tokenizer, "train", cfg.length, cfg.seed)(-1)  # a window no training step reads
+    student = from_teacher(teacher, sample, seed=cfg.seed)
+    distill(teacher, tokenizer, student, cfg, Path(args.checkpoints), log=lambda line: print(line, flush=True),
+            stop_after_s=None if args.hours is None else args.hours * 3600)
+
+
+DISTILL = Command("distill", "distil a pretrained Llama-architecture teacher (SmolLM2-135M-Instruct) into a Qwen3.5 "
+                             "GDN hybrid: attention transfer, then end-to-end distillation (resumable, one thread)",
+                  add_distill_arguments, run_distill)

