@@ -15,14 +15,32 @@ from runtime import adapter_for  # noqa: E402
 from tiny_models import MODELS  # noqa: E402
 
 
+REAL_MODEL = "smollm2-135m-instruct"
+"""The catalogued pretrained model the ``realmodel`` tests run on (``bench fetch-model`` gets it)."""
+
+
+def real_model_param():
+    """:data:`REAL_MODEL` as a ``family`` parameter of the runtime's invariant tests, marked ``realmodel``."""
+    return pytest.param(REAL_MODEL, marks=pytest.mark.realmodel)
+
+
 @pytest.fixture(scope="session")
 def tiny():
-    """Cached tiny models by family name."""
+    """Cached models by family name: a tiny random model of the family, or for :data:`REAL_MODEL` the pretrained
+    model itself (skipped, with the command that fetches it, where it is not converted yet)."""
     cache = {}
 
     def get(name: str):
         if name not in cache:
-            cache[name] = MODELS[name]()
+            if name == REAL_MODEL:
+                import pretrained
+                from bench.loading import load
+
+                if pretrained.installed(pretrained.CHECKPOINTS[name]) is None:
+                    pytest.skip(f"{name} is not fetched: run `bench fetch-model {name}` once")
+                cache[name] = load(name)[0]
+            else:
+                cache[name] = MODELS[name]()
         return cache[name]
 
     return get

@@ -1,5 +1,7 @@
 """Chunked prefill equals one pass; the runtime and every press work in bfloat16."""
 
+import math
+
 import pytest
 import torch
 
@@ -7,7 +9,9 @@ import presses
 import runtime.session
 from runtime import DEFAULT_PREFILL_CHUNK, EvidenceRequest, prefill
 
-FAMILIES = ["qwen3_5", "qwen3_5_moe", "qwen3_next", "qwen3", "llama"]
+from conftest import REAL_MODEL, real_model_param
+
+FAMILIES = ["qwen3_5", "qwen3_5_moe", "qwen3_next", "qwen3", "llama", real_model_param()]
 
 
 def _ids(n, seed, vocab=97):
@@ -17,6 +21,8 @@ def _ids(n, seed, vocab=97):
 @pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("chunk", [1, 37, 64])
 def test_chunked_prefill_equals_one_pass(tiny, family, chunk):
+    if family == REAL_MODEL and chunk == 1:
+        pytest.skip("one token per pass: 40 s on the real model; chunks of 37 and 64 test the same path")
     model = tiny(family)
     context, question = _ids(150, 5), _ids(6, 6)
     request = EvidenceRequest(gdn_signals=True, window=20)
@@ -58,19 +64,23 @@ def test_chunk_size_is_checked(tiny):
 
 @pytest.fixture
 def bf16(tiny):
+    used = []
+
     def get(family):
+        used.append(family)
         return tiny(family).to(torch.bfloat16)
 
     yield get
-    for family in FAMILIES:  # the session-cached models go back to float32 for the other tests
+    for family in used:  # the session-cached models go back to float32 for the other tests
         tiny(family).float()
 
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_bf16_keep_all_fork_equals_fresh_run(bf16, family):
-    """Logits within 0.1 of transformers' own bf16 forward (bf16 has 8 mantissa bits: one ulp at logits of
-    magnitude 4-8 is 0.03, and the two paths sum in different orders); greedy tokens identical wherever the
-    fresh run's top token leads by more than that rounding (a near-tie may flip either way, on either path)."""
+    """Logits within 4 bf16 ulps (at the largest logit's magnitude) of transformers' own bf16 forward: bf16 has 8
+    mantissa bits, so one ulp is 0.03 at logits of magnitude 4-8 (the tiny models) and 0.125 at 16-32 (the real
+    model), and the two paths sum in different orders; greedy tokens identical wherever the fresh run's top token
+    leads by more than that rounding (a near-tie may flip either way, on either path)."""
     model = bf16(family)
     context, question = _ids(100, 7), _ids(8, 8)
     parent = prefill(model, context, protected=4)
@@ -78,10 +88,11 @@ def test_bf16_keep_all_fork_equals_fresh_run(bf16, family):
     assert parent.kv[parent.adapter.attention_layers[0]].keys.dtype == torch.bfloat16
     fresh = model(torch.cat([context, question])[None]).logits[0, 100:].float()
     ours = child.logits(question).float()
-    assert (ours - fresh).abs().max() < 0.1
+    tolerance = 4 * 2.0 ** (math.floor(math.log2(float(fresh.abs().max()))) - 7)
+    assert (ours - fresh).abs().max() <= tolerance
     differ = ours.argmax(-1) != fresh.argmax(-1)
     lead = fresh.max(-1).values - fresh.gather(-1, ours.argmax(-1, keepdim=True))[:, 0]
-    assert (lead[differ] < 0.1).all(), f"greedy tokens differ where the top token leads by {lead[differ].tolist()}"
+    assert (lead[differ] <= tolerance).all(), f"greedy tokens differ where the top leads by {lead[differ].tolist()}"
     assert differ.sum() <= 1
 
 
