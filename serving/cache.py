@@ -27,11 +27,11 @@ class EngineCache:
     @property
     def kv_nbytes(self) -> int:
         """Bytes of the kept keys and values (entries x heads, summed over layers, as the runtime counts them)."""
-        return sum(self.held.kept.values()) * self.engine.layout["layer_entry_bytes"]
+        return sum(self.held.kept.values()) * self.engine.geometry.layer_entry_bytes
 
     @property
     def gdn_nbytes(self) -> int:
-        return self.engine.layout["state_bytes"]
+        return self.engine.geometry.state_bytes
 
     def answer(self, question_ids, max_new_tokens: int, eos_token_id: int | list[int] | None = None) -> Answer:
         """Greedy answer as ``CachedContext.answer``: the tokens (a stop token included), the text without it."""

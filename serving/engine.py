@@ -6,7 +6,8 @@
 >>> engine.release(context)
 
 The engine runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) so that the driver reaches the scheduler
-between steps; the worker is reached through ``collective_rpc``. Several contexts may prefill together
+between steps; the worker is reached through :class:`serving.worker_client.WorkerClient` (typed calls over
+``collective_rpc``). Several contexts may prefill together
 (:meth:`CompactingLLM.hold_many`: the evidence recorders split each step's tokens by request); any number stay
 held, and questions on them run together (:meth:`CompactingLLM.answer_many`). A prefilled context is held
 uncompacted first: the passes a press runs after the context (KVzip's reconstruction prompts) are requests attached
@@ -18,6 +19,7 @@ compacted in place. Every layer is its own KV-cache group (built so by
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from dataclasses import dataclass, field
@@ -29,6 +31,7 @@ import runtime
 from allocators import check_keep_fraction
 
 from .rules import check_engine_args, check_model, check_press, has_experts, is_multimodal
+from .worker_client import Geometry, LayerPages, WorkerClient
 
 # max_logprobs=-1: the fidelity measures need the full next-token distributions
 ENGINE_DEFAULTS = dict(enable_prefix_caching=False, enforce_eager=True, max_logprobs=-1)
@@ -100,7 +103,8 @@ class CompactingLLM:
     model : str
         The model directory; GateSight reads its estimator from it, TriAttention and ``gate`` its calibration.
     press : str
-        One of :data:`serving.rules.ENGINE_PRESSES`.
+        One of :data:`serving.rules.ENGINE_PRESSES`: the press :meth:`prefill`, :meth:`hold` and :meth:`compact` use
+        when not given one (:meth:`use_press` changes it).
     press_options : dict, optional
     dtype : str
         What the engine computes and caches in; a dtype vLLM's CPU build cannot run the model in is refused
@@ -134,17 +138,33 @@ class CompactingLLM:
             self.llm = LLM(model=model, worker_extension_cls="serving.worker.CompactionWorker",
                            scheduler_cls="serving.scheduler.CompactingScheduler", dtype=dtype,
                            **{**ENGINE_DEFAULTS, **engine_args})
-        self.layout = self.use_press(press, press_options)
+        self.worker = WorkerClient(self.llm)
+        self.geometry: Geometry = self.worker.setup()
+        self.use_press(press, press_options)
         self.start_seconds = time.perf_counter() - t0
         self.contexts: dict[str, HeldContext] = {}
         self._requests = 0
 
-    def use_press(self, press: str, options: dict | None = None) -> dict:
-        """Score with ``press`` from the next context on; returns the page geometry (block size, the KV-cache
-        group of each attention layer, bytes per entry and layer, bytes of one sequence's recurrent states). A press
-        the engine cannot run is refused here with the reason."""
+    def use_press(self, press: str, options: dict | None = None) -> None:
+        """Make ``press`` (built with ``options``) the engine's press: the one :meth:`prefill`, :meth:`hold` and
+        :meth:`compact` use when not given one. A press the engine cannot run is refused here with the reason."""
         check_press(press)
-        return self.llm.collective_rpc("hybridpress_setup", args=(press, options))[0]
+        self.worker.prepare_press(press, options)
+        self.press, self.press_options = press, options
+
+    @property
+    def layout(self) -> dict:
+        """:attr:`geometry` as a dict, for callers written against it (``benchmarks/serving_cost.py``)."""
+        return dataclasses.asdict(self.geometry)
+
+    def _chosen(self, press: str | None, options: dict | None) -> tuple[str, dict | None]:
+        """``(press, options)`` to score with: the given press, or the engine's press with its options."""
+        if press is None:
+            if options is not None:
+                raise ValueError(f"press options {sorted(options)} without a press: name the press they are for")
+            return self.press, self.press_options
+        check_press(press)
+        return press, options
 
     @property
     def scheduler(self):
@@ -156,20 +176,24 @@ class CompactingLLM:
         return self._vi.num_free_blocks(self.scheduler)
 
     def prefill(self, context_ids: list[int], keep_fraction: float, protected: int = 0,
-                allocator: str = "flat", allocator_options: dict | None = None) -> HeldContext:
-        """Prefill ``context_ids``, score and compact its cache to ``keep_fraction`` of the body with
-        ``allocator`` (one of :data:`serving.rules.ENGINE_ALLOCATORS`, built with ``allocator_options``), and hold
-        it: :meth:`hold`, then :meth:`compact` in place."""
+                allocator: str = "flat", allocator_options: dict | None = None, *, press: str | None = None,
+                press_options: dict | None = None) -> HeldContext:
+        """Prefill ``context_ids``, score it with ``press`` (built with ``press_options``; default the engine's
+        press), compact its cache to ``keep_fraction`` of the body with ``allocator`` (one of
+        :data:`serving.rules.ENGINE_ALLOCATORS`, built with ``allocator_options``), and hold it: :meth:`hold`, then
+        :meth:`compact` in place."""
+        press, press_options = self._chosen(press, press_options)
         check_keep_fraction(keep_fraction, "keep_fraction")
-        self.llm.collective_rpc("hybridpress_check_allocator", args=(allocator, allocator_options))
-        held = self.hold(context_ids, protected)
-        return self.compact(held, keep_fraction, allocator, allocator_options, copy=False)
+        self.worker.check_allocator(allocator, allocator_options)
+        held = self.hold(context_ids, protected, [press], press_options)
+        return self.compact(held, keep_fraction, allocator, allocator_options, copy=False, press=press,
+                            press_options=press_options)
 
     def hold(self, context_ids: list[int], protected: int = 0, presses: list[str] | None = None,
              press_options: dict | None = None) -> HeldContext:
-        """Prefill ``context_ids`` and hold it uncompacted, with the evidence that the engine's press (or every
-        press of ``presses``, built with ``press_options``) reads: a parent that :meth:`compact` compacts copies of,
-        one per method, with one prefill."""
+        """Prefill ``context_ids`` and hold it uncompacted, with the evidence that every press of ``presses``
+        (built with ``press_options``; default the engine's press) reads: a parent that :meth:`compact` compacts
+        copies of, one per method, with one prefill."""
         return self.hold_many([context_ids], protected, presses, press_options)[0]
 
     def hold_many(self, contexts: list[list[int]], protected: int | list[int] = 0, presses: list[str] | None = None,
@@ -186,7 +210,10 @@ class CompactingLLM:
         for ids, prefix, name in zip(contexts, prefixes, names):
             if isinstance(prefix, bool) or not isinstance(prefix, int) or not 0 <= prefix < len(ids):
                 raise ValueError(f"protected={prefix!r} must be an integer in [0, {len(ids)}) for {name}")
-        for name in presses or ():
+        if presses is None:
+            name, press_options = self._chosen(None, press_options)
+            presses = [name]
+        for name in presses:
             check_press(name)
         self._check_idle()
         engine = self.llm.llm_engine
@@ -199,24 +226,25 @@ class CompactingLLM:
                 request_id, external_id = self._add(ids, max_tokens=2)
                 pending[request_id] = (external_id, ids, prefix)
                 order.append(request_id)
-            self.llm.collective_rpc("hybridpress_record", args=(presses, press_options))
+            self.worker.start_recording(presses, press_options)
             while pending:
-                progress = {rid: self.scheduler.requests[rid].num_computed_tokens for rid in pending}
+                progress = {rid: self._vi.computed_tokens(self.scheduler, rid) for rid in pending}
                 engine.step()
                 for request_id, (external_id, ids, prefix) in list(pending.items()):
-                    if self.scheduler.requests[request_id].num_output_tokens == 0:
+                    if self._vi.output_tokens(self.scheduler, request_id) == 0:
                         continue
                     # held before the next step, which would decode it
-                    self.llm.collective_rpc("hybridpress_prefilled", args=(request_id, len(ids)))
+                    self.worker.prefilled(request_id, len(ids))
                     blocks = self.scheduler.hold(request_id)
                     engine.abort_request([external_id])  # its blocks stay, held; its one generated token is dropped
                     del pending[request_id]
                     held[request_id] = HeldContext(
-                        request_id, runtime.context_hash(torch.as_tensor(ids)), len(ids), prefix, len(ids),
-                        {layer: len(ids) for layer in self.layout["attention_groups"]},
+                        handle=request_id, context_hash=runtime.context_hash(torch.as_tensor(ids)), n=len(ids),
+                        protected=prefix, computed=len(ids),
+                        kept={layer: len(ids) for layer in self.geometry.attention_groups},
                         prefill_seconds=time.perf_counter() - t0, blocks=blocks, context_ids=ids)
                     self.contexts[request_id] = held[request_id]
-                now = {rid: self.scheduler.requests[rid].num_computed_tokens for rid in pending}
+                now = {rid: self._vi.computed_tokens(self.scheduler, rid) for rid in pending}
                 if any(now[rid] < progress[rid] for rid in now):
                     raise RuntimeError("vLLM preempted a context while it prefilled (the pool ran short): hold fewer "
                                        "at once, or build the engine with a larger pool")
@@ -231,29 +259,33 @@ class CompactingLLM:
                 self.release(context)
             raise
         finally:
-            self.llm.collective_rpc("hybridpress_stop_recording")
+            self.worker.stop_recording()
         return [held[request_id] for request_id in order]
 
     def compact(self, context: HeldContext, keep_fraction: float, allocator: str = "flat",
-                allocator_options: dict | None = None, copy: bool = True) -> HeldContext:
-        """Score the uncompacted held ``context`` with the engine's press and compact it to ``keep_fraction`` of
-        the body with ``allocator``: a copy of it (the context stays held as it was), or with ``copy=False`` the
-        context itself. The passes a press runs after the context (KVzip) are requests attached to it."""
+                allocator_options: dict | None = None, copy: bool = True, *, press: str | None = None,
+                press_options: dict | None = None) -> HeldContext:
+        """Score the uncompacted held ``context`` with ``press`` (built with ``press_options``; default the engine's
+        press) and compact it to ``keep_fraction`` of the body with ``allocator``: a copy of it (the context stays
+        held as it was), or with ``copy=False`` the context itself. The passes a press runs after the context
+        (KVzip) are requests attached to it."""
+        press, press_options = self._chosen(press, press_options)
         check_keep_fraction(keep_fraction, "keep_fraction")
-        self.llm.collective_rpc("hybridpress_check_allocator", args=(allocator, allocator_options))
+        self.worker.check_allocator(allocator, allocator_options)
         self._check_held(context)
         if context.compacted:
             raise ValueError(f"context {context.handle} is compacted already: compact a context held whole "
                              "(CompactingLLM.hold)")
         self._check_idle()
-        n, groups = context.n, self.layout["attention_groups"]
+        n, groups = context.n, self.geometry.attention_groups
         t0 = time.perf_counter()
         target = self._copy(context) if copy else context
         try:
             before = self.free_blocks
-            ids = (context.context_ids, self._block_ids(target))
-            passes = self.llm.collective_rpc("hybridpress_passes", args=(context.handle, *ids, context.protected))[0]
-            limit = self.llm.llm_engine.model_config.max_model_len
+            blocks = self._block_ids(target)
+            passes = self.worker.passes(context.handle, context.context_ids, blocks, context.protected, press,
+                                        press_options)
+            limit = self._vi.max_model_len(self.llm)
             if passes and n + max(map(len, passes)) > limit:
                 raise ValueError(f"the press's passes after the context read up to {n + max(map(len, passes))} "
                                  f"tokens (the {n}-token context and a {max(map(len, passes))}-token pass); the "
@@ -261,20 +293,21 @@ class CompactingLLM:
                                  "a smaller chunk_size")
             t1 = time.perf_counter()
             for pass_ids in passes:
-                self.llm.collective_rpc("hybridpress_record_pass", args=(pass_ids,))
+                self.worker.record_pass(context.handle, pass_ids)
                 self._attached([(context, pass_ids, None)], max_tokens=1)
-                self.llm.collective_rpc("hybridpress_pass_done")
+                self.worker.pass_recorded(context.handle)
             pass_seconds = time.perf_counter() - t1
-            report = self.llm.collective_rpc("hybridpress_compact", args=(
-                context.handle, *ids, keep_fraction, context.protected, allocator, allocator_options))[0]
-            freed = self.scheduler.shrink(target.blocks, {groups[layer]: k for layer, k in report["kept"].items()})
+            report = self.worker.compact(context.handle, context.context_ids, blocks, keep_fraction,
+                                         context.protected, allocator, allocator_options, press, press_options)
+            freed = self.scheduler.shrink(target.blocks, {groups[layer]: k for layer, k in report.kept.items()})
         except BaseException:
             self.release(target)
             raise
-        compacted = HeldContext(target.handle, context.context_hash, n, context.protected, report["computed"],
-                                report["kept"], {layer: freed[g] for layer, g in groups.items()}, before,
-                                self.free_blocks, context.prefill_seconds, pass_seconds + report["score_seconds"],
-                                time.perf_counter() - t0, report["plan"], target.blocks, context.context_ids)
+        compacted = dataclasses.replace(
+            target, computed=report.computed, kept=report.kept,
+            freed_blocks={layer: freed[g] for layer, g in groups.items()}, free_blocks_before=before,
+            free_blocks_after=self.free_blocks, score_seconds=pass_seconds + report.score_seconds,
+            compact_seconds=time.perf_counter() - t0, plan=report.plan)
         self.contexts[compacted.handle] = compacted
         return compacted
 
@@ -288,9 +321,9 @@ class CompactingLLM:
         finally:
             self.llm.llm_engine.abort_request([external_id])
             self._detach(request_id)
-        copy = HeldContext(request_id, context.context_hash, context.n, context.protected, context.computed,
-                           dict(context.kept), prefill_seconds=context.prefill_seconds, blocks=blocks,
-                           context_ids=context.context_ids)
+        copy = HeldContext(handle=request_id, context_hash=context.context_hash, n=context.n,
+                           protected=context.protected, computed=context.computed, kept=dict(context.kept),
+                           prefill_seconds=context.prefill_seconds, blocks=blocks, context_ids=context.context_ids)
         self.contexts[copy.handle] = copy
         return copy
 
@@ -333,7 +366,7 @@ class CompactingLLM:
 
     @property
     def vocab_size(self) -> int:
-        return self.llm.llm_engine.model_config.get_vocab_size()
+        return self._vi.vocab_size(self.llm)
 
     def _attached(self, questions: list[tuple[HeldContext, list[int], str | None]], **sampling) -> list:
         """Run one request per ``(held context, ids, expected hash)``, each attached to its held context, all in
@@ -371,36 +404,35 @@ class CompactingLLM:
     def _attach(self, request_id: str, held: HeldContext) -> None:
         """Give the waiting request ``request_id`` blocks for ``held``'s entries, marked computed, and copy the held
         pages and GDN states into them (the scheduler's and the worker's halves of attaching)."""
-        groups = self.layout["attention_groups"]
+        groups = self.geometry.attention_groups
         target = self.scheduler.attach(request_id, held.computed, {groups[layer]: k for layer, k in held.kept.items()})
-        self.llm.collective_rpc("hybridpress_attach",
-                                args=(request_id, self._block_ids(held), target, held.computed, held.kept))
+        self.worker.attach(request_id, self._block_ids(held), target, held.computed, held.kept)
 
     def _detach(self, request_id: str) -> None:
         self.scheduler.detach(request_id)
-        self.llm.collective_rpc("hybridpress_detach", args=(request_id,))
+        self.worker.detach(request_id)
 
     def _blocks_needed(self, held: HeldContext, tokens: int) -> int:
         """Blocks a request attached to ``held`` takes with ``tokens`` tokens of its own (question + generated):
         each attention layer its kept entries and the tokens, each recurrent group the held context's slots."""
-        groups, block = self.layout["attention_groups"], self.layout["block_size"]
+        groups, block = self.geometry.attention_groups, self.geometry.block_size
         attention = sum(-(-(k + tokens) // block) for k in held.kept.values())
         return attention + sum(len(b) for g, b in enumerate(held.blocks) if g not in groups.values())
 
-    def pages(self, context: HeldContext) -> dict:
+    def pages(self, context: HeldContext) -> dict[int, LayerPages]:
         """``{layer: (keys, values)}``, each ``[H_kv, kept[layer], d]``: the entries a held context's pages contain
         (keys rotated to the engine's positions)."""
         self._check_held(context)
         blocks = self._block_ids(context)
-        return self.llm.collective_rpc("hybridpress_read", args=(
-            {layer: blocks[group] for layer, group in self.layout["attention_groups"].items()}, context.kept))[0]
+        return self.worker.read({layer: blocks[group] for layer, group in self.geometry.attention_groups.items()},
+                                context.kept)
 
     def release(self, context: HeldContext) -> None:
         """Return a held context's blocks to the pool."""
         if self.contexts.pop(context.handle, None) is None:
             raise ValueError(f"context {context.handle} is not held by this engine (released already?)")
         self.scheduler.release(context.blocks)
-        self.llm.collective_rpc("hybridpress_forget", args=(context.handle,))
+        self.worker.forget(context.handle)
 
     def generate_plain(self, prompt_ids: list[int], max_tokens: int) -> list[int]:
         """Greedy tokens of vLLM without the plugin (the reference of keep-all)."""
@@ -427,12 +459,11 @@ class CompactingLLM:
             raise ValueError(f"{what}: token id {int(outside[0])} is outside the vocabulary [0, {self.vocab_size})")
         return values.tolist()
 
-    @staticmethod
-    def _block_ids(context: HeldContext) -> tuple[list[int], ...]:
-        return tuple([block.block_id for block in group] for group in context.blocks)
+    def _block_ids(self, context: HeldContext) -> tuple[list[int], ...]:
+        return self._vi.ids_of_blocks(context.blocks)
 
     def _check_idle(self) -> None:
-        if self.scheduler.requests:
+        if self._vi.request_ids(self.scheduler):
             raise RuntimeError("another request is in flight: the driver starts work when the engine is idle")
 
     def _add(self, prompt_ids: list[int], **sampling) -> tuple[str, str]:
@@ -442,10 +473,10 @@ class CompactingLLM:
 
         self._requests += 1
         external_id = f"hybridpress-{self._requests}"
-        before = set(self.scheduler.requests)
+        before = self._vi.request_ids(self.scheduler)
         self.llm.llm_engine.add_request(external_id, TokensPrompt(prompt_token_ids=prompt_ids),
                                         SamplingParams(temperature=0.0, detokenize=False, **sampling))
-        (request_id,) = set(self.scheduler.requests) - before  # the scheduler's id carries a suffix
+        (request_id,) = self._vi.request_ids(self.scheduler) - before  # the scheduler's id carries a suffix
         return request_id, external_id
 
     def _run_to_end(self, attached: dict[str, int] | None = None) -> dict:
@@ -460,8 +491,8 @@ class CompactingLLM:
                     finished[output.request_id] = output.outputs[0]
                     finished[output.request_id].prompt_logprobs = output.prompt_logprobs
             for request_id, computed in (attached or {}).items():
-                request = self.scheduler.requests.get(request_id)
-                if request is not None and request.num_computed_tokens < computed:
+                now = self._vi.computed_tokens(self.scheduler, request_id)
+                if now is not None and now < computed:
                     raise RuntimeError(f"vLLM preempted request {request_id} (the pool ran out of blocks): it would "
                                        "be recomputed from its placeholders, not from the held context; release held "
                                        "contexts or ask fewer questions at once")

@@ -17,8 +17,8 @@ from runtime.gdn import GDNState, gdn_core
 
 from . import vllm_internals as vi
 
-signal_observers: list[Callable[[str, torch.Tensor, int], None]] = []
-"""Called with ``(layer prefix, [tokens, Hv, 3] (β, g, ‖v‖), the sequence's index in the step's batch)`` for the
+signal_observers: list[Callable[[int, torch.Tensor, int], None]] = []
+"""Called with ``(layer index, [tokens, Hv, 3] (β, g, ‖v‖), the sequence's index in the step's batch)`` for the
 prefill tokens of every sequence this path runs (:class:`serving.signals.GDNSignalRecorder` listens here as it
 listens to vLLM's gating op)."""
 
@@ -26,7 +26,7 @@ listens to vLLM's gating op)."""
 def forward(layer, hidden_states: torch.Tensor) -> torch.Tensor:
     """``[T, D]`` output of the GDN ``layer`` (vLLM's ``QwenGatedDeltaNetAttention``) for this step's tokens."""
     mixed_qkv, z, b, a = vi.gdn_projections(layer, hidden_states)
-    core = torch.zeros(hidden_states.shape[0], layer.num_v_heads, layer.head_v_dim, dtype=hidden_states.dtype,
+    core = torch.zeros(vi.gdn_core_shape(layer, hidden_states.shape[0]), dtype=hidden_states.dtype,
                        device=hidden_states.device)
     sequences = vi.gdn_sequences(layer)
     if sequences:
@@ -43,5 +43,5 @@ def forward(layer, hidden_states: torch.Tensor) -> torch.Tensor:
             core[start:end] = out.to(core.dtype)
             if record:
                 for observe in signal_observers:
-                    observe(layer.prefix, signals, sequence)
+                    observe(vi.layer_index(layer), signals, sequence)
     return vi.gdn_output(layer, core, z)

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import torch
 
+from . import vllm_internals as vi
+
 # Codes are written in the cache dtype; bfloat16 represents every integer up to 256 exactly, so a token offset or a
 # channel index is written in base-128 digits (1 ... 128), one pass per digit.
 _DIGIT = 128
@@ -35,9 +37,9 @@ class PageLayout:
 
     @classmethod
     def learn(cls, layer, block_size: int, num_kv_heads: int, head_size: int) -> "PageLayout":
-        """Map the layout of ``layer`` (a vLLM ``Attention`` with ``kv_cache`` ``[num_blocks, ...]``) by writing
-        coded entries into a one-block scratch cache with the backend's own write op."""
-        cache = layer.kv_cache
+        """Map the layout of ``layer`` (a vLLM ``Attention``, its cache ``[num_blocks, ...]``) by writing coded
+        entries into a one-block scratch cache with the backend's own write op."""
+        cache = vi.attention_cache(layer)
         scratch = torch.zeros((1, *cache.shape[1:]), dtype=cache.dtype, device=cache.device)
         slots = torch.arange(block_size, device=cache.device)
         shape = (block_size, num_kv_heads, head_size)
@@ -52,7 +54,7 @@ class PageLayout:
                     scratch.zero_()
                     entries = [torch.zeros_like(code), torch.zeros_like(code)]
                     entries[target] = code
-                    layer.impl.do_kv_cache_update(layer, entries[0], entries[1], scratch, slots)
+                    vi.write_entries(layer, entries[0], entries[1], slots, cache=scratch)
                     written = scratch.reshape(-1).long().cpu()
                     hit[target] |= written > 0
                     found[target][:, axis] += (written - 1).clamp(min=0) * _DIGIT**digit

@@ -36,15 +36,13 @@ class CompactingScheduler(vi.Scheduler):
         state, every attention group ``kept[group]`` entries (≤ ``computed``), and the same shift for the blocks its
         question tokens take. The caller fills the blocks (``CompactionWorker.hybridpress_attach``) before the next
         step and calls :meth:`detach` when the request ends. Returns the block ids per group."""
-        request = self.requests[request_id]
         shifts = {group: computed - k for group, k in kept.items() if k != computed}
         if shifts:
             self._offsets[request_id] = shifts
-        if vi.allocate_external(self, request, computed) is None:
+        if not vi.allocate_computed(self, request_id, computed):
             self._offsets.pop(request_id, None)
             raise RuntimeError(f"no free blocks for {computed} context entries: the pool has "
                                f"{vi.num_free_blocks(self)} free blocks")
-        request.num_computed_tokens = computed
         return vi.block_ids(self, request_id)
 
     def detach(self, request_id: str) -> None:
@@ -66,15 +64,14 @@ class CompactingScheduler(vi.Scheduler):
         dict[int, int]
             Per attention group index, the blocks returned to the pool.
         """
-        managers = vi.group_managers(self)
-        attention = {group for group, manager in enumerate(managers) if vi.is_attention_group(manager)}
-        if set(kept) != attention:
-            raise ValueError(f"kept counts for groups {sorted(kept)}; the attention groups are {sorted(attention)}")
+        block_sizes = vi.attention_block_sizes(self)
+        if set(kept) != set(block_sizes):
+            raise ValueError(f"kept counts for groups {sorted(kept)}; the attention groups are {sorted(block_sizes)}")
         if any(k < 1 for k in kept.values()):
             raise ValueError(f"kept counts {kept} must be >= 1")
         freed, tails = {}, []
         for group, k in kept.items():
-            keep_blocks = -(-k // managers[group].kv_cache_spec.block_size)
+            keep_blocks = -(-k // block_sizes[group])
             tails.extend(blocks[group][keep_blocks:])
             freed[group] = len(blocks[group]) - keep_blocks
             del blocks[group][keep_blocks:]

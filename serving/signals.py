@@ -12,7 +12,7 @@ Layers the CPU kernels reject run the plugin's pure-torch path (:mod:`serving.gd
 
 from __future__ import annotations
 
-import re
+import functools
 
 import torch
 from torch import nn
@@ -20,7 +20,6 @@ from torch import nn
 from . import gdn_torch
 from . import vllm_internals as vi
 
-_LAYER = re.compile(r"layers\.(\d+)\.")
 _recording: list["GDNSignalRecorder"] = []  # the recorder that is on, if any (the gating wrapper is process-wide)
 
 
@@ -34,12 +33,11 @@ class GDNSignalRecorder:
     """
 
     def __init__(self, model: nn.Module, layout):
-        layers = {int(_LAYER.search(m.prefix).group(1)): m for m in vi.gdn_layers(model)}
         self._layout = layout
         self._chunks: dict[str, dict[int, list[torch.Tensor]]] = {}
         self._pending: tuple[int, torch.Tensor] | None = None
-        for index, module in layers.items():
-            module.rearrange_mixed_qkv = self._wrap_rearrange(index, module.rearrange_mixed_qkv)
+        for index, module in vi.gdn_layers(model).items():
+            vi.wrap_gdn_rearrange(module, functools.partial(self._wrap_rearrange, index))
         vi.wrap_gdn_gating(_record_gating)
         gdn_torch.signal_observers.append(self._observe_torch_path)
 
@@ -65,10 +63,9 @@ class GDNSignalRecorder:
             for (request_id, _), part in zip(layout, signals.split([count for _, count in layout])):
                 self._chunks.setdefault(request_id, {}).setdefault(index, []).append(part)
 
-    def _observe_torch_path(self, prefix: str, signals: torch.Tensor, sequence: int) -> None:
+    def _observe_torch_path(self, index: int, signals: torch.Tensor, sequence: int) -> None:
         if self in _recording:
             request_id = self._layout()[sequence][0]
-            index = int(_LAYER.search(prefix).group(1))
             self._chunks.setdefault(request_id, {}).setdefault(index, []).append(signals.float())
 
     def start(self) -> None:

@@ -4,8 +4,11 @@ The plugin reaches into vLLM's engine core (the scheduler, its KV-cache manager 
 runner (the per-group block tables and attention-metadata builders), the attention layers' write op, the CPU GDN op,
 the GDN layer's forward and the model registry. Those are private and change between releases, so importing this
 module checks the installed vLLM against :data:`TESTED_VLLM` and refuses any other with that name; the rest of
-:mod:`serving` touches vLLM only through the functions here (and ``vllm.LLM`` / ``SamplingParams`` / ``TokensPrompt``,
-which are public).
+:mod:`serving` touches vLLM only through the functions here and its public API (``vllm.LLM``, its
+``collective_rpc`` and its engine's ``add_request`` / ``step`` / ``abort_request`` / ``has_unfinished_requests``,
+``SamplingParams``, ``TokensPrompt``, the request outputs); ``tests/test_serving_rules.py`` checks that no other module
+of :mod:`serving` names a private attribute read here. (The pure-torch GDN path hands vLLM's GDN layer to the
+runtime's ``gdn_core``, which reads the attributes vLLM's layer shares with transformers' by name.)
 
 Per-layer budgets (:func:`per_layer_kv_cache_groups`, :func:`install_group_offsets`): vLLM puts the attention
 layers of one spec into one KV-cache group (one block table) and gives every group of a request one sequence length.
@@ -22,6 +25,8 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import re
+from dataclasses import dataclass
 from importlib import metadata
 
 import torch
@@ -57,8 +62,33 @@ def engine_scheduler(llm) -> Scheduler:
     return llm.llm_engine.engine_core.engine_core.scheduler
 
 
+def max_model_len(llm) -> int:
+    return llm.llm_engine.model_config.max_model_len
+
+
+def vocab_size(llm) -> int:
+    return llm.llm_engine.model_config.get_vocab_size()
+
+
 def num_free_blocks(scheduler: Scheduler) -> int:
     return scheduler.kv_cache_manager.block_pool.get_num_free_blocks()
+
+
+def request_ids(scheduler: Scheduler) -> set[str]:
+    """The scheduler's ids of every request it holds (waiting, running, or finished this step)."""
+    return set(scheduler.requests)
+
+
+def computed_tokens(scheduler: Scheduler, request_id: str) -> int | None:
+    """The tokens of ``request_id`` whose cache entries are computed (the position of its next token); None once
+    the scheduler no longer holds it."""
+    request = scheduler.requests.get(request_id)
+    return None if request is None else request.num_computed_tokens
+
+
+def output_tokens(scheduler: Scheduler, request_id: str) -> int:
+    """The tokens ``request_id`` has generated."""
+    return scheduler.requests[request_id].num_output_tokens
 
 
 def group_managers(scheduler: Scheduler) -> list:
@@ -89,16 +119,32 @@ def free_blocks(scheduler: Scheduler, blocks) -> None:
     scheduler.kv_cache_manager.block_pool.free_blocks(blocks)
 
 
-def allocate_external(scheduler: Scheduler, request, tokens: int):
-    """Blocks for ``tokens`` already-computed tokens of the waiting ``request`` in every group (as for a KV load),
-    left unzeroed (the caller fills them); None when the pool is short."""
+def attention_block_sizes(scheduler: Scheduler) -> dict[int, int]:
+    """Per attention group index, the tokens of one of its blocks."""
+    return {group: manager.kv_cache_spec.block_size for group, manager in enumerate(group_managers(scheduler))
+            if is_attention_group(manager)}
+
+
+def allocate_computed(scheduler: Scheduler, request_id: str, tokens: int) -> bool:
+    """Give the waiting ``request_id`` blocks for ``tokens`` already-computed tokens in every group (as for a KV
+    load), left unzeroed (the caller fills them), and mark those tokens computed, so that only the tokens after them
+    are scheduled; False (nothing allocated) when the pool is short."""
+    request = scheduler.requests[request_id]
     groups = tuple(range(len(group_managers(scheduler))))
-    return scheduler.kv_cache_manager.allocate_slots(request, num_new_tokens=0, num_external_computed_tokens=tokens,
-                                                     skip_zeroing_group_ids=groups)
+    if scheduler.kv_cache_manager.allocate_slots(request, num_new_tokens=0, num_external_computed_tokens=tokens,
+                                                 skip_zeroing_group_ids=groups) is None:
+        return False
+    request.num_computed_tokens = tokens
+    return True
 
 
 def block_ids(scheduler: Scheduler, request_id: str) -> tuple[list[int], ...]:
     return scheduler.kv_cache_manager.get_block_ids(request_id)
+
+
+def ids_of_blocks(blocks: tuple[list, ...]) -> tuple[list[int], ...]:
+    """The pool ids of block objects (:func:`request_blocks`), per group."""
+    return tuple([block.block_id for block in group] for group in blocks)
 
 
 def install_manager_offsets(scheduler: Scheduler, offsets: dict[str, dict[int, int]]) -> None:
@@ -168,14 +214,91 @@ def per_layer_kv_cache_groups():
 
 
 # ---- the worker side: the model runner -------------------------------------------------------------------------
+def model_runner(worker):
+    """The model runner of the worker ``worker`` (the worker extension's ``self``)."""
+    return worker.model_runner
+
+
+def model_config(runner):
+    """The runner's ``vllm.config.ModelConfig`` (``model``, ``hf_config``, ``tokenizer``)."""
+    return runner.model_config
+
+
+def model_module(runner) -> torch.nn.Module:
+    """The model the runner runs (vLLM's module, with its weights)."""
+    return runner.model
+
+
+_LAYER = re.compile(r"layers\.(\d+)\.")
+
+
+def layer_index(module_or_name) -> int:
+    """The decoder-layer index of a layer module of the model (its ``prefix``) or of a layer name
+    (``model.layers.3.self_attn.attn``)."""
+    name = module_or_name if isinstance(module_or_name, str) else module_or_name.prefix
+    return int(_LAYER.search(name).group(1))
+
+
+@dataclass(frozen=True)
+class CacheGroup:
+    """One KV-cache group of the worker: its layers' names and, for an attention group, its pages' geometry.
+
+    Attributes
+    ----------
+    names : tuple of str
+        Its layers' names (keys of :func:`layer_modules`).
+    attention : bool
+        Full-attention layers (else: recurrent states, a slot per sequence).
+    block_size : int
+        Tokens per block.
+    num_kv_heads, head_size : int
+        Of an attention group (0 for a recurrent one).
+    dtype : torch.dtype or None
+        Of an attention group's entries (None for a recurrent one).
+    spec : object
+        vLLM's ``KVCacheSpec`` of the group (compared, not read, outside this module).
+    """
+
+    names: tuple[str, ...]
+    attention: bool
+    block_size: int
+    num_kv_heads: int
+    head_size: int
+    dtype: torch.dtype | None
+    spec: object
+
+
+def cache_groups(runner) -> list[CacheGroup]:
+    """The runner's KV-cache groups, in group order."""
+    groups = []
+    for group in kv_cache_groups(runner):
+        spec, attention = group.kv_cache_spec, is_attention_group(group.kv_cache_spec)
+        groups.append(CacheGroup(tuple(group.layer_names), attention, spec.block_size,
+                                 spec.num_kv_heads if attention else 0, spec.head_size if attention else 0,
+                                 spec.dtype if attention else None, spec))
+    return groups
+
+
 def kv_cache_groups(runner) -> list:
     """``KVCacheGroupSpec`` per group (``.layer_names``, ``.kv_cache_spec``)."""
     return runner.kv_cache_config.kv_cache_groups
 
 
 def layer_modules(runner) -> dict:
-    """Layer name -> the layer module holding its ``kv_cache`` (attention and GDN layers)."""
+    """Layer name -> the layer module holding its cache (attention and GDN layers)."""
     return runner.compilation_config.static_forward_context
+
+
+def attention_cache(layer) -> torch.Tensor:
+    """The paged cache ``[num_blocks, ...]`` of an attention layer (vLLM's ``Attention``), laid out by its backend."""
+    return layer.kv_cache
+
+
+def cache_tensors(module) -> tuple[torch.Tensor, ...]:
+    """Every cache tensor of a layer module, each indexed by block id first: an attention layer's pages, a GDN
+    layer's conv and recurrent state slots."""
+    caches = module.kv_cache
+    return tuple(caches) if isinstance(caches, (list, tuple)) else (caches,)
 
 
 def write_entries(layer, keys: torch.Tensor, values: torch.Tensor, slots: torch.Tensor, cache=None) -> None:
@@ -271,9 +394,22 @@ def _shifted_lengths(build, group: int, row_offsets):
 
 
 # ---- GDN layers: vLLM's CPU op ---------------------------------------------------------------------------------
-def gdn_layers(model) -> list:
-    """The GDN layer modules of a vLLM model (those with ``rearrange_mixed_qkv``, which the CPU op calls)."""
-    return [m for m in model.modules() if hasattr(m, "rearrange_mixed_qkv") and getattr(m, "prefix", "")]
+def gdn_layers(model) -> dict[int, torch.nn.Module]:
+    """The GDN layer modules of a vLLM model (those with ``rearrange_mixed_qkv``, which the CPU op calls) by decoder
+    layer index."""
+    return {layer_index(m): m for m in model.modules()
+            if hasattr(m, "rearrange_mixed_qkv") and getattr(m, "prefix", "")}
+
+
+def wrap_gdn_rearrange(layer, wrap) -> None:
+    """Replace, on this GDN layer instance, the split of the convolved ``mixed_qkv`` into ``(query, key, value)``
+    that the CPU op calls (``rearrange_mixed_qkv``) by ``wrap(split)``."""
+    layer.rearrange_mixed_qkv = wrap(layer.rearrange_mixed_qkv)
+
+
+def gdn_core_shape(layer, tokens: int) -> tuple[int, int, int]:
+    """``(tokens, Hv, dv)``: the shape of a GDN layer's core output for ``tokens`` tokens."""
+    return tokens, layer.num_v_heads, layer.head_v_dim
 
 
 def wrap_gdn_gating(wrap) -> None:

@@ -2,7 +2,9 @@
 gather the kept entries to the front of each attention layer's blocks.
 
 :class:`CompactionWorker` is mixed into vLLM's worker through ``worker_extension_cls``; the engine driver calls its
-methods with ``collective_rpc``. The presses see a :class:`ServedContext`: the attributes of a runtime ``Parent``
+methods through :class:`serving.worker_client.WorkerClient`, one client method per worker method. Everything the
+extension keeps is one :class:`WorkerState` (built by ``hybridpress_setup``), with one :class:`HeldState` per held
+context. The presses see a :class:`ServedContext`: the attributes of a runtime ``Parent``
 that scoring reads (the adapter, the KV per layer as ``[H_kv, n, d]``, n, the protected prefix, the evidence
 recorded at its prefill, the passes run after it), read from vLLM's pages. The adapter is the project's own, built
 on a meta-device twin of the served model's configuration (no weights), with a real rotary embedding for re-rotating
@@ -19,25 +21,27 @@ sees k_ℓ + j + 1 keys there: the group's view of the request is shifted back b
 
 from __future__ import annotations
 
-import re
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from torch import nn
 
 import allocators
 import presses
+from presses.base import Press
 from presses.calibration import Calibration
 from presses.preparation import evidence_for, prepare
-from runtime import Evidence, KeepPlan, LayerKV
+from runtime import Evidence, EvidenceRequest, KeepPlan, LayerKV
 from runtime.adapters import ModelAdapter, adapter_for, apply_rope
 
 from . import vllm_internals as vi
 from .pages import PageLayout
 from .rules import check_allocator, check_press
 from .signals import GDNSignalRecorder, PassRecorder, WindowQueryRecorder
-
-_LAYER = re.compile(r"layers\.(\d+)\.")
+from .worker_client import BlockIds, Compaction, Geometry, LayerPages
 
 
 class ServedContext:
@@ -125,155 +129,315 @@ def _twin_adapter(hf_config, device: torch.device, model_dir: Path | None) -> _S
     return _ServedAdapter(adapter_for(twin), device, model_dir)
 
 
-class CompactionWorker:
-    """Methods for ``LLM.collective_rpc`` (prefixed so that they never collide with the worker's own)."""
+@dataclass
+class HeldState:
+    """The worker's state of one held context, by the handle of the request that prefilled it (a copy of the context
+    is compacted with its parent's state).
 
-    def hybridpress_setup(self, press: str, options: dict | None = None) -> dict:
-        """Use ``press`` from now on (built with ``options``). The first call also builds the adapter, learns the
-        page layouts and installs the per-group offsets; the evidence recorders are built when a prefill first
-        records what they record. Returns the page geometry: block size, the KV-cache group of each attention
-        layer, bytes of one entry of one attention layer (keys and values, all KV heads), bytes of one sequence's
-        recurrent states (conv and GDN, all layers)."""
-        check_press(press)
-        if not hasattr(self, "_hp_adapter"):
-            self._hp_attach()
-        # built, bound, checked: as every caller does
-        self._hp_press = prepare(press, self._hp_adapter, **(options or {}))
-        return {"block_size": self._hp_block_size, "attention_groups": dict(self._hp_groups),
-                "layer_entry_bytes": self._hp_entry_bytes, "state_bytes": self._hp_state_bytes}
+    Lifecycle: created by ``hybridpress_prefilled`` (the only place) as the context's prefill ends; each compaction
+    of it (or of a copy) starts with ``hybridpress_passes``, which empties :attr:`passes`, records each pass between
+    ``hybridpress_record_pass`` and ``hybridpress_pass_recorded``, and ends with ``hybridpress_compact``, which takes
+    them; dropped by ``hybridpress_forget`` when the context is released.
 
-    def _hp_attach(self) -> None:
-        runner = self.model_runner
-        groups = vi.kv_cache_groups(runner)
-        attention = [i for i, g in enumerate(groups) if vi.is_attention_group(g.kv_cache_spec)]
-        if any(len(groups[i].layer_names) != 1 for i in attention):
+    Attributes
+    ----------
+    recorded : EvidenceRequest
+        What its prefill recorded.
+    evidence : Evidence
+        The GDN signals ``{layer: [n, Hv, 3]}`` and window queries recorded at its prefill.
+    passes : list of (ids, {layer: (queries, keys)})
+        The passes run after it for the compaction under way, each with the ``[H, L, d]`` queries and ``[H_kv, L,
+        d]`` keys vLLM's attention layers saw.
+    recording_pass : list of int or None
+        The ids of the pass being recorded now.
+    """
+
+    recorded: EvidenceRequest
+    evidence: Evidence
+    passes: list[tuple[list[int], dict[int, tuple[torch.Tensor, torch.Tensor]]]] = field(default_factory=list)
+    recording_pass: list[int] | None = None
+
+
+@dataclass
+class WorkerState:
+    """Everything the compaction worker keeps, built once by ``hybridpress_setup`` (:meth:`build`, the only place).
+
+    Attributes
+    ----------
+    runner
+        vLLM's model runner.
+    adapter : _ServedAdapter
+        The project's adapter of a meta twin of the served model.
+    cache_groups : list of vllm_internals.CacheGroup
+    modules : dict[str, nn.Module]
+        Layer name -> vLLM's layer module holding its cache.
+    groups : dict[int, int]
+        Attention layer -> its KV-cache group.
+    layers : dict[int, nn.Module]
+        Attention layer -> vLLM's attention module.
+    layouts : dict[int, PageLayout]
+        Attention layer -> its backend's in-block layout.
+    geometry : Geometry
+    step_layout : callable
+        The requests of the forward running now, with their token counts (:func:`vllm_internals.step_layout`).
+    pass_recorder : PassRecorder
+    offsets : dict[str, dict[int, int]]
+        Per request attached to a held context, the shift of each attention group that kept fewer entries than its
+        computed count (read at every step by :func:`vllm_internals.install_group_offsets`).
+    presses : dict
+        The presses built so far, by name and options.
+    gdn_recorder, window_recorder
+        Built when a prefill first records GDN signals, window queries.
+    recording : EvidenceRequest or None
+        What the prefills in flight record (``hybridpress_start_recording`` to ``hybridpress_stop_recording``).
+    contexts : dict[str, HeldState]
+        The held contexts, by the handle of the request that prefilled each.
+    tokenizer
+        The model directory's tokenizer, loaded when a press first asks for it.
+    """
+
+    runner: object
+    adapter: _ServedAdapter
+    cache_groups: list[vi.CacheGroup]
+    modules: dict[str, nn.Module]
+    groups: dict[int, int]
+    layers: dict[int, nn.Module]
+    layouts: dict[int, PageLayout]
+    geometry: Geometry
+    step_layout: Callable[[], list[tuple[str, int]]]
+    pass_recorder: PassRecorder
+    offsets: dict[str, dict[int, int]] = field(default_factory=dict)
+    presses: dict[tuple[str, str], Press] = field(default_factory=dict)
+    gdn_recorder: GDNSignalRecorder | None = None
+    window_recorder: WindowQueryRecorder | None = None
+    recording: EvidenceRequest | None = None
+    contexts: dict[str, HeldState] = field(default_factory=dict)
+    tokenizer: object = None
+
+    @classmethod
+    def build(cls, runner) -> "WorkerState":
+        """Learn the runner's pages (one KV-cache group per attention layer), build the adapter and install the
+        per-group offsets."""
+        cache_groups = vi.cache_groups(runner)
+        attention = [i for i, g in enumerate(cache_groups) if g.attention]
+        if any(len(cache_groups[i].names) != 1 for i in attention):
             raise ValueError("expected one KV-cache group per attention layer: build the engine with "
                              "serving.CompactingLLM (serving.vllm_internals.per_layer_kv_cache_groups)")
-        context = vi.layer_modules(runner)
-        self._hp_groups = {int(_LAYER.search(groups[i].layer_names[0]).group(1)): i for i in attention}
-        self._hp_layers = {index: context[groups[i].layer_names[0]] for index, i in self._hp_groups.items()}
-        device = next(iter(self._hp_layers.values())).kv_cache.device
-        model_dir = Path(runner.model_config.model)
-        self._hp_adapter = _twin_adapter(runner.model_config.hf_config, device,
-                                         model_dir if model_dir.is_dir() else None)
-        if tuple(sorted(self._hp_layers)) != tuple(self._hp_adapter.attention_layers):
-            raise ValueError(f"vLLM's attention layers {sorted(self._hp_layers)} are not the model's "
-                             f"{self._hp_adapter.attention_layers}")
-        specs = {groups[i].kv_cache_spec for i in attention}
+        modules = vi.layer_modules(runner)
+        groups = {vi.layer_index(cache_groups[i].names[0]): i for i in attention}
+        layers = {index: modules[cache_groups[i].names[0]] for index, i in groups.items()}
+        config = vi.model_config(runner)
+        device = vi.attention_cache(next(iter(layers.values()))).device
+        model_dir = Path(config.model)
+        adapter = _twin_adapter(config.hf_config, device, model_dir if model_dir.is_dir() else None)
+        if tuple(sorted(layers)) != tuple(adapter.attention_layers):
+            raise ValueError(f"vLLM's attention layers {sorted(layers)} are not the model's "
+                             f"{adapter.attention_layers}")
+        specs = {cache_groups[i].spec for i in attention}
         if len(specs) != 1:
             raise ValueError(f"the attention layers have different KV-cache specs {specs}")
-        spec = specs.pop()
-        self._hp_block_size = spec.block_size
-        self._hp_layouts = {index: PageLayout.learn(layer, spec.block_size, spec.num_kv_heads, spec.head_size)
-                            for index, layer in self._hp_layers.items()}
-        self._hp_recorder, self._hp_signals, self._hp_queries = None, {}, None
-        self._hp_evidence: dict[str, tuple] = {}
-        self._hp_pass_recorder = PassRecorder(self._hp_layers)
-        self._hp_step_layout = vi.step_layout(runner)
-        self._hp_entry_bytes = 2 * spec.num_kv_heads * spec.head_size * spec.dtype.itemsize
-        self._hp_state_bytes = sum(
-            cache[0].nbytes for index, group in enumerate(groups) if index not in attention
-            for name in group.layer_names for cache in context[name].kv_cache)
-        self._hp_offsets: dict[str, dict[int, int]] = {}
-        vi.install_group_offsets(runner, self._hp_offsets)
+        spec = cache_groups[attention[0]]
+        layouts = {index: PageLayout.learn(layer, spec.block_size, spec.num_kv_heads, spec.head_size)
+                   for index, layer in layers.items()}
+        geometry = Geometry(
+            block_size=spec.block_size, attention_groups=dict(groups),
+            layer_entry_bytes=2 * spec.num_kv_heads * spec.head_size * spec.dtype.itemsize,
+            state_bytes=sum(cache[0].nbytes for group in cache_groups if not group.attention
+                            for name in group.names for cache in vi.cache_tensors(modules[name])))
+        state = cls(runner, adapter, cache_groups, modules, groups, layers, layouts, geometry, vi.step_layout(runner),
+                    PassRecorder(layers))
+        vi.install_group_offsets(runner, state.offsets)
+        return state
 
-    def hybridpress_record(self, press_names: list[str] | None = None, options: dict | None = None) -> None:
-        """Start recording the evidence of the next prefills, per request: what the engine's press reads, or every
-        press of ``press_names`` (built with ``options``)."""
-        chosen = ([self._hp_press] if press_names is None else
-                  [prepare(name, self._hp_adapter, **(options or {})) for name in press_names])
-        request = evidence_for(chosen, self._hp_adapter)
+    def press(self, name: str, options: dict | None) -> Press:
+        """``name`` built with ``options``, bound and checked for this model (as every caller does); built once."""
+        key = (name, repr(sorted((options or {}).items())))
+        if key not in self.presses:
+            check_press(name)
+            self.presses[key] = prepare(name, self.adapter, **(options or {}))
+        return self.presses[key]
+
+    def held(self, handle: str) -> HeldState:
+        if handle not in self.contexts:
+            raise ValueError(f"the worker holds no context {handle!r} (its prefill recorded nothing here, or it was "
+                             "released)")
+        return self.contexts[handle]
+
+    def served_context(self, handle: str, context_ids: list[int], blocks: BlockIds, protected: int, press: Press,
+                       passes: Passes) -> ServedContext:
+        """The held context ``blocks`` as ``press`` reads it: its pages, the evidence of its prefill (recorded for
+        ``handle``), its passes. A press reading evidence that prefill did not record is refused."""
+        n = len(context_ids)
+        held = self.held(handle)
+        wanted = press.evidence(self.adapter)
+        if (wanted.gdn_signals and not held.recorded.gdn_signals) or min(wanted.window, n) > min(
+                held.recorded.window, n):
+            raise ValueError(f"press {press.name!r} reads evidence the context was not held with ({wanted}; "
+                             f"recorded {held.recorded}): hold it with this press among its presses")
+        kv = {}
+        for index, layer in self.layers.items():
+            keys, values = self.layouts[index].read(vi.attention_cache(layer), blocks[self.groups[index]], n)
+            positions = torch.arange(n, device=keys.device).expand(keys.shape[0], -1)
+            kv[index] = LayerKV(keys, values, positions)
+        return ServedContext(self.adapter, kv, n, protected, held.evidence, torch.tensor(context_ids), passes,
+                             self.load_tokenizer)
+
+    def load_tokenizer(self):
+        """The model directory's tokenizer (KVzip encodes its repeat prompt with it), loaded once."""
+        if self.tokenizer is None:
+            from transformers import AutoTokenizer
+
+            self.tokenizer = AutoTokenizer.from_pretrained(vi.model_config(self.runner).tokenizer)
+        return self.tokenizer
+
+    def gather(self, kv: dict[int, LayerKV], plan: KeepPlan, blocks: BlockIds, n: int, computed: int,
+               protected: int) -> None:
+        """Write each layer's kept entries to token offsets ``0 ... k - 1`` of its group's blocks, keys rotated by
+        ``-(n - computed)``."""
+        for index, layer in self.layers.items():
+            stored = kv[index]
+            prefix = torch.arange(protected, device=stored.keys.device)
+            keep = torch.stack([torch.cat([prefix, h.to(prefix.device).long()]) for h in plan.layers[index]])
+            expand = keep[..., None].expand(-1, -1, stored.keys.shape[-1])
+            keys, values = stored.keys.gather(1, expand), stored.values.gather(1, expand)  # [H_kv, k, d]
+            if n != computed:
+                cos, sin = self.adapter.rope(torch.zeros(1, dtype=torch.float32, device=keys.device),
+                                             torch.tensor([computed - n], device=keys.device))
+                keys = apply_rope(keys.float(), cos, sin).to(keys.dtype)
+            slots = self.layouts[index].slots(blocks[self.groups[index]], keys.shape[1], keys.device)
+            vi.write_entries(layer, keys.transpose(0, 1).contiguous(), values.transpose(0, 1).contiguous(), slots)
+
+
+class CompactionWorker:
+    """Methods for ``LLM.collective_rpc`` (prefixed so that they never collide with the worker's own), called through
+    :class:`serving.worker_client.WorkerClient` in its order; their state is :attr:`hybridpress`."""
+
+    hybridpress: WorkerState | None = None
+    """Built by :meth:`hybridpress_setup`, before any other call."""
+
+    def _hybridpress(self) -> WorkerState:
+        if self.hybridpress is None:
+            raise RuntimeError("the compaction worker is not set up: CompactingLLM calls hybridpress_setup first")
+        return self.hybridpress
+
+    def hybridpress_setup(self) -> Geometry:
+        """Build the worker's state (once): the adapter, the page layouts, the per-group offsets. The evidence
+        recorders are built when a prefill first records what they record."""
+        if self.hybridpress is None:
+            self.hybridpress = WorkerState.build(vi.model_runner(self))
+        return self.hybridpress.geometry
+
+    def hybridpress_prepare_press(self, press: str, options: dict | None = None) -> None:
+        """Build ``press`` (with ``options``) for this model now: a press that cannot run here is refused before any
+        prefill."""
+        self._hybridpress().press(press, options)
+
+    def hybridpress_start_recording(self, press_names: list[str], options: dict | None = None) -> None:
+        """Start recording the evidence of the next prefills, per request: what every press of ``press_names``
+        (built with ``options``) reads."""
+        state = self._hybridpress()
+        request = evidence_for([state.press(name, options) for name in press_names], state.adapter)
         if request.gdn_signals:
-            if self._hp_recorder is None:
-                self._hp_recorder = GDNSignalRecorder(self.model_runner.model, self._hp_step_layout)
-            self._hp_recorder.start()
+            if state.gdn_recorder is None:
+                state.gdn_recorder = GDNSignalRecorder(vi.model_module(state.runner), state.step_layout)
+            state.gdn_recorder.start()
         if request.window:
-            if self._hp_queries is None:
-                self._hp_queries = WindowQueryRecorder(self._hp_layers, request.window, self._hp_step_layout)
-            self._hp_queries.window = request.window
-            self._hp_queries.start()
-        self._hp_recording = request
+            if state.window_recorder is None:
+                state.window_recorder = WindowQueryRecorder(state.layers, request.window, state.step_layout)
+            state.window_recorder.window = request.window
+            state.window_recorder.start()
+        state.recording = request
 
     def hybridpress_prefilled(self, handle: str, n: int) -> None:
         """The evidence of the request ``handle``, whose ``n``-token context was just prefilled (checked to be all
-        its tokens'), kept for the held context ``handle``."""
-        request = self._hp_recording
-        signals = self._hp_recorder.take(handle) if request.gdn_signals else {}
+        its tokens'), kept for the held context ``handle``: its :class:`HeldState` is created."""
+        state = self._hybridpress()
+        request = state.recording
+        signals = state.gdn_recorder.take(handle) if request.gdn_signals else {}
         if request.gdn_signals and (not signals or any(s.shape[0] != n for s in signals.values())):
             raise RuntimeError(f"recorded the GDN signals of {sorted({s.shape[0] for s in signals.values()})} "
                                f"tokens for a context of {n}")
         window = {}
         if request.window:
-            window, seen = self._hp_queries.take(handle)
+            window, seen = state.window_recorder.take(handle)
             if set(seen.values()) != {n}:
                 raise RuntimeError(f"recorded the queries of {sorted(set(seen.values()))} prefill tokens for a "
                                    f"context of {n}")
-        self._hp_signals = signals
-        self._hp_evidence[handle] = (request, Evidence(gdn_signals=signals, window_hidden=window))
+        state.contexts[handle] = HeldState(request, Evidence(gdn_signals=signals, window_hidden=window))
 
     def hybridpress_stop_recording(self) -> None:
-        for recorder in (self._hp_recorder, self._hp_queries):
+        state = self._hybridpress()
+        for recorder in (state.gdn_recorder, state.window_recorder):
             if recorder is not None:
                 recorder.stop()
+        state.recording = None
 
     def hybridpress_check_allocator(self, allocator: str, options: dict | None = None) -> None:
         """Refuse, before any prefill, an allocator that cannot run here: unknown, ill-built options, a per-layer
         value for another number of attention layers, or (``gate``) a model directory without its calibration."""
+        adapter = self._hybridpress().adapter
         check_allocator(allocator)
         built = allocators.get(allocator, **(options or {}))
-        built.check_layers(len(self._hp_adapter.attention_layers))
-        model_dir = self._hp_adapter.model_dir
+        built.check_layers(len(adapter.attention_layers))
+        model_dir = adapter.model_dir
         if built.needs_layer_weights and (model_dir is None or not Calibration.exists(model_dir)):
-            Calibration.for_model(self._hp_adapter)  # raises, naming the command that writes it
+            Calibration.for_model(adapter)  # raises, naming the command that writes it
 
     def hybridpress_forget(self, handle: str) -> None:
-        """Drop the evidence of a released context."""
-        self._hp_evidence.pop(handle, None)
+        """Drop the state of a released context (none for a copy: it is compacted with its parent's)."""
+        self._hybridpress().contexts.pop(handle, None)
 
-    def hybridpress_passes(self, handle: str, context_ids: list[int], blocks: tuple[list[int], ...],
-                           protected: int) -> list[list[int]]:
-        """The ids of every pass the press runs after the held context ``blocks`` (KVzip's reconstruction
-        prompts; none for a press that reads only the prefill): a first round of its scoring, whose scores are
-        dropped."""
-        self._hp_passes = []
-        if not self._hp_press.runs_after_context:
+    def hybridpress_passes(self, handle: str, context_ids: list[int], blocks: BlockIds, protected: int, press: str,
+                           press_options: dict | None = None) -> list[list[int]]:
+        """The ids of every pass ``press`` runs after the held context ``blocks`` (KVzip's reconstruction prompts;
+        none for a press that reads only the prefill): a first round of its scoring, whose scores are dropped. The
+        compaction of ``handle`` starts here: its recorded passes are emptied."""
+        state = self._hybridpress()
+        state.held(handle).passes = []
+        chosen = state.press(press, press_options)
+        if not chosen.runs_after_context:
             return []
         passes = Passes()
-        self._hp_press.score(self._hp_context(handle, context_ids, blocks, protected, passes))
+        chosen.score(state.served_context(handle, context_ids, blocks, protected, chosen, passes))
         return passes.asked
 
-    def hybridpress_record_pass(self, ids: list[int]) -> None:
-        """Record the attention inputs of the next request (a pass after the context, alone in flight)."""
-        self._hp_pass_recorder.start()
-        self._hp_pass_ids = ids
+    def hybridpress_record_pass(self, handle: str, ids: list[int]) -> None:
+        """Record the attention inputs of the next request: the pass ``ids`` after ``handle``, alone in flight."""
+        state = self._hybridpress()
+        state.held(handle).recording_pass = ids
+        state.pass_recorder.start()
 
-    def hybridpress_pass_done(self) -> None:
-        attention, seen = self._hp_pass_recorder.stop()
-        n = len(self._hp_pass_ids)
+    def hybridpress_pass_recorded(self, handle: str) -> None:
+        """The pass after ``handle`` ended: what its attention layers saw joins the passes of the compaction."""
+        state = self._hybridpress()
+        held = state.held(handle)
+        attention, seen = state.pass_recorder.stop()
+        ids, held.recording_pass = held.recording_pass, None
+        n = len(ids)
         if set(seen.values()) != {n}:
             raise RuntimeError(f"recorded {sorted(set(seen.values()))} tokens of a {n}-token pass: run passes one "
                                "at a time")
-        g = self._hp_adapter.geometry
-        self._hp_passes.append((self._hp_pass_ids, {
+        g = state.adapter.geometry
+        held.passes.append((ids, {
             layer: (query.view(n, -1, g.head_dim).transpose(0, 1), keys.view(n, -1, g.head_dim).transpose(0, 1))
             for layer, (query, keys) in attention.items()}))
 
-    def hybridpress_compact(self, handle: str, context_ids: list[int], blocks: tuple[list[int], ...],
-                            keep_fraction: float, protected: int, allocator: str = "flat",
-                            allocator_options: dict | None = None) -> dict:
-        """Score, plan and compact the held context ``blocks`` (block ids per KV-cache group) of ``context_ids``,
-        not yet compacted, with the evidence recorded for the held context ``handle`` (itself, or the one it is a
-        copy of): each attention layer's kept entries go to the front of its blocks.
-
-        Returns the context's computed count from now on (``computed``, the largest kept count), each layer's kept
-        count (protected prefix included), the plan, and the scoring seconds.
-        """
+    def hybridpress_compact(self, handle: str, context_ids: list[int], blocks: BlockIds, keep_fraction: float,
+                            protected: int, allocator: str, allocator_options: dict | None, press: str,
+                            press_options: dict | None = None) -> Compaction:
+        """Score with ``press``, plan with ``allocator`` and compact the held context ``blocks`` (block ids per
+        KV-cache group) of ``context_ids``, not yet compacted, with the evidence and passes recorded for the held
+        context ``handle`` (itself, or the one it is a copy of): each attention layer's kept entries go to the
+        front of its blocks."""
+        state = self._hybridpress()
         n = len(context_ids)
-        context = self._hp_context(handle, context_ids, blocks, protected, Passes(self._hp_passes))
+        held, chosen = state.held(handle), state.press(press, press_options)
+        recorded, held.passes = held.passes, []
+        context = state.served_context(handle, context_ids, blocks, protected, chosen, Passes(recorded))
         t0 = time.perf_counter()
         check_allocator(allocator)
-        plan = presses.Selection(context, self._hp_press).plan(allocators.get(allocator, **(allocator_options or {})),
-                                                               keep_fraction)
+        plan = presses.Selection(context, chosen).plan(allocators.get(allocator, **(allocator_options or {})),
+                                                       keep_fraction)
         score_seconds = time.perf_counter() - t0
         kept = {}
         for layer, heads in plan.layers.items():
@@ -287,86 +451,37 @@ class CompactionWorker:
             raise ValueError(f"keep_fraction={keep_fraction} with protected=0 keeps no entry of attention layers "
                              f"{empty}: the engine holds at least one per layer; keep more, or protect a prefix")
         computed = max(kept.values())
-        self._hp_gather(context.kv, plan, blocks, n, computed, protected)
-        return {"computed": computed, "kept": kept, "score_seconds": score_seconds,
-                "plan": {layer: [h.tolist() for h in heads] for layer, heads in plan.layers.items()}}
+        state.gather(context.kv, plan, blocks, n, computed, protected)
+        return Compaction(computed=computed, kept=kept, score_seconds=score_seconds,
+                          plan={layer: [h.tolist() for h in heads] for layer, heads in plan.layers.items()})
 
-    def _hp_context(self, handle: str, context_ids: list[int], blocks: tuple[list[int], ...], protected: int,
-                    passes: Passes) -> ServedContext:
-        """The held context ``blocks`` as presses read it: its pages, the evidence of its prefill (recorded for
-        ``handle``), its passes. A press reading evidence that prefill did not record is refused."""
-        n = len(context_ids)
-        recorded, evidence = self._hp_evidence[handle]
-        wanted = self._hp_press.evidence(self._hp_adapter)
-        if (wanted.gdn_signals and not recorded.gdn_signals) or min(wanted.window, n) > min(recorded.window, n):
-            raise ValueError(f"press {self._hp_press.name!r} reads evidence the context was not held with ({wanted}; "
-                             f"recorded {recorded}): hold it with this press among its presses")
-        kv = {}
-        for index, layer in self._hp_layers.items():
-            keys, values = self._hp_layouts[index].read(layer.kv_cache, blocks[self._hp_groups[index]], n)
-            positions = torch.arange(n, device=keys.device).expand(keys.shape[0], -1)
-            kv[index] = LayerKV(keys, values, positions)
-        return ServedContext(self._hp_adapter, kv, n, protected, evidence, torch.tensor(context_ids), passes,
-                             self._hp_tokenizer)
-
-    def _hp_tokenizer(self):
-        """The model directory's tokenizer (KVzip encodes its repeat prompt with it), loaded once."""
-        if getattr(self, "_hp_loaded_tokenizer", None) is None:
-            from transformers import AutoTokenizer
-
-            self._hp_loaded_tokenizer = AutoTokenizer.from_pretrained(self.model_runner.model_config.tokenizer)
-        return self._hp_loaded_tokenizer
-
-    def hybridpress_attach(self, request_id: str, source: tuple[list[int], ...], target: tuple[list[int], ...],
-                           computed: int, kept: dict[int, int]) -> None:
+    def hybridpress_attach(self, request_id: str, source: BlockIds, target: BlockIds, computed: int,
+                           kept: dict[int, int]) -> None:
         """Copy a held context into the question ``request_id``'s blocks: each attention layer's pages holding its
         ``kept[layer]`` entries, and the GDN states (conv and recurrent), so that decoding the question never
         changes the held context; and shift each attention layer's view of the question back by
         ``computed - kept[layer]``."""
-        runner = self.model_runner
-        context = vi.layer_modules(runner)
-        by_group = {self._hp_groups[layer]: k for layer, k in kept.items()}
-        for index, group in enumerate(vi.kv_cache_groups(runner)):
+        state = self._hybridpress()
+        by_group = {state.groups[layer]: k for layer, k in kept.items()}
+        for index, group in enumerate(state.cache_groups):
             # an attention group: the pages holding its kept entries; a recurrent group: its state slots
-            count = -(-by_group[index] // self._hp_block_size) if index in by_group else len(source[index])
+            count = -(-by_group[index] // state.geometry.block_size) if index in by_group else len(source[index])
             src, dst = (torch.as_tensor(ids[:count], dtype=torch.long) for ids in (source[index], target[index]))
-            for name in group.layer_names:
-                caches = context[name].kv_cache
-                for cache in caches if isinstance(caches, (list, tuple)) else (caches,):
+            for name in group.names:
+                for cache in vi.cache_tensors(state.modules[name]):
                     cache[dst.to(cache.device)] = cache[src.to(cache.device)]
         shifts = {group: computed - k for group, k in by_group.items() if k != computed}
         if shifts:
-            self._hp_offsets[request_id] = shifts
+            state.offsets[request_id] = shifts
 
     def hybridpress_detach(self, request_id: str) -> None:
         """Forget a finished question's offsets."""
-        self._hp_offsets.pop(request_id, None)
+        self._hybridpress().offsets.pop(request_id, None)
 
-    def hybridpress_read(self, blocks: dict[int, list[int]], kept: dict[int, int]) -> dict:
+    def hybridpress_read(self, blocks: dict[int, list[int]], kept: dict[int, int]) -> dict[int, LayerPages]:
         """Keys and values ``[H_kv, kept[layer], d]`` (CPU) of every attention layer at token offsets
         ``0 ... kept[layer] - 1`` of its blocks ``blocks[layer]``: what a held context's pages contain."""
-        return {index: tuple(t.cpu() for t in self._hp_layouts[index].read(layer.kv_cache, blocks[index],
-                                                                            kept[index]))
-                for index, layer in self._hp_layers.items()}
-
-    def hybridpress_signals(self) -> dict:
-        """The GDN signals ``{layer: [n, Hv, 3]}`` of the last compacted context (CPU)."""
-        return {index: s.cpu() for index, s in self._hp_signals.items()}
-
-    def _hp_gather(self, kv: dict[int, LayerKV], plan: KeepPlan, blocks, n: int, computed: int,
-                   protected: int) -> None:
-        """Write each layer's kept entries to token offsets ``0 ... k - 1`` of its group's blocks, keys rotated by
-        ``-(n - computed)``."""
-        adapter = self._hp_adapter
-        for index, layer in self._hp_layers.items():
-            stored = kv[index]
-            prefix = torch.arange(protected, device=stored.keys.device)
-            keep = torch.stack([torch.cat([prefix, h.to(prefix.device).long()]) for h in plan.layers[index]])
-            expand = keep[..., None].expand(-1, -1, stored.keys.shape[-1])
-            keys, values = stored.keys.gather(1, expand), stored.values.gather(1, expand)  # [H_kv, k, d]
-            if n != computed:
-                cos, sin = adapter.rope(torch.zeros(1, dtype=torch.float32, device=keys.device),
-                                        torch.tensor([computed - n], device=keys.device))
-                keys = apply_rope(keys.float(), cos, sin).to(keys.dtype)
-            slots = self._hp_layouts[index].slots(blocks[self._hp_groups[index]], keys.shape[1], keys.device)
-            vi.write_entries(layer, keys.transpose(0, 1).contiguous(), values.transpose(0, 1).contiguous(), slots)
+        state = self._hybridpress()
+        return {index: LayerPages(*(t.cpu() for t in state.layouts[index].read(vi.attention_cache(layer),
+                                                                                blocks[index], kept[index])))
+                for index, layer in state.layers.items()}

@@ -1,7 +1,9 @@
 """What the vLLM engine accepts, decided before vLLM starts (``serving.rules``): runs in every environment, since
 the checks read only the request and the model's config.json."""
 
+import ast
 import json
+from pathlib import Path
 
 import pytest
 
@@ -91,3 +93,42 @@ def test_press_options_are_checked_before_vllm_starts():
         CompactingLLM(SHIPPED, press="kvzip", dtype="float32", press_options={"bogus": 1})
     with pytest.raises(ValueError, match="chunk_size=0: expected an integer >= 1"):
         CompactingLLM(SHIPPED, press="kvzip", dtype="float32", press_options={"chunk_size": 0})
+
+
+# vLLM's private attributes that serving/vllm_internals.py reads or replaces: no other module of serving names one
+_PRIVATE_VLLM = {
+    "engine_core", "kv_cache_manager", "block_pool", "coordinator", "single_type_managers", "req_to_blocks", "ref_cnt",
+    "block_id", "requests", "num_computed_tokens", "num_output_tokens", "allocate_slots", "get_block_ids",
+    "get_num_free_blocks", "model_runner", "model_config", "kv_cache_config", "kv_cache_groups", "kv_cache_spec",
+    "layer_names", "compilation_config", "static_forward_context", "kv_cache", "impl", "do_kv_cache_update",
+    "input_batch", "execute_model", "block_table", "attn_groups", "metadata_builders", "compute_slot_mapping",
+    "prefix", "rearrange_mixed_qkv", "num_v_heads", "head_v_dim", "fused_gdn_gating_cpu", "forward_cpu",
+    "in_proj_qkvz", "in_proj_ba", "attn_metadata", "get_vocab_size", "max_model_len",
+}
+# what serving imports of vLLM outside vllm_internals: its public API
+_PUBLIC_VLLM = {"vllm": {"LLM", "SamplingParams"}, "vllm.inputs": {"TokensPrompt"}}
+
+
+def test_private_vllm_names_are_only_in_vllm_internals():
+    """The README's claim: every private name of vLLM that the plugin uses is in ``serving/vllm_internals.py``. No
+    other module of ``serving`` reads one of the private attributes read there (but through that module's functions)
+    or imports vLLM beyond its public API."""
+    found = []
+    for path in sorted(Path(serving.__file__).parent.glob("*.py")):
+        if path.name == "vllm_internals.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and node.attr in _PRIVATE_VLLM and not _is_vllm_internals(node.value):
+                found.append(f"{path.name}:{node.lineno} .{node.attr}")
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "vllm":
+                names = {alias.name for alias in node.names}
+                if not names <= _PUBLIC_VLLM.get(node.module, set()):
+                    found.append(f"{path.name}:{node.lineno} from {node.module} import {sorted(names)}")
+            elif isinstance(node, ast.Import) and any(a.name.split(".")[0] == "vllm" for a in node.names):
+                found.append(f"{path.name}:{node.lineno} import {[a.name for a in node.names]}")
+    assert not found, found
+
+
+def _is_vllm_internals(node) -> bool:
+    """Whether an expression names the module ``serving.vllm_internals`` (``vi``, ``self._vi``)."""
+    return (isinstance(node, ast.Name) and node.id == "vi") or (isinstance(node, ast.Attribute) and node.attr == "_vi")

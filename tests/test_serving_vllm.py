@@ -76,6 +76,15 @@ def _child(model, ids, plan: dict):
     return parent, parent.fork(plan)
 
 
+def _recorded_signals(engine, context) -> dict:
+    """The GDN signals ``{layer: [n, Hv, 3]}`` (CPU) recorded at the held ``context``'s prefill, read from the
+    worker's state of it (``serving.worker.HeldState``)."""
+    def read(worker, handle):
+        return {layer: s.cpu() for layer, s in worker.hybridpress.contexts[handle].evidence.gdn_signals.items()}
+
+    return engine.llm.collective_rpc(read, args=(context.handle,))[0]
+
+
 def _deficits(child, question: list[int], tokens: list[int]) -> torch.Tensor:
     """Per generated token: how far below the runtime child's best logit it is, the child teacher-forced on
     ``question + tokens``. 0 where the token is the child's argmax."""
@@ -135,7 +144,7 @@ def test_freed_blocks_are_exactly_the_planned_tail_of_every_layer(served, alloca
     options = {"weights": "1/3"} if allocator == "perlayer" else None
     context = engine.prefill(_ids(n, n), keep_fraction=keep_fraction, protected=PROTECTED, allocator=allocator,
                              allocator_options=options)
-    block = engine.layout["block_size"]
+    block = engine.geometry.block_size
     parent = prefill(model, torch.tensor(_ids(n, n)), protected=PROTECTED)
     expected = presses.Selection(parent, "keydiff").plan(allocators.get(allocator, **(options or {})), keep_fraction)
     assert context.kept == {layer: PROTECTED + len(heads[0]) for layer, heads in expected.layers.items()}
@@ -149,7 +158,7 @@ def test_freed_blocks_are_exactly_the_planned_tail_of_every_layer(served, alloca
     # a question attached to the context takes, per attention layer, the blocks of that layer's entries only
     held = engine.free_blocks
     request_id, external_id = engine._add([0] * context.computed + [5], max_tokens=1)
-    groups = engine.layout["attention_groups"]
+    groups = engine.geometry.attention_groups
     engine.scheduler.attach(request_id, context.computed, {groups[layer]: k for layer, k in context.kept.items()})
     states = sum(len(blocks) for g, blocks in enumerate(context.blocks) if g not in groups.values())
     assert held - engine.free_blocks == sum(-(-k // block) for k in context.kept.values()) + states
@@ -197,13 +206,12 @@ def test_answers_are_the_runtime_childs_greedy_choices(served, press, allocator)
     counts a layer that keeps fewer entries than the request's computed count reads them through its offset; an
     offset ignored there would attend to stale or missing pages."""
     engine, model = served
-    engine.use_press(press)
     options = {"weights": "1/3"} if allocator == "perlayer" else None
     deficits = []
     for n, seed in [(300, 11), (700, 12), (1100, 13)]:
         ids = _ids(n, seed)
         context = engine.prefill(ids, keep_fraction=0.2, protected=PROTECTED, allocator=allocator,
-                                 allocator_options=options)
+                                 allocator_options=options, press=press)
         try:
             assert context.computed < n
             _, child = _child(model, ids, context.plan)
@@ -245,8 +253,10 @@ def test_one_held_prefill_gives_every_method_its_compacted_copy(served):
     """``hold`` once with the evidence of several presses, ``compact`` a copy per method: each copy keeps what a
     prefill of its own would keep (same plan, same pages), frees its planned tail, and the parent stays held whole
     (its answers unchanged, its blocks untouched); a compacted context cannot be compacted again, and a press the
-    context was not held for is refused before anything is written."""
+    context was not held for is refused before anything is written. The press is named in every call (the engine's
+    own, ``use_press``, is another)."""
     engine, _ = served
+    engine.use_press("keydiff")
     ids, question = _ids(900, 95), _ids(10, 96)
     idle = engine.free_blocks
     parent = engine.hold(ids, PROTECTED, presses=["keydiff", "gatesight", "snapkv", "kvzip"])
@@ -254,9 +264,8 @@ def test_one_held_prefill_gives_every_method_its_compacted_copy(served):
         whole = engine.answer(parent, question, 8)
         held = engine.free_blocks
         for press, allocator in [("gatesight", "gate"), ("snapkv", "flat"), ("kvzip", "pyramid")]:
-            engine.use_press(press)
-            copy = engine.compact(parent, 0.2, allocator=allocator)
-            alone = engine.prefill(ids, 0.2, PROTECTED, allocator=allocator)
+            copy = engine.compact(parent, 0.2, allocator=allocator, press=press)
+            alone = engine.prefill(ids, 0.2, PROTECTED, allocator=allocator, press=press)
             try:
                 assert copy.handle != parent.handle and copy.kept == alone.kept and copy.plan == alone.plan
                 assert copy.freed_blocks == alone.freed_blocks and sum(copy.freed_blocks.values()) > 0
@@ -272,12 +281,10 @@ def test_one_held_prefill_gives_every_method_its_compacted_copy(served):
         with pytest.raises(ValueError, match="is compacted already: compact a context held whole"):
             engine.compact(compacted, 0.2)
         engine.release(compacted)
-        engine.use_press("keydiff")
         keydiff_only = engine.hold(ids, PROTECTED)  # the evidence of the engine's press: none beyond the pages
-        engine.use_press("gatesight")
         before = engine.free_blocks
         with pytest.raises(ValueError, match="press 'gatesight' reads evidence the context was not held with"):
-            engine.compact(keydiff_only, 0.2)
+            engine.compact(keydiff_only, 0.2, press="gatesight")
         assert engine.free_blocks == before and keydiff_only.handle in engine.contexts  # the copy went back
         engine.release(keydiff_only)
         assert engine.free_blocks == held
@@ -299,10 +306,9 @@ def test_contexts_prefilled_together_are_held_as_each_alone(served):
     assert [c.n for c in together] == [300, 1100, 700] and len({c.handle for c in together}) == 3
     try:
         for press, allocator in [("gatesight", "gate"), ("snapkv", "flat")]:
-            engine.use_press(press)
             for ids, parent in zip(contexts, together):
                 alone = engine.hold(ids, PROTECTED, presses=[press])
-                ours, theirs = engine.compact(parent, 0.2, allocator), engine.compact(alone, 0.2, allocator)
+                ours, theirs = (engine.compact(held, 0.2, allocator, press=press) for held in (parent, alone))
                 assert ours.kept == theirs.kept
                 overlaps = [len(set(ours.plan[layer][h]) & set(kept)) / len(kept)
                             for layer, heads in theirs.plan.items() for h, kept in enumerate(heads)]
@@ -336,11 +342,10 @@ def test_gatesight_reads_the_signals_of_vllms_forward(served):
     embeddings; later layers inherit bf16 differences of the layers between), and the kept sets are the runtime's
     GateSight sets but for a few near-ties."""
     engine, model = served
-    engine.use_press("gatesight")
     ids = _ids(600, 21)
-    context = engine.prefill(ids, keep_fraction=0.2, protected=PROTECTED)
+    context = engine.prefill(ids, keep_fraction=0.2, protected=PROTECTED, press="gatesight")
+    recorded = _recorded_signals(engine, context)
     engine.release(context)
-    recorded = engine.llm.collective_rpc("hybridpress_signals")[0]
     parent = prefill(model, torch.tensor(ids), protected=PROTECTED, evidence=EvidenceRequest(gdn_signals=True))
     first = min(recorded)
     assert set(recorded) == set(parent.evidence.gdn_signals)
@@ -364,10 +369,9 @@ def test_presses_reading_the_pages_keep_the_runtimes_entries(served, press, opti
     from transformers import AutoTokenizer
 
     engine, model = served
-    engine.use_press(press, options)
     ids = _ids(800, 51)
     idle = engine.free_blocks
-    context = engine.prefill(ids, keep_fraction=0.2, protected=PROTECTED)
+    context = engine.prefill(ids, keep_fraction=0.2, protected=PROTECTED, press=press, press_options=options)
     engine.release(context)
     assert engine.free_blocks == idle and not engine.scheduler.requests
     tokenizer = AutoTokenizer.from_pretrained(engine.llm.llm_engine.model_config.model)
@@ -578,11 +582,10 @@ def test_the_shipped_models_gdn_signals_in_the_engine_are_the_runtimes(shipped):
     """GateSight's (β, g, ‖v‖) recorded from the pure-torch GDN path equal the runtime's in every GDN layer (float32
     both), and the kept sets are the runtime's GateSight sets."""
     engine, model, _ = shipped
-    engine.use_press("gatesight")
     ids = _prose(1200, 2)
-    context = engine.prefill(ids, keep_fraction=0.2, protected=PROTECTED, allocator="gate")
+    context = engine.prefill(ids, keep_fraction=0.2, protected=PROTECTED, allocator="gate", press="gatesight")
+    recorded = _recorded_signals(engine, context)
     engine.release(context)
-    recorded = engine.llm.collective_rpc("hybridpress_signals")[0]
     parent = prefill(model, torch.tensor(ids), protected=PROTECTED, evidence=EvidenceRequest(gdn_signals=True))
     assert set(recorded) == set(parent.evidence.gdn_signals) and len(recorded) == 9
     for layer, reference in parent.evidence.gdn_signals.items():
@@ -602,13 +605,12 @@ def test_the_shipped_models_compacted_answers_are_the_runtime_childs(shipped, pr
     """At p = 0.1 on the shipped model: the engine keeps the runtime's entries (float32: near-ties aside) and the
     blocks past them go back to the pool, layer by layer; its answers are the runtime child's greedy choices."""
     engine, model, tokenizer = shipped
-    engine.use_press(press)
     options = {"weights": "1/2/4"} if allocator == "perlayer" else None
     ids = _prose(2000, 3)
     context = engine.prefill(ids, keep_fraction=0.1, protected=PROTECTED, allocator=allocator,
-                             allocator_options=options)
+                             allocator_options=options, press=press)
     try:
-        block = engine.layout["block_size"]
+        block = engine.geometry.block_size
         assert context.freed_blocks == {layer: -(-2000 // block) - -(-k // block) for layer, k in context.kept.items()}
         chosen = presses.get(press)
         parent = prefill(model, torch.tensor(ids), protected=PROTECTED, evidence=chosen.evidence(adapter_for(model)),
@@ -640,8 +642,7 @@ def test_the_shipped_model_runs_in_bfloat16_too(shipped):
     model = AutoModelForCausalLM.from_pretrained(SHIPPED, dtype=torch.bfloat16).eval()
     ids = _prose(1500, 4)
     for press in ("gatesight", "kvzip"):
-        engine.use_press(press)
-        context = engine.prefill(ids, keep_fraction=0.2, protected=PROTECTED, allocator="gate")
+        context = engine.prefill(ids, keep_fraction=0.2, protected=PROTECTED, allocator="gate", press=press)
         engine.release(context)
         chosen = presses.get(press)
         parent = prefill(model, torch.tensor(ids), protected=PROTECTED, evidence=chosen.evidence(adapter_for(model)),
