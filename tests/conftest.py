@@ -12,16 +12,8 @@ from presses.calibration import calibrate  # noqa: E402
 from presses.gatesight import GateSightEstimator  # noqa: E402
 from runtime import adapter_for  # noqa: E402
 
+from real_model import REAL_MODEL  # noqa: E402
 from tiny_models import MODELS  # noqa: E402
-
-
-REAL_MODEL = "smollm2-135m-instruct"
-"""The catalogued pretrained model the ``realmodel`` tests run on (``bench fetch-model`` gets it)."""
-
-
-def real_model_param():
-    """:data:`REAL_MODEL` as a ``family`` parameter of the runtime's invariant tests, marked ``realmodel``."""
-    return pytest.param(REAL_MODEL, marks=pytest.mark.realmodel)
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,7 @@ import presses
 import runtime.session
 from runtime import DEFAULT_PREFILL_CHUNK, EvidenceRequest, prefill
 
-from conftest import REAL_MODEL, real_model_param
+from real_model import REAL_MODEL, real_model_param
 
 FAMILIES = ["qwen3_5", "qwen3_5_moe", "qwen3_next", "qwen3", "llama", real_model_param()]
 

@@ -9,7 +9,7 @@ import torch
 from runtime import EvidenceRequest, KeepPlan, prefill
 from runtime.adapters import apply_rope
 
-from conftest import real_model_param
+from real_model import real_model_param
 
 FAMILIES = ["qwen3_5", "qwen3_5_moe", "qwen3_next", "qwen3", "llama", real_model_param()]
 

@@ -13,6 +13,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
 from kvpress_side_by_side import LOGIT_TOLERANCE, parity  # noqa: E402
 
+from real_model import REAL_MODEL  # noqa: E402
+
 # SnapKV's window shrunk to 8: kvpress gives its whole window one score (max + 1), so a budget below the window
 # would be decided by tie-breaking (the test below), not by the press
 PRESSES = {"snapkv": {"window_size": 8}, "knorm": {}, "keydiff": {}}
@@ -69,3 +71,36 @@ def test_snapkv_budget_below_its_window_is_decided_by_tie_breaking(tiny):
     assert result.kept_ours == result.kept_kvpress == 24
     assert result.heads_differing == result.heads and result.differences_are_ties
     assert result.max_logit_diff_on_kvpress_positions <= LOGIT_TOLERANCE
+
+
+REAL_PRESSES = ["snapkv", "knorm", "keydiff", "ExpectedAttentionPress", "TOVAPress"]
+
+
+@pytest.fixture(scope="module")
+def real_text_ids(tiny):
+    """320 tokens of held-out real text (a standard-library module) and one question, in the real model's ids."""
+    from bench.corpus import documents
+    from bench.loading import load
+
+    _, tokenizer, _ = load(REAL_MODEL)
+    text = documents("python-stdlib", "heldout")[0][1]
+    question = torch.tensor(tokenizer("\nWhat does this module do?")["input_ids"])
+    return torch.tensor(tokenizer(text)["input_ids"][:320]), [question]
+
+
+@pytest.mark.realmodel
+@pytest.mark.parametrize("keep_fraction", [0.25, 0.5])
+@pytest.mark.parametrize("name", REAL_PRESSES)
+def test_real_model_keeps_what_kvpress_keeps(tiny, real_text_ids, name, keep_fraction):
+    """On SmolLM2-135M-Instruct (30 layers × 3 KV heads) and real text, kvpress's presses through the bridge keep
+    kvpress's positions in every head, or differ only at exact ties of the budget's edge (Knorm at layer 0, where a
+    token's keys repeat up to rotation); forked on kvpress's positions the first answer token's logits agree."""
+    model = tiny(REAL_MODEL)
+    ids, questions = real_text_ids
+    result = parity(model, ids, questions, name, keep_fraction)
+    assert result.kept_ours == result.kept_kvpress == keep_fraction * 320
+    assert result.heads == 30 * 3
+    assert result.heads_differing == 0 or result.differences_are_ties, result
+    assert result.max_logit_diff_on_kvpress_positions <= LOGIT_TOLERANCE
+    if result.heads_differing == 0:
+        assert result.max_logit_diff <= LOGIT_TOLERANCE

@@ -11,7 +11,7 @@ import pretrained
 from bench.cli import main
 from pretrained.fetch import extract_checked, fetch
 
-from conftest import REAL_MODEL
+from real_model import REAL_MODEL
 
 CHECKPOINT = pretrained.CHECKPOINTS[REAL_MODEL]
 
