@@ -4,11 +4,10 @@ gather the kept entries to the front of each attention layer's blocks.
 :class:`CompactionWorker` is mixed into vLLM's worker through ``worker_extension_cls``; the engine driver calls its
 methods through :class:`serving.worker_client.WorkerClient`, one client method per worker method. Everything the
 extension keeps is one :class:`WorkerState` (built by ``hybridpress_setup``), with one :class:`HeldState` per held
-context. The presses see a :class:`ServedContext`: the attributes of a runtime ``Parent``
-that scoring reads (the adapter, the KV per layer as ``[H_kv, n, d]``, n, the protected prefix, the evidence
-recorded at its prefill, the passes run after it), read from vLLM's pages. The adapter is the project's own, built
-on a meta-device twin of the served model's configuration (no weights), with a real rotary embedding for re-rotating
-keys.
+context. The presses see a :class:`ServedContext`: the attributes of a runtime ``Parent`` that scoring reads (the
+adapter, the KV per layer as ``[H_kv, n, d]``, n, the protected prefix, the evidence recorded at its prefill, the
+passes run after it), read from vLLM's pages. The adapter is the project's own, built on a meta-device twin of the
+served model's configuration (no weights), with a real rotary embedding for re-rotating keys.
 
 Positions. vLLM gives the next token of a request the position ``num_computed_tokens``, which becomes K, the largest
 kept count of any attention layer, after compaction, while the runtime continues at n. RoPE scores depend only on
