@@ -71,11 +71,18 @@ MODEL_EVAL = Command("model-eval", "full-cache accuracy of a model on held-out t
 
 def add_distill_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--teacher", default="smollm2-135m-instruct",
-                        help="the pretrained teacher (a catalogued name or a Llama-architecture model directory)")
+                        help="the pretrained teacher, a catalogued name (its file's hash goes into the delta)")
     parser.add_argument("--checkpoints", default="checkpoints/smollm2-135m-hybrid",
                         help="where the run checkpoints and logs (resumed from there when it has a checkpoint)")
     parser.add_argument("--hours", type=float, default=None,
-                        help="checkpoint and stop after this many hours (rerun the same command to go on)")
+                        help="checkpoint and stop after this many hours (rerun the same command to go on; 0 trains "
+                             "nothing and only writes --out)")
+    parser.add_argument("--out", default=None,
+                        help="write the hybrid's delta (bf16 mixers + manifest) here when the run stops, e.g. "
+                             "models/smollm2-135m-hybrid; a delta of another run there is refused unless --replace")
+    parser.add_argument("--replace", action="store_true", help="let --out replace a delta of another run")
+    parser.add_argument("--init-from", default=None,
+                        help="with no checkpoint in --checkpoints: continue from this saved delta (same settings)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--transfer-steps", type=int, default=DistillConfig.transfer_steps)
     parser.add_argument("--kd-steps", type=int, default=DistillConfig.kd_steps)
@@ -83,26 +90,62 @@ def add_distill_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0)
 
 
+def _check_delta_target(out: Path, cfg: dict, replace: bool) -> None:
+    """A delta in ``out`` may be replaced only by the same run (its config) or with ``--replace``."""
+    from .hybrid_delta import MANIFEST_FILE, manifest
+
+    if not (out / MANIFEST_FILE).exists() or replace:
+        return
+    theirs = manifest(out).get("training", {}).get("config")
+    if theirs != cfg:
+        raise ValueError(f"--out {out} holds the delta of another distillation ({theirs}); this run is {cfg}: "
+                         "give another --out, or --replace to write over it")
+
+
 def run_distill(args: argparse.Namespace) -> None:
+    from dataclasses import asdict
+
     import torch  # here, not at the top: ``bench --help`` need not import the training
 
+    import pretrained
     from bench.loading import load
 
+    from . import hybrid_delta
     from .distill import Windows, distill
     from .from_teacher import from_teacher
 
     cfg = DistillConfig(transfer_steps=args.transfer_steps, kd_steps=args.kd_steps, length=args.length,
                         seed=args.seed)
-    if args.hours is not None and args.hours <= 0:
-        raise ValueError(f"--hours {args.hours}: give a positive number of hours")
+    if args.hours is not None and args.hours < 0:
+        raise ValueError(f"--hours {args.hours}: give a number of hours >= 0")
     if args.threads < 1:
         raise ValueError(f"--threads {args.threads}: give at least one thread")
+    teacher_entry = pretrained.CHECKPOINTS.get(args.teacher)
+    if not isinstance(teacher_entry, pretrained.PackagedCheckpoint):
+        packaged = [name for name, c in pretrained.CHECKPOINTS.items() if isinstance(c, pretrained.PackagedCheckpoint)]
+        raise ValueError(f"--teacher {args.teacher!r}: choose a packaged pretrained model ({', '.join(packaged)}); "
+                         "the delta records its file's hash")
+    out = Path(args.out) if args.out else None
+    if out is not None:
+        _check_delta_target(out, asdict(cfg), args.replace)
+    checkpoint = Path(args.checkpoints) / "last.pt"
+    init = Path(args.init_from) if args.init_from and not checkpoint.exists() else None
+    start = None
+    if init is not None:
+        start = hybrid_delta.manifest(init)["training"]
+        if start.get("config") != asdict(cfg):
+            raise ValueError(f"--init-from {init} was trained with {start.get('config')}; this run is {asdict(cfg)}")
     torch.set_num_threads(args.threads)
     teacher, tokenizer, _ = load(ModelSpec(args.teacher))
-    sample = Windows(tokenizer, "train", cfg.length, cfg.seed)(-1)  # a window no training step reads
-    student = from_teacher(teacher, sample, seed=cfg.seed)
-    distill(teacher, tokenizer, student, cfg, Path(args.checkpoints), log=lambda line: print(line, flush=True),
-            stop_after_s=None if args.hours is None else args.hours * 3600)
+    if init is not None:
+        student = hybrid_delta.build(init, teacher)
+    else:  # a checkpoint, if there is one, overwrites the mixers of this initialisation
+        student = from_teacher(teacher, Windows(tokenizer, "train", cfg.length, cfg.seed)(-1), seed=cfg.seed)
+    record = distill(teacher, tokenizer, student, cfg, Path(args.checkpoints), log=lambda line: print(line, flush=True),
+                     stop_after_s=None if args.hours is None else args.hours * 3600, start=start)
+    if out is not None:
+        hybrid_delta.save(student, out, teacher_entry.sha256, record)
+        print(f"wrote the hybrid's delta at step {record['step']} to {out}")
 
 
 DISTILL = Command("distill", "distil a pretrained Llama-architecture teacher (SmolLM2-135M-Instruct) into a Qwen3.5 "

