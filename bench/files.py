@@ -1,12 +1,23 @@
-"""Writing the bench's outputs atomically: a reader, or a run killed half way or on a full disk, sees the old file
-or the new one, never a part of one."""
+"""Writing the bench's outputs safely: atomically (a reader, or a run killed half way or on a full disk, sees the
+old file or the new one, never a part of one), with the modes a plain ``open()`` gives, and never over a derived
+artifact the run did not write unless told to (the old one is then moved aside, not lost)."""
 
 from __future__ import annotations
 
 import os
 import tempfile
+import time
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Callable
+
+
+def set_default_mode(path: Path) -> None:
+    """Give ``path`` the mode a plain ``open()`` would create it with: ``mkstemp`` and safetensors make files
+    private (0600), where everything else the bench writes is readable by the group and others (0644)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, 0o666 & ~umask)
 
 
 @contextmanager
@@ -17,9 +28,7 @@ def atomic_path(path: Path):
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp" + path.suffix, dir=path.parent)
     os.close(handle)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(name, 0o666 & ~umask)  # as a plain open() would create it (mkstemp makes it private)
+    set_default_mode(Path(name))
     try:
         yield Path(name)
         os.replace(name, path)
@@ -33,3 +42,65 @@ def write_text(path: Path, text: str) -> Path:
     with atomic_path(path) as scratch:
         scratch.write_text(text)
     return Path(path)
+
+
+def backup_path(path: Path) -> Path:
+    """Where an artifact a run replaces goes: beside it, named by the time (``<name>.backup-YYYYmmdd-HHMMSS``,
+    then ``-2``, ``-3``, … for a second backup within the same second)."""
+    stamp = path.with_name(f"{path.name}.backup-{time.strftime('%Y%m%d-%H%M%S')}")
+    backup, copies = stamp, 1
+    while backup.exists():
+        copies += 1
+        backup = stamp.with_name(f"{stamp.name}-{copies}")
+    return backup
+
+
+def check_replaceable(target: Path, held: list[Path], what: str, replace: bool) -> None:
+    """``ValueError`` before any work if one of ``held`` exists and ``replace`` (``--replace``) was not given: a
+    derived artifact (an estimator, a calibration) that this run did not write is never written over unasked.
+
+    Parameters
+    ----------
+    target : Path
+        The directory the run writes the artifact to (:func:`install`).
+    held : list[Path]
+        The files that hold the artifact there now.
+    what : str
+        The artifact, as the error names it (``"a GateSight estimator"``).
+    replace : bool
+        Whether the run was told to replace it (it is then moved aside by :func:`install`).
+    """
+    present = next((path for path in held if path.exists()), None)
+    if present is not None and not replace:
+        raise ValueError(f"{present} holds {what} that this run did not write; pass --replace to write a new one "
+                         f"(the old one is first moved aside to {target}.backup-<time>)")
+
+
+def install(written: list[Path], target: Path, superseded: list[Path] = (),
+            log: Callable[[str], None] = print) -> list[Path]:
+    """Move the files of a finished artifact, written in a scratch directory on ``target``'s file system, into
+    ``target``, each with its default mode (:func:`set_default_mode`).
+
+    What they replace (a file of the same name in ``target``) and whatever else of ``superseded`` exists is first
+    moved into ``<target>.backup-<time>`` beside ``target``: nothing already written is lost or mixed with the new
+    files. :func:`check_replaceable` has refused the run before any work unless it was told to replace them.
+
+    Returns
+    -------
+    list[Path]
+        The installed files.
+    """
+    target.mkdir(parents=True, exist_ok=True)
+    old = [path for path in dict.fromkeys([target / f.name for f in written] + list(superseded)) if path.exists()]
+    if old:
+        backup = backup_path(target)
+        backup.mkdir(parents=True)
+        for path in old:
+            os.replace(path, backup / path.name)
+        log(f"moved the previous {', '.join(p.name for p in old)} to {backup}")
+    installed = []
+    for path in written:
+        set_default_mode(path)
+        os.replace(path, target / path.name)
+        installed.append(target / path.name)
+    return installed

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import tempfile
 from pathlib import Path
 
@@ -12,18 +11,25 @@ from tqdm import tqdm
 
 from bench import loading
 from bench.arguments import Command, add_model_arguments, model_spec, part
+from bench.files import check_replaceable, install
 from presses.gatesight import ARTIFACT_DIR, gdn_window
 from runtime import adapter_for
 
 from .estimator import TrainSettings, train_estimator
 from .evaluate import evaluate, heuristic_predictors, learned_predictors_loco, single_head_oracle
-from .record import load_shard, record_corpus
+from .record import check_shards, label_settings, load_shard, record_corpus
+
+ESTIMATOR_FILES = ("gatesight.safetensors", "gatesight.json")
+"""What holds a trained estimator in its directory (:meth:`presses.gatesight.GateSightEstimator.save`)."""
 
 
 def _shards(labels_dir: Path, futures: str = "labels") -> list[dict]:
+    """The label shards of ``labels_dir``, refused if there are none or if they were labelled with different
+    weights or settings (:func:`gatesight_learning.record.check_shards`)."""
     paths = sorted(Path(labels_dir).glob("*.safetensors"))
     if not paths:
         raise FileNotFoundError(f"no label shards in {labels_dir}: run `bench label --out {labels_dir}` first")
+    check_shards(paths)
     return [load_shard(p, futures) for p in tqdm(paths, desc="read labels", unit="shard", leave=False)]
 
 
@@ -31,10 +37,14 @@ def label(model_path, out: Path, limit, tokens: int, continuations: int, max_new
           part: tuple[int, int] = (0, 1)) -> None:
     """Record GDN signals and utility labels of the labelling windows into ``out``
     (:func:`gatesight_learning.record.record_corpus`, its arguments), each shard tagged with the weights'
-    fingerprint."""
-    model, tokenizer, directory = loading.load(model_path)
-    record_corpus(model, tokenizer, out, limit, tokens, continuations, max_new_tokens, seed,
-                  weights=loading.fingerprint(directory, "model*.safetensors"), part=part)
+    fingerprint and the settings; shards of other weights or settings in ``out`` are refused before the model
+    loads."""
+    weights = loading.fingerprint(loading.resolve(model_path), "model*.safetensors")
+    check_shards(sorted(out.glob("*.safetensors")), label_settings(weights, tokens, continuations, max_new_tokens,
+                                                                    seed))
+    model, tokenizer, _ = loading.load(model_path)
+    record_corpus(model, tokenizer, out, limit, tokens, continuations, max_new_tokens, seed, weights=weights,
+                  part=part)
 
 
 def _table(rows: dict[str, dict[str, float]]) -> str:
@@ -47,14 +57,21 @@ def _table(rows: dict[str, dict[str, float]]) -> str:
 
 
 def train(model_path, labels_dir: Path, out: Path | None, slow_threshold: float, settings: TrainSettings,
-          futures: str = "both") -> str:
+          futures: str = "both", replace: bool = False) -> str:
     """Fit the estimator on the labels of ``futures`` (:func:`gatesight_learning.record.load_shard`), evaluate it and
-    the heuristics leave-one-corpus-out, and save it with its record."""
+    the heuristics leave-one-corpus-out, and save it with its record into ``out`` (default: the model's
+    ``gatesight/``).
+
+    An estimator already in ``out`` is refused before any work unless ``replace``; it is then moved aside to
+    ``<out>.backup-<time>`` when the new one is saved (:func:`bench.files.install`).
+    """
     from .analyze import observation_1, slow_heads_by_layer
 
-    model, _, directory = loading.load(model_path)
-    adapter = adapter_for(model)
+    target = Path(out or loading.resolve(model_path) / ARTIFACT_DIR)
+    check_replaceable(target, [target / name for name in ESTIMATOR_FILES], "a GateSight estimator", replace)
     shards = _shards(labels_dir, futures)
+    model, _, _ = loading.load(model_path)
+    adapter = adapter_for(model)
     windows = {layer: gdn_window(adapter, layer, settings.window) for layer in adapter.attention_layers}
     slow = slow_heads_by_layer(observation_1(shards, model, slow_threshold)["slow"])
     rows = {}
@@ -71,13 +88,11 @@ def train(model_path, labels_dir: Path, out: Path | None, slow_threshold: float,
                            "loco_per_layer": {name: {str(layer): m for layer, m in by_layer.items()}
                                               for name, by_layer in per_layer.items()},
                            "slow_threshold": slow_threshold})
-    target = Path(out or directory / ARTIFACT_DIR)
     target.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target) as scratch:  # each file written whole, then moved into place
         estimator.save(scratch)
         (Path(scratch) / "evaluation.md").write_text(table + "\n")
-        for written in sorted(Path(scratch).iterdir()):
-            os.replace(written, target / written.name)
+        install(sorted(Path(scratch).iterdir()), target)
     print(table)
     print(f"estimator saved to {target}")
     return table
@@ -96,9 +111,9 @@ def analyze(model_path, labels_dir: Path, out: Path, slow_threshold: float) -> N
         slow_heads_by_layer,
     )
 
+    shards = _shards(labels_dir)
     model, _, directory = loading.load(model_path)
     adapter = adapter_for(model)
-    shards = _shards(labels_dir)
     out.mkdir(parents=True, exist_ok=True)
     windows = {layer: gdn_window(adapter, layer) for layer in adapter.attention_layers}
     obs1 = observation_1(shards, model, slow_threshold)
@@ -181,11 +196,14 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
                              "reconstruction (the window asked back)")
     parser.add_argument("--slow-threshold", type=float, default=64.0, help="half-life (tokens) of a slow GDN head")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--replace", action="store_true",
+                        help="--out holds an estimator: train a new one (the old one is moved aside to "
+                             "<out>.backup-<time>); refused otherwise")
 
 
 def run_train(args: argparse.Namespace) -> None:
     train(model_spec(args), Path(args.labels), Path(args.out) if args.out else None, args.slow_threshold,
-          TrainSettings(epochs=args.epochs, seed=args.seed), args.futures)
+          TrainSettings(epochs=args.epochs, seed=args.seed), args.futures, args.replace)
 
 
 def add_analyze_arguments(parser: argparse.ArgumentParser) -> None:

@@ -10,8 +10,9 @@ Two kinds of future are labelled from the same prefill (paper Eq. 2 for both, on
 One safetensors shard per window (``<corpus>--<doc>.safetensors``): ``signals.<gdn layer>`` ``[n, Hv, 3]``
 (float16), ``labels.<attention layer>`` and ``reconstruction.<attention layer>`` ``[H_kv, n]`` (max-normalised),
 for the n context tokens after the chat prefix; metadata: corpus, document, checks, weights (fingerprint of the
-model that produced them), seconds. Existing shards of the same weights are skipped, so a killed run resumes;
-shards of other weights are refused.
+model that produced them), settings (:func:`label_settings`, JSON), seconds. Existing shards of the same weights and
+settings are skipped, so a killed run resumes; shards of other weights or settings are refused, and so is a label
+directory that mixes them when it is read (:func:`check_shards`).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from safetensors.torch import save_file
 from tqdm import tqdm
 
 from bench.corpus import LABEL_SOURCES, content_digest, label_documents
+from bench.files import set_default_mode
 from runtime import CHATML_ASSISTANT_TURN, EvidenceRequest, encode_text, prefill
 
 from .labels import LabelChecks, Sampler, max_normalise, utility_labels
@@ -174,16 +176,12 @@ def record_corpus(model, tokenizer, out: Path, limit: int | None = None, tokens:
     index, parts = part
     if not (isinstance(index, int) and isinstance(parts, int) and 0 <= index < parts):
         raise ValueError(f"part {index}/{parts}: expected K/N with 0 <= K < N")
+    recorded = label_settings(weights, tokens, continuations, max_new_tokens, seed)
+    check_shards(sorted(out.glob("*.safetensors")), recorded)
     out.mkdir(parents=True, exist_ok=True)
     windows = corpus_windows(tokenizer, tokens, limit=limit)[index::parts]
-    for path in sorted(out.glob("*.safetensors")):
-        with safe_open(str(path), "pt") as f:
-            theirs = f.metadata().get("weights", "unknown")
-        if theirs != weights:
-            raise ValueError(f"{path} was labelled with other model weights ({theirs}, this model is {weights}); "
-                             "label into a new --out directory")
     paths = []
-    worst = 0.0
+    worst, labelled = 0.0, 0
     for corpus, doc, text in tqdm(windows, desc="label", unit="doc"):
         path = out / f"{corpus}--{doc}.safetensors"
         paths.append(path)
@@ -197,11 +195,53 @@ def record_corpus(model, tokenizer, out: Path, limit: int | None = None, tokens:
         tensors = {f"signals.{k}": v.half().contiguous() for k, v in signals.items()}
         tensors |= {f"{kind}.{k}": v.float().contiguous() for kind in FUTURES for k, v in labels[kind].items()}
         meta = {"corpus": corpus, "document": doc, "checks": json.dumps(checks.__dict__), "weights": weights,
-                "seconds": f"{time.perf_counter() - started:.3f}"}
+                "settings": json.dumps(recorded["settings"]), "seconds": f"{time.perf_counter() - started:.3f}"}
         save_file(tensors, str(path.with_suffix(".tmp")), metadata=meta)
+        set_default_mode(path.with_suffix(".tmp"))
         path.with_suffix(".tmp").replace(path)
-    print(f"{len(paths)} documents labelled in {out}; worst closed-form vs deletion error this run: {worst:.2e}")
+        labelled += 1
+    print(f"{labelled} documents labelled in {out} ({len(paths) - labelled} of this part's {len(paths)} were there "
+          f"already); worst closed-form vs deletion error this run: {worst:.2e}")
     return paths
+
+
+def _describe(recorded: dict) -> str:
+    if recorded["settings"] is None:
+        return f"weights {recorded['weights']}, settings not recorded (labelled before shards recorded them)"
+    return f"weights {recorded['weights']}, " + ", ".join(f"{k}={v}" for k, v in recorded["settings"].items())
+
+
+def label_settings(weights: str, tokens: int, continuations: int, max_new_tokens: int, seed: int) -> dict:
+    """What a shard labelled with these records (:func:`shard_settings` reads it back): the weights' fingerprint,
+    and what its labels depend on besides them (``bench label``'s flags of the same names): the window's length and
+    the number, length and seed of the sampled continuations."""
+    return {"weights": weights, "settings": {"tokens": tokens, "continuations": continuations,
+                                             "max_new_tokens": max_new_tokens, "seed": seed}}
+
+
+def shard_settings(path: Path) -> dict:
+    """``{"weights": fingerprint, "settings": {setting: value} or None}``: what a shard was labelled with
+    (:func:`label_settings`; None for a shard written before shards recorded them)."""
+    with safe_open(str(path), "pt") as f:
+        meta = f.metadata() or {}
+    settings = json.loads(meta["settings"]) if "settings" in meta else None
+    return {"weights": meta.get("weights", "unknown"), "settings": settings}
+
+
+def check_shards(paths: list[Path], expected: dict | None = None) -> None:
+    """``ValueError`` naming the first shard of ``paths`` labelled with other weights or settings
+    (:func:`shard_settings`) than ``expected`` (a resumed ``bench label``), or than the first shard (a label
+    directory read for training): labels of different settings are never mixed."""
+    if not paths:
+        return
+    reference, origin = (expected, "this run") if expected is not None else (shard_settings(paths[0]), paths[0])
+    for path in paths:
+        recorded = shard_settings(path)
+        if recorded != reference:
+            fix = ("label into a new --out directory" if expected is not None
+                   else "keep one setting's shards per directory (label each into its own --out)")
+            raise ValueError(f"{path} was labelled with {_describe(recorded)}, unlike {origin} "
+                             f"({_describe(reference)}); {fix}")
 
 
 def load_shard(path: Path, futures: str = "labels") -> dict:
