@@ -21,7 +21,7 @@ from .settings import CompareSettings, validate
 from .store import KEY_FIELDS, ResultStore, code_version
 from .tasks import registry as tasks
 
-__all__ = ["CompareSettings", "run_compare", "run_rows", "validate"]
+__all__ = ["CompareSettings", "contexts_of", "run_compare", "run_rows", "validate"]
 
 
 def run_compare(settings: CompareSettings, show_progress: bool = True) -> ResultStore:
@@ -30,6 +30,8 @@ def run_compare(settings: CompareSettings, show_progress: bool = True) -> Result
     store = ResultStore(settings.out)  # takes the writer's lock before the model loads
     try:
         store.check_schema()
+        if not contexts_of(settings):  # an empty shard (more shards than contexts): no model to load
+            return store
         harness = Harness(settings)
         store.check_model(str(harness.model_dir.name), harness.identity.row_fields())
         _run(harness, store, show_progress)

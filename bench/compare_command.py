@@ -37,12 +37,23 @@ def compression_ratios(text: str) -> list[float]:
     return fractions
 
 
+DEFAULT_PRESSES, DEFAULT_ALLOCATORS = ["gatesight"], ["flat"]
+
+
+def method_pairs(text: str) -> list[str]:
+    """``--methods``: comma-separated ``press/allocator`` pairs, spaces around either part dropped as
+    :func:`~bench.arguments.names` drops them around a name (``keydiff / flat`` is ``keydiff/flat``)."""
+    return ["/".join(part.strip() for part in pair.split("/")) for pair in names(text)]
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--press", type=names, default=["gatesight"],
-                   help=f"comma list of presses ({', '.join(presses.available())}) and none")
-    p.add_argument("--alloc", type=names, default=["flat"],
-                   help=f"comma list of allocators: {','.join(allocators.available())}")
-    p.add_argument("--methods", type=names, default=[],
+    p.add_argument("--press", type=names, default=None,
+                   help=f"comma list of presses ({', '.join(presses.available())}) and none (default: "
+                        f"{','.join(DEFAULT_PRESSES)})")
+    p.add_argument("--alloc", type=names, default=None,
+                   help=f"comma list of allocators: {','.join(allocators.available())} (default: "
+                        f"{','.join(DEFAULT_ALLOCATORS)})")
+    p.add_argument("--methods", type=method_pairs, default=None,
                    help="press/allocator pairs instead of every --press with every --alloc, e.g. "
                         "gatesight/gate,kvzip/global,snapkv/flat")
     fractions = p.add_mutually_exclusive_group()
@@ -86,23 +97,49 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "there: the README's serving section)")
 
 
+def methods_of(args: argparse.Namespace) -> tuple[list[str], list[str], list[str]]:
+    """``(presses, allocators, pairs)`` of the command line: ``--methods`` alone, or ``--press`` and ``--alloc``
+    (their defaults where not given). An empty ``--methods``, or one given with ``--press`` or ``--alloc`` (which it
+    would override), is a ``ValueError`` naming the flags."""
+    if args.methods is None:
+        return args.press if args.press is not None else DEFAULT_PRESSES, \
+            args.alloc if args.alloc is not None else DEFAULT_ALLOCATORS, []
+    if not args.methods:
+        raise ValueError("--methods is empty; give press/allocator pairs, e.g. gatesight/gate,snapkv/flat (or leave "
+                         "it out to run every --press with every --alloc)")
+    given = [f"{flag} {','.join(value)}" for flag, value in (("--press", args.press), ("--alloc", args.alloc))
+             if value is not None]
+    if given:
+        raise ValueError(f"--methods {','.join(args.methods)} names the press and allocator of each pair; "
+                         f"{' and '.join(given)} would be ignored: give either --methods or --press/--alloc")
+    return [], [], args.methods
+
+
 def run(args) -> None:
-    from .compare import CompareSettings, run_compare, run_rows
+    from .compare import CompareSettings, contexts_of, run_compare, run_rows
     from .files import write_text
     from .report import headline_markdown, plot_curves, summary_markdown
 
     fractions = args.compression_ratios if args.compression_ratios is not None else args.keep_fractions
+    chosen_presses, chosen_allocators, pairs = methods_of(args)
     settings = CompareSettings(
-        presses=args.press, allocators=args.alloc, keep_fractions=fractions, tasks=args.tasks, n=args.n,
+        presses=chosen_presses, allocators=chosen_allocators, keep_fractions=fractions, tasks=args.tasks, n=args.n,
         length=args.length, model=model_spec(args), seed=args.seed, out=Path(args.out), profile=args.profile,
         scbench_data=Path(args.scbench_data) if args.scbench_data else None, jobs=args.jobs, batch=args.batch,
         press_options=args.press_options, alloc_options=args.alloc_options, engine=args.engine,
-        haystack=args.haystack, pairs=args.methods, shard=args.shard, executor=args.executor, address=args.address,
+        haystack=args.haystack, pairs=pairs, shard=args.shard, executor=args.executor, address=args.address,
     )
     store = run_compare(settings)
+    if not contexts_of(settings):  # a batch array with more shards than the run has contexts
+        k, n = settings.shard
+        total = len(tasks.expand(settings.tasks)) * settings.n
+        print(f"shard {k}/{n} holds no context: the run has {total} context(s), at positions 0 … {total - 1}, and "
+              f"this shard takes positions {k}, {k + n}, …; nothing to answer and nothing written (leave "
+              f"{settings.out} out of bench merge)")
+        return
     rows = run_rows(store, settings)
     write_text(settings.out / "summary.md", summary_markdown(rows))
-    methods = len(settings.methods()) - 1
+    methods = len(settings.combinations())
     png = plot_curves(rows, settings.out / "curves.png",
                       f"{methods} method(s) · {', '.join(tasks.expand(settings.tasks))} · {settings.length} tokens · "
                       f"n = {settings.n} per task")

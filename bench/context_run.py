@@ -63,6 +63,14 @@ class ContextRun:
             (self.runtime if self.h.engine is None else self.served)()
         return len(self.todo)
 
+    def _common(self, prefill_seconds: float, n: int) -> dict:
+        """What every row of the context records of it: the prefill's time, and its size in tokens (``protected``
+        of them kept by every method) and in the attention entries a press chooses among (what ``kept_entries``
+        counts)."""
+        heads = len(self.h.adapter.attention_layers) * self.h.adapter.geometry.num_kv_heads
+        return {"prefill_seconds": round(prefill_seconds, 4), "n_context": n, "protected": self.protected,
+                "body_entries": (n - self.protected) * heads}
+
     def _references(self, parent) -> list[QuestionReference]:
         return [QuestionReference(question, parent, self.item.context, self.h.encode_list,
                                   self.h.tokenizer.eos_token_id) for question in self.item.questions]
@@ -80,8 +88,7 @@ class ContextRun:
         h = self.h
         t0 = time.perf_counter()
         parent = prefill(h.model, self.context, protected=self.protected, evidence=h.evidence, tokenizer=h.tokenizer)
-        common = {"prefill_seconds": round(time.perf_counter() - t0, 4), "n_context": parent.n,
-                  "protected": self.protected}
+        common = self._common(time.perf_counter() - t0, parent.n)
         questions = self._references(parent)
         if self.todo[0][0] == BASELINE:
             self._baseline(questions, method_fields(BASELINE, BASELINE, 1.0, common, parent))
@@ -139,8 +146,7 @@ class ContextRun:
         parent = EngineCache(engine, engine.hold(ids, self.protected, names, h.settings.press_options), h.tokenizer)
         try:
             questions = self._references(parent)
-            common = {"prefill_seconds": round(parent.held.prefill_seconds, 4), "n_context": parent.n,
-                      "protected": self.protected}
+            common = self._common(parent.held.prefill_seconds, parent.n)
             if self.todo[0][0] == BASELINE:
                 self._baseline(questions, method_fields(BASELINE, BASELINE, 1.0, common, parent))
             for press, allocator, ratio in (method for method in self.todo if method[0] != BASELINE):

@@ -1,12 +1,15 @@
 """``bench leaderboard``: the published tables and figures of one or more result stores.
 
 Per setting group: the curves, the averages with intervals, pairwise tables, per-task cells, the paper's Tables 3
-and 4 (:mod:`bench.paper_tables`) and every scorer under every allocator it ran with; a CSV of every cell.
+and 4 (:mod:`bench.paper_tables`) and every scorer under every allocator it ran with; a CSV of every cell; and
+``leaderboard.sha256``, the SHA-256 of every file written (``sha256sum -c`` reads it), by which ``bench verify``
+knows the images drawn with these tables.
 """
 
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 from collections import defaultdict
 from pathlib import Path
@@ -23,7 +26,29 @@ from .report import (
     plot_curves,
     summary_markdown,
 )
-from .store import ResultStore
+from .store import ResultStore, check_one_value
+
+MANIFEST = "leaderboard.sha256"
+"""Beside the leaderboard: ``<sha256>  <file>`` for every file it wrote, in ``sha256sum``'s format."""
+
+
+def sha256_of(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def read_manifest(path: Path) -> dict[str, str]:
+    """``{file name: sha256}`` of a :data:`MANIFEST`; ``ValueError`` naming it if it is missing or malformed."""
+    if not path.is_file():
+        raise ValueError(f"{path} is missing: bench leaderboard writes it beside the files it publishes; run "
+                         "`bench leaderboard` again")
+    digests = {}
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
+        digest, sep, name = line.partition("  ")
+        if not sep or len(digest) != 64 or not name:
+            raise ValueError(f"{path}:{number}: expected '<sha256>  <file name>', got {line!r}; run `bench "
+                             "leaderboard` again")
+        digests[name] = digest
+    return digests
 
 
 def allocation_ablation_markdown(report: GroupReport) -> list[str]:
@@ -47,12 +72,13 @@ def allocation_ablation_markdown(report: GroupReport) -> list[str]:
 
 
 def write_leaderboard(stores: list[Path], out: Path, resamples: int = RESAMPLES) -> Path:
-    """``leaderboard.md``, ``leaderboard.csv`` and one PNG per setting group from one or more result stores."""
-    rows = []
-    for directory in stores:
-        store = ResultStore(directory, readonly=True)
+    """``leaderboard.md``, ``leaderboard.csv``, one PNG per setting group and their :data:`MANIFEST`, from one or
+    more result stores; returns the path of ``leaderboard.md``."""
+    opened = [ResultStore(directory, readonly=True) for directory in stores]
+    for store in opened:
         store.check_rows()  # a report never shows a NaN as a blank cell, nor stops on a value that is not a number
-        rows += store.rows
+    check_one_value(opened)  # nor the mean of two rows that contradict each other, nor a row counted twice
+    rows = [row for store in opened for row in store.rows]
     if not rows:
         raise ValueError(f"no results in {', '.join(map(str, stores))}: run `bench compare` first")
     out.mkdir(parents=True, exist_ok=True)
@@ -64,10 +90,11 @@ def write_leaderboard(stores: list[Path], out: Path, resamples: int = RESAMPLES)
             f"prune is below {ACCURACY_FLOOR:.0%}.", ""]
     writer = csv.writer(table)
     writer.writerow(["group", "method", "task", "keep_fraction", "items", "metric", "mean", "low", "high"])
+    images = []
     for number, (key, group) in enumerate(group_rows(rows).items(), start=1):
         report = GroupReport(group, resamples)
         png = "leaderboard.png" if number == 1 else f"leaderboard-{number}.png"
-        plot_curves(group, out / png, group_title(key), resamples)
+        images.append(plot_curves(group, out / png, group_title(key), resamples))
         text += [f"## {group_title(key)}", "", f"![task-averaged accuracy and ΔNLL against kept fraction]({png})",
                  "", report.markdown(PAIRWISE_RATIOS)]
         text += table3_markdown(report) + table4_markdown(report)
@@ -85,5 +112,7 @@ def write_leaderboard(stores: list[Path], out: Path, resamples: int = RESAMPLES)
     if official:
         text += ["## SCBench under the official scorers (sensitivity; the tables above use the revised scorers)", "",
                  summary_markdown([{**r, "score": r["score_official"]} for r in official], resamples=resamples)]
-    write_text(out / "leaderboard.csv", table.getvalue())
-    return write_text(out / "leaderboard.md", "\n".join(text))
+    cells = write_text(out / "leaderboard.csv", table.getvalue())
+    markdown = write_text(out / "leaderboard.md", "\n".join(text))
+    write_text(out / MANIFEST, "".join(f"{sha256_of(path)}  {path.name}\n" for path in [markdown, cells, *images]))
+    return markdown

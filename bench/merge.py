@@ -1,8 +1,10 @@
 """``bench merge``: the stores of one run's shards (``bench compare --shard K/N``) joined into one store.
 
 Shards of one run share every setting: the group fields (model, weights, artifacts, profile, length, code
-version, engine, dtype, device), the seed and the methods. Stores that differ in any of them are refused before
-anything is written, naming the setting and the two stores; so is a row present in two stores with other values.
+version, engine, dtype, device), the seed and the methods. Before anything is written, each shard is checked whole
+(no last line cut short, every context with the rows of every method and question) and the shards against each
+other; what is wrong is named with the store: a damaged or unfinished shard, stores of other settings, or a row two
+stores hold with other values.
 """
 
 from __future__ import annotations
@@ -11,17 +13,29 @@ import argparse
 from pathlib import Path
 
 from .arguments import Command
-from .stats import method_of
-from .store import GROUP_FIELDS, ResultStore, row_key
-
-SHARED_FIELDS = (*GROUP_FIELDS, "seed")
+from .store import SHARED_FIELDS, ResultStore, check_one_value, listed, method_at
 
 
 def _settings_of(store: ResultStore) -> dict:
     """What every shard of one run shares: each field's values, and the methods (press/allocator at each p)."""
     shared = {field: sorted({str(row.get(field)) for row in store.rows}) for field in SHARED_FIELDS}
-    shared["methods"] = sorted({f"{method_of(row)} p={row['keep_fraction']:g}" for row in store.rows})
+    shared["methods"] = sorted({method_at(row) for row in store.rows})
     return shared
+
+
+def _check_shards_of_one_run(first: ResultStore, other: ResultStore) -> None:
+    mine, theirs = _settings_of(first), _settings_of(other)
+    for field, values in mine.items():
+        if theirs[field] == values:
+            continue
+        only_mine, only_theirs = set(values) - set(theirs[field]), set(theirs[field]) - set(values)
+        if field == "methods" and not (only_mine and only_theirs):  # one shard holds a part of the other's
+            small, large, lacking = (first, other, only_theirs) if not only_mine else (other, first, only_mine)
+            raise ValueError(f"{small.path} holds no rows of {listed(lacking)}, which {large.path} holds: the run "
+                             f"of {small.directory} did not finish (rerun it, it resumes), or it ran fewer methods "
+                             "and is not a shard of the same run")
+        raise ValueError(f"{first.path} and {other.path} are not shards of one run: their {field} differ "
+                         f"({', '.join(values)} against {', '.join(theirs[field])})")
 
 
 def merge_stores(sources: list[Path], out: Path) -> int:
@@ -30,47 +44,34 @@ def merge_stores(sources: list[Path], out: Path) -> int:
     Raises
     ------
     ValueError
-        An empty source, sources of different settings, a row two sources hold with other values, or an ``out``
-        that holds results of other settings.
+        An empty, damaged or unfinished source (:meth:`bench.store.ResultStore.check_complete`), sources of
+        different settings, a row two sources hold with other values, or an ``out`` that holds results of other
+        settings.
     """
     stores = [ResultStore(source, readonly=True) for source in sources]
     for store in stores:
         store.check_rows()
         if not store.rows:
-            raise ValueError(f"{store.path}: no results to merge")
-    first = _settings_of(stores[0])
+            raise ValueError(f"{store.path}: no results to merge (an empty shard — one of more shards than the run "
+                             "has contexts — holds none: leave it out)")
+        store.check_complete()
     for store in stores[1:]:
-        other = _settings_of(store)
-        for field, values in first.items():
-            if other[field] != values:
-                raise ValueError(f"{stores[0].path} and {store.path} are not shards of one run: their {field} "
-                                 f"differ ({', '.join(values)} against {', '.join(other[field])})")
-    rows: dict[tuple, dict] = {}
-    for store in stores:
-        for row in store.rows:
-            key = row_key(row)
-            if key in rows and _values(rows[key]) != _values(row):
-                raise ValueError(f"{store.path} and another store hold the row of {method_of(row)} at "
-                                 f"p={row['keep_fraction']:g}, task {row['task']}, item {row['item']}, question "
-                                 f"{row['question']} with other values; they are not shards of one run")
-            rows.setdefault(key, row)
+        _check_shards_of_one_run(stores[0], store)
+    check_one_value(stores, copies=True)
     target = ResultStore(out)
     try:
         target.check_schema()
+        first = _settings_of(stores[0])
         held = _settings_of(target) if target.rows else first
         if any(held[field] != first[field] for field in SHARED_FIELDS):
             raise ValueError(f"{target.path} holds results of other settings; merge into a new directory")
         before = len(target.rows)
-        for row in rows.values():
-            target.append(row)
+        for store in stores:
+            for row in store.rows:
+                target.append(row)  # a key already there (another copy of the row) is skipped
         return len(target.rows) - before
     finally:
         target.close()
-
-
-def _values(row: dict) -> dict:
-    # the timings of one context are measured where it ran: two copies of a row may differ in them alone
-    return {k: v for k, v in row.items() if not k.endswith("_seconds")}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -10,16 +10,19 @@ from pathlib import Path
 from typing import Callable
 
 from .arguments import Command
-from .leaderboard import write_leaderboard
-from .store import ResultStore
+from .leaderboard import MANIFEST, read_manifest, sha256_of, write_leaderboard
+from .store import ResultStore, check_one_value
 
 DIFF_LINES = 20
 """How much of a stale leaderboard's diff the error shows."""
 
 
 def verify_stores(stores: list[Path], docs: Path | None = None, report: Callable[[str], None] = print) -> None:
-    """Check every row of ``stores`` (complete, each value of its type and range, every no-prune row with
-    ΔNLL = KL = 0) and, given ``docs``, that ``docs/leaderboard.md`` is what the stores rebuild.
+    """Check every row of ``stores`` as ``bench merge`` checks a shard (complete, each value of its type and range,
+    every no-prune row with ΔNLL = KL = 0, the counts within the context's size, every context with the rows of
+    every method, one value per row key) and, given ``docs``, that every file ``bench leaderboard`` publishes there
+    is what the stores rebuild: ``leaderboard.md`` and ``.csv`` to the byte, each image as
+    ``leaderboard.sha256`` recorded it when it was drawn with those tables.
 
     Parameters
     ----------
@@ -33,8 +36,9 @@ def verify_stores(stores: list[Path], docs: Path | None = None, report: Callable
     Raises
     ------
     ValueError
-        No rows at all, a row that is not a valid result (by file and line), or a published leaderboard that differs
-        from the rebuilt one (with the start of the diff).
+        No rows at all, a row that is not a valid result (by file and line), an unfinished store, a key held twice,
+        a missing ``docs``, or a published file that is missing or differs from the rebuilt one (a text file with
+        the start of the diff).
     """
     opened = [ResultStore(directory, readonly=True) for directory in stores]
     rows = [row for store in opened for row in store.rows]
@@ -42,18 +46,44 @@ def verify_stores(stores: list[Path], docs: Path | None = None, report: Callable
         raise ValueError(f"no results in {', '.join(map(str, stores))}")
     for store in opened:
         store.check_rows()
+        store.check_complete()
+    check_one_value(opened)
     report(f"{len(rows)} rows complete, every value of its type and range; every no-prune row has ΔNLL = KL = 0")
     if docs is None:
         return
-    published = Path(docs) / "leaderboard.md"
+    docs = Path(docs)
+    if not docs.is_dir():
+        raise ValueError(f"--docs {docs}: no such directory; `bench leaderboard STORES --out {docs}` writes it")
     with tempfile.TemporaryDirectory() as scratch:
-        rebuilt = write_leaderboard([Path(s) for s in stores], Path(scratch)).read_text()
+        write_leaderboard([Path(s) for s in stores], Path(scratch))
+        rebuilt = read_manifest(Path(scratch) / MANIFEST)
+        for name in rebuilt:  # the tables first: a stale leaderboard shows its diff
+            if not name.endswith(".png"):
+                _check_text(docs / name, (Path(scratch) / name).read_text())
+                report(f"{docs / name} is exactly what the store rebuilds")
+    recorded = read_manifest(docs / MANIFEST)
+    texts = {name: digest for name, digest in rebuilt.items() if not name.endswith(".png")}
+    if set(recorded) != set(rebuilt) or any(recorded[name] != digest for name, digest in texts.items()):
+        raise ValueError(f"{docs / MANIFEST} was not written with these tables (or lists other files); run "
+                         "`bench leaderboard` again")
+    images = [name for name in rebuilt if name.endswith(".png")]
+    for name in images:
+        if not (docs / name).is_file():
+            raise ValueError(f"{docs / name} is missing (the leaderboard shows it); run `bench leaderboard` again")
+        if sha256_of(docs / name) != recorded[name]:
+            raise ValueError(f"{docs / name} is not the image drawn with these tables (its SHA-256 differs from "
+                             f"{docs / MANIFEST}: cut short or edited); run `bench leaderboard` again")
+    report(f"{', '.join(str(docs / name) for name in images)}: the image(s) drawn with these tables "
+           f"({docs / MANIFEST})")
+
+
+def _check_text(published: Path, rebuilt: str) -> None:
+    """``ValueError`` with the start of the diff unless ``published`` holds exactly ``rebuilt``."""
     current = published.read_text() if published.exists() else ""
     if rebuilt != current:
         diff = "".join(list(difflib.unified_diff(current.splitlines(True), rebuilt.splitlines(True), str(published),
                                                  "rebuilt from the store"))[:DIFF_LINES])
         raise ValueError(f"{published} is not what the store says; run `bench leaderboard` again:\n{diff}")
-    report(f"{published} is exactly what the store rebuilds")
 
 
 def add_leaderboard_arguments(parser: argparse.ArgumentParser) -> None:
@@ -67,7 +97,8 @@ def run_leaderboard(args: argparse.Namespace) -> None:
 
 def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("stores", nargs="+", help="result directories written by compare")
-    parser.add_argument("--docs", default=None, help="also rebuild DOCS/leaderboard.md and fail if it differs")
+    parser.add_argument("--docs", default=None, help="also rebuild the leaderboard and fail unless every file "
+                                                     "published in DOCS is what the stores rebuild")
 
 
 def run_verify(args: argparse.Namespace) -> None:

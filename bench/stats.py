@@ -15,11 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .store import BASELINE
-
-
-def method_of(row: dict) -> str:
-    return BASELINE if row["press"] == BASELINE else f"{row['press']}/{row['allocator']}"
+from .store import BASELINE, method_of
 
 
 @dataclass(frozen=True)

@@ -15,12 +15,17 @@ import json
 import math
 import os
 import sys
+from collections import defaultdict
 from pathlib import Path
 
 KEY_FIELDS = ("model", "weights", "artifacts", "press", "allocator", "keep_fraction", "task", "profile", "length",
               "item", "question", "seed", "code", "engine", "dtype", "device", "haystack")
 GROUP_FIELDS = ("model", "weights", "artifacts", "profile", "length", "code", "engine", "dtype", "device")
 """Rows are averaged only within one group of these settings."""
+SHARED_FIELDS = (*GROUP_FIELDS, "seed")
+"""What every row of one run shares: its group and its seed (the shards of a run share them too)."""
+SHOWN = 5
+"""How many missing rows or methods a message lists."""
 LEGACY_DEFAULTS = {"engine": "hf", "dtype": "float32", "device": "cpu", "haystack": "generated"}
 """What rows written before these fields existed ran with: the HF runtime (the only engine), float32 on CPU (the
 only settings of the runs the committed store holds), on the generated haystacks (the only ones then)."""
@@ -94,10 +99,30 @@ def _number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
+def _count(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _count_problem(row: dict) -> str | None:
+    """The context's sizes, where a row records them: ``n_context`` tokens, ``protected`` of them kept by every
+    method, ``body_entries`` attention entries a press chooses among, and the ``kept_entries`` of a compacted child
+    (at most all of them)."""
+    bounds = [("n_context", None), ("protected", "n_context"), ("body_entries", None), ("kept_entries", "body_entries")]
+    for field, bound in bounds:
+        value, limit = row.get(field), row.get(bound) if bound else None
+        if value is None:
+            continue
+        if not _count(value) or (_count(limit) and value > limit):
+            within = f" at most {bound} = {limit}" if _count(limit) else ""
+            return f"{field}={value!r} (expected an integer >= 0{within})"
+    return None
+
+
 def row_problem(row: dict) -> str | None:
     """What is wrong with one row, or None: every key and fidelity field present; score (and score_official) a
     number in [0, 1]; keep_fraction in (0, 1]; answer_nll and delta_nll finite numbers; kl a finite number >= 0; agree a
-    boolean; and a no-prune row — the full cache compared with itself — at exactly zero ΔNLL and KL, agreeing."""
+    boolean; the context's counts within its size (:func:`_count_problem`); and a no-prune row — the full cache
+    compared with itself — at exactly zero ΔNLL and KL, agreeing."""
     missing = [f for f in (*KEY_FIELDS, "score", *FIDELITY_FIELDS) if row.get(f) is None and f not in OPTIONAL_FIELDS]
     if missing:
         return f"missing {', '.join(missing)}"
@@ -111,10 +136,62 @@ def row_problem(row: dict) -> str | None:
     for field, valid, allowed in checks:
         if not valid(row.get(field)):
             return f"{field}={row.get(field)!r} (expected {allowed})"
+    counts = _count_problem(row)
+    if counts:
+        return counts
     if row["press"] == BASELINE and (row["delta_nll"] != 0 or row["kl"] != 0 or row["agree"] is not True):
         return (f"the no-prune row has delta_nll={row['delta_nll']}, kl={row['kl']}, agree={row['agree']} "
                 "(expected exactly 0, 0, true)")
     return None
+
+
+def _same_values(a: dict, b: dict) -> bool:
+    # the timings of one context are measured where it ran: two copies of a row may differ in them alone
+    def values(row: dict) -> dict:
+        return {k: v for k, v in row.items() if not k.endswith("_seconds")}
+    return values(a) == values(b)
+
+
+def method_of(row: dict) -> str:
+    """A row's method as reports name it: ``press/allocator``, or ``none`` for no prune."""
+    return BASELINE if row["press"] == BASELINE else f"{row['press']}/{row['allocator']}"
+
+
+def method_at(row: dict) -> str:
+    """A row's method at its kept fraction (``gatesight/flat p=0.1``), as messages name it."""
+    return f"{method_of(row)} p={row['keep_fraction']:g}"
+
+
+def listed(values) -> str:
+    """The first :data:`SHOWN` of ``values``, sorted, for a message; how many more there are."""
+    values = sorted(values)
+    return ", ".join(values[:SHOWN]) + (f", … ({len(values) - SHOWN} more)" if len(values) > SHOWN else "")
+
+
+def describe_row(row: dict) -> str:
+    """A row as messages name it: its method, kept fraction, task, item and question."""
+    return (f"{method_of(row)} at p={row['keep_fraction']:g}, task {row['task']}, item {row['item']}, question "
+            f"{row['question']}")
+
+
+def check_one_value(stores: list["ResultStore"], copies: bool = False) -> None:
+    """``ValueError`` naming (by file and line) the first row key that two rows of ``stores`` hold with other values:
+    one key, one value. With ``copies`` False, also a key held twice with the same values, which a report would
+    count twice (``bench merge`` passes True: it keeps one copy)."""
+    seen: dict[tuple, tuple[dict, str]] = {}
+    for store in stores:
+        for row, line in zip(store.rows, store.line_numbers):
+            key, where = row_key(row), f"{store.path}:{line}"
+            if key not in seen:
+                seen[key] = (row, where)
+                continue
+            first, there = seen[key]
+            if not _same_values(first, row):
+                raise ValueError(f"{there} and {where} hold the row of {describe_row(row)} with other values: one "
+                                 "key, one value (shards of one run agree on every row they share)")
+            if not copies:
+                raise ValueError(f"{there} and {where} both hold the row of {describe_row(row)}: a report would count "
+                                 "it twice; keep one copy (bench merge joins stores, keeping one)")
 
 
 def verify_rows(rows: list[dict], where=None) -> list[str]:
@@ -142,6 +219,8 @@ class ResultStore:
         self.line_numbers: list[int] = []
         """The file's line of each row."""
         self.skipped: list[int] = []
+        self.cut_line: int | None = None
+        """The last line, if it is cut short (a run killed while writing it: a rerun resumes past it)."""
         self._lock = None
         if not readonly:
             self._acquire()
@@ -165,7 +244,9 @@ class ResultStore:
                         value.setdefault(field, default)
                     self.rows.append(value)
                     self.line_numbers.append(number)
-                elif not (number == len(lines) and not raw.endswith(b"}")):  # a last line cut by a kill is normal
+                elif number == len(lines) and not raw.endswith(b"}"):  # a last line cut by a kill is normal
+                    self.cut_line = number
+                else:
                     self.skipped.append(number)
         if self.skipped:
             shown = ", ".join(map(str, self.skipped[:10])) + (" …" if len(self.skipped) > 10 else "")
@@ -196,6 +277,26 @@ class ResultStore:
         if problems:
             shown = "; ".join(problems[:5]) + (f"; … ({len(problems) - 5} more)" if len(problems) > 5 else "")
             raise ValueError(f"{len(problems)} row(s) are not valid results: {shown}")
+
+    def check_complete(self) -> None:
+        """``ValueError`` naming what the store lacks: its last line cut short, or a context without the rows of
+        every method and question of its run (the methods of its setting group, :data:`SHARED_FIELDS`), so that no
+        merge or leaderboard takes an unfinished run for a finished one."""
+        rerun = "its bench compare stopped before finishing; rerun it (it resumes)"
+        if self.cut_line is not None:
+            raise ValueError(f"{self.path}: line {self.cut_line}, the last, is cut short: {rerun}")
+        contexts: dict[tuple, set] = defaultdict(set)
+        methods: dict[tuple, set] = defaultdict(set)
+        for row in self.rows:
+            group = tuple(str(row.get(field)) for field in SHARED_FIELDS)
+            contexts[(group, row["task"], row.get("haystack"), row["item"])].add((method_at(row), row["question"]))
+            methods[group].add(method_at(row))
+        for (group, task, _, item), held in contexts.items():
+            questions = {question for _, question in held}
+            missing = {(method, question) for method in methods[group] for question in questions} - held
+            if missing:
+                raise ValueError(f"{self.path} is incomplete: task {task}, item {item} lacks the rows of "
+                                 f"{listed(f'{method} question {q}' for method, q in missing)}; {rerun}")
 
     def _acquire(self) -> None:
         check_writable(self.directory)

@@ -1,0 +1,129 @@
+"""``bench verify`` applies every check ``bench merge`` applies (one key, one value; counts within the context's
+size) and checks every file ``bench leaderboard`` publishes, the CSV and the images included."""
+
+import json
+import shutil
+
+import pytest
+
+from bench.cli import main
+from bench.compare import CompareSettings, run_compare
+from bench.leaderboard import MANIFEST, write_leaderboard
+from bench.merge import merge_stores
+from bench.publish import verify_stores
+
+
+@pytest.fixture(scope="module")
+def store(model_dir, tmp_path_factory):
+    """A finished run of the tiny model: no prune and keydiff/flat at p = 0.5 on two contexts."""
+    out = tmp_path_factory.mktemp("run")
+    run_compare(CompareSettings(presses=["keydiff", "none"], allocators=["flat"], keep_fractions=[0.5],
+                                tasks=["niah_single_1"], n=2, length=300, model=str(model_dir), out=out),
+                show_progress=False)
+    return out
+
+
+def _rows(directory) -> list[dict]:
+    return [json.loads(line) for line in (directory / "results.jsonl").read_text().splitlines()]
+
+
+def _store_of(rows, directory):
+    directory.mkdir()
+    (directory / "results.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return directory
+
+
+def _cli(capsys, *argv) -> tuple[int, str]:
+    capsys.readouterr()
+    code = main([str(a) for a in argv])
+    return code, capsys.readouterr().err
+
+
+def _compacted(rows) -> int:
+    return next(i for i, row in enumerate(rows) if row["press"] != "none")
+
+
+def test_a_key_held_twice_with_other_values_fails_verify_as_it_fails_merge(store, tmp_path, capsys):
+    rows = _rows(store)
+    at = _compacted(rows)
+    flipped = {**rows[at], "score": 1.0 - rows[at]["score"]}
+    bad = _store_of([*rows, flipped], tmp_path / "bad")
+    for argv in (["verify", bad], ["merge", bad, "--out", tmp_path / "merged"],
+                 ["leaderboard", bad, "--out", tmp_path / "docs"]):
+        code, err = _cli(capsys, *argv)
+        assert code == 2 and f"{bad / 'results.jsonl'}:{at + 1} and {bad / 'results.jsonl'}:{len(rows) + 1}" in err
+        assert "with other values: one key, one value" in err, err
+    assert not (tmp_path / "docs" / "leaderboard.md").exists()
+    assert not (tmp_path / "merged" / "results.jsonl").exists()
+
+
+def test_a_copy_of_a_row_fails_verify_and_merge_keeps_one(store, tmp_path, capsys):
+    rows = _rows(store)
+    copied = _store_of([*rows, rows[_compacted(rows)]], tmp_path / "copied")
+    code, err = _cli(capsys, "verify", copied)
+    assert code == 2 and "a report would count it twice" in err, err
+    assert merge_stores([copied], tmp_path / "merged") == len(rows)
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda row: {"kept_entries": 1e9}, "kept_entries=1000000000.0 (expected an integer >= 0 at most body_entries"),
+    (lambda row: {"kept_entries": row["body_entries"] + 1}, "at most body_entries"),
+    (lambda row: {"protected": row["n_context"] + 1}, "protected="),
+    (lambda row: {"n_context": -3}, "n_context=-3 (expected an integer >= 0)"),
+])
+def test_counts_beyond_the_context_fail_verify_and_merge(store, tmp_path, capsys, change, message):
+    rows = _rows(store)
+    at = _compacted(rows)
+    rows[at] = {**rows[at], **change(rows[at])}
+    bad = _store_of(rows, tmp_path / "bad")
+    for argv in (["verify", bad], ["merge", bad, "--out", tmp_path / "merged"]):
+        code, err = _cli(capsys, *argv)
+        assert code == 2 and f"{bad / 'results.jsonl'}:{at + 1}: " in err and message in err, err
+
+
+def test_every_row_records_the_entries_its_press_chose_among(store):
+    rows = _rows(store)
+    kept = [row for row in rows if row["press"] != "none"]
+    assert kept and all(0 < row["kept_entries"] <= row["body_entries"] for row in kept)
+    # the tiny model: 2 attention layers of 2 KV heads; p = 0.5 keeps about half of each head's entries
+    assert all(row["body_entries"] == 4 * (row["n_context"] - row["protected"]) for row in rows)
+    assert all(abs(row["kept_entries"] - 0.5 * row["body_entries"]) <= 4 for row in kept)
+
+
+@pytest.fixture
+def published(store, tmp_path):
+    docs = tmp_path / "docs"
+    write_leaderboard([store], docs)
+    return docs
+
+
+def test_verify_passes_every_published_file(store, published):
+    lines = []
+    verify_stores([store], published, report=lines.append)
+    assert lines[1:] == [f"{published / 'leaderboard.md'} is exactly what the store rebuilds",
+                         f"{published / 'leaderboard.csv'} is exactly what the store rebuilds",
+                         f"{published / 'leaderboard.png'}: the image(s) drawn with these tables "
+                         f"({published / MANIFEST})"]
+
+
+def _cut_png(docs):
+    (docs / "leaderboard.png").write_bytes((docs / "leaderboard.png").read_bytes()[:500])
+
+
+def _drop_two_csv_rows(docs):
+    (docs / "leaderboard.csv").write_text("".join((docs / "leaderboard.csv").read_text().splitlines(True)[:-2]))
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda docs: (docs / "leaderboard.png").unlink(), "leaderboard.png is missing"),
+    (_cut_png, "leaderboard.png is not the image drawn with these tables"),
+    (_drop_two_csv_rows, "leaderboard.csv is not what the store says"),
+    (lambda docs: (docs / MANIFEST).unlink(), f"{MANIFEST} is missing"),
+    (shutil.rmtree, "no such directory"),
+])
+def test_verify_refuses_a_damaged_published_file(store, published, capsys, damage, message):
+    damage(published)
+    code, err = _cli(capsys, "verify", store, "--docs", published)
+    assert code == 2 and message in err, err
+    if message == "no such directory":
+        assert err.count("\n") == 1 and err.startswith("bench verify: error: --docs ")
