@@ -8,6 +8,8 @@
 from __future__ import annotations
 
 import importlib.util
+import socket
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,6 +32,12 @@ EXECUTORS = ("local", "ray")
 """``local``: this process or ``--jobs`` worker processes; ``ray``: ``--jobs`` Ray actors (:mod:`bench.execution`)."""
 ENGINES = ("hf", "vllm")
 """``hf``: this project's runtime on a transformers model; ``vllm``: compaction inside vLLM (:mod:`serving`)."""
+RAY_ANSWER_SECONDS = 5.0
+"""How long a Ray cluster's address has to accept a connection and answer as a gRPC server (:func:`check_ray_address`):
+``ray.init`` itself retries an address that does not answer for minutes."""
+HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+"""What an HTTP/2 client sends first (RFC 9113 §3.4), with an empty SETTINGS frame; a gRPC server such as Ray's GCS
+or its client server answers with a SETTINGS frame of its own (frame type 4)."""
 
 
 @dataclass
@@ -197,11 +205,47 @@ def validate(settings: CompareSettings) -> None:
         if settings.engine != "hf":
             raise ValueError("--executor ray runs this project's runtime (--engine hf); the vLLM engine runs in one "
                              "process")
+        if settings.address is not None:
+            check_ray_address(settings.address)
     elif settings.address is not None:
         raise ValueError("--address is the Ray cluster's: it needs --executor ray")
     if settings.engine not in ENGINES:
         raise ValueError(f"unknown engine {settings.engine!r}; choose from {', '.join(ENGINES)}")
     check_writable(Path(settings.out))
+
+
+def check_ray_address(address: str, timeout: float = RAY_ANSWER_SECONDS) -> None:
+    """``ValueError`` unless a gRPC server (a Ray cluster's GCS, or its client server for ``ray://``) answers at
+    ``address`` within ``timeout`` seconds in all: a typo in the address fails here at once, where ``ray.init``
+    would retry it for minutes. ``auto`` and ``local`` are Ray's own to resolve (it answers them at once).
+
+    Parameters
+    ----------
+    address : str
+        ``HOST:PORT``, ``ray://HOST:PORT``, ``auto`` or ``local`` (``ray.init``'s ``address``).
+    timeout : float
+        Seconds to connect and to read the server's first frame, together.
+    """
+    if address in ("auto", "local"):
+        return
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ValueError(f"--address {address!r}: expected HOST:PORT (a Ray cluster's head, e.g. 10.0.0.1:6379), "
+                         "ray://HOST:PORT, auto or local")
+    deadline = time.monotonic() + timeout
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout) as connection:
+            connection.settimeout(max(deadline - time.monotonic(), 0.01))
+            connection.sendall(HTTP2_PREFACE)
+            frame = connection.recv(9)
+    except OSError as error:  # refused, unreachable, unknown host, or no answer in time
+        reason = "no answer" if isinstance(error, TimeoutError) else error.strerror or str(error)
+        raise ValueError(f"--address {address}: no Ray cluster answers there within {timeout:g} s ({reason}); "
+                         "check the head node's address and port, or leave --address out to start Ray for the run") \
+            from None
+    if len(frame) < 4 or frame[3] != 4:
+        raise ValueError(f"--address {address}: something answers there, but not a Ray cluster (no gRPC reply within "
+                         f"{timeout:g} s); check the head node's address and port")
 
 
 def _validate_served(settings: CompareSettings) -> None:

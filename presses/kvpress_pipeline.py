@@ -30,7 +30,7 @@ from transformers.pipelines import PIPELINE_REGISTRY
 
 from runtime import encode_text
 
-from .pipeline import CompressedContextPipeline, encode_context, frame, resolve
+from .pipeline import CompressedContextPipeline, describe_argument, encode_context, frame, resolve
 
 TASK = "hybrid-kv-press-text-generation"
 logger = logging.getLogger(__name__)
@@ -58,12 +58,21 @@ class HybridKVPressPipeline(Pipeline):
         """
         if question is not None and questions is not None:
             raise ValueError("give question or questions, not both")
+        if question is not None and not isinstance(question, str):
+            raise TypeError(f"question must be a string, got {describe_argument(question)}")
+        if questions is not None:  # a string would be taken character by character
+            if not isinstance(questions, (list, tuple)) or not all(isinstance(q, str) for q in questions):
+                raise TypeError(f"questions must be a list of strings (one question: question=...), got "
+                                f"{describe_argument(questions)}")
+            if not questions:
+                raise ValueError("questions is empty; give at least one question (or question=... for one)")
         if cache is not None:
             raise ValueError("cache= is kvpress's cache object; this runtime keeps its own (a parent and its "
                              "compacted child)")
         if max_context_length is None:
             max_context_length = min(self.tokenizer.model_max_length, int(1e10))  # kvpress's default
-        preprocess = {"questions": questions or [question or ""], "answer_prefix": answer_prefix or "",
+        preprocess = {"questions": list(questions) if questions is not None else [question or ""],
+                      "answer_prefix": answer_prefix or "",
                       "max_context_length": max_context_length, "enable_thinking": enable_thinking,
                       "protected": protected}
         forward = {"press": press, "allocator": allocator, "compression_ratio": compression_ratio,

@@ -10,6 +10,7 @@ the transformers task of :mod:`presses.kvpress_pipeline` is this pipeline behind
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 
 import torch
@@ -74,6 +75,10 @@ def resolve(model, press, allocator=None, compression_ratio: float | None = None
     ``allocator``: a name or an :class:`~allocators.Allocator`; by default ``flat``, or the rule a kvpress
     press carries (PyramidKVPress's schedule; AdaKVPress and PerLayerCompressionPress fix it: another is refused).
     """
+    for name, value in (("compression_ratio", compression_ratio), ("keep_fraction", keep_fraction)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Real)):
+            raise TypeError(f"{name} must be a number (compression_ratio: the evicted fraction, in [0, 1); "
+                            f"keep_fraction: the kept one, in (0, 1]), got {describe_argument(value)}")
     budget_given = compression_ratio is not None or keep_fraction is not None
     if press is None:
         if budget_given:
@@ -83,7 +88,7 @@ def resolve(model, press, allocator=None, compression_ratio: float | None = None
         allocator = allocators.get(allocator)
     if allocator is not None and not isinstance(allocator, Allocator):
         raise TypeError(f"allocator must be an allocator name (e.g. 'flat') or an Allocator instance, got "
-                        f"{_shown(allocator)}")
+                        f"{describe_argument(allocator)}")
     named = isinstance(press, str) and press.startswith(KVPRESS_PREFIX)
     if named or is_kvpress_press(press):
         if named:  # built with its defaults; the budget comes from the arguments
@@ -104,7 +109,7 @@ def resolve(model, press, allocator=None, compression_ratio: float | None = None
     press = get(press) if isinstance(press, str) else press
     if not isinstance(press, Press):
         raise TypeError(f"press must be a press name (e.g. 'gatesight'), a Press instance or a kvpress press, got "
-                        f"{_shown(press)}")
+                        f"{describe_argument(press)}")
     return Compression(press, allocator or allocators.get("flat"), keep_fraction_from(keep_fraction, compression_ratio))
 
 
@@ -129,7 +134,9 @@ class CompressedContextPipeline:
                compression: Compression, layer_weights: dict[int, float] | None = None,
                eos_token_id: int | list[int] | None = None) -> list[Answer]:
         """The protocol: prefill ``context_ids`` once with the press's evidence (its first ``protected`` tokens
-        kept), compact once, answer every question greedily from the one child."""
+        kept), compact once, answer every question greedily from the one child. A request that cannot fit the
+        model's positions is refused first (:func:`check_positions`)."""
+        check_positions(self.model, len(context_ids), questions_ids, self.max_new_tokens)
         press = compression.press
         evidence = press.evidence(adapter_for(self.model)) if press is not None else None
         parent = prefill(self.model, context_ids, protected=protected, tokenizer=self.tokenizer,
@@ -154,7 +161,7 @@ class CompressedContextPipeline:
         single = isinstance(questions, str)
         if not single and not (isinstance(questions, (list, tuple))
                                and all(isinstance(q, str) for q in questions)):
-            raise TypeError(f"questions must be a string or a list of strings, got {_shown(questions)}")
+            raise TypeError(f"questions must be a string or a list of strings, got {describe_argument(questions)}")
         questions = [questions] if single else list(questions)
         if not questions:
             raise ValueError("give at least one question")
@@ -168,7 +175,22 @@ class CompressedContextPipeline:
         return texts[0] if single else texts
 
 
-def _shown(value) -> str:
+def check_positions(model, context_tokens: int, questions_ids: list[torch.Tensor], max_new_tokens: int) -> None:
+    """``ValueError`` before any work unless ``max_new_tokens`` is an integer >= 1 and the context, the longest
+    question and its answer fit the model's positions (``max_position_embeddings``), as the bench checks its
+    lengths: past them a model that never emits EOS would decode for as long as it is told to."""
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
+    limit = getattr(model.config, "max_position_embeddings", None)
+    longest = max(len(ids) for ids in questions_ids)
+    if limit is not None and context_tokens + longest + max_new_tokens > limit:
+        raise ValueError(f"the context ({context_tokens} tokens), the longest question ({longest}) and "
+                         f"max_new_tokens={max_new_tokens} need {context_tokens + longest + max_new_tokens} positions; "
+                         f"the model has {limit} (max_position_embeddings): give max_new_tokens <= "
+                         f"{max(limit - context_tokens - longest, 0)} or a shorter context")
+
+
+def describe_argument(value) -> str:
     """A wrong argument as a message names it: a class (given where an instance belongs) says so."""
     if isinstance(value, type):
         return f"the class {value.__name__} (pass an instance: {value.__name__}())"

@@ -15,6 +15,7 @@ from runtime import Child, KeepPlan, Parent
 from .base import Press, Scores
 from .calibration import Calibration
 from .preparation import prepare
+from .registry import PRESSES
 
 
 def keep_fraction_from(keep_fraction: float | None, compression_ratio: float | None) -> float:
@@ -33,9 +34,10 @@ def keep_fraction_from(keep_fraction: float | None, compression_ratio: float | N
 def check_pair(press: Press, allocator: Allocator) -> None:
     """Refuse combinations that are not meaningful before any work starts."""
     if allocator.compares_layers and not press.comparable_scale:
+        comparable = [name for name, cls in PRESSES.items() if cls.comparable_scale]  # as each press declares
         raise ValueError(
             f"the {allocator.name!r} allocator ranks scores across layers, but {press.name!r} scores are not on one "
-            f"scale across layers; use it with a press whose scores are (kvzip, gatesight)"
+            f"scale across layers; use it with a press whose scores are: {', '.join(comparable)}"
         )
 
 

@@ -1,0 +1,65 @@
+"""The pipelines check a request before any work: ``questions`` a non-empty list of strings (a string is not taken
+character by character, an empty list is no question), the budget a number, and the context, the longest question
+and ``max_new_tokens`` within the model's positions (a model that never emits EOS would decode for as long as it
+is told to)."""
+
+import sys
+
+import pytest
+from transformers import pipeline
+
+import presses
+import presses.kvpress_pipeline  # noqa: F401 - registers the task
+from presses.kvpress_pipeline import TASK
+
+CONTEXT, QUESTION = "Some facts. The code is 4711.", "\nWhat is the code?"
+
+
+@pytest.fixture(scope="module")
+def pipe(model_dir):
+    return pipeline(TASK, model=str(model_dir), device="cpu")
+
+
+@pytest.fixture
+def no_prefill(monkeypatch):
+    # the module, not the function presses.pipeline that shadows it in the package
+    monkeypatch.setattr(sys.modules["presses.pipeline"], "prefill",
+                        lambda *a, **k: pytest.fail("the context was prefilled"))
+
+
+@pytest.mark.parametrize("arguments, error, message", [
+    ({"questions": "What is the code?"}, TypeError, "questions must be a list of strings \\(one question: question="),
+    ({"questions": []}, ValueError, "questions is empty"),
+    ({"questions": ["\nWho?", 3]}, TypeError, "questions must be a list of strings"),
+    ({"question": 5}, TypeError, "question must be a string, got int 5"),
+    ({"question": QUESTION, "compression_ratio": "0.5"}, TypeError, "compression_ratio must be a number.*str '0.5'"),
+    ({"question": QUESTION, "compression_ratio": None, "keep_fraction": True}, TypeError, "keep_fraction must be a "
+                                                                                          "number"),
+    ({"question": QUESTION, "max_new_tokens": 10**9}, ValueError, "positions; the model has 32768"),
+    ({"question": QUESTION, "max_new_tokens": 0}, ValueError, "max_new_tokens must be an integer >= 1, got 0"),
+])
+def test_the_task_refuses_a_request_before_any_work(pipe, no_prefill, arguments, error, message):
+    arguments = {"press": "keydiff", "compression_ratio": 0.5, **arguments}
+    with pytest.raises(error, match=message):
+        pipe(CONTEXT, **arguments)
+
+
+def test_the_library_pipeline_checks_the_same_bounds(pipe, no_prefill):
+    ours = presses.pipeline(pipe.model, pipe.tokenizer, max_new_tokens=10**9)
+    with pytest.raises(ValueError, match="positions; the model has 32768 \\(max_position_embeddings\\)"):
+        ours(CONTEXT, QUESTION, press="keydiff", compression_ratio=0.5)
+    with pytest.raises(TypeError, match="compression_ratio must be a number"):
+        presses.pipeline(pipe.model, pipe.tokenizer)(CONTEXT, QUESTION, press="keydiff", compression_ratio=[0.5])
+
+
+def test_the_positions_bound_is_the_context_the_longest_question_and_the_answer(pipe, monkeypatch):
+    ids = pipe.preprocess(CONTEXT, questions=[QUESTION, "\nAnd?"], answer_prefix="", max_context_length=10**6,
+                          enable_thinking=False, protected=0)
+    needed = len(ids["context_ids"]) + len(ids["questions_ids"][0])
+    monkeypatch.setattr(pipe.model.config, "max_position_embeddings", needed + 3)
+    answers = pipe(CONTEXT, questions=[QUESTION, "\nAnd?"], press="keydiff", compression_ratio=0.5,
+                   max_new_tokens=3)["answers"]
+    assert len(answers) == 2  # two questions, two answers: none of a question never asked
+    with pytest.raises(ValueError, match=f"need {needed + 4} positions; the model has {needed + 3} "
+                                         "\\(max_position_embeddings\\): give max_new_tokens <= 3"):
+        pipe(CONTEXT, questions=[QUESTION, "\nAnd?"], press="keydiff", compression_ratio=0.5, max_new_tokens=4)
