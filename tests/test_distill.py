@@ -96,7 +96,7 @@ def test_the_delta_rebuilds_the_hybrid_on_its_teacher(teacher, student, tmp_path
     rebuilt = hybrid_delta.build(tmp_path, teacher)
     rounded = copy.deepcopy(student)
     with torch.no_grad():
-        for name, p in hybrid_delta.mixer_state(rounded).items():
+        for p in hybrid_delta.mixer_state(rounded).values():
             p.copy_(p.to(torch.bfloat16).float())
     ids = torch.randint(0, 256, (1, 25), generator=torch.Generator().manual_seed(4))
     with torch.no_grad():
