@@ -144,8 +144,16 @@ def run_distill(args: argparse.Namespace) -> None:
     record = distill(teacher, tokenizer, student, cfg, Path(args.checkpoints), log=lambda line: print(line, flush=True),
                      stop_after_s=None if args.hours is None else args.hours * 3600, start=start)
     if out is not None:
+        import shutil
+
+        from .distill_report import plot
+
         hybrid_delta.save(student, out, teacher_entry.sha256, record)
-        print(f"wrote the hybrid's delta at step {record['step']} to {out}")
+        log = Path(args.checkpoints) / "log.jsonl"
+        if log.exists():
+            shutil.copyfile(log, out / "training_log.jsonl")
+            plot(log, out / "curves.png")
+        print(f"wrote the hybrid's delta at step {record['step']} to {out} (with its training log and curves)")
 
 
 DISTILL = Command("distill", "distil a pretrained Llama-architecture teacher (SmolLM2-135M-Instruct) into a Qwen3.5 "
