@@ -205,10 +205,10 @@ def record_corpus(model, tokenizer, out: Path, limit: int | None = None, tokens:
     return paths
 
 
-def _describe(recorded: dict) -> str:
-    if recorded["settings"] is None:
-        return f"weights {recorded['weights']}, settings not recorded (labelled before shards recorded them)"
-    return f"weights {recorded['weights']}, " + ", ".join(f"{k}={v}" for k, v in recorded["settings"].items())
+def _settings_text(settings: dict | None) -> str:
+    if settings is None:
+        return "settings not recorded: labelled before shards recorded them"
+    return ", ".join(f"{k}={v}" for k, v in settings.items())
 
 
 def label_settings(weights: str, tokens: int, continuations: int, max_new_tokens: int, seed: int) -> dict:
@@ -235,13 +235,18 @@ def check_shards(paths: list[Path], expected: dict | None = None) -> None:
     if not paths:
         return
     reference, origin = (expected, "this run") if expected is not None else (shard_settings(paths[0]), paths[0])
+    fix = ("label into a new --out directory" if expected is not None
+           else "keep one setting's shards per directory (label each into its own --out)")
     for path in paths:
         recorded = shard_settings(path)
-        if recorded != reference:
-            fix = ("label into a new --out directory" if expected is not None
-                   else "keep one setting's shards per directory (label each into its own --out)")
-            raise ValueError(f"{path} was labelled with {_describe(recorded)}, unlike {origin} "
-                             f"({_describe(reference)}); {fix}")
+        differ = []
+        if recorded["weights"] != reference["weights"]:
+            differ.append(f"other model weights ({recorded['weights']}; {origin}: {reference['weights']})")
+        if recorded["settings"] != reference["settings"]:
+            differ.append(f"other settings ({_settings_text(recorded['settings'])}; {origin}: "
+                          f"{_settings_text(reference['settings'])})")
+        if differ:
+            raise ValueError(f"{path} was labelled with {' and '.join(differ)}; {fix}")
 
 
 def load_shard(path: Path, futures: str = "labels") -> dict:
