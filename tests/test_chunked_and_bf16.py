@@ -77,10 +77,10 @@ def bf16(tiny):
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_bf16_keep_all_fork_equals_fresh_run(bf16, family):
-    """Logits within 4 bf16 ulps (at the largest logit's magnitude) of transformers' own bf16 forward: bf16 has 8
-    mantissa bits, so one ulp is 0.03 at logits of magnitude 4-8 (the tiny models) and 0.125 at 16-32 (the real
-    model), and the two paths sum in different orders; greedy tokens identical wherever the fresh run's top token
-    leads by more than that rounding (a near-tie may flip either way, on either path)."""
+    """Logits within 0.1, or 4 bf16 ulps at the largest logit's magnitude where that is more, of transformers' own
+    bf16 forward: bf16 has 8 mantissa bits, so one ulp is 0.03 at logits of magnitude 4-8 (the tiny models) and
+    0.125 at 16-32 (the real model), and the two paths sum in different orders; greedy tokens identical wherever the
+    fresh run's top token leads by more than that rounding (a near-tie may flip either way, on either path)."""
     model = bf16(family)
     context, question = _ids(100, 7), _ids(8, 8)
     parent = prefill(model, context, protected=4)
@@ -88,7 +88,7 @@ def test_bf16_keep_all_fork_equals_fresh_run(bf16, family):
     assert parent.kv[parent.adapter.attention_layers[0]].keys.dtype == torch.bfloat16
     fresh = model(torch.cat([context, question])[None]).logits[0, 100:].float()
     ours = child.logits(question).float()
-    tolerance = 4 * 2.0 ** (math.floor(math.log2(float(fresh.abs().max()))) - 7)
+    tolerance = max(0.1, 4 * 2.0 ** (math.floor(math.log2(float(fresh.abs().max()))) - 7))
     assert (ours - fresh).abs().max() <= tolerance
     differ = ours.argmax(-1) != fresh.argmax(-1)
     lead = fresh.max(-1).values - fresh.gather(-1, ours.argmax(-1, keepdim=True))[:, 0]

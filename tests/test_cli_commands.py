@@ -20,7 +20,8 @@ def test_every_command_is_in_the_parser_and_named_once():
     names = [command.name for command in COMMANDS]
     assert len(set(names)) == len(names)
     for name in names:
-        required = {"verify": ["store"], "leaderboard": ["store"], "merge": ["store", "--out", "merged"]}
+        required = {"verify": ["store"], "leaderboard": ["store"], "merge": ["store", "--out", "merged"],
+                    "fetch-model": ["smollm2-135m-instruct"]}
         assert build_parser().parse_args([name, *required.get(name, [])]).command == name
 
 
