@@ -34,6 +34,17 @@ ROOT = Path(__file__).resolve().parent.parent
 MODEL = "smollm2-135m-instruct"
 PARITY_PRESSES = ("snapkv", "knorm", "keydiff", "ExpectedAttentionPress", "TOVAPress")
 PIPELINE_PRESSES = ("KnormPress", "SnapKVPress", "KeyDiffPress")
+READING = (
+    'Where answers differ, two mechanisms are known and no other was found: (1) a budget that is not whole — '
+    'kvpress keeps `int(n·(1 − r))` entries per head, the flat allocator `round(p·n)`, so at r = 0.7 and 0.9 '
+    'the two keep one entry apart per head unless n·(1 − r) is an integer (at r = 0.5 it is, for an even n); '
+    "(2) Knorm's exact ties: at layer 0 a token's keys repeat up to RoPE's rotation, so their norms tie bit "
+    'for bit and kvpress keeps what `torch.topk` returns among them, this project the earliest positions (the'
+    ' kept-positions table shows it at every whole-size budget, and nothing else differs there). The full '
+    "cache answers fewer questions here than in `bench compare` because kvpress's framing (the chat "
+    "template's default system prompt, nothing protected) is not the bench's."
+)
+"""What the answer table's differences come from."""
 
 
 def kept_positions_table(model, tokenizer, tokens: int, fractions) -> list[str]:
@@ -130,7 +141,9 @@ def main(argv: list[str] | None = None) -> int:
         f"{len(items)} RULER contexts of {args.length} tokens on the manual-page haystack (niah_single_2, "
         f"niah_multikey_1; {questions} questions), greedy, {args.max_new_tokens} new tokens; correct = the "
         "task's metric gives the answer full marks. Time is each pipeline's wall clock over the contexts, on a "
-        "machine shared with other jobs (a ratio between the columns, not a benchmark).", "", *answers, "",
+        "machine shared with other jobs (a ratio between the columns, not a benchmark).", "", *answers,
+        "", READING,
+        "",
     ]
     args.out.write_text("\n".join(lines))
     print(f"wrote {args.out}", file=sys.stderr)
