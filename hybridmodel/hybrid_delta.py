@@ -31,6 +31,7 @@ def save(student, out_dir: Path, teacher_sha256: str, record: dict) -> Path:
     tensors = {name: t.to(torch.bfloat16).contiguous() for name, t in mixer_state(student).items()}
     partial = out_dir / (MIXERS_FILE + ".partial")
     save_file(tensors, partial)
+    partial.chmod(0o644)  # safetensors writes through a private temporary file; the delta is shipped like the rest
     partial.replace(out_dir / MIXERS_FILE)
     manifest = {"teacher_sha256": teacher_sha256, "dtype": "bfloat16", "config": student.config.to_dict(),
                 "training": record}
