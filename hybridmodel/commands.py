@@ -9,7 +9,7 @@ from bench.arguments import Command, add_model_arguments, ints, model_spec, name
 from bench.loading import ModelSpec
 
 from .data import TRAIN_TASKS
-from .distill import DistillConfig
+from .distill_config import DistillConfig
 
 
 def add_train_model_arguments(parser: argparse.ArgumentParser) -> None:
