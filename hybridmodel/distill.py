@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from bench.corpus import SOURCES, documents
 
 from .distill_config import DistillConfig
-from .hybrid_delta import mixer_state
+from .hybrid_delta import MIXERS, mixer_state
 from .train import install_fast_kernel
 
 
@@ -62,15 +62,9 @@ class Windows:
         return torch.tensor(ids[:self.length]).unsqueeze(0)
 
 
-def mixers(model) -> list[torch.nn.Module]:
-    """The token mixer of each layer (GDN or attention): what distillation trains."""
-    return [getattr(layer, "linear_attn", None) or layer.self_attn for layer in model.model.layers]
-
-
 def mixer_parameters(model, stage: str) -> dict[str, torch.nn.Parameter]:
     """``{name: parameter}`` trained in ``stage``: the GDN layers in attention transfer, every mixer after."""
-    keep = ("linear_attn.",) if stage == "transfer" else ("linear_attn.", "self_attn.")
-    return {name: p for name, p in model.named_parameters() if any(k in name for k in keep)}
+    return mixer_state(model, (".linear_attn.",) if stage == "transfer" else MIXERS)
 
 
 def transfer_loss(student, teacher, ids: torch.Tensor) -> torch.Tensor:
@@ -212,7 +206,7 @@ def distill(teacher, tokenizer, student, cfg: DistillConfig, checkpoint_dir: Pat
         if time.monotonic() - saved >= checkpoint_every_s or step == cfg.steps or out_of_time():
             _save_atomic({"config": asdict(cfg), "step": step, "seconds": seconds, "teacher_ppl": teacher_ppl,
                           "stage": stage, "optimizer": optimizer.state_dict(),
-                          "mixers": {name: t.clone() for name, t in mixer_state(student).items()}}, last)
+                          "mixers": {name: p.detach().clone() for name, p in mixer_state(student).items()}}, last)
             saved = time.monotonic()
     if step < cfg.steps:
         log(f"stopped at step {step} of {cfg.steps}; run the same command again to resume")

@@ -12,23 +12,25 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
+from pretrained.catalog import MIXERS_FILE
+
 from .from_teacher import carry_over
 
-MIXERS_FILE = "mixers.safetensors"
 MANIFEST_FILE = "hybrid.json"
+MIXERS = (".linear_attn.", ".self_attn.")
+"""Parameter-name parts of the token mixers: a GDN layer's, a kept attention layer's."""
 
 
-def mixer_state(student) -> dict[str, torch.Tensor]:
-    """``{name: tensor}`` of every parameter of the token mixers (what :func:`save` stores)."""
-    return {name: p.detach() for name, p in student.named_parameters()
-            if ".linear_attn." in name or ".self_attn." in name}
+def mixer_state(student, kinds: tuple[str, ...] = MIXERS) -> dict[str, torch.nn.Parameter]:
+    """``{name: parameter}`` of the token mixers of ``kinds`` (by default every one: what :func:`save` stores)."""
+    return {name: p for name, p in student.named_parameters() if any(kind in name for kind in kinds)}
 
 
 def save(student, out_dir: Path, teacher_sha256: str, record: dict) -> Path:
     """Write the mixers (bf16) and the manifest of ``student`` into ``out_dir``; the mixers file's path."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    tensors = {name: t.to(torch.bfloat16).contiguous() for name, t in mixer_state(student).items()}
+    tensors = {name: p.detach().to(torch.bfloat16).contiguous() for name, p in mixer_state(student).items()}
     partial = out_dir / (MIXERS_FILE + ".partial")
     save_file(tensors, partial)
     partial.chmod(0o644)  # safetensors writes through a private temporary file; the delta is shipped like the rest
@@ -60,10 +62,7 @@ def build(delta_dir: Path, teacher):
     if set(mixers) != expected:
         missing, extra = sorted(expected - set(mixers)), sorted(set(mixers) - expected)
         raise ValueError(f"{delta_dir}: its mixers do not fit its config (missing {missing[:3]}, extra {extra[:3]})")
-    with torch.no_grad():
-        for name, p in student.named_parameters():
-            if name in mixers:
-                p.copy_(mixers[name].float())
+    student.load_state_dict(mixers, strict=False)  # copied into the float32 parameters
     return student
 
 
@@ -76,10 +75,10 @@ def rebuild(checkpoint, root: Path, log=print) -> Path:
     from its shipped delta on its teacher, which must be fetched into ``root`` already and be the file the delta was
     trained against. A directory rebuilt from an older delta is moved aside first, never written over."""
     import shutil
-    import time
 
     from transformers import AutoModelForCausalLM
 
+    from bench.files import backup_path
     from pretrained.store import SOURCE_FILE, installed, source_hash
 
     root = Path(root)
@@ -109,7 +108,7 @@ def rebuild(checkpoint, root: Path, log=print) -> Path:
         {"name": checkpoint.name, "sha256": source_hash(checkpoint), "teacher_sha256": wanted,
          "delta": str(delta)}, indent=2) + "\n")
     if target.exists():
-        aside = target.with_name(f"{target.name}.previous-{time.strftime('%Y%m%d-%H%M%S')}")
+        aside = backup_path(target)
         target.rename(aside)
         log(f"{checkpoint.name}: the directory rebuilt from an older delta was moved to {aside}")
     staged.rename(target)

@@ -14,6 +14,7 @@ from statistics import median
 import torch
 from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
 
+from bench.files import backup_path
 from runtime.gdn import transformers_chunk_kernel
 
 from .data import batch
@@ -215,11 +216,6 @@ def check_target(out_dir: Path, checkpoint_dir: Path, existing: str = "refuse") 
                          "write to another --out")
 
 
-def backup_path(out_dir: Path) -> Path:
-    """Where an old model directory goes: beside it, named by the time (``<name>.backup-YYYYmmdd-HHMMSS``)."""
-    return out_dir.with_name(f"{out_dir.name}.backup-{time.strftime('%Y%m%d-%H%M%S')}")
-
-
 def train(out_dir: Path, checkpoint_dir: Path, cfg: TrainConfig = TrainConfig(), log=print,
           device: str = "cpu", precision: str = "auto", existing: str = "refuse") -> Path:
     """Train (or resume) the default model; ``precision``: ``auto`` (each stage's own: bf16 autocast from the
@@ -277,7 +273,7 @@ def train(out_dir: Path, checkpoint_dir: Path, cfg: TrainConfig = TrainConfig(),
 
 def save(model, tokenizer, out_dir: Path, record: dict, log=print) -> None:
     """Write the model into a fresh directory beside ``out_dir``, then move it into place; an old directory there
-    is first moved aside to :func:`backup_path` (its artifacts were derived from the old weights)."""
+    is first moved aside to :func:`bench.files.backup_path` (its artifacts were derived from the old weights)."""
     out_dir = Path(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     partial = out_dir.with_name(f"{out_dir.name}.partial")

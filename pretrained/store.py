@@ -8,7 +8,7 @@ import os
 from functools import lru_cache
 from pathlib import Path
 
-from .catalog import CHECKPOINTS, DistilledCheckpoint, PackagedCheckpoint
+from .catalog import CHECKPOINTS, MIXERS_FILE, DistilledCheckpoint, PackagedCheckpoint
 
 CACHE_ENV = "HYBRIDPRESS_CACHE"
 """The cache's root, if set (default: ``~/.cache/hybridpress``); converted models live in its ``models/``."""
@@ -42,7 +42,7 @@ def source_hash(checkpoint: PackagedCheckpoint | DistilledCheckpoint) -> str | N
     for a distilled hybrid the hash of the shipped mixers it was rebuilt from (None if the checkout has none)."""
     if isinstance(checkpoint, PackagedCheckpoint):
         return checkpoint.sha256
-    mixers = checkpoint.delta_dir / "mixers.safetensors"
+    mixers = checkpoint.delta_dir / MIXERS_FILE
     return sha256_of(mixers) if mixers.is_file() else None
 
 
