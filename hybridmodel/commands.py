@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import asdict
 from pathlib import Path
 
 from bench.arguments import Command, add_model_arguments, ints, model_spec, names
 from bench.loading import ModelSpec
 
 from .data import TRAIN_TASKS
-from .distill_config import DistillConfig
+from .distill_config import PHASE_DEFAULTS, DistillConfig
 
 
 def add_train_model_arguments(parser: argparse.ArgumentParser) -> None:
@@ -82,11 +83,21 @@ def add_distill_arguments(parser: argparse.ArgumentParser) -> None:
                              "models/smollm2-135m-hybrid; a delta of another run there is refused unless --replace")
     parser.add_argument("--replace", action="store_true", help="let --out replace a delta of another run")
     parser.add_argument("--init-from", default=None,
-                        help="with no checkpoint in --checkpoints: continue from this saved delta (same settings)")
+                        help="with no checkpoint in --checkpoints: start from this saved delta — continuing its run "
+                             "(same settings), or beginning a later --phase from it (the run records the delta's "
+                             "directory, mixers SHA-256 and step)")
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--transfer-steps", type=int, default=DistillConfig.transfer_steps)
-    parser.add_argument("--kd-steps", type=int, default=DistillConfig.kd_steps)
-    parser.add_argument("--length", type=int, default=DistillConfig.length)
+    parser.add_argument("--phase", type=int, default=1,
+                        help="1: the conversion from the teacher; 2: retrieval over long contexts and chat, from "
+                             "the phase-1 delta (--init-from); the settings below default to the phase's "
+                             "(hybridmodel/distill_config.py PHASE_DEFAULTS)")
+    for flag, kind in (("transfer-steps", int), ("kd-steps", int), ("length", int), ("kd-lr", float),
+                       ("warmup", int), ("eval-every", int), ("copy-fraction", float), ("chat-fraction", float),
+                       ("chat-pool", int), ("chat-tokens", int), ("probe-windows", int)):
+        name = flag.replace("-", "_")
+        phases = "; ".join(f"phase {phase}: {defaults.get(name, getattr(DistillConfig, name))}"
+                           for phase, defaults in PHASE_DEFAULTS.items())
+        parser.add_argument(f"--{flag}", type=kind, default=None, help=f"default: the phase's ({phases})")
     parser.add_argument("--seed", type=int, default=0)
 
 
@@ -97,13 +108,17 @@ def _check_delta_target(out: Path, cfg: dict, replace: bool) -> None:
     if not (out / MANIFEST_FILE).exists() or replace:
         return
     theirs = manifest(out).get("training", {}).get("config")
-    if theirs != cfg:
+    try:
+        same = theirs is not None and DistillConfig.from_dict(theirs) == DistillConfig.from_dict(cfg)
+    except (TypeError, ValueError):
+        same = False
+    if not same:
         raise ValueError(f"--out {out} holds the delta of another distillation ({theirs}); this run is {cfg}: "
                          "give another --out, or --replace to write over it")
 
 
 def run_distill(args: argparse.Namespace) -> None:
-    from dataclasses import asdict
+    import json
 
     import torch  # here, not at the top: ``bench --help`` need not import the training
 
@@ -114,8 +129,10 @@ def run_distill(args: argparse.Namespace) -> None:
     from .distill import Windows, distill
     from .from_teacher import from_teacher
 
-    cfg = DistillConfig(transfer_steps=args.transfer_steps, kd_steps=args.kd_steps, length=args.length,
-                        seed=args.seed)
+    cfg = DistillConfig.for_phase(args.phase, seed=args.seed, **{
+        name: getattr(args, name) for name in ("transfer_steps", "kd_steps", "length", "kd_lr", "warmup", "eval_every",
+                                               "copy_fraction", "chat_fraction", "chat_pool", "chat_tokens",
+                                               "probe_windows")})
     if args.hours is not None and args.hours < 0:
         raise ValueError(f"--hours {args.hours}: give a number of hours >= 0")
     if args.threads < 1:
@@ -130,11 +147,14 @@ def run_distill(args: argparse.Namespace) -> None:
         _check_delta_target(out, asdict(cfg), args.replace)
     checkpoint = Path(args.checkpoints) / "last.pt"
     init = Path(args.init_from) if args.init_from and not checkpoint.exists() else None
-    start = None
+    if checkpoint.exists() and args.init_from:
+        print(f"{checkpoint} exists: resuming it (--init-from {args.init_from} is read only by a fresh run)")
+    if args.phase > 1 and init is None and not checkpoint.exists():
+        raise ValueError(f"--phase {args.phase} starts from the delta of an earlier phase: give --init-from DELTA "
+                         "(e.g. models/smollm2-135m-hybrid)")
+    start, origin = None, None
     if init is not None:
-        start = hybrid_delta.manifest(init)["training"]
-        if start.get("config") != asdict(cfg):
-            raise ValueError(f"--init-from {init} was trained with {start.get('config')}; this run is {asdict(cfg)}")
+        start, origin = _start_from(init, cfg)
     torch.set_num_threads(args.threads)
     teacher, tokenizer, _ = load(ModelSpec(args.teacher))
     if init is not None:
@@ -142,18 +162,44 @@ def run_distill(args: argparse.Namespace) -> None:
     else:  # a checkpoint, if there is one, overwrites the mixers of this initialisation
         student = from_teacher(teacher, Windows(tokenizer, "train", cfg.length, cfg.seed)(-1), seed=cfg.seed)
     record = distill(teacher, tokenizer, student, cfg, Path(args.checkpoints), log=lambda line: print(line, flush=True),
-                     stop_after_s=None if args.hours is None else args.hours * 3600, start=start)
+                     stop_after_s=None if args.hours is None else args.hours * 3600, start=start, origin=origin)
     if out is not None:
-        import shutil
-
         from .distill_report import plot
 
         hybrid_delta.save(student, out, teacher_entry.sha256, record)
         log = Path(args.checkpoints) / "log.jsonl"
-        if log.exists():
-            shutil.copyfile(log, out / "training_log.jsonl")
-            plot(log, out / "curves.png")
+        if log.exists():  # up to the delta's step: a run stopped between checkpoints logged steps it did not keep
+            kept = [line for line in log.read_text().splitlines()
+                    if line.strip() and json.loads(line)["step"] <= record["step"]]
+            (out / "training_log.jsonl").write_text("".join(line + "\n" for line in kept))
+            plot(out / "training_log.jsonl", out / "curves.png")
         print(f"wrote the hybrid's delta at step {record['step']} to {out} (with its training log and curves)")
+
+
+def _start_from(init: Path, cfg: DistillConfig) -> tuple[dict | None, dict | None]:
+    """``(start, origin)`` for :func:`hybridmodel.distill.distill` from the delta ``init``: its run continued (the
+    same config) or a later phase begun from it (``cfg.phase`` above the delta's); any other config is refused."""
+    import hashlib
+
+    from pretrained.catalog import MIXERS_FILE
+
+    from . import hybrid_delta
+
+    training = hybrid_delta.manifest(init)["training"]
+    theirs = DistillConfig.from_dict(training.get("config") or {})
+    if theirs == cfg:
+        return training, None
+    if cfg.phase > theirs.phase:
+        digest = hashlib.sha256()
+        with open(init / MIXERS_FILE, "rb") as file:
+            for block in iter(lambda: file.read(1 << 20), b""):
+                digest.update(block)
+        log = init / "training_log.jsonl"
+        return None, {"delta": str(init), "sha256": digest.hexdigest(), "record": training,
+                      "log": str(log) if log.exists() else None}
+    raise ValueError(f"--init-from {init} was trained with {training.get('config')} (phase {theirs.phase}); this run "
+                     f"is {asdict(cfg)} (phase {cfg.phase}): give its settings to continue it, or a later --phase to "
+                     "begin a new phase from it")
 
 
 DISTILL = Command("distill", "distil a pretrained Llama-architecture teacher (SmolLM2-135M-Instruct) into a Qwen3.5 "

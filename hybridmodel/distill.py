@@ -15,6 +15,24 @@ teacher's exactly, so the hybrid is stored as the mixers alone (:mod:`hybridmode
 Text: windows of the corpus's training sources (:data:`bench.corpus.SOURCES`, ``train`` split), packed with the
 end-of-turn token between documents; never a haystack, labelling or evaluation source. Held-out quality: the
 perplexity of the hybrid and of the teacher on fixed windows of the held-out split of the same sources.
+
+**Later phases** (:mod:`hybridmodel.distill_config`, ``phase`` ≥ 2) start from a saved delta (``origin``: its
+directory, the SHA-256 of its mixers file, its step and config, recorded in every checkpoint and in the delta a
+phase saves) and distil under their own config, AdamW anew: a phase's checkpoint resumes under that phase's config
+only. Its log goes on from the delta's: the delta's training log (up to its step) opens the phase's ``log.jsonl``,
+and the phase's records carry ``step`` = the delta's step + ``phase_step``, with ``phase`` and the window's
+``kind``. Their windows mix three kinds, drawn per step from ``(seed, phase, step)``:
+
+- plain windows (:class:`Windows`, as in phase 1, from a seed of their own per phase);
+- copy windows (:class:`CopyWindows`): ``[text][span of document A][text][the same span][text]``, every piece from
+  the training split; the teacher predicts the repeat by attending back, and KL to it there trains retrieval;
+- teacher samples (:class:`TeacherSamples`): the teacher's own ChatML conversations about training-source
+  snippets, generated once each (seeded sampling, deterministic in ``(seed, index)``) and cached as
+  ``teacher_samples.jsonl`` beside the checkpoint, packed into the window.
+
+Each evaluation of a phase with ``probe_windows`` also logs the **retrieval probe** (:func:`retrieval_probe`): the
+hybrid's top-1 accuracy and mean NLL on the repeated spans of fixed held-out copy windows, beside the teacher's
+(measured once at the phase's start).
 """
 
 from __future__ import annotations
@@ -60,6 +78,150 @@ class Windows:
         while len(ids) < self.length:
             ids = ids + [self.separator] + rng.choice(self.docs)
         return torch.tensor(ids[:self.length]).unsqueeze(0)
+
+
+class CopyWindows:
+    """Windows of ``length`` tokens in which a span recurs: ``[text] sep [A] sep [text] sep [A] sep [text]``, ``A`` a
+    span of ``span`` tokens (drawn in ``[span_min, span_max]``) of one document, the texts packed from the others,
+    the distance between the two copies and the place of the first drawn too; everything from the documents of one
+    split of the training sources, and deterministic in ``(seed, step)``.
+
+    Calling returns ``(ids [1, length], first, repeat)``, ``first`` and ``repeat`` the ``(start, end)`` positions of
+    the two copies of ``A`` (``ids[0, start:end]`` equal)."""
+
+    def __init__(self, tokenizer, split: str, length: int, seed: int, span_min: int = 32, span_max: int = 256):
+        self.plain = Windows(tokenizer, split, length, seed)
+        self.length, self.seed, self.separator = length, seed, tokenizer.eos_token_id
+        self.span_max = max(2, min(span_max, (length - 4) // 4))
+        self.span_min = max(2, min(span_min, self.span_max))
+
+    def _text(self, rng: random.Random, count: int) -> list[int]:
+        ids: list[int] = []
+        while len(ids) < count:
+            doc = rng.choice(self.plain.docs)
+            start = rng.randrange(max(1, len(doc) - count))
+            ids = ids + ([self.separator] if ids else []) + doc[start:start + count - len(ids)]
+        return ids[:count]
+
+    def __call__(self, step: int) -> tuple[torch.Tensor, tuple[int, int], tuple[int, int]]:
+        rng = random.Random(f"copy:{self.seed}:{step}")
+        span = rng.randint(self.span_min, self.span_max)
+        doc = rng.choice([d for d in self.plain.docs if len(d) >= span] or self.plain.docs)
+        offset = rng.randrange(max(1, len(doc) - span + 1))
+        piece = doc[offset:offset + span]
+        span = len(piece)
+        rest = self.length - 2 * span - 4
+        gap = rng.randint(0, rest)  # the text between the copies: their distance
+        before = rng.randint(0, rest - gap)
+        text = self._text(rng, rest)
+        sep = [self.separator]
+        ids = (text[:before] + sep + piece + sep + text[before:before + gap] + sep + piece + sep
+               + text[before + gap:])
+        first = (before + 1, before + 1 + span)
+        repeat = (first[1] + 1 + gap + 1, first[1] + 1 + gap + 1 + span)
+        return torch.tensor(ids).unsqueeze(0), first, repeat
+
+
+CHAT_INSTRUCTIONS = ("Summarise this text in two or three sentences.", "Explain what this does.",
+                     "What does this code or text do?", "Continue this text.", "What is this about?")
+"""The user turns of the teacher samples: one of these over a training-source snippet."""
+
+
+class TeacherSamples:
+    """The teacher's own ChatML conversations: conversation ``i`` is a user turn (one of :data:`CHAT_INSTRUCTIONS`
+    over a snippet of 48-200 tokens of a training-split document, both drawn from ``(seed, i)``) and the teacher's
+    answer, sampled (temperature 0.7, top-p 0.9, torch seeded from ``(seed, i)``) up to ``max_new_tokens``.
+
+    A conversation is generated the first time a window needs it and appended to ``cache`` (JSON lines), which a
+    resumed run reads back; lines of another seed, answer length or teacher are ignored. Calling with a step packs
+    conversations drawn from ``(seed, step)`` into a window of ``length`` tokens. ``seconds`` is the generation
+    time spent so far (cached lines included)."""
+
+    def __init__(self, teacher, tokenizer, split: str, seed: int, pool: int, max_new_tokens: int, length: int,
+                 cache: Path | None = None):
+        self.teacher, self.tokenizer, self.seed, self.pool = teacher, tokenizer, seed, pool
+        self.max_new_tokens, self.length, self.cache = max_new_tokens, length, cache
+        self.docs = Windows(tokenizer, split, 64, seed).docs
+        c = teacher.config
+        self.key = {"seed": seed, "max_new_tokens": max_new_tokens,
+                    "teacher": [c.model_type, c.vocab_size, c.hidden_size, c.num_hidden_layers]}
+        self.samples: dict[int, dict] = {}
+        if cache is not None and Path(cache).exists():
+            for line in Path(cache).read_text().splitlines():
+                if line.strip():
+                    sample = json.loads(line)
+                    if sample.get("key") == self.key:
+                        self.samples[sample["index"]] = sample
+
+    @property
+    def seconds(self) -> float:
+        return sum(sample["seconds"] for sample in self.samples.values())
+
+    def prompt(self, index: int) -> list[int]:
+        rng = random.Random(f"chat:{self.seed}:{index}")
+        doc = rng.choice(self.docs)
+        count = rng.randint(48, 200)
+        start = rng.randrange(max(1, len(doc) - count))
+        snippet = self.tokenizer.decode(doc[start:start + count]).strip()
+        message = f"{rng.choice(CHAT_INSTRUCTIONS)}\n\n{snippet}"
+        ids = self.tokenizer.apply_chat_template([{"role": "user", "content": message}], add_generation_prompt=True,
+                                                 tokenize=True)
+        return list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
+
+    @torch.no_grad()
+    def conversation(self, index: int) -> list[int]:
+        if index not in self.samples:
+            tick = time.monotonic()
+            prompt = torch.tensor(self.prompt(index)).unsqueeze(0)
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(self.seed * 1_000_003 + index)
+                out = self.teacher.generate(prompt, attention_mask=torch.ones_like(prompt), do_sample=True,
+                                            temperature=0.7, top_p=0.9, top_k=0, max_new_tokens=self.max_new_tokens,
+                                            eos_token_id=self.tokenizer.eos_token_id,
+                                            pad_token_id=self.tokenizer.eos_token_id)
+            sample = {"index": index, "key": self.key, "ids": out[0].tolist(),
+                      "answer_tokens": out.shape[1] - prompt.shape[1], "seconds": round(time.monotonic() - tick, 2)}
+            self.samples[index] = sample
+            if self.cache is not None:
+                with open(self.cache, "a") as file:
+                    file.write(json.dumps(sample) + "\n")
+        return self.samples[index]["ids"]
+
+    def __call__(self, step: int) -> torch.Tensor:
+        rng = random.Random(f"chat-window:{self.seed}:{step}")
+        ids: list[int] = []
+        while len(ids) < self.length:
+            ids = ids + self.conversation(rng.randrange(self.pool))
+        return torch.tensor(ids[:self.length]).unsqueeze(0)
+
+
+def window_kind(cfg: DistillConfig, step: int) -> str:
+    """``plain``, ``copy`` or ``chat``: the kind of the window of ``step`` (of the phase), from ``(seed, phase,
+    step)`` and the config's shares (phase 1's defaults: always ``plain``)."""
+    if not cfg.copy_fraction and not cfg.chat_fraction:
+        return "plain"
+    draw = random.Random(f"kind:{cfg.seed}:{cfg.phase}:{step}").random()
+    return "copy" if draw < cfg.copy_fraction else "chat" if draw < cfg.copy_fraction + cfg.chat_fraction else "plain"
+
+
+def data_seed(cfg: DistillConfig) -> int:
+    """The seed of a phase's windows: phase 1 reads what it always read; each later phase reads other windows."""
+    return cfg.seed + 1000 * (cfg.phase - 1)
+
+
+@torch.no_grad()
+def retrieval_probe(model, windows: list[tuple[torch.Tensor, tuple[int, int], tuple[int, int]]]) -> dict:
+    """Top-1 accuracy and mean NLL (nats) of ``model`` on the repeated spans of copy windows (:class:`CopyWindows`):
+    every token of a repeat but its first (which follows a separator, so nothing predicts it), predicted from the
+    positions before it; pooled over windows. The teacher's values are the ceiling."""
+    hits, nll, count = 0, 0.0, 0
+    for ids, _, (start, end) in windows:
+        logits = model(ids).logits.float()[0, start:end - 1]
+        targets = ids[0, start + 1:end]
+        hits += (logits.argmax(-1) == targets).sum().item()
+        nll += F.cross_entropy(logits, targets, reduction="sum").item()
+        count += targets.numel()
+    return {"acc": hits / count, "nll": nll / count, "tokens": count}
 
 
 def mixer_parameters(model, stage: str) -> dict[str, torch.nn.Parameter]:
@@ -117,8 +279,16 @@ def _save_atomic(state: dict, path: Path) -> None:
     os.replace(partial, path)
 
 
+def _same_config(saved: dict, cfg: DistillConfig) -> bool:
+    try:
+        return DistillConfig.from_dict(saved) == cfg
+    except (TypeError, ValueError):
+        return False
+
+
 def distill(teacher, tokenizer, student, cfg: DistillConfig, checkpoint_dir: Path, log=print,
-            checkpoint_every_s: float = 600.0, stop_after_s: float | None = None, start: dict | None = None) -> dict:
+            checkpoint_every_s: float = 600.0, stop_after_s: float | None = None, start: dict | None = None,
+            origin: dict | None = None) -> dict:
     """Train ``student`` (from :func:`hybridmodel.from_teacher.from_teacher`) in place; resumes from
     ``checkpoint_dir/last.pt`` if it is there (same config only). Returns the last log record.
 
@@ -127,9 +297,19 @@ def distill(teacher, tokenizer, student, cfg: DistillConfig, checkpoint_dir: Pat
     stop_after_s : float, optional
         Checkpoint and return after this many seconds of training (a session's share of the budget).
     start : dict, optional
-        Where ``student`` already is when there is no checkpoint: the ``training`` record of a saved delta
-        (:mod:`hybridmodel.hybrid_delta`; its step, seconds and teacher perplexity). AdamW starts afresh there.
+        Where ``student`` already is when there is no checkpoint, in this config's schedule: the ``training`` record
+        of a saved delta of this config (:mod:`hybridmodel.hybrid_delta`; its step, seconds and teacher
+        perplexity). AdamW starts afresh there.
+    origin : dict, optional
+        With no checkpoint, begin phase ``cfg.phase`` (≥ 2) on ``student`` = the delta of an earlier phase:
+        ``{"delta": its directory, "sha256": its mixers file's hash, "record": its training record, "log": its
+        training log or None}``. The phase counts its steps from 0 (the log's from the delta's step), measures the
+        teacher on its own held-out windows, and records ``origin`` (less the log) in its checkpoints and records.
     """
+    if start is not None and origin is not None:
+        raise ValueError("give start (continue a delta of this config) or origin (begin a phase from it), not both")
+    if origin is not None and cfg.phase < 2:
+        raise ValueError("a phase started from a delta (origin) is phase 2 or later: set the config's phase")
     checkpoint_dir = Path(checkpoint_dir)
     checkpoint_dir.mkdir(parents=True, exist_ok=True)
     last, log_path = checkpoint_dir / "last.pt", checkpoint_dir / "log.jsonl"
@@ -139,30 +319,75 @@ def distill(teacher, tokenizer, student, cfg: DistillConfig, checkpoint_dir: Pat
     for p in teacher.parameters():
         p.requires_grad_(False)
     teacher.eval()
-    train_windows = Windows(tokenizer, "train", cfg.length, cfg.seed)
-    heldout = Windows(tokenizer, "heldout", cfg.length, cfg.seed + 1)
+    seed = data_seed(cfg)
+    train_windows = Windows(tokenizer, "train", cfg.length, seed)
+    heldout = Windows(tokenizer, "heldout", cfg.length, seed + 1)
     eval_windows = [heldout(k) for k in range(cfg.eval_windows)]
-    step, optimizer, stage, record, seconds = 0, None, None, {}, 0.0
-    teacher_ppl, resumed_optimizer = None, None
+    copies = CopyWindows(tokenizer, "train", cfg.length, seed) if cfg.copy_fraction else None
+    probe = CopyWindows(tokenizer, "heldout", cfg.length, seed + 2) if cfg.probe_windows else None
+    probe_windows = [probe(k) for k in range(cfg.probe_windows)] if probe else []
+    chats = (TeacherSamples(teacher, tokenizer, "train", seed, cfg.chat_pool, cfg.chat_tokens, cfg.length,
+                            checkpoint_dir / "teacher_samples.jsonl") if cfg.chat_fraction else None)
+    step, optimizer, stage, record, seconds, offset, base_tokens = 0, None, None, {}, 0.0, 0, 0
+    teacher_ppl, teacher_probe, resumed_optimizer = None, None, None
     if last.exists():
         state = torch.load(last, map_location="cpu", weights_only=False)
-        if state["config"] != asdict(cfg):
-            raise ValueError(f"{last} was written by another distillation config ({state['config']}); this run's is "
-                             f"{asdict(cfg)}: give another --checkpoints directory or the same settings")
+        if not _same_config(state["config"], cfg):
+            raise ValueError(f"{last} was written by another distillation config (phase "
+                             f"{state['config'].get('phase', 1)}: {state['config']}); this run's is (phase "
+                             f"{cfg.phase}) {asdict(cfg)}: give another --checkpoints directory or the same settings")
         student.load_state_dict(state["mixers"], strict=False)
         step, seconds, teacher_ppl = state["step"], state["seconds"], state["teacher_ppl"]
+        teacher_probe, origin = state.get("teacher_probe"), state.get("origin")
+        offset, base_tokens = state.get("offset", 0), state.get("base_tokens", 0)
         if state["stage"] == cfg.stage(step):  # a stage that goes on keeps its AdamW moments
             resumed_optimizer = state["optimizer"]
-        log(f"resumed at step {step} ({seconds / 3600:.2f} h of training so far)")
+        where = f" of phase {cfg.phase} (started from {origin['delta']} at step {offset})" if origin else ""
+        log(f"resumed at step {step}{where} ({seconds / 3600:.2f} h of training so far)")
     elif start is not None:
-        step, seconds, teacher_ppl = start["step"], start["train_seconds"], start["teacher_ppl"]
-        log(f"continuing a saved delta at step {step} ({seconds / 3600:.2f} h of training so far; AdamW anew)")
+        step = start.get("phase_step", start["step"])
+        offset, seconds, teacher_ppl = start["step"] - step, start["train_seconds"], start["teacher_ppl"]
+        teacher_probe, origin = start.get("teacher_probe"), start.get("origin")
+        base_tokens = start["tokens"] - step * cfg.length if "tokens" in start else 0
+        log(f"continuing a saved delta at step {start['step']} ({seconds / 3600:.2f} h of training so far; "
+            "AdamW anew)")
+    elif origin is not None:
+        begun = origin["record"]
+        offset, seconds, base_tokens = begun["step"], begun.get("train_seconds", 0.0), begun.get("tokens", 0)
+        if origin.get("log") and Path(origin["log"]).exists() and not log_path.exists():
+            with open(log_path, "w") as file:  # the phase's log opens with the delta's history up to its step
+                for line in Path(origin["log"]).read_text().splitlines():
+                    if line.strip() and json.loads(line)["step"] <= offset:
+                        file.write(line + "\n")
+        origin = {key: value for key, value in origin.items() if key != "log"}
+        log(f"phase {cfg.phase} begins from {origin['delta']} (mixers SHA-256 {origin['sha256'][:12]}…, step "
+            f"{offset}, phase {DistillConfig.from_dict(begun['config']).phase}); AdamW anew")
     if teacher_ppl is None:
         teacher_ppl = perplexity(teacher, eval_windows)
         log(f"teacher held-out perplexity {teacher_ppl:.3f} ({cfg.eval_windows} windows of {cfg.length} tokens)")
+    if probe_windows and teacher_probe is None:
+        teacher_probe = retrieval_probe(teacher, probe_windows)
+        log(f"teacher retrieval probe: accuracy {teacher_probe['acc']:.3f}, NLL {teacher_probe['nll']:.3f} on "
+            f"{teacher_probe['tokens']} repeated tokens of {cfg.probe_windows} held-out copy windows")
     started, saved = time.monotonic(), time.monotonic()
-    record = {"step": step, "train_seconds": round(seconds, 1), "tokens": step * cfg.length,
-              "teacher_ppl": round(teacher_ppl, 3), "config": asdict(cfg)}
+
+    def describe(phase_step: int) -> dict:
+        out = {"step": offset + phase_step}
+        if cfg.phase > 1:
+            out.update(phase=cfg.phase, phase_step=phase_step)
+        return out
+
+    def extras() -> dict:
+        out = {"teacher_ppl": round(teacher_ppl, 3)}
+        if teacher_probe is not None:
+            out.update(teacher_probe_acc=round(teacher_probe["acc"], 4),
+                       teacher_probe_nll=round(teacher_probe["nll"], 4))
+        if chats is not None:
+            out.update(chat_pool_done=len(chats.samples), generation_seconds=round(chats.seconds, 1))
+        return out
+
+    record = {**describe(step), "train_seconds": round(seconds, 1), "tokens": base_tokens + step * cfg.length,
+              **extras(), "config": asdict(cfg), **({"origin": origin} if origin else {})}
 
     def out_of_time() -> bool:
         return stop_after_s is not None and time.monotonic() - started >= stop_after_s
@@ -184,7 +409,8 @@ def distill(teacher, tokenizer, student, cfg: DistillConfig, checkpoint_dir: Pat
             group["lr"] = cfg.learning_rate(step)
         tick = time.monotonic()
         student.train()
-        ids = train_windows(step)
+        kind = window_kind(cfg, step)
+        ids = copies(step)[0] if kind == "copy" else chats(step) if kind == "chat" else train_windows(step)
         loss = transfer_loss(student, teacher, ids) if stage == "transfer" else kd_loss(student, teacher, ids)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -192,20 +418,25 @@ def distill(teacher, tokenizer, student, cfg: DistillConfig, checkpoint_dir: Pat
         optimizer.step()
         step += 1
         seconds += time.monotonic() - tick
-        record = {"step": step, "stage": stage, "loss": round(loss.item(), 5), "lr": cfg.learning_rate(step - 1),
-                  "tokens": step * cfg.length, "train_seconds": round(seconds, 1),
-                  "teacher_ppl": round(teacher_ppl, 3), "config": asdict(cfg)}
+        record = {**describe(step), "stage": stage, **({"kind": kind} if cfg.phase > 1 else {}),
+                  "loss": round(loss.item(), 5), "lr": cfg.learning_rate(step - 1),
+                  "tokens": base_tokens + step * cfg.length, "train_seconds": round(seconds, 1), **extras(),
+                  "config": asdict(cfg), **({"origin": origin} if origin else {})}
         if step % cfg.eval_every == 0 or step == cfg.steps:
             student.eval()
             ppl = perplexity(student, eval_windows)
             record.update(heldout_ppl=round(ppl, 3), ppl_ratio=round(ppl / teacher_ppl, 3))
-        shown = {key: value for key, value in record.items() if key != "config"}
+            if probe_windows:
+                got = retrieval_probe(student, probe_windows)
+                record.update(probe_acc=round(got["acc"], 4), probe_nll=round(got["nll"], 4))
+        shown = {key: value for key, value in record.items() if key not in ("config", "origin")}
         with open(log_path, "a") as file:
             file.write(json.dumps(shown) + "\n")
         log(json.dumps(shown))
         if time.monotonic() - saved >= checkpoint_every_s or step == cfg.steps or out_of_time():
             _save_atomic({"config": asdict(cfg), "step": step, "seconds": seconds, "teacher_ppl": teacher_ppl,
-                          "stage": stage, "optimizer": optimizer.state_dict(),
+                          "teacher_probe": teacher_probe, "origin": origin, "offset": offset,
+                          "base_tokens": base_tokens, "stage": stage, "optimizer": optimizer.state_dict(),
                           "mixers": {name: p.detach().clone() for name, p in mixer_state(student).items()}}, last)
             saved = time.monotonic()
     if step < cfg.steps:

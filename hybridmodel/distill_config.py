@@ -1,10 +1,25 @@
 """The schedule of a distillation run (:mod:`hybridmodel.distill`), importable without torch: the ``bench`` CLI
-reads its defaults for ``bench distill --help``."""
+reads its defaults for ``bench distill --help``.
+
+A run is one **phase**. Phase 1 (the defaults) converts the teacher: attention transfer, then end-to-end
+distillation on windows of the training sources. A later phase (``phase`` ≥ 2, :data:`PHASE_DEFAULTS`) starts from
+the delta a previous phase saved (``bench distill --phase 2 --init-from DELTA``) and distils again under its own
+schedule and text mix: no attention transfer, longer windows, and two kinds of windows besides plain text —
+
+- **copy windows** (``copy_fraction``): a span of a training-source document that recurs later in the window; the
+  teacher predicts the repeat by looking back with attention, so matching it there trains the hybrid's kept
+  attention layers to retrieve across the window;
+- **teacher samples** (``chat_fraction``): the teacher's own ChatML conversations about training-source snippets
+  (``chat_pool`` of them, generated once, ``chat_tokens`` new tokens at most each), packed into the window.
+
+Configs of phase 1 written before these fields existed compare equal to the defaults (:meth:`DistillConfig.from_dict`),
+so their checkpoints and deltas still resume.
+"""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 
 @dataclass(frozen=True)
@@ -14,7 +29,7 @@ class DistillConfig:
     Attributes
     ----------
     transfer_steps, kd_steps : int
-        Steps of each stage (one window of ``length`` tokens per step).
+        Steps of each stage (one window of ``length`` tokens per step); ``transfer_steps`` may be 0 (a later phase).
     length : int
         Tokens per window.
     transfer_lr, kd_lr : float
@@ -25,6 +40,18 @@ class DistillConfig:
         Steps between held-out evaluations.
     eval_windows : int
         Held-out windows evaluated (``length`` tokens each).
+    phase : int
+        1: the conversion from the teacher; ≥ 2: a phase started from the delta of an earlier one. Steps are counted
+        from the phase's start in the schedule (``learning_rate``, ``stage``); the log's steps go on from the
+        delta's (``step`` = the delta's step + the phase's), each record carrying ``phase`` and ``phase_step``.
+    copy_fraction, chat_fraction : float
+        Shares of the windows that are copy windows and teacher samples (the rest is plain text).
+    chat_pool : int
+        Teacher conversations generated (lazily, cached beside the checkpoint) and drawn from.
+    chat_tokens : int
+        New tokens at most per teacher answer.
+    probe_windows : int
+        Held-out copy windows of the retrieval probe at each evaluation (0: no probe).
     """
 
     transfer_steps: int = 300
@@ -36,12 +63,45 @@ class DistillConfig:
     seed: int = 0
     eval_every: int = 50
     eval_windows: int = 6
+    phase: int = 1
+    copy_fraction: float = 0.0
+    chat_fraction: float = 0.0
+    chat_pool: int = 0
+    chat_tokens: int = 160
+    probe_windows: int = 0
 
     def __post_init__(self):
-        for name in ("transfer_steps", "kd_steps", "length", "warmup", "eval_every", "eval_windows"):
+        for name in ("transfer_steps", "kd_steps", "length", "warmup", "eval_every", "eval_windows", "phase",
+                     "chat_pool", "chat_tokens", "probe_windows"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < (1 if name != "warmup" else 0):
-                raise ValueError(f"{name}={value!r}: expected a positive integer")
+            least = 0 if name in ("transfer_steps", "warmup", "chat_pool", "probe_windows") else 1
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise ValueError(f"{name}={value!r}: expected an integer >= {least}")
+        for name in ("copy_fraction", "chat_fraction"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"{name}={getattr(self, name)!r}: expected a share in [0, 1]")
+        if self.copy_fraction + self.chat_fraction > 1.0:
+            raise ValueError(f"copy_fraction + chat_fraction = {self.copy_fraction + self.chat_fraction}: over 1")
+        if self.chat_fraction > 0 and self.chat_pool < 1:
+            raise ValueError("chat_fraction > 0 needs a chat_pool of at least one conversation")
+        if self.phase > 1 and self.transfer_steps:
+            raise ValueError(f"phase {self.phase} starts from a converted delta: transfer_steps must be 0")
+
+    @classmethod
+    def from_dict(cls, saved: dict) -> "DistillConfig":
+        """The config a checkpoint or a delta recorded (fields it predates take their defaults); ``ValueError`` for
+        a field this version does not know."""
+        unknown = set(saved) - {f.name for f in fields(cls)}
+        if unknown:
+            raise ValueError(f"a distillation config with unknown fields {sorted(unknown)}")
+        return cls(**saved)
+
+    @classmethod
+    def for_phase(cls, phase: int, **given) -> "DistillConfig":
+        """The defaults of ``phase`` (:data:`PHASE_DEFAULTS`) with ``given`` (None values ignored) over them."""
+        if phase not in PHASE_DEFAULTS:
+            raise ValueError(f"phase {phase}: choose one of {', '.join(map(str, PHASE_DEFAULTS))}")
+        return cls(**{**PHASE_DEFAULTS[phase], **{k: v for k, v in given.items() if v is not None}, "phase": phase})
 
     @property
     def steps(self) -> int:
@@ -58,3 +118,15 @@ class DistillConfig:
             return peak * (k + 1) / self.warmup
         progress = (k - self.warmup) / max(1, count - self.warmup)
         return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+PHASE_DEFAULTS: dict[int, dict] = {
+    1: {},
+    2: {"transfer_steps": 0, "kd_steps": 360, "length": 2048, "kd_lr": 1.5e-4, "warmup": 20, "eval_every": 40,
+        "eval_windows": 4, "copy_fraction": 0.5, "chat_fraction": 0.2, "chat_pool": 96, "chat_tokens": 160,
+        "probe_windows": 4},
+}
+"""Each phase's schedule (what differs from :class:`DistillConfig`'s defaults). Phase 2 — retrieval over long
+contexts and chat, from the phase-1 delta — is sized from costs measured on one thread beside other jobs: a step at
+2,048 tokens 46-64 s, the teacher's generation 6.4 tokens/s (a pool of 96 answers of ≤ 160 tokens ≈ 40 min, ≈ 11 %
+of the phase); 360 steps and the evaluations ≈ 6 core-hours (models/smollm2-135m-hybrid/README.md)."""

@@ -11,7 +11,15 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 import pretrained
 from hybridmodel import hybrid_delta
-from hybridmodel.distill import DistillConfig, distill, mixer_parameters
+from hybridmodel.distill import (
+    CopyWindows,
+    DistillConfig,
+    TeacherSamples,
+    data_seed,
+    distill,
+    mixer_parameters,
+    retrieval_probe,
+)
 from hybridmodel.from_teacher import from_teacher
 from hybridmodel.tokenizer import build_tokenizer
 
@@ -110,3 +118,168 @@ def test_a_delta_of_another_teacher_file_is_refused(student, tmp_path, monkeypat
     hybrid_delta.save(student, tmp_path / "smollm2-135m-hybrid", "0" * 64, {"step": 0})
     with pytest.raises(ValueError, match="distilled from a teacher file of SHA-256 0000"):
         hybrid_delta.rebuild(pretrained.CHECKPOINTS["smollm2-135m-hybrid"], tmp_path / "cache")
+
+
+# ---- later phases: copy windows, teacher samples, a phase begun from a delta, the retrieval probe ----
+
+TINY2 = DistillConfig.for_phase(2, kd_steps=3, length=64, eval_every=3, eval_windows=1, warmup=1, chat_pool=2,
+                                chat_tokens=4, probe_windows=2, copy_fraction=0.5, chat_fraction=0.3)
+
+
+def _fake_documents(calls):
+    """Training documents of lowercase words, held-out ones of digits: a window shows which split it read."""
+    import random
+
+    def documents(source, split="train", min_chars=400):
+        calls.append((source, split))
+        rng = random.Random(f"{source}:{split}")
+        letters = "abcdefghij" if split == "train" else "0123456789"
+        return tuple((f"/{source}/{split}/{k}", " ".join("".join(rng.choice(letters) for _ in range(rng.randint(2, 7)))
+                                                          for _ in range(120))) for k in range(4))
+    return documents
+
+
+@pytest.fixture
+def fake_corpus(monkeypatch):
+    calls = []
+    monkeypatch.setattr("hybridmodel.distill.documents", _fake_documents(calls))
+    return calls
+
+
+def test_old_phase_one_configs_still_compare_equal():
+    """Checkpoints and deltas written before the phase fields existed resume under the phase-1 defaults."""
+    old = {"transfer_steps": 300, "kd_steps": 1500, "length": 1024, "transfer_lr": 0.001, "kd_lr": 0.0002,
+           "warmup": 20, "seed": 0, "eval_every": 50, "eval_windows": 6}
+    assert DistillConfig.from_dict(old) == DistillConfig() == DistillConfig.for_phase(1)
+    assert DistillConfig.from_dict({**old, "kd_steps": 3}) != DistillConfig()
+    with pytest.raises(ValueError, match="unknown fields"):
+        DistillConfig.from_dict({**old, "mystery": 1})
+    with pytest.raises(ValueError, match="transfer_steps must be 0"):
+        DistillConfig.for_phase(2, transfer_steps=5)
+
+
+def test_a_copy_window_repeats_its_span_and_depends_on_seed_and_step_only(fake_corpus):
+    tokenizer = build_tokenizer()
+    windows = CopyWindows(tokenizer, "train", 200, seed=3)
+    seen = set()
+    for step in range(20):
+        ids, first, repeat = windows(step)
+        assert ids.shape == (1, 200)
+        assert first[1] < repeat[0] and repeat[1] <= 200 and first[1] - first[0] == repeat[1] - repeat[0] >= 2
+        assert torch.equal(ids[0, first[0]:first[1]], ids[0, repeat[0]:repeat[1]])
+        sep = tokenizer.eos_token_id
+        assert ids[0, first[0] - 1] == ids[0, first[1]] == ids[0, repeat[0] - 1] == ids[0, repeat[1]] == sep
+        again = CopyWindows(tokenizer, "train", 200, seed=3)(step)
+        assert torch.equal(again[0], ids) and again[1:] == (first, repeat)
+        seen.add((tuple(ids[0].tolist()), first, repeat))
+    assert len(seen) == 20  # every step another window
+    assert not torch.equal(CopyWindows(tokenizer, "train", 200, seed=4)(0)[0], windows(0)[0])
+
+
+def test_phase_two_trains_on_training_sources_only(teacher, student, fake_corpus, monkeypatch, tmp_path):
+    """Every document read for training is of a training source's train split, and no window that trains (plain,
+    copy, or a teacher sample's prompt) holds a held-out character; the held-out split serves the evaluation."""
+    import hybridmodel.distill as module
+    from bench.corpus import EXTRA_LABEL_SOURCES, HAYSTACK_SOURCES, SOURCES
+
+    tokenizer, trained = build_tokenizer(), []
+    real_kd = module.kd_loss
+    monkeypatch.setattr(module, "kd_loss", lambda s, t, ids: trained.append(ids) or real_kd(s, t, ids))
+    cfg = DistillConfig.for_phase(2, kd_steps=8, length=64, eval_every=8, eval_windows=1, warmup=1, chat_pool=2,
+                                  chat_tokens=2, probe_windows=1, copy_fraction=0.5, chat_fraction=0.25, seed=1)
+    kinds = [module.window_kind(cfg, k) for k in range(cfg.steps)]
+    assert {"plain", "copy", "chat"} <= set(kinds)
+    origin = {"delta": "d", "sha256": "0" * 64, "record": {"step": 5, "config": {}}, "log": None}
+    distill(teacher, tokenizer, copy.deepcopy(student), cfg, tmp_path, log=lambda line: None, origin=origin)
+    assert {source for source, _ in fake_corpus} <= set(SOURCES)
+    assert not set(SOURCES) & (set(HAYSTACK_SOURCES) | set(EXTRA_LABEL_SOURCES))
+    digits = set(tokenizer("0123456789", add_special_tokens=False)["input_ids"])
+    assert len(trained) == cfg.steps
+    for kind, ids in zip(kinds, trained):
+        if kind != "chat":
+            assert not digits & set(ids[0].tolist()), kind
+    samples = TeacherSamples(teacher, tokenizer, "train", data_seed(cfg), 2, 2, 64)
+    for index in range(2):
+        prompt = tokenizer.decode(samples.prompt(index))
+        assert "<|im_start|>user" in prompt and not any(ch in prompt for ch in "0123456789")
+
+
+def test_teacher_samples_are_seeded_and_cached(teacher, fake_corpus, tmp_path):
+    tokenizer, cache = build_tokenizer(), tmp_path / "teacher_samples.jsonl"
+    samples = TeacherSamples(teacher, tokenizer, "train", 7, pool=3, max_new_tokens=5, length=64, cache=cache)
+    window = samples(0)
+    assert window.shape == (1, 64) and cache.exists() and samples.samples
+    fresh = TeacherSamples(teacher, tokenizer, "train", 7, pool=3, max_new_tokens=5, length=64)  # no cache
+    assert torch.equal(fresh(0), window)  # deterministic in (seed, index)
+    cached = TeacherSamples(teacher, tokenizer, "train", 7, pool=3, max_new_tokens=5, length=64, cache=cache)
+
+    class NoGeneration:
+        config = teacher.config
+
+        def generate(self, *args, **kwargs):
+            raise AssertionError("a cached conversation was generated again")
+    cached.teacher = NoGeneration()
+    assert torch.equal(cached(0), window)
+    other = TeacherSamples(teacher, tokenizer, "train", 8, pool=3, max_new_tokens=5, length=64, cache=cache)
+    assert not set(other.samples)  # another seed's conversations are not read back
+
+
+def test_phase_two_begins_from_a_delta_records_it_and_refuses_other_configs(teacher, student, fake_corpus,
+                                                                           tmp_path):
+    import hashlib
+    from dataclasses import asdict
+
+    from hybridmodel.commands import _start_from
+
+    delta, run, lines = tmp_path / "delta", tmp_path / "phase2", []
+    tokenizer = build_tokenizer()
+    hybrid_delta.save(student, delta, "f" * 64, {"step": 7, "train_seconds": 10.0, "tokens": 448,
+                                                 "teacher_ppl": 5.0, "config": asdict(TINY)})
+    (delta / "training_log.jsonl").write_text("".join(json.dumps({"step": k, "stage": "kd", "loss": 1.0}) + "\n"
+                                                      for k in range(1, 10)))  # 8, 9: logged after the delta's step
+    assert _start_from(delta, TINY) == (hybrid_delta.manifest(delta)["training"], None)  # the same run continued
+    with pytest.raises(ValueError, match="a later --phase"):
+        _start_from(delta, DistillConfig(**{**vars(TINY), "kd_steps": 9}))
+    start, origin = _start_from(delta, TINY2)
+    assert start is None and origin["record"]["step"] == 7 and origin["delta"] == str(delta)
+    assert origin["sha256"] == hashlib.sha256((delta / hybrid_delta.MIXERS_FILE).read_bytes()).hexdigest()
+    hybrid = hybrid_delta.build(delta, teacher)
+    record = distill(teacher, tokenizer, hybrid, TINY2, run, log=lines.append, checkpoint_every_s=0, origin=origin)
+    assert record["step"] == 7 + TINY2.steps and record["phase"] == 2 and record["phase_step"] == TINY2.steps
+    assert record["origin"] == {key: value for key, value in origin.items() if key != "log"}
+    assert record["tokens"] == 448 + TINY2.steps * TINY2.length
+    assert {"probe_acc", "probe_nll", "teacher_probe_acc", "heldout_ppl"} <= set(record)
+    log = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in log] == list(range(1, 8)) + [8, 9, 10]  # the delta's history, then the phase's
+    assert [r.get("phase") for r in log[7:]] == [2, 2, 2]
+    state = torch.load(run / "last.pt", weights_only=False)
+    assert state["origin"]["sha256"] == origin["sha256"] and state["offset"] == 7
+    saved = hybrid_delta.save(hybrid, tmp_path / "out", "f" * 64, record).parent
+    assert hybrid_delta.manifest(saved)["training"]["origin"]["delta"] == str(delta)
+    from hybridmodel.distill_report import plot
+    plot(run / "log.jsonl", tmp_path / "curves.png")
+    # resumed: the phase's own config only
+    again = copy.deepcopy(student)
+    distill(teacher, tokenizer, again, TINY2, run, log=lines.append)
+    assert any("resumed at step 3 of phase 2 (started from" in line for line in lines)
+    assert all(torch.equal(a, b) for a, b in zip(again.parameters(), hybrid.parameters()))
+    for other in (DistillConfig(**{**vars(TINY2), "copy_fraction": 0.4}), TINY):
+        with pytest.raises(ValueError, match="another distillation config"):
+            distill(teacher, tokenizer, copy.deepcopy(student), other, run, log=lines.append)
+
+
+def test_the_retrieval_probe_counts_what_a_brute_force_count_does(student, fake_corpus):
+    tokenizer = build_tokenizer()
+    windows = [CopyWindows(tokenizer, "heldout", 48, seed=5)(k) for k in range(3)]
+    got = retrieval_probe(student, windows)
+    hits, nll, count = 0, 0.0, 0
+    with torch.no_grad():
+        for ids, _, (start, end) in windows:
+            logits = student(ids).logits[0]
+            for position in range(start + 1, end):  # the repeat's tokens after its first
+                row = logits[position - 1]
+                hits += int(max(range(row.numel()), key=lambda v: row[v].item()) == ids[0, position].item())
+                nll -= torch.log_softmax(row.double(), -1)[ids[0, position]].item()
+                count += 1
+    assert got["tokens"] == count and got["acc"] == pytest.approx(hits / count, abs=1e-12)
+    assert got["nll"] == pytest.approx(nll / count, rel=1e-4)
