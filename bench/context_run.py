@@ -14,7 +14,7 @@ from typing import Callable
 
 from presses.selection import Selection
 from runtime import KeepPlan, prefill
-from runtime.batch import answer_and_follow_many
+from runtime.batch import PaddedBatch
 
 from .fidelity import answer_log_probs, log_probs_of
 from .harness import Harness
@@ -124,13 +124,15 @@ class ContextRun:
         """Every pending question of every child, the children of a question answered as one batch;
         ``needles(i, q)`` gives child i's needle fields on question q."""
         eos = self.h.tokenizer.eos_token_id
+        batch = None  # padded once, for every question
         for q, row in zip(questions, self.rows):
             members = [i for i, method in enumerate(methods) if not self.is_done(row_key({**row, **method}))]
             if not members:
                 continue
+            batch = batch or PaddedBatch(children)
             # one pass over the question feeds both the greedy answer and the teacher-forced reference answer
-            answers, logits = answer_and_follow_many([children[i] for i in members], q.prompt_ids,
-                                                     q.reference.answer_ids, q.question.max_new_tokens, eos)
+            answers, logits = batch.answer_and_follow(q.prompt_ids, q.reference.answer_ids, q.question.max_new_tokens,
+                                                      eos, members)
             log_probs = log_probs_of(logits)
             for i, answer, child_log_probs in zip(members, answers, log_probs):
                 self.emit(answered_row(self.item, q, row, methods[i], answer, child_log_probs, needles(i, q)))

@@ -58,8 +58,8 @@ class BranchingContext(ScoringContext, Protocol):
     context_ids: torch.Tensor
     tokenizer: object
 
-    def logits(self, question_ids, observer=None, context_hash: str | None = None) -> torch.Tensor:
-        """``[L, V]`` logits of ``question_ids`` run after the context (which is left as it was)."""
+    def observe(self, ids, observer, context_hash: str | None = None) -> None:
+        """Run ``ids`` after the context (which is left as it was), showing ``observer`` every layer's work."""
 
 
 class Press(ABC):

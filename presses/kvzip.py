@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from runtime import CHATML_ASSISTANT_TURN, encode_text
-from runtime.kv import attention_probs
+from runtime.kv import max_attention
 
 from .base import BranchingContext, Press, Scores
 
@@ -30,9 +30,9 @@ class _ReconstructionAttention:
         stored = context.kv[layer].keys
         restricted = torch.cat([stored[:, : context.protected], stored[:, self.start : self.end], keys], dim=1)
         # softmax in the model dtype, as the official implementation does
-        probs = attention_probs(query, restricted, context.adapter.attention_module(layer).scaling,
-                                causal_tail=query.shape[1])
-        chunk = probs[..., context.protected : context.protected + self.end - self.start].amax(1)  # [H, c]
+        best = max_attention(query, restricted, context.adapter.attention_module(layer).scaling,
+                             causal_tail=query.shape[1])
+        chunk = best[:, context.protected : context.protected + self.end - self.start]  # [H, c]
         chunk = chunk.view(g.num_kv_heads, g.group_size, -1).amax(1)
         body = slice(self.start - context.protected, self.end - context.protected)
         self.scores[layer][:, body] = chunk.float()
@@ -81,5 +81,5 @@ class KVzipPress(Press):
             else:
                 prompt = torch.cat([self._encode(context, self.continue_prompt), ids[start - self.overlap : start]])
             repeat = torch.cat([prompt, suffix, ids[start:end]])
-            context.logits(repeat, observer=_ReconstructionAttention(context, start, end, scores))
+            context.observe(repeat, _ReconstructionAttention(context, start, end, scores))
         return scores

@@ -70,69 +70,104 @@ def _check(children: list[CachedContext]) -> None:
             raise ValueError("a padded batch cache cannot be batched again")
 
 
+class PaddedBatch:
+    """Children of one parent padded to one shape once (:func:`_padded`), then asked question after question.
+
+    Parameters
+    ----------
+    children : list[CachedContext]
+        Forks of one prefilled context (any presses, allocators, kept fractions); their caches are not changed.
+    """
+
+    def __init__(self, children: list[CachedContext]):
+        _check(children)
+        self.size = len(children)
+        self.adapter, self.tokenizer = children[0].adapter, children[0].tokenizer
+        self.position = children[0]._live_state().next_position
+        self.base, self.gdn = _padded(children)
+
+    def _members(self, members: list[int] | None) -> tuple[dict, dict]:
+        """The padded tensors of ``members`` (indices into the children; None: all)."""
+        if members is None or members == list(range(self.size)):
+            return self.base, self.gdn
+        index = torch.tensor(members)
+        pick = lambda t: t.index_select(0, index.to(t.device))  # noqa: E731
+        return ({layer: tuple(pick(t) for t in entries) for layer, entries in self.base.items()},
+                {layer: tuple(pick(t) for t in g) for layer, g in self.gdn.items()})
+
+    def logits(self, question_ids, members: list[int] | None = None) -> torch.Tensor:
+        """``[B, L, V]`` logits of every question token for each member."""
+        ids = _as_ids(question_ids, self.adapter, "question_ids")
+        base, gdn = self._members(members)
+        logits, _, _ = vmap(_step(self.adapter, self.position, True), in_dims=(0, None, 0, None))(base, {}, gdn, ids)
+        return logits
+
+    def answer_and_follow(self, question_ids, continuation_ids, max_new_tokens: int,
+                          eos_token_id: int | list[int] | None = None, members: list[int] | None = None
+                          ) -> tuple[list[Answer], torch.Tensor | None]:
+        """Greedy answers of ``members`` (None: every child) to one question, decoded together until every one has
+        stopped, and the logits of a teacher-forced ``continuation_ids`` after the question, from one pass over the
+        question: the greedy decode and the forced continuation both continue from its state.
+
+        Each answer is what :meth:`CachedContext.answer` gives that child alone (tokens after its end of sequence
+        are computed for the batch but dropped).
+
+        Returns
+        -------
+        answers : list[Answer]
+            One per member.
+        logits : torch.Tensor or None
+            ``[B, A, V]``: ``logits[:, i]`` predicts continuation token ``i`` (what :meth:`logits` gives at the
+            positions from the question's last token on); None without a continuation.
+        """
+        if max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        ids = _as_ids(question_ids, self.adapter, "question_ids")
+        stop = {eos_token_id} if isinstance(eos_token_id, int) else set(eos_token_id or ())
+        base, gdn = self._members(members)
+        position = self.position
+        logits, tail, gdn = vmap(_step(self.adapter, position, False), in_dims=(0, None, 0, None))(base, {}, gdn, ids)
+        position += ids.numel()
+        followed = None
+        if continuation_ids is not None:
+            forced = _as_ids(continuation_ids, self.adapter, "continuation_ids")
+            followed = logits
+            if forced.numel() > 1:  # the states are values here: the forced pass leaves the decode's state untouched
+                rest, _, _ = vmap(_step(self.adapter, position, True), in_dims=(0, 0, 0, None))(base, tail, gdn,
+                                                                                                  forced[:-1])
+                followed = torch.cat([logits, rest], 1)
+        count = logits.shape[0]
+        tokens: list[list[int]] = [[] for _ in range(count)]
+        done = [False] * count
+        while True:
+            chosen = logits[:, -1].argmax(-1)
+            for b, token in enumerate(chosen.tolist()):
+                if not done[b]:
+                    tokens[b].append(token)
+                    done[b] = token in stop or len(tokens[b]) >= max_new_tokens
+            if all(done):
+                break
+            logits, tail, gdn = vmap(_step(self.adapter, position, False))(base, tail, gdn, chosen[:, None])
+            position += 1
+        answers = [Answer(t, self.tokenizer.decode([x for x in t if x not in stop])
+                          if self.tokenizer is not None else None) for t in tokens]
+        return answers, followed
+
+
 def logits_many(children: list[CachedContext], question_ids) -> torch.Tensor:
     """``[B, L, V]`` logits of every question token for each child (the caches are unchanged)."""
-    _check(children)
-    ids = _as_ids(question_ids, children[0].adapter, "question_ids")
-    base, gdn = _padded(children)
-    step = _step(children[0].adapter, children[0]._live_state().next_position, all_logits=True)
-    logits, _, _ = vmap(step, in_dims=(0, None, 0, None))(base, {}, gdn, ids)
-    return logits
+    return PaddedBatch(children).logits(question_ids)
 
 
 def answer_many(children: list[CachedContext], question_ids, max_new_tokens: int,
                 eos_token_id: int | list[int] | None = None) -> list[Answer]:
-    """Greedy answers of every child to one question, decoded together until every child has stopped.
-
-    Each child's answer is what :meth:`CachedContext.answer` gives it alone (tokens after its end of sequence are
-    computed for the batch but dropped).
-    """
+    """Greedy answers of every child to one question (:meth:`PaddedBatch.answer_and_follow`)."""
     return answer_and_follow_many(children, question_ids, None, max_new_tokens, eos_token_id)[0]
 
 
 def answer_and_follow_many(children: list[CachedContext], question_ids, continuation_ids, max_new_tokens: int,
                            eos_token_id: int | list[int] | None = None) -> tuple[list[Answer], torch.Tensor | None]:
-    """:func:`answer_many`, and the logits of a teacher-forced ``continuation_ids`` after the question, from one
-    pass over the question: the greedy decode and the forced continuation both continue from its state.
-
-    Returns
-    -------
-    answers : list[Answer]
-        One per child.
-    logits : torch.Tensor or None
-        ``[B, A, V]``: ``logits[:, i]`` predicts continuation token ``i`` (what :func:`logits_many` gives at the
-        positions from the question's last token on); None without a continuation.
-    """
+    """:meth:`PaddedBatch.answer_and_follow` of every child, for one question."""
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-    _check(children)
-    adapter = children[0].adapter
-    ids = _as_ids(question_ids, adapter, "question_ids")
-    stop = {eos_token_id} if isinstance(eos_token_id, int) else set(eos_token_id or ())
-    base, gdn = _padded(children)
-    position = children[0]._live_state().next_position
-    logits, tail, gdn = vmap(_step(adapter, position, False), in_dims=(0, None, 0, None))(base, {}, gdn, ids)
-    position += ids.numel()
-    followed = None
-    if continuation_ids is not None:
-        forced = _as_ids(continuation_ids, adapter, "continuation_ids")
-        followed = logits
-        if forced.numel() > 1:  # the states are values here: the forced pass leaves the decode's state untouched
-            rest, _, _ = vmap(_step(adapter, position, True), in_dims=(0, 0, 0, None))(base, tail, gdn, forced[:-1])
-            followed = torch.cat([logits, rest], 1)
-    tokens: list[list[int]] = [[] for _ in children]
-    done = [False] * len(children)
-    while True:
-        chosen = logits[:, -1].argmax(-1)
-        for b, token in enumerate(chosen.tolist()):
-            if not done[b]:
-                tokens[b].append(token)
-                done[b] = token in stop or len(tokens[b]) >= max_new_tokens
-        if all(done):
-            break
-        logits, tail, gdn = vmap(_step(adapter, position, False))(base, tail, gdn, chosen[:, None])
-        position += 1
-    tokenizer = children[0].tokenizer
-    answers = [Answer(t, tokenizer.decode([x for x in t if x not in stop]) if tokenizer is not None else None)
-               for t in tokens]
-    return answers, followed
+    return PaddedBatch(children).answer_and_follow(question_ids, continuation_ids, max_new_tokens, eos_token_id)

@@ -81,7 +81,10 @@ class LayerKV:
 
 # Below this many query tokens (decode steps) the two segments are attended without concatenating them: a step
 # reads the cache once, and concatenating would copy the whole cache every step. From it on (prefill chunks,
-# questions, KVzip's reconstruction) the fused kernel is several times faster than explicit logits.
+# questions, KVzip's reconstruction) the fused kernel is several times faster than explicit logits, except over a
+# padded batch cache (``valid`` set, :mod:`runtime.batch`): under ``vmap`` the fused kernel has no batching rule and
+# runs once per member, after copying every member's cache into the concatenation (2.3 s of 19 s answering 15
+# children of a 2K context on SmolLM2).
 FUSED_MIN_QUERIES = 16
 
 
@@ -103,12 +106,12 @@ def _attend_two_segments(
     query_pos = torch.arange(tail_len - length, tail_len, device=query.device)
     visible = torch.arange(tail_len, device=query.device)[None, :] <= query_pos[:, None]  # [L, t]
     has_base = base_keys is not None and base_keys.shape[1] > 0
-    if length >= FUSED_MIN_QUERIES:
+    if length >= FUSED_MIN_QUERIES and base_valid is None:
         keys = torch.cat([base_keys, tail_keys], 1) if has_base else tail_keys
         values = torch.cat([base_values, tail_values], 1) if has_base else tail_values
         mask = visible.expand(query.shape[0], 1, -1, -1)
         if has_base:
-            seen = base_valid if base_valid is not None else torch.ones_like(base_keys[..., 0], dtype=torch.bool)
+            seen = torch.ones_like(base_keys[..., 0], dtype=torch.bool)
             mask = torch.cat([seen[:, None, None, :].expand(-1, -1, length, -1), mask], -1)  # [Hk, 1, L, k + t]
         # grouped layout: batch = KV head, heads = its G query heads, one key head each
         return F.scaled_dot_product_attention(query, keys[:, None], values[:, None], attn_mask=mask, scale=scale,
@@ -211,3 +214,45 @@ def attention_probs(query: torch.Tensor, keys: torch.Tensor, scaling: float, cau
         future = torch.ones(causal_tail, causal_tail, dtype=torch.bool, device=query.device).triu(1)
         logits[..., -causal_tail:] = logits[..., -causal_tail:].masked_fill(future, float("-inf"))
     return logits.softmax(-1)
+
+
+def max_attention(query: torch.Tensor, keys: torch.Tensor, scaling: float, causal_tail: int = 0,
+                  block_elements: int = 1 << 22) -> torch.Tensor:
+    """Each key's largest attention probability over the queries: ``attention_probs(...).amax(1)``, computed
+    block of queries by block so the ``[H, m, N]`` matrix never exists (KVzip's score needs only this max).
+
+    Parameters
+    ----------
+    query : torch.Tensor
+        ``[H, m, d]``.
+    keys : torch.Tensor
+        ``[H_kv, N, d]``, GQA as in :func:`attention_probs`.
+    scaling : float
+    causal_tail : int
+        0, or ``m``: the last ``m`` keys are the queries' own tokens, seen causally.
+    block_elements : int
+        About how many logits one block holds (4M float32: 16 MB, within the last-level cache).
+
+    Returns
+    -------
+    torch.Tensor
+        ``[H, N]`` in the dtype of ``query``.
+    """
+    num_heads, m, head_dim = query.shape
+    num_kv, n = keys.shape[0], keys.shape[1]
+    if causal_tail not in (0, m):
+        raise ValueError(f"causal_tail={causal_tail}: expected 0 or the number of queries ({m})")
+    grouped = query.view(num_kv, num_heads // num_kv, m, head_dim)
+    keys_t = keys.transpose(1, 2).unsqueeze(1)  # [Hk, 1, d, N]
+    best = torch.zeros(num_kv, num_heads // num_kv, n, dtype=query.dtype, device=query.device)
+    block = max(1, block_elements // (num_heads * n))
+    for i0 in range(0, m, block):
+        i1 = min(i0 + block, m)
+        # causal: a block's queries see nothing after its last query's own key, so those keys are left out
+        seen = n - m + i1 if causal_tail else n
+        logits = torch.matmul(grouped[:, :, i0:i1], keys_t[..., :seen]) * scaling  # [Hk, G, b, seen]
+        if causal_tail:
+            future = torch.ones(i1 - i0, i1 - i0, dtype=torch.bool, device=query.device).triu(1)
+            logits[..., seen - (i1 - i0):] = logits[..., seen - (i1 - i0):].masked_fill(future, float("-inf"))
+        best[..., :seen] = torch.maximum(best[..., :seen], logits.softmax(-1).amax(2))
+    return best.view(num_heads, n)

@@ -129,6 +129,16 @@ class CachedContext:
         finally:
             self._busy = False
 
+    def observe(self, ids, observer: ForwardObserver, context_hash: str | None = None) -> None:
+        """Run ``ids`` ``[L]`` after the cached context for what ``observer`` sees (KVzip's reconstruction pass); no
+        logits are computed beyond the last token's, and the cache is unchanged."""
+        ids = self._check_question(ids, context_hash)
+        self._busy = True
+        try:
+            forward_chunk(self.adapter, self._state.branch(), ids, observer)
+        finally:
+            self._busy = False
+
     def answer(
         self,
         question_ids,

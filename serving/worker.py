@@ -59,7 +59,7 @@ class ServedContext:
     context_ids : torch.Tensor
         ``[n]`` the context's ids.
     passes : Passes
-        The passes after the context (:meth:`logits`), run by the engine as requests attached to the held context.
+        The passes after the context (:meth:`observe`), run by the engine as requests attached to the held context.
     """
 
     def __init__(self, adapter, kv: dict[int, LayerKV], n: int, protected: int, evidence: Evidence,
@@ -71,11 +71,10 @@ class ServedContext:
     def tokenizer(self):
         return self._tokenizer_source()
 
-    def logits(self, question_ids, observer=None, context_hash: str | None = None) -> None:
-        """Run ``question_ids`` after the context, showing ``observer`` every attention layer's queries and keys of
-        those tokens (KVzip's reconstruction pass). The engine ran the pass (:class:`Passes`); it returns no logits,
-        so a press that reads them does not run in the engine."""
-        self.passes.run(question_ids, observer)
+    def observe(self, ids, observer, context_hash: str | None = None) -> None:
+        """Run ``ids`` after the context, showing ``observer`` every attention layer's queries and keys of those
+        tokens (KVzip's reconstruction pass). The engine ran the pass (:class:`Passes`)."""
+        self.passes.run(ids, observer)
 
 
 class Passes:

@@ -52,3 +52,23 @@ def test_batch_refuses_children_of_different_contexts(tiny):
     b = prefill(model, _ids(40, 3))
     with pytest.raises(ValueError, match="same prefilled context"):
         answer_many([a.fork(a.keep_all_plan()), b.fork(b.keep_all_plan())], _ids(3, 4), 2)
+
+
+@pytest.mark.parametrize("family", ["qwen3_5", "llama"])
+def test_one_padded_batch_for_several_questions_and_members(tiny, family):
+    # questions of 20 tokens take the explicit-logits path over the padded cache (FUSED_MIN_QUERIES is 16); the batch
+    # is padded once and answers any subset of its children, each as that child alone
+    from runtime.batch import PaddedBatch
+
+    model = tiny(family)
+    parent = prefill(model, _ids(160, 8), protected=4)
+    selection = presses.Selection(parent, "keydiff")
+    children = [selection.fork("flat", 0.1), selection.fork("adakv", 0.3), selection.fork("pyramid", 0.6)]
+    batch = PaddedBatch(children)
+    for question, members in ((_ids(20, 9), None), (_ids(23, 10), [2, 0])):
+        answers, logits = batch.answer_and_follow(question, _ids(4, 11), 6, eos_token_id=5, members=members)
+        for answer, follow, b in zip(answers, logits, members or range(3)):
+            alone = children[b]
+            assert answer.tokens == alone.answer(question, 6, eos_token_id=5).tokens
+            expected = alone.logits(torch.cat([question, _ids(4, 11)]))[question.numel() - 1 : -1]
+            assert torch.allclose(follow, expected, atol=1e-5, rtol=0)
