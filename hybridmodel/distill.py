@@ -32,7 +32,9 @@ and the phase's records carry ``step`` = the delta's step + ``phase_step``, with
 
 Each evaluation of a phase with ``probe_windows`` also logs the **retrieval probe** (:func:`retrieval_probe`): the
 hybrid's top-1 accuracy and mean NLL on the repeated spans of fixed held-out copy windows, beside the teacher's
-(measured once at the phase's start).
+(measured once at the phase's start). A phase begins with an evaluation of the delta on its own windows (the
+record at the delta's step with ``phase_step`` 0; it replaces the delta's record of that step in
+:func:`hybridmodel.distill_report.read_log`).
 """
 
 from __future__ import annotations
@@ -329,6 +331,7 @@ def distill(teacher, tokenizer, student, cfg: DistillConfig, checkpoint_dir: Pat
     chats = (TeacherSamples(teacher, tokenizer, "train", seed, cfg.chat_pool, cfg.chat_tokens, cfg.length,
                             checkpoint_dir / "teacher_samples.jsonl") if cfg.chat_fraction else None)
     step, optimizer, stage, record, seconds, offset, base_tokens = 0, None, None, {}, 0.0, 0, 0
+    beginning = False  # a phase begun from a delta by this call: the delta is evaluated first
     teacher_ppl, teacher_probe, resumed_optimizer = None, None, None
     if last.exists():
         state = torch.load(last, map_location="cpu", weights_only=False)
@@ -359,7 +362,7 @@ def distill(teacher, tokenizer, student, cfg: DistillConfig, checkpoint_dir: Pat
                 for line in Path(origin["log"]).read_text().splitlines():
                     if line.strip() and json.loads(line)["step"] <= offset:
                         file.write(line + "\n")
-        origin = {key: value for key, value in origin.items() if key != "log"}
+        origin, beginning = {key: value for key, value in origin.items() if key != "log"}, True
         log(f"phase {cfg.phase} begins from {origin['delta']} (mixers SHA-256 {origin['sha256'][:12]}…, step "
             f"{offset}, phase {DistillConfig.from_dict(begun['config']).phase}); AdamW anew")
     if teacher_ppl is None:
@@ -386,8 +389,25 @@ def distill(teacher, tokenizer, student, cfg: DistillConfig, checkpoint_dir: Pat
             out.update(chat_pool_done=len(chats.samples), generation_seconds=round(chats.seconds, 1))
         return out
 
+    def evaluate(record: dict) -> None:
+        student.eval()
+        ppl = perplexity(student, eval_windows)
+        record.update(heldout_ppl=round(ppl, 3), ppl_ratio=round(ppl / teacher_ppl, 3))
+        if probe_windows:
+            got = retrieval_probe(student, probe_windows)
+            record.update(probe_acc=round(got["acc"], 4), probe_nll=round(got["nll"], 4))
+
+    def write(record: dict) -> None:
+        shown = {key: value for key, value in record.items() if key not in ("config", "origin")}
+        with open(log_path, "a") as file:
+            file.write(json.dumps(shown) + "\n")
+        log(json.dumps(shown))
+
     record = {**describe(step), "train_seconds": round(seconds, 1), "tokens": base_tokens + step * cfg.length,
               **extras(), "config": asdict(cfg), **({"origin": origin} if origin else {})}
+    if beginning:  # the phase's starting point on its own windows (logged at the delta's step, phase_step 0)
+        evaluate(record)
+        write(record)
 
     def out_of_time() -> bool:
         return stop_after_s is not None and time.monotonic() - started >= stop_after_s
@@ -423,16 +443,8 @@ def distill(teacher, tokenizer, student, cfg: DistillConfig, checkpoint_dir: Pat
                   "tokens": base_tokens + step * cfg.length, "train_seconds": round(seconds, 1), **extras(),
                   "config": asdict(cfg), **({"origin": origin} if origin else {})}
         if step % cfg.eval_every == 0 or step == cfg.steps:
-            student.eval()
-            ppl = perplexity(student, eval_windows)
-            record.update(heldout_ppl=round(ppl, 3), ppl_ratio=round(ppl / teacher_ppl, 3))
-            if probe_windows:
-                got = retrieval_probe(student, probe_windows)
-                record.update(probe_acc=round(got["acc"], 4), probe_nll=round(got["nll"], 4))
-        shown = {key: value for key, value in record.items() if key not in ("config", "origin")}
-        with open(log_path, "a") as file:
-            file.write(json.dumps(shown) + "\n")
-        log(json.dumps(shown))
+            evaluate(record)
+        write(record)
         if time.monotonic() - saved >= checkpoint_every_s or step == cfg.steps or out_of_time():
             _save_atomic({"config": asdict(cfg), "step": step, "seconds": seconds, "teacher_ppl": teacher_ppl,
                           "teacher_probe": teacher_probe, "origin": origin, "offset": offset,

@@ -250,8 +250,9 @@ def test_phase_two_begins_from_a_delta_records_it_and_refuses_other_configs(teac
     assert record["tokens"] == 448 + TINY2.steps * TINY2.length
     assert {"probe_acc", "probe_nll", "teacher_probe_acc", "heldout_ppl"} <= set(record)
     log = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in log] == list(range(1, 8)) + [8, 9, 10]  # the delta's history, then the phase's
-    assert [r.get("phase") for r in log[7:]] == [2, 2, 2]
+    # the delta's history, the phase's evaluation of its start (at the delta's step), then the phase's steps
+    assert [r["step"] for r in log] == list(range(1, 8)) + [7, 8, 9, 10]
+    assert [r.get("phase_step") for r in log[7:]] == [0, 1, 2, 3] and {"probe_acc", "heldout_ppl"} <= set(log[7])
     state = torch.load(run / "last.pt", weights_only=False)
     assert state["origin"]["sha256"] == origin["sha256"] and state["offset"] == 7
     saved = hybrid_delta.save(hybrid, tmp_path / "out", "f" * 64, record).parent
