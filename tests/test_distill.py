@@ -284,3 +284,40 @@ def test_the_retrieval_probe_counts_what_a_brute_force_count_does(student, fake_
                 count += 1
     assert got["tokens"] == count and got["acc"] == pytest.approx(hits / count, abs=1e-12)
     assert got["nll"] == pytest.approx(nll / count, rel=1e-4)
+
+
+def test_the_cli_begins_phase_two_from_a_delta_resumes_it_and_exports_it(teacher, student, fake_corpus, monkeypatch,
+                                                                         tmp_path):
+    """``bench distill --phase 2 --init-from DELTA``, the same command again (resumed), then ``--hours 0 --out``:
+    the exported delta records its origin and its log ends at its step."""
+    import argparse
+    from dataclasses import asdict
+
+    import bench.loading
+    from hybridmodel.commands import add_distill_arguments, run_distill
+
+    monkeypatch.setattr(bench.loading, "load", lambda spec: (teacher, build_tokenizer(), None))
+    delta, run, out = tmp_path / "delta", tmp_path / "phase2", tmp_path / "out"
+    hybrid_delta.save(student, delta, "f" * 64, {"step": 4, "train_seconds": 1.0, "tokens": 256,
+                                                 "teacher_ppl": 5.0, "config": asdict(TINY)})
+    parser = argparse.ArgumentParser()
+    add_distill_arguments(parser)
+    common = ["--phase", "2", "--checkpoints", str(run), "--kd-steps", "2", "--length", "64", "--eval-every", "2",
+              "--chat-pool", "2", "--chat-tokens", "2", "--probe-windows", "1"]
+    with pytest.raises(ValueError, match="give --init-from"):
+        run_distill(parser.parse_args(common))
+    run_distill(parser.parse_args([*common, "--init-from", str(delta), "--hours", "0"]))  # evaluates, trains nothing
+    assert not (run / "last.pt").exists()
+    run_distill(parser.parse_args([*common, "--init-from", str(delta)]))
+    assert (run / "last.pt").exists()
+    with pytest.raises(ValueError, match="another distillation config"):
+        run_distill(parser.parse_args([*common[:-2], "--probe-windows", "2"]))
+    hybrid_delta.save(student, out, "f" * 64, {"step": 4, "config": asdict(TINY)})
+    with pytest.raises(ValueError, match="holds the delta of another distillation"):
+        run_distill(parser.parse_args([*common, "--hours", "0", "--out", str(out)]))
+    run_distill(parser.parse_args([*common, "--hours", "0", "--out", str(out), "--replace"]))
+    training = hybrid_delta.manifest(out)["training"]
+    assert training["step"] == 6 and training["phase_step"] == 2 and training["origin"]["delta"] == str(delta)
+    assert DistillConfig.from_dict(training["config"]).phase == 2
+    steps = [json.loads(line)["step"] for line in (out / "training_log.jsonl").read_text().splitlines()]
+    assert max(steps) == 6 and (out / "curves.png").exists()
