@@ -13,6 +13,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from .fused_kernels import fla_gated_delta_rule, uses_fla
+
 
 @dataclass
 class GDNState:
@@ -209,8 +211,11 @@ def gdn_core(module, mixed_qkv: torch.Tensor, b: torch.Tensor, a: torch.Tensor, 
     initial = (torch.zeros(module.num_v_heads, module.head_k_dim, module.head_v_dim, device=value.device)
                if state is None else state.recurrent)
     args = (query.transpose(0, 1), key.transpose(0, 1), value.transpose(0, 1), g.transpose(0, 1), beta.transpose(0, 1))
-    kernel_fn = recurrent_gated_delta_step if length == 1 else chunk_gated_delta_rule
-    core, recurrent = kernel_fn(*args, initial)
+    if uses_fla(value):
+        core, recurrent = fla_gated_delta_rule(*args, initial)
+    else:
+        kernel_fn = recurrent_gated_delta_step if length == 1 else chunk_gated_delta_rule
+        core, recurrent = kernel_fn(*args, initial)
     signals = torch.stack([beta.float(), g.float(), value.float().norm(dim=-1)], dim=-1) if record_signals else None
     return core.transpose(0, 1), GDNState(new_conv, recurrent), signals
 

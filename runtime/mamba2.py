@@ -20,6 +20,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from .fused_kernels import mamba_ssm_scan, uses_mamba_ssm
 from .gdn import GDNState
 
 
@@ -132,7 +133,8 @@ def mamba2_forward(adapter, layer_idx: int, hidden: torch.Tensor, state: GDNStat
     A = -torch.exp(module.A_log.float())
     initial = (torch.zeros(heads, module.head_dim, module.ssm_state_size, device=x.device)
                if state is None else state.recurrent)
-    y, recurrent = ssd_scan(x, dt, A, B, C, initial, module.chunk_size)
+    scan = mamba_ssm_scan if uses_mamba_ssm(x) else ssd_scan
+    y, recurrent = scan(x, dt, A, B, C, initial, module.chunk_size)
     y = y + module.D.float()[:, None] * x
     signals = torch.stack([dt * B.norm(dim=-1), dt * A, x.norm(dim=-1)], dim=-1) if record_signals else None
     return adapter.mamba_output(layer_idx, y.reshape(1, length, -1), gate), GDNState(new_conv, recurrent), signals

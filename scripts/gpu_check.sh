@@ -1,15 +1,22 @@
 #!/usr/bin/env bash
-# The GPU check (issue: real models). On a machine with CUDA: the runtime invariants and every press on the GPU
-# (float32 and bfloat16), prefill / scoring / decode timings of a random-weight 0.8B-geometry hybrid at 16K and 64K
-# tokens, and a short compare on the shipped model on cuda; every figure goes to one file. Without CUDA it stops.
+# The GPU check. On a machine with CUDA: the fused kernels of the recurrent layers against the pure-torch ones, the
+# runtime invariants and every press on the GPU (float32 and bfloat16), prefill / scoring / decode timings of a
+# random-weight 0.8B-geometry hybrid at 16K and 64K tokens, and a short compare on the shipped model on cuda; every
+# figure goes to one file (docs/gpu_check.md). Without CUDA it stops.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-out="${1:-gpu_check.md}"
+out="${1:-docs/gpu_check.md}"
 if ! python -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
   echo "gpu_check: torch sees no CUDA device on this machine; run it where one is (nothing was run)" >&2
   exit 2
 fi
+# first the fused recurrent kernels against the pure-torch ones (pip install ".[cuda]" brings them; a test that
+# cannot run says why), then the runtime checks and timings
+pip install -q ".[cuda]" || echo "gpu_check: the fused kernels could not be installed; their tests will skip" >&2
+{ echo "# Fused kernels (tests/test_fused_kernels.py)"; echo; echo '```'
+  python -m pytest -q -rs tests/test_fused_kernels.py 2>&1 | tail -n 15; echo '```'; echo; } > "$out.kernels"
 python scripts/gpu_check.py "$out"
+cat "$out.kernels" "$out" > "$out.all" && mv "$out.all" "$out" && rm "$out.kernels"
 scratch=$(mktemp -d)
 { echo; echo "## Short compare on the shipped model (cuda)"; echo; } >> "$out"
 /usr/bin/time -f "compare wall time: %e s" bench compare --device cuda --press gatesight,keydiff,snapkv --alloc flat \

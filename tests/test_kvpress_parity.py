@@ -104,3 +104,24 @@ def test_real_model_keeps_what_kvpress_keeps(tiny, real_text_ids, name, keep_fra
     assert result.max_logit_diff_on_kvpress_positions <= LOGIT_TOLERANCE
     if result.heads_differing == 0:
         assert result.max_logit_diff <= LOGIT_TOLERANCE
+
+
+@pytest.mark.realmodel
+@pytest.mark.parametrize("keep_fraction", [0.3, 0.5])
+def test_real_model_kvzip_global_keeps_what_kvpress_kvzip_keeps(tiny, keep_fraction):
+    """KVzip with the global allocator against kvpress's own ``KVzipPress`` (its reconstruction passes, its sinks =
+    this project's protected chat prefix, one budget over all layers): the same positions in all 90 heads, or
+    differences only at exact ties of the budget's edge; the first answer token's logits agree."""
+    from kvzip_parity import chat_prefix, kvzip_parity, real_text
+
+    from bench.loading import load
+
+    model = tiny(REAL_MODEL)
+    _, tokenizer, _ = load(REAL_MODEL)
+    sink = len(chat_prefix(tokenizer))
+    body, question = real_text(tokenizer, 300 - (300 + sink) % 10)
+    result = kvzip_parity(model, tokenizer, body, question, keep_fraction)
+    assert result.kept_ours == result.kept_kvpress == round(keep_fraction * result.n_context) * 90
+    assert result.heads == 90
+    assert result.heads_differing == 0 or result.differences_are_ties, result
+    assert result.max_logit_diff <= LOGIT_TOLERANCE
