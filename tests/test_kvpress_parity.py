@@ -124,4 +124,5 @@ def test_real_model_kvzip_global_keeps_what_kvpress_kvzip_keeps(tiny, keep_fract
     assert result.kept_ours == result.kept_kvpress == round(keep_fraction * result.n_context) * 90
     assert result.heads == 90
     assert result.heads_differing == 0 or result.differences_are_ties, result
+    assert result.kvpress_keeps_our_top_ranked
     assert result.max_logit_diff <= LOGIT_TOLERANCE
