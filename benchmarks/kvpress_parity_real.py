@@ -25,10 +25,10 @@ import torch
 from kvpress_side_by_side import parity
 
 import presses.kvpress_pipeline  # noqa: F401 - registers hybrid-kv-press-text-generation
-from bench.corpus import documents
-from bench.loading import load
-from bench.metrics import METRICS
-from bench.tasks.ruler import Config, generate
+from pretrained.loading import load
+from workloads.corpus import documents
+from workloads.metrics import METRICS
+from workloads.tasks.ruler import Config, generate
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = "smollm2-135m-instruct"

@@ -39,9 +39,9 @@ def main() -> None:
 
     from real_geometry import build
 
-    from bench.loading import DEFAULT_MODEL_DIR, read_config
     from presses.calibration import calibrate
     from presses.gatesight import GateSightEstimator
+    from pretrained.loading import DEFAULT_MODEL_DIR, read_config
     from runtime import adapter_for
     from serving import CompactingLLM
 

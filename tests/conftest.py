@@ -26,7 +26,7 @@ def tiny():
         if name not in cache:
             if name == REAL_MODEL:
                 import pretrained
-                from bench.loading import load
+                from pretrained.loading import load
 
                 if pretrained.installed(pretrained.CHECKPOINTS[name]) is None:
                     pytest.skip(f"{name} is not fetched: run `bench fetch-model {name}` once")

@@ -7,9 +7,9 @@ import shutil
 
 import pytest
 
-from bench import loading
 from bench.cli import main
 from presses.calibration import FILE
+from pretrained import loading
 
 LABEL_ARGS = ["--limit", "2", "--tokens", "48", "--continuations", "1", "--max-new-tokens", "4"]
 

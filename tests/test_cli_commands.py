@@ -8,12 +8,12 @@ import pytest
 
 import allocators
 import presses
-from bench import loading
 from bench.cli import COMMANDS, build_parser, main
 from bench.leaderboard import write_leaderboard
 from bench.publish import verify_stores
 from bench.store import ROOT, ResultStore
 from gatesight_learning.calibrate import calibrate_model
+from pretrained import loading
 
 
 def test_every_command_is_in_the_parser_and_named_once():

@@ -1,4 +1,4 @@
-"""Which text serves what (bench.corpus): haystacks never share a document with anything that trains, calibrates
+"""Which text serves what (workloads.corpus): haystacks never share a document with anything that trains, calibrates
 or labels; the plain-text readers of each format; real-text haystack tasks."""
 
 import random
@@ -6,7 +6,7 @@ import random
 import pytest
 
 from bench.compare import CompareSettings, run_compare, validate
-from bench.corpus import (
+from workloads.corpus import (
     ALL_SOURCES,
     HAYSTACK_SOURCES,
     LABEL_SOURCES,
@@ -19,9 +19,9 @@ from bench.corpus import (
     label_documents,
     source_files,
 )
-from bench.tasks import Config, generate
-from bench.tasks.ruler import GENERATED, HAYSTACK_TASKS, TASKS
-from bench.tasks.text import real_sentences
+from workloads.tasks import Config, generate
+from workloads.tasks.ruler import GENERATED, HAYSTACK_TASKS, TASKS
+from workloads.tasks.text import real_sentences
 
 
 def test_roles_are_declared_once_and_cover_every_source():

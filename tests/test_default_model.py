@@ -3,10 +3,10 @@
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from bench.loading import DEFAULT_MODEL_DIR
-from bench.metrics import string_match_all
-from bench.tasks import Config, generate
+from pretrained.loading import DEFAULT_MODEL_DIR
 from runtime import adapter_for, encode_text, prefill
+from workloads.metrics import string_match_all
+from workloads.tasks import Config, generate
 
 
 def test_default_model_retrieves_needles():

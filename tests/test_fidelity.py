@@ -5,9 +5,9 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from bench.fidelity import FullCacheReference, answer_log_probs, fidelity, reference_text
-from bench.loading import DEFAULT_MODEL_DIR
-from bench.tasks import Config, generate
+from pretrained.loading import DEFAULT_MODEL_DIR
 from runtime import KeepPlan, encode_text, prefill
+from workloads.tasks import Config, generate
 
 
 def _reference(cache, prompt, answer):

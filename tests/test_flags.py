@@ -6,11 +6,11 @@ import pytest
 
 import allocators
 import presses
-from bench import loading
 from bench.cli import build_parser, main
 from bench.compare_command import methods_of
 from presses.base import Press
 from presses.selection import check_pair
+from pretrained import loading
 
 
 @pytest.fixture

@@ -79,9 +79,9 @@ def test_ranking_metrics_on_hand_made_cases():
 
 
 def test_corpus_windows_have_unique_ids():
-    from bench.corpus import LABEL_SOURCES, label_documents
     from gatesight_learning.record import corpus_windows
     from hybridmodel.tokenizer import build_tokenizer
+    from workloads.corpus import LABEL_SOURCES, label_documents
 
     windows = corpus_windows(build_tokenizer(), tokens=256)
     ids = [(corpus, doc) for corpus, doc, _ in windows]

@@ -5,11 +5,11 @@ import shutil
 
 import pytest
 
-from bench import loading
 from bench.cli import main
 from bench.compare import CompareSettings, run_compare
 from bench.leaderboard import write_leaderboard
 from hybridmodel.tokenizer import build_tokenizer
+from pretrained import loading
 
 from tiny_models import qwen3
 
@@ -160,7 +160,7 @@ def test_calibrate_command_writes_the_calibration(model_dir, tmp_path):
     calibration = Calibration.load(copy)
     assert calibration.tokens == 300 and sorted(calibration.gate_weights) == [1, 3]
     # measured on the recording corpus: the labelling windows, round-robin over the labelling sources
-    from bench.corpus import LABEL_SOURCES
+    from workloads.corpus import LABEL_SOURCES
 
     assert calibration.sources == list(LABEL_SOURCES[:3])
 

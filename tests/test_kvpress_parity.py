@@ -79,8 +79,8 @@ REAL_PRESSES = ["snapkv", "knorm", "keydiff", "ExpectedAttentionPress", "TOVAPre
 @pytest.fixture(scope="module")
 def real_text_ids(tiny):
     """320 tokens of held-out real text (a standard-library module) and one question, in the real model's ids."""
-    from bench.corpus import documents
-    from bench.loading import load
+    from pretrained.loading import load
+    from workloads.corpus import documents
 
     _, tokenizer, _ = load(REAL_MODEL)
     text = documents("python-stdlib", "heldout")[0][1]

@@ -7,9 +7,9 @@ import pytest
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from bench import loading
 from bench.cli import main
 from gatesight_learning.record import shard_settings
+from pretrained import loading
 
 SMALL = ["--limit", "2", "--continuations", "1", "--max-new-tokens", "4"]
 

@@ -6,9 +6,9 @@ import huggingface_hub.constants
 import pytest
 import torch
 
-from bench import loading
 from bench.cli import main
-from bench.loading import ModelSpec
+from pretrained import loading
+from pretrained.loading import ModelSpec
 
 
 def _fake_cache(tmp_path, model_dir, repo="someorg/tiny-hybrid"):

@@ -1,6 +1,6 @@
 """RULER metrics on hand-written cases."""
 
-from bench.metrics import postprocess, string_match_all, string_match_part
+from workloads.metrics import postprocess, string_match_all, string_match_part
 
 
 def test_string_match_all():

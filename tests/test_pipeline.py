@@ -4,10 +4,10 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import presses
-from bench.loading import DEFAULT_MODEL_DIR
-from bench.metrics import string_match_all
-from bench.tasks import Config, generate
+from pretrained.loading import DEFAULT_MODEL_DIR
 from runtime import CHATML_ASSISTANT_TURN, encode_text, prefill
+from workloads.metrics import string_match_all
+from workloads.tasks import Config, generate
 
 
 def _load(directory):

@@ -83,7 +83,7 @@ def test_the_converted_tokenizer_is_smollm2s_own(tiny):
     """The GGUF's tokenizer converted as a code-completion tokenizer would add ``<|im_start|>`` to every text and end
     generation at ``<|im_start|>``; the conversion removes that: plain texts encode without special tokens, a turn
     ends at ``<|im_end|>`` (id 2, the generation config's EOS too), and the vocabulary is the embeddings' 49,152."""
-    from bench.loading import load
+    from pretrained.loading import load
 
     model, tokenizer, directory = load(REAL_MODEL)
     assert tokenizer("Hello world")["input_ids"] == [19556, 905]

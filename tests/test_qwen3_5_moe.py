@@ -21,10 +21,10 @@ from transformers import (
 
 from allocators.integerize import round_half_up
 from bench.cli import main
-from bench.loading import ModelSpec, load
 from bench.store import ResultStore
 from hybridmodel.tokenizer import build_tokenizer
 from presses.gatesight import GateSightEstimator
+from pretrained.loading import ModelSpec, load
 from runtime import adapter_for, prefill
 from runtime.adapters.qwen3_5 import Qwen3_5Adapter
 from runtime.adapters.qwen3_5_moe import Qwen3_5MoeAdapter

@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from bench import loading
 from bench.cli import main
 from bench.settings import RAY_ANSWER_SECONDS, check_ray_address
+from pretrained import loading
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="Ray is the optional 'ray' extra")
 

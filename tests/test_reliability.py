@@ -550,7 +550,7 @@ def test_a_full_disk_is_one_error_and_a_rerun_resumes(model_dir, tmp_path, capsy
 
 
 def test_a_read_only_leaderboard_out_is_one_error(tmp_path, capsys, monkeypatch):
-    from bench import files
+    from artifacts import files
 
     (tmp_path / "results.jsonl").write_text(json.dumps(GOOD_ROW) + "\n")
 

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from bench.compare import CompareSettings, run_compare
-from bench.scbench_metrics import (
+from workloads.scbench_metrics import (
     official_any_upper,
     official_choice,
     official_qa_chn,
@@ -14,7 +14,7 @@ from bench.scbench_metrics import (
     revised_qa_chn,
     score,
 )
-from bench.tasks.scbench import load_rows, middle_truncate, to_item
+from workloads.tasks.scbench import load_rows, middle_truncate, to_item
 
 ROWS = {
     "kv": [{"id": 0, "context": "{\"a1\": \"v-111\", \"b2\": \"v-222\", \"c3\": \"v-333\"} " * 3,

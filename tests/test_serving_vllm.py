@@ -528,8 +528,8 @@ def test_bench_compare_in_the_engine_writes_the_runtimes_rows(served, tmp_path):
     """``bench compare --engine vllm``: the same rows (keys and fields) as the HF runtime on the same model and
     settings, the no-prune rows exactly at zero ΔNLL and KL, and the two engines never mixed in one store."""
     from bench.compare import CompareSettings, run_compare
-    from bench.loading import ModelSpec
     from bench.store import verify_rows
+    from pretrained.loading import ModelSpec
 
     engine, model = served
     # both engines in bfloat16: the engine runs the dtype it is given, and vLLM's CPU GDN op runs bfloat16 only

@@ -2,8 +2,8 @@
 
 import pytest
 
-from bench.tasks import PROFILES, TASKS, Config, generate
-from bench.tasks.ruler import NIAH
+from workloads.tasks import PROFILES, TASKS, Config, generate
+from workloads.tasks.ruler import NIAH
 
 
 @pytest.mark.parametrize("profile", PROFILES)

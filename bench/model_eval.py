@@ -9,16 +9,16 @@ from statistics import mean
 
 import torch
 
-from bench import loading
-from bench.metrics import METRICS
-from bench.tasks import Config, generate
+from pretrained import loading
 from runtime import encode_text, prefill
+from workloads.metrics import METRICS
+from workloads.tasks import Config, generate
 
 
 @torch.no_grad()
 def bits_per_byte(model, tokenizer, documents_per_source: int = 10, window: int = 1024) -> dict[str, float]:
     """Bits per byte on the first ``window`` bytes of held-out generic documents, per source."""
-    from bench.corpus import SOURCES, documents
+    from workloads.corpus import SOURCES, documents
 
     out = {}
     for source in SOURCES:
@@ -36,8 +36,9 @@ def evaluate_model(model_path, tasks: list[str], lengths: list[int], n: int, see
                    rows_out: Path | None = None) -> str:
     """Markdown table: accuracy (%) per task and length with 95 % bootstrap intervals over items, no eviction,
     greedy; items = evaluation seeds. ``rows_out``: one JSON line per item (for paired comparisons of models)."""
-    from bench.stats import PairedBootstrap
-    from bench.tasks import TASKS
+    from workloads.tasks import TASKS
+
+    from .stats import PairedBootstrap
 
     if n < 1:
         raise ValueError(f"--n {n}: give at least 1 item per task")

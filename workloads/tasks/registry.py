@@ -1,6 +1,6 @@
 """The task registry: every task family, the tasks it holds, the named groups, and how an item is built.
 
-A family turns ``(task, index)`` into an :class:`~bench.tasks.items.Item` for one run's :class:`TaskSettings`; the
+A family turns ``(task, index)`` into an :class:`~workloads.tasks.items.Item` for one run's :class:`TaskSettings`; the
 bench never tests a task's name to decide how to build it. A new family is one class here (or in its own module)
 plus its entry in :data:`FAMILIES`.
 """
@@ -30,10 +30,10 @@ class TaskSettings:
         The model's tokenizer (token counts, SCBench's truncation).
     decode : Callable[[list[int]], str]
     profile : str
-        RULER's template profile (:data:`bench.tasks.ruler.PROFILES`).
+        RULER's template profile (:data:`workloads.tasks.ruler.PROFILES`).
     seed : int
     haystack : str
-        ``generated``, or a real-text source of :data:`bench.corpus.HAYSTACK_SOURCES`.
+        ``generated``, or a real-text source of :data:`workloads.corpus.HAYSTACK_SOURCES`.
     scbench_data : Path, optional
         A local copy of SCBench.
     """
@@ -62,7 +62,7 @@ class TaskFamily(ABC):
 
 
 class RulerFamily(TaskFamily):
-    """RULER's 13 synthetic tasks, generated offline (:mod:`bench.tasks.ruler`)."""
+    """RULER's 13 synthetic tasks, generated offline (:mod:`workloads.tasks.ruler`)."""
 
     name = "ruler"
     tasks = TASKS
@@ -78,7 +78,8 @@ class RulerFamily(TaskFamily):
 
 
 class ScbenchFamily(TaskFamily):
-    """SCBench's 12 tasks in shared-context multi-query mode, read from a local copy (:mod:`bench.tasks.scbench`)."""
+    """SCBench's 12 tasks in shared-context multi-query mode, read from a local copy
+    (:mod:`workloads.tasks.scbench`)."""
 
     name = "scbench"
     tasks = tuple(f"scbench_{t}" for t in SCBENCH_TASKS)

@@ -33,7 +33,7 @@ TASKS = (*NIAH, "vt", "cwe", "fwe", "qa_1", "qa_2")
 HAYSTACK_TASKS = tuple(task for task, spec in NIAH.items() if spec[0] == "essay")
 """The tasks whose filler is an essay (RULER: Paul Graham's essays): ``--haystack`` chooses its text."""
 GENERATED = "generated"
-"""The haystack written by this project's seeded generators (:func:`bench.tasks.text.prose_sentences`)."""
+"""The haystack written by this project's seeded generators (:func:`workloads.tasks.text.prose_sentences`)."""
 PROFILES = ("faithful", "compact")
 MAX_NEW_TOKENS = {"niah": 128, "vt": 30, "cwe": 120, "fwe": 50, "qa": 32}
 COMPACT_MAX_NEW_TOKENS = {"niah": 24, "vt": 32, "cwe": 96, "fwe": 32, "qa": 24}
@@ -56,7 +56,7 @@ class Config:
     qa_documents : list[dict], optional
         Documents for the QA tasks instead of the synthetic ones.
     haystack : str
-        ``generated``, or a real source of :data:`bench.corpus.HAYSTACK_SOURCES`.
+        ``generated``, or a real source of :data:`workloads.corpus.HAYSTACK_SOURCES`.
     """
 
     profile: str = "compact"

@@ -5,11 +5,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from bench.arguments import Command, add_model_arguments, ints, model_spec, names
-from bench.loading import ModelSpec
+from hybridmodel.data import TRAIN_TASKS
+from hybridmodel.distill_config import DistillConfig
+from pretrained.loading import ModelSpec
 
-from .data import TRAIN_TASKS
-from .distill_config import DistillConfig
+from .arguments import Command, add_model_arguments, ints, model_spec, names
 
 
 def add_train_model_arguments(parser: argparse.ArgumentParser) -> None:
@@ -31,7 +31,7 @@ def add_train_model_arguments(parser: argparse.ArgumentParser) -> None:
 def run_train_model(args: argparse.Namespace) -> None:
     import torch  # here, not at the top: ``bench --help`` need not import the training
 
-    from .train import TrainConfig, check_target, train
+    from hybridmodel.train import TrainConfig, check_target, train
 
     if args.steps is not None and args.steps < 1:
         raise ValueError(f"--steps {args.steps}: give a positive number of training steps")
@@ -55,7 +55,7 @@ def add_model_eval_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_model_eval(args: argparse.Namespace) -> None:
-    from .evaluate import evaluate_model
+    from .model_eval import evaluate_model
 
     print(evaluate_model(model_spec(args), args.tasks, args.lengths, args.n, args.seed,
                          Path(args.rows) if args.rows else None))
@@ -92,7 +92,7 @@ def add_distill_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _check_delta_target(out: Path, cfg: dict, replace: bool) -> None:
     """A delta in ``out`` may be replaced only by the same run (its config) or with ``--replace``."""
-    from .hybrid_delta import MANIFEST_FILE, manifest
+    from hybridmodel.hybrid_delta import MANIFEST_FILE, manifest
 
     if not (out / MANIFEST_FILE).exists() or replace:
         return
@@ -108,11 +108,10 @@ def run_distill(args: argparse.Namespace) -> None:
     import torch  # here, not at the top: ``bench --help`` need not import the training
 
     import pretrained
-    from bench.loading import load
-
-    from . import hybrid_delta
-    from .distill import Windows, distill
-    from .from_teacher import from_teacher
+    from hybridmodel import hybrid_delta
+    from hybridmodel.distill import Windows, distill
+    from hybridmodel.from_teacher import from_teacher
+    from pretrained.loading import load
 
     cfg = DistillConfig(transfer_steps=args.transfer_steps, kd_steps=args.kd_steps, length=args.length,
                         seed=args.seed)
@@ -146,7 +145,7 @@ def run_distill(args: argparse.Namespace) -> None:
     if out is not None:
         import shutil
 
-        from .distill_report import plot
+        from hybridmodel.distill_report import plot
 
         hybrid_delta.save(student, out, teacher_entry.sha256, record)
         log = Path(args.checkpoints) / "log.jsonl"

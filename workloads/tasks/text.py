@@ -1,5 +1,5 @@
 """Offline haystack text: RULER's noise sentence, seeded prose of our own, real technical prose from the haystack
-sources of :mod:`bench.corpus` (text nothing of this project trains on), and word lists from wonderwords."""
+sources of :mod:`workloads.corpus` (text nothing of this project trains on), and word lists from wonderwords."""
 
 from __future__ import annotations
 
