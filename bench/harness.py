@@ -11,10 +11,10 @@ from presses.selection import check_pair
 from pretrained import loading
 from runtime import adapter_for, encode_text
 from workloads.tasks import registry as tasks
+from workloads.tasks.items import Item
 
 from .settings import CompareSettings
 from .store import BASELINE, code_version
-from .tasks.items import Item
 
 
 class Harness:

@@ -17,9 +17,9 @@ import allocators
 import presses
 from pretrained import loading
 from workloads.tasks import registry as tasks
+from workloads.tasks.ruler import GENERATED, TASKS
 
 from .store import BASELINE, check_writable
-from .tasks.ruler import GENERATED, TASKS
 
 KEEP_FRACTION_GRIDS = {
     "default": (0.02, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9),

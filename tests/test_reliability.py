@@ -12,11 +12,12 @@ import torch
 import allocators
 import presses
 from allocators import BudgetRequest
-from bench import compare, loading
+from bench import compare
 from bench.cli import main
 from bench.compare import CompareSettings, run_compare, run_rows
 from bench.store import RESULT_SOURCES, ResultStore, _normalised_source
 from presses.selection import plan_for
+from pretrained import loading
 from runtime import EvidenceRequest, KeepPlan, prefill
 
 
