@@ -106,7 +106,7 @@ def main() -> None:
 
 
 def tiny(layers: int) -> torch.nn.Module:
-    """The serving tests' tiny Qwen3-Next (``tests/test_serving_vllm.py``) with ``layers`` layers."""
+    """The serving tests' tiny Qwen3-Next (``tests/serving/test_serving_vllm.py``) with ``layers`` layers."""
     from transformers import Qwen3NextConfig, Qwen3NextForCausalLM
 
     config = Qwen3NextConfig(

@@ -1,7 +1,7 @@
 """Real text that exists on every machine of this kind, offline, and which role each source plays.
 
-Three roles, declared here and nowhere else, and kept apart by ``tests/test_corpus.py`` (no document, by path or by
-content, belongs to two roles):
+Three roles, declared here and nowhere else, and kept apart by ``tests/workloads/test_corpus.py`` (no document, by
+path or by content, belongs to two roles):
 
 - :data:`SOURCES` train the default model (their ``train`` split), calibrate TriAttention and the layer gate weights
   and time scoring (``bench cost``): Python's standard-library sources, license and copyright texts, the long
