@@ -1,6 +1,7 @@
 """The library's checks of what a caller passes: scores, press options and evidence, token ids and plans, budget
 weights, the pipeline's arguments, damaged artifacts; each refusal one clear error naming what is wrong."""
 
+from dataclasses import dataclass
 
 import pytest
 import torch
@@ -8,7 +9,6 @@ import torch
 import allocators
 import presses
 from allocators import BudgetRequest
-from presses.selection import plan_for
 from runtime import EvidenceRequest, KeepPlan, prefill
 from tests.helpers import copy_model, truncate
 
@@ -18,18 +18,27 @@ def _parent(tiny, n=60, protected=4, evidence=EvidenceRequest()):
     return prefill(tiny("qwen3_5"), torch.randint(0, 97, (n,)), protected=protected, evidence=evidence)
 
 
-def test_plan_for_refuses_bad_scores(tiny):
+@dataclass
+class _GivenScores(presses.Press):
+    """A press whose scores are handed to it: what a press of one's own might return."""
+
+    name = "given-scores"
+    scores: dict = None
+
+    def score(self, context: presses.ScoringContext) -> presses.Scores:
+        return self.scores
+
+
+def test_a_selection_refuses_bad_scores(tiny):
     parent = _parent(tiny)
-    flat = allocators.get("flat")
     scores = {layer: torch.rand(2, parent.n - parent.protected) for layer in parent.adapter.attention_layers}
     first = parent.adapter.attention_layers[0]
+    with_nan = scores[first].masked_fill(torch.rand_like(scores[first]) < 0.1, float("nan"))
     with pytest.raises(ValueError, match=f"scores of layer {first} contain NaN"):
-        plan_for(parent,
-                 {**scores, first: scores[first].masked_fill(torch.rand_like(scores[first]) < 0.1, float("nan"))},
-                 flat, 0.5)
+        presses.Selection(parent, _GivenScores(scores={**scores, first: with_nan})).plan("flat", 0.5)
     with pytest.raises(ValueError, match=r"shape \(2, 20\); expected \[H_kv, n_body\] = \[2, 56\]"):
-        plan_for(parent, {**scores, first: torch.rand(2, 20)}, flat, 0.5)
-    assert plan_for(parent, scores, flat, 0.5).total() == 2 * 2 * 28
+        presses.Selection(parent, _GivenScores(scores={**scores, first: torch.rand(2, 20)})).plan("flat", 0.5)
+    assert presses.Selection(parent, _GivenScores(scores=scores)).plan("flat", 0.5).total() == 2 * 2 * 28
 
 
 def test_snapkv_inputs(tiny):
