@@ -7,7 +7,7 @@ import argparse
 from dataclasses import dataclass
 from typing import Callable
 
-from .loading import ModelSpec
+from pretrained.loading import ModelSpec
 
 
 @dataclass(frozen=True)

@@ -1,20 +1,19 @@
-"""The ``bench`` command: each subcommand is a :class:`~bench.arguments.Command` defined beside the code it runs,
-assembled here in the order ``bench --help`` lists them."""
+"""The ``bench`` command: each subcommand is a :class:`~bench.arguments.Command` defined in the bench beside the code
+it runs (the library packages below, gatesight_learning and hybridmodel among them, have no flags and never import
+the bench), assembled here in the order ``bench --help`` lists them."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from gatesight_learning.calibrate import CALIBRATE
-from gatesight_learning.commands import ANALYZE, LABEL, TRAIN
-from hybridmodel.commands import DISTILL, MODEL_EVAL, TRAIN_MODEL
-
 from .arguments import Command
 from .compare_command import COMPARE
 from .cost import COST
 from .fetch_command import FETCH_MODEL
+from .learning_commands import ANALYZE, CALIBRATE, LABEL, TRAIN
 from .merge import MERGE
+from .model_commands import DISTILL, MODEL_EVAL, TRAIN_MODEL
 from .publish import LEADERBOARD, VERIFY
 
 COMMANDS = (COMPARE, MERGE, LEADERBOARD, VERIFY, COST, FETCH_MODEL, CALIBRATE, TRAIN_MODEL, MODEL_EVAL, DISTILL, LABEL,

@@ -14,12 +14,13 @@ import sys
 
 from tqdm import tqdm
 
-from . import loading
+from pretrained import loading
+from workloads.tasks import registry as tasks
+
 from .execution import ContextJob, in_processes, in_ray, in_this_process
 from .harness import Harness
 from .settings import CompareSettings, validate
 from .store import KEY_FIELDS, ResultStore, code_version
-from .tasks import registry as tasks
 
 __all__ = ["CompareSettings", "contexts_of", "run_compare", "run_rows", "validate"]
 

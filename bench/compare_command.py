@@ -12,10 +12,10 @@ from pathlib import Path
 
 import allocators
 import presses
+from workloads.tasks import registry as tasks
 
 from .arguments import Command, add_model_arguments, floats, model_spec, names, options, part
 from .settings import DEFAULT_KEEP_FRACTIONS, ENGINES, EXECUTORS, KEEP_FRACTION_GRIDS
-from .tasks import registry as tasks
 
 
 def keep_fractions(text: str) -> list[float]:
@@ -125,8 +125,9 @@ def methods_of(args: argparse.Namespace) -> tuple[list[str], list[str], list[str
 
 
 def run(args) -> None:
+    from artifacts.files import write_text
+
     from .compare import CompareSettings, contexts_of, run_compare, run_rows
-    from .files import write_text
     from .report import headline_markdown, plot_curves, summary_markdown
 
     fractions = args.compression_ratios if args.compression_ratios is not None else args.keep_fractions

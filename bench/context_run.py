@@ -77,7 +77,7 @@ class ContextRun:
 
     def _baseline(self, questions: list[QuestionReference], fields: dict) -> None:
         """The no-prune rows: the full cache's own answers and distributions (a keep-all child gives exactly
-        these: ``tests/test_fork.py``), so nothing is decoded twice; their ΔNLL and KL are exactly 0."""
+        these: ``tests/runtime/test_fork.py``), so nothing is decoded twice; their ΔNLL and KL are exactly 0."""
         for q, row in zip(questions, self.rows):
             if not self.is_done(row_key({**row, **fields})):
                 self.emit(answered_row(self.item, q, row, fields, q.answer, q.reference.log_probs))

@@ -14,14 +14,14 @@ from pathlib import Path
 import torch
 
 import presses
+from artifacts.files import write_text
 from presses.preparation import evidence_for, prepare
 from presses.selection import Selection
+from pretrained import loading
 from runtime import EvidenceRequest, adapter_for, encode_text, prefill
+from workloads.corpus import SOURCES, documents
 
-from . import loading
 from .arguments import Command, add_model_arguments, ints, model_spec, names
-from .corpus import SOURCES, documents
-from .files import write_text
 from .store import check_writable
 
 
@@ -51,7 +51,7 @@ def run_cost(model_path, press_names: list[str], lengths: list[int], out: Path) 
     Parameters
     ----------
     model_path : str, ModelSpec or None
-        The model (:func:`bench.loading.load`).
+        The model (:func:`pretrained.loading.load`).
     press_names : list[str]
         Registry names (:func:`presses.get`).
     lengths : list[int]

@@ -8,13 +8,13 @@ import allocators
 from presses.calibration import Calibration
 from presses.preparation import evidence_for, prepare
 from presses.selection import check_pair
+from pretrained import loading
 from runtime import adapter_for, encode_text
+from workloads.tasks import registry as tasks
+from workloads.tasks.items import Item
 
-from . import loading
 from .settings import CompareSettings
 from .store import BASELINE, code_version
-from .tasks import registry as tasks
-from .tasks.items import Item
 
 
 class Harness:

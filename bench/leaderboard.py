@@ -14,7 +14,8 @@ import io
 from collections import defaultdict
 from pathlib import Path
 
-from .files import write_text
+from artifacts.files import write_text
+
 from .paper_tables import table3_markdown, table4_markdown
 from .report import (
     ACCURACY_FLOOR,

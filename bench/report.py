@@ -11,7 +11,8 @@ import textwrap
 from collections import defaultdict
 from pathlib import Path
 
-from .files import atomic_path
+from artifacts.files import atomic_path
+
 from .needles import needle_markdown
 from .stats import PairedBootstrap
 from .store import BASELINE, GROUP_FIELDS

@@ -14,12 +14,12 @@ import torch
 from runtime import Answer, KeepPlan
 from runtime.batch import answer_and_follow_many
 from runtime.session import CachedContext
+from workloads.metrics import METRICS
+from workloads.tasks.items import Item, Question
 
 from .fidelity import FullCacheReference, answer_log_probs, fidelity, log_probs_of, reference_text
-from .metrics import METRICS
 from .needles import evidence_positions, mean_over_heads, needle_recall
 from .store import SCHEMA
-from .tasks.items import Item, Question
 
 
 def base_row(harness, task: str, item: Item, question_index: int) -> dict:

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import allocators
 import presses
+from pretrained import loading
+from workloads.tasks import registry as tasks
+from workloads.tasks.ruler import GENERATED, TASKS
 
-from . import loading
 from .store import BASELINE, check_writable
-from .tasks import registry as tasks
-from .tasks.ruler import GENERATED, TASKS
 
 KEEP_FRACTION_GRIDS = {
     "default": (0.02, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9),
@@ -52,7 +52,7 @@ class CompareSettings:
         Kept fractions p in (0, 1] (``--keep-fractions``, alias ``--ratios``; kvpress's compression ratio 1 − p
         is converted at the CLI).
     tasks : list[str]
-        Task names or groups (:data:`bench.tasks.registry.GROUPS`).
+        Task names or groups (:data:`workloads.tasks.registry.GROUPS`).
     n : int
         Contexts per task.
     length : int

@@ -40,9 +40,9 @@ SCHEMA = 2
 FIDELITY_FIELDS = ("answer_nll", "delta_nll", "kl", "agree")
 
 ROOT = Path(__file__).resolve().parent.parent
-RESULT_SOURCES = ("runtime", "presses", "allocators", "bench/settings.py", "bench/harness.py", "bench/context_run.py",
-                  "bench/rows.py", "bench/fidelity.py", "bench/metrics.py", "bench/needles.py",
-                  "bench/scbench_metrics.py", "bench/tasks", "bench/loading.py", "bench/corpus.py", "serving")
+RESULT_SOURCES = ("runtime", "presses", "allocators", "workloads", "pretrained/loading.py", "bench/settings.py",
+                  "bench/harness.py", "bench/context_run.py", "bench/rows.py", "bench/fidelity.py", "bench/needles.py",
+                  "serving")
 """The modules whose code decides a row's values. Reporting, the CLI, the store itself and training code are not
 among them, so editing those does not invalidate a store."""
 
@@ -325,7 +325,7 @@ class ResultStore:
 
     def check_model(self, model: str, identity: dict) -> None:
         """Refuse to add results of ``model`` to a store that holds results of another version of it (other
-        weights, config or tokenizer: ``identity`` is :meth:`bench.loading.ModelIdentity.row_fields`), naming
+        weights, config or tokenizer: ``identity`` is :meth:`pretrained.loading.ModelIdentity.row_fields`), naming
         what differs. Other derived artifacts are no refusal: rows key and group by them, so they never mix.
         Rows written before the model's parts were recorded fingerprinted it another way and are not compared."""
         same_name = [r for r in self.rows if r["model"] == model and isinstance(r.get("model_parts"), dict)]

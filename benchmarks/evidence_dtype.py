@@ -8,9 +8,9 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import presses
-from bench.corpus import SOURCES, documents
-from bench.loading import DEFAULT_MODEL_DIR
+from pretrained.loading import DEFAULT_MODEL_DIR
 from runtime import encode_text, prefill
+from workloads.corpus import SOURCES, documents
 
 
 def main(length: int = 4096) -> None:

@@ -37,32 +37,27 @@ import re
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from importlib.metadata import version
 from pathlib import Path
 
 import torch
+import transformers
+from kvpress.utils import compute_n_kept
+from transformers import Qwen3Config, Qwen3ForCausalLM, pipeline
+
+import presses
+from allocators import BudgetRequest
+from hybridmodel.tokenizer import build_tokenizer
+from presses.kvpress_parity import LOGIT_TOLERANCE, Parity, kvpress_prefill, parity, uncompressed_keys
+from runtime import CHATML_ASSISTANT_TURN, encode_text, prefill
+from runtime.tiny_models import perturbed
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))  # tiny_models: the random-model recipe the tests use
-sys.path.insert(0, str(ROOT))  # hybridmodel (the byte tokenizer) is not an installed package
-
-import transformers  # noqa: E402
-from kvpress.utils import compute_n_kept  # noqa: E402
-from transformers import DynamicCache, Qwen3Config, Qwen3ForCausalLM, pipeline  # noqa: E402
-
-import presses  # noqa: E402
-from allocators import BudgetRequest  # noqa: E402
-from hybridmodel.tokenizer import build_tokenizer  # noqa: E402
-from runtime import CHATML_ASSISTANT_TURN, KeepPlan, encode_text, prefill  # noqa: E402
-
-from tiny_models import _finish  # noqa: E402
-
 CHAT_HEADER = "<|im_start|>user\n"
 """What kvpress's pipeline puts before the context with the byte tokenizer's ChatML template (6 tokens)."""
 PRESSES = ("snapkv", "knorm", "keydiff")
 KEEP_FRACTIONS = (0.125, 0.25, 0.5)
-LOGIT_TOLERANCE = 1e-4
 COMPONENT_PRESS = ("knorm", 0.25)
 """The press and kept fraction whose cache the per-part timings answer from."""
 PARITY_HEADER = ("| press | p | kept (ours / kvpress) | heads with identical kept positions | differences | "
@@ -83,7 +78,7 @@ def build_model(layers: int = 8, hidden: int = 256, heads: int = 8, kv_heads: in
     config = Qwen3Config(vocab_size=260, hidden_size=hidden, intermediate_size=hidden * 3 // 2,
                          num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv_heads,
                          head_dim=head_dim, max_position_embeddings=32768, tie_word_embeddings=False)
-    model = _finish(Qwen3ForCausalLM(config))
+    model = perturbed(Qwen3ForCausalLM(config))
     with torch.no_grad():
         model.lm_head.weight[128:] = 0
     model.generation_config.eos_token_id = None
@@ -203,156 +198,6 @@ def measure_side(args) -> dict:
 
 def _progress(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
-
-
-# ---- parity -----------------------------------------------------------------------------------------------------
-@dataclass
-class Parity:
-    """One (press, kept fraction): how this project's plan and child compare with kvpress's compressed cache.
-
-    Attributes
-    ----------
-    kept_ours, kept_kvpress : int
-        Entries kept per head (the flat allocator's round(p·n); kvpress's ``int(n·(1 − r))``).
-    heads, heads_differing : int
-        (layer, KV head) pairs, and those whose kept position sets differ.
-    differences_are_ties : bool
-        Every position kept by one side only has, on both sides' scores, exactly the score of the last entry kept
-        (an exact tie at the boundary), and the kept counts are equal: the sides differ in tie-breaking only
-        (True when nothing differs).
-    differing_layers : list[int]
-        The layers with a differing head.
-    max_logit_diff : float
-        Max |Δ| of the first answer token's logits, over the questions: this project's child against kvpress.
-    max_logit_diff_on_kvpress_positions : float
-        The same with this runtime forked on the positions kvpress kept: the cache itself against kvpress's.
-    """
-
-    press: str
-    p: float
-    kept_ours: int
-    kept_kvpress: int
-    heads: int
-    heads_differing: int
-    differences_are_ties: bool
-    differing_layers: list
-    max_logit_diff: float
-    max_logit_diff_on_kvpress_positions: float
-
-    @property
-    def holds(self) -> bool:
-        """Kept positions identical and the first answer token's logits within :data:`LOGIT_TOLERANCE`."""
-        return self.heads_differing == 0 and self.max_logit_diff <= LOGIT_TOLERANCE
-
-
-def uncompressed_keys(model, ids: torch.Tensor) -> list[torch.Tensor]:
-    """``[H_kv, n, d]`` per layer from a plain transformers prefill (kvpress's pipeline without a press)."""
-    cache = DynamicCache(config=model.config)
-    with torch.no_grad():
-        model.model(input_ids=ids[None], past_key_values=cache)
-    return [layer.keys[0] for layer in cache.layers]
-
-
-def kvpress_prefill(model, ids: torch.Tensor, press) -> tuple[DynamicCache, dict[int, torch.Tensor]]:
-    """kvpress's compressed prefill, as its pipeline runs it, and the scores its hooks computed (``[H_kv, n]``
-    per layer; a spy on ``press.score`` records them and returns them unchanged)."""
-    scores, score = {}, press.score
-
-    def spy(module, hidden_states, keys, values, attentions, kwargs):
-        scores[module.layer_idx] = score(module, hidden_states, keys, values, attentions, kwargs)
-        return scores[module.layer_idx]
-
-    press.score = spy
-    cache = DynamicCache(config=model.config)
-    try:
-        with torch.no_grad(), press(model):
-            model.model(input_ids=ids[None], past_key_values=cache)
-    finally:
-        del press.score  # the instance attribute; the class's method again
-    return cache, {layer: s[0].float() for layer, s in scores.items()}
-
-
-def kept_positions(compressed: torch.Tensor, full: torch.Tensor) -> list[torch.Tensor]:
-    """Sorted context positions of every compressed key row ``[H_kv, k, d]`` among the full cache's ``[H_kv, n, d]``.
-
-    ``ValueError`` if a row equals no full row bit for bit: then the caches differ in more than which entries
-    were kept, and positions cannot be read off them.
-    """
-    heads = []
-    for h in range(full.shape[0]):
-        nearest = torch.cdist(compressed[h], full[h]).argmin(-1)
-        if not torch.equal(full[h][nearest], compressed[h]):
-            raise ValueError(f"head {h}: a compressed key row equals no key row of the uncompressed cache")
-        heads.append(torch.sort(nearest).values)
-    return heads
-
-
-def kvpress_first_logits(model, cache: DynamicCache, n: int, question_ids: torch.Tensor) -> torch.Tensor:
-    """The first answer token's logits ``[V]``, computed as kvpress's ``generate_answer`` does (positions
-    n … n + m − 1 after the compressed cache); the question is cropped off the cache again afterwards."""
-    kept = cache.get_seq_length()
-    positions = torch.arange(n, n + question_ids.numel())[None]
-    with torch.no_grad():
-        logits = model(input_ids=question_ids[None], past_key_values=cache, position_ids=positions,
-                       logits_to_keep=1).logits[0, -1]
-    cache.crop(kept)
-    return logits
-
-
-def _is_tie(scores: torch.Tensor, kept: torch.Tensor, only: set[int]) -> bool:
-    """Every position in ``only`` scores exactly what the lowest kept entry of ``kept`` scores."""
-    boundary = scores[kept].min()
-    return all(bool(scores[i] == boundary) for i in only)
-
-
-def parity(model, context_ids: torch.Tensor, questions_ids: list[torch.Tensor], name: str, keep_fraction: float,
-           parent=None, **options) -> Parity:
-    """kvpress's compressed cache against this project's child for ``kvpress:<name>`` at ``keep_fraction``.
-
-    Parameters
-    ----------
-    model : Qwen3ForCausalLM or LlamaForCausalLM
-        A dense model both tools run.
-    context_ids, questions_ids : torch.Tensor
-        ``[n]`` and one ``[m]`` per question (already framed).
-    name : str
-        A kvpress press as named here (``kvpress:<name>``), built with ``options``.
-    keep_fraction : float
-        p; kvpress runs at ``compression_ratio = 1 − p``.
-    parent : Parent, optional
-        A prefill of ``context_ids`` with ``protected=0`` and the press's evidence (made here when omitted).
-    """
-    scorer = presses.get(f"kvpress:{name}", **options)
-    if parent is None:
-        parent = prefill(model, context_ids, protected=0, evidence=scorer.evidence(None))
-    selection = presses.Selection(parent, scorer)
-    plan = selection.plan("flat", keep_fraction)
-    press = type(scorer.press)(**{**vars(scorer.press), "compression_ratio": 1 - keep_fraction})
-    cache, their_scores = kvpress_prefill(model, context_ids, press)
-    full = uncompressed_keys(model, context_ids)
-    layers = parent.adapter.attention_layers
-    theirs = {layer: kept_positions(cache.layers[layer].keys[0], full[layer]) for layer in layers}
-    differing, ties, differing_layers = 0, True, set()
-    for layer in layers:
-        for h, ours in enumerate(plan.layers[layer]):
-            if torch.equal(ours, theirs[layer][h]):
-                continue
-            differing += 1
-            differing_layers.add(layer)
-            mine, yours = set(ours.tolist()), set(theirs[layer][h].tolist())
-            ties &= len(mine) == len(yours)
-            for scores in (selection.scores[layer][h], their_scores[layer][h]):  # protected=0: body = context
-                ties &= _is_tie(scores, ours, mine - yours) and _is_tie(scores, theirs[layer][h], yours - mine)
-    on_theirs = parent.fork(KeepPlan(theirs))
-    child = parent.fork(plan)
-    diff = diff_theirs = 0.0
-    for q in questions_ids:
-        reference = kvpress_first_logits(model, cache, parent.n, q)
-        diff = max(diff, float((child.logits(q)[-1] - reference).abs().max()))
-        diff_theirs = max(diff_theirs, float((on_theirs.logits(q)[-1] - reference).abs().max()))
-    return Parity(name, keep_fraction, plan.counts()[layers[0]][0], cache.get_seq_length(layers[0]),
-                  sum(len(heads) for heads in plan.layers.values()), differing, ties, sorted(differing_layers),
-                  diff, diff_theirs)
 
 
 def equal_norm_fraction(model, ids: torch.Tensor, layer: int = 0) -> float:
@@ -555,7 +400,7 @@ def write_report(path: Path, args, argv, sides: dict, checks: list[Parity], ties
              if window.heads_differing and window.differences_are_ties else
              "The kept sets are identical here: at this size torch's `topk` returned the earliest of the tied "
              "window entries, as the stable sort does. On a 96-token context it does not, and every head differs "
-             "(`tests/test_kvpress_parity.py` holds that case)." if not window.heads_differing else
+             "(`tests/presses/test_kvpress_parity.py` holds that case)." if not window.heads_differing else
              "Some differences are not ties: this needs investigating."),
         ]
     lines += [
@@ -637,7 +482,7 @@ def _parity_reading(checks: list[Parity], ties_fraction: float) -> str:
             f"positions (a stable sort). The differing heads are in layer {', '.join(map(str, layers))}. "
             + (_KNORM_TIES.format(ties_fraction) if "knorm" in presses_failing else "")
             + "The tie-free case is held by "
-            "`tests/test_kvpress_parity.py` (kept positions identical, logits within 1e-4), and so is this "
+            "`tests/presses/test_kvpress_parity.py` (kept positions identical, logits within 1e-4), and so is this "
             "explanation (differences only at exact ties, kvpress's positions reproduce its logits)."
         )
     return "Some differences are not ties: see the rows marked **not ties**; this needs investigating."

@@ -4,16 +4,12 @@
 """
 
 import sys
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-
-from bench.cost import median_seconds  # noqa: E402
-from runtime import KeepPlan, prefill  # noqa: E402
-
-from tiny_models import qwen3_5  # noqa: E402
+from bench.cost import median_seconds
+from runtime import KeepPlan, prefill
+from runtime.tiny_models import qwen3_5
 
 
 def main(lengths):

@@ -39,9 +39,9 @@ def main() -> None:
 
     from real_geometry import build
 
-    from bench.loading import DEFAULT_MODEL_DIR, read_config
     from presses.calibration import calibrate
     from presses.gatesight import GateSightEstimator
+    from pretrained.loading import DEFAULT_MODEL_DIR, read_config
     from runtime import adapter_for
     from serving import CompactingLLM
 
@@ -106,7 +106,7 @@ def main() -> None:
 
 
 def tiny(layers: int) -> torch.nn.Module:
-    """The serving tests' tiny Qwen3-Next (``tests/test_serving_vllm.py``) with ``layers`` layers."""
+    """The serving tests' tiny Qwen3-Next (``tests/serving/test_serving_vllm.py``) with ``layers`` layers."""
     from transformers import Qwen3NextConfig, Qwen3NextForCausalLM
 
     config = Qwen3NextConfig(

@@ -7,9 +7,9 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import presses
-from bench.loading import DEFAULT_MODEL_DIR
-from bench.tasks import Config, generate
+from pretrained.loading import DEFAULT_MODEL_DIR
 from runtime import encode_text, prefill
+from workloads.tasks import Config, generate
 
 
 @pytest.fixture(scope="module")

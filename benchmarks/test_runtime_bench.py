@@ -5,10 +5,9 @@ run's table; ``python benchmarks/runtime_cost.py`` prints them directly."""
 import pytest
 import torch
 
+from presses.offline import REGISTERED_PRESSES, offline_press
 from runtime import KeepPlan, adapter_for, prefill
-
-from default_presses import REGISTERED_PRESSES, offline_press
-from tiny_models import qwen3_5
+from runtime.tiny_models import qwen3_5
 
 LENGTHS = [1024, 4096, 16384]
 

@@ -29,9 +29,9 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from tqdm import tqdm
 
-from bench.corpus import LABEL_SOURCES, content_digest, label_documents
-from bench.files import set_default_mode
+from artifacts.files import set_default_mode
 from runtime import CHATML_ASSISTANT_TURN, EvidenceRequest, encode_text, prefill
+from workloads.corpus import LABEL_SOURCES, content_digest, label_documents
 
 from .labels import LabelChecks, Sampler, max_normalise, utility_labels
 
@@ -47,7 +47,7 @@ def _document_name(path: str) -> str:
 
 def corpus_windows(tokenizer, tokens: int = 1024, per_document: int = 2, limit: int | None = None):
     """``(corpus, doc_id, text)`` windows of about ``tokens`` tokens from the labelling sources
-    (:data:`bench.corpus.LABEL_SOURCES`), taken round-robin over the sources so that any ``limit`` still covers
+    (:data:`workloads.corpus.LABEL_SOURCES`), taken round-robin over the sources so that any ``limit`` still covers
     every source."""
     per_source, seen = [], set()
     for source in LABEL_SOURCES:

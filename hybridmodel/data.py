@@ -1,6 +1,6 @@
 """Training data for the default model: offline generic text mixed with the project's own task generators.
 
-Generic text comes from :mod:`bench.corpus` (its training split). Task items use training seeds
+Generic text comes from :mod:`workloads.corpus` (its training split). Task items use training seeds
 (>= ``TRAIN_SEED_BASE``), disjoint from evaluation seeds.
 """
 
@@ -11,11 +11,11 @@ from dataclasses import dataclass
 
 import torch
 
-from bench.corpus import SOURCES, documents
-from bench.tasks import Config, generate
-from bench.tasks.ruler import draw_distinct, needle_text, niah_question, vt_chain, vt_names, vt_question
-from bench.tasks.text import noise_lines, prose_sentences
 from runtime import encode_text
+from workloads.corpus import SOURCES, documents
+from workloads.tasks import Config, generate
+from workloads.tasks.ruler import draw_distinct, needle_text, niah_question, vt_chain, vt_names, vt_question
+from workloads.tasks.text import noise_lines, prose_sentences
 
 TRAIN_SEED_BASE = 1_000_000
 TRAIN_TASKS = ("niah_single_1", "niah_single_2", "niah_single_3", "niah_multikey_1", "niah_multikey_2",

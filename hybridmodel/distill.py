@@ -12,7 +12,7 @@ Two stages, as in LoLCATs and Mamba-in-the-Llama:
 Only the token mixers train (every GDN layer and the kept attention layers); embeddings, MLPs and norms stay the
 teacher's exactly, so the hybrid is stored as the mixers alone (:mod:`hybridmodel.hybrid_delta`).
 
-Text: windows of the corpus's training sources (:data:`bench.corpus.SOURCES`, ``train`` split), packed with the
+Text: windows of the corpus's training sources (:data:`workloads.corpus.SOURCES`, ``train`` split), packed with the
 end-of-turn token between documents; never a haystack, labelling or evaluation source. Held-out quality: the
 perplexity of the hybrid and of the teacher on fixed windows of the held-out split of the same sources.
 
@@ -50,7 +50,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from bench.corpus import SOURCES, documents
+from workloads.corpus import SOURCES, documents
 
 from .distill_config import DistillConfig
 from .hybrid_delta import MIXERS, mixer_state

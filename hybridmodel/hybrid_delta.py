@@ -78,7 +78,7 @@ def rebuild(checkpoint, root: Path, log=print) -> Path:
 
     from transformers import AutoModelForCausalLM
 
-    from bench.files import backup_path
+    from artifacts.files import backup_path
     from pretrained.store import SOURCE_FILE, installed, source_hash
 
     root = Path(root)

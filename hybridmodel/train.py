@@ -14,7 +14,7 @@ from statistics import median
 import torch
 from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
 
-from bench.files import backup_path
+from artifacts.files import backup_path
 from runtime.gdn import transformers_chunk_kernel
 
 from .data import batch
@@ -273,7 +273,7 @@ def train(out_dir: Path, checkpoint_dir: Path, cfg: TrainConfig = TrainConfig(),
 
 def save(model, tokenizer, out_dir: Path, record: dict, log=print) -> None:
     """Write the model into a fresh directory beside ``out_dir``, then move it into place; an old directory there
-    is first moved aside to :func:`bench.files.backup_path` (its artifacts were derived from the old weights)."""
+    is first moved aside to :func:`artifacts.files.backup_path` (its artifacts were derived from the old weights)."""
     out_dir = Path(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     partial = out_dir.with_name(f"{out_dir.name}.partial")

@@ -17,7 +17,7 @@ takes; the extra arguments ``allocator``, ``compression_ratio`` / ``keep_fractio
 and press names) and ``protected`` are this runtime's. Where kvpress's pipeline runs (dense models), the answers
 are the same for the same press at a budget both round alike (p·n an integer, exactly in floating point) where no
 two scores tie at the budget's edge: kvpress keeps what ``torch.topk`` returns among ties, this project the earlier
-positions (``tests/test_kvpress_pipeline.py``, ``tests/test_kvpress_parity.py``).
+positions (``tests/presses/test_kvpress_pipeline.py``, ``tests/presses/test_kvpress_parity.py``).
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ On a CUDA device the runtime runs GDN layers with flash-linear-attention's ``chu
 takes an ``initial_state`` and returns the final state) and Mamba2 mixers with mamba-ssm's
 ``mamba_chunk_scan_combined``, when those packages are importable (``pip install "hybridpress[cuda]"``); everywhere
 else, and with ``HYBRIDPRESS_KERNELS=torch``, the pure-torch kernels of :mod:`runtime.gdn` and
-:mod:`runtime.mamba2`, which define the numbers: ``tests/test_fused_kernels.py`` checks each fused kernel against
-them on a GPU (skipped, with the reason, where there is none).
+:mod:`runtime.mamba2`, which define the numbers: ``tests/runtime/test_fused_kernels.py`` checks each fused kernel
+against them on a GPU (skipped, with the reason, where there is none).
 
 Both wrappers take and return this project's layout (one sequence, heads first) and float32 states.
 """

@@ -6,14 +6,11 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-
-import presses  # noqa: E402
-from presses.gatesight import GateSightEstimator  # noqa: E402
-from runtime import adapter_for, prefill  # noqa: E402
-
-from default_presses import REGISTERED_PRESSES, offline_press  # noqa: E402
-from tiny_models import MODELS  # noqa: E402
+import presses
+from presses.gatesight import GateSightEstimator
+from presses.offline import REGISTERED_PRESSES, offline_press
+from runtime import adapter_for, prefill
+from runtime.tiny_models import MODELS
 
 lines = ["# GPU check", "", f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}", ""]
 

@@ -13,8 +13,8 @@ fi
 # first the fused recurrent kernels against the pure-torch ones (pip install ".[cuda]" brings them; a test that
 # cannot run says why), then the runtime checks and timings
 pip install -q ".[cuda]" || echo "gpu_check: the fused kernels could not be installed; their tests will skip" >&2
-{ echo "# Fused kernels (tests/test_fused_kernels.py)"; echo; echo '```'
-  python -m pytest -q -rs tests/test_fused_kernels.py 2>&1 | tail -n 15; echo '```'; echo; } > "$out.kernels"
+{ echo "# Fused kernels (tests/runtime/test_fused_kernels.py)"; echo; echo '```'
+  python -m pytest -q -rs tests/runtime/test_fused_kernels.py 2>&1 | tail -n 15; echo '```'; echo; } > "$out.kernels"
 python scripts/gpu_check.py "$out"
 cat "$out.kernels" "$out" > "$out.all" && mv "$out.all" "$out" && rm "$out.kernels"
 scratch=$(mktemp -d)

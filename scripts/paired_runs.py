@@ -12,13 +12,9 @@ seeds), which the script checks. Without ``--pairs`` it prints every method's ac
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from bench.stats import PairedBootstrap, method_of  # noqa: E402
-from bench.store import BASELINE, ResultStore  # noqa: E402
+from bench.stats import PairedBootstrap, method_of
+from bench.store import BASELINE, ResultStore
 
 
 def load(labelled: list[str]) -> list[dict]:

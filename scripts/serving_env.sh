@@ -27,4 +27,4 @@ PY
 "$venv/bin/pip" install -q "${requirements[@]}"
 "$venv/bin/pip" uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
 "$venv/bin/pip" install -q --no-deps -e .
-"$venv/bin/python" -m pytest -q -m vllm tests/test_serving_vllm.py -p no:cacheprovider
+"$venv/bin/python" -m pytest -q -m vllm tests/serving/test_serving_vllm.py -p no:cacheprovider

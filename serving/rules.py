@@ -29,10 +29,10 @@ _KVPRESS = ("kvpress presses do not run in the engine: the serving environment h
             "brings transformers 5.19, which kvpress 0.5.5 refuses)")
 
 SERVED_MODEL_TYPES = ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text", "qwen3_5", "qwen3_5_moe")
-"""Model types the engine serves (tested: tests/test_serving_vllm.py): Qwen3-Next, and Qwen3.5 and Qwen3.5-MoE both as
-the language model alone (``qwen3_5_text``: the shipped default model) and as the hub lays them out, vision tower
-included (served text-only). GDN layers vLLM's CPU kernels reject (head dims other than 64 and 128, dtypes other than
-bfloat16) run the plugin's pure-torch path (:mod:`serving.gdn_torch`)."""
+"""Model types the engine serves (tested: tests/serving/test_serving_vllm.py): Qwen3-Next, and Qwen3.5 and
+Qwen3.5-MoE both as the language model alone (``qwen3_5_text``: the shipped default model) and as the hub lays them
+out, vision tower included (served text-only). GDN layers vLLM's CPU kernels reject (head dims other than 64 and 128,
+dtypes other than bfloat16) run the plugin's pure-torch path (:mod:`serving.gdn_torch`)."""
 ENGINE_DTYPES = ("bfloat16", "float32")
 """What the engine computes and caches in (both tested)."""
 

@@ -6,9 +6,9 @@ the GDN layer's forward and the model registry. Those are private and change bet
 module checks the installed vLLM against :data:`TESTED_VLLM` and refuses any other with that name; the rest of
 :mod:`serving` touches vLLM only through the functions here and its public API (``vllm.LLM``, its
 ``collective_rpc`` and its engine's ``add_request`` / ``step`` / ``abort_request`` / ``has_unfinished_requests``,
-``SamplingParams``, ``TokensPrompt``, the request outputs); ``tests/test_serving_rules.py`` checks that no other module
-of :mod:`serving` names a private attribute read here. (The pure-torch GDN path hands vLLM's GDN layer to the
-runtime's ``gdn_core``, which reads the attributes vLLM's layer shares with transformers' by name.)
+``SamplingParams``, ``TokensPrompt``, the request outputs); ``tests/serving/test_serving_rules.py`` checks that no
+other module of :mod:`serving` names a private attribute read here. (The pure-torch GDN path hands vLLM's GDN layer
+to the runtime's ``gdn_core``, which reads the attributes vLLM's layer shares with transformers' by name.)
 
 Per-layer budgets (:func:`per_layer_kv_cache_groups`, :func:`install_group_offsets`): vLLM puts the attention
 layers of one spec into one KV-cache group (one block table) and gives every group of a request one sequence length.

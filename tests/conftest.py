@@ -1,38 +1,38 @@
-import sys
-from pathlib import Path
+"""The fixtures every test folder shares: the tiny models by family (``tiny``), a saved tiny byte-level model
+directory (``model_dir``) and a guard that no model loads (``no_model_load``); what they are built from:
+``helpers.py``."""
 
 import pytest
 import torch
 from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
 
-sys.path.insert(0, str(Path(__file__).parent))
+from presses.calibration import calibrate
+from presses.gatesight import GateSightEstimator
+from pretrained import loading
+from runtime import adapter_for
+from runtime.tiny_models import MODELS
 
-from hybridmodel.tokenizer import build_tokenizer  # noqa: E402
-from presses.calibration import calibrate  # noqa: E402
-from presses.gatesight import GateSightEstimator  # noqa: E402
-from runtime import adapter_for  # noqa: E402
-
-from real_model import REAL_MODEL  # noqa: E402
-from tiny_models import MODELS  # noqa: E402
+from .helpers import REAL_MODEL, VARIANTS, save_model
 
 
 @pytest.fixture(scope="session")
 def tiny():
-    """Cached models by family name: a tiny random model of the family, or for :data:`REAL_MODEL` the pretrained
-    model itself (skipped, with the command that fetches it, where it is not converted yet)."""
+    """Cached models by family name: a tiny random model of the family (or of a configuration of
+    :data:`~tests.helpers.VARIANTS`), or for :data:`REAL_MODEL` the pretrained model itself (skipped, with the
+    command that fetches it, where it is not converted yet)."""
     cache = {}
 
     def get(name: str):
         if name not in cache:
             if name == REAL_MODEL:
                 import pretrained
-                from bench.loading import load
+                from pretrained.loading import load
 
                 if pretrained.installed(pretrained.CHECKPOINTS[name]) is None:
                     pytest.skip(f"{name} is not fetched: run `bench fetch-model {name}` once")
                 cache[name] = load(name)[0]
             else:
-                cache[name] = MODELS[name]()
+                cache[name] = {**MODELS, **VARIANTS}[name]()
         return cache[name]
 
     return get
@@ -51,9 +51,15 @@ def model_dir(tmp_path_factory):
                          "mrope_section": [1, 1, 0], "mrope_interleaved": True},
     )
     model = Qwen3_5ForCausalLM(config).eval()
-    model.save_pretrained(directory)
-    build_tokenizer().save_pretrained(directory)
+    save_model(model, directory)
     adapter = adapter_for(model)
     GateSightEstimator.random(adapter).save(directory / "gatesight")
     calibrate(model, [torch.randint(0, 256, (128,))], ["random bytes"]).save(directory)
     return directory
+
+
+@pytest.fixture
+def no_model_load(monkeypatch):
+    """Any attempt to load a model fails the test: the error must come before."""
+    monkeypatch.setattr(loading, "load", lambda *a, **k: pytest.fail("the model was loaded before the bad input was "
+                                                                     "reported"))

@@ -1,12 +1,13 @@
-"""The packages' imports form no cycle, and the core (runtime, presses, allocators) never reaches into the bench,
-GateSight's learning pipeline or the default model's training. Every import counts, the lazy ones inside functions
-included: a cycle through a lazy import still ties the two modules together."""
+"""The project's imports form no cycle, between modules nor between packages, and the core (runtime, presses,
+allocators) never reaches into the bench, GateSight's learning pipeline or the default model's training. Every import
+counts, the lazy ones inside functions included: a cycle through a lazy import still ties the two modules together."""
 
 import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("runtime", "presses", "allocators", "bench", "gatesight_learning", "hybridmodel", "serving")
+# every top-level package of the project (a folder with an __init__.py beside pyproject.toml)
+PACKAGES = tuple(sorted(path.parent.name for path in ROOT.glob("*/__init__.py")))
 CORE = ("runtime", "presses", "allocators")
 OUTER = ("bench", "gatesight_learning", "hybridmodel")
 
@@ -77,6 +78,34 @@ def test_the_core_never_imports_the_outer_packages():
     forbidden = [f"{module} -> {other}" for module, imported in import_graph().items() for other in imported
                  if module.split(".")[0] in CORE and other.split(".")[0] in OUTER]
     assert forbidden == []
+
+
+def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """``{package: the other top-level packages its modules import}``."""
+    packages: dict[str, set[str]] = {module.split(".")[0]: set() for module in graph}
+    for module, imported in graph.items():
+        packages[module.split(".")[0]] |= {other.split(".")[0] for other in imported} - {module.split(".")[0]}
+    return packages
+
+
+def test_no_package_imports_a_package_that_imports_it():
+    """Floors: no package reaches one that reaches it back, directly or through others (the CLI, bench, on top)."""
+    graph = import_graph()
+    found = cycles(package_graph(graph))
+    tied = {package for cycle in found for package in cycle}
+    top = lambda module: module.split(".")[0]  # noqa: E731
+    back = sorted(f"{module} -> {other}" for module, imported in graph.items() for other in imported
+                  if top(module) != top(other) and {top(module), top(other)} <= tied)
+    assert found == [], back
+
+
+def test_the_packages_are_all_seen():
+    assert {"runtime", "presses", "allocators", "bench", "serving", "pretrained"} <= set(PACKAGES)
+
+
+def test_a_package_cycle_is_found():
+    graph = {"a.x": {"b.y"}, "b.y": {"c"}, "c": {"a.z"}, "a.z": set(), "d": {"a.x"}}
+    assert cycles(package_graph(graph)) == [["a", "b", "c"]]
 
 
 def test_a_cycle_is_found():

@@ -1,0 +1,89 @@
+"""``bench label``, ``bench train``, ``bench analyze`` and ``bench calibrate``: the flags of GateSight's learning
+steps (:mod:`gatesight_learning.steps`) and of the calibration (:mod:`gatesight_learning.calibrate`)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from gatesight_learning.calibrate import calibrate_model
+from gatesight_learning.estimator import TrainSettings
+from gatesight_learning.steps import analyze, label, train
+
+from .arguments import Command, add_model_arguments, model_spec, part
+
+
+def add_label_arguments(parser: argparse.ArgumentParser) -> None:
+    add_model_arguments(parser)
+    parser.add_argument("--out", default="results/labels")
+    parser.add_argument("--limit", type=int, default=None, help="at most this many documents")
+    parser.add_argument("--tokens", type=int, default=1024, help="tokens per document window")
+    parser.add_argument("--continuations", type=int, default=4)
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--part", type=part, default=(0, 1),
+                        help="K/N: label windows K, K+N, … only, so N processes share the corpus (one --out)")
+
+
+def run_label(args: argparse.Namespace) -> None:
+    label(model_spec(args), Path(args.out), args.limit, args.tokens, args.continuations, args.max_new_tokens,
+          args.seed, args.part)
+
+
+def add_train_arguments(parser: argparse.ArgumentParser) -> None:
+    add_model_arguments(parser)
+    parser.add_argument("--labels", default="results/labels")
+    parser.add_argument("--out", default=None, help="artifact directory (default: <model>/gatesight)")
+    parser.add_argument("--epochs", type=int, default=12)
+    parser.add_argument("--futures", default="both", choices=["labels", "reconstruction", "both"],
+                        help="which utility labels to fit: both (default: the maximum of the two; measured better on "
+                             "real text, docs/realtext.md), labels (the paper's recipe: sampled continuations only) or "
+                             "reconstruction (the window asked back)")
+    parser.add_argument("--slow-threshold", type=float, default=64.0, help="half-life (tokens) of a slow GDN head")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--replace", action="store_true",
+                        help="--out holds an estimator: train a new one (the old one is moved aside to "
+                             "<out>.backup-<time>); refused otherwise")
+
+
+def run_train(args: argparse.Namespace) -> None:
+    train(model_spec(args), Path(args.labels), Path(args.out) if args.out else None, args.slow_threshold,
+          TrainSettings(epochs=args.epochs, seed=args.seed), args.futures, args.replace)
+
+
+def add_analyze_arguments(parser: argparse.ArgumentParser) -> None:
+    add_model_arguments(parser)
+    parser.add_argument("--labels", default="results/labels")
+    parser.add_argument("--out", default="results/analysis")
+    parser.add_argument("--slow-threshold", type=float, default=64.0)
+
+
+def run_analyze(args: argparse.Namespace) -> None:
+    analyze(model_spec(args), Path(args.labels), Path(args.out), args.slow_threshold)
+
+
+LABEL = Command("label", "GateSight utility labels (Eq. 2) and GDN signals on held-out generic text",
+                add_label_arguments, run_label)
+TRAIN = Command("train", "train the GateSight estimator (+ ridge, leave-one-corpus-out evaluation)",
+                add_train_arguments, run_train)
+ANALYZE = Command("analyze", "the paper's observations 1-2 on this model, tables and PNGs", add_analyze_arguments,
+                  run_analyze)
+
+
+def add_calibrate_arguments(parser: argparse.ArgumentParser) -> None:
+    add_model_arguments(parser)
+    parser.add_argument("--tokens", type=int, default=32768)
+    parser.add_argument("--chunk", type=int, default=4096)
+    parser.add_argument("--replace", action="store_true",
+                        help="the model directory holds a calibration: measure a new one (the old one is moved "
+                             "aside to calibration.backup-<time>); refused otherwise")
+
+
+def run_calibrate(args: argparse.Namespace) -> None:
+    result, path = calibrate_model(model_spec(args), args.tokens, args.chunk, args.replace)
+    weights = ", ".join(f"{layer}: {w:.3f}" for layer, w in result.gate_weights.items())
+    print(f"calibrated on {result.tokens} tokens -> {path}\nlayer gate weights: {weights}")
+
+
+CALIBRATE = Command("calibrate", "TriAttention query statistics and layer gate weights, stored with the model",
+                    add_calibrate_arguments, run_calibrate)

@@ -1,0 +1,205 @@
+"""``bench train-model`` and ``bench model-eval``: the default model's training and its full-cache accuracy."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import asdict
+from pathlib import Path
+
+from hybridmodel.data import TRAIN_TASKS
+from hybridmodel.distill_config import PHASE_DEFAULTS, DistillConfig
+from pretrained.loading import ModelSpec
+
+from .arguments import Command, add_model_arguments, ints, model_spec, names
+
+
+def add_train_model_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out", default="models/hybrid-byte-12l")
+    parser.add_argument("--checkpoints", default="checkpoints/hybrid-byte-12l")
+    parser.add_argument("--steps", type=int, default=None, help="total steps (default: the shipped recipe's)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto")
+    parser.add_argument("--dtype", default="auto",
+                        help="auto (the recipe: bf16 autocast from the 512-token stage on), float32 or bfloat16")
+    existing = parser.add_mutually_exclusive_group()
+    existing.add_argument("--resume", action="store_true",
+                          help="--out holds a trained model: continue training it from --checkpoints into --out")
+    existing.add_argument("--replace", action="store_true",
+                          help="--out holds a trained model: train anew into --out")
+
+
+def run_train_model(args: argparse.Namespace) -> None:
+    import torch  # here, not at the top: ``bench --help`` need not import the training
+
+    from hybridmodel.train import TrainConfig, check_target, train
+
+    if args.steps is not None and args.steps < 1:
+        raise ValueError(f"--steps {args.steps}: give a positive number of training steps")
+    out = Path(args.out)
+    existing = "resume" if args.resume else "replace" if args.replace else "refuse"
+    check_target(out, Path(args.checkpoints), existing)  # before any work: a trained model is never overwritten
+    cfg = TrainConfig(seed=args.seed) if args.steps is None else TrainConfig(steps=args.steps, seed=args.seed)
+    ModelSpec(None, args.device, "float32", False)  # checks --device before the training starts
+    torch.set_num_threads(args.threads)
+    train(out, Path(args.checkpoints), cfg, log=lambda line: print(line, flush=True), device=args.device,
+          precision=args.dtype, existing=existing)
+
+
+def add_model_eval_arguments(parser: argparse.ArgumentParser) -> None:
+    add_model_arguments(parser)
+    parser.add_argument("--tasks", type=names, default=list(TRAIN_TASKS))
+    parser.add_argument("--lengths", type=ints, default=[1024, 2048, 4096])
+    parser.add_argument("--n", type=int, default=20)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--rows", default=None, help="also write one JSON line per answered question here")
+
+
+def run_model_eval(args: argparse.Namespace) -> None:
+    from .model_eval import evaluate_model
+
+    print(evaluate_model(model_spec(args), args.tasks, args.lengths, args.n, args.seed,
+                         Path(args.rows) if args.rows else None))
+
+
+TRAIN_MODEL = Command("train-model", "train the default hybrid from scratch (resumable); a trained model in --out is "
+                                     "never written over unless --resume or --replace says so (the old directory is "
+                                     "then moved aside to <out>.backup-<time>)", add_train_model_arguments,
+                      run_train_model)
+MODEL_EVAL = Command("model-eval", "full-cache accuracy of a model on held-out task items", add_model_eval_arguments,
+                     run_model_eval)
+
+
+def add_distill_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--teacher", default="smollm2-135m-instruct",
+                        help="the pretrained teacher, a catalogued name (its file's hash goes into the delta)")
+    parser.add_argument("--checkpoints", default="checkpoints/smollm2-135m-hybrid",
+                        help="where the run checkpoints and logs (resumed from there when it has a checkpoint)")
+    parser.add_argument("--hours", type=float, default=None,
+                        help="checkpoint and stop after this many hours (rerun the same command to go on; 0 trains "
+                             "nothing and only writes --out)")
+    parser.add_argument("--out", default=None,
+                        help="write the hybrid's delta (bf16 mixers + manifest) here when the run stops, e.g. "
+                             "models/smollm2-135m-hybrid; a delta of another run there is refused unless --replace")
+    parser.add_argument("--replace", action="store_true", help="let --out replace a delta of another run")
+    parser.add_argument("--init-from", default=None,
+                        help="with no checkpoint in --checkpoints: start from this saved delta — continuing its run "
+                             "(same settings), or beginning a later --phase from it (the run records the delta's "
+                             "directory, mixers SHA-256 and step)")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--phase", type=int, default=1,
+                        help="1: the conversion from the teacher; 2: retrieval over long contexts and chat, from "
+                             "the phase-1 delta (--init-from); the settings below default to the phase's "
+                             "(hybridmodel/distill_config.py PHASE_DEFAULTS)")
+    for flag, kind in (("transfer-steps", int), ("kd-steps", int), ("length", int), ("kd-lr", float),
+                       ("warmup", int), ("eval-every", int), ("copy-fraction", float), ("chat-fraction", float),
+                       ("chat-pool", int), ("chat-tokens", int), ("probe-windows", int)):
+        name = flag.replace("-", "_")
+        phases = "; ".join(f"phase {phase}: {defaults.get(name, getattr(DistillConfig, name))}"
+                           for phase, defaults in PHASE_DEFAULTS.items())
+        parser.add_argument(f"--{flag}", type=kind, default=None, help=f"default: the phase's ({phases})")
+    parser.add_argument("--seed", type=int, default=0)
+
+
+def _check_delta_target(out: Path, cfg: dict, replace: bool) -> None:
+    """A delta in ``out`` may be replaced only by the same run (its config) or with ``--replace``."""
+    from hybridmodel.hybrid_delta import MANIFEST_FILE, manifest
+
+    if not (out / MANIFEST_FILE).exists() or replace:
+        return
+    theirs = manifest(out).get("training", {}).get("config")
+    try:
+        same = theirs is not None and DistillConfig.from_dict(theirs) == DistillConfig.from_dict(cfg)
+    except (TypeError, ValueError):
+        same = False
+    if not same:
+        raise ValueError(f"--out {out} holds the delta of another distillation ({theirs}); this run is {cfg}: "
+                         "give another --out, or --replace to write over it")
+
+
+def run_distill(args: argparse.Namespace) -> None:
+    import json
+
+    import torch  # here, not at the top: ``bench --help`` need not import the training
+
+    import pretrained
+    from hybridmodel import hybrid_delta
+    from hybridmodel.distill import Windows, distill
+    from hybridmodel.from_teacher import from_teacher
+    from pretrained.loading import load
+
+    cfg = DistillConfig.for_phase(args.phase, seed=args.seed, **{
+        name: getattr(args, name) for name in ("transfer_steps", "kd_steps", "length", "kd_lr", "warmup", "eval_every",
+                                               "copy_fraction", "chat_fraction", "chat_pool", "chat_tokens",
+                                               "probe_windows")})
+    if args.hours is not None and args.hours < 0:
+        raise ValueError(f"--hours {args.hours}: give a number of hours >= 0")
+    if args.threads < 1:
+        raise ValueError(f"--threads {args.threads}: give at least one thread")
+    teacher_entry = pretrained.CHECKPOINTS.get(args.teacher)
+    if not isinstance(teacher_entry, pretrained.PackagedCheckpoint):
+        packaged = [name for name, c in pretrained.CHECKPOINTS.items() if isinstance(c, pretrained.PackagedCheckpoint)]
+        raise ValueError(f"--teacher {args.teacher!r}: choose a packaged pretrained model ({', '.join(packaged)}); "
+                         "the delta records its file's hash")
+    out = Path(args.out) if args.out else None
+    if out is not None:
+        _check_delta_target(out, asdict(cfg), args.replace)
+    checkpoint = Path(args.checkpoints) / "last.pt"
+    init = Path(args.init_from) if args.init_from and not checkpoint.exists() else None
+    if checkpoint.exists() and args.init_from:
+        print(f"{checkpoint} exists: resuming it (--init-from {args.init_from} is read only by a fresh run)")
+    if args.phase > 1 and init is None and not checkpoint.exists():
+        raise ValueError(f"--phase {args.phase} starts from the delta of an earlier phase: give --init-from DELTA "
+                         "(e.g. models/smollm2-135m-hybrid)")
+    start, origin = None, None
+    if init is not None:
+        start, origin = _start_from(init, cfg)
+    torch.set_num_threads(args.threads)
+    teacher, tokenizer, _ = load(ModelSpec(args.teacher))
+    if init is not None:
+        student = hybrid_delta.build(init, teacher)
+    else:  # a checkpoint, if there is one, overwrites the mixers of this initialisation
+        student = from_teacher(teacher, Windows(tokenizer, "train", cfg.length, cfg.seed)(-1), seed=cfg.seed)
+    record = distill(teacher, tokenizer, student, cfg, Path(args.checkpoints), log=lambda line: print(line, flush=True),
+                     stop_after_s=None if args.hours is None else args.hours * 3600, start=start, origin=origin)
+    if out is not None:
+        from hybridmodel.distill_report import plot
+
+        hybrid_delta.save(student, out, teacher_entry.sha256, record)
+        log = Path(args.checkpoints) / "log.jsonl"
+        if log.exists():  # up to the delta's step: a run stopped between checkpoints logged steps it did not keep
+            kept = [line for line in log.read_text().splitlines()
+                    if line.strip() and json.loads(line)["step"] <= record["step"]]
+            (out / "training_log.jsonl").write_text("".join(line + "\n" for line in kept))
+            plot(out / "training_log.jsonl", out / "curves.png")
+        print(f"wrote the hybrid's delta at step {record['step']} to {out} (with its training log and curves)")
+
+
+def _start_from(init: Path, cfg: DistillConfig) -> tuple[dict | None, dict | None]:
+    """``(start, origin)`` for :func:`hybridmodel.distill.distill` from the delta ``init``: its run continued (the
+    same config) or a later phase begun from it (``cfg.phase`` above the delta's); any other config is refused."""
+    import hashlib
+
+    from hybridmodel import hybrid_delta
+    from pretrained.catalog import MIXERS_FILE
+
+    training = hybrid_delta.manifest(init)["training"]
+    theirs = DistillConfig.from_dict(training.get("config") or {})
+    if theirs == cfg:
+        return training, None
+    if cfg.phase > theirs.phase:
+        digest = hashlib.sha256()
+        with open(init / MIXERS_FILE, "rb") as file:
+            for block in iter(lambda: file.read(1 << 20), b""):
+                digest.update(block)
+        log = init / "training_log.jsonl"
+        return None, {"delta": str(init), "sha256": digest.hexdigest(), "record": training,
+                      "log": str(log) if log.exists() else None}
+    raise ValueError(f"--init-from {init} was trained with {training.get('config')} (phase {theirs.phase}); this run "
+                     f"is {asdict(cfg)} (phase {cfg.phase}): give its settings to continue it, or a later --phase to "
+                     "begin a new phase from it")
+
+
+DISTILL = Command("distill", "distil a pretrained Llama-architecture teacher (SmolLM2-135M-Instruct) into a Qwen3.5 "
+                             "GDN hybrid: attention transfer, then end-to-end distillation (resumable, one thread)",
+                  add_distill_arguments, run_distill)

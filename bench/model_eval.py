@@ -1,0 +1,90 @@
+"""Full-cache accuracy of a model on held-out task items (the default model's card table)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from statistics import mean
+
+import torch
+
+from pretrained import loading
+from runtime import encode_text, prefill
+from workloads.metrics import METRICS
+from workloads.tasks import Config, generate
+
+
+@torch.no_grad()
+def bits_per_byte(model, tokenizer, documents_per_source: int = 10, window: int = 1024) -> dict[str, float]:
+    """Bits per byte on the first ``window`` bytes of held-out generic documents, per source."""
+    from workloads.corpus import SOURCES, documents
+
+    out = {}
+    for source in SOURCES:
+        nats, count = 0.0, 0
+        for _, text in documents(source, "heldout")[:documents_per_source]:
+            ids = torch.tensor(encode_text(tokenizer, text)[:window])[None]
+            logits = model(ids).logits[0, :-1].float()
+            nats += float(torch.nn.functional.cross_entropy(logits, ids[0, 1:], reduction="sum"))
+            count += ids.shape[1] - 1
+        out[source] = nats / count / math.log(2)
+    return out
+
+
+def evaluate_model(model_path, tasks: list[str], lengths: list[int], n: int, seed: int = 0,
+                   rows_out: Path | None = None) -> str:
+    """Markdown table: accuracy (%) per task and length with 95 % bootstrap intervals over items, no eviction,
+    greedy; items = evaluation seeds. ``rows_out``: one JSON line per item (for paired comparisons of models)."""
+    from workloads.tasks import TASKS
+
+    from .stats import PairedBootstrap
+
+    if n < 1:
+        raise ValueError(f"--n {n}: give at least 1 item per task")
+    if not tasks or not lengths:
+        raise ValueError("give at least one task and one length")
+    unknown = [task for task in tasks if task not in TASKS]
+    if unknown:
+        raise ValueError(f"unknown task {unknown[0]!r}; available: {', '.join(TASKS)}")
+    limit = loading.position_limit(model_path)
+    bad = [length for length in lengths if length < 1 or (limit is not None and length > limit)]
+    if bad:
+        raise ValueError(f"length {bad[0]} is not allowed: lengths must be in [1, {limit}] tokens for this model")
+    model, tokenizer, directory = loading.load(model_path)
+    rows: list[dict] = []
+    encode = lambda text: torch.tensor(encode_text(tokenizer, text))  # noqa: E731
+    count = lambda text: len(encode_text(tokenizer, text))  # noqa: E731
+    table: dict[tuple[str, int], float] = {}
+    for length in lengths:
+        cfg = Config(length=length, count_tokens=count)
+        for task in tasks:
+            for index in range(n):
+                item = generate(task, index, seed, cfg)
+                parent = prefill(model, encode(item.context), tokenizer=tokenizer)
+                for number, q in enumerate(item.questions):
+                    answer = parent.answer(encode(q.prompt), q.max_new_tokens, tokenizer.eos_token_id)
+                    rows.append({"model": directory.name,
+                                 "weights": loading.fingerprint(directory, "model*.safetensors"),
+                                 "press": "none", "allocator": "none", "keep_fraction": 1.0, "task": f"{task}@{length}",
+                                 "item": index, "question": number,
+                                 "score": METRICS[item.metric](answer.text, q.answers)})
+                parent.release()
+            table[(task, length)] = 100 * mean(r["score"] for r in rows if r["task"] == f"{task}@{length}")
+            print(f"{task:>16} @ {length}: {table[(task, length)]:.1f}", flush=True)
+    if rows_out is not None:
+        rows_out.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    boot = PairedBootstrap(rows, "score")
+    head = "| task | " + " | ".join(f"{length}" for length in lengths) + " |"
+    lines = [f"Accuracy (%), mean [95 % bootstrap interval over {n} items], full cache, greedy.", "", head,
+             "|---|" + "---|" * len(lengths)]
+    for task in tasks:
+        lines.append(f"| {task} | " + " | ".join(boot.cell("none", 1.0, f"{task}@{length}").format(100, 0)
+                                                for length in lengths) + " |")
+    core = [t for t in tasks if t.startswith("niah") or t == "vt"]
+    if core:
+        lines.append("| **mean NIAH×8 + vt** | " + " | ".join(
+            boot.average("none", 1.0, [f"{t}@{length}" for t in core]).format(100, 1) for length in lengths) + " |")
+    bpb = bits_per_byte(model, tokenizer)
+    lines += ["", "Held-out generic text, bits per byte: " + ", ".join(f"{k} {v:.3f}" for k, v in bpb.items())]
+    return "\n".join(lines)

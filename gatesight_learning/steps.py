@@ -1,0 +1,167 @@
+"""The steps of GateSight's learning: label, train, analyze (``bench label``, ``bench train`` and ``bench analyze``
+run them; their flags are in :mod:`bench.learning_commands`)."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+from tqdm import tqdm
+
+from artifacts.files import check_replaceable, install
+from presses.gatesight import ARTIFACT_DIR, gdn_window
+from pretrained import loading
+from runtime import adapter_for
+
+from .estimator import TrainSettings, train_estimator
+from .evaluate import evaluate, heuristic_predictors, learned_predictors_loco, single_head_oracle
+from .record import check_shards, label_settings, load_shard, record_corpus
+
+ESTIMATOR_FILES = ("gatesight.safetensors", "gatesight.json")
+"""What holds a trained estimator in its directory (:meth:`presses.gatesight.GateSightEstimator.save`)."""
+
+
+def _shards(labels_dir: Path, futures: str = "labels") -> list[dict]:
+    """The label shards of ``labels_dir``, refused if there are none or if they were labelled with different
+    weights or settings (:func:`gatesight_learning.record.check_shards`)."""
+    paths = sorted(Path(labels_dir).glob("*.safetensors"))
+    if not paths:
+        raise FileNotFoundError(f"no label shards in {labels_dir}: run `bench label --out {labels_dir}` first")
+    check_shards(paths)
+    return [load_shard(p, futures) for p in tqdm(paths, desc="read labels", unit="shard", leave=False)]
+
+
+def label(model_path, out: Path, limit, tokens: int, continuations: int, max_new_tokens: int, seed: int,
+          part: tuple[int, int] = (0, 1)) -> None:
+    """Record GDN signals and utility labels of the labelling windows into ``out``
+    (:func:`gatesight_learning.record.record_corpus`, its arguments), each shard tagged with the weights'
+    fingerprint and the settings; shards of other weights or settings in ``out`` are refused before the model
+    loads."""
+    weights = loading.fingerprint(loading.resolve(model_path), "model*.safetensors")
+    check_shards(sorted(out.glob("*.safetensors")), label_settings(weights, tokens, continuations, max_new_tokens,
+                                                                    seed))
+    model, tokenizer, _ = loading.load(model_path)
+    record_corpus(model, tokenizer, out, limit, tokens, continuations, max_new_tokens, seed, weights=weights,
+                  part=part)
+
+
+def _table(rows: dict[str, dict[str, float]]) -> str:
+    keys = ["rho", "ov@5", "ov@10", "ov@20", "cov@5", "cov@10", "cov@20"]
+    lines = ["| predictor | ρ | Ov@5 | Ov@10 | Ov@20 | Cov@5 | Cov@10 | Cov@20 |", "|---|" + "---|" * len(keys)]
+    for name, metrics in rows.items():
+        cells = [f"{metrics['rho']:+.3f}"] + [f"{100 * metrics[k]:.1f}" for k in keys[1:]]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def train(model_path, labels_dir: Path, out: Path | None, slow_threshold: float, settings: TrainSettings,
+          futures: str = "both", replace: bool = False) -> str:
+    """Fit the estimator on the labels of ``futures`` (:func:`gatesight_learning.record.load_shard`), evaluate it and
+    the heuristics leave-one-corpus-out, and save it with its record into ``out`` (default: the model's
+    ``gatesight/``).
+
+    An estimator already in ``out`` is refused before any work unless ``replace``; it is then moved aside to
+    ``<out>.backup-<time>`` when the new one is saved (:func:`artifacts.files.install`).
+    """
+    from .analyze import observation_1, slow_heads_by_layer
+
+    target = Path(out or loading.resolve(model_path) / ARTIFACT_DIR)
+    check_replaceable(target, [target / name for name in ESTIMATOR_FILES], "a GateSight estimator", replace)
+    shards = _shards(labels_dir, futures)
+    model, _, _ = loading.load(model_path)
+    adapter = adapter_for(model)
+    windows = {layer: gdn_window(adapter, layer, settings.window) for layer in adapter.attention_layers}
+    slow = slow_heads_by_layer(observation_1(shards, model, slow_threshold)["slow"])
+    rows = {}
+    rows.update({name: evaluate(p, shards) for name, p in heuristic_predictors(windows, slow).items()})
+    rows["single-head oracle (in-sample)"] = evaluate(single_head_oracle(shards, windows), shards)
+    per_layer: dict = {}
+    rows.update(learned_predictors_loco(shards, windows, settings, log=print, per_layer=per_layer))
+    table = _table(rows)
+    estimator = train_estimator(shards, windows, settings, log=print)
+    seconds = [s["seconds"] for s in shards if s["seconds"] == s["seconds"]]  # NaN: shard without a timing
+    estimator.meta.update({"corpora": sorted({s["corpus"] for s in shards}), "futures": futures,
+                           "label_seconds_per_window": sum(seconds) / len(seconds) if seconds else None,
+                           "loco": rows,
+                           "loco_per_layer": {name: {str(layer): m for layer, m in by_layer.items()}
+                                              for name, by_layer in per_layer.items()},
+                           "slow_threshold": slow_threshold})
+    target.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target) as scratch:  # each file written whole, then moved into place
+        estimator.save(scratch)
+        (Path(scratch) / "evaluation.md").write_text(table + "\n")
+        install(sorted(Path(scratch).iterdir()), target)
+    print(table)
+    print(f"estimator saved to {target}")
+    return table
+
+
+def analyze(model_path, labels_dir: Path, out: Path, slow_threshold: float) -> None:
+    """Write the paper's observations on this model into ``out``: ``observations.md`` (tables beside the paper's
+    figures), ``observations.json`` and the half-life PNGs; observation 3 reads the model's GateSight artifact."""
+    from .analyze import (
+        PAPER,
+        observation_1,
+        observation_2,
+        observation_3,
+        plot_half_life_histogram,
+        plot_half_lives,
+        slow_heads_by_layer,
+    )
+
+    shards = _shards(labels_dir)
+    model, _, directory = loading.load(model_path)
+    adapter = adapter_for(model)
+    out.mkdir(parents=True, exist_ok=True)
+    windows = {layer: gdn_window(adapter, layer) for layer in adapter.attention_layers}
+    obs1 = observation_1(shards, model, slow_threshold)
+    plot_half_lives(obs1["medians"], slow_threshold, out / "half_lives.png")
+    plot_half_life_histogram(obs1["medians"], slow_threshold, out / "half_life_histogram.png")
+    obs2 = observation_2(shards, windows, slow_heads_by_layer(obs1["slow"]))
+    lives = sorted(obs1["medians"].values())
+    lines = [f"Documents: {len(shards)} held-out labelling windows. Paper: Qwen3.8-27B (§3, Table 1, Figure 2).", "",
+             "## Observation 1: GDN memory dynamics", "", "| measure | this model | paper |", "|---|---|---|"]
+    for key in ("median half-life", "pair spearman (median)", "pair spearman (min)", "static vs measured spearman",
+                "slow heads", "heads", "slow-set jaccard (median)"):
+        value, paper = obs1[key], PAPER.get(key, "–")
+        shown = f"{value:.3f}" if isinstance(value, float) else str(value)
+        lines.append(f"| {key} | {shown} | {paper} |")
+    lines += [f"| half-life 10th / 90th percentile (tokens) | {lives[len(lives) // 10]:.2f} / "
+              f"{lives[(9 * len(lives)) // 10]:.2f} | a handful / hundreds to thousands |",
+              f"| heads with half-life ≥ {slow_threshold:g} tokens | "
+              f"{sum(v >= slow_threshold for v in lives) / len(lives):.1%} | – |"]
+    names = sorted({k[1] for k in obs2["rho"]})
+    lines += ["", "![half-lives per layer](half_lives.png) ![half-life histogram](half_life_histogram.png)", "",
+              "## Observation 2: Spearman ρ of U with native signals", "",
+              "| attention layer | " + " | ".join(names) + " |"]
+    lines.append("|---|" + "---|" * len(names))
+    for layer in windows:
+        lines.append(f"| {layer} | " + " | ".join(f"{obs2['rho'][(layer, n)]:+.3f}" for n in names) + " |")
+    lines.append("| paper (mean of 16 layers) | " + " | ".join(f"{PAPER['rho'].get(n, '–')}" for n in names) + " |")
+    lines += ["", f"- slow-head β‖v‖ top-decile lift: {obs2['top-decile lift']:.2f}× (paper "
+              f"{PAPER['top-decile lift']}×), bottom-decile lift: {obs2['bottom-decile lift']:.2f}× (paper "
+              f"{PAPER['bottom-decile lift']}×)"]
+    from presses.gatesight import GateSightEstimator
+
+    try:
+        obs3 = observation_3(GateSightEstimator.load(directory / ARTIFACT_DIR).meta)
+    except (FileNotFoundError, ValueError) as error:
+        obs3 = None
+        lines += ["", f"## Observation 3: not available ({error})"]
+    if obs3:
+        lines += ["", "## Observation 3: a linear map against the MLP on the same features (leave-one-corpus-out)", "",
+                  "| predictor | ρ | Ov@10 (%) | Cov@10 (%) | paper ρ / Ov@10 / Cov@10 |", "|---|---|---|---|---|"]
+        for name, m in obs3["overall"].items():
+            paper = " / ".join(str(x) for x in PAPER["table 1"][name])
+            lines.append(f"| {name} | {m['rho']:+.3f} | {100 * m['ov@10']:.1f} | {100 * m['cov@10']:.1f} | {paper} |")
+        ahead = obs3["layers ahead"]
+        lines += ["", f"- the MLP is ahead of ridge in {ahead['ov@10']} of {obs3['layers']} attention layers on Ov@10, "
+                  f"{ahead['cov@10']} on Cov@10 and {ahead['rho']} on ρ (paper: all 16 on Ov@10 and Cov@10)"]
+    text = "\n".join(lines) + "\n"
+    (out / "observations.md").write_text(text)
+    (out / "observations.json").write_text(json.dumps(
+        {k: v for k, v in obs1.items() if k not in ("medians", "slow")} | {"lift": [obs2["top-decile lift"],
+                                                                                     obs2["bottom-decile lift"]]},
+        indent=2))
+    print(text)

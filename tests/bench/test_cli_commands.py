@@ -1,0 +1,83 @@
+"""The ``bench`` CLI assembled from its commands, and the library functions behind ``bench verify`` and
+``bench calibrate``."""
+
+import json
+import shutil
+
+import pytest
+
+import allocators
+import presses
+from bench.cli import COMMANDS, build_parser, main
+from bench.leaderboard import write_leaderboard
+from bench.publish import verify_stores
+from bench.store import ROOT, ResultStore
+from gatesight_learning.calibrate import calibrate_model
+from pretrained import loading
+
+
+def test_every_command_is_in_the_parser_and_named_once():
+    names = [command.name for command in COMMANDS]
+    assert len(set(names)) == len(names)
+    for name in names:
+        required = {"verify": ["store"], "leaderboard": ["store"], "merge": ["store", "--out", "merged"],
+                    "fetch-model": ["smollm2-135m-instruct"]}
+        assert build_parser().parse_args([name, *required.get(name, [])]).command == name
+
+
+def test_help_and_defaults_come_from_the_registries(capsys):
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["compare", "--help"])
+    assert f"comma list of allocators: {','.join(allocators.available())}" in " ".join(capsys.readouterr().out.split())
+    cost = build_parser().parse_args(["cost"]).press
+    for name in presses.PRESSES:  # every press the registry builds by its name alone, and only those
+        if name in cost:
+            presses.get(name)
+        else:
+            with pytest.raises(ValueError):
+                presses.get(name)
+
+
+@pytest.fixture
+def small_store(tmp_path):
+    """Two items of every task of the committed store, as a store of their own: quick to rebuild a leaderboard of."""
+    rows = [row for row in ResultStore(ROOT / "docs" / "results", readonly=True).rows if row["item"] < 2]
+    store = tmp_path / "store"
+    store.mkdir()
+    (store / "results.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return store, len(rows)
+
+
+def test_verify_stores_reports_each_check_and_refuses_a_stale_leaderboard(small_store, tmp_path):
+    store, count = small_store
+    lines = []
+    verify_stores([store], report=lines.append)
+    assert lines == [f"{count} rows complete, every value of its type and range; every no-prune row has ΔNLL = KL = 0"]
+    docs = tmp_path / "docs"
+    write_leaderboard([store], docs)
+    lines.clear()
+    verify_stores([store], docs, report=lines.append)
+    assert lines[1] == f"{docs / 'leaderboard.md'} is exactly what the store rebuilds"
+    (docs / "leaderboard.md").write_text("# edited by hand\n")
+    with pytest.raises(ValueError, match="is not what the store says; run `bench leaderboard` again"):
+        verify_stores([store], docs, report=lines.append)
+    with pytest.raises(ValueError, match="no results in"):
+        verify_stores([tmp_path / "empty"])
+
+
+def test_calibrate_model_refuses_empty_work_before_loading(monkeypatch):
+    monkeypatch.setattr(loading, "load", lambda *a, **k: pytest.fail("loaded the model before checking"))
+    for tokens, chunk, flag in ((0, 128, "--tokens 0"), (300, 0, "--chunk 0")):
+        with pytest.raises(ValueError, match=f"{flag}: give a positive number of tokens"):
+            calibrate_model(None, tokens, chunk)
+
+
+def test_calibrate_model_stores_the_calibration_with_the_model(model_dir, tmp_path):
+    from presses.calibration import FILE, Calibration
+
+    copy = tmp_path / "model"
+    shutil.copytree(model_dir, copy)
+    (copy / FILE).unlink()
+    result, path = calibrate_model(str(copy), 300, 128)
+    assert path == copy / FILE and Calibration.load(copy).gate_weights == result.gate_weights
+    assert main(["calibrate", "--model", str(copy), "--tokens", "0"]) == 2

@@ -1,0 +1,115 @@
+"""What a user types wrong is one line on stderr, exit 2, before any model loads or any work is done: empty or
+contradicting flags, bad options, an ``--out`` that is a file, a damaged model directory (named), empty work;
+Ctrl-C says how to resume."""
+
+
+import pytest
+
+from bench import compare
+from bench.cli import main
+from bench.compare import run_compare
+from bench.store import ResultStore
+from tests.helpers import compare_settings, copy_model, run_cli, truncate
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--ratios", ""], "--keep-fractions is empty"),
+    (["--press", ""], "--press is empty"),
+    (["--alloc", ""], "--alloc is empty"),
+    (["--tasks", ""], "--tasks is empty"),
+    (["--press", "kvpress"], "name the kvpress scorer to wrap: kvpress:<ClassName>"),
+    (["--press", "kvpress:NoSuchPress"], "'NoSuchPress' is not a kvpress ScorerPress; available: .*KnormPress"),
+    (["--length", "10000000"], "length 10000000 is longer than the model's position limit"),
+    (["--ratios", "0.5,1.5"], r"keep fraction 1.5 is outside \(0, 1\]"),
+])
+def test_cli_errors_come_before_the_model_loads(model_dir, tmp_path, capsys, no_model_load, argv, message):
+    code = main(["compare", "--model", str(model_dir), "--out", str(tmp_path / "out"), *argv])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("bench compare: error: ") and err.count("\n") == 1
+    assert __import__("re").search(message, err), err
+    assert not (tmp_path / "out" / "results.jsonl").exists()
+
+
+def test_out_that_is_a_file_is_refused_before_work(model_dir, tmp_path, no_model_load):
+    (tmp_path / "file").write_text("x")
+    for out in (tmp_path / "file", tmp_path / "file" / "below"):
+        with pytest.raises(ValueError, match="is a file, not a directory"):
+            run_compare(compare_settings(model_dir, out), show_progress=False)
+
+
+def test_cost_refuses_bad_lengths_before_work(model_dir, tmp_path, capsys, no_model_load):
+    assert main(["cost", "--model", str(model_dir), "--lengths", "0", "--out", str(tmp_path)]) == 2
+    assert "length 0 is not allowed" in capsys.readouterr().err
+
+
+def test_ctrl_c_says_how_to_resume(model_dir, tmp_path, capsys, monkeypatch):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(compare, "run_compare", interrupted)
+    assert main(["compare", "--model", str(model_dir), "--out", str(tmp_path)]) == 130
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "interrupted" in err and "resume" in err and str(tmp_path) in err
+
+
+def test_press_and_allocator_options_from_the_cli(model_dir, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["compare", "--model", str(model_dir), "--out", str(out), "--press", "snapkv", "--press-options",
+                 "window=8,kernel=3", "--alloc", "perlayer", "--alloc-options", "weights=1/3", "--ratios", "0.5",
+                 "--tasks", "niah_single_1", "--n", "1", "--length", "300"]) == 0
+    rows = ResultStore(out, readonly=True).rows
+    assert {r["press"] for r in rows} == {"none", "snapkv(kernel=3,window=8)"}
+    assert {r["allocator"] for r in rows} == {"none", "perlayer(weights=1;3)"}
+    capsys.readouterr()
+    assert main(["compare", "--model", str(model_dir), "--out", str(out), "--press", "snapkv",
+                 "--press-options", "windw=8"]) == 2
+    assert "snapkv has no option 'windw'; valid: window, kernel, gqa" in capsys.readouterr().err
+    assert main(["compare", "--model", str(model_dir), "--out", str(out), "--press", "snapkv",
+                 "--press-options", "window=-1"]) == 2
+    assert "window=-1: expected an integer >= 1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--alloc", "perlayer", "--alloc-options", "weights=5"],
+     "perlayer has 1 weights; the model has 2 attention layers"),
+    (["--alloc", "adakv", "--alloc-options", "safeguard=abc"], "adakv option safeguard='abc': expected a number"),
+    (["--alloc", "perlayer", "--alloc-options", "weights=abc"], "perlayer option weights='abc'"),
+    (["--press", "keydiff", "--press-options", "normalized_anchor=maybe"], "expected true or false"),
+    (["--press", "kvpress:ScorerPress"], "kvpress:ScorerPress is the abstract base of kvpress's scorers"),
+])
+def test_bad_options_are_refused_before_the_model_loads(model_dir, tmp_path, capsys, no_model_load, argv, message):
+    code, err = run_cli(capsys, "compare", "--model", model_dir, "--out", tmp_path / "out", *argv)
+    assert code == 2 and message in err, err
+    assert not (tmp_path / "out" / "results.jsonl").exists()
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda d: truncate(d / "model.safetensors"), "model.safetensors: not a complete safetensors file"),
+    (lambda d: truncate(d / "gatesight" / "gatesight.safetensors"),
+     "gatesight.safetensors: not a complete safetensors file"),
+    (lambda d: truncate(d / "calibration" / "calibration.safetensors"),
+     "calibration.safetensors: not a complete safetensors file"),
+    (lambda d: [p.unlink() for p in d.glob("tokenizer*")], "no tokenizer files"),
+    (lambda d: (d / "config.json").write_text("{not json"), "config.json: not valid JSON"),
+])
+def test_a_damaged_model_directory_is_named(model_dir, tmp_path, capsys, damage, message):
+    copy = copy_model(model_dir, tmp_path)
+    damage(copy)
+    code, err = run_cli(capsys, "compare", "--model", copy, "--out", tmp_path / "out", "--press", "gatesight",
+                     "--ratios", "0.5", "--tasks", "niah_single_1", "--n", "1", "--length", "300")
+    assert code == 2 and str(copy) in err and message in err, err
+
+
+def test_fractions_are_given_one_way_and_checked_as_typed(capsys):
+    with pytest.raises(SystemExit):
+        main(["compare", "--ratios", "0.5", "--compression-ratios", "0.9"])
+    assert "not allowed with argument" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["compare", "--compression-ratios", "0.5,1"])
+    assert "compression ratio 1 is outside [0, 1)" in capsys.readouterr().err
+
+
+def test_model_eval_and_calibrate_refuse_empty_work(model_dir, capsys, no_model_load):
+    code, err = run_cli(capsys, "model-eval", "--model", model_dir, "--n", "0")
+    assert code == 2 and "--n 0: give at least 1 item per task" in err
+    code, err = run_cli(capsys, "calibrate", "--model", model_dir, "--tokens", "0")
+    assert code == 2 and "--tokens 0: give a positive number of tokens" in err

@@ -1,0 +1,69 @@
+"""Past one machine: shards of a run merged = the run in one process; Ray actors give the rows one process gives."""
+
+import importlib.util
+import json
+
+import pytest
+import torch
+
+from bench.compare import run_compare
+from bench.merge import merge_stores
+from tests.helpers import compare_settings
+
+TIMINGS = ("prefill_seconds", "score_seconds")
+
+
+def _settings(model_dir, out, **change):
+    """Two allocators at p = 0.3, two tasks of two contexts each, 384 tokens: several jobs to share out."""
+    return compare_settings(model_dir, out, **{**DISTRIBUTED, **change})
+
+
+DISTRIBUTED = dict(allocators=["flat", "pyramid"], keep_fractions=[0.3], tasks=["niah_single_1", "vt"], n=2, length=384)
+
+
+def _rows(directory):
+    rows = [json.loads(line) for line in (directory / "results.jsonl").read_text().splitlines()]
+    key = lambda r: (r["task"], r["item"], r["question"], r["press"], r["allocator"])  # noqa: E731
+    return sorted(({k: v for k, v in r.items() if k not in TIMINGS} for r in rows), key=key)
+
+
+def test_shards_merged_equal_the_whole_run(model_dir, tmp_path):
+    run_compare(_settings(model_dir, tmp_path / "whole"), show_progress=False)
+    for k in range(3):
+        run_compare(_settings(model_dir, tmp_path / f"shard{k}", shard=(k, 3)), show_progress=False)
+    shard_rows = [_rows(tmp_path / f"shard{k}") for k in range(3)]
+    assert all(shard_rows) and len({(r["task"], r["item"]) for r in shard_rows[0]}) == 2  # positions 0 and 3
+    assert (merge_stores([tmp_path / f"shard{k}" for k in range(3)], tmp_path / "merged")
+            == len(_rows(tmp_path / "whole")))
+    assert _rows(tmp_path / "merged") == _rows(tmp_path / "whole")
+    assert merge_stores([tmp_path / "shard0"], tmp_path / "merged") == 0  # merging again adds nothing
+
+
+def test_stores_of_other_settings_are_not_merged(model_dir, tmp_path):
+    run_compare(_settings(model_dir, tmp_path / "a", shard=(0, 2)), show_progress=False)
+    run_compare(_settings(model_dir, tmp_path / "b", shard=(1, 2), length=448), show_progress=False)
+    with pytest.raises(ValueError, match="are not shards of one run: their length differ"):
+        merge_stores([tmp_path / "a", tmp_path / "b"], tmp_path / "merged")
+    assert not (tmp_path / "merged" / "results.jsonl").exists() or not _rows(tmp_path / "merged")
+
+
+@pytest.mark.parametrize("shard", [(2, 2), (-1, 2)])
+def test_a_shard_outside_its_count_is_refused(model_dir, tmp_path, shard):
+    with pytest.raises(ValueError, match="expected k/n with 0 <= k < n"):
+        run_compare(_settings(model_dir, tmp_path, shard=shard), show_progress=False)
+
+
+@pytest.fixture
+def one_thread():
+    """This process on one thread, as every worker runs (ContextWorker): float sums then add up in the same order."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="Ray is the optional 'ray' extra")
+def test_ray_actors_give_the_rows_of_one_process(model_dir, tmp_path, one_thread):
+    run_compare(_settings(model_dir, tmp_path / "one"), show_progress=False)
+    run_compare(_settings(model_dir, tmp_path / "ray", executor="ray", jobs=2), show_progress=False)
+    assert _rows(tmp_path / "ray") == _rows(tmp_path / "one")

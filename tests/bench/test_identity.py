@@ -1,0 +1,75 @@
+"""A result's identity: the weights, config, tokenizer and chat template, the artifacts, dtype and device each
+name the model a row was answered by, so that a store never passes off one model's results as another's."""
+
+import json
+
+import pytest
+
+from bench.compare import run_compare, run_rows
+from pretrained import loading
+from tests.helpers import compare_settings, copy_model
+
+
+def test_identity_names_each_part_of_the_model(model_dir, tmp_path):
+    base = loading.identity(model_dir)
+    copy = copy_model(model_dir, tmp_path)
+    assert loading.identity(copy) == base
+    config = json.loads((copy / "config.json").read_text())
+    config["rope_parameters"]["rope_theta"] = 10.0
+    (copy / "config.json").write_text(json.dumps(config))
+    changed = loading.identity(copy)
+    assert changed.parts["config"] != base.parts["config"] and changed.model != base.model
+    assert {k: v for k, v in changed.parts.items() if k != "config"} == {k: v for k, v in base.parts.items()
+                                                                         if k != "config"}
+    (copy / "chat_template.jinja").write_text("{{ messages }}")
+    assert loading.identity(copy).parts["tokenizer"] != base.parts["tokenizer"]
+    import shutil
+
+    shutil.rmtree(copy / "gatesight")
+    assert loading.identity(copy).artifacts != base.artifacts
+    assert loading.fingerprint(model_dir) == base.model
+
+
+def test_a_reconfigured_model_is_refused_naming_what_differs(model_dir, tmp_path, capsys):
+    out = tmp_path / "out"
+    run_compare(compare_settings(model_dir, out, presses=["none"]), show_progress=False)
+    before = (out / "results.jsonl").read_bytes()
+    copy = copy_model(model_dir, tmp_path)
+    config = json.loads((copy / "config.json").read_text())
+    config["rope_parameters"]["rope_theta"] = 10.0
+    (copy / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match=r"holds results of model .* with other config \(fingerprint"):
+        run_compare(compare_settings(copy, out, presses=["none"]), show_progress=False)
+    assert (out / "results.jsonl").read_bytes() == before
+
+
+def test_a_copy_without_gatesight_is_kept_apart_not_refused(model_dir, tmp_path, capsys):
+    import shutil
+
+    out = tmp_path / "out"
+    first = run_compare(compare_settings(model_dir, out, presses=["none"]), show_progress=False)
+    copy = copy_model(model_dir, tmp_path)
+    shutil.rmtree(copy / "gatesight")
+    capsys.readouterr()
+    store = run_compare(compare_settings(copy, out, presses=["none"]), show_progress=False)
+    err = capsys.readouterr().err
+    assert "with other artifacts" in err and "other weights" not in err
+    assert len(store.rows) == 2 * len(first.rows)
+    assert len({r["artifacts"] for r in store.rows}) == 2 and len({r["weights"] for r in store.rows}) == 1
+    own = run_rows(store, compare_settings(copy, out, presses=["none"]))
+    assert len(own) == len(first.rows) and {r["artifacts"] for r in own} == {loading.identity(copy).artifacts}
+
+
+def test_dtype_and_device_are_part_of_a_results_identity(model_dir, tmp_path):
+    out = tmp_path / "out"
+    first = run_compare(compare_settings(model_dir, out, presses=["none"]), show_progress=False)
+    assert {(r["dtype"], r["device"]) for r in first.rows} == {("float32", "cpu")}
+    bf16 = compare_settings(model_dir, out, presses=["none"], model=loading.ModelSpec(str(model_dir), dtype="bfloat16"))
+    store = run_compare(bf16, show_progress=False)
+    assert len(store.rows) == 2 * len(first.rows)  # the bfloat16 run answered, it did not reuse the float32 rows
+    own = run_rows(store, bf16)
+    assert len(own) == len(first.rows) and {r["dtype"] for r in own} == {"bfloat16"}
+    from bench.report import group_rows, group_title
+
+    titles = [group_title(key) for key in group_rows(store.rows)]
+    assert len(titles) == 2 and sum("dtype bfloat16" in t for t in titles) == 1

@@ -1,0 +1,77 @@
+"""A Ray address that does not answer is one bench error within a stated timeout, before any work: ``ray.init``
+itself retries such an address for minutes."""
+
+import importlib.util
+import socket
+import threading
+import time
+
+import pytest
+
+from bench.cli import main
+from bench.settings import RAY_ANSWER_SECONDS, check_ray_address
+from pretrained import loading
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="Ray is the optional 'ray' extra")
+
+
+@pytest.fixture
+def listener():
+    """A port that accepts connections and never answers, or, once ``reply`` holds bytes, reads the client's first
+    bytes and answers with those (an HTTP/1 server, not gRPC)."""
+    server = socket.create_server(("127.0.0.1", 0))
+    accepted, reply = [], []
+
+    def serve():
+        while True:
+            try:
+                connection, _ = server.accept()
+            except OSError:
+                return
+            accepted.append(connection)
+            if reply:
+                connection.recv(1024)
+                connection.sendall(reply[0])
+                connection.shutdown(socket.SHUT_WR)
+
+    threading.Thread(target=serve, daemon=True).start()
+    yield server.getsockname()[1], reply
+    server.close()
+    for connection in accepted:
+        connection.close()
+
+
+def _compare(model_dir, tmp_path, address) -> int:
+    return main(["compare", "--model", str(model_dir), "--out", str(tmp_path / "out"), "--press", "keydiff",
+                 "--executor", "ray", "--address", address])
+
+
+def test_an_address_nothing_listens_on_fails_at_once(model_dir, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(loading, "load", lambda *a, **k: pytest.fail("the model loaded before the refusal"))
+    started = time.monotonic()
+    assert _compare(model_dir, tmp_path, "127.0.0.1:1") == 2
+    assert time.monotonic() - started < RAY_ANSWER_SECONDS
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("bench compare: error: --address 127.0.0.1:1: no Ray cluster "
+                                                   f"answers there within {RAY_ANSWER_SECONDS:g} s"), err
+
+
+def test_a_port_that_never_answers_fails_within_the_timeout(listener):
+    port, _ = listener
+    started = time.monotonic()
+    with pytest.raises(ValueError, match="no Ray cluster answers there within 0.5 s \\(no answer\\)"):
+        check_ray_address(f"127.0.0.1:{port}", timeout=0.5)
+    assert time.monotonic() - started < 2
+
+
+def test_a_server_that_is_not_ray_is_named(model_dir, tmp_path, capsys, listener):
+    port, reply = listener
+    reply.append(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+    assert _compare(model_dir, tmp_path, f"ray://127.0.0.1:{port}") == 2
+    assert "something answers there, but not a Ray cluster" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("address", ["abc", "10.0.0.1:", ":6379", "host:port"])
+def test_an_address_that_is_not_host_and_port_is_refused(address):
+    with pytest.raises(ValueError, match="expected HOST:PORT"):
+        check_ray_address(address)

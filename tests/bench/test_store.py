@@ -1,0 +1,207 @@
+"""The result store and what reads it: the code version a row carries covers the code that makes it, one writer at
+a time, lines that are not rows skipped and counted, stores of older schemas read or refused, ``bench verify``'s
+checks of every row, damaged stores named, and a full or read-only disk one clear error after which a rerun
+resumes."""
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from bench.compare import run_compare, run_rows
+from bench.store import RESULT_SOURCES, ResultStore, _normalised_source
+from tests.helpers import compare_settings, run_cli
+
+
+def test_code_version_ignores_comments_and_docstrings(tmp_path):
+    a, b, c = tmp_path / "a.py", tmp_path / "b.py", tmp_path / "c.py"
+    a.write_text('def f(x):\n    return x + 1\n')
+    b.write_text('"""Module doc."""\n\n\ndef f(x):  # a comment\n    """Doc."""\n    # why\n    return x + 1\n')
+    c.write_text('def f(x):\n    return x + 2\n')
+    assert _normalised_source(a) == _normalised_source(b) != _normalised_source(c)
+    assert not any(s in RESULT_SOURCES for s in ("bench/report.py", "bench/cli.py", "bench/stats.py", "bench"))
+
+
+def test_a_run_summarises_only_its_own_settings(model_dir, tmp_path):
+    first = run_compare(compare_settings(model_dir, tmp_path), show_progress=False)
+    run_compare(compare_settings(model_dir, tmp_path, length=400), show_progress=False)
+    store = ResultStore(tmp_path, readonly=True)
+    assert {r["length"] for r in store.rows} == {300, 400}
+    own = run_rows(store, compare_settings(model_dir, tmp_path))
+    assert {r["length"] for r in own} == {300} and len(own) == len(first.rows)
+
+
+def test_a_second_writer_is_refused_at_once(tmp_path):
+    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import sys, time
+        from bench.store import ResultStore
+        store = ResultStore({str(tmp_path)!r})
+        print("locked", flush=True)
+        time.sleep(30)
+    """)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with pytest.raises(ValueError, match=f"being written by another process \\(pid {holder.pid}\\)"):
+            ResultStore(tmp_path)
+    finally:
+        holder.kill()
+        holder.wait()
+    ResultStore(tmp_path).close()  # the lock died with its process
+
+
+def test_lines_that_are_not_rows_are_skipped_and_counted(model_dir, tmp_path, capsys):
+    run_compare(compare_settings(model_dir, tmp_path), show_progress=False)
+    path = tmp_path / "results.jsonl"
+    good = path.read_bytes()
+    path.write_bytes(good + b"42\n{}\n\xff\xfe not utf-8\n" + b'{"press": "none"}\n')
+    damaged = path.read_bytes()
+    capsys.readouterr()
+    store = run_compare(compare_settings(model_dir, tmp_path), show_progress=False)  # resumes: nothing to do
+    err = capsys.readouterr().err
+    rows = good.count(b"\n")
+    assert f"skipped 4 line(s) that are not result rows (line {rows + 1}, {rows + 2}, {rows + 3}, {rows + 4})" in err
+    assert str(path) in err and store.skipped == [rows + 1, rows + 2, rows + 3, rows + 4]
+    assert path.read_bytes() == damaged  # nothing rewritten
+    from bench.leaderboard import write_leaderboard
+
+    assert write_leaderboard([tmp_path], tmp_path / "docs").exists()
+
+
+def test_a_store_from_before_the_fidelity_metrics_is_refused(model_dir, tmp_path):
+    old = {"model": "m", "press": "none", "allocator": "none", "ratio": 1.0, "task": "vt", "item": 0, "score": 1.0}
+    (tmp_path / "results.jsonl").write_text(json.dumps(old) + "\n")
+    before = (tmp_path / "results.jsonl").read_bytes()
+    with pytest.raises(ValueError, match="1 row\\(s\\) written before the fidelity metrics"):
+        run_compare(compare_settings(model_dir, tmp_path), show_progress=False)
+    assert (tmp_path / "results.jsonl").read_bytes() == before
+
+
+def test_rows_stored_under_the_old_name_ratio_are_read_as_keep_fraction():
+    import gzip
+
+    directory = Path(__file__).resolve().parents[2] / "docs" / "realtext" / "before"  # written before the rename
+    raw = [json.loads(line) for line in gzip.decompress((directory / "results.jsonl.gz").read_bytes()).splitlines()]
+    assert raw and all("ratio" in r and "keep_fraction" not in r for r in raw)
+    rows = ResultStore(directory, readonly=True).rows
+    assert [r["keep_fraction"] for r in rows] == [r["ratio"] for r in raw]
+    assert not any("ratio" in r for r in rows)
+
+
+def test_rows_from_before_the_engine_field_read_as_the_runtimes(tmp_path):
+    row = {"schema": 2, "model": "m", "weights": "w", "press": "none", "allocator": "none", "keep_fraction": 1.0,
+           "task": "vt", "profile": "compact", "length": 512, "item": 0, "question": 0, "seed": 0, "code": "c"}
+    (tmp_path / "results.jsonl").write_text(json.dumps(row) + "\n")
+    (stored,) = ResultStore(tmp_path, readonly=True).rows
+    assert stored["engine"] == "hf"
+
+
+def test_the_committed_store_still_reads_and_verifies():
+    from bench.report import group_rows, group_title
+    from bench.store import ROOT
+
+    store = ResultStore(ROOT / "docs" / "results", readonly=True)
+    assert store.rows and store.problems() == []
+    assert {(r["dtype"], r["device"], r["engine"]) for r in store.rows} == {("float32", "cpu", "hf")}
+    titles = [group_title(key) for key in group_rows(store.rows)]
+    published = (ROOT / "docs" / "leaderboard.md").read_text()
+    assert {r["length"] for r in store.rows} == {2048, 4096} and len(titles) == 2
+    assert all("dtype" not in title and title in published for title in titles)
+
+
+GOOD_ROW = {"schema": 2, "model": "m", "weights": "w", "artifacts": "a", "press": "none", "allocator": "none",
+            "keep_fraction": 1.0, "task": "vt", "profile": "compact", "length": 512, "item": 0, "question": 0,
+            "seed": 0, "code": "c", "engine": "hf", "dtype": "float32", "device": "cpu", "score": 1.0,
+            "answer_nll": 0.5, "delta_nll": 0.0, "kl": 0.0, "agree": True}
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"kl": -1.0}, "kl=-1.0 (expected a finite number >= 0)"),
+    ({"score": float("nan")}, "score=nan (expected a number in [0, 1])"),
+    ({"score": 1.5}, "score=1.5 (expected a number in [0, 1])"),
+    ({"delta_nll": "abc"}, "delta_nll='abc' (expected a finite number)"),
+    ({"agree": "yes"}, "agree='yes' (expected true or false)"),
+    ({"kl": float("inf")}, "kl=inf"),
+])
+def test_verify_and_the_leaderboard_refuse_impossible_rows(tmp_path, capsys, change, message):
+    compacted = {**GOOD_ROW, "press": "keydiff", "allocator": "flat", "keep_fraction": 0.5, "delta_nll": 0.3, "kl": 0.1,
+                 "agree": False}
+    lines = [GOOD_ROW, compacted, {**compacted, "item": 1, **change}]
+    (tmp_path / "results.jsonl").write_text("".join(json.dumps(row) + "\n" for row in lines))
+    for argv in (["verify", tmp_path], ["leaderboard", tmp_path, "--out", tmp_path / "docs"]):
+        code, err = run_cli(capsys, *argv)
+        assert code == 2 and "1 row(s) are not valid results" in err, err
+        assert f"{tmp_path / 'results.jsonl'}:3: {message}" in err
+    assert not (tmp_path / "docs" / "leaderboard.md").exists()
+
+
+def test_verify_refuses_a_no_prune_row_that_changed(tmp_path, capsys):
+    (tmp_path / "results.jsonl").write_text(json.dumps({**GOOD_ROW, "delta_nll": 0.2}) + "\n")
+    code, err = run_cli(capsys, "verify", tmp_path)
+    assert code == 2 and f"{tmp_path / 'results.jsonl'}:1: the no-prune row has delta_nll=0.2" in err
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda d: (d / "results.jsonl.gz").write_bytes(b"not gzip at all"), "results.jsonl.gz: not a complete gzip file"),
+    (lambda d: (d / "results.jsonl.gz").write_bytes(__import__("gzip").compress(b'{"a": 1}\n' * 100)[:30]),
+     "results.jsonl.gz: not a complete gzip file"),
+    (lambda d: (d / "results.jsonl").mkdir(), "results.jsonl: is a directory, not a result store"),
+])
+def test_a_damaged_store_is_named(tmp_path, capsys, make, message):
+    make(tmp_path)
+    for argv in (["verify", tmp_path], ["leaderboard", tmp_path, "--out", tmp_path / "docs"]):
+        code, err = run_cli(capsys, *argv)
+        assert code == 2 and message in err, err
+
+
+def test_a_full_disk_is_one_error_and_a_rerun_resumes(model_dir, tmp_path, capsys, monkeypatch):
+    import errno
+
+    out = tmp_path / "out"
+    argv = ["compare", "--model", model_dir, "--out", out, "--press", "keydiff", "--ratios", "0.5,0.2",
+            "--tasks", "niah_single_1", "--n", "1", "--length", "300"]
+    real_append = ResultStore.append
+
+    def full_after_one(store, row):
+        if len(store.rows) >= 1:
+            raise OSError(errno.ENOSPC, "No space left on device", str(store.path))
+        real_append(store, row)
+
+    monkeypatch.setattr(ResultStore, "append", full_after_one)
+    code, err = run_cli(capsys, *argv)
+    assert code == 2 and f"{out / 'results.jsonl'}: No space left on device" in err
+    monkeypatch.setattr(ResultStore, "append", real_append)
+    assert run_cli(capsys, *argv)[0] == 0
+    rows = ResultStore(out, readonly=True).rows
+    assert len(rows) == 3 and len({json.dumps(r, sort_keys=True) for r in rows}) == 3
+    summary = (out / "summary.md").read_text()
+    assert summary.startswith("## ")
+    real_write = Path.write_text
+
+    def full_half_way(path, text, *args, **kwargs):  # the disk fills while the summary is written
+        if "summary.md" not in path.name:
+            return real_write(path, text, *args, **kwargs)
+        real_write(path, text[:10])
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(Path, "write_text", full_half_way)
+    code, err = run_cli(capsys, *argv)
+    monkeypatch.undo()
+    assert code == 2 and "No space left on device" in err
+    assert (out / "summary.md").read_text() == summary and sorted(p.name for p in out.iterdir()) == [
+        ".lock", "curves.png", "results.jsonl", "summary.md"]
+
+
+def test_a_read_only_leaderboard_out_is_one_error(tmp_path, capsys, monkeypatch):
+    from artifacts import files
+
+    (tmp_path / "results.jsonl").write_text(json.dumps(GOOD_ROW) + "\n")
+
+    def read_only(*args, dir=None, **kwargs):
+        raise PermissionError(13, "Permission denied", str(dir))
+
+    monkeypatch.setattr(files.tempfile, "mkstemp", read_only)
+    code, err = run_cli(capsys, "leaderboard", tmp_path, "--out", tmp_path / "docs")
+    assert code == 2 and f"{tmp_path / 'docs'}: Permission denied" in err

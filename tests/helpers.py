@@ -1,0 +1,110 @@
+"""What the tests share, in one place: the tiny model families by kind (built by :mod:`runtime.tiny_models`), the
+pretrained model the ``realmodel`` tests run on, seeded token ids, a model saved as a model directory with the byte
+tokenizer, and the comparison settings the bench tests start from. Fixtures built on these: ``conftest.py``."""
+
+from __future__ import annotations
+
+from functools import partial
+from pathlib import Path
+
+import pytest
+import torch
+
+from runtime.tiny_models import MODELS, VOCAB
+
+GDN_FAMILIES = ["qwen3_5", "qwen3_5_moe", "qwen3_next"]
+"""Gated DeltaNet hybrids."""
+MAMBA2_FAMILIES = ["bamba", "granitemoehybrid", "falcon_h1"]
+"""Mamba2 hybrids."""
+DENSE_FAMILIES = ["qwen3", "llama"]
+"""Attention only."""
+HYBRID_FAMILIES = GDN_FAMILIES + MAMBA2_FAMILIES
+FAMILIES = HYBRID_FAMILIES + DENSE_FAMILIES
+"""Every family the runtime supports, one tiny random model each (the ``tiny`` fixture's names)."""
+
+VARIANTS = {
+    # Granite 4.0-H without experts (its MLPs the shared MLP alone, as the dense Granite 4.0-H models)
+    "granitemoehybrid-dense": partial(MODELS["granitemoehybrid"], num_local_experts=0),
+    # two routed experts of three per token: the batched (dense) MoE adds them in the block's own order
+    "granitemoehybrid-top2": partial(MODELS["granitemoehybrid"], num_local_experts=3, num_experts_per_tok=2),
+}
+"""Other configurations of a family, by name, for the ``tiny`` fixture."""
+
+REAL_MODEL = "smollm2-135m-instruct"
+"""The catalogued pretrained model the ``realmodel`` tests run on (``bench fetch-model`` gets it once)."""
+
+
+def real_model_param():
+    """:data:`REAL_MODEL` as a ``family`` parameter of the runtime's invariant tests, marked ``realmodel``."""
+    return pytest.param(REAL_MODEL, marks=pytest.mark.realmodel)
+
+
+FAMILIES_AND_REAL_MODEL = [*FAMILIES, real_model_param()]
+"""The families the runtime's invariants are held on: every tiny one, and the pretrained model where it is fetched."""
+
+
+def token_ids(n: int, seed: int = 0, vocab: int = VOCAB) -> torch.Tensor:
+    """``n`` token ids in ``[0, vocab)``, the same for the same seed."""
+    return torch.randint(0, vocab, (n,), generator=torch.Generator().manual_seed(seed))
+
+
+def save_model(model, directory: Path) -> Path:
+    """``model`` saved in ``directory`` with the byte tokenizer, as a model directory ``--model`` takes."""
+    from hybridmodel.tokenizer import build_tokenizer
+
+    model.save_pretrained(directory)
+    build_tokenizer().save_pretrained(directory)
+    return Path(directory)
+
+
+def save_bamba(directory: Path):
+    """A tiny random Bamba (Mamba2, attention, Mamba2, attention) with the byte tokenizer's vocabulary, saved in
+    ``directory`` as a hub checkpoint arrives; the model."""
+    from transformers import BambaConfig, BambaForCausalLM
+
+    from runtime.tiny_models import mamba2_common, mamba2_init
+
+    torch.manual_seed(0)
+    config = BambaConfig(**{**mamba2_common(4), "vocab_size": 260}, attn_layer_indices=[1, 3], eos_token_id=257)
+    model = mamba2_init(BambaForCausalLM(config))
+    save_model(model, directory)
+    return model
+
+
+def compare_settings(model_dir, out, **change):
+    """The smallest comparison on ``model_dir``: keydiff and the full-cache baseline, flat, p = 0.5, one
+    niah_single_1 context of 300 tokens, into ``out``; ``change`` replaces any field."""
+    from bench.compare import CompareSettings
+
+    base = dict(presses=["keydiff", "none"], allocators=["flat"], keep_fractions=[0.5], tasks=["niah_single_1"], n=1,
+                length=300, model=str(model_dir), out=out)
+    return CompareSettings(**{**base, **change})
+
+
+def run_cli(capsys, *argv) -> tuple[int, str]:
+    """Exit code and stderr of ``bench argv``; an error must be one line, the last, ``bench <cmd>: error: ...``
+    (a progress bar may come before it), and is returned alone."""
+    from bench.cli import main
+
+    capsys.readouterr()
+    code = main(list(map(str, argv)))
+    err = capsys.readouterr().err
+    if code == 2:
+        last = err.splitlines()[-1]
+        assert last.startswith(f"bench {argv[0]}: error: ") and err.count(": error: ") == 1, err
+        return code, last
+    return code, err
+
+
+def copy_model(model_dir: Path, tmp_path: Path) -> Path:
+    """A copy of a model directory under the same directory name (an identity does not depend on the path)."""
+    import shutil
+
+    copy = tmp_path / "copy" / model_dir.name
+    shutil.copytree(model_dir, copy)
+    return copy
+
+
+def truncate(path: Path) -> None:
+    """Cut ``path`` to half its size, as an interrupted copy leaves it."""
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])

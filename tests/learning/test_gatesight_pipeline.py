@@ -1,0 +1,106 @@
+"""`bench label` -> `bench train` -> `bench analyze` end to end on a tiny byte-level model."""
+
+import shutil
+
+import pytest
+import torch
+
+from bench.cli import main
+from gatesight_learning.evaluate import overlap_and_coverage, spearman, split_by_corpus
+from gatesight_learning.record import load_shard
+from presses.gatesight import GateSightEstimator
+
+
+def test_label_train_analyze(model_dir, tmp_path, capsys):
+    labels = tmp_path / "labels"
+    args = ["--model", str(model_dir)]
+    assert main(["label", *args, "--out", str(labels), "--limit", "6", "--tokens", "48", "--continuations", "2",
+                 "--max-new-tokens", "6"]) == 0
+    shards = [load_shard(p) for p in sorted(labels.glob("*.safetensors"))]
+    # round-robin over the labelling sources: six windows come from six sources
+    assert len(shards) == 6 and len({s["corpus"] for s in shards}) == 6
+    for path, shard in zip(sorted(labels.glob("*.safetensors")), shards):
+        n = next(iter(shard["signals"].values())).shape[0]
+        for futures in ("labels", "reconstruction", "both"):
+            labelled = load_shard(path, futures)["labels"]
+            assert all(v.shape[1] == n and torch.allclose(v.amax(-1), torch.ones(v.shape[0]))
+                       for v in labelled.values())
+        both, sampled, rebuilt = (load_shard(path, f)["labels"] for f in ("both", "labels", "reconstruction"))
+        assert all(torch.equal(both[k], torch.maximum(sampled[k], rebuilt[k])) for k in both)
+        assert shard["seconds"] > 0
+    artifact = tmp_path / "artifact"
+    assert main(["train", *args, "--labels", str(labels), "--out", str(artifact), "--epochs", "1",
+                 "--futures", "both"]) == 0
+    out = capsys.readouterr().out
+    assert "| MLP (GateSight) |" in out and "| ridge |" in out and "| age (older first) |" in out
+    estimator = GateSightEstimator.load(artifact)
+    assert sorted(estimator.meta["corpora"]) == sorted({s["corpus"] for s in shards})
+    assert estimator.meta["futures"] == "both" and estimator.meta["label_seconds_per_window"] > 0
+    # observation 3 reads the per-layer evaluation: its layer means are the overall leave-one-corpus-out figures
+    from gatesight_learning.analyze import observation_3
+
+    obs3 = observation_3(estimator.meta)
+    for name, by_layer in estimator.meta["loco_per_layer"].items():
+        for key in ("rho", "ov@10", "cov@10"):
+            layer_mean = sum(m[key] for m in by_layer.values()) / len(by_layer)
+            assert abs(layer_mean - estimator.meta["loco"][name][key]) < 1e-9
+    assert obs3["layers"] == 2 and all(0 <= v <= 2 for v in obs3["layers ahead"].values())
+    assert main(["analyze", *args, "--labels", str(labels), "--out", str(tmp_path / "analysis")]) == 0
+    assert (tmp_path / "analysis" / "half_life_histogram.png").exists()
+    assert (tmp_path / "analysis" / "half_lives.png").exists()
+    assert "static vs measured spearman" in (tmp_path / "analysis" / "observations.md").read_text()
+
+    # labels of a retrained model must not mix with these: refused before any work, nothing overwritten
+    retrained = tmp_path / "retrained"
+    shutil.copytree(model_dir, retrained)
+    weights = retrained / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-1] + b"\x01")
+    before = {p.name: p.read_bytes() for p in labels.glob("*.safetensors")}
+    assert main(["label", "--model", str(retrained), "--out", str(labels), "--limit", "6", "--tokens", "48"]) == 2
+    assert "was labelled with other model weights" in capsys.readouterr().err
+    assert {p.name: p.read_bytes() for p in labels.glob("*.safetensors")} == before
+
+
+def test_split_by_corpus_never_leaks():
+    shards = [{"corpus": c, "document": str(i)} for i, c in enumerate("aabbbc")]
+    train, test = split_by_corpus(shards, "b")
+    assert {s["corpus"] for s in test} == {"b"} and len(test) == 3
+    assert "b" not in {s["corpus"] for s in train} and len(train) == 3
+
+
+def test_ranking_metrics_on_hand_made_cases():
+    truth = torch.tensor([0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0])
+    assert spearman(truth, truth * 3 + 1) == 1.0
+    assert spearman(truth, -truth) == -1.0
+    assert overlap_and_coverage(truth, truth, 0.2) == (1.0, 1.0)
+    pred = torch.tensor([9.0, 8, 7, 6, 5, 4, 3, 2, 1, 0])  # reversed: top-2 predicted are the two smallest
+    overlap, coverage = overlap_and_coverage(pred, truth, 0.2)
+    assert overlap == 0.0 and coverage == pytest.approx((0 + 1) / (9 + 8))
+
+
+def test_corpus_windows_have_unique_ids():
+    from gatesight_learning.record import corpus_windows
+    from hybridmodel.tokenizer import build_tokenizer
+    from workloads.corpus import LABEL_SOURCES, label_documents
+
+    windows = corpus_windows(build_tokenizer(), tokens=256)
+    ids = [(corpus, doc) for corpus, doc, _ in windows]
+    present = {source for source in LABEL_SOURCES if label_documents(source)}
+    assert len(ids) == len(set(ids)) and {c for c, _ in ids} == present and len(present) >= 3
+
+
+def test_label_parts_share_one_directory(model_dir, tmp_path):
+    """Two processes labelling parts 0/2 and 1/2 write exactly the shards one process writes."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from gatesight_learning.record import record_corpus
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    settings = {"limit": 4, "tokens": 32, "continuations": 1, "max_new_tokens": 3, "weights": "w"}
+    whole = {p.name for p in record_corpus(model, tokenizer, tmp_path / "whole", **settings)}
+    parts = {p.name for k in range(2) for p in record_corpus(model, tokenizer, tmp_path / "parts", part=(k, 2),
+                                                             **settings)}
+    assert whole == parts == {p.name for p in (tmp_path / "parts").glob("*.safetensors")} and len(whole) == 4
+    with pytest.raises(ValueError, match="part 2/2: expected K/N"):
+        record_corpus(model, tokenizer, tmp_path / "bad", part=(2, 2), **settings)

@@ -1,0 +1,93 @@
+"""Utility labels: the closed form of Eq. 2 equals brute-force deletion; reconstruction and coverage checks."""
+
+import torch
+
+from gatesight_learning.labels import (
+    Sampler,
+    _continuation_attention,
+    _out_proj_blocks,
+    brute_force_utility,
+    closed_form_utility,
+    max_normalise,
+    utility_labels,
+)
+from runtime import prefill
+from tests.helpers import token_ids
+
+
+def test_closed_form_equals_brute_force_deletion(tiny):
+    parent = prefill(tiny("qwen3_5"), token_ids(80, 0))
+    sampler = Sampler(seed=3)
+    continuations = [torch.tensor(parent.answer(token_ids(1, s), 12, choose=sampler).tokens) for s in range(2)]
+    labels, checks = utility_labels(parent, continuations, n=80, check_entries=80)
+    assert checks.max_closed_form_error < 1.4e-5
+    assert checks.max_reconstruction_error < 1e-5
+    assert checks.covered
+    assert set(labels) == set(parent.adapter.attention_layers)
+    assert all(v.shape == (2, 80) and (v > 0).all() for v in labels.values())
+    normalised = max_normalise(labels)
+    assert all(torch.allclose(v.amax(-1), torch.ones(2)) for v in normalised.values())
+
+
+def test_brute_force_is_an_actual_deletion(tiny):
+    """Independent check of the reference itself: a deleted entry's output equals attention without its key."""
+    parent = prefill(tiny("qwen3_5"), token_ids(30, 1))
+    layer = parent.adapter.attention_layers[0]
+    captured = {}
+
+    class Capture:
+        wants_gdn_signals = False
+
+        def on_attention(self, layer_idx, hidden, query, gate, keys, values, output):
+            captured[layer_idx] = {"query": query, "gate": gate, "keys": keys, "values": values, "output": output}
+
+    parent.logits(token_ids(5, 2), observer=Capture())
+    probs, outputs, values = _continuation_attention(parent, layer, captured[layer])
+    blocks = _out_proj_blocks(parent, layer)
+    entry = torch.tensor([7])
+    brute = brute_force_utility(probs, outputs, values, blocks, 2, entry)
+    closed = closed_form_utility(probs, outputs, values, blocks, 2, 30)
+    assert torch.allclose(brute[:, 0], closed[:, 7], atol=1e-5)
+    # recompute by physically dropping key 7 for KV head 0's query heads (0, 1)
+    keys = torch.cat([parent.kv[layer].keys, captured[layer]["keys"]], 1)
+    vals = torch.cat([parent.kv[layer].values, captured[layer]["values"]], 1)
+    keep = torch.tensor([i for i in range(keys.shape[1]) if i != 7])
+    q = captured[layer]["query"][:2]
+    logits = q @ keys[0, keep].T * parent.adapter.attention_module(layer).scaling
+    logits[..., -5:] = logits[..., -5:].masked_fill(torch.ones(5, 5, dtype=torch.bool).triu(1), float("-inf"))
+    dropped = logits.softmax(-1) @ vals[0, keep]
+    delta = torch.einsum("hDd,htd->tD", blocks[:2], dropped - outputs[:2])
+    assert torch.allclose(delta.norm(dim=-1).max(), brute[0, 0], atol=1e-5)
+
+
+def test_sampler_is_seeded_and_respects_top_k():
+    logits = torch.linspace(0, 5, 50)
+    draws = [Sampler(seed=1)(logits) for _ in range(3)]
+    assert draws == [Sampler(seed=1)(logits)] * 3
+    sampler = Sampler(seed=2, top_k=3)
+    assert {sampler(logits) for _ in range(50)} <= {47, 48, 49}
+
+
+def test_reconstruction_future_is_the_window_asked_back(model_dir):
+    """label_document's second label kind is Eq. 2 over one teacher-forced future: the request for the text, then
+    the window itself; both kinds pass the closed-form = deletion check."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from gatesight_learning.record import CHAT_PREFIX, RECONSTRUCTION_REQUEST, label_document
+    from runtime import CHATML_ASSISTANT_TURN, EvidenceRequest, encode_text
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    text = "The quick brown fox jumps over the lazy dog. Pack my box with five dozen liquor jugs."
+    signals, labels, checks = label_document(model, tokenizer, text, continuations=2, max_new_tokens=5, seed=1,
+                                             check_entries=16)
+    assert set(labels) == {"labels", "reconstruction"} and checks.covered and checks.max_closed_form_error < 1.4e-5
+    encode = lambda s: encode_text(tokenizer, s)  # noqa: E731
+    prefix, body = encode(CHAT_PREFIX), encode(text)
+    parent = prefill(model, torch.tensor(prefix + body + encode(CHATML_ASSISTANT_TURN)), protected=len(prefix),
+                     evidence=EvidenceRequest(gdn_signals=True))
+    raw, _ = utility_labels(parent, [torch.tensor(encode(RECONSTRUCTION_REQUEST) + body)], len(prefix) + len(body))
+    expected = max_normalise({layer: u[:, len(prefix):] for layer, u in raw.items()})
+    for layer, u in expected.items():
+        assert torch.allclose(labels["reconstruction"][layer], u, atol=1e-6)
+        assert not torch.allclose(labels["labels"][layer], u, atol=1e-3)  # a different future, different labels

@@ -1,0 +1,59 @@
+"""Model loading: local directories, hub ids from the local cache only (offline), device and dtype."""
+
+import shutil
+
+import huggingface_hub.constants
+import pytest
+import torch
+
+from bench.cli import main
+from pretrained import loading
+from pretrained.loading import ModelSpec
+
+
+def _fake_cache(tmp_path, model_dir, repo="someorg/tiny-hybrid"):
+    """A Hugging Face hub cache holding ``model_dir`` as ``repo`` (the layout snapshot_download reads)."""
+    root = tmp_path / "hub" / ("models--" + repo.replace("/", "--"))
+    commit = "0" * 40
+    (root / "refs").mkdir(parents=True)
+    (root / "refs" / "main").write_text(commit)
+    shutil.copytree(model_dir, root / "snapshots" / commit)
+    return tmp_path / "hub"
+
+
+def test_hub_id_is_found_in_the_local_cache(model_dir, tmp_path, monkeypatch):
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(_fake_cache(tmp_path, model_dir)))
+    directory = loading.resolve("someorg/tiny-hybrid")
+    assert (directory / "config.json").exists() and "snapshots" in str(directory)
+    model, _, _ = loading.load(ModelSpec("someorg/tiny-hybrid", dtype="bfloat16"))
+    assert next(model.parameters()).dtype == torch.bfloat16
+
+
+def test_a_missing_hub_id_names_both_places_and_downloads_nothing(tmp_path, monkeypatch):
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "empty"))
+    with pytest.raises(FileNotFoundError, match=r"no model at nobody/none: it is not a local directory, and the hub "
+                                                r"id is not in the local Hugging Face cache \(.*empty\)"
+                                                r".*--allow-download"):
+        loading.resolve("nobody/none")
+    with pytest.raises(FileNotFoundError, match="expected a local HF model directory"):
+        loading.resolve(str(tmp_path / "no" / "such" / "dir"))
+
+
+@pytest.mark.parametrize("spec, message", [
+    (dict(device="tpu"), "unknown device 'tpu'; choose cpu, cuda, cuda:N or auto"),
+    (dict(dtype="float8"), "unknown dtype 'float8'; choose auto, float32, bfloat16, float16"),
+])
+def test_bad_device_or_dtype(spec, message):
+    with pytest.raises(ValueError, match=message):
+        ModelSpec(**spec)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message of a machine without CUDA")
+def test_cuda_without_cuda_stops_before_loading(model_dir, tmp_path, capsys):
+    assert main(["compare", "--model", str(model_dir), "--device", "cuda", "--out", str(tmp_path)]) == 2
+    assert "torch sees no CUDA device" in capsys.readouterr().err
+
+
+def test_dtype_auto_keeps_the_checkpoints_dtype(model_dir):
+    model, _, _ = loading.load(ModelSpec(str(model_dir), dtype="auto"))
+    assert next(model.parameters()).dtype == torch.float32  # the tiny model was saved in float32

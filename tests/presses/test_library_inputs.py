@@ -1,0 +1,144 @@
+"""The library's checks of what a caller passes: scores, press options and evidence, token ids and plans, budget
+weights, the pipeline's arguments, damaged artifacts; each refusal one clear error naming what is wrong."""
+
+from dataclasses import dataclass
+
+import pytest
+import torch
+
+import allocators
+import presses
+from allocators import BudgetRequest
+from runtime import EvidenceRequest, KeepPlan, prefill
+from tests.helpers import copy_model, truncate
+
+
+def _parent(tiny, n=60, protected=4, evidence=EvidenceRequest()):
+    torch.manual_seed(0)
+    return prefill(tiny("qwen3_5"), torch.randint(0, 97, (n,)), protected=protected, evidence=evidence)
+
+
+@dataclass
+class _GivenScores(presses.Press):
+    """A press whose scores are handed to it: what a press of one's own might return."""
+
+    name = "given-scores"
+    scores: dict = None
+
+    def score(self, context: presses.ScoringContext) -> presses.Scores:
+        return self.scores
+
+
+def test_a_selection_refuses_bad_scores(tiny):
+    parent = _parent(tiny)
+    scores = {layer: torch.rand(2, parent.n - parent.protected) for layer in parent.adapter.attention_layers}
+    first = parent.adapter.attention_layers[0]
+    with_nan = scores[first].masked_fill(torch.rand_like(scores[first]) < 0.1, float("nan"))
+    with pytest.raises(ValueError, match=f"scores of layer {first} contain NaN"):
+        presses.Selection(parent, _GivenScores(scores={**scores, first: with_nan})).plan("flat", 0.5)
+    with pytest.raises(ValueError, match=r"shape \(2, 20\); expected \[H_kv, n_body\] = \[2, 56\]"):
+        presses.Selection(parent, _GivenScores(scores={**scores, first: torch.rand(2, 20)})).plan("flat", 0.5)
+    assert presses.Selection(parent, _GivenScores(scores=scores)).plan("flat", 0.5).total() == 2 * 2 * 28
+
+
+def test_snapkv_inputs(tiny):
+    with pytest.raises(ValueError, match="window=-5"):
+        presses.get("snapkv", window=-5)
+    with pytest.raises(ValueError, match="kernel=8: expected an odd integer"):
+        presses.get("snapkv", kernel=8)
+    press = presses.get("snapkv")
+    with pytest.raises(ValueError, match="prefill with evidence=press.evidence"):
+        press.score(_parent(tiny))
+    short = _parent(tiny, n=20, evidence=press.evidence(None))  # shorter than the 32-token window
+    scores = press.score(short)
+    assert all(s.shape == (2, 16) for s in scores.values())
+    assert presses.compress(short, press, "flat", keep_fraction=0.5).kv_nbytes > 0
+
+
+def test_token_ids_and_protected_are_checked(tiny):
+    model = tiny("qwen3_5")
+    with pytest.raises(ValueError,
+                       match=r"context_ids\[2\] = 97 is not a token id of this model: ids must be in \[0, 97\)"):
+        prefill(model, torch.tensor([1, 2, 97, 3]))
+    with pytest.raises(ValueError, match=r"context_ids\[0\] = -1"):
+        prefill(model, torch.tensor([-1, 2, 3]))
+    with pytest.raises(ValueError, match="protected=8.5 must be an integer"):
+        prefill(model, torch.arange(20), protected=8.5)
+    parent = prefill(model, torch.arange(20))
+    with pytest.raises(ValueError, match=r"question_ids\[1\] = 500"):
+        parent.answer(torch.tensor([1, 500]), 2)
+
+
+def test_plan_positions_may_be_any_integer_sequence(tiny):
+    parent = _parent(tiny, n=30)
+    as_lists = KeepPlan({layer: [[4, 7, 9], list(range(10, 20))] for layer in parent.adapter.attention_layers})
+    as_tensors = KeepPlan({layer: [torch.tensor([4, 7, 9]), torch.arange(10, 20)]
+                           for layer in parent.adapter.attention_layers})
+    question = torch.tensor([5, 6])
+    assert torch.equal(parent.fork(as_lists).logits(question), parent.fork(as_tensors).logits(question))
+    with pytest.raises(ValueError, match="positions must be integers, got torch.float32"):
+        KeepPlan({3: [[4.0, 5.5]]})
+
+
+def test_gate_allocator_refuses_non_finite_weights():
+    request = BudgetRequest(0.5, 100, (3, 7), 2, layer_weights={3: float("nan"), 7: 1.0})
+    with pytest.raises(ValueError, match="must be finite, non-negative"):
+        allocators.get("gate").allocate(request)
+
+
+def test_the_abstract_kvpress_base_is_not_offered():
+    with pytest.raises(ValueError) as error:
+        presses.get("kvpress:NoSuchPress")
+    assert "KnormPress" in str(error.value) and "ScorerPress," not in str(error.value)
+    with pytest.raises(ValueError, match="abstract base"):
+        presses.get("kvpress:ScorerPress")
+
+
+def test_library_messages_say_what_is_wrong(tiny):
+    model = tiny("qwen3_5")
+    with pytest.raises(ValueError, match="context_ids is empty: give at least one token id"):
+        prefill(model, torch.tensor([]))
+    for dtype in (torch.int8, torch.uint8):
+        with pytest.raises(ValueError, match=f"must be of an integer type int64 or int32, got {dtype}"):
+            prefill(model, torch.tensor([1, 2, 3], dtype=dtype))
+    parent = prefill(model, torch.arange(20))
+    parent.release()
+    with pytest.raises(RuntimeError, match="this parent was released; its cache and evidence are gone: prefill "
+                                           "the context again"):
+        parent.fork(KeepPlan({}))
+
+
+def test_a_selection_without_its_evidence_says_which(tiny):
+    for name, missing in [("kvpress:SnapKVPress", "the attention layers' inputs of the last 60 context tokens"),
+                          ("snapkv", "the attention layers' inputs of the last 32 context tokens"),
+                          ("gatesight", "the GDN signals")]:
+        press = presses.get(name)
+        if name == "gatesight":
+            press = presses.get(name, estimator=presses.GateSightEstimator.random(_parent(tiny).adapter))
+        with pytest.raises(ValueError, match=f"reads {missing}.*pass evidence=press.evidence\\(adapter\\) to prefill"):
+            presses.Selection(_parent(tiny), press)
+
+
+def test_the_pipeline_names_a_wrong_argument(tiny):
+    from hybridmodel.tokenizer import build_tokenizer
+    from presses.keydiff import KeyDiffPress
+
+    pipe = presses.pipeline(tiny("qwen3_5"), build_tokenizer())
+    with pytest.raises(TypeError, match=r"press must be .* got the class KeyDiffPress \(pass an instance: "
+                                        r"KeyDiffPress\(\)\)"):
+        pipe("some context", ["q?"], press=KeyDiffPress, keep_fraction=0.5)
+    with pytest.raises(TypeError, match="questions must be a string or a list of strings, got NoneType None"):
+        pipe("some context", None, press="keydiff", keep_fraction=0.5)
+    with pytest.raises(TypeError, match="context must be a string"):
+        pipe(None, ["q?"], press="keydiff", keep_fraction=0.5)
+
+
+def test_a_damaged_artifact_is_named_by_the_library(model_dir, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    copy = copy_model(model_dir, tmp_path)
+    truncate(copy / "gatesight" / "gatesight.safetensors")
+    model = AutoModelForCausalLM.from_pretrained(copy).eval()
+    parent = prefill(model, torch.arange(40), protected=4, evidence=presses.get("gatesight").evidence(None))
+    with pytest.raises(ValueError, match=f"{copy}: the artifacts press 'gatesight' reads there are damaged"):
+        presses.Selection(parent, "gatesight")

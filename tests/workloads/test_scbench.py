@@ -1,0 +1,94 @@
+"""SCBench: local loading, middle truncation, official scorers with their bugs, revised scorers, harness run."""
+
+import json
+
+import pytest
+
+from bench.compare import CompareSettings, run_compare
+from workloads.scbench_metrics import (
+    official_any_upper,
+    official_choice,
+    official_qa_chn,
+    parse_option,
+    revised_choice,
+    revised_qa_chn,
+    score,
+)
+from workloads.tasks.scbench import load_rows, middle_truncate, to_item
+
+ROWS = {
+    "kv": [{"id": 0, "context": "{\"a1\": \"v-111\", \"b2\": \"v-222\", \"c3\": \"v-333\"} " * 3,
+            "multi_turns": [{"input": "Key: \"b2\"\nThe value associated with the specified key is:",
+                             "answer": "v-222"},
+                            {"input": "Key: \"c3\"\nThe value associated with the specified key is:",
+                             "answer": "v-333"}]}],
+    "choice_eng": [{"id": 1, "context": "Alice met Bob in Paris. " * 10,
+                    "multi_turns": [{"input": "Where did Alice meet Bob?", "answer": ["Paris", "B"],
+                                     "options": ["London", "Paris", "Rome", "Oslo"]}]}],
+}
+
+
+@pytest.fixture
+def scbench_dir(tmp_path):
+    for task, rows in ROWS.items():
+        (tmp_path / f"scbench_{task}.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    return tmp_path
+
+
+def test_qa_chn_official_bug_and_fix():
+    # the official scorer iterates over the characters of a raw string label: an exact answer scores 2/(n+1)
+    assert official_qa_chn("北京大学", "北京大学") == pytest.approx(2 / 5)
+    assert revised_qa_chn("北京大学", "北京大学") == 1.0
+    assert revised_qa_chn("是北京大学。", ["清华大学", "北京大学"]) == pytest.approx(2 * 0.8 * 1 / 1.8)
+
+
+def test_choice_eng_official_bug_and_fix():
+    label = ["Paris", "B"]
+    assert official_choice("Answer: B", label) == 0.0  # first character 'A' read as the option
+    assert official_choice("Based on the text, the answer is C", label) == 1.0  # 'B' of "Based"
+    assert official_choice("**B**", label) == 0.0
+    for good in ["B", "B.", "(B)", "Option B", "Answer: B", "The answer is B."]:
+        assert revised_choice(good, label) == 1.0, good
+    assert revised_choice("Based on the text, the answer is C", label) == 0.0
+    assert revised_choice("Based on the text ...", label) == 0.0 and parse_option("Based on the text ...") is None
+    assert revised_choice("They met in Paris.", label, ["London", "Paris", "Rome", "Oslo"]) == 1.0
+
+
+def test_many_shot_raw_string_label_bug():
+    assert official_any_upper("(C)", "(B)") == 1.0  # any character of the raw label counts
+    assert score("many_shot", "(C)", "(B)") == 0.0
+
+
+def test_other_scorers():
+    assert score("kv", "the value is v-222", "v-222") == 1.0 and score("kv", "V-222", "v-222") == 0.0
+    assert score("mf", "It is 42.", 42) == 1.0
+    assert score("passkey", "the passkey is 12345", "12345") == 1.0
+    assert score("summary", "the cat sat on the mat", "the cat sat on the mat") == pytest.approx(1.0)
+    assert score("vt", "AAA BBB", "AAA BBB CCC") == pytest.approx(2 / 3)
+    code = "def f(x):\n    return x + 1\n"
+    assert score("repoqa", f"```python\n{code}```", code, candidates=[code, "def g():\n    pass\n"]) == 1.0
+    with pytest.raises(ValueError, match="unknown SCBench"):
+        score("nope", "", "")
+
+
+def test_loading_and_truncation(scbench_dir):
+    rows = load_rows("kv", scbench_dir)
+    assert rows[0]["multi_turns"][1]["answer"] == "v-333"
+    assert middle_truncate(list(range(10)), 4) == [0, 1, 8, 9]
+    encode = lambda text: list(text.encode())  # noqa: E731
+    item = to_item("kv", rows[0], 0, encode, lambda ids: bytes(ids).decode(), max_length=400)
+    assert len(item.body.encode()) == 400 - 2 * 150 and len(item.questions) == 2
+    assert item.questions[0].scorer("v-222") == 1.0 and item.questions[1].official("v-222") == 0.0
+    with pytest.raises(FileNotFoundError, match="not found locally"):
+        load_rows("summary", scbench_dir / "empty")
+
+
+def test_compare_on_scbench_fixture(model_dir, scbench_dir, tmp_path):
+    settings = CompareSettings(presses=["snapkv"], keep_fractions=[0.5], tasks=["scbench_kv", "scbench_choice_eng"],
+                               n=2, length=700, model=str(model_dir), out=tmp_path, scbench_data=scbench_dir)
+    store = run_compare(settings, show_progress=False)
+    assert {r["task"] for r in store.rows} == {"scbench_kv", "scbench_choice_eng"}
+    assert len(store.rows) == (2 + 1) * 2  # questions × (no prune + snapkv/flat@0.5); n=2 > rows: skipped
+    assert all("score_official" in r for r in store.rows)
+    with pytest.raises(ValueError, match="--scbench-data"):
+        run_compare(CompareSettings(presses=["snapkv"], tasks=["scbench"], model=str(model_dir), out=tmp_path))
