@@ -180,7 +180,7 @@ def test_phase_two_trains_on_training_sources_only(teacher, student, fake_corpus
     """Every document read for training is of a training source's train split, and no window that trains (plain,
     copy, or a teacher sample's prompt) holds a held-out character; the held-out split serves the evaluation."""
     import hybridmodel.distill as module
-    from bench.corpus import EXTRA_LABEL_SOURCES, HAYSTACK_SOURCES, SOURCES
+    from workloads.corpus import EXTRA_LABEL_SOURCES, HAYSTACK_SOURCES, SOURCES
 
     tokenizer, trained = build_tokenizer(), []
     real_kd = module.kd_loss
@@ -229,7 +229,7 @@ def test_phase_two_begins_from_a_delta_records_it_and_refuses_other_configs(teac
     import hashlib
     from dataclasses import asdict
 
-    from hybridmodel.commands import _start_from
+    from bench.model_commands import _start_from
 
     delta, run, lines = tmp_path / "delta", tmp_path / "phase2", []
     tokenizer = build_tokenizer()
@@ -293,10 +293,10 @@ def test_the_cli_begins_phase_two_from_a_delta_resumes_it_and_exports_it(teacher
     import argparse
     from dataclasses import asdict
 
-    import bench.loading
-    from hybridmodel.commands import add_distill_arguments, run_distill
+    import pretrained.loading
+    from bench.model_commands import add_distill_arguments, run_distill
 
-    monkeypatch.setattr(bench.loading, "load", lambda spec: (teacher, build_tokenizer(), None))
+    monkeypatch.setattr(pretrained.loading, "load", lambda spec: (teacher, build_tokenizer(), None))
     delta, run, out = tmp_path / "delta", tmp_path / "phase2", tmp_path / "out"
     hybrid_delta.save(student, delta, "f" * 64, {"step": 4, "train_seconds": 1.0, "tokens": 256,
                                                  "teacher_ppl": 5.0, "config": asdict(TINY)})
