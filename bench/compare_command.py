@@ -125,19 +125,19 @@ def methods_of(args: argparse.Namespace) -> tuple[list[str], list[str], list[str
 
 
 def run(args) -> None:
-    from .compare import CompareSettings, contexts_of, run_compare, run_rows
+    from .compare import CompareSettings, contexts_of, run_compare, run_rows, validate
     from .files import write_text
     from .report import headline_markdown, plot_curves, summary_markdown
 
     fractions = args.compression_ratios if args.compression_ratios is not None else args.keep_fractions
     chosen_presses, chosen_allocators, pairs = methods_of(args)
-    settings = CompareSettings(
+    settings = validate(CompareSettings(
         presses=chosen_presses, allocators=chosen_allocators, keep_fractions=fractions, tasks=args.tasks, n=args.n,
         length=args.length, model=model_spec(args), seed=args.seed, out=Path(args.out), profile=args.profile,
         scbench_data=Path(args.scbench_data) if args.scbench_data else None, jobs=args.jobs, batch=args.batch,
         press_options=args.press_options, alloc_options=args.alloc_options, engine=args.engine,
         haystack=args.haystack, pairs=pairs, shard=args.shard, executor=args.executor, address=args.address,
-    )
+    ))
     store = run_compare(settings)
     if not contexts_of(settings):  # a batch array with more shards than the run has contexts
         k, n = settings.shard

@@ -11,7 +11,7 @@ from presses.selection import check_pair
 from runtime import adapter_for, encode_text
 
 from . import loading
-from .settings import CompareSettings
+from .settings import CheckedSettings
 from .store import BASELINE, code_version
 from .tasks import registry as tasks
 from .tasks.items import Item
@@ -22,9 +22,9 @@ class Harness:
 
     Parameters
     ----------
-    settings : CompareSettings
-        Passed :func:`bench.settings.validate` (:func:`bench.compare.run_compare` does it before taking the store's
-        lock).
+    settings : CheckedSettings
+        What :func:`bench.settings.validate` returned (:func:`bench.compare.run_compare` checks before taking the
+        store's lock).
 
     Attributes
     ----------
@@ -40,7 +40,7 @@ class Harness:
         The vLLM engine (``--engine vllm``); None: this project's runtime.
     """
 
-    def __init__(self, settings: CompareSettings):
+    def __init__(self, settings: CheckedSettings):
         self.settings = settings
         self.model, self.tokenizer, self.model_dir = loading.load(settings.model)
         loading.check_artifacts(self.model_dir)  # a damaged estimator or calibration is named before any work

@@ -18,7 +18,7 @@ from .files import write_text
 from .paper_tables import table3_markdown, table4_markdown
 from .report import (
     ACCURACY_FLOOR,
-    PAIRWISE_RATIOS,
+    PAIRWISE_KEEP_FRACTIONS,
     RESAMPLES,
     GroupReport,
     group_rows,
@@ -58,15 +58,15 @@ def allocation_ablation_markdown(report: GroupReport) -> list[str]:
         press, alloc = method.split("/", 1)
         by_press[press].append(alloc)
     boot, tasks = report.boot["delta_nll"], report.average_tasks["delta_nll"]
-    lines = ["| press | allocator | " + " | ".join(f"p={r:g}" for r in report.ratios) + " |",
-             "|---|---|" + "---|" * len(report.ratios)]
+    lines = ["| press | allocator | " + " | ".join(f"p={r:g}" for r in report.keep_fractions) + " |",
+             "|---|---|" + "---|" * len(report.keep_fractions)]
     for press in sorted(by_press):
         if len(by_press[press]) < 2:
             continue
         for alloc in sorted(by_press[press]):
             method = f"{press}/{alloc}"
             cells = [boot.average(method, r, tasks).format(1, 3) if r in report.columns(method) else "–"
-                     for r in report.ratios]
+                     for r in report.keep_fractions]
             lines.append(f"| {press} | {alloc} | " + " | ".join(cells) + " |")
     return lines if len(lines) > 2 else []
 
@@ -96,17 +96,17 @@ def write_leaderboard(stores: list[Path], out: Path, resamples: int = RESAMPLES)
         png = "leaderboard.png" if number == 1 else f"leaderboard-{number}.png"
         images.append(plot_curves(group, out / png, group_title(key), resamples))
         text += [f"## {group_title(key)}", "", f"![task-averaged accuracy and ΔNLL against kept fraction]({png})",
-                 "", report.markdown(PAIRWISE_RATIOS)]
+                 "", report.markdown(PAIRWISE_KEEP_FRACTIONS)]
         text += table3_markdown(report) + table4_markdown(report)
         ablation = allocation_ablation_markdown(report)
         if ablation:
             text += ["### Every scorer under every allocator it ran with: ΔNLL", "", *ablation, ""]
         for field, boot in report.boot.items():
-            for method, ratio in boot.cells:
+            for method, p in boot.cells:
                 for task in boot.tasks:
-                    if boot.has(method, ratio, task):
-                        c = boot.cell(method, ratio, task)
-                        writer.writerow([number, method, task, ratio, boot.n_items(task), field,
+                    if boot.has(method, p, task):
+                        c = boot.cell(method, p, task)
+                        writer.writerow([number, method, task, p, boot.n_items(task), field,
                                          f"{c.mean:.4f}", f"{c.low:.4f}", f"{c.high:.4f}"])
     official = [r for r in rows if "score_official" in r]
     if official:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib.util
 import socket
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import allocators
@@ -142,8 +142,14 @@ def _positive_int(value, what: str, meaning: str) -> None:
         raise ValueError(f"{what} must be an integer >= 1 ({meaning}), got {value!r}")
 
 
-def _pairs(settings: CompareSettings) -> None:
-    """``--methods``: each a ``press/allocator`` pair, none twice; the presses and allocators become the pairs'."""
+@dataclass
+class CheckedSettings(CompareSettings):
+    """Settings that passed :func:`validate`: the presses and allocators those of the pairs (``--methods``), the
+    press and allocator options typed by their fields (what rows record)."""
+
+
+def _pairs(settings: CompareSettings) -> tuple[list[str], list[str]]:
+    """``--methods``: each a ``press/allocator`` pair, none twice; returns the pairs' presses and allocators."""
     for pair in settings.pairs:
         press, sep, allocator = pair.partition("/")
         if not sep or not press or not allocator or "/" in allocator:
@@ -153,15 +159,17 @@ def _pairs(settings: CompareSettings) -> None:
     if len(set(settings.pairs)) < len(settings.pairs):
         twice = next(p for p in settings.pairs if settings.pairs.count(p) > 1)
         raise ValueError(f"--methods names {twice!r} twice")
-    settings.presses = list(dict.fromkeys(pair.split("/", 1)[0] for pair in settings.pairs))
-    settings.allocators = list(dict.fromkeys(pair.split("/", 1)[1] for pair in settings.pairs))
+    return (list(dict.fromkeys(pair.split("/", 1)[0] for pair in settings.pairs)),
+            list(dict.fromkeys(pair.split("/", 1)[1] for pair in settings.pairs)))
 
 
-def validate(settings: CompareSettings) -> None:
-    """Every error that can be known before the model loads, as one clear ``ValueError``. The press and allocator
-    options are replaced by their typed values (what rows record)."""
+def validate(settings: CompareSettings) -> CheckedSettings:
+    """Every error that can be known before the model loads, as one clear ``ValueError``; returns the settings
+    checked (:class:`CheckedSettings`: the press and allocator options typed, what rows record). ``settings`` is
+    not changed."""
+    settings = CheckedSettings(**{f.name: getattr(settings, f.name) for f in fields(CompareSettings)})
     if settings.pairs:
-        _pairs(settings)
+        settings.presses, settings.allocators = _pairs(settings)
     _nonempty(settings.presses, "--press", ", ".join(presses.available() + [BASELINE]))
     _nonempty(settings.allocators, "--alloc", ", ".join(allocators.available()))
     _nonempty(settings.keep_fractions, "--keep-fractions",
@@ -212,6 +220,7 @@ def validate(settings: CompareSettings) -> None:
     if settings.engine not in ENGINES:
         raise ValueError(f"unknown engine {settings.engine!r}; choose from {', '.join(ENGINES)}")
     check_writable(Path(settings.out))
+    return settings
 
 
 def check_ray_address(address: str, timeout: float = RAY_ANSWER_SECONDS) -> None:

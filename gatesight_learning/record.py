@@ -116,7 +116,8 @@ def label_document(model, tokenizer, text: str, continuations: int = 4, max_new_
     encode = lambda s: encode_text(tokenizer, s)  # noqa: E731
     prefix, body, suffix = encode(CHAT_PREFIX), encode(text), encode(CHATML_ASSISTANT_TURN)
     ids = torch.tensor(prefix + body + suffix)
-    parent = prefill(model, ids, protected=len(prefix), evidence=EvidenceRequest(gdn_signals=True), tokenizer=tokenizer)
+    parent = prefill(model, ids, protected=len(prefix), evidence=EvidenceRequest(recurrent_signals=True),
+                     tokenizer=tokenizer)
     sampled = []
     for m in range(continuations):
         sampler = Sampler(seed=seed * 1000 + m)
@@ -131,7 +132,7 @@ def label_document(model, tokenizer, text: str, continuations: int = 4, max_new_
         raw, check = utility_labels(parent, futures, n_all, check_entries=check_entries, seed=seed)
         labels[kind] = max_normalise({layer: u[:, context] for layer, u in raw.items()})
         checks.append(check)
-    signals = {layer: s[context] for layer, s in parent.evidence.gdn_signals.items()}
+    signals = {layer: s[context] for layer, s in parent.evidence.recurrent_signals.items()}
     parent.release()
     return signals, labels, LabelChecks(max(c.max_closed_form_error for c in checks),
                                         max(c.max_reconstruction_error for c in checks), all(c.covered for c in checks))

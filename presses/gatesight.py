@@ -169,7 +169,7 @@ class GateSightPress(Press):
             raise ValueError(f"signal_dtype={self.signal_dtype!r}: choose float32 or bfloat16")
 
     def evidence(self, adapter) -> EvidenceRequest:
-        return EvidenceRequest(gdn_signals=True, signal_dtype=getattr(torch, self.signal_dtype))
+        return EvidenceRequest(recurrent_signals=True, signal_dtype=getattr(torch, self.signal_dtype))
 
     def bind(self, model_dir: Path | None) -> None:
         artifact = None if model_dir is None else Path(model_dir) / ARTIFACT_DIR
@@ -193,10 +193,10 @@ class GateSightPress(Press):
 
     def score(self, context: ScoringContext) -> Scores:
         self.check(context.adapter)
-        if not context.evidence.gdn_signals:
+        if not context.evidence.recurrent_signals:
             raise ValueError("GateSight reads the GDN signals of prefill: "
                              "prefill with evidence=press.evidence(adapter)")
-        signals = context.evidence.gdn_signals
+        signals = context.evidence.recurrent_signals
         device = next(iter(signals.values())).device
         estimator = self.estimator.to(device)
         positions = torch.arange(context.protected, context.n, device=device)

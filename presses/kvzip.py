@@ -20,7 +20,7 @@ from .base import BranchingContext, Press, Scores
 
 
 class _ReconstructionAttention:
-    wants_gdn_signals = False
+    wants_recurrent_signals = False
 
     def __init__(self, context: BranchingContext, start: int, end: int, scores: Scores):
         self.context, self.start, self.end, self.scores = context, start, end, scores

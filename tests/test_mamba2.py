@@ -110,7 +110,7 @@ def test_the_mamba2_state_carries_the_context(tiny, family):
     child = parent.fork(parent.keep_all_plan())
     question = _ids(9, 2)
     kept = child.logits(question)
-    for state in child.gdn_states.values():
+    for state in child.recurrent_states.values():
         state.recurrent.zero_()
     assert (child.logits(question) - kept).abs().max() > 1e-3
 
@@ -167,7 +167,7 @@ def test_compacted_attention_equals_masked_full_attention(tiny, family, ragged):
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_child_states_copied_and_questions_isolated(tiny, family):
-    test_fork.test_child_gdn_states_copied_and_questions_isolated(tiny, family)
+    test_fork.test_child_recurrent_states_copied_and_questions_isolated(tiny, family)
 
 
 @pytest.mark.parametrize("family", FAMILIES)
