@@ -48,7 +48,8 @@ def run_rows(store: ResultStore, settings: CompareSettings) -> list[dict]:
     model_dir = loading.resolve(settings.model)
     identity = loading.identity(model_dir)
     wanted = {"model": model_dir.name, "weights": identity.model, "artifacts": identity.artifacts,
-              "code": code_version(), "length": settings.length, "profile": settings.profile, "seed": settings.seed,
+              "code": code_version(settings.engine), "length": settings.length, "profile": settings.profile,
+              "seed": settings.seed,
               "engine": settings.engine, "dtype": loading.dtype_name(settings.model),
               "device": loading.device_name(settings.model)}
     methods = {(press, allocator, float(p)) for press, allocator, p in settings.methods()}

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import allocators
 import presses
+from runtime.errors import UsageError
 
 from .arguments import Command, add_model_arguments, floats, model_spec, names, options, part
 from .settings import DEFAULT_KEEP_FRACTIONS, ENGINES, EXECUTORS, KEEP_FRACTION_GRIDS
@@ -114,12 +115,12 @@ def methods_of(args: argparse.Namespace) -> tuple[list[str], list[str], list[str
         return args.press if args.press is not None else DEFAULT_PRESSES, \
             args.alloc if args.alloc is not None else DEFAULT_ALLOCATORS, []
     if not args.methods:
-        raise ValueError("--methods is empty; give press/allocator pairs, e.g. gatesight/gate,snapkv/flat (or leave "
+        raise UsageError("--methods is empty; give press/allocator pairs, e.g. gatesight/gate,snapkv/flat (or leave "
                          "it out to run every --press with every --alloc)")
     given = [f"{flag} {','.join(value)}" for flag, value in (("--press", args.press), ("--alloc", args.alloc))
              if value is not None]
     if given:
-        raise ValueError(f"--methods {','.join(args.methods)} names the press and allocator of each pair; "
+        raise UsageError(f"--methods {','.join(args.methods)} names the press and allocator of each pair; "
                          f"{' and '.join(given)} would be ignored: give either --methods or --press/--alloc")
     return [], [], args.methods
 

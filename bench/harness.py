@@ -9,6 +9,7 @@ from presses.calibration import Calibration
 from presses.preparation import evidence_for, prepare
 from presses.selection import check_pair
 from runtime import adapter_for, encode_text
+from runtime.errors import UsageError
 
 from . import loading
 from .settings import CheckedSettings
@@ -60,7 +61,7 @@ class Harness:
         for press, allocator in settings.combinations():
             check_pair(self.presses[settings.press_label(press)], self.allocators[settings.alloc_label(allocator)])
         self.evidence = evidence_for(self.presses.values(), self.adapter)
-        self.code = code_version()
+        self.code = code_version(settings.engine)
         self.identity = loading.identity(self.model_dir)
         self.dtype, self.device = loading.dtype_name(settings.model), loading.device_name(settings.model)
         self.engine = self._engine() if settings.engine == "vllm" else None  # reads self.dtype, set just above
@@ -72,7 +73,7 @@ class Harness:
                 self._builders[task] = tasks.family_of(task).builder(task, task_settings)
                 self._builders[task](0)
             except (ValueError, FileNotFoundError, IndexError) as error:
-                raise ValueError(f"task {task!r} at --length {settings.length}: {error}") from None
+                raise UsageError(f"task {task!r} at --length {settings.length}: {error}") from None
 
     def _engine(self):
         from serving import CompactingLLM

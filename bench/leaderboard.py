@@ -14,6 +14,8 @@ import io
 from collections import defaultdict
 from pathlib import Path
 
+from runtime.errors import UsageError
+
 from .files import write_text
 from .paper_tables import table3_markdown, table4_markdown
 from .report import (
@@ -39,13 +41,13 @@ def sha256_of(path: Path) -> str:
 def read_manifest(path: Path) -> dict[str, str]:
     """``{file name: sha256}`` of a :data:`MANIFEST`; ``ValueError`` naming it if it is missing or malformed."""
     if not path.is_file():
-        raise ValueError(f"{path} is missing: bench leaderboard writes it beside the files it publishes; run "
+        raise UsageError(f"{path} is missing: bench leaderboard writes it beside the files it publishes; run "
                          "`bench leaderboard` again")
     digests = {}
     for number, line in enumerate(path.read_text().splitlines(), start=1):
         digest, sep, name = line.partition("  ")
         if not sep or len(digest) != 64 or not name:
-            raise ValueError(f"{path}:{number}: expected '<sha256>  <file name>', got {line!r}; run `bench "
+            raise UsageError(f"{path}:{number}: expected '<sha256>  <file name>', got {line!r}; run `bench "
                              "leaderboard` again")
         digests[name] = digest
     return digests
@@ -80,7 +82,7 @@ def write_leaderboard(stores: list[Path], out: Path, resamples: int = RESAMPLES)
     check_one_value(opened)  # nor the mean of two rows that contradict each other, nor a row counted twice
     rows = [row for store in opened for row in store.rows]
     if not rows:
-        raise ValueError(f"no results in {', '.join(map(str, stores))}: run `bench compare` first")
+        raise UsageError(f"no results in {', '.join(map(str, stores))}: run `bench compare` first")
     out.mkdir(parents=True, exist_ok=True)
     table = io.StringIO(newline="")
     text = ["# Leaderboard", "",
