@@ -1,6 +1,10 @@
-"""How much each attention layer (and head) keeps. Imports neither presses nor bench."""
+"""How much each attention layer (and head) keeps. Imports neither presses nor bench (its options are typed by
+:mod:`runtime.options`, the parser presses share)."""
 
 from __future__ import annotations
+
+from runtime.errors import UsageError
+from runtime.options import build_with_options, register_in, typed_options
 
 from .adakv import AdaKVAllocator
 from .base import Allocator, BudgetRequest, check_keep_fraction
@@ -8,7 +12,6 @@ from .flat import FlatAllocator
 from .gate import GateAllocator
 from .global_topk import GlobalAllocator
 from .integerize import largest_remainder
-from .options import build_with_options, typed_options
 from .per_layer import PerLayerAllocator
 from .pyramid import PyramidAllocator
 
@@ -18,16 +21,29 @@ ALLOCATORS: dict[str, type[Allocator]] = {
 }
 
 
+def register(cls: type[Allocator]) -> type[Allocator]:
+    """Add an allocator class to the registry under its ``name`` (a class decorator), as :func:`presses.register`
+    adds a press: an allocator of one's own, in one's own module, runs wherever a registry name does (``bench
+    compare``, :meth:`presses.Selection.plan`, the pipelines).
+
+    Raises
+    ------
+    UsageError
+        A class that is not an :class:`Allocator`, without a ``name``, or whose name is taken by another class.
+    """
+    return register_in(ALLOCATORS, cls, Allocator, "allocator")
+
+
 def available() -> list[str]:
     return list(ALLOCATORS)
 
 
 def get(name: str, **kwargs) -> Allocator:
     """An allocator by registry name, its options typed by their fields (text such as ``"1/2/3"`` is parsed:
-    :mod:`allocators.options`); unknown names and options, and ill-typed values, raise ``ValueError`` saying what
+    :mod:`runtime.options`); unknown names and options, and ill-typed values, raise ``ValueError`` saying what
     is allowed."""
     if name not in ALLOCATORS:
-        raise ValueError(f"unknown allocator {name!r}; available: {', '.join(ALLOCATORS)}")
+        raise UsageError(f"unknown allocator {name!r}; available: {', '.join(ALLOCATORS)}")
     return build_with_options(ALLOCATORS[name], name, kwargs)
 
 
@@ -38,4 +54,4 @@ def options_of(name: str, options: dict) -> dict:
 
 
 __all__ = ["ALLOCATORS", "Allocator", "BudgetRequest", "available", "check_keep_fraction", "get", "largest_remainder",
-           "options_of"]
+           "options_of", "register"]

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
+from runtime.errors import UsageError
+
 from .base import Allocator, BudgetRequest
 
 
@@ -25,7 +27,7 @@ class AdaKVAllocator(Allocator):
 
     def __post_init__(self):
         if not 0 <= self.safeguard <= 1:
-            raise ValueError(f"safeguard={self.safeguard!r} must be in [0, 1] (a fraction of the flat per-head count)")
+            raise UsageError(f"safeguard={self.safeguard!r} must be in [0, 1] (a fraction of the flat per-head count)")
 
     def allocate(self, request: BudgetRequest) -> dict[int, list[int]]:
         if request.scores is None:

@@ -7,13 +7,15 @@ from dataclasses import dataclass
 
 import torch
 
+from runtime.errors import UsageError
+
 from .integerize import round_half_up
 
 
 def check_keep_fraction(p: float, what: str = "keep fraction") -> float:
     """``p`` as a float if it is a number in (0, 1]; else ``ValueError`` naming it."""
     if isinstance(p, bool) or not isinstance(p, (int, float)) or not (0 < p <= 1):
-        raise ValueError(f"{what} {p!r} is outside (0, 1]")
+        raise UsageError(f"{what} {p!r} is outside (0, 1]")
     return float(p)
 
 
@@ -63,6 +65,8 @@ class Allocator(ABC):
     """Integer counts per attention layer and KV head; they sum to :attr:`BudgetRequest.total` exactly."""
 
     name: str = ""
+    #: the vLLM engine runs it (:mod:`serving.rules` reads this): every head of a layer keeps one count
+    runs_in_engine: bool = False
     #: reads the press's scores (global, adakv)
     needs_scores: bool = False
     #: ranks scores of different layers against each other (global): only for presses whose scores share a scale

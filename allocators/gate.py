@@ -12,6 +12,7 @@ from .integerize import split_by_layer_weights
 @dataclass
 class GateAllocator(Allocator):
     name = "gate"
+    runs_in_engine = True
     needs_layer_weights = True
 
     def allocate(self, request: BudgetRequest) -> dict[int, list[int]]:

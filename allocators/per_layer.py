@@ -7,6 +7,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from runtime.errors import UsageError
+
 from .base import Allocator, BudgetRequest
 from .integerize import split_by_layer_weights
 
@@ -18,17 +20,18 @@ class PerLayerAllocator(Allocator):
 
     weights: list[float] = field(default_factory=list)
     name = "perlayer"
+    runs_in_engine = True
 
     def __post_init__(self):
         weights = [float(w) for w in self.weights]
         if not weights or not all(math.isfinite(w) and w >= 0 for w in weights) or sum(weights) <= 0:
-            raise ValueError(f"perlayer weights={self.weights!r}: give one finite, non-negative weight per attention "
+            raise UsageError(f"perlayer weights={self.weights!r}: give one finite, non-negative weight per attention "
                              "layer, with a positive sum (e.g. weights=1/2/3)")
         self.weights = weights
 
     def check_layers(self, count: int) -> None:
         if len(self.weights) != count:
-            raise ValueError(f"perlayer has {len(self.weights)} weights; the model has {count} attention layers: "
+            raise UsageError(f"perlayer has {len(self.weights)} weights; the model has {count} attention layers: "
                              "give one weight per layer (weights=w1/w2/…)")
 
     def allocate(self, request: BudgetRequest) -> dict[int, list[int]]:

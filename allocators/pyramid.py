@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from runtime.errors import UsageError
+
 from .base import Allocator, BudgetRequest
 from .integerize import largest_remainder
 
@@ -15,12 +17,13 @@ class PyramidAllocator(Allocator):
     beta: float = 20.0
     floor: int = 4
     name = "pyramid"
+    runs_in_engine = True
 
     def __post_init__(self):
         if isinstance(self.beta, bool) or not isinstance(self.beta, (int, float)) or not self.beta > 0:
-            raise ValueError(f"beta={self.beta!r}: expected a number > 0 (the first layer's count k_min = k / beta)")
+            raise UsageError(f"beta={self.beta!r}: expected a number > 0 (the first layer's count k_min = k / beta)")
         if isinstance(self.floor, bool) or not isinstance(self.floor, int) or self.floor < 0:
-            raise ValueError(f"floor={self.floor!r}: expected an integer >= 0 (entries every layer keeps at least)")
+            raise UsageError(f"floor={self.floor!r}: expected an integer >= 0 (entries every layer keeps at least)")
 
     def allocate(self, request: BudgetRequest) -> dict[int, list[int]]:
         k, count = request.per_head, len(request.layers)

@@ -11,6 +11,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable
 
+from runtime.errors import UsageError
+
 
 def set_default_mode(path: Path) -> None:
     """Give ``path`` the mode a plain ``open()`` would create it with: ``mkstemp`` and safetensors make files
@@ -72,7 +74,7 @@ def check_replaceable(target: Path, held: list[Path], what: str, replace: bool) 
     """
     present = next((path for path in held if path.exists()), None)
     if present is not None and not replace:
-        raise ValueError(f"{present} holds {what} that this run did not write; pass --replace to write a new one "
+        raise UsageError(f"{present} holds {what} that this run did not write; pass --replace to write a new one "
                          f"(the old one is first moved aside to {target}.backup-<time>)")
 
 

@@ -23,7 +23,8 @@ class Command:
     add_arguments : Callable[[argparse.ArgumentParser], None]
         Adds its flags to its subparser.
     run : Callable[[argparse.Namespace], None]
-        Does the work; a ``ValueError`` or ``FileNotFoundError`` it raises is shown as ``bench NAME: error: ...``.
+        Does the work; a :class:`~runtime.errors.UsageError` it raises (or a ``FileNotFoundError`` of a path the
+        user named) is shown as ``bench NAME: error: ...``; any other exception as its traceback.
     loads_models : bool
         Whether it loads a model: transformers' progress bars and fast-path warnings are silenced for those only.
     """

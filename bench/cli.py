@@ -5,7 +5,12 @@ the bench), assembled here in the order ``bench --help`` lists them."""
 from __future__ import annotations
 
 import argparse
+import errno
 import sys
+import traceback
+from pathlib import Path
+
+from runtime.errors import UsageError
 
 from .arguments import Command
 from .compare_command import COMPARE
@@ -27,6 +32,8 @@ def build_parser() -> argparse.ArgumentParser:
     for command in COMMANDS:
         p = sub.add_parser(command.name, help=command.help)
         command.add_arguments(p)
+        p.add_argument("--debug", action="store_true",
+                       help="show the traceback of a usage error too (every other error shows its own)")
         p.set_defaults(command_entry=command)
     return parser
 
@@ -40,29 +47,58 @@ def _quiet_transformers() -> None:
     hf_logging.disable_progress_bar()
 
 
+DISK_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES)
+"""A full disk, a quota, a read-only or unwritable place: the user's to fix, shown in one line."""
+
+
+def _user_named(error: FileNotFoundError, args) -> bool:
+    """A missing file the user can fix: one our code raised on purpose with a message (no ``filename``), or a path
+    the command line named (or one inside it, e.g. a file of the ``--model`` directory)."""
+    if error.filename is None:
+        return True
+    missing = Path(error.filename)
+    for value in vars(args).values():
+        for named in value if isinstance(value, (list, tuple)) else [value]:
+            if isinstance(named, (str, Path)) and str(named) and (
+                    missing == Path(named) or Path(named) in missing.parents):
+                return True
+    return False
+
+
+def _usage_error(error: BaseException, args) -> str | None:
+    """The one line that says what the user can fix, or None: an error that is a bug shows its traceback."""
+    if isinstance(error, UsageError) or (isinstance(error, FileNotFoundError) and _user_named(error, args)):
+        return str(error)
+    if isinstance(error, OSError) and error.errno in DISK_ERRORS:  # what was written stays, a rerun resumes
+        where = f"{error.filename}: " if error.filename else ""
+        return f"{where}{error.strerror or error}; what was finished is kept"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run ``bench argv``; exit code 0, 2 with a one-line error on stderr, or 130 when interrupted."""
+    """Run ``bench argv``; exit code 0, 2 with a one-line error on stderr for what the user can fix
+    (:class:`~runtime.errors.UsageError`, a missing file they named, a full or read-only disk; ``--debug``: with
+    its traceback), or 130 when interrupted. Any other exception is a bug and propagates with its traceback."""
     args = build_parser().parse_args(argv)
     command: Command = args.command_entry
     if command.loads_models:
         _quiet_transformers()
     try:
         command.run(args)
-    except (ValueError, FileNotFoundError) as error:
-        print(f"bench {args.command}: error: {error}", file=sys.stderr)
-        return 2
-    except OSError as error:  # a full or read-only disk: what was written stays, a rerun resumes
-        where = f"{error.filename}: " if error.filename else ""
-        print(f"bench {args.command}: error: {where}{error.strerror or error}; what was finished is kept",
-              file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         where = f" in {args.out}" if getattr(args, "out", None) else ""
         print(f"\nbench {args.command}: interrupted; what was finished is kept{where} — run the same command again "
               "to resume", file=sys.stderr)
         return 130
+    except Exception as error:
+        message = _usage_error(error, args)
+        if message is None:
+            raise
+        if args.debug:
+            traceback.print_exc()
+        print(f"bench {args.command}: error: {message}", file=sys.stderr)
+        return 2
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -19,15 +19,15 @@ from workloads.tasks import registry as tasks
 
 from .execution import ContextJob, in_processes, in_ray, in_this_process
 from .harness import Harness
-from .settings import CompareSettings, validate
+from .settings import CheckedSettings, CompareSettings, validate
 from .store import KEY_FIELDS, ResultStore, code_version
 
-__all__ = ["CompareSettings", "contexts_of", "run_compare", "run_rows", "validate"]
+__all__ = ["CheckedSettings", "CompareSettings", "contexts_of", "run_compare", "run_rows", "validate"]
 
 
 def run_compare(settings: CompareSettings, show_progress: bool = True) -> ResultStore:
     """Run (or resume) the comparison; returns the store with every row of this run."""
-    validate(settings)
+    settings = validate(settings)
     store = ResultStore(settings.out)  # takes the writer's lock before the model loads
     try:
         store.check_schema()
@@ -43,14 +43,17 @@ def run_compare(settings: CompareSettings, show_progress: bool = True) -> Result
 
 def run_rows(store: ResultStore, settings: CompareSettings) -> list[dict]:
     """The rows of ``store`` that this run's settings produce (its model, weights and code version included), so
-    that a summary never mixes in other runs written to the same directory."""
+    that a summary never mixes in other runs written to the same directory. ``settings`` as given to
+    :func:`run_compare` or checked (:func:`validate`): the rows name the typed options."""
+    settings = settings if isinstance(settings, CheckedSettings) else validate(settings)
     model_dir = loading.resolve(settings.model)
     identity = loading.identity(model_dir)
     wanted = {"model": model_dir.name, "weights": identity.model, "artifacts": identity.artifacts,
-              "code": code_version(), "length": settings.length, "profile": settings.profile, "seed": settings.seed,
+              "code": code_version(settings.engine), "length": settings.length, "profile": settings.profile,
+              "seed": settings.seed,
               "engine": settings.engine, "dtype": loading.dtype_name(settings.model),
               "device": loading.device_name(settings.model)}
-    methods = {(press, allocator, float(ratio)) for press, allocator, ratio in settings.methods()}
+    methods = {(press, allocator, float(p)) for press, allocator, p in settings.methods()}
     contexts = set(contexts_of(settings))
     return [r for r in store.rows if all(r.get(k) == v for k, v in wanted.items())
             and (r["task"], r["item"]) in contexts

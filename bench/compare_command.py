@@ -12,6 +12,7 @@ from pathlib import Path
 
 import allocators
 import presses
+from runtime.errors import UsageError
 from workloads.tasks import registry as tasks
 
 from .arguments import Command, add_model_arguments, floats, model_spec, names, options, part
@@ -114,12 +115,12 @@ def methods_of(args: argparse.Namespace) -> tuple[list[str], list[str], list[str
         return args.press if args.press is not None else DEFAULT_PRESSES, \
             args.alloc if args.alloc is not None else DEFAULT_ALLOCATORS, []
     if not args.methods:
-        raise ValueError("--methods is empty; give press/allocator pairs, e.g. gatesight/gate,snapkv/flat (or leave "
+        raise UsageError("--methods is empty; give press/allocator pairs, e.g. gatesight/gate,snapkv/flat (or leave "
                          "it out to run every --press with every --alloc)")
     given = [f"{flag} {','.join(value)}" for flag, value in (("--press", args.press), ("--alloc", args.alloc))
              if value is not None]
     if given:
-        raise ValueError(f"--methods {','.join(args.methods)} names the press and allocator of each pair; "
+        raise UsageError(f"--methods {','.join(args.methods)} names the press and allocator of each pair; "
                          f"{' and '.join(given)} would be ignored: give either --methods or --press/--alloc")
     return [], [], args.methods
 
@@ -127,18 +128,18 @@ def methods_of(args: argparse.Namespace) -> tuple[list[str], list[str], list[str
 def run(args) -> None:
     from artifacts.files import write_text
 
-    from .compare import CompareSettings, contexts_of, run_compare, run_rows
+    from .compare import CompareSettings, contexts_of, run_compare, run_rows, validate
     from .report import headline_markdown, plot_curves, summary_markdown
 
     fractions = args.compression_ratios if args.compression_ratios is not None else args.keep_fractions
     chosen_presses, chosen_allocators, pairs = methods_of(args)
-    settings = CompareSettings(
+    settings = validate(CompareSettings(
         presses=chosen_presses, allocators=chosen_allocators, keep_fractions=fractions, tasks=args.tasks, n=args.n,
         length=args.length, model=model_spec(args), seed=args.seed, out=Path(args.out), profile=args.profile,
         scbench_data=Path(args.scbench_data) if args.scbench_data else None, jobs=args.jobs, batch=args.batch,
         press_options=args.press_options, alloc_options=args.alloc_options, engine=args.engine,
         haystack=args.haystack, pairs=pairs, shard=args.shard, executor=args.executor, address=args.address,
-    )
+    ))
     store = run_compare(settings)
     if not contexts_of(settings):  # a batch array with more shards than the run has contexts
         k, n = settings.shard

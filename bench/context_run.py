@@ -52,8 +52,8 @@ class ContextRun:
                      if any(not self._done(r, method) for r in self.rows)]
 
     def _done(self, row: dict, method: Method) -> bool:
-        press, allocator, ratio = method
-        return self.is_done(row_key({**row, "press": press, "allocator": allocator, "keep_fraction": ratio}))
+        press, allocator, p = method
+        return self.is_done(row_key({**row, "press": press, "allocator": allocator, "keep_fraction": p}))
 
     def run(self) -> int:
         """Answer every pending method; returns how many children it ran."""
@@ -106,12 +106,12 @@ class ContextRun:
         compacted = sorted((method for method in self.todo if method[0] != BASELINE), key=lambda method: method[2])
         for start in range(0, len(compacted), h.settings.batch):
             children, methods, plans = [], [], []
-            for press, allocator, ratio in compacted[start : start + h.settings.batch]:
+            for press, allocator, p in compacted[start : start + h.settings.batch]:
                 selection = selections[press]
-                plan = selection.plan(h.allocators[allocator], ratio)
+                plan = selection.plan(h.allocators[allocator], p)
                 children.append(parent.fork(plan))
                 plans.append((plan, selection))
-                methods.append(method_fields(press, allocator, ratio, common, children[-1], plan.total(),
+                methods.append(method_fields(press, allocator, p, common, children[-1], plan.total(),
                                              selection.score_seconds))
             self._answer_batch(questions, children, methods,
                                lambda i, q: needle_fields(q, plans[i][0], lambda: answer_rank(plans[i][1], q)))
@@ -151,15 +151,15 @@ class ContextRun:
             common = self._common(parent.held.prefill_seconds, parent.n)
             if self.todo[0][0] == BASELINE:
                 self._baseline(questions, method_fields(BASELINE, BASELINE, 1.0, common, parent))
-            for press, allocator, ratio in (method for method in self.todo if method[0] != BASELINE):
+            for press, allocator, p in (method for method in self.todo if method[0] != BASELINE):
                 engine.use_press(h.press_names[press], h.settings.press_options)
-                held = engine.compact(parent.held, ratio, allocator=h.allocator_names[allocator],
+                held = engine.compact(parent.held, p, allocator=h.allocator_names[allocator],
                                       allocator_options=h.settings.alloc_options)
                 child = EngineCache(engine, held, h.tokenizer)
                 try:
                     # the engine scores inside vLLM: the plan comes back, the scores do not (no rank)
                     plan = KeepPlan({int(layer): heads for layer, heads in child.held.plan.items()})
-                    method = method_fields(press, allocator, ratio, common, child, plan.total(),
+                    method = method_fields(press, allocator, p, common, child, plan.total(),
                                            child.held.score_seconds)
                     self._answer_alone(questions, child, method, lambda q: needle_fields(q, plan, lambda: None))
                 finally:

@@ -19,6 +19,7 @@ from presses.preparation import evidence_for, prepare
 from presses.selection import Selection
 from pretrained import loading
 from runtime import EvidenceRequest, adapter_for, encode_text, prefill
+from runtime.errors import UsageError
 from workloads.corpus import SOURCES, documents
 
 from .arguments import Command, add_model_arguments, ints, model_spec, names
@@ -71,13 +72,13 @@ def run_cost(model_path, press_names: list[str], lengths: list[int], out: Path) 
         the model loads.
     """
     if not press_names or not lengths:
-        raise ValueError("give at least one press and one length")
+        raise UsageError("give at least one press and one length")
     for name in press_names:
         presses.get(name)  # unknown names fail here, before the model loads
     limit = loading.position_limit(model_path)
     bad = [n for n in lengths if n < 2 or (limit is not None and n > limit)]
     if bad:
-        raise ValueError(f"length {bad[0]} is not allowed: lengths must be in [2, {limit}] tokens for this model")
+        raise UsageError(f"length {bad[0]} is not allowed: lengths must be in [2, {limit}] tokens for this model")
     check_writable(out)
     model, tokenizer, directory = loading.load(model_path)
     loading.check_artifacts(directory)

@@ -16,7 +16,7 @@ import torch
 
 from .context_run import ContextRun
 from .harness import Harness
-from .settings import CompareSettings
+from .settings import CheckedSettings
 
 
 @dataclass(frozen=True)
@@ -34,11 +34,11 @@ class ContextWorker:
 
     Parameters
     ----------
-    settings : CompareSettings
-        Validated settings of the run.
+    settings : CheckedSettings
+        The run's settings, checked (:func:`bench.settings.validate`).
     """
 
-    def __init__(self, settings: CompareSettings):
+    def __init__(self, settings: CheckedSettings):
         torch.set_num_threads(1)
         self.harness = Harness(settings)
 
@@ -49,7 +49,7 @@ class ContextWorker:
         return rows
 
 
-def _serve(settings: CompareSettings, jobs, results) -> None:
+def _serve(settings: CheckedSettings, jobs, results) -> None:
     """A worker process: answer jobs until the driver sends None; an error goes back to the driver and ends it."""
     try:
         worker = ContextWorker(settings)
@@ -59,7 +59,7 @@ def _serve(settings: CompareSettings, jobs, results) -> None:
         results.put(("error", None, error))
 
 
-def in_processes(settings: CompareSettings, jobs: list[ContextJob], workers: int) -> Iterator[list[dict]]:
+def in_processes(settings: CheckedSettings, jobs: list[ContextJob], workers: int) -> Iterator[list[dict]]:
     """The rows of every job, context by context as workers finish them, from ``workers`` spawned processes.
 
     A worker's exception is raised here as it was raised there; a worker that dies without one (killed, out of
@@ -104,7 +104,7 @@ def in_this_process(harness: Harness, jobs: list[ContextJob], is_done: Callable[
         yield None
 
 
-def in_ray(settings: CompareSettings, jobs: list[ContextJob], workers: int,
+def in_ray(settings: CheckedSettings, jobs: list[ContextJob], workers: int,
            address: str | None) -> Iterator[list[dict]]:
     """The rows of every job from ``workers`` Ray actors, each a :class:`ContextWorker` (one CPU each), context by
     context as they finish: on the cluster at ``address``, or on a Ray instance started here for the run."""

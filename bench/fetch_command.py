@@ -7,6 +7,7 @@ from pathlib import Path
 
 from pretrained import CHECKPOINTS, DistilledCheckpoint, cache_dir
 from pretrained.fetch import fetch
+from runtime.errors import UsageError
 
 from .arguments import Command
 
@@ -23,7 +24,7 @@ def add_fetch_arguments(parser: argparse.ArgumentParser) -> None:
 def run_fetch(args: argparse.Namespace) -> None:
     checkpoint = CHECKPOINTS.get(args.name)
     if checkpoint is None:
-        raise ValueError(f"unknown pretrained model {args.name!r}; choose {', '.join(CHECKPOINTS)}")
+        raise UsageError(f"unknown pretrained model {args.name!r}; choose {', '.join(CHECKPOINTS)}")
     gguf = Path(args.gguf) if args.gguf else None
     if gguf is not None and not gguf.is_file():
         raise FileNotFoundError(f"--gguf {gguf}: no such file")

@@ -30,9 +30,9 @@ def answer_log_probs(cache: CachedContext, prompt_ids: torch.Tensor, answer_ids:
     prompt_ids, answer_ids : torch.Tensor
         ``[L]`` and ``[A]`` token ids.
     """
-    logits = cache.logits(torch.cat([prompt_ids, answer_ids]))
-    start = prompt_ids.numel() - 1  # the logits after prompt token L - 1 predict the first answer token
-    return log_probs_of(logits[start : start + answer_ids.numel()])
+    log_probs = cache.log_probs(torch.cat([prompt_ids, answer_ids]))
+    start = prompt_ids.numel() - 1  # the distribution after prompt token L - 1 predicts the first answer token
+    return log_probs[start : start + answer_ids.numel()]
 
 
 def log_probs_of(logits: torch.Tensor) -> torch.Tensor:

@@ -10,10 +10,11 @@ from presses.preparation import evidence_for, prepare
 from presses.selection import check_pair
 from pretrained import loading
 from runtime import adapter_for, encode_text
+from runtime.errors import UsageError
 from workloads.tasks import registry as tasks
 from workloads.tasks.items import Item
 
-from .settings import CompareSettings
+from .settings import CheckedSettings
 from .store import BASELINE, code_version
 
 
@@ -22,9 +23,9 @@ class Harness:
 
     Parameters
     ----------
-    settings : CompareSettings
-        Passed :func:`bench.settings.validate` (:func:`bench.compare.run_compare` does it before taking the store's
-        lock).
+    settings : CheckedSettings
+        What :func:`bench.settings.validate` returned (:func:`bench.compare.run_compare` checks before taking the
+        store's lock).
 
     Attributes
     ----------
@@ -40,7 +41,7 @@ class Harness:
         The vLLM engine (``--engine vllm``); None: this project's runtime.
     """
 
-    def __init__(self, settings: CompareSettings):
+    def __init__(self, settings: CheckedSettings):
         self.settings = settings
         self.model, self.tokenizer, self.model_dir = loading.load(settings.model)
         loading.check_artifacts(self.model_dir)  # a damaged estimator or calibration is named before any work
@@ -60,7 +61,7 @@ class Harness:
         for press, allocator in settings.combinations():
             check_pair(self.presses[settings.press_label(press)], self.allocators[settings.alloc_label(allocator)])
         self.evidence = evidence_for(self.presses.values(), self.adapter)
-        self.code = code_version()
+        self.code = code_version(settings.engine)
         self.identity = loading.identity(self.model_dir)
         self.dtype, self.device = loading.dtype_name(settings.model), loading.device_name(settings.model)
         self.engine = self._engine() if settings.engine == "vllm" else None  # reads self.dtype, set just above
@@ -72,7 +73,7 @@ class Harness:
                 self._builders[task] = tasks.family_of(task).builder(task, task_settings)
                 self._builders[task](0)
             except (ValueError, FileNotFoundError, IndexError) as error:
-                raise ValueError(f"task {task!r} at --length {settings.length}: {error}") from None
+                raise UsageError(f"task {task!r} at --length {settings.length}: {error}") from None
 
     def _engine(self):
         from serving import CompactingLLM

@@ -15,11 +15,12 @@ from collections import defaultdict
 from pathlib import Path
 
 from artifacts.files import write_text
+from runtime.errors import UsageError
 
 from .paper_tables import table3_markdown, table4_markdown
 from .report import (
     ACCURACY_FLOOR,
-    PAIRWISE_RATIOS,
+    PAIRWISE_KEEP_FRACTIONS,
     RESAMPLES,
     GroupReport,
     group_rows,
@@ -40,13 +41,13 @@ def sha256_of(path: Path) -> str:
 def read_manifest(path: Path) -> dict[str, str]:
     """``{file name: sha256}`` of a :data:`MANIFEST`; ``ValueError`` naming it if it is missing or malformed."""
     if not path.is_file():
-        raise ValueError(f"{path} is missing: bench leaderboard writes it beside the files it publishes; run "
+        raise UsageError(f"{path} is missing: bench leaderboard writes it beside the files it publishes; run "
                          "`bench leaderboard` again")
     digests = {}
     for number, line in enumerate(path.read_text().splitlines(), start=1):
         digest, sep, name = line.partition("  ")
         if not sep or len(digest) != 64 or not name:
-            raise ValueError(f"{path}:{number}: expected '<sha256>  <file name>', got {line!r}; run `bench "
+            raise UsageError(f"{path}:{number}: expected '<sha256>  <file name>', got {line!r}; run `bench "
                              "leaderboard` again")
         digests[name] = digest
     return digests
@@ -59,15 +60,15 @@ def allocation_ablation_markdown(report: GroupReport) -> list[str]:
         press, alloc = method.split("/", 1)
         by_press[press].append(alloc)
     boot, tasks = report.boot["delta_nll"], report.average_tasks["delta_nll"]
-    lines = ["| press | allocator | " + " | ".join(f"p={r:g}" for r in report.ratios) + " |",
-             "|---|---|" + "---|" * len(report.ratios)]
+    lines = ["| press | allocator | " + " | ".join(f"p={r:g}" for r in report.keep_fractions) + " |",
+             "|---|---|" + "---|" * len(report.keep_fractions)]
     for press in sorted(by_press):
         if len(by_press[press]) < 2:
             continue
         for alloc in sorted(by_press[press]):
             method = f"{press}/{alloc}"
             cells = [boot.average(method, r, tasks).format(1, 3) if r in report.columns(method) else "–"
-                     for r in report.ratios]
+                     for r in report.keep_fractions]
             lines.append(f"| {press} | {alloc} | " + " | ".join(cells) + " |")
     return lines if len(lines) > 2 else []
 
@@ -81,7 +82,7 @@ def write_leaderboard(stores: list[Path], out: Path, resamples: int = RESAMPLES)
     check_one_value(opened)  # nor the mean of two rows that contradict each other, nor a row counted twice
     rows = [row for store in opened for row in store.rows]
     if not rows:
-        raise ValueError(f"no results in {', '.join(map(str, stores))}: run `bench compare` first")
+        raise UsageError(f"no results in {', '.join(map(str, stores))}: run `bench compare` first")
     out.mkdir(parents=True, exist_ok=True)
     table = io.StringIO(newline="")
     text = ["# Leaderboard", "",
@@ -97,17 +98,17 @@ def write_leaderboard(stores: list[Path], out: Path, resamples: int = RESAMPLES)
         png = "leaderboard.png" if number == 1 else f"leaderboard-{number}.png"
         images.append(plot_curves(group, out / png, group_title(key), resamples))
         text += [f"## {group_title(key)}", "", f"![task-averaged accuracy and ΔNLL against kept fraction]({png})",
-                 "", report.markdown(PAIRWISE_RATIOS)]
+                 "", report.markdown(PAIRWISE_KEEP_FRACTIONS)]
         text += table3_markdown(report) + table4_markdown(report)
         ablation = allocation_ablation_markdown(report)
         if ablation:
             text += ["### Every scorer under every allocator it ran with: ΔNLL", "", *ablation, ""]
         for field, boot in report.boot.items():
-            for method, ratio in boot.cells:
+            for method, p in boot.cells:
                 for task in boot.tasks:
-                    if boot.has(method, ratio, task):
-                        c = boot.cell(method, ratio, task)
-                        writer.writerow([number, method, task, ratio, boot.n_items(task), field,
+                    if boot.has(method, p, task):
+                        c = boot.cell(method, p, task)
+                        writer.writerow([number, method, task, p, boot.n_items(task), field,
                                          f"{c.mean:.4f}", f"{c.low:.4f}", f"{c.high:.4f}"])
     official = [r for r in rows if "score_official" in r]
     if official:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from runtime.errors import UsageError
+
 from .arguments import Command
 from .store import SHARED_FIELDS, ResultStore, check_one_value, listed, method_at
 
@@ -31,10 +33,10 @@ def _check_shards_of_one_run(first: ResultStore, other: ResultStore) -> None:
         only_mine, only_theirs = set(values) - set(theirs[field]), set(theirs[field]) - set(values)
         if field == "methods" and not (only_mine and only_theirs):  # one shard holds a part of the other's
             small, large, lacking = (first, other, only_theirs) if not only_mine else (other, first, only_mine)
-            raise ValueError(f"{small.path} holds no rows of {listed(lacking)}, which {large.path} holds: the run "
+            raise UsageError(f"{small.path} holds no rows of {listed(lacking)}, which {large.path} holds: the run "
                              f"of {small.directory} did not finish (rerun it, it resumes), or it ran fewer methods "
                              "and is not a shard of the same run")
-        raise ValueError(f"{first.path} and {other.path} are not shards of one run: their {field} differ "
+        raise UsageError(f"{first.path} and {other.path} are not shards of one run: their {field} differ "
                          f"({', '.join(values)} against {', '.join(theirs[field])})")
 
 
@@ -52,7 +54,7 @@ def merge_stores(sources: list[Path], out: Path) -> int:
     for store in stores:
         store.check_rows()
         if not store.rows:
-            raise ValueError(f"{store.path}: no results to merge (an empty shard — one of more shards than the run "
+            raise UsageError(f"{store.path}: no results to merge (an empty shard — one of more shards than the run "
                              "has contexts — holds none: leave it out)")
         store.check_complete()
     for store in stores[1:]:
@@ -64,7 +66,7 @@ def merge_stores(sources: list[Path], out: Path) -> int:
         first = _settings_of(stores[0])
         held = _settings_of(target) if target.rows else first
         if any(held[field] != first[field] for field in SHARED_FIELDS):
-            raise ValueError(f"{target.path} holds results of other settings; merge into a new directory")
+            raise UsageError(f"{target.path} holds results of other settings; merge into a new directory")
         before = len(target.rows)
         for store in stores:
             for row in store.rows:

@@ -9,6 +9,7 @@ from pathlib import Path
 from hybridmodel.data import TRAIN_TASKS
 from hybridmodel.distill_config import PHASE_DEFAULTS, DistillConfig
 from pretrained.loading import ModelSpec
+from runtime.errors import UsageError
 
 from .arguments import Command, add_model_arguments, ints, model_spec, names
 
@@ -35,7 +36,7 @@ def run_train_model(args: argparse.Namespace) -> None:
     from hybridmodel.train import TrainConfig, check_target, train
 
     if args.steps is not None and args.steps < 1:
-        raise ValueError(f"--steps {args.steps}: give a positive number of training steps")
+        raise UsageError(f"--steps {args.steps}: give a positive number of training steps")
     out = Path(args.out)
     existing = "resume" if args.resume else "replace" if args.replace else "refuse"
     check_target(out, Path(args.checkpoints), existing)  # before any work: a trained model is never overwritten
@@ -113,7 +114,7 @@ def _check_delta_target(out: Path, cfg: dict, replace: bool) -> None:
     except (TypeError, ValueError):
         same = False
     if not same:
-        raise ValueError(f"--out {out} holds the delta of another distillation ({theirs}); this run is {cfg}: "
+        raise UsageError(f"--out {out} holds the delta of another distillation ({theirs}); this run is {cfg}: "
                          "give another --out, or --replace to write over it")
 
 
@@ -133,13 +134,13 @@ def run_distill(args: argparse.Namespace) -> None:
                                                "copy_fraction", "chat_fraction", "chat_pool", "chat_tokens",
                                                "probe_windows")})
     if args.hours is not None and args.hours < 0:
-        raise ValueError(f"--hours {args.hours}: give a number of hours >= 0")
+        raise UsageError(f"--hours {args.hours}: give a number of hours >= 0")
     if args.threads < 1:
-        raise ValueError(f"--threads {args.threads}: give at least one thread")
+        raise UsageError(f"--threads {args.threads}: give at least one thread")
     teacher_entry = pretrained.CHECKPOINTS.get(args.teacher)
     if not isinstance(teacher_entry, pretrained.PackagedCheckpoint):
         packaged = [name for name, c in pretrained.CHECKPOINTS.items() if isinstance(c, pretrained.PackagedCheckpoint)]
-        raise ValueError(f"--teacher {args.teacher!r}: choose a packaged pretrained model ({', '.join(packaged)}); "
+        raise UsageError(f"--teacher {args.teacher!r}: choose a packaged pretrained model ({', '.join(packaged)}); "
                          "the delta records its file's hash")
     out = Path(args.out) if args.out else None
     if out is not None:
@@ -149,7 +150,7 @@ def run_distill(args: argparse.Namespace) -> None:
     if checkpoint.exists() and args.init_from:
         print(f"{checkpoint} exists: resuming it (--init-from {args.init_from} is read only by a fresh run)")
     if args.phase > 1 and init is None and not checkpoint.exists():
-        raise ValueError(f"--phase {args.phase} starts from the delta of an earlier phase: give --init-from DELTA "
+        raise UsageError(f"--phase {args.phase} starts from the delta of an earlier phase: give --init-from DELTA "
                          "(e.g. models/smollm2-135m-hybrid)")
     start, origin = None, None
     if init is not None:
@@ -195,7 +196,7 @@ def _start_from(init: Path, cfg: DistillConfig) -> tuple[dict | None, dict | Non
         log = init / "training_log.jsonl"
         return None, {"delta": str(init), "sha256": digest.hexdigest(), "record": training,
                       "log": str(log) if log.exists() else None}
-    raise ValueError(f"--init-from {init} was trained with {training.get('config')} (phase {theirs.phase}); this run "
+    raise UsageError(f"--init-from {init} was trained with {training.get('config')} (phase {theirs.phase}); this run "
                      f"is {asdict(cfg)} (phase {cfg.phase}): give its settings to continue it, or a later --phase to "
                      "begin a new phase from it")
 

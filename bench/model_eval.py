@@ -11,6 +11,7 @@ import torch
 
 from pretrained import loading
 from runtime import encode_text, prefill
+from runtime.errors import UsageError
 from workloads.metrics import METRICS
 from workloads.tasks import Config, generate
 
@@ -41,16 +42,16 @@ def evaluate_model(model_path, tasks: list[str], lengths: list[int], n: int, see
     from .stats import PairedBootstrap
 
     if n < 1:
-        raise ValueError(f"--n {n}: give at least 1 item per task")
+        raise UsageError(f"--n {n}: give at least 1 item per task")
     if not tasks or not lengths:
-        raise ValueError("give at least one task and one length")
+        raise UsageError("give at least one task and one length")
     unknown = [task for task in tasks if task not in TASKS]
     if unknown:
-        raise ValueError(f"unknown task {unknown[0]!r}; available: {', '.join(TASKS)}")
+        raise UsageError(f"unknown task {unknown[0]!r}; available: {', '.join(TASKS)}")
     limit = loading.position_limit(model_path)
     bad = [length for length in lengths if length < 1 or (limit is not None and length > limit)]
     if bad:
-        raise ValueError(f"length {bad[0]} is not allowed: lengths must be in [1, {limit}] tokens for this model")
+        raise UsageError(f"length {bad[0]} is not allowed: lengths must be in [1, {limit}] tokens for this model")
     model, tokenizer, directory = loading.load(model_path)
     rows: list[dict] = []
     encode = lambda text: torch.tensor(encode_text(tokenizer, text))  # noqa: E731

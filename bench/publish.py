@@ -9,6 +9,8 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
+from runtime.errors import UsageError
+
 from .arguments import Command
 from .leaderboard import MANIFEST, read_manifest, sha256_of, write_leaderboard
 from .store import ResultStore, check_one_value
@@ -43,7 +45,7 @@ def verify_stores(stores: list[Path], docs: Path | None = None, report: Callable
     opened = [ResultStore(directory, readonly=True) for directory in stores]
     rows = [row for store in opened for row in store.rows]
     if not rows:
-        raise ValueError(f"no results in {', '.join(map(str, stores))}")
+        raise UsageError(f"no results in {', '.join(map(str, stores))}")
     for store in opened:
         store.check_rows()
         store.check_complete()
@@ -53,7 +55,7 @@ def verify_stores(stores: list[Path], docs: Path | None = None, report: Callable
         return
     docs = Path(docs)
     if not docs.is_dir():
-        raise ValueError(f"--docs {docs}: no such directory; `bench leaderboard STORES --out {docs}` writes it")
+        raise UsageError(f"--docs {docs}: no such directory; `bench leaderboard STORES --out {docs}` writes it")
     with tempfile.TemporaryDirectory() as scratch:
         write_leaderboard([Path(s) for s in stores], Path(scratch))
         rebuilt = read_manifest(Path(scratch) / MANIFEST)
@@ -64,14 +66,14 @@ def verify_stores(stores: list[Path], docs: Path | None = None, report: Callable
     recorded = read_manifest(docs / MANIFEST)
     texts = {name: digest for name, digest in rebuilt.items() if not name.endswith(".png")}
     if set(recorded) != set(rebuilt) or any(recorded[name] != digest for name, digest in texts.items()):
-        raise ValueError(f"{docs / MANIFEST} was not written with these tables (or lists other files); run "
+        raise UsageError(f"{docs / MANIFEST} was not written with these tables (or lists other files); run "
                          "`bench leaderboard` again")
     images = [name for name in rebuilt if name.endswith(".png")]
     for name in images:
         if not (docs / name).is_file():
-            raise ValueError(f"{docs / name} is missing (the leaderboard shows it); run `bench leaderboard` again")
+            raise UsageError(f"{docs / name} is missing (the leaderboard shows it); run `bench leaderboard` again")
         if sha256_of(docs / name) != recorded[name]:
-            raise ValueError(f"{docs / name} is not the image drawn with these tables (its SHA-256 differs from "
+            raise UsageError(f"{docs / name} is not the image drawn with these tables (its SHA-256 differs from "
                              f"{docs / MANIFEST}: cut short or edited); run `bench leaderboard` again")
     report(f"{', '.join(str(docs / name) for name in images)}: the image(s) drawn with these tables "
            f"({docs / MANIFEST})")
@@ -83,7 +85,7 @@ def _check_text(published: Path, rebuilt: str) -> None:
     if rebuilt != current:
         diff = "".join(list(difflib.unified_diff(current.splitlines(True), rebuilt.splitlines(True), str(published),
                                                  "rebuilt from the store"))[:DIFF_LINES])
-        raise ValueError(f"{published} is not what the store says; run `bench leaderboard` again:\n{diff}")
+        raise UsageError(f"{published} is not what the store says; run `bench leaderboard` again:\n{diff}")
 
 
 def add_leaderboard_arguments(parser: argparse.ArgumentParser) -> None:

@@ -20,7 +20,7 @@ from .store import BASELINE, GROUP_FIELDS
 ACCURACY_FLOOR = 0.10
 """Tasks where no prune answers fewer than this fraction right are left out of the accuracy average."""
 RESAMPLES = 1000
-PAIRWISE_RATIOS = (0.02, 0.05, 0.1, 0.2)
+PAIRWISE_KEEP_FRACTIONS = (0.02, 0.05, 0.1, 0.2)
 METRICS = {"score": ("accuracy (%)", 100.0, 1), "delta_nll": ("ΔNLL (nats per answer, child − full cache)", 1.0, 3)}
 
 
@@ -53,21 +53,22 @@ class GroupReport:
         self.boot = {field: PairedBootstrap(rows, field, resamples, seed) for field in METRICS}
         accuracy = self.boot["score"]
         self.methods = sorted({m for m, _ in accuracy.cells if m != BASELINE})
-        self.ratios = sorted({r for m, r in accuracy.cells if m != BASELINE})
+        self.keep_fractions = sorted({r for m, r in accuracy.cells if m != BASELINE})
         # a task enters an average only if every method ran it (like for like)
         self.tasks = [t for t in accuracy.tasks
-                      if all(accuracy.has(m, r, t) for m in self.methods for r in self.ratios if self._ran(m, r))
+                      if all(accuracy.has(m, r, t)
+                             for m in self.methods for r in self.keep_fractions if self._ran(m, r))
                       and accuracy.has(BASELINE, 1.0, t)] if accuracy.has_baseline() else list(accuracy.tasks)
         floor = {t: accuracy.cell(BASELINE, 1.0, t).mean for t in self.tasks} if accuracy.has_baseline() else {}
         self.floored = [t for t in self.tasks if floor.get(t, 1.0) < ACCURACY_FLOOR]
         self.average_tasks = {"score": [t for t in self.tasks if t not in self.floored],
                               "delta_nll": list(self.tasks)}
 
-    def _ran(self, method: str, ratio: float) -> bool:
-        return any(self.boot["score"].has(method, ratio, t) for t in self.boot["score"].tasks)
+    def _ran(self, method: str, p: float) -> bool:
+        return any(self.boot["score"].has(method, p, t) for t in self.boot["score"].tasks)
 
     def columns(self, method: str) -> list[float]:
-        return [r for r in self.ratios if self._ran(method, r)]
+        return [r for r in self.keep_fractions if self._ran(method, r)]
 
     def items_line(self) -> str:
         counts = ", ".join(f"{t} {self.boot['score'].n_items(t)}" for t in self.boot["score"].tasks)
@@ -83,26 +84,26 @@ class GroupReport:
         if field == "score" and self.floored:
             lines.append(f"Left out (no prune below {ACCURACY_FLOOR:.0%}): {', '.join(self.floored)}; "
                          "they stay in the ΔNLL average.")
-        headers = [f"p={r:g}" for r in self.ratios] or ["full cache"]
+        headers = [f"p={r:g}" for r in self.keep_fractions] or ["full cache"]
         lines += ["", "| method | " + " | ".join(headers) + " |", "|---|" + "---|" * len(headers)]
         if boot.has_baseline():
             base = boot.average(BASELINE, 1.0, tasks).format(scale, digits)
             lines.append("| no prune | " + " | ".join(base for _ in headers) + " |")
         for method in self.methods:
             cells = [boot.average(method, r, tasks).format(scale, digits) if self._ran(method, r) else "–"
-                     for r in self.ratios]
+                     for r in self.keep_fractions]
             lines.append(f"| {method} | " + " | ".join(cells) + " |")
         return lines + [""]
 
-    def pairwise_markdown(self, field: str, ratio: float) -> list[str]:
-        """Row method − column method at ``ratio``, paired; ▲ row better, ▼ row worse, = tie (interval holds 0)."""
+    def pairwise_markdown(self, field: str, p: float) -> list[str]:
+        """Row method − column method at ``p``, paired; ▲ row better, ▼ row worse, = tie (interval holds 0)."""
         label, scale, digits = METRICS[field]
         boot, tasks = self.boot[field], self.average_tasks[field]
-        methods = [m for m in self.methods if self._ran(m, ratio)] + ([BASELINE] if boot.has_baseline() else [])
+        methods = [m for m in self.methods if self._ran(m, p)] + ([BASELINE] if boot.has_baseline() else [])
         if len(methods) < 2 or not tasks:
             return []
         higher_is_better = field == "score"
-        lines = [f"#### p = {ratio:g}: {label}, row − column", "",
+        lines = [f"#### p = {p:g}: {label}, row − column", "",
                  "| | " + " | ".join("no prune" if m == BASELINE else m for m in methods) + " |",
                  "|---|" + "---|" * len(methods)]
         for a in methods:
@@ -111,22 +112,22 @@ class GroupReport:
                 if a == b:
                     cells.append("")
                     continue
-                diff = boot.difference(a, ratio, b, ratio, tasks)
+                diff = boot.difference(a, p, b, p, tasks)
                 mark = "=" if not diff.excludes_zero() else ("▲" if (diff.mean > 0) == higher_is_better else "▼")
                 cells.append(f"{mark} {diff.format(scale, digits)}")
             lines.append(f"| {'no prune' if a == BASELINE else a} | " + " | ".join(cells) + " |")
         return lines + [""]
 
     def per_task_markdown(self, method: str) -> list[str]:
-        ratios = self.columns(method)
+        keep_fractions = self.columns(method)
         lines = [f"### {method}: per task, accuracy (%) and ΔNLL", "",
-                 "| task | no prune | " + " | ".join(f"p={r:g}" for r in ratios) + " |",
-                 "|---|---|" + "---|" * len(ratios)]
+                 "| task | no prune | " + " | ".join(f"p={r:g}" for r in keep_fractions) + " |",
+                 "|---|---|" + "---|" * len(keep_fractions)]
         accuracy, nll = self.boot["score"], self.boot["delta_nll"]
         for task in accuracy.tasks:
             base = accuracy.cell(BASELINE, 1.0, task).format(100, 0) if accuracy.has(BASELINE, 1.0, task) else "–"
             cells = []
-            for r in ratios:
+            for r in keep_fractions:
                 if not accuracy.has(method, r, task):
                     cells.append("–")
                     continue
@@ -142,17 +143,18 @@ class GroupReport:
         return "\n".join([self.items_line(), ""]
                          + [line for field in METRICS for line in self.averages_markdown(field)])
 
-    def markdown(self, pairwise_ratios=None, per_task: bool = True) -> str:
-        ratios = self.ratios if pairwise_ratios is None else [r for r in self.ratios if r in pairwise_ratios]
+    def markdown(self, pairwise_keep_fractions=None, per_task: bool = True) -> str:
+        keep_fractions = [r for r in self.keep_fractions
+                          if pairwise_keep_fractions is None or r in pairwise_keep_fractions]
         lines = [self.items_line(), ""]
         for field in METRICS:
             lines += self.averages_markdown(field)
-        if ratios:
+        if keep_fractions:
             lines += ["### Pairwise differences (▲ row better, ▼ row worse, = indistinguishable: "
                       "the interval holds 0)", ""]
-            for ratio in ratios:
+            for p in keep_fractions:
                 for field in METRICS:
-                    lines += self.pairwise_markdown(field, ratio)
+                    lines += self.pairwise_markdown(field, p)
         if per_task:
             lines.append("Per-task cells: accuracy (%) [interval]; mean ΔNLL.\n")
             for method in self.methods:
@@ -160,12 +162,12 @@ class GroupReport:
         return "\n".join(lines)
 
 
-def summary_markdown(rows: list[dict], pairwise_ratios=None, resamples: int = RESAMPLES) -> str:
+def summary_markdown(rows: list[dict], pairwise_keep_fractions=None, resamples: int = RESAMPLES) -> str:
     """One section per setting group: averages with intervals, pairwise tables, per-task cells, and the needle
     recall of NIAH rows (:func:`bench.needles.needle_markdown`) where they have it."""
     sections = []
     for key, group in group_rows(rows).items():
-        sections += [f"## {group_title(key)}", "", GroupReport(group, resamples).markdown(pairwise_ratios)]
+        sections += [f"## {group_title(key)}", "", GroupReport(group, resamples).markdown(pairwise_keep_fractions)]
         needles = needle_markdown(group)
         if needles:
             sections += [needles]
@@ -202,7 +204,7 @@ def plot_curves(rows: list[dict], path: Path, title: str = "", resamples: int = 
     # colour by press, line style by allocator, both by first appearance: a new press or allocator needs no entry
     styles = ("-", "--", ":", "-.", (0, (5, 1)), (0, (1, 3)), (0, (3, 1, 1, 1)))
     allocators_seen = sorted({m.split("/", 1)[1] for m in report.methods})
-    single = len(report.ratios) == 1
+    single = len(report.keep_fractions) == 1
     for ax, field in zip(axes, METRICS):
         label, scale, _ = METRICS[field]
         boot, tasks = report.boot[field], report.average_tasks[field]
@@ -229,10 +231,10 @@ def plot_curves(rows: list[dict], path: Path, title: str = "", resamples: int = 
             ax.axhspan(base.low * scale, base.high * scale, color="black", alpha=0.06)
         if single:
             ax.set_xticks(range(len(report.methods)), report.methods, rotation=30, ha="right", fontsize=7)
-            ax.set_xlabel(f"method at kept fraction p = {report.ratios[0]:g}")
+            ax.set_xlabel(f"method at kept fraction p = {report.keep_fractions[0]:g}")
         else:
             ax.set_xscale("log")
-            ax.set_xticks(report.ratios, [f"{r:g}" for r in report.ratios], fontsize=7)
+            ax.set_xticks(report.keep_fractions, [f"{r:g}" for r in report.keep_fractions], fontsize=7)
             ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
             ax.set_xlabel("kept fraction p of the attention KV cache (log scale)")
         if field == "score":

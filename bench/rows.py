@@ -41,7 +41,9 @@ def method_fields(press: str, allocator: str, keep_fraction: float, common: dict
     if score_seconds is not None:
         fields["score_seconds"] = round(score_seconds, 4)
         fields["kept_entries"] = kept_entries
-    return {**fields, "kv_bytes": cache.kv_nbytes, "gdn_bytes": cache.gdn_nbytes}
+    # ``gdn_bytes`` holds the recurrent state of the GDN and Mamba2 layers alike (``recurrent_nbytes``); the row
+    # field keeps its old name because the committed stores (docs/results, docs/realmodel) carry it
+    return {**fields, "kv_bytes": cache.kv_nbytes, "gdn_bytes": cache.recurrent_nbytes}
 
 
 class QuestionReference:

@@ -2,7 +2,7 @@
 
 :class:`CompareSettings` names the presses, allocators, kept fractions, tasks and engine of one ``bench compare``;
 :func:`validate` checks them all (the press and allocator options typed by their fields) and raises one clear
-``ValueError`` naming the bad value and what is allowed.
+:class:`~runtime.errors.UsageError` naming the bad value and what is allowed.
 """
 
 from __future__ import annotations
@@ -10,12 +10,13 @@ from __future__ import annotations
 import importlib.util
 import socket
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import allocators
 import presses
 from pretrained import loading
+from runtime.errors import UsageError
 from workloads.tasks import registry as tasks
 from workloads.tasks.ruler import GENERATED, TASKS
 
@@ -134,34 +135,42 @@ def _label(name: str, options: dict) -> str:
 
 def _nonempty(values: list, what: str, allowed: str) -> None:
     if not values:
-        raise ValueError(f"{what} is empty; give at least one of: {allowed}")
+        raise UsageError(f"{what} is empty; give at least one of: {allowed}")
 
 
 def _positive_int(value, what: str, meaning: str) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{what} must be an integer >= 1 ({meaning}), got {value!r}")
+        raise UsageError(f"{what} must be an integer >= 1 ({meaning}), got {value!r}")
 
 
-def _pairs(settings: CompareSettings) -> None:
-    """``--methods``: each a ``press/allocator`` pair, none twice; the presses and allocators become the pairs'."""
+@dataclass
+class CheckedSettings(CompareSettings):
+    """Settings that passed :func:`validate`: the presses and allocators those of the pairs (``--methods``), the
+    press and allocator options typed by their fields (what rows record)."""
+
+
+def _pairs(settings: CompareSettings) -> tuple[list[str], list[str]]:
+    """``--methods``: each a ``press/allocator`` pair, none twice; returns the pairs' presses and allocators."""
     for pair in settings.pairs:
         press, sep, allocator = pair.partition("/")
         if not sep or not press or not allocator or "/" in allocator:
-            raise ValueError(f"--methods {pair!r}: expected press/allocator, e.g. gatesight/gate")
+            raise UsageError(f"--methods {pair!r}: expected press/allocator, e.g. gatesight/gate")
         if press == BASELINE:
-            raise ValueError(f"--methods {pair!r}: no prune ({BASELINE}) always runs; name compacting methods only")
+            raise UsageError(f"--methods {pair!r}: no prune ({BASELINE}) always runs; name compacting methods only")
     if len(set(settings.pairs)) < len(settings.pairs):
         twice = next(p for p in settings.pairs if settings.pairs.count(p) > 1)
-        raise ValueError(f"--methods names {twice!r} twice")
-    settings.presses = list(dict.fromkeys(pair.split("/", 1)[0] for pair in settings.pairs))
-    settings.allocators = list(dict.fromkeys(pair.split("/", 1)[1] for pair in settings.pairs))
+        raise UsageError(f"--methods names {twice!r} twice")
+    return (list(dict.fromkeys(pair.split("/", 1)[0] for pair in settings.pairs)),
+            list(dict.fromkeys(pair.split("/", 1)[1] for pair in settings.pairs)))
 
 
-def validate(settings: CompareSettings) -> None:
-    """Every error that can be known before the model loads, as one clear ``ValueError``. The press and allocator
-    options are replaced by their typed values (what rows record)."""
+def validate(settings: CompareSettings) -> CheckedSettings:
+    """Every error that can be known before the model loads, as one clear ``UsageError``; returns the settings
+    checked (:class:`CheckedSettings`: the press and allocator options typed, what rows record). ``settings`` is
+    not changed."""
+    settings = CheckedSettings(**{f.name: getattr(settings, f.name) for f in fields(CompareSettings)})
     if settings.pairs:
-        _pairs(settings)
+        settings.presses, settings.allocators = _pairs(settings)
     _nonempty(settings.presses, "--press", ", ".join(presses.available() + [BASELINE]))
     _nonempty(settings.allocators, "--alloc", ", ".join(allocators.available()))
     _nonempty(settings.keep_fractions, "--keep-fractions",
@@ -186,32 +195,33 @@ def validate(settings: CompareSettings) -> None:
     _positive_int(settings.jobs, "jobs", "worker processes")
     _positive_int(settings.batch, "batch", "children answered together")
     if settings.n < 1:
-        raise ValueError(f"n must be >= 1 (items per task), got {settings.n}")
+        raise UsageError(f"n must be >= 1 (items per task), got {settings.n}")
     if settings.length < MIN_LENGTH:
-        raise ValueError(f"length {settings.length} is too short; use at least {MIN_LENGTH} tokens")
+        raise UsageError(f"length {settings.length} is too short; use at least {MIN_LENGTH} tokens")
     limit = loading.position_limit(settings.model)
     if limit is not None and settings.length > limit:
-        raise ValueError(f"length {settings.length} is longer than the model's position limit "
+        raise UsageError(f"length {settings.length} is longer than the model's position limit "
                          f"(max_position_embeddings = {limit})")
     if settings.shard is not None:
         k, n = settings.shard
         if isinstance(k, bool) or not isinstance(k, int) or not isinstance(n, int) or not 0 <= k < n:
-            raise ValueError(f"shard {k}/{n}: expected k/n with 0 <= k < n")
+            raise UsageError(f"shard {k}/{n}: expected k/n with 0 <= k < n")
     if settings.executor not in EXECUTORS:
-        raise ValueError(f"unknown executor {settings.executor!r}; choose from {', '.join(EXECUTORS)}")
+        raise UsageError(f"unknown executor {settings.executor!r}; choose from {', '.join(EXECUTORS)}")
     if settings.executor == "ray":
         if importlib.util.find_spec("ray") is None:
-            raise ValueError("--executor ray needs Ray: pip install -e '.[ray]'")
+            raise UsageError("--executor ray needs Ray: pip install -e '.[ray]'")
         if settings.engine != "hf":
-            raise ValueError("--executor ray runs this project's runtime (--engine hf); the vLLM engine runs in one "
+            raise UsageError("--executor ray runs this project's runtime (--engine hf); the vLLM engine runs in one "
                              "process")
         if settings.address is not None:
             check_ray_address(settings.address)
     elif settings.address is not None:
-        raise ValueError("--address is the Ray cluster's: it needs --executor ray")
+        raise UsageError("--address is the Ray cluster's: it needs --executor ray")
     if settings.engine not in ENGINES:
-        raise ValueError(f"unknown engine {settings.engine!r}; choose from {', '.join(ENGINES)}")
+        raise UsageError(f"unknown engine {settings.engine!r}; choose from {', '.join(ENGINES)}")
     check_writable(Path(settings.out))
+    return settings
 
 
 def check_ray_address(address: str, timeout: float = RAY_ANSWER_SECONDS) -> None:
@@ -230,7 +240,7 @@ def check_ray_address(address: str, timeout: float = RAY_ANSWER_SECONDS) -> None
         return
     host, sep, port = address.removeprefix("ray://").rpartition(":")
     if not sep or not host or not port.isdigit():
-        raise ValueError(f"--address {address!r}: expected HOST:PORT (a Ray cluster's head, e.g. 10.0.0.1:6379), "
+        raise UsageError(f"--address {address!r}: expected HOST:PORT (a Ray cluster's head, e.g. 10.0.0.1:6379), "
                          "ray://HOST:PORT, auto or local")
     deadline = time.monotonic() + timeout
     try:
@@ -240,18 +250,18 @@ def check_ray_address(address: str, timeout: float = RAY_ANSWER_SECONDS) -> None
             frame = connection.recv(9)
     except OSError as error:  # refused, unreachable, unknown host, or no answer in time
         reason = "no answer" if isinstance(error, TimeoutError) else error.strerror or str(error)
-        raise ValueError(f"--address {address}: no Ray cluster answers there within {timeout:g} s ({reason}); "
+        raise UsageError(f"--address {address}: no Ray cluster answers there within {timeout:g} s ({reason}); "
                          "check the head node's address and port, or leave --address out to start Ray for the run") \
             from None
     if len(frame) < 4 or frame[3] != 4:
-        raise ValueError(f"--address {address}: something answers there, but not a Ray cluster (no gRPC reply within "
+        raise UsageError(f"--address {address}: something answers there, but not a Ray cluster (no gRPC reply within "
                          f"{timeout:g} s); check the head node's address and port")
 
 
 def _validate_served(settings: CompareSettings) -> None:
     """What the vLLM engine runs is the serving plugin's to say (:func:`serving.check_request`); the bench asks."""
     if importlib.util.find_spec("vllm") is None:
-        raise ValueError("--engine vllm needs vLLM, which lives in its own environment: scripts/serving_env.sh")
+        raise UsageError("--engine vllm needs vLLM, which lives in its own environment: scripts/serving_env.sh")
     from serving import check_request
 
     check_request([name for name in settings.presses if name != BASELINE], settings.allocators, settings.jobs,

@@ -48,7 +48,7 @@ def task_of(row: dict) -> str:
 
 
 class PairedBootstrap:
-    """Item-level values of one metric for every (method, ratio) cell of each task, resampled jointly.
+    """Item-level values of one metric for every (method, p) cell of each task, resampled jointly.
 
     Parameters
     ----------
@@ -77,8 +77,8 @@ class PairedBootstrap:
         for task in self.tasks:
             items = sorted({i for (t, _, _), by_item in per_item.items() if t == task for i in by_item})
             matrix = np.full((len(self.cells), len(items)), np.nan)
-            for c, (method, ratio) in enumerate(self.cells):
-                by_item = per_item.get((task, method, ratio), {})
+            for c, (method, p) in enumerate(self.cells):
+                by_item = per_item.get((task, method, p), {})
                 for k, item in enumerate(items):
                     if item in by_item:
                         matrix[c, k] = np.mean(by_item[item])
@@ -93,24 +93,24 @@ class PairedBootstrap:
     def n_items(self, task: str) -> int:
         return len(self.items[task])
 
-    def has(self, method: str, ratio: float, task: str) -> bool:
-        cell = self._cell(method, ratio)
+    def has(self, method: str, p: float, task: str) -> bool:
+        cell = self._cell(method, p)
         return cell in self._index and not np.isnan(self.values[task][self._index[cell]]).all()
 
-    def _cell(self, method: str, ratio: float) -> tuple[str, float]:
-        # the no-prune baseline is one cell (ratio 1) that stands for every kept fraction
-        return (BASELINE, 1.0) if method == BASELINE else (method, float(ratio))
+    def _cell(self, method: str, p: float) -> tuple[str, float]:
+        # the no-prune baseline is one cell (p = 1) that stands for every kept fraction
+        return (BASELINE, 1.0) if method == BASELINE else (method, float(p))
 
-    def _task_samples(self, method: str, ratio: float, task: str) -> tuple[float, np.ndarray]:
+    def _task_samples(self, method: str, p: float, task: str) -> tuple[float, np.ndarray]:
         """(mean over items, ``[resamples]`` means over resampled items) of one cell."""
-        row = self.values[task][self._index[self._cell(method, ratio)]]
+        row = self.values[task][self._index[self._cell(method, p)]]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # a cell without any item: NaN, shown as "–"
             return float(np.nanmean(row)), np.nanmean(row[self.draws[task]], axis=1)
 
-    def _average_samples(self, method: str, ratio: float, tasks: list[str]) -> tuple[float, np.ndarray]:
-        parts = [self._task_samples(method, ratio, t) for t in tasks]
-        return float(np.mean([p[0] for p in parts])), np.mean([p[1] for p in parts], axis=0)
+    def _average_samples(self, method: str, p: float, tasks: list[str]) -> tuple[float, np.ndarray]:
+        parts = [self._task_samples(method, p, t) for t in tasks]
+        return float(np.mean([part[0] for part in parts])), np.mean([part[1] for part in parts], axis=0)
 
     def _interval(self, point: float, samples: np.ndarray) -> Interval:
         tail = (1 - self.level) / 2 * 100
@@ -118,30 +118,30 @@ class PairedBootstrap:
         low, high = np.percentile(samples, [tail, 100 - tail]) if samples.size else (np.nan, np.nan)
         return Interval(point, float(low), float(high))
 
-    def cell(self, method: str, ratio: float, task: str) -> Interval:
+    def cell(self, method: str, p: float, task: str) -> Interval:
         """Mean over the task's items, with its interval."""
-        return self._interval(*self._task_samples(method, ratio, task))
+        return self._interval(*self._task_samples(method, p, task))
 
-    def average(self, method: str, ratio: float, tasks: list[str]) -> Interval:
+    def average(self, method: str, p: float, tasks: list[str]) -> Interval:
         """Mean over ``tasks`` of the per-task means (each task weighs the same), with its interval."""
-        return self._interval(*self._average_samples(method, ratio, tasks))
+        return self._interval(*self._average_samples(method, p, tasks))
 
-    def difference(self, a: str, ratio_a: float, b: str, ratio_b: float, tasks: list[str]) -> Interval:
+    def difference(self, a: str, p_a: float, b: str, p_b: float, tasks: list[str]) -> Interval:
         """Paired difference of task averages, ``a − b``, on the same resampled items."""
-        point_a, samples_a = self._average_samples(a, ratio_a, tasks)
-        point_b, samples_b = self._average_samples(b, ratio_b, tasks)
+        point_a, samples_a = self._average_samples(a, p_a, tasks)
+        point_b, samples_b = self._average_samples(b, p_b, tasks)
         return self._interval(point_a - point_b, samples_a - samples_b)
 
-    def _over_fractions(self, method: str, ratios: list[float], tasks: list[str]) -> tuple[float, np.ndarray]:
-        parts = [self._average_samples(method, r, tasks) for r in ratios]
-        return float(np.mean([p[0] for p in parts])), np.mean([p[1] for p in parts], axis=0)
+    def _over_fractions(self, method: str, keep_fractions: list[float], tasks: list[str]) -> tuple[float, np.ndarray]:
+        parts = [self._average_samples(method, r, tasks) for r in keep_fractions]
+        return float(np.mean([part[0] for part in parts])), np.mean([part[1] for part in parts], axis=0)
 
-    def mean_over_fractions(self, method: str, ratios: list[float], tasks: list[str]) -> Interval:
-        """The task average, averaged again over kept fractions ``ratios`` (the paper's "mean" column)."""
-        return self._interval(*self._over_fractions(method, ratios, tasks))
+    def mean_over_fractions(self, method: str, keep_fractions: list[float], tasks: list[str]) -> Interval:
+        """The task average, averaged again over kept fractions ``keep_fractions`` (the paper's "mean" column)."""
+        return self._interval(*self._over_fractions(method, keep_fractions, tasks))
 
-    def difference_over_fractions(self, a: str, b: str, ratios: list[float], tasks: list[str]) -> Interval:
+    def difference_over_fractions(self, a: str, b: str, keep_fractions: list[float], tasks: list[str]) -> Interval:
         """Paired ``a − b`` of :meth:`mean_over_fractions`, on the same resampled items."""
-        point_a, samples_a = self._over_fractions(a, ratios, tasks)
-        point_b, samples_b = self._over_fractions(b, ratios, tasks)
+        point_a, samples_a = self._over_fractions(a, keep_fractions, tasks)
+        point_b, samples_b = self._over_fractions(b, keep_fractions, tasks)
         return self._interval(point_a - point_b, samples_a - samples_b)

@@ -18,6 +18,8 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+from runtime.errors import UsageError
+
 KEY_FIELDS = ("model", "weights", "artifacts", "press", "allocator", "keep_fraction", "task", "profile", "length",
               "item", "question", "seed", "code", "engine", "dtype", "device", "haystack")
 GROUP_FIELDS = ("model", "weights", "artifacts", "profile", "length", "code", "engine", "dtype", "device")
@@ -40,11 +42,60 @@ SCHEMA = 2
 FIDELITY_FIELDS = ("answer_nll", "delta_nll", "kl", "agree")
 
 ROOT = Path(__file__).resolve().parent.parent
-RESULT_SOURCES = ("runtime", "presses", "allocators", "workloads", "pretrained/loading.py", "bench/settings.py",
-                  "bench/harness.py", "bench/context_run.py", "bench/rows.py", "bench/fidelity.py", "bench/needles.py",
-                  "serving")
-"""The modules whose code decides a row's values. Reporting, the CLI, the store itself and training code are not
-among them, so editing those does not invalidate a store."""
+RESULT_ENTRIES = ("bench.harness", "bench.context_run", "bench.rows", "bench.settings")
+"""Where a row's values are made. :func:`code_version` hashes every module of the project these import, directly or
+through others (imports inside functions too), so a new module of the runtime or a press is covered by itself."""
+NOT_RESULT_CODE = ("bench.store", "artifacts.files")
+"""Imported by the entries (or liable to be) but not deciding a value (the store reads and writes rows; artifacts.files
+writes files atomically): editing them keeps stores."""
+ENGINE_PACKAGES = {"hf": (), "vllm": ("serving",)}
+"""Packages only one engine's rows run, hashed whole into its rows (vLLM loads the plugin's worker by name, not by an
+import) and never into another engine's: the serving plugin is not hashed into the runtime's (``hf``) rows."""
+
+
+def _module_file(name: str) -> Path | None:
+    base = ROOT.joinpath(*name.split("."))
+    for path in (base.with_suffix(".py"), base / "__init__.py"):
+        if path.is_file():
+            return path
+    return None
+
+
+def _imports(name: str, path: Path) -> set[str]:
+    """The project modules ``name`` (at ``path``) imports, anywhere in it: ``from a import b`` counts ``a.b`` where
+    that is a module."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            parts = package.split(".")
+            base = node.module or ""
+            if node.level:
+                base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names)
+    # a module's packages run their __init__ too
+    return {".".join(m.split(".")[:i]) for m in found for i in range(1, m.count(".") + 2)
+            if _module_file(".".join(m.split(".")[:i])) is not None}
+
+
+def result_modules(engine: str = "hf") -> list[str]:
+    """The project modules whose code decides the rows of ``engine``: those :data:`RESULT_ENTRIES` import, directly
+    or through others, less :data:`NOT_RESULT_CODE` and the packages of the other engines
+    (:data:`ENGINE_PACKAGES`)."""
+    excluded = {p for other, packages in ENGINE_PACKAGES.items() if other != engine for p in packages}
+    seen, todo = set(), list(RESULT_ENTRIES)
+    todo += [".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")  # the engine's own
+             for package in ENGINE_PACKAGES.get(engine, ()) for path in sorted((ROOT / package).rglob("*.py"))]
+    while todo:
+        name = todo.pop()
+        if name in seen or name in NOT_RESULT_CODE or name.split(".")[0] in excluded:
+            continue
+        seen.add(name)
+        todo.extend(_imports(name, _module_file(name)))
+    return sorted(seen)
 
 
 def _normalised_source(path: Path) -> bytes:
@@ -59,14 +110,14 @@ def _normalised_source(path: Path) -> bytes:
     return ast.dump(tree).encode()
 
 
-def code_version() -> str:
-    """Hash of the result-producing modules (:data:`RESULT_SOURCES`), docstrings and comments ignored."""
+def code_version(engine: str = "hf") -> str:
+    """Hash of the modules that decide ``engine``'s rows (:func:`result_modules`), docstrings and comments ignored.
+    Rows keep the version they were written with (``bench verify`` reads it, never recomputes it)."""
     digest = hashlib.sha256()
-    for source in RESULT_SOURCES:
-        target = ROOT / source
-        for path in sorted(target.rglob("*.py")) if target.is_dir() else [target]:
-            digest.update(path.relative_to(ROOT).as_posix().encode())
-            digest.update(_normalised_source(path))
+    for name in result_modules(engine):
+        path = _module_file(name)
+        digest.update(path.relative_to(ROOT).as_posix().encode())
+        digest.update(_normalised_source(path))
     return digest.hexdigest()[:12]
 
 
@@ -86,9 +137,9 @@ def check_writable(directory: Path) -> None:
     while not existing.exists():
         existing = existing.parent
     if not existing.is_dir():
-        raise ValueError(f"--out {directory}: {existing} is a file, not a directory")
+        raise UsageError(f"--out {directory}: {existing} is a file, not a directory")
     if not os.access(existing, os.W_OK | os.X_OK):
-        raise ValueError(f"--out {directory}: {existing} is not writable")
+        raise UsageError(f"--out {directory}: {existing} is not writable")
 
 
 KL_TOLERANCE = 1e-6
@@ -187,10 +238,10 @@ def check_one_value(stores: list["ResultStore"], copies: bool = False) -> None:
                 continue
             first, there = seen[key]
             if not _same_values(first, row):
-                raise ValueError(f"{there} and {where} hold the row of {describe_row(row)} with other values: one "
+                raise UsageError(f"{there} and {where} hold the row of {describe_row(row)} with other values: one "
                                  "key, one value (shards of one run agree on every row they share)")
             if not copies:
-                raise ValueError(f"{there} and {where} both hold the row of {describe_row(row)}: a report would count "
+                raise UsageError(f"{there} and {where} both hold the row of {describe_row(row)}: a report would count "
                                  "it twice; keep one copy (bench merge joins stores, keeping one)")
 
 
@@ -257,14 +308,14 @@ class ResultStore:
     def _read(self) -> bytes:
         """The store's bytes, uncompressed; ``ValueError`` naming the file if it is not a readable store."""
         if self.path.is_dir():
-            raise ValueError(f"{self.path}: is a directory, not a result store; move it away or use another --out")
+            raise UsageError(f"{self.path}: is a directory, not a result store; move it away or use another --out")
         raw = self.path.read_bytes()
         if self.path.suffix != ".gz":
             return raw
         try:
             return gzip.decompress(raw)
         except (OSError, EOFError) as error:  # not gzip, or cut short
-            raise ValueError(f"{self.path}: not a complete gzip file ({error}); restore it from version control") \
+            raise UsageError(f"{self.path}: not a complete gzip file ({error}); restore it from version control") \
                 from None
 
     def problems(self) -> list[str]:
@@ -276,7 +327,7 @@ class ResultStore:
         problems = self.problems()
         if problems:
             shown = "; ".join(problems[:5]) + (f"; … ({len(problems) - 5} more)" if len(problems) > 5 else "")
-            raise ValueError(f"{len(problems)} row(s) are not valid results: {shown}")
+            raise UsageError(f"{len(problems)} row(s) are not valid results: {shown}")
 
     def check_complete(self) -> None:
         """``ValueError`` naming what the store lacks: its last line cut short, or a context without the rows of
@@ -284,7 +335,7 @@ class ResultStore:
         merge or leaderboard takes an unfinished run for a finished one."""
         rerun = "its bench compare stopped before finishing; rerun it (it resumes)"
         if self.cut_line is not None:
-            raise ValueError(f"{self.path}: line {self.cut_line}, the last, is cut short: {rerun}")
+            raise UsageError(f"{self.path}: line {self.cut_line}, the last, is cut short: {rerun}")
         contexts: dict[tuple, set] = defaultdict(set)
         methods: dict[tuple, set] = defaultdict(set)
         for row in self.rows:
@@ -295,7 +346,7 @@ class ResultStore:
             questions = {question for _, question in held}
             missing = {(method, question) for method in methods[group] for question in questions} - held
             if missing:
-                raise ValueError(f"{self.path} is incomplete: task {task}, item {item} lacks the rows of "
+                raise UsageError(f"{self.path} is incomplete: task {task}, item {item} lacks the rows of "
                                  f"{listed(f'{method} question {q}' for method, q in missing)}; {rerun}")
 
     def _acquire(self) -> None:
@@ -308,7 +359,7 @@ class ResultStore:
             handle.seek(0)
             owner = handle.read().strip() or "unknown"
             handle.close()
-            raise ValueError(f"{self.directory} is being written by another process (pid {owner}); wait for it to "
+            raise UsageError(f"{self.directory} is being written by another process (pid {owner}); wait for it to "
                              "finish or write to another --out") from None
         handle.seek(0)
         handle.truncate()
@@ -333,7 +384,7 @@ class ResultStore:
         if other is not None:
             differ = [part for part, value in identity["model_parts"].items()
                       if other["model_parts"].get(part) != value]
-            raise ValueError(f"{self.path} holds results of model {model!r} with other {' and '.join(differ)} "
+            raise UsageError(f"{self.path} holds results of model {model!r} with other {' and '.join(differ)} "
                              f"(fingerprint {other['weights']}, this one is {identity['weights']}); "
                              "write to a new --out directory")
         artifacts = sorted({str(r.get("artifacts")) for r in same_name} - {identity["artifacts"]})
@@ -346,7 +397,7 @@ class ResultStore:
         """Refuse a store with rows written before the fidelity metrics (schema < 2): never mix the two."""
         old = sum(1 for r in self.rows if r.get("schema", 1) < SCHEMA)
         if old:
-            raise ValueError(f"{self.path} holds {old} row(s) written before the fidelity metrics "
+            raise UsageError(f"{self.path} holds {old} row(s) written before the fidelity metrics "
                              f"({', '.join(FIDELITY_FIELDS)}) existed; they cannot be compared with new rows. "
                              "Write to a new --out directory (and rerun the old settings there)")
 

@@ -36,7 +36,7 @@ def measure(args) -> dict:
     torch.set_num_threads(1)
     settings = CompareSettings(presses=[], pairs=args.methods.split(","), keep_fractions=args.ratios,
                                tasks=[args.task], n=1, length=args.length, model=args.model, haystack=args.haystack)
-    validate(settings)
+    settings = validate(settings) or settings  # a CheckedSettings; trees before it checked in place, returning None
     harness = Harness(settings)
     rows: list[dict] = []
     t0 = time.perf_counter()

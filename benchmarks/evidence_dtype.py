@@ -26,7 +26,7 @@ def main(length: int = 4096) -> None:
         for dtype in ("float32", "bfloat16"):
             press = presses.get("gatesight", signal_dtype=dtype)
             parent = prefill(model, ids, protected=16, evidence=press.evidence(None))
-            sizes[dtype] = sum(s.nbytes for s in parent.evidence.gdn_signals.values()) / parent.n
+            sizes[dtype] = sum(s.nbytes for s in parent.evidence.recurrent_signals.values()) / parent.n
             selection = presses.Selection(parent, press)
             plans[dtype] = {p: selection.plan("flat", p) for p in (0.05, 0.1, 0.2)}
         cells = []

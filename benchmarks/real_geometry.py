@@ -126,7 +126,7 @@ def main() -> None:
             ours, parent = seconds(lambda: prefill(model, ids, protected=16, evidence=evidence, chunk_size=args.chunk),
                                    device)
         kv = parent.kv_nbytes
-        held = sum(s.nbytes for s in parent.evidence.gdn_signals.values())
+        held = sum(s.nbytes for s in parent.evidence.recurrent_signals.values())
         g_s, _ = seconds(lambda: presses.Selection(parent, gatesight).scores, device)
         z_s, _ = seconds(lambda: presses.Selection(parent, kvzip).scores, device)
         child = presses.Selection(parent, gatesight).fork("flat", 0.1)

@@ -11,6 +11,7 @@ from statistics import mean, median
 import torch
 
 from hybridmodel.half_lives import static_half_lives
+from runtime.errors import UsageError
 
 from .evaluate import evaluate, heuristic_predictors, spearman
 
@@ -150,7 +151,7 @@ def observation_3(meta: dict) -> dict:
     """Ridge against the MLP on the same features, leave-one-corpus-out: overall ρ, and the high-utility tail
     (Ov@10, Cov@10) overall and per attention layer. ``meta`` is the GateSight artifact's training record."""
     if "loco_per_layer" not in meta:
-        raise ValueError("the GateSight artifact has no per-layer leave-one-corpus-out evaluation: run `bench train` "
+        raise UsageError("the GateSight artifact has no per-layer leave-one-corpus-out evaluation: run `bench train` "
                          "(this version) first")
     overall = {name: meta["loco"][name] for name in ("ridge", "MLP (GateSight)")}
     ridge, mlp = (meta["loco_per_layer"][name] for name in ("ridge", "MLP (GateSight)"))

@@ -12,6 +12,7 @@ from tqdm import tqdm
 from artifacts.files import check_replaceable, install
 from presses.calibration import FILE, LEGACY_FILE, Calibration, calibrate
 from pretrained import loading
+from runtime.errors import UsageError
 
 from .record import recording_chunks
 
@@ -44,7 +45,7 @@ def calibrate_model(model, tokens: int, chunk: int, replace: bool = False) -> tu
     """
     for flag, value in (("--tokens", tokens), ("--chunk", chunk)):
         if value < 1:
-            raise ValueError(f"{flag} {value}: give a positive number of tokens")
+            raise UsageError(f"{flag} {value}: give a positive number of tokens")
     directory = loading.resolve(model)
     target = (directory / FILE).parent
     held = [directory / FILE, directory / LEGACY_FILE]  # a root file of older versions is superseded too

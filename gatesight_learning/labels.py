@@ -57,7 +57,7 @@ class Sampler:
 class _ContinuationCapture:
     """A forward observer keeping each attention layer's query, gate, keys, values and output of a continuation."""
 
-    wants_gdn_signals = False
+    wants_recurrent_signals = False
 
     def __init__(self):
         self.layers: dict[int, dict[str, torch.Tensor]] = {}

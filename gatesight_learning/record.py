@@ -31,6 +31,7 @@ from tqdm import tqdm
 
 from artifacts.files import set_default_mode
 from runtime import CHATML_ASSISTANT_TURN, EvidenceRequest, encode_text, prefill
+from runtime.errors import UsageError
 from workloads.corpus import LABEL_SOURCES, content_digest, label_documents
 
 from .labels import LabelChecks, Sampler, max_normalise, utility_labels
@@ -116,7 +117,8 @@ def label_document(model, tokenizer, text: str, continuations: int = 4, max_new_
     encode = lambda s: encode_text(tokenizer, s)  # noqa: E731
     prefix, body, suffix = encode(CHAT_PREFIX), encode(text), encode(CHATML_ASSISTANT_TURN)
     ids = torch.tensor(prefix + body + suffix)
-    parent = prefill(model, ids, protected=len(prefix), evidence=EvidenceRequest(gdn_signals=True), tokenizer=tokenizer)
+    parent = prefill(model, ids, protected=len(prefix), evidence=EvidenceRequest(recurrent_signals=True),
+                     tokenizer=tokenizer)
     sampled = []
     for m in range(continuations):
         sampler = Sampler(seed=seed * 1000 + m)
@@ -131,7 +133,7 @@ def label_document(model, tokenizer, text: str, continuations: int = 4, max_new_
         raw, check = utility_labels(parent, futures, n_all, check_entries=check_entries, seed=seed)
         labels[kind] = max_normalise({layer: u[:, context] for layer, u in raw.items()})
         checks.append(check)
-    signals = {layer: s[context] for layer, s in parent.evidence.gdn_signals.items()}
+    signals = {layer: s[context] for layer, s in parent.evidence.recurrent_signals.items()}
     parent.release()
     return signals, labels, LabelChecks(max(c.max_closed_form_error for c in checks),
                                         max(c.max_reconstruction_error for c in checks), all(c.covered for c in checks))
@@ -175,7 +177,7 @@ def record_corpus(model, tokenizer, out: Path, limit: int | None = None, tokens:
     """
     index, parts = part
     if not (isinstance(index, int) and isinstance(parts, int) and 0 <= index < parts):
-        raise ValueError(f"part {index}/{parts}: expected K/N with 0 <= K < N")
+        raise UsageError(f"part {index}/{parts}: expected K/N with 0 <= K < N")
     recorded = label_settings(weights, tokens, continuations, max_new_tokens, seed)
     check_shards(sorted(out.glob("*.safetensors")), recorded)
     out.mkdir(parents=True, exist_ok=True)
@@ -246,7 +248,7 @@ def check_shards(paths: list[Path], expected: dict | None = None) -> None:
             differ.append(f"other settings ({_settings_text(recorded['settings'])}; {origin}: "
                           f"{_settings_text(reference['settings'])})")
         if differ:
-            raise ValueError(f"{path} was labelled with {' and '.join(differ)}; {fix}")
+            raise UsageError(f"{path} was labelled with {' and '.join(differ)}; {fix}")
 
 
 def load_shard(path: Path, futures: str = "labels") -> dict:
@@ -257,14 +259,14 @@ def load_shard(path: Path, futures: str = "labels") -> dict:
     the reconstruction future have only ``labels``.
     """
     if futures not in FUTURES + ("both",):
-        raise ValueError(f"futures={futures!r}: choose {', '.join(FUTURES)} or both")
+        raise UsageError(f"futures={futures!r}: choose {', '.join(FUTURES)} or both")
     with safe_open(str(path), "pt") as f:
         meta = f.metadata()
         signals = {int(k.split(".")[1]): f.get_tensor(k).float() for k in f.keys() if k.startswith("signals.")}
         kinds = {kind: {int(k.split(".")[1]): f.get_tensor(k) for k in f.keys() if k.startswith(kind + ".")}
                  for kind in FUTURES}
     if futures != "labels" and not kinds["reconstruction"]:
-        raise ValueError(f"{path} has no reconstruction labels (labelled before they existed): label again into a "
+        raise UsageError(f"{path} has no reconstruction labels (labelled before they existed): label again into a "
                          "new --out directory, or train with --futures labels")
     labels = kinds[futures] if futures != "both" else {
         layer: torch.maximum(u, kinds["reconstruction"][layer]) for layer, u in kinds["labels"].items()}

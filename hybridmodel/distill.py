@@ -50,6 +50,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from runtime.errors import UsageError
 from workloads.corpus import SOURCES, documents
 
 from .distill_config import DistillConfig
@@ -69,7 +70,7 @@ class Windows:
     def __init__(self, tokenizer, split: str, length: int, seed: int):
         self.docs = [doc for doc in _token_documents(tokenizer, split) if len(doc) >= 64]
         if not self.docs:
-            raise ValueError(f"no documents of {', '.join(SOURCES)} ({split} split) on this machine")
+            raise UsageError(f"no documents of {', '.join(SOURCES)} ({split} split) on this machine")
         self.length, self.seed, self.separator = length, seed, tokenizer.eos_token_id
 
     def __call__(self, step: int) -> torch.Tensor:
@@ -336,7 +337,7 @@ def distill(teacher, tokenizer, student, cfg: DistillConfig, checkpoint_dir: Pat
     if last.exists():
         state = torch.load(last, map_location="cpu", weights_only=False)
         if not _same_config(state["config"], cfg):
-            raise ValueError(f"{last} was written by another distillation config (phase "
+            raise UsageError(f"{last} was written by another distillation config (phase "
                              f"{state['config'].get('phase', 1)}: {state['config']}); this run's is (phase "
                              f"{cfg.phase}) {asdict(cfg)}: give another --checkpoints directory or the same settings")
         student.load_state_dict(state["mixers"], strict=False)

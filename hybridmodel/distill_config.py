@@ -21,6 +21,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields
 
+from runtime.errors import UsageError
+
 
 @dataclass(frozen=True)
 class DistillConfig:
@@ -76,16 +78,16 @@ class DistillConfig:
             value = getattr(self, name)
             least = 0 if name in ("transfer_steps", "warmup", "chat_pool", "probe_windows") else 1
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
-                raise ValueError(f"{name}={value!r}: expected an integer >= {least}")
+                raise UsageError(f"{name}={value!r}: expected an integer >= {least}")
         for name in ("copy_fraction", "chat_fraction"):
             if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ValueError(f"{name}={getattr(self, name)!r}: expected a share in [0, 1]")
+                raise UsageError(f"{name}={getattr(self, name)!r}: expected a share in [0, 1]")
         if self.copy_fraction + self.chat_fraction > 1.0:
-            raise ValueError(f"copy_fraction + chat_fraction = {self.copy_fraction + self.chat_fraction}: over 1")
+            raise UsageError(f"copy_fraction + chat_fraction = {self.copy_fraction + self.chat_fraction}: over 1")
         if self.chat_fraction > 0 and self.chat_pool < 1:
-            raise ValueError("chat_fraction > 0 needs a chat_pool of at least one conversation")
+            raise UsageError("chat_fraction > 0 needs a chat_pool of at least one conversation")
         if self.phase > 1 and self.transfer_steps:
-            raise ValueError(f"phase {self.phase} starts from a converted delta: transfer_steps must be 0")
+            raise UsageError(f"phase {self.phase} starts from a converted delta: transfer_steps must be 0")
 
     @classmethod
     def from_dict(cls, saved: dict) -> "DistillConfig":
@@ -93,14 +95,14 @@ class DistillConfig:
         a field this version does not know."""
         unknown = set(saved) - {f.name for f in fields(cls)}
         if unknown:
-            raise ValueError(f"a distillation config with unknown fields {sorted(unknown)}")
+            raise UsageError(f"a distillation config with unknown fields {sorted(unknown)}")
         return cls(**saved)
 
     @classmethod
     def for_phase(cls, phase: int, **given) -> "DistillConfig":
         """The defaults of ``phase`` (:data:`PHASE_DEFAULTS`) with ``given`` (None values ignored) over them."""
         if phase not in PHASE_DEFAULTS:
-            raise ValueError(f"phase {phase}: choose one of {', '.join(map(str, PHASE_DEFAULTS))}")
+            raise UsageError(f"phase {phase}: choose one of {', '.join(map(str, PHASE_DEFAULTS))}")
         return cls(**{**PHASE_DEFAULTS[phase], **{k: v for k, v in given.items() if v is not None}, "phase": phase})
 
     @property

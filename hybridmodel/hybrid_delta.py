@@ -13,6 +13,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from pretrained.catalog import MIXERS_FILE
+from runtime.errors import UsageError
 
 from .from_teacher import carry_over
 
@@ -61,7 +62,7 @@ def build(delta_dir: Path, teacher):
     expected = set(mixer_state(student))
     if set(mixers) != expected:
         missing, extra = sorted(expected - set(mixers)), sorted(set(mixers) - expected)
-        raise ValueError(f"{delta_dir}: its mixers do not fit its config (missing {missing[:3]}, extra {extra[:3]})")
+        raise UsageError(f"{delta_dir}: its mixers do not fit its config (missing {missing[:3]}, extra {extra[:3]})")
     student.load_state_dict(mixers, strict=False)  # copied into the float32 parameters
     return student
 
@@ -85,7 +86,7 @@ def rebuild(checkpoint, root: Path, log=print) -> Path:
     delta = checkpoint.delta_dir
     wanted = manifest(delta)["teacher_sha256"]
     if wanted != checkpoint.teacher.sha256:
-        raise ValueError(f"{delta} was distilled from a teacher file of SHA-256 {wanted}, not the catalogued "
+        raise UsageError(f"{delta} was distilled from a teacher file of SHA-256 {wanted}, not the catalogued "
                          f"{checkpoint.teacher.name} ({checkpoint.teacher.sha256})")
     teacher_dir = installed(checkpoint.teacher, root)
     if teacher_dir is None:

@@ -15,6 +15,7 @@ import torch
 from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
 
 from artifacts.files import backup_path
+from runtime.errors import UsageError
 from runtime.gdn import transformers_chunk_kernel
 
 from .data import batch
@@ -105,7 +106,7 @@ class TrainConfig:
 
     def __post_init__(self):
         if isinstance(self.steps, bool) or not isinstance(self.steps, int) or self.steps < 1:
-            raise ValueError(f"steps={self.steps!r}: expected an integer >= 1 (total training steps)")
+            raise UsageError(f"steps={self.steps!r}: expected an integer >= 1 (total training steps)")
 
 
 def model_config(vocab_size: int) -> Qwen3_5TextConfig:
@@ -205,12 +206,12 @@ def check_target(out_dir: Path, checkpoint_dir: Path, existing: str = "refuse") 
     """``ValueError`` before any work if :func:`train` would write over a trained model (a ``model.safetensors``
     in ``out_dir``) without being told to, or is told to resume without a checkpoint."""
     if existing not in EXISTING:
-        raise ValueError(f"unknown existing={existing!r}; choose {', '.join(EXISTING)}")
+        raise UsageError(f"unknown existing={existing!r}; choose {', '.join(EXISTING)}")
     checkpoint = Path(checkpoint_dir) / "last.pt"
     if existing == "resume" and not checkpoint.exists():
-        raise ValueError(f"--resume: no checkpoint at {checkpoint} to continue from; pass the run's --checkpoints")
+        raise UsageError(f"--resume: no checkpoint at {checkpoint} to continue from; pass the run's --checkpoints")
     if existing == "refuse" and (Path(out_dir) / "model.safetensors").exists():
-        raise ValueError(f"{out_dir} holds a trained model (model.safetensors); pass --resume to continue training "
+        raise UsageError(f"{out_dir} holds a trained model (model.safetensors); pass --resume to continue training "
                          f"it from {checkpoint}, or --replace to train anew (either way the old directory, its "
                          "gatesight/ and calibration/ included, is moved aside to a timestamped backup first), or "
                          "write to another --out")
@@ -222,7 +223,7 @@ def train(out_dir: Path, checkpoint_dir: Path, cfg: TrainConfig = TrainConfig(),
     512-token stage on), ``float32`` or ``bfloat16`` (autocast on every stage). ``existing``: what to do with a
     trained model already in ``out_dir`` (:data:`EXISTING`; :func:`check_target`)."""
     if precision not in ("auto", "float32", "bfloat16"):
-        raise ValueError(f"unknown training precision {precision!r}; choose auto, float32 or bfloat16")
+        raise UsageError(f"unknown training precision {precision!r}; choose auto, float32 or bfloat16")
     check_target(out_dir, checkpoint_dir, existing)
     device = torch.device(device)
     tokenizer = build_tokenizer()

@@ -12,6 +12,7 @@ import torch
 
 from runtime import EvidenceRequest
 from runtime.adapters import ModelAdapter
+from runtime.errors import UsageError
 from runtime.evidence import Evidence
 from runtime.kv import LayerKV
 
@@ -70,6 +71,9 @@ class Press(ABC):
     """
 
     name: ClassVar[str] = ""
+    runs_in_engine: ClassVar[bool] = False
+    """Whether the vLLM engine scores with it (:mod:`serving.rules` reads this): it reads only what the engine
+    records (the cache, the GDN signals of vLLM's forward, queries at vLLM's attention layers)."""
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -123,4 +127,4 @@ def group_reduce(per_query_head: torch.Tensor, group_size: int, how: str) -> tor
         return grouped.mean(1)
     if how == "max":
         return grouped.amax(1)
-    raise ValueError(f"unknown GQA aggregation {how!r}; choose 'mean' or 'max'")
+    raise UsageError(f"unknown GQA aggregation {how!r}; choose 'mean' or 'max'")

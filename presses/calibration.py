@@ -110,7 +110,7 @@ class Calibration:
 class _Statistics:
     """Forward observer accumulating band sums of pre-RoPE queries and token sums of the sigmoid gate."""
 
-    wants_gdn_signals = False
+    wants_recurrent_signals = False
 
     def __init__(self, adapter: ModelAdapter):
         self.adapter = adapter

@@ -18,6 +18,7 @@ from safetensors.torch import load_file, save_file
 
 from runtime import EvidenceRequest
 from runtime.adapters import ModelAdapter
+from runtime.errors import UsageError
 
 from .base import Press, Scores, ScoringContext
 
@@ -159,6 +160,7 @@ class GateSightPress(Press):
     estimator: GateSightEstimator | None = None
     signal_dtype: str = "float32"
     name = "gatesight"
+    runs_in_engine = True
     # not comparable across layers: the labels are max-normalised per (document, layer, KV head), so a predicted
     # utility says how an entry ranks within its head, not what it is worth against another layer's entries (a
     # global top-B kept nothing of the first attention layer); GateSight's own allocation is the output gate's
@@ -166,10 +168,10 @@ class GateSightPress(Press):
 
     def __post_init__(self):
         if self.signal_dtype not in ("float32", "bfloat16"):
-            raise ValueError(f"signal_dtype={self.signal_dtype!r}: choose float32 or bfloat16")
+            raise UsageError(f"signal_dtype={self.signal_dtype!r}: choose float32 or bfloat16")
 
     def evidence(self, adapter) -> EvidenceRequest:
-        return EvidenceRequest(gdn_signals=True, signal_dtype=getattr(torch, self.signal_dtype))
+        return EvidenceRequest(recurrent_signals=True, signal_dtype=getattr(torch, self.signal_dtype))
 
     def bind(self, model_dir: Path | None) -> None:
         artifact = None if model_dir is None else Path(model_dir) / ARTIFACT_DIR
@@ -193,10 +195,10 @@ class GateSightPress(Press):
 
     def score(self, context: ScoringContext) -> Scores:
         self.check(context.adapter)
-        if not context.evidence.gdn_signals:
+        if not context.evidence.recurrent_signals:
             raise ValueError("GateSight reads the GDN signals of prefill: "
                              "prefill with evidence=press.evidence(adapter)")
-        signals = context.evidence.gdn_signals
+        signals = context.evidence.recurrent_signals
         device = next(iter(signals.values())).device
         estimator = self.estimator.to(device)
         positions = torch.arange(context.protected, context.n, device=device)

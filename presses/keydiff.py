@@ -28,6 +28,7 @@ class KeyDiffPress(Press):
 
     normalized_anchor: bool = False
     name = "keydiff"
+    runs_in_engine = True
 
     def score(self, context: ScoringContext) -> Scores:
         return {

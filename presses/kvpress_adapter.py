@@ -22,9 +22,10 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from allocators.options import build_with_options
 from runtime import EvidenceRequest
+from runtime.errors import UsageError
 from runtime.kv import attention_probs
+from runtime.options import build_with_options
 
 from .base import Press, Scores, ScoringContext
 
@@ -103,10 +104,10 @@ class KvpressScorer(Press):
         from kvpress import ScorerPress
 
         if not isinstance(self.press, ScorerPress):
-            raise ValueError(f"KvpressScorer wraps a kvpress ScorerPress, got {type(self.press).__name__}")
+            raise UsageError(f"KvpressScorer wraps a kvpress ScorerPress, got {type(self.press).__name__}")
         reason = _refusal(self.press)
         if reason:
-            raise ValueError(reason)
+            raise UsageError(reason)
         self._initialised_for = None
 
     @staticmethod
@@ -116,10 +117,10 @@ class KvpressScorer(Press):
 
         cls = getattr(kvpress, class_name, None)
         if cls is kvpress.ScorerPress:
-            raise ValueError(f"kvpress:{class_name} is the abstract base of kvpress's scorers (its score() is not "
+            raise UsageError(f"kvpress:{class_name} is the abstract base of kvpress's scorers (its score() is not "
                              f"implemented); name one of them: {', '.join(scorer_names())}")
         if not (isinstance(cls, type) and issubclass(cls, kvpress.ScorerPress)):
-            raise ValueError(f"{class_name!r} is not a kvpress ScorerPress; available: {', '.join(scorer_names())}; "
+            raise UsageError(f"{class_name!r} is not a kvpress ScorerPress; available: {', '.join(scorer_names())}; "
                              "or one of kvpress's short names (knorm, snapkv, …: presses.kvpress_names)")
         return cls
 
@@ -134,7 +135,7 @@ class KvpressScorer(Press):
     def check(self, adapter) -> None:
         partial = adapter.geometry.rotary_dim < adapter.geometry.head_dim
         if partial and any(c.__name__ in FULL_ROPE_ONLY for c in type(self.press).__mro__):
-            raise ValueError(f"kvpress {type(self.press).__name__} rebuilds RoPE over the full head dimension; "
+            raise UsageError(f"kvpress {type(self.press).__name__} rebuilds RoPE over the full head dimension; "
                              f"{type(adapter.model).__name__} rotates {adapter.geometry.rotary_dim} of "
                              f"{adapter.geometry.head_dim} dimensions (partial RoPE)")
 
@@ -148,7 +149,7 @@ class KvpressScorer(Press):
         positions = torch.arange(context.n, device=adapter.device)
         any_hidden = context.evidence.window_hidden[adapter.attention_layers[0]]
         if any_hidden.shape[0] != context.n:
-            raise ValueError("kvpress presses read every context token's layer input: prefill with "
+            raise UsageError("kvpress presses read every context token's layer input: prefill with "
                              "evidence=press.evidence(adapter)")
         cos, sin = model.model.rotary_emb(any_hidden[None], positions[None])
         scores = {}

@@ -14,13 +14,14 @@ from dataclasses import dataclass
 import torch
 
 from runtime import CHATML_ASSISTANT_TURN, encode_text
+from runtime.errors import UsageError
 from runtime.kv import max_attention
 
 from .base import BranchingContext, Press, Scores
 
 
 class _ReconstructionAttention:
-    wants_gdn_signals = False
+    wants_recurrent_signals = False
 
     def __init__(self, context: BranchingContext, start: int, end: int, scores: Scores):
         self.context, self.start, self.end, self.scores = context, start, end, scores
@@ -50,15 +51,16 @@ class KVzipPress(Press):
     overlap: int = 8
     tokenizer: object = None
     name = "kvzip"
+    runs_in_engine = True
     comparable_scale = True
     runs_after_context = True
 
     def __post_init__(self):
         if isinstance(self.chunk_size, bool) or not isinstance(self.chunk_size, int) or self.chunk_size < 1:
-            raise ValueError(f"chunk_size={self.chunk_size!r}: expected an integer >= 1 (context tokens per "
+            raise UsageError(f"chunk_size={self.chunk_size!r}: expected an integer >= 1 (context tokens per "
                              "reconstruction pass)")
         if isinstance(self.overlap, bool) or not isinstance(self.overlap, int) or self.overlap < 0:
-            raise ValueError(f"overlap={self.overlap!r}: expected an integer >= 0 (tokens of the previous chunk "
+            raise UsageError(f"overlap={self.overlap!r}: expected an integer >= 0 (tokens of the previous chunk "
                              "quoted)")
 
     def _encode(self, context: BranchingContext, text: str) -> torch.Tensor:

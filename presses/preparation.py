@@ -12,6 +12,7 @@ from pathlib import Path
 
 from runtime import EvidenceRequest
 from runtime.adapters import ModelAdapter
+from runtime.errors import UsageError
 
 from .base import Press
 from .registry import get
@@ -32,20 +33,20 @@ def prepare(press: Press | str, adapter: ModelAdapter, model_dir: Path | None = 
 
     Raises
     ------
-    ValueError
+    UsageError
         An unknown name or option, or a press that cannot run on this model (its reason, and the directory).
     """
     shown = press if isinstance(press, str) else press.name
     if isinstance(press, str):
         press = get(press, **options)
     elif options:
-        raise ValueError(f"options {sorted(options)} are for a press built by name; {press.name!r} is built already")
+        raise UsageError(f"options {sorted(options)} are for a press built by name; {press.name!r} is built already")
     directory = model_dir if model_dir is not None else adapter.model_dir
     try:
         press.bind(directory)
         press.check(adapter)
     except (ValueError, FileNotFoundError) as error:
-        raise ValueError(f"press {shown!r} cannot run on {directory}: {error}") from None
+        raise UsageError(f"press {shown!r} cannot run on {directory}: {error}") from None
     return press
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from allocators.options import build_with_options, typed_options
+from runtime.errors import UsageError
+from runtime.options import build_with_options, register_in, typed_options
 
 from .base import Press
 from .gatesight import GateSightPress
@@ -30,18 +31,10 @@ def register(cls: type[Press]) -> type[Press]:
 
     Raises
     ------
-    ValueError
+    UsageError
         A class that is not a :class:`Press`, without a ``name``, or whose name is taken by another class.
     """
-    if not (isinstance(cls, type) and issubclass(cls, Press)):
-        raise ValueError(f"register takes a Press subclass, got {cls!r}")
-    if not cls.name or cls.name.startswith(KVPRESS_PREFIX) or cls.name == "none":
-        raise ValueError(f"{cls.__name__}.name {cls.name!r}: give the press a name of its own (not empty, 'none' or "
-                         f"'{KVPRESS_PREFIX}...')")
-    if PRESSES.get(cls.name, cls) is not cls:
-        raise ValueError(f"press name {cls.name!r} is taken by {PRESSES[cls.name].__name__}")
-    PRESSES[cls.name] = cls
-    return cls
+    return register_in(PRESSES, cls, Press, "press", reserved_prefix=KVPRESS_PREFIX)
 
 
 def available() -> list[str]:
@@ -60,10 +53,10 @@ def _kvpress_scorer(name: str, options: dict):
     press = kvpress_object(name)
     if isinstance(press, kvpress.AdaKVPress):
         inner = type(press.press).__name__
-        raise ValueError(f"{KVPRESS_PREFIX}{name} is AdaKVPress({inner}()): a press here is the scorer alone; "
+        raise UsageError(f"{KVPRESS_PREFIX}{name} is AdaKVPress({inner}()): a press here is the scorer alone; "
                          f"name it with the adakv allocator ({KVPRESS_PREFIX}{inner}, allocator adakv)")
     if not isinstance(press, kvpress.ScorerPress):
-        raise ValueError(refusal(press))
+        raise UsageError(refusal(press))
     if not options:  # as built: replace() would rebuild it, which some presses' own fields do not allow
         return press
     return dataclasses.replace(press, **typed_options(type(press), f"{KVPRESS_PREFIX}{name}", options))
@@ -71,15 +64,15 @@ def _kvpress_scorer(name: str, options: dict):
 
 def get(name: str, **kwargs) -> Press:
     """A press by registry name, or ``kvpress:<ClassName>`` for any kvpress ``ScorerPress`` (built with its
-    defaults), its options typed by their fields (:mod:`allocators.options`: ``"no"`` for a boolean is False);
+    defaults), its options typed by their fields (:mod:`runtime.options`: ``"no"`` for a boolean is False);
     unknown names and options, and ill-typed values, raise ``ValueError`` saying what is allowed."""
     if name.startswith(KVPRESS_PREFIX):
         return KvpressScorer(press=_kvpress_scorer(name.removeprefix(KVPRESS_PREFIX), kwargs))
     if name == KvpressScorer.name and "press" not in kwargs:
-        raise ValueError(f"name the kvpress scorer to wrap: {KVPRESS_PREFIX}<ClassName>, "
+        raise UsageError(f"name the kvpress scorer to wrap: {KVPRESS_PREFIX}<ClassName>, "
                          f"e.g. {KVPRESS_PREFIX}KnormPress")
     if name not in PRESSES:
-        raise ValueError(f"unknown press {name!r}; available: {', '.join(available())}")
+        raise UsageError(f"unknown press {name!r}; available: {', '.join(available())}")
     return build_with_options(PRESSES[name], name, kwargs)
 
 

@@ -61,7 +61,7 @@ def check_evidence(parent: Parent, press: Press) -> None:
     missing = []
     if wanted.window and not all(layer in recorded.window_hidden for layer in adapter.attention_layers):
         missing.append(f"the attention layers' inputs of the last {min(wanted.window, parent.n)} context tokens")
-    if wanted.gdn_signals and adapter.gdn_layers and not recorded.gdn_signals:
+    if wanted.recurrent_signals and adapter.gdn_layers and not recorded.recurrent_signals:
         missing.append("the GDN signals (β, g, ‖v‖)")
     if missing:
         name = type(press).__name__ if press.name == "kvpress" else press.name

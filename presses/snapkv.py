@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from runtime import EvidenceRequest
+from runtime.errors import UsageError
 from runtime.kv import attention_probs
 
 from .base import Press, Scores, ScoringContext, group_reduce
@@ -32,14 +33,15 @@ class SnapKVPress(Press):
     kernel: int = 7
     gqa: str = "mean"
     name = "snapkv"
+    runs_in_engine = True
 
     def __post_init__(self):
         if isinstance(self.window, bool) or not isinstance(self.window, int) or self.window < 1:
-            raise ValueError(f"window={self.window!r}: expected an integer >= 1 (last context tokens)")
+            raise UsageError(f"window={self.window!r}: expected an integer >= 1 (last context tokens)")
         if isinstance(self.kernel, bool) or not isinstance(self.kernel, int) or self.kernel < 1 or self.kernel % 2 == 0:
-            raise ValueError(f"kernel={self.kernel!r}: expected an odd integer >= 1 (max-pool width)")
+            raise UsageError(f"kernel={self.kernel!r}: expected an odd integer >= 1 (max-pool width)")
         if self.gqa not in ("mean", "max"):
-            raise ValueError(f"gqa={self.gqa!r}: choose 'mean' or 'max'")
+            raise UsageError(f"gqa={self.gqa!r}: choose 'mean' or 'max'")
 
     def evidence(self, adapter) -> EvidenceRequest:
         return EvidenceRequest(window=self.window)

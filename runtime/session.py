@@ -92,8 +92,9 @@ class CachedContext:
         return self._live_state().base
 
     @property
-    def gdn_states(self):
-        return self._live_state().gdn
+    def recurrent_states(self) -> dict:
+        """Recurrent states (:class:`~runtime.gdn.RecurrentState`) per GDN or Mamba2 layer."""
+        return self._live_state().recurrent
 
     @property
     def kv_nbytes(self) -> int:
@@ -101,8 +102,9 @@ class CachedContext:
         return 0 if self._state is None else sum(layer.nbytes for layer in self._state.base.values())
 
     @property
-    def gdn_nbytes(self) -> int:
-        return 0 if self._state is None else sum(s.nbytes for s in self._state.gdn.values())
+    def recurrent_nbytes(self) -> int:
+        """Bytes of the GDN and Mamba2 layers' recurrent states (0 once released)."""
+        return 0 if self._state is None else sum(s.nbytes for s in self._state.recurrent.values())
 
     def release(self) -> None:
         """Drop every tensor this object holds so that its memory can be reclaimed."""
@@ -128,6 +130,10 @@ class CachedContext:
             return forward_chunk(self.adapter, self._state.branch(), ids, observer, all_logits=True)
         finally:
             self._busy = False
+
+    def log_probs(self, question_ids, context_hash: str | None = None) -> torch.Tensor:
+        """Float32 next-token log-probabilities ``[L, V]`` after each question token (:meth:`logits` normalised)."""
+        return self.logits(question_ids, context_hash=context_hash).float().log_softmax(-1)
 
     def observe(self, ids, observer: ForwardObserver, context_hash: str | None = None) -> None:
         """Run ``ids`` ``[L]`` after the cached context for what ``observer`` sees (KVzip's reconstruction pass); no
@@ -215,7 +221,7 @@ class Parent(CachedContext):
             layer: state.base[layer].gather([torch.cat([prefix, p.to(prefix.device).long()]) for p in heads])
             for layer, heads in plan.layers.items()
         }
-        child_state = SequenceState(base, {}, {i: s.clone() for i, s in state.gdn.items()}, state.next_position)
+        child_state = SequenceState(base, {}, {i: s.clone() for i, s in state.recurrent.items()}, state.next_position)
         return Child(self.adapter, child_state, self.n, self.protected, self.context_hash, self.tokenizer)
 
     def release(self) -> None:

@@ -9,6 +9,6 @@ says, without vLLM, whether the engine can run a request.
 """
 
 from .engine import CompactingLLM, HeldContext
-from .rules import ENGINE_ALLOCATORS, ENGINE_PRESSES, check_request
+from .rules import check_request, engine_allocators, engine_presses
 
-__all__ = ["ENGINE_ALLOCATORS", "ENGINE_PRESSES", "CompactingLLM", "HeldContext", "check_request"]
+__all__ = ["CompactingLLM", "HeldContext", "check_request", "engine_allocators", "engine_presses"]

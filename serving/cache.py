@@ -30,7 +30,7 @@ class EngineCache:
         return sum(self.held.kept.values()) * self.engine.geometry.layer_entry_bytes
 
     @property
-    def gdn_nbytes(self) -> int:
+    def recurrent_nbytes(self) -> int:
         return self.engine.geometry.state_bytes
 
     def answer(self, question_ids, max_new_tokens: int, eos_token_id: int | list[int] | None = None) -> Answer:
@@ -40,9 +40,10 @@ class EngineCache:
         text = self.tokenizer.decode([t for t in tokens if t not in stop]) if self.tokenizer is not None else None
         return Answer(tokens, text)
 
-    def logits(self, ids) -> torch.Tensor:
-        """``[L, V]`` next-token log-probabilities after each token of ``ids`` (logits up to a per-row constant)."""
-        return self.engine.log_probs(self.held, _ids(ids))
+    def log_probs(self, ids) -> torch.Tensor:
+        """``[L, V]`` float32 next-token log-probabilities after each token of ``ids``, as
+        ``CachedContext.log_probs`` (the engine's, normalised again in float32 like the runtime's)."""
+        return self.engine.log_probs(self.held, _ids(ids)).float().log_softmax(-1)
 
     def release(self) -> None:
         self.engine.release(self.held)

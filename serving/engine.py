@@ -14,7 +14,7 @@ uncompacted first: the passes a press runs after the context (KVzip's reconstruc
 to it, like questions, while the worker records what vLLM's attention layers see; then it, or a copy of it, is
 compacted in place. Every layer is its own KV-cache group (built so by
 :func:`serving.vllm_internals.per_layer_kv_cache_groups`), so attention layers keep their own counts
-(:data:`serving.rules.ENGINE_ALLOCATORS`).
+(:func:`serving.rules.engine_allocators`).
 """
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ class CompactingLLM:
     model : str
         The model directory; GateSight reads its estimator from it, TriAttention and ``gate`` its calibration.
     press : str
-        One of :data:`serving.rules.ENGINE_PRESSES`: the press :meth:`prefill`, :meth:`hold` and :meth:`compact` use
+        One of :func:`serving.rules.engine_presses`: the press :meth:`prefill`, :meth:`hold` and :meth:`compact` use
         when not given one (:meth:`use_press` changes it).
     press_options : dict, optional
     dtype : str
@@ -180,7 +180,7 @@ class CompactingLLM:
                 press_options: dict | None = None) -> HeldContext:
         """Prefill ``context_ids``, score it with ``press`` (built with ``press_options``; default the engine's
         press), compact its cache to ``keep_fraction`` of the body with ``allocator`` (one of
-        :data:`serving.rules.ENGINE_ALLOCATORS`, built with ``allocator_options``), and hold it: :meth:`hold`, then
+        :func:`serving.rules.engine_allocators`, built with ``allocator_options``), and hold it: :meth:`hold`, then
         :meth:`compact` in place."""
         press, press_options = self._chosen(press, press_options)
         check_keep_fraction(keep_fraction, "keep_fraction")

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import torch
 
-from runtime.gdn import GDNState, gdn_core
+from runtime.gdn import RecurrentState, gdn_core
 
 from . import vllm_internals as vi
 
@@ -34,7 +34,7 @@ def forward(layer, hidden_states: torch.Tensor) -> torch.Tensor:
         weight = vi.gdn_conv_weight(layer)
         width = conv_states.shape[-1]
         for sequence, (start, end, slot, resumes, is_prefill) in enumerate(sequences):
-            state = GDNState(conv_states[slot], recurrent_states[slot].float()) if resumes else None
+            state = RecurrentState(conv_states[slot], recurrent_states[slot].float()) if resumes else None
             record = is_prefill and bool(signal_observers)
             out, state, signals = gdn_core(layer, mixed_qkv[start:end].transpose(0, 1), b[start:end], a[start:end],
                                            state, conv_weight=weight, record_signals=record)

@@ -1,8 +1,10 @@
 """What the vLLM engine runs: presses, allocators, models, dtypes, parallelism. Checked before anything starts.
 
-This module imports neither vLLM nor torch, so the bench (and a user) can ask before building an engine, in any
-environment. :func:`check_request` is the one call for a whole run; :func:`check_model` and
-:func:`check_engine_args` are the parts :class:`serving.CompactingLLM` checks itself before vLLM starts.
+This module imports no vLLM, so the bench (and a user) can ask before building an engine, in any environment. What
+runs in the engine is each press and allocator class's own word (``runs_in_engine``), read from the registries
+(:func:`presses.register`, :func:`allocators.register`). :func:`check_request` is the one call for a whole run;
+:func:`check_model` and :func:`check_engine_args` are the parts :class:`serving.CompactingLLM` checks itself before
+vLLM starts.
 """
 
 from __future__ import annotations
@@ -10,14 +12,26 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-ENGINE_PRESSES = ("keydiff", "gatesight", "triattention", "snapkv", "kvzip")
-"""Presses that run in the engine: they read the cache (and TriAttention its calibration), the GDN signals of
-vLLM's own forward (GateSight), the queries of the context's last tokens at vLLM's attention layers (SnapKV), or the
-queries of reconstruction passes run as requests attached to the held context (KVzip)."""
+from runtime.errors import UsageError
 
-ENGINE_ALLOCATORS = ("flat", "gate", "pyramid", "perlayer")
-"""Allocators that run in the engine: each attention layer is its own KV-cache group, so layers keep different
-counts; the heads of one layer keep the same count."""
+
+def engine_presses() -> list[str]:
+    """Registry names of the presses that run in the engine (``runs_in_engine``): they read the cache (and
+    TriAttention its calibration), the GDN signals of vLLM's own forward (GateSight), the queries of the context's
+    last tokens at vLLM's attention layers (SnapKV), or the queries of reconstruction passes run as requests attached
+    to the held context (KVzip)."""
+    import presses
+
+    return [name for name, cls in presses.PRESSES.items() if cls.runs_in_engine]
+
+
+def engine_allocators() -> list[str]:
+    """Registry names of the allocators that run in the engine (``runs_in_engine``): each attention layer is its own
+    KV-cache group, so layers keep different counts; the heads of one layer keep the same count."""
+    import allocators
+
+    return [name for name, cls in allocators.ALLOCATORS.items() if cls.runs_in_engine]
+
 
 _PER_HEAD = ("vLLM's paged attention kernels take one sequence length per request and layer for all of its KV "
              "heads, so heads of one layer cannot keep different counts exactly")
@@ -57,36 +71,38 @@ def check_request(press_names, allocator_names, jobs: int, dtype: str, model_dir
     for name in allocator_names:
         check_allocator(name)
     if jobs != 1:
-        raise ValueError(f"jobs={jobs}: the vLLM engine runs in one process (use 1)")
+        raise UsageError(f"jobs={jobs}: the vLLM engine runs in one process (use 1)")
     check_model(model_dir, dtype)
 
 
 def check_press(name: str) -> None:
     if name.startswith("kvpress:"):
-        raise ValueError(f"press {name!r}: {_KVPRESS}")
-    if name not in ENGINE_PRESSES:
-        raise ValueError(f"press {name!r} does not run in the engine; presses there: {', '.join(ENGINE_PRESSES)}")
+        raise UsageError(f"press {name!r}: {_KVPRESS}")
+    served = engine_presses()
+    if name not in served:
+        raise UsageError(f"press {name!r} does not run in the engine; presses there: {', '.join(served)}")
 
 
 def check_allocator(name: str) -> None:
-    if name not in ENGINE_ALLOCATORS:
+    served = engine_allocators()
+    if name not in served:
         reason = _REFUSED_ALLOCATORS.get(name)
-        raise ValueError(f"allocator {name!r} does not run in the engine{': ' + reason if reason else ''}; "
-                         f"allocators there: {', '.join(ENGINE_ALLOCATORS)}")
+        raise UsageError(f"allocator {name!r} does not run in the engine{': ' + reason if reason else ''}; "
+                         f"allocators there: {', '.join(served)}")
 
 
 def check_model(model_dir, dtype: str) -> None:
     """Refuse a model (or a dtype for it) that vLLM's CPU build cannot run, with the reason."""
     path = Path(model_dir)
     if not (path / "config.json").is_file():
-        raise ValueError(f"model {str(model_dir)!r}: the engine serves a local model directory with a config.json")
+        raise UsageError(f"model {str(model_dir)!r}: the engine serves a local model directory with a config.json")
     config = json.loads((path / "config.json").read_text())
     model_type = config.get("model_type")
     if model_type not in SERVED_MODEL_TYPES:
-        raise ValueError(f"model {str(model_dir)!r} ({model_type}) does not run in the vLLM engine; the engine serves "
+        raise UsageError(f"model {str(model_dir)!r} ({model_type}) does not run in the vLLM engine; the engine serves "
                          f"model types {', '.join(SERVED_MODEL_TYPES)}")
     if dtype not in ENGINE_DTYPES:
-        raise ValueError(f"dtype {dtype!r}: the engine runs {', '.join(ENGINE_DTYPES)}")
+        raise UsageError(f"dtype {dtype!r}: the engine runs {', '.join(ENGINE_DTYPES)}")
 
 
 def has_experts(model_dir) -> bool:
@@ -106,9 +122,9 @@ def check_engine_args(engine_args: dict) -> None:
     speculative decoding (a draft's tokens would write past a held context's kept entries, and the plugin's GDN path
     keeps one state per sequence)."""
     if engine_args.get("speculative_config") is not None:
-        raise ValueError("speculative_config: the engine does not run speculative decoding with compaction")
+        raise UsageError("speculative_config: the engine does not run speculative decoding with compaction")
     for name in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size"):
         size = engine_args.get(name, 1)
         if size != 1:
-            raise ValueError(f"{name}={size}: the engine compacts on one worker process; parallel engines are not "
+            raise UsageError(f"{name}={size}: the engine compacts on one worker process; parallel engines are not "
                              "supported (docs/serving.md says how plans would shard by KV head)")

@@ -268,7 +268,7 @@ class WorkerState:
         n = len(context_ids)
         held = self.held(handle)
         wanted = press.evidence(self.adapter)
-        if (wanted.gdn_signals and not held.recorded.gdn_signals) or min(wanted.window, n) > min(
+        if (wanted.recurrent_signals and not held.recorded.recurrent_signals) or min(wanted.window, n) > min(
                 held.recorded.window, n):
             raise ValueError(f"press {press.name!r} reads evidence the context was not held with ({wanted}; "
                              f"recorded {held.recorded}): hold it with this press among its presses")
@@ -335,7 +335,7 @@ class CompactionWorker:
         (built with ``options``) reads."""
         state = self._hybridpress()
         request = evidence_for([state.press(name, options) for name in press_names], state.adapter)
-        if request.gdn_signals:
+        if request.recurrent_signals:
             if state.gdn_recorder is None:
                 state.gdn_recorder = GDNSignalRecorder(vi.model_module(state.runner), state.step_layout)
             state.gdn_recorder.start()
@@ -351,8 +351,8 @@ class CompactionWorker:
         its tokens'), kept for the held context ``handle``: its :class:`HeldState` is created."""
         state = self._hybridpress()
         request = state.recording
-        signals = state.gdn_recorder.take(handle) if request.gdn_signals else {}
-        if request.gdn_signals and (not signals or any(s.shape[0] != n for s in signals.values())):
+        signals = state.gdn_recorder.take(handle) if request.recurrent_signals else {}
+        if request.recurrent_signals and (not signals or any(s.shape[0] != n for s in signals.values())):
             raise RuntimeError(f"recorded the GDN signals of {sorted({s.shape[0] for s in signals.values()})} "
                                f"tokens for a context of {n}")
         window = {}
@@ -361,7 +361,7 @@ class CompactionWorker:
             if set(seen.values()) != {n}:
                 raise RuntimeError(f"recorded the queries of {sorted(set(seen.values()))} prefill tokens for a "
                                    f"context of {n}")
-        state.contexts[handle] = HeldState(request, Evidence(gdn_signals=signals, window_hidden=window))
+        state.contexts[handle] = HeldState(request, Evidence(recurrent_signals=signals, window_hidden=window))
 
     def hybridpress_stop_recording(self) -> None:
         state = self._hybridpress()

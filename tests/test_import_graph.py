@@ -100,7 +100,8 @@ def test_no_package_imports_a_package_that_imports_it():
 
 
 def test_the_packages_are_all_seen():
-    assert {"runtime", "presses", "allocators", "bench", "serving", "pretrained"} <= set(PACKAGES)
+    assert {"runtime", "presses", "allocators", "workloads", "artifacts", "pretrained", "bench", "serving"} <= set(
+        PACKAGES)
 
 
 def test_a_package_cycle_is_found():

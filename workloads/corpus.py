@@ -26,6 +26,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Callable
 
+from runtime.errors import UsageError
+
 SOURCES = ("python-stdlib", "licenses", "package-docs")
 """Train the default model, calibrate, time scoring."""
 EXTRA_LABEL_SOURCES = ("npm-docs", "gcloud-docs", "doc-texts", "perl-pod")
@@ -137,7 +139,7 @@ def _reserved(path: Path) -> bool:
 def source_files(source: str) -> tuple[Path, ...]:
     """Every candidate file of ``source`` (listed, not read)."""
     if source not in _TEXT_SOURCES:
-        raise ValueError(f"unknown text source {source!r}; choose from {', '.join(ALL_SOURCES)}")
+        raise UsageError(f"unknown text source {source!r}; choose from {', '.join(ALL_SOURCES)}")
     return tuple(p for p in _TEXT_SOURCES[source].files() if p.is_file() and not _reserved(p))
 
 
@@ -163,7 +165,7 @@ def documents(source: str, split: str = "train", min_chars: int = 400) -> tuple[
         ``train`` or ``heldout`` (the ~10 % hash split of every source), or ``all``.
     """
     if split not in ("train", "heldout", "all"):
-        raise ValueError(f"unknown split {split!r}; choose train, heldout or all")
+        raise UsageError(f"unknown split {split!r}; choose train, heldout or all")
     out = []
     for path in source_files(source):
         if split == "all" or _held_out(str(path)) == (split == "heldout"):
@@ -182,13 +184,13 @@ def label_documents(source: str) -> tuple[tuple[str, str], ...]:
     """The documents of a labelling source: held out from the model's training for :data:`SOURCES`, all of them
     for the sources only labelling reads."""
     if source not in LABEL_SOURCES:
-        raise ValueError(f"{source!r} is not a labelling source; choose from {', '.join(LABEL_SOURCES)}")
+        raise UsageError(f"{source!r} is not a labelling source; choose from {', '.join(LABEL_SOURCES)}")
     return documents(source, "heldout" if source in SOURCES else "all")
 
 
 def check_haystack(source: str) -> None:
     """``ValueError`` unless ``source`` is a haystack source with files on this machine."""
     if source not in HAYSTACK_SOURCES:
-        raise ValueError(f"unknown haystack {source!r}; choose generated or one of {', '.join(HAYSTACK_SOURCES)}")
+        raise UsageError(f"unknown haystack {source!r}; choose generated or one of {', '.join(HAYSTACK_SOURCES)}")
     if not source_files(source):
-        raise ValueError(f"haystack {source!r}: this machine has none of its files")
+        raise UsageError(f"haystack {source!r}: this machine has none of its files")

@@ -164,7 +164,7 @@ class ModelAdapter(ABC):
     @property
     def signal_layers(self) -> tuple[int, ...]:
         """The recurrent layers whose per-token, per-head signal triples prefill records on request
-        (``EvidenceRequest.gdn_signals``): the GDN layers; a Mamba2 hybrid's adapter names its Mamba2 layers."""
+        (``EvidenceRequest.recurrent_signals``): the GDN layers; a Mamba2 hybrid's adapter names its Mamba2 layers."""
         return self.gdn_layers
 
     def signal_heads(self) -> int:

@@ -152,3 +152,37 @@ def test_adakv_children_are_ragged_and_exact(tiny):
 def test_pyramid_options_outside_their_range_are_refused_when_built(options, message):
     with pytest.raises(ValueError, match=message):
         allocators.get("pyramid", **options)
+
+
+def test_an_allocator_of_ones_own_registers_and_plans_by_name(tiny, monkeypatch):
+    """``allocators.register`` as ``presses.register``: a class of one's own runs by its name in Selection.plan."""
+    from dataclasses import dataclass
+
+    import presses
+    from runtime import prefill
+
+    monkeypatch.setattr(allocators, "ALLOCATORS", dict(allocators.ALLOCATORS))
+
+    @allocators.register
+    @dataclass
+    class Lopsided(allocators.Allocator):
+        """The first head of every layer keeps one entry more than flat, the second one fewer."""
+
+        name = "lopsided"
+        shift: int = 1
+
+        def allocate(self, request):
+            k = request.per_head
+            return {layer: [k + self.shift, k - self.shift] for layer in request.layers}
+
+    assert "lopsided" in allocators.available() and allocators.get("lopsided", shift="2").shift == 2
+    parent = prefill(tiny("qwen3_5"), torch.randint(0, 97, (80,), generator=torch.Generator().manual_seed(3)),
+                     protected=4)
+    plan = presses.Selection(parent, "keydiff").plan("lopsided", 0.25)
+    assert {layer: [len(h) for h in heads] for layer, heads in plan.layers.items()} == {
+        layer: [20, 18] for layer in parent.adapter.attention_layers}
+    assert "lopsided" not in __import__("serving").engine_allocators()  # runs_in_engine: False unless declared
+    with pytest.raises(ValueError, match="allocator name 'lopsided' is taken by Lopsided"):
+        allocators.register(type("Other", (Lopsided,), {}))
+    with pytest.raises(ValueError, match="register takes an Allocator subclass"):
+        allocators.register(int)

@@ -51,10 +51,13 @@ def test_options_are_typed_by_their_fields():
 
 def test_typed_options_name_the_rows(model_dir, tmp_path):
     settings = compare_settings(model_dir, tmp_path, press_options={"normalized_anchor": "no"},
-                         allocators=["perlayer"], alloc_options={"weights": "1/3"})
-    compare.validate(settings)
-    assert settings.press_label("keydiff") == "keydiff(normalized_anchor=False)"
-    assert settings.alloc_label("perlayer") == "perlayer(weights=1;3)"
+                                allocators=["perlayer"], alloc_options={"weights": "1/3"})
+    checked = compare.validate(settings)
+    assert checked.press_label("keydiff") == "keydiff(normalized_anchor=False)"
+    assert checked.alloc_label("perlayer") == "perlayer(weights=1;3)"
+    # the settings checked are not changed: their options stay as given
+    assert settings.press_options == {"normalized_anchor": "no"} and settings.alloc_options == {"weights": "1/3"}
+    assert settings.press_label("keydiff") == "keydiff(normalized_anchor=no)"
 
 
 def test_jobs_are_capped_at_the_contexts_and_warned_above_the_cores(model_dir, tmp_path, capsys, monkeypatch):

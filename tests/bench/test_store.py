@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
+import bench.store as store_module
 from bench.compare import run_compare, run_rows
-from bench.store import RESULT_SOURCES, ResultStore, _normalised_source
+from bench.store import ResultStore, _normalised_source, code_version, result_modules
 from tests.helpers import compare_settings, run_cli
 
 
@@ -22,7 +23,30 @@ def test_code_version_ignores_comments_and_docstrings(tmp_path):
     b.write_text('"""Module doc."""\n\n\ndef f(x):  # a comment\n    """Doc."""\n    # why\n    return x + 1\n')
     c.write_text('def f(x):\n    return x + 2\n')
     assert _normalised_source(a) == _normalised_source(b) != _normalised_source(c)
-    assert not any(s in RESULT_SOURCES for s in ("bench/report.py", "bench/cli.py", "bench/stats.py", "bench"))
+    hf = result_modules("hf")
+    assert not any(m in hf for m in ("bench.report", "bench.cli", "bench.store", "bench.leaderboard",
+                                     "artifacts.files"))
+    assert {"runtime.session", "presses.keydiff", "allocators.flat", "bench.rows"} <= set(hf)
+    assert not any(m.startswith("serving") for m in hf) and "serving.worker" in result_modules("vllm")
+
+
+def test_code_version_follows_what_each_engines_rows_import(tmp_path, monkeypatch):
+    """A serving-only edit keeps the hf engine's code version (and changes vLLM's); a runtime edit changes both."""
+    for package in ("runtime", "presses", "allocators", "workloads", "artifacts", "bench", "serving", "pretrained"):
+        for path in (store_module.ROOT / package).rglob("*.py"):
+            target = tmp_path / path.relative_to(store_module.ROOT)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(path.read_text())
+    monkeypatch.setattr(store_module, "ROOT", tmp_path)
+    hf, vllm = code_version("hf"), code_version("vllm")
+    assert hf != vllm
+    with (tmp_path / "serving" / "worker.py").open("a") as f:
+        f.write("\nSERVING_ONLY_CHANGE = 1\n")
+    assert code_version("hf") == hf and code_version("vllm") != vllm
+    vllm = code_version("vllm")
+    with (tmp_path / "runtime" / "kv.py").open("a") as f:
+        f.write("\nRUNTIME_CHANGE = 1\n")
+    assert code_version("hf") != hf and code_version("vllm") != vllm
 
 
 def test_a_run_summarises_only_its_own_settings(model_dir, tmp_path):

@@ -36,7 +36,7 @@ def test_brute_force_is_an_actual_deletion(tiny):
     captured = {}
 
     class Capture:
-        wants_gdn_signals = False
+        wants_recurrent_signals = False
 
         def on_attention(self, layer_idx, hidden, query, gate, keys, values, output):
             captured[layer_idx] = {"query": query, "gate": gate, "keys": keys, "values": values, "output": output}
@@ -85,7 +85,7 @@ def test_reconstruction_future_is_the_window_asked_back(model_dir):
     encode = lambda s: encode_text(tokenizer, s)  # noqa: E731
     prefix, body = encode(CHAT_PREFIX), encode(text)
     parent = prefill(model, torch.tensor(prefix + body + encode(CHATML_ASSISTANT_TURN)), protected=len(prefix),
-                     evidence=EvidenceRequest(gdn_signals=True))
+                     evidence=EvidenceRequest(recurrent_signals=True))
     raw, _ = utility_labels(parent, [torch.tensor(encode(RECONSTRUCTION_REQUEST) + body)], len(prefix) + len(body))
     expected = max_normalise({layer: u[:, len(prefix):] for layer, u in raw.items()})
     for layer, u in expected.items():

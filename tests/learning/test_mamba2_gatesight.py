@@ -22,8 +22,8 @@ def test_signals_are_the_scan_inputs(tiny):
     """Δ·‖B‖, A·Δ and ‖x‖ per token and head, recomputed here from the Bamba mixer's own modules."""
     model = tiny("bamba")
     context = torch.randint(0, VOCAB, (40,), generator=torch.Generator().manual_seed(12))
-    parent = prefill(model, context, evidence=EvidenceRequest(gdn_signals=True))
-    assert sorted(parent.evidence.gdn_signals) == [0, 2]
+    parent = prefill(model, context, evidence=EvidenceRequest(recurrent_signals=True))
+    assert sorted(parent.evidence.recurrent_signals) == [0, 2]
     layer = model.model.layers[0]
     mixer = layer.mamba
     with torch.no_grad():
@@ -35,7 +35,7 @@ def test_signals_are_the_scan_inputs(tiny):
     step = F.softplus(dt[0] + mixer.dt_bias)  # [40, H]
     per_group = mixer.num_heads // mixer.n_groups
     b_norm = B.reshape(40, mixer.n_groups, -1).norm(dim=-1).repeat_interleave(per_group, dim=1)
-    signals = parent.evidence.gdn_signals[0]
+    signals = parent.evidence.recurrent_signals[0]
     assert signals.shape == (40, mixer.num_heads, 3)
     assert torch.allclose(signals[..., 0], step * b_norm, atol=1e-6)
     assert torch.allclose(signals[..., 1], -mixer.A_log.exp() * step, atol=1e-6)

@@ -129,11 +129,11 @@ def test_kvzip_single_chunk_equals_full_attention_and_leaves_parent_unchanged():
 
 def test_kvzip_leaves_hybrid_gdn_state_unchanged(tiny):
     parent = _parent(tiny("qwen3_5"), n=150)
-    states = {i: s.recurrent.clone() for i, s in parent.gdn_states.items()}
+    states = {i: s.recurrent.clone() for i, s in parent.recurrent_states.items()}
     before = parent.answer(token_ids(7, 5), 6).tokens
     presses.get("kvzip", tokenizer=ByteTokenizer(), chunk_size=64).score(parent)
     assert parent.answer(token_ids(7, 5), 6).tokens == before
-    assert all(torch.equal(parent.gdn_states[i].recurrent, s) for i, s in states.items())
+    assert all(torch.equal(parent.recurrent_states[i].recurrent, s) for i, s in states.items())
 
 
 def test_gatesight_feature_layout(tiny):
@@ -144,9 +144,9 @@ def test_gatesight_feature_layout(tiny):
     estimator = GateSightEstimator.random(adapter)
     assert estimator.gdn_layers[layer] == [0, 1, 2, 4, 5, 6]
     positions = torch.tensor([9, 30])
-    features = build_features(parent.evidence.gdn_signals, estimator.gdn_layers[layer], parent.n, positions)
+    features = build_features(parent.evidence.recurrent_signals, estimator.gdn_layers[layer], parent.n, positions)
     assert features.shape == (2, len(names)) == (2, 6 * 4 * 3 + 3)
-    signals = parent.evidence.gdn_signals
+    signals = parent.evidence.recurrent_signals
     for column, name in enumerate(names[:-3]):
         gdn, head, signal = name.split(".")
         expected = signals[int(gdn[3:])][positions, int(head[1:]), ("beta", "g", "vnorm").index(signal)]

@@ -18,7 +18,7 @@ def test_chunked_prefill_equals_one_pass(tiny, family, chunk):
         pytest.skip("one token per pass: 40 s on the real model; chunks of 37 and 64 test the same path")
     model = tiny(family)
     context, question = token_ids(150, 5), token_ids(6, 6)
-    request = EvidenceRequest(gdn_signals=True, window=20)
+    request = EvidenceRequest(recurrent_signals=True, window=20)
     whole = prefill(model, context, protected=4, evidence=request)
     chunked = prefill(model, context, protected=4, evidence=request, chunk_size=chunk)
     assert torch.allclose(whole.last_logits, chunked.last_logits, atol=1e-4, rtol=0)
@@ -26,11 +26,11 @@ def test_chunked_prefill_equals_one_pass(tiny, family, chunk):
         assert torch.allclose(whole.kv[layer].keys, chunked.kv[layer].keys, atol=1e-4, rtol=0)
         assert torch.allclose(whole.kv[layer].values, chunked.kv[layer].values, atol=1e-4, rtol=0)
         assert torch.allclose(whole.evidence.window_hidden[layer], chunked.evidence.window_hidden[layer], atol=1e-4)
-    for layer, signals in whole.evidence.gdn_signals.items():
-        assert signals.shape == chunked.evidence.gdn_signals[layer].shape
+    for layer, signals in whole.evidence.recurrent_signals.items():
+        assert signals.shape == chunked.evidence.recurrent_signals[layer].shape
         # the random model's log-decays reach -30, where one float32 ulp is 2e-6 and deeper layers inherit the
         # earlier layers' reassociation differences: 1e-4 absolute plus 1e-5 relative
-        assert torch.allclose(signals, chunked.evidence.gdn_signals[layer], atol=1e-4, rtol=1e-5)
+        assert torch.allclose(signals, chunked.evidence.recurrent_signals[layer], atol=1e-4, rtol=1e-5)
     assert torch.allclose(whole.logits(question), chunked.logits(question), atol=1e-4, rtol=0)
 
 
@@ -124,14 +124,15 @@ def test_bfloat16_signals_halve_the_evidence(tiny):
     from runtime import EvidenceRequest as Request
 
     model = tiny("qwen3_5")
-    wide = prefill(model, token_ids(60, 12), evidence=Request(gdn_signals=True))
+    wide = prefill(model, token_ids(60, 12), evidence=Request(recurrent_signals=True))
     bf16_signals = presses.get("gatesight", signal_dtype="bfloat16").evidence(None)
     narrow = prefill(model, token_ids(60, 12), evidence=bf16_signals)
-    for layer, signals in wide.evidence.gdn_signals.items():
-        assert signals.dtype == torch.float32 and narrow.evidence.gdn_signals[layer].dtype == torch.bfloat16
-        assert narrow.evidence.gdn_signals[layer].nbytes * 2 == signals.nbytes
-        assert torch.allclose(narrow.evidence.gdn_signals[layer].float(), signals, rtol=1e-2, atol=1e-2)
+    for layer, signals in wide.evidence.recurrent_signals.items():
+        assert signals.dtype == torch.float32 and narrow.evidence.recurrent_signals[layer].dtype == torch.bfloat16
+        assert narrow.evidence.recurrent_signals[layer].nbytes * 2 == signals.nbytes
+        assert torch.allclose(narrow.evidence.recurrent_signals[layer].float(), signals, rtol=1e-2, atol=1e-2)
     # a request for float32 signals wins over one for bfloat16; no preference defers to the other
-    assert (Request(gdn_signals=True, signal_dtype=torch.bfloat16)
+    assert (Request(recurrent_signals=True, signal_dtype=torch.bfloat16)
             | Request(signal_dtype=torch.float32)).signal_dtype == torch.float32
-    assert (Request(gdn_signals=True, signal_dtype=torch.bfloat16) | Request(window=4)).signal_dtype == torch.bfloat16
+    merged = Request(recurrent_signals=True, signal_dtype=torch.bfloat16) | Request(window=4)
+    assert merged.signal_dtype == torch.bfloat16

@@ -77,7 +77,7 @@ def test_reentrant_question_is_refused(parent):
     child = parent.fork(parent.keep_all_plan())
 
     class AskAgain:
-        wants_gdn_signals = False
+        wants_recurrent_signals = False
 
         def on_attention(self, *args):
             child.answer(torch.arange(2), 1)

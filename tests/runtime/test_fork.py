@@ -48,7 +48,7 @@ def test_keep_all_fork_equals_fresh_run(tiny, family):
 
 
 class _OutputRecorder:
-    wants_gdn_signals = False
+    wants_recurrent_signals = False
 
     def __init__(self):
         self.calls = {}
@@ -127,42 +127,42 @@ def test_release_frees_parent_storage(tiny):
 
 
 @pytest.mark.parametrize("family", HYBRID_FAMILIES)
-def test_child_gdn_states_copied_and_questions_isolated(tiny, family):
+def test_child_recurrent_states_copied_and_questions_isolated(tiny, family):
     parent = prefill(tiny(family), token_ids(150, 8), protected=4)
     child = parent.fork(_random_plan(parent, 2, ragged=False))
-    for layer, state in parent.gdn_states.items():
-        assert torch.equal(child.gdn_states[layer].recurrent, state.recurrent)
-        assert torch.equal(child.gdn_states[layer].conv, state.conv)
-        assert child.gdn_states[layer].recurrent.data_ptr() != state.recurrent.data_ptr()
+    for layer, state in parent.recurrent_states.items():
+        assert torch.equal(child.recurrent_states[layer].recurrent, state.recurrent)
+        assert torch.equal(child.recurrent_states[layer].conv, state.conv)
+        assert child.recurrent_states[layer].recurrent.data_ptr() != state.recurrent.data_ptr()
     q1, q2 = token_ids(6, 9), token_ids(13, 10)
     first = child.answer(q1, 6).tokens
     second = child.answer(q2, 6).tokens
     assert child.answer(q1, 6).tokens == first
     assert child.answer(q2, 6).tokens == second
-    for layer, state in parent.gdn_states.items():
-        assert torch.equal(child.gdn_states[layer].recurrent, state.recurrent)
+    for layer, state in parent.recurrent_states.items():
+        assert torch.equal(child.recurrent_states[layer].recurrent, state.recurrent)
 
 
 def test_evidence_capture_does_not_change_outputs(tiny):
     model = tiny("qwen3_5")
     context = token_ids(90, 11)
     plain = prefill(model, context)
-    request = EvidenceRequest(gdn_signals=True, window=16)
+    request = EvidenceRequest(recurrent_signals=True, window=16)
     captured = prefill(model, context, evidence=request)
     assert torch.equal(plain.last_logits, captured.last_logits)
     ev = captured.evidence
     adapter = captured.adapter
-    assert sorted(ev.gdn_signals) == list(adapter.gdn_layers)
-    assert ev.gdn_signals[adapter.gdn_layers[0]].shape == (90, adapter.gdn_value_heads(), 3)
+    assert sorted(ev.recurrent_signals) == list(adapter.gdn_layers)
+    assert ev.recurrent_signals[adapter.gdn_layers[0]].shape == (90, adapter.gdn_value_heads(), 3)
     assert ev.window_hidden[adapter.attention_layers[0]].shape == (16, model.config.hidden_size)
-    assert not plain.evidence.gdn_signals and not plain.evidence.window_hidden
+    assert not plain.evidence.recurrent_signals and not plain.evidence.window_hidden
 
 
-def test_gdn_signals_are_the_rule_inputs(tiny):
+def test_recurrent_signals_are_the_rule_inputs(tiny):
     """β = sigmoid(b), g = -exp(A_log)·softplus(a + dt_bias), ‖v‖ of the post-conv value, recomputed here."""
     model = tiny("qwen3_5")
     context = token_ids(40, 12)
-    parent = prefill(model, context, evidence=EvidenceRequest(gdn_signals=True))
+    parent = prefill(model, context, evidence=EvidenceRequest(recurrent_signals=True))
     layer = parent.adapter.gdn_layers[0]
     module = model.model.layers[layer].linear_attn
     x = model.model.layers[layer].input_layernorm(model.model.embed_tokens(context[None]))
@@ -170,7 +170,7 @@ def test_gdn_signals_are_the_rule_inputs(tiny):
     decay = -module.A_log.exp() * torch.nn.functional.softplus(module.in_proj_a(x)[0] + module.dt_bias)
     mixed = torch.nn.functional.silu(module.conv1d(module.in_proj_qkv(x).transpose(1, 2))[..., :40])[0].T
     value = mixed[:, 2 * module.key_dim:].reshape(40, module.num_v_heads, module.head_v_dim)
-    signals = parent.evidence.gdn_signals[layer]
+    signals = parent.evidence.recurrent_signals[layer]
     assert torch.allclose(signals[..., 0], beta, atol=1e-6)
     assert torch.allclose(signals[..., 1], decay, atol=1e-6)
     assert torch.allclose(signals[..., 2], value.norm(dim=-1), atol=1e-5)

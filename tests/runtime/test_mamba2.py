@@ -94,7 +94,7 @@ def test_the_mamba2_state_carries_the_context(tiny, family):
     child = parent.fork(parent.keep_all_plan())
     question = token_ids(9, 2)
     kept = child.logits(question)
-    for state in child.gdn_states.values():
+    for state in child.recurrent_states.values():
         state.recurrent.zero_()
     assert (child.logits(question) - kept).abs().max() > 1e-3
 

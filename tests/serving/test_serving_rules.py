@@ -22,7 +22,9 @@ def next_dir(tmp_path):
 
 
 def test_a_request_the_engine_runs_passes(next_dir):
-    check_request(list(serving.ENGINE_PRESSES), list(serving.ENGINE_ALLOCATORS), 1, "bfloat16", next_dir)
+    assert serving.engine_presses() == ["gatesight", "snapkv", "triattention", "keydiff", "kvzip"]
+    assert serving.engine_allocators() == ["flat", "gate", "pyramid", "perlayer"]
+    check_request(serving.engine_presses(), serving.engine_allocators(), 1, "bfloat16", next_dir)
 
 
 def test_the_shipped_model_passes_in_both_engine_dtypes():
@@ -58,7 +60,7 @@ def test_other_model_types_and_missing_configs_are_refused(tmp_path):
 @pytest.mark.parametrize("press,reason", [
     ("kvpress:KnormPress", "kvpress presses do not run in the engine: the serving environment has no kvpress"),
     ("kvpress:snapkv", "kvpress presses do not run in the engine"),
-    ("nonsense", "does not run in the engine; presses there: keydiff, gatesight, triattention, snapkv, kvzip$"),
+    ("nonsense", "does not run in the engine; presses there: gatesight, snapkv, triattention, keydiff, kvzip$"),
 ])
 def test_presses_the_engine_cannot_run_are_refused_with_the_reason(next_dir, press, reason):
     with pytest.raises(ValueError, match=f"press '{press}' {reason}" if not press.startswith("kvpress")

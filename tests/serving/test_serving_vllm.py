@@ -79,7 +79,7 @@ def _recorded_signals(engine, context) -> dict:
     """The GDN signals ``{layer: [n, Hv, 3]}`` (CPU) recorded at the held ``context``'s prefill, read from the
     worker's state of it (``serving.worker.HeldState``)."""
     def read(worker, handle):
-        return {layer: s.cpu() for layer, s in worker.hybridpress.contexts[handle].evidence.gdn_signals.items()}
+        return {layer: s.cpu() for layer, s in worker.hybridpress.contexts[handle].evidence.recurrent_signals.items()}
 
     return engine.llm.collective_rpc(read, args=(context.handle,))[0]
 
@@ -373,10 +373,10 @@ def test_gatesight_reads_the_signals_of_vllms_forward(served):
     context = engine.prefill(ids, keep_fraction=0.2, protected=PROTECTED, press="gatesight")
     recorded = _recorded_signals(engine, context)
     engine.release(context)
-    parent = prefill(model, torch.tensor(ids), protected=PROTECTED, evidence=EvidenceRequest(gdn_signals=True))
+    parent = prefill(model, torch.tensor(ids), protected=PROTECTED, evidence=EvidenceRequest(recurrent_signals=True))
     first = min(recorded)
-    assert set(recorded) == set(parent.evidence.gdn_signals)
-    reference = parent.evidence.gdn_signals[first]
+    assert set(recorded) == set(parent.evidence.recurrent_signals)
+    reference = parent.evidence.recurrent_signals[first]
     assert recorded[first].shape == reference.shape == (600, 4, 3)
     # bf16 rounding of b, a and v (8 mantissa bits): 2^-7 relative
     assert torch.allclose(recorded[first], reference, rtol=2**-7, atol=1e-3)
@@ -605,7 +605,7 @@ def test_the_shipped_model_in_the_engine_computes_what_the_runtime_computes(ship
     assert answer == parent.answer(torch.tensor(question), 12, eos_token_id=model.config.eos_token_id).tokens
 
 
-def test_the_shipped_models_gdn_signals_in_the_engine_are_the_runtimes(shipped):
+def test_the_shipped_models_recurrent_signals_in_the_engine_are_the_runtimes(shipped):
     """GateSight's (β, g, ‖v‖) recorded from the pure-torch GDN path equal the runtime's in every GDN layer (float32
     both), and the kept sets are the runtime's GateSight sets."""
     engine, model, _ = shipped
@@ -613,9 +613,9 @@ def test_the_shipped_models_gdn_signals_in_the_engine_are_the_runtimes(shipped):
     context = engine.prefill(ids, keep_fraction=0.2, protected=PROTECTED, allocator="gate", press="gatesight")
     recorded = _recorded_signals(engine, context)
     engine.release(context)
-    parent = prefill(model, torch.tensor(ids), protected=PROTECTED, evidence=EvidenceRequest(gdn_signals=True))
-    assert set(recorded) == set(parent.evidence.gdn_signals) and len(recorded) == 9
-    for layer, reference in parent.evidence.gdn_signals.items():
+    parent = prefill(model, torch.tensor(ids), protected=PROTECTED, evidence=EvidenceRequest(recurrent_signals=True))
+    assert set(recorded) == set(parent.evidence.recurrent_signals) and len(recorded) == 9
+    for layer, reference in parent.evidence.recurrent_signals.items():
         assert recorded[layer].shape == reference.shape == (1200, 4, 3)
         assert torch.allclose(recorded[layer], reference, rtol=1e-4, atol=1e-4), layer
     ours = presses.Selection(parent, "gatesight").plan("gate", 0.2)
@@ -741,7 +741,7 @@ def check_qwen3_5_checkpoint(directory: str, family: str, vision: bool) -> None:
     full = engine.prefill(ids, keep_fraction=1.0, protected=PROTECTED)
     served = engine.log_probs(full, question)
     engine.release(full)
-    parent = prefill(model, torch.tensor(ids), protected=PROTECTED, evidence=EvidenceRequest(gdn_signals=True))
+    parent = prefill(model, torch.tensor(ids), protected=PROTECTED, evidence=EvidenceRequest(recurrent_signals=True))
     reference = parent.logits(torch.tensor(question)).float().log_softmax(-1)
     assert (served - reference).abs().max() < 1e-3, (served - reference).abs().max()
     context = engine.prefill(ids, keep_fraction=0.2, protected=PROTECTED)

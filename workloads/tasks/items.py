@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from runtime import CHATML_ASSISTANT_TURN
+from runtime.errors import UsageError
 
 CONTEXT_TEMPLATE = "<|im_start|>user\n{header}\n\n{body}\n\n"
 PROTECTED_TEMPLATE = "<|im_start|>user\n{header}\n\n"
@@ -97,7 +98,7 @@ def fit_units(
         return cfg.count_tokens(context) + longest <= cfg.length
 
     if not fits(1):
-        raise ValueError(f"length {cfg.length} is too short for even one haystack unit of this task")
+        raise UsageError(f"length {cfg.length} is too short for even one haystack unit of this task")
     low, high = 1, 2
     while fits(high):
         low, high = high, (grow(high) if grow else high * 2)

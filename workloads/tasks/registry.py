@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, ClassVar
 
+from runtime.errors import UsageError
+
 from ..corpus import check_haystack
 from .items import Item
 from .ruler import GENERATED, HAYSTACK_TASKS, PROFILES, TASKS, Config, generate
@@ -86,7 +88,7 @@ class ScbenchFamily(TaskFamily):
 
     def check(self, tasks: list[str], scbench_data: Path | None, haystack: str) -> None:
         if scbench_data is None:
-            raise ValueError("SCBench tasks read a local copy of microsoft/SCBench: pass --scbench-data DIR")
+            raise UsageError("SCBench tasks read a local copy of microsoft/SCBench: pass --scbench-data DIR")
 
     def builder(self, task: str, settings: TaskSettings) -> Callable[[int], Item | None]:
         name = task.removeprefix("scbench_")
@@ -116,7 +118,7 @@ def family_of(task: str) -> TaskFamily:
     for family in FAMILIES:
         if task in family.tasks:
             return family
-    raise ValueError(f"unknown task {task!r}; available: {', '.join(ALL_TASKS)} (or the groups {', '.join(GROUPS)})")
+    raise UsageError(f"unknown task {task!r}; available: {', '.join(ALL_TASKS)} (or the groups {', '.join(GROUPS)})")
 
 
 def expand(names: list[str]) -> list[str]:
@@ -137,7 +139,7 @@ def reads_haystack(task: str) -> bool:
 def check(names: list[str], profile: str, haystack: str, scbench_data: Path | None) -> None:
     """Every error of a task selection knowable before the model loads, as one ``ValueError``."""
     if not names:
-        raise ValueError(f"--tasks is empty; give at least one of: task names or the groups {', '.join(GROUPS)}")
+        raise UsageError(f"--tasks is empty; give at least one of: task names or the groups {', '.join(GROUPS)}")
     tasks = expand(names)
     by_family: dict[str, list[str]] = {}
     for task in tasks:
@@ -148,10 +150,10 @@ def check(names: list[str], profile: str, haystack: str, scbench_data: Path | No
     if haystack != GENERATED:
         check_haystack(haystack)
         if not any(reads_haystack(task) for task in tasks):
-            raise ValueError(f"--haystack {haystack}: none of the tasks reads a haystack; those that do: "
+            raise UsageError(f"--haystack {haystack}: none of the tasks reads a haystack; those that do: "
                              f"{', '.join(HAYSTACK_TASKS)} (the group 'haystack')")
     if profile not in PROFILES:
-        raise ValueError(f"unknown template profile {profile!r}; choose from {', '.join(PROFILES)}")
+        raise UsageError(f"unknown template profile {profile!r}; choose from {', '.join(PROFILES)}")
 
 
 def haystack_of(task: str, haystack: str) -> str:

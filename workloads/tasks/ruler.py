@@ -14,6 +14,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Callable
 
+from runtime.errors import UsageError
+
 from ..corpus import check_haystack
 from .items import Item, Question, fit_units
 from .text import noise_lines, prose_sentences, real_sentences, word_lists
@@ -313,9 +315,9 @@ def _qa(task: str, rng: random.Random, cfg: Config) -> Item:
 def generate(task: str, index: int, seed: int = 0, config: Config = Config()) -> Item:
     """Item ``index`` of ``task``: deterministic in (task, index, seed, profile, length)."""
     if task not in TASKS:
-        raise ValueError(f"unknown RULER task {task!r}; choose from {', '.join(TASKS)}")
+        raise UsageError(f"unknown RULER task {task!r}; choose from {', '.join(TASKS)}")
     if config.profile not in PROFILES:
-        raise ValueError(f"unknown template profile {config.profile!r}; choose from {', '.join(PROFILES)}")
+        raise UsageError(f"unknown template profile {config.profile!r}; choose from {', '.join(PROFILES)}")
     if config.haystack != GENERATED:
         check_haystack(config.haystack)
     rng = random.Random(f"{task}/{seed}/{index}/{config.profile}/{config.length}")

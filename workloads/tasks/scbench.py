@@ -12,6 +12,8 @@ import os
 from functools import partial
 from pathlib import Path
 
+from runtime.errors import UsageError
+
 from .. import scbench_metrics
 from .items import Item, Question
 
@@ -34,7 +36,7 @@ INSTRUCTIONS = {
 def load_rows(task: str, data: str | Path) -> list[dict]:
     """Rows of one SCBench task from a local directory of JSONL files or a local ``datasets`` cache."""
     if task not in SCBENCH_TASKS:
-        raise ValueError(f"unknown SCBench task {task!r}; choose from {', '.join(SCBENCH_TASKS)}")
+        raise UsageError(f"unknown SCBench task {task!r}; choose from {', '.join(SCBENCH_TASKS)}")
     path = Path(data) / f"scbench_{task}.jsonl"
     if path.exists():
         return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
@@ -71,7 +73,7 @@ def to_item(task: str, row: dict, index: int, encode, decode, max_length: int, m
         context = " ".join(str(x) for x in context)
     budget = max_length - sum(_max_new(task, t) for t in turns)
     if budget <= 0:
-        raise ValueError(f"max length {max_length} leaves no room for the context of {task} (generation budget)")
+        raise UsageError(f"max length {max_length} leaves no room for the context of {task} (generation budget)")
     context = decode(middle_truncate(encode(context), budget))
     questions = []
     for turn in turns:

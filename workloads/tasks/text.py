@@ -8,6 +8,8 @@ import random
 import re
 from functools import lru_cache
 
+from runtime.errors import UsageError
+
 NOISE = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
 
 
@@ -64,7 +66,7 @@ def real_sentences(source: str, count: int, rng: random.Random) -> list[str]:
             break
         out.extend(_document_sentences(source, files[rng.randrange(len(files))])[: count - len(out)])
     if len(out) < count:
-        raise ValueError(f"haystack {source!r}: found only {len(out)} of {count} sentences on this machine")
+        raise UsageError(f"haystack {source!r}: found only {len(out)} of {count} sentences on this machine")
     return out
 
 

@@ -8,6 +8,8 @@ import types
 import typing
 from dataclasses import MISSING, fields
 
+from .errors import UsageError
+
 BOOLEANS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
 
 
@@ -48,21 +50,21 @@ def parse_option(value, kind):
         text = str(value).strip().lower() if isinstance(value, (str, int)) else None
         if text in BOOLEANS:
             return BOOLEANS[text]
-        raise ValueError("expected true or false (also yes/no, 1/0)")
+        raise UsageError("expected true or false (also yes/no, 1/0)")
     if kind in (int, float):
         parsed = _number(value, kind)
         if parsed is None:
-            raise ValueError("expected an integer" if kind is int else "expected a number")
+            raise UsageError("expected an integer" if kind is int else "expected a number")
         return parsed
     if kind is str:
         if not isinstance(value, str):
-            raise ValueError("expected text")
+            raise UsageError("expected text")
         return value
     _, element = kind
     items = value.split("/") if isinstance(value, str) else value if isinstance(value, (list, tuple)) else [value]
     parsed = [_number(item, element) for item in items]
     if not parsed or any(item is None for item in parsed):  # finiteness and ranges: the class's own checks
-        raise ValueError(f"expected {'integers' if element is int else 'numbers'} separated by '/' (e.g. 1/2/3)")
+        raise UsageError(f"expected {'integers' if element is int else 'numbers'} separated by '/' (e.g. 1/2/3)")
     return parsed
 
 
@@ -72,7 +74,7 @@ def typed_options(cls, name: str, options: dict) -> dict:
     init_fields = {f.name: f for f in fields(cls) if f.init}
     unknown = [key for key in options if key not in init_fields]
     if unknown:
-        raise ValueError(f"{name} has no option {unknown[0]!r}; valid: {', '.join(init_fields) or 'none'}")
+        raise UsageError(f"{name} has no option {unknown[0]!r}; valid: {', '.join(init_fields) or 'none'}")
     try:
         hints = typing.get_type_hints(cls)
     except Exception:  # noqa: BLE001 - a third-party class whose annotations do not resolve: fall back to defaults
@@ -85,7 +87,7 @@ def typed_options(cls, name: str, options: dict) -> dict:
         try:
             typed[key] = value if kind is None else parse_option(value, kind)
         except ValueError as error:
-            raise ValueError(f"{name} option {key}={value!r}: {error}") from None
+            raise UsageError(f"{name} option {key}={value!r}: {error}") from None
     return typed
 
 
@@ -95,4 +97,22 @@ def build_with_options(cls, name: str, options: dict):
     try:
         return cls(**typed)
     except TypeError as error:  # a required field without a default, e.g. a wrapper's inner press
-        raise ValueError(f"{name} cannot be built from these options: {error}") from None
+        raise UsageError(f"{name} cannot be built from these options: {error}") from None
+
+
+def register_in(registry: dict, cls, base: type, kind: str, reserved: tuple[str, ...] = ("none",),
+                reserved_prefix: str | None = None):
+    """Add ``cls`` (a ``base`` subclass with a ``name`` of its own) to ``registry`` (``presses.register`` and
+    ``allocators.register``); a :class:`~runtime.errors.UsageError` for a class that is not one, a name that is empty,
+    reserved or taken by another class."""
+    if not (isinstance(cls, type) and issubclass(cls, base)):
+        article = "an" if base.__name__[0] in "AEIOU" else "a"
+        raise UsageError(f"register takes {article} {base.__name__} subclass, got {cls!r}")
+    if not cls.name or cls.name in reserved or (reserved_prefix and cls.name.startswith(reserved_prefix)):
+        shown = ["empty", *(repr(r) for r in reserved), *([f"'{reserved_prefix}...'"] if reserved_prefix else [])]
+        raise UsageError(f"{cls.__name__}.name {cls.name!r}: give the {kind} a name of its own (not "
+                         f"{', '.join(shown[:-1])} or {shown[-1]})")
+    if registry.get(cls.name, cls) is not cls:
+        raise UsageError(f"{kind} name {cls.name!r} is taken by {registry[cls.name].__name__}")
+    registry[cls.name] = cls
+    return cls
