@@ -117,22 +117,6 @@ class Selection:
         return self.parent.fork(self.plan(allocator, keep_fraction))
 
 
-def plan_for(
-    parent: Parent,
-    scores: Scores,
-    allocator: Allocator,
-    keep_fraction: float,
-    layer_weights: dict[int, float] | None = None,
-) -> KeepPlan:
-    """The keep plan of ``allocator``'s counts filled with each head's top-scoring body entries.
-
-    ``scores`` must be finite ``[H_kv, n_body]`` per attention layer; anything else is refused.
-    """
-    adapter = parent.adapter
-    check_scores(scores, adapter.attention_layers, adapter.geometry.num_kv_heads, parent.n - parent.protected)
-    return _fill(parent, scores, allocator, keep_fraction, layer_weights)
-
-
 def _fill(parent: Parent, scores: Scores, allocator: Allocator, keep_fraction: float,
           layer_weights: dict[int, float] | None) -> KeepPlan:
     adapter = parent.adapter
