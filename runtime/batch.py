@@ -168,6 +168,4 @@ def answer_many(children: list[CachedContext], question_ids, max_new_tokens: int
 def answer_and_follow_many(children: list[CachedContext], question_ids, continuation_ids, max_new_tokens: int,
                            eos_token_id: int | list[int] | None = None) -> tuple[list[Answer], torch.Tensor | None]:
     """:meth:`PaddedBatch.answer_and_follow` of every child, for one question."""
-    if max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     return PaddedBatch(children).answer_and_follow(question_ids, continuation_ids, max_new_tokens, eos_token_id)
