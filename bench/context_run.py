@@ -152,9 +152,9 @@ class ContextRun:
             if self.todo[0][0] == BASELINE:
                 self._baseline(questions, method_fields(BASELINE, BASELINE, 1.0, common, parent))
             for press, allocator, p in (method for method in self.todo if method[0] != BASELINE):
-                engine.use_press(h.press_names[press], h.settings.press_options)
                 held = engine.compact(parent.held, p, allocator=h.allocator_names[allocator],
-                                      allocator_options=h.settings.alloc_options)
+                                      allocator_options=h.settings.alloc_options, press=h.press_names[press],
+                                      press_options=h.settings.press_options)
                 child = EngineCache(engine, held, h.tokenizer)
                 try:
                     # the engine scores inside vLLM: the plan comes back, the scores do not (no rank)

@@ -61,7 +61,7 @@ class Harness:
         for press, allocator in settings.combinations():
             check_pair(self.presses[settings.press_label(press)], self.allocators[settings.alloc_label(allocator)])
         self.evidence = evidence_for(self.presses.values(), self.adapter)
-        self.code = code_version(settings.engine)
+        self.code = getattr(settings, "code", "") or code_version(settings.engine)
         self.identity = loading.identity(self.model_dir)
         self.dtype, self.device = loading.dtype_name(settings.model), loading.device_name(settings.model)
         self.engine = self._engine() if settings.engine == "vllm" else None  # reads self.dtype, set just above
@@ -78,10 +78,11 @@ class Harness:
     def _engine(self):
         from serving import CompactingLLM
 
-        # each child sets its press (use_press). On CPU vLLM checks gpu_memory_utilization of the machine's memory
-        # against what is free (the HF copy of the model this harness holds takes some) and the KV pool gets
-        # kv_cache_memory_bytes: 1 GiB holds 80K tokens of the 0.8B geometry. max_model_len leaves room for a
-        # question (512) and for KVzip's passes after the context (a 2,000-token chunk and its prompt)
+        # each child names its press in compact(); keydiff is only the engine's default. On CPU vLLM checks
+        # gpu_memory_utilization of the machine's memory against what is free (the HF copy of the model this harness
+        # holds takes some) and the KV pool gets kv_cache_memory_bytes: 1 GiB holds 80K tokens of the 0.8B geometry.
+        # max_model_len leaves room for a question (512) and for KVzip's passes after the context (a 2,000-token
+        # chunk and its prompt)
         return CompactingLLM(str(self.model_dir), press="keydiff", dtype=self.dtype,
                              max_model_len=self.settings.length + 2560, max_num_seqs=1, gpu_memory_utilization=0.3,
                              kv_cache_memory_bytes=1 << 30)
