@@ -20,7 +20,7 @@ from workloads.tasks import registry as tasks
 from .execution import ContextJob, in_processes, in_ray, in_this_process
 from .harness import Harness
 from .settings import CheckedSettings, CompareSettings, validate
-from .store import KEY_FIELDS, ResultStore, code_version
+from .store import KEY_FIELDS, ResultStore
 
 __all__ = ["CheckedSettings", "CompareSettings", "contexts_of", "run_compare", "run_rows", "validate"]
 
@@ -49,7 +49,7 @@ def run_rows(store: ResultStore, settings: CompareSettings) -> list[dict]:
     model_dir = loading.resolve(settings.model)
     identity = loading.identity(model_dir)
     wanted = {"model": model_dir.name, "weights": identity.model, "artifacts": identity.artifacts,
-              "code": code_version(settings.engine), "length": settings.length, "profile": settings.profile,
+              "code": settings.code, "length": settings.length, "profile": settings.profile,
               "seed": settings.seed,
               "engine": settings.engine, "dtype": loading.dtype_name(settings.model),
               "device": loading.device_name(settings.model)}

@@ -20,7 +20,7 @@ from runtime.errors import UsageError
 from workloads.tasks import registry as tasks
 from workloads.tasks.ruler import GENERATED, TASKS
 
-from .store import BASELINE, check_writable
+from .store import BASELINE, check_writable, code_version
 
 KEEP_FRACTION_GRIDS = {
     "default": (0.02, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9),
@@ -146,7 +146,11 @@ def _positive_int(value, what: str, meaning: str) -> None:
 @dataclass
 class CheckedSettings(CompareSettings):
     """Settings that passed :func:`validate`: the presses and allocators those of the pairs (``--methods``), the
-    press and allocator options typed by their fields (what rows record)."""
+    press and allocator options typed by their fields (what rows record), and ``code``, the code version
+    (:func:`bench.store.code_version`) the run's rows carry, fixed once when the settings are checked: a source
+    edited while a long run goes on changes neither the rows' version nor which rows its summary reads."""
+
+    code: str = ""
 
 
 def _pairs(settings: CompareSettings) -> tuple[list[str], list[str]]:
@@ -168,6 +172,7 @@ def validate(settings: CompareSettings) -> CheckedSettings:
     """Every error that can be known before the model loads, as one clear ``UsageError``; returns the settings
     checked (:class:`CheckedSettings`: the press and allocator options typed, what rows record). ``settings`` is
     not changed."""
+    code = settings.code if isinstance(settings, CheckedSettings) else ""
     settings = CheckedSettings(**{f.name: getattr(settings, f.name) for f in fields(CompareSettings)})
     if settings.pairs:
         settings.presses, settings.allocators = _pairs(settings)
@@ -221,6 +226,7 @@ def validate(settings: CompareSettings) -> CheckedSettings:
     if settings.engine not in ENGINES:
         raise UsageError(f"unknown engine {settings.engine!r}; choose from {', '.join(ENGINES)}")
     check_writable(Path(settings.out))
+    settings.code = code or code_version(settings.engine)
     return settings
 
 
