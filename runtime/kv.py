@@ -88,6 +88,39 @@ class LayerKV:
 FUSED_MIN_QUERIES = 16
 
 
+# CPU's fused attention with its log-sum-exp (an ATen op without a public wrapper): a fully visible segment and a
+# causal square attended apart and merged by their log-sum-exps cost what the keys cost, where one call with an
+# explicit mask over both runs about 1.5x slower (2,048 queries over 2,048 stored keys and themselves, one thread)
+_CPU_FLASH = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+
+
+def _attend_merged(query, visible_keys, visible_values, tail_keys, tail_values, scale: float) -> torch.Tensor:
+    """:func:`_attend_two_segments` on a CPU without a mask: the stored entries and the tail before the queries
+    (every query sees them) in one fused call, the queries' own ``L`` tail entries (causal) in another, merged as
+    ``(e^a·o_a + e^b·o_b) / (e^a + e^b)`` with ``a``, ``b`` their log-sum-exps. Shapes as there."""
+    groups, length = query.shape[1], query.shape[2]
+    earlier = tail_keys.shape[1] - length
+    if earlier:
+        keys, values = tail_keys[:, :earlier], tail_values[:, :earlier]
+        if visible_keys is not None:
+            keys, values = torch.cat([visible_keys, keys], 1), torch.cat([visible_values, values], 1)
+        visible_keys, visible_values = keys, values
+
+    def fused(keys, values, causal):
+        shape = (-1, groups, -1, -1)  # one key head serves its G query heads: a view, nothing copied
+        out, lse = _CPU_FLASH(query, keys[:, None].expand(shape), values[:, None].expand(shape), is_causal=causal,
+                              scale=scale)[:2]
+        return out.float(), lse.float()
+
+    own, own_lse = fused(tail_keys[:, earlier:], tail_values[:, earlier:], True)
+    if visible_keys is None:
+        return own.to(query.dtype)
+    seen, seen_lse = fused(visible_keys, visible_values, False)
+    top = torch.maximum(own_lse, seen_lse)
+    w_own, w_seen = (own_lse - top).exp().unsqueeze(-1), (seen_lse - top).exp().unsqueeze(-1)
+    return ((own * w_own + seen * w_seen) / (w_own + w_seen)).to(query.dtype)
+
+
 def _attend_two_segments(
     query: torch.Tensor,
     base_keys: torch.Tensor | None,
@@ -106,6 +139,9 @@ def _attend_two_segments(
     query_pos = torch.arange(tail_len - length, tail_len, device=query.device)
     visible = torch.arange(tail_len, device=query.device)[None, :] <= query_pos[:, None]  # [L, t]
     has_base = base_keys is not None and base_keys.shape[1] > 0
+    if length >= FUSED_MIN_QUERIES and base_valid is None and query.device.type == "cpu" and _CPU_FLASH is not None:
+        return _attend_merged(query, base_keys if has_base else None, base_values if has_base else None, tail_keys,
+                              tail_values, scale)
     if length >= FUSED_MIN_QUERIES and base_valid is None:
         keys = torch.cat([base_keys, tail_keys], 1) if has_base else tail_keys
         values = torch.cat([base_values, tail_values], 1) if has_base else tail_values

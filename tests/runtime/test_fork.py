@@ -81,10 +81,11 @@ def _masked_reference(adapter, parent, layer, hidden, kept_per_head, question_le
 
 @pytest.mark.parametrize("family", FAMILIES_AND_REAL_MODEL)
 @pytest.mark.parametrize("ragged", [False, True])
-def test_compacted_attention_equals_masked_full_attention(tiny, family, ragged):
+@pytest.mark.parametrize("question_len", [11, 24])  # explicit logits below FUSED_MIN_QUERIES, fused kernels from it
+def test_compacted_attention_equals_masked_full_attention(tiny, family, ragged, question_len):
     model = tiny(family)
     parent = prefill(model, token_ids(140, 3), protected=6)
-    question = token_ids(11, 4)
+    question = token_ids(question_len, 4)
     for seed in range(3):
         plan = _random_plan(parent, seed, ragged)
         child = parent.fork(plan)
@@ -92,7 +93,7 @@ def test_compacted_attention_equals_masked_full_attention(tiny, family, ragged):
         child.logits(question, observer=recorder)
         for layer in parent.adapter.attention_layers:
             hidden, output = recorder.calls[layer]
-            reference = _masked_reference(parent.adapter, parent, layer, hidden, plan.layers[layer], 11)
+            reference = _masked_reference(parent.adapter, parent, layer, hidden, plan.layers[layer], question_len)
             error = float((output - reference).abs().max())
             assert error <= 1e-5 * max(1.0, float(reference.abs().max())), (layer, seed, error)
 
