@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import shutil
 from dataclasses import asdict
 from pathlib import Path
 
 from hybridmodel.data import TRAIN_TASKS
-from hybridmodel.distill_config import PHASE_DEFAULTS, DistillConfig
+from hybridmodel.distill_config import PHASE_DEFAULTS, TEACHER_SAMPLES, DistillConfig
 from pretrained.loading import ModelSpec
 from runtime.errors import UsageError
 
@@ -155,6 +156,7 @@ def run_distill(args: argparse.Namespace) -> None:
     start, origin = None, None
     if init is not None:
         start, origin = _start_from(init, cfg)
+        _seed_checkpoints(init, Path(args.checkpoints), continuing=start is not None)
     torch.set_num_threads(args.threads)
     teacher, tokenizer, _ = load(ModelSpec(args.teacher))
     if init is not None:
@@ -173,7 +175,22 @@ def run_distill(args: argparse.Namespace) -> None:
                     if line.strip() and json.loads(line)["step"] <= record["step"]]
             (out / "training_log.jsonl").write_text("".join(line + "\n" for line in kept))
             plot(out / "training_log.jsonl", out / "curves.png")
+        samples = Path(args.checkpoints) / TEACHER_SAMPLES
+        if samples.exists():  # the teacher's conversations travel with the delta: a later run need not sample them
+            shutil.copyfile(samples, out / TEACHER_SAMPLES)
         print(f"wrote the hybrid's delta at step {record['step']} to {out} (with its training log and curves)")
+
+
+def _seed_checkpoints(init: Path, checkpoints: Path, continuing: bool) -> None:
+    """A fresh checkpoint directory begun from the delta ``init`` takes what the delta carries: its teacher
+    samples (generated once, about 25 s each on one thread) and, when the delta's run goes on (``continuing``),
+    its training log, so that the log and the curves of the next delta hold the whole run. Nothing already in
+    ``checkpoints`` is replaced."""
+    checkpoints.mkdir(parents=True, exist_ok=True)
+    pairs = [(TEACHER_SAMPLES, TEACHER_SAMPLES)] + ([("training_log.jsonl", "log.jsonl")] if continuing else [])
+    for source, target in pairs:
+        if (init / source).exists() and not (checkpoints / target).exists():
+            shutil.copyfile(init / source, checkpoints / target)
 
 
 def _start_from(init: Path, cfg: DistillConfig) -> tuple[dict | None, dict | None]:

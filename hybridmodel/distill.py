@@ -53,7 +53,7 @@ import torch.nn.functional as F
 from runtime.errors import UsageError
 from workloads.corpus import SOURCES, documents
 
-from .distill_config import DistillConfig
+from .distill_config import TEACHER_SAMPLES, DistillConfig
 from .hybrid_delta import MIXERS, mixer_state
 from .train import install_fast_kernel
 
@@ -330,7 +330,7 @@ def distill(teacher, tokenizer, student, cfg: DistillConfig, checkpoint_dir: Pat
     probe = CopyWindows(tokenizer, "heldout", cfg.length, seed + 2) if cfg.probe_windows else None
     probe_windows = [probe(k) for k in range(cfg.probe_windows)] if probe else []
     chats = (TeacherSamples(teacher, tokenizer, "train", seed, cfg.chat_pool, cfg.chat_tokens, cfg.length,
-                            checkpoint_dir / "teacher_samples.jsonl") if cfg.chat_fraction else None)
+                            checkpoint_dir / TEACHER_SAMPLES) if cfg.chat_fraction else None)
     step, optimizer, stage, record, seconds, offset, base_tokens = 0, None, None, {}, 0.0, 0, 0
     beginning = False  # a phase begun from a delta by this call: the delta is evaluated first
     teacher_ppl, teacher_probe, resumed_optimizer = None, None, None

@@ -23,6 +23,9 @@ from dataclasses import dataclass, fields
 
 from runtime.errors import UsageError
 
+TEACHER_SAMPLES = "teacher_samples.jsonl"
+"""The teacher's generated conversations: beside a run's checkpoint, and beside the delta it saves."""
+
 
 @dataclass(frozen=True)
 class DistillConfig:

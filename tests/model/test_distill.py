@@ -20,6 +20,7 @@ from hybridmodel.distill import (
     mixer_parameters,
     retrieval_probe,
 )
+from hybridmodel.distill_config import TEACHER_SAMPLES
 from hybridmodel.from_teacher import from_teacher
 from hybridmodel.tokenizer import build_tokenizer
 
@@ -315,9 +316,18 @@ def test_the_cli_begins_phase_two_from_a_delta_resumes_it_and_exports_it(teacher
     hybrid_delta.save(student, out, "f" * 64, {"step": 4, "config": asdict(TINY)})
     with pytest.raises(ValueError, match="holds the delta of another distillation"):
         run_distill(parser.parse_args([*common, "--hours", "0", "--out", str(out)]))
+    with open(run / TEACHER_SAMPLES, "a") as samples:  # whatever the two steps sampled, and a line of another key
+        samples.write(json.dumps({"key": "another run's"}) + "\n")
     run_distill(parser.parse_args([*common, "--hours", "0", "--out", str(out), "--replace"]))
     training = hybrid_delta.manifest(out)["training"]
     assert training["step"] == 6 and training["phase_step"] == 2 and training["origin"]["delta"] == str(delta)
     assert DistillConfig.from_dict(training["config"]).phase == 2
     steps = [json.loads(line)["step"] for line in (out / "training_log.jsonl").read_text().splitlines()]
     assert max(steps) == 6 and (out / "curves.png").exists()
+    # the delta carries the teacher's samples; a fresh run going on from it takes them and the whole log
+    assert (out / TEACHER_SAMPLES).read_bytes() == (run / TEACHER_SAMPLES).read_bytes()
+    fresh = tmp_path / "fresh"
+    run_distill(parser.parse_args([*common[:2], "--checkpoints", str(fresh), *common[4:], "--init-from", str(out),
+                                   "--hours", "0"]))
+    assert (fresh / TEACHER_SAMPLES).read_bytes() == (out / TEACHER_SAMPLES).read_bytes()
+    assert (fresh / "log.jsonl").read_text() == (out / "training_log.jsonl").read_text()
