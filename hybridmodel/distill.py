@@ -7,7 +7,8 @@ Two stages, as in LoLCATs and Mamba-in-the-Llama:
    it replaces and is trained to reproduce that attention's output (mean squared error over the output's mean
    square, summed over layers). Layers are independent, so one teacher forward trains all of them.
 2. **end-to-end distillation** (``kd_steps``): the hybrid's next-token distribution matched to the teacher's
-   (KL(teacher ‖ hybrid) per token), hybrid in bf16 autocast, teacher in float32.
+   (KL(teacher ‖ hybrid) per token), hybrid in bf16 autocast where the CPU computes bf16 natively (float32
+   elsewhere; each record says which), teacher in float32.
 
 Only the token mixers train (every GDN layer and the kept attention layers); embeddings, MLPs and norms stay the
 teacher's exactly, so the hybrid is stored as the mixers alone (:mod:`hybridmodel.hybrid_delta`).
@@ -255,11 +256,18 @@ def transfer_loss(student, teacher, ids: torch.Tensor) -> torch.Tensor:
     return total
 
 
+def student_precision() -> str:
+    """``"bfloat16"`` (autocast) where this CPU computes it natively (oneDNN's check: AVX-512 BF16 or AMX), else
+    ``"float32"``: without it a bf16 matmul is emulated, about 60x slower than float32 (AVX2, one thread)."""
+    return "bfloat16" if torch.ops.mkldnn._is_mkldnn_bf16_supported() else "float32"
+
+
 def kd_loss(student, teacher, ids: torch.Tensor) -> torch.Tensor:
-    """Mean over tokens of KL(teacher ‖ student) of the next-token distributions."""
+    """Mean over tokens of KL(teacher ‖ student) of the next-token distributions; the student in
+    :func:`student_precision`."""
     with torch.no_grad():
         target = F.log_softmax(teacher(ids).logits.float(), dim=-1)
-    with torch.autocast("cpu", dtype=torch.bfloat16):
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=student_precision() == "bfloat16"):
         logits = student(ids).logits
     log_q = F.log_softmax(logits.float(), dim=-1)
     return (target.exp() * (target - log_q)).sum(-1).mean()
@@ -382,7 +390,7 @@ def distill(teacher, tokenizer, student, cfg: DistillConfig, checkpoint_dir: Pat
         return out
 
     def extras() -> dict:
-        out = {"teacher_ppl": round(teacher_ppl, 3)}
+        out = {"teacher_ppl": round(teacher_ppl, 3), "precision": student_precision()}
         if teacher_probe is not None:
             out.update(teacher_probe_acc=round(teacher_probe["acc"], 4),
                        teacher_probe_nll=round(teacher_probe["nll"], 4))
