@@ -15,7 +15,7 @@ from workloads.tasks import registry as tasks
 from workloads.tasks.items import Item
 
 from .settings import CheckedSettings
-from .store import BASELINE, code_version
+from .store import BASELINE
 
 
 class Harness:
@@ -61,7 +61,7 @@ class Harness:
         for press, allocator in settings.combinations():
             check_pair(self.presses[settings.press_label(press)], self.allocators[settings.alloc_label(allocator)])
         self.evidence = evidence_for(self.presses.values(), self.adapter)
-        self.code = getattr(settings, "code", "") or code_version(settings.engine)
+        self.code = settings.code  # fixed when the settings were checked
         self.identity = loading.identity(self.model_dir)
         self.dtype, self.device = loading.dtype_name(settings.model), loading.device_name(settings.model)
         self.engine = self._engine() if settings.engine == "vllm" else None  # reads self.dtype, set just above

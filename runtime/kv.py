@@ -136,12 +136,12 @@ def _attend_two_segments(
     ``L`` query tokens themselves and is masked causally, aligned to its end. Returns ``[Hk, G, L, d]``.
     """
     length, tail_len = query.shape[2], tail_keys.shape[1]
-    query_pos = torch.arange(tail_len - length, tail_len, device=query.device)
-    visible = torch.arange(tail_len, device=query.device)[None, :] <= query_pos[:, None]  # [L, t]
     has_base = base_keys is not None and base_keys.shape[1] > 0
     if length >= FUSED_MIN_QUERIES and base_valid is None and query.device.type == "cpu" and _CPU_FLASH is not None:
         return _attend_merged(query, base_keys if has_base else None, base_values if has_base else None, tail_keys,
                               tail_values, scale)
+    query_pos = torch.arange(tail_len - length, tail_len, device=query.device)
+    visible = torch.arange(tail_len, device=query.device)[None, :] <= query_pos[:, None]  # [L, t]
     if length >= FUSED_MIN_QUERIES and base_valid is None:
         keys = torch.cat([base_keys, tail_keys], 1) if has_base else tail_keys
         values = torch.cat([base_values, tail_values], 1) if has_base else tail_values

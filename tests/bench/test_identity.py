@@ -79,7 +79,6 @@ def test_a_source_edited_during_a_run_changes_neither_its_rows_version_nor_its_s
                                                                                      monkeypatch):
     """The code version is fixed when the settings are checked: a long run whose sources are edited meanwhile
     (a session committing beside a sweep) still finds the rows it wrote (the sharded sweep's summary found none)."""
-    import bench.harness
     import bench.settings
     from bench.compare import validate
     from bench.store import code_version
@@ -88,7 +87,6 @@ def test_a_source_edited_during_a_run_changes_neither_its_rows_version_nor_its_s
     assert checked.code == code_version("hf") and validate(checked).code == checked.code
     edited = lambda engine="hf": "edited-meanwhile"  # noqa: E731 - what code_version says once a module changed
     monkeypatch.setattr(bench.settings, "code_version", edited)
-    monkeypatch.setattr(bench.harness, "code_version", edited)
     store = run_compare(checked, show_progress=False)
     assert {r["code"] for r in store.rows} == {checked.code}
     assert len(run_rows(store, checked)) == len(store.rows) > 0
