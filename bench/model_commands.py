@@ -91,7 +91,9 @@ def add_distill_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--phase", type=int, default=1,
                         help="1: the conversion from the teacher; 2: retrieval over long contexts and chat, from "
-                             "the phase-1 delta (--init-from); the settings below default to the phase's "
+                             "the phase-1 delta (--init-from); 3: phase 2's text with the attention moved where the "
+                             "teacher retrieves (--attention-layers), from a phase-2 delta; the settings below "
+                             "default to the phase's "
                              "(hybridmodel/distill_config.py PHASE_DEFAULTS)")
     for flag, kind in (("transfer-steps", int), ("kd-steps", int), ("length", int), ("kd-lr", float),
                        ("warmup", int), ("eval-every", int), ("copy-fraction", float), ("chat-fraction", float),
@@ -100,7 +102,18 @@ def add_distill_arguments(parser: argparse.ArgumentParser) -> None:
         phases = "; ".join(f"phase {phase}: {defaults.get(name, getattr(DistillConfig, name))}"
                            for phase, defaults in PHASE_DEFAULTS.items())
         parser.add_argument(f"--{flag}", type=kind, default=None, help=f"default: the phase's ({phases})")
+    parser.add_argument("--attention-layers", type=_layer_list, default=None,
+                        help="comma list of the full-attention layers (default: the phase's; phase 1 and 2: "
+                             "Qwen3.5's every fourth, 3,7,...); a phase begun from a delta of another placement "
+                             "moves its attention there and trains the layers that became GDN by attention transfer")
     parser.add_argument("--seed", type=int, default=0)
+
+
+def _layer_list(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a comma list of layer indices, e.g. 7,14,21") from None
 
 
 def _check_delta_target(out: Path, cfg: dict, replace: bool) -> None:
@@ -127,13 +140,13 @@ def run_distill(args: argparse.Namespace) -> None:
     import pretrained
     from hybridmodel import hybrid_delta
     from hybridmodel.distill import Windows, distill
-    from hybridmodel.from_teacher import from_teacher
+    from hybridmodel.from_teacher import attention_layers_of, attention_placement, from_teacher, resplit
     from pretrained.loading import load
 
     cfg = DistillConfig.for_phase(args.phase, seed=args.seed, **{
         name: getattr(args, name) for name in ("transfer_steps", "kd_steps", "length", "kd_lr", "warmup", "eval_every",
                                                "copy_fraction", "chat_fraction", "chat_pool", "chat_tokens",
-                                               "probe_windows")})
+                                               "probe_windows", "attention_layers")})
     if args.hours is not None and args.hours < 0:
         raise UsageError(f"--hours {args.hours}: give a number of hours >= 0")
     if args.threads < 1:
@@ -159,12 +172,27 @@ def run_distill(args: argparse.Namespace) -> None:
         _seed_checkpoints(init, Path(args.checkpoints), continuing=start is not None)
     torch.set_num_threads(args.threads)
     teacher, tokenizer, _ = load(ModelSpec(args.teacher))
+    layers = teacher.config.num_hidden_layers
+    if any(i >= layers for i in cfg.attention_layers):
+        raise UsageError(f"--attention-layers {','.join(map(str, cfg.attention_layers))}: the teacher has layers "
+                         f"0..{layers - 1}")
+    sample = Windows(tokenizer, "train", cfg.length, cfg.seed)(-1)
+    transfer_layers = None
     if init is not None:
         student = hybrid_delta.build(init, teacher)
+        before, wanted = attention_layers_of(student), attention_placement(layers, cfg.attention_layers)
+        if before != wanted:
+            student, transfer_layers = resplit(student, teacher, wanted, sample, seed=cfg.seed)
+            print(f"attention moved from layers {list(before)} to {list(wanted)}; new GDN layers "
+                  f"{list(transfer_layers)} (attention transfer: {cfg.transfer_steps} steps)", flush=True)
+        elif origin is not None and cfg.transfer_steps:
+            raise UsageError(f"--init-from {init} already has its attention at layers {list(wanted)}: a phase begun "
+                             "from it trains no attention transfer (give --transfer-steps 0)")
     else:  # a checkpoint, if there is one, overwrites the mixers of this initialisation
-        student = from_teacher(teacher, Windows(tokenizer, "train", cfg.length, cfg.seed)(-1), seed=cfg.seed)
+        student = from_teacher(teacher, sample, seed=cfg.seed, attention_layers=cfg.attention_layers)
     record = distill(teacher, tokenizer, student, cfg, Path(args.checkpoints), log=lambda line: print(line, flush=True),
-                     stop_after_s=None if args.hours is None else args.hours * 3600, start=start, origin=origin)
+                     stop_after_s=None if args.hours is None else args.hours * 3600, start=start, origin=origin,
+                     transfer_layers=transfer_layers)
     if out is not None:
         from hybridmodel.distill_report import plot
 

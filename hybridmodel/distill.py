@@ -209,8 +209,16 @@ def window_kind(cfg: DistillConfig, step: int) -> str:
 
 
 def data_seed(cfg: DistillConfig) -> int:
-    """The seed of a phase's windows: phase 1 reads what it always read; each later phase reads other windows."""
+    """The seed of a phase's training windows: phase 1 reads what it always read; each later phase reads other
+    windows."""
     return cfg.seed + 1000 * (cfg.phase - 1)
+
+
+def shared_seed(cfg: DistillConfig) -> int:
+    """The seed of the held-out windows, the probe and the teacher's pool: phase 1's own; phase 2's for every later
+    phase, so that later phases are measured on one yardstick and the pool (≈ 40 min of the teacher's generation)
+    is generated once."""
+    return cfg.seed if cfg.phase == 1 else cfg.seed + 1000
 
 
 @torch.no_grad()
@@ -228,16 +236,23 @@ def retrieval_probe(model, windows: list[tuple[torch.Tensor, tuple[int, int], tu
     return {"acc": hits / count, "nll": nll / count, "tokens": count}
 
 
-def mixer_parameters(model, stage: str) -> dict[str, torch.nn.Parameter]:
-    """``{name: parameter}`` trained in ``stage``: the GDN layers in attention transfer, every mixer after."""
-    return mixer_state(model, (".linear_attn.",) if stage == "transfer" else MIXERS)
+def mixer_parameters(model, stage: str,
+                     transfer_layers: tuple[int, ...] | None = None) -> dict[str, torch.nn.Parameter]:
+    """``{name: parameter}`` trained in ``stage``: the GDN layers (those of ``transfer_layers`` if given) in
+    attention transfer, every mixer after."""
+    if stage != "transfer":
+        return mixer_state(model, MIXERS)
+    if transfer_layers is None:
+        return mixer_state(model, (".linear_attn.",))
+    return mixer_state(model, tuple(f"layers.{i}.linear_attn." for i in transfer_layers))
 
 
-def transfer_loss(student, teacher, ids: torch.Tensor) -> torch.Tensor:
-    """Σ over GDN layers of ‖GDN(x) − attention(x)‖² / ‖attention(x)‖², x the teacher's own input to that layer."""
+def transfer_loss(student, teacher, ids: torch.Tensor, layers: tuple[int, ...] | None = None) -> torch.Tensor:
+    """Σ over GDN layers (those of ``layers`` if given) of ‖GDN(x) − attention(x)‖² / ‖attention(x)‖², x the
+    teacher's own input to that layer."""
     pairs, hooks = {}, []
     gdn = {index: layer.linear_attn for index, layer in enumerate(student.model.layers)
-           if hasattr(layer, "linear_attn")}
+           if hasattr(layer, "linear_attn") and (layers is None or index in layers)}
     for index in gdn:
         def record(module, args, kwargs, output, index=index):
             pairs[index] = (kwargs["hidden_states"] if "hidden_states" in kwargs else args[0], output[0])
@@ -299,7 +314,7 @@ def _same_config(saved: dict, cfg: DistillConfig) -> bool:
 
 def distill(teacher, tokenizer, student, cfg: DistillConfig, checkpoint_dir: Path, log=print,
             checkpoint_every_s: float = 600.0, stop_after_s: float | None = None, start: dict | None = None,
-            origin: dict | None = None) -> dict:
+            origin: dict | None = None, transfer_layers: tuple[int, ...] | None = None) -> dict:
     """Train ``student`` (from :func:`hybridmodel.from_teacher.from_teacher`) in place; resumes from
     ``checkpoint_dir/last.pt`` if it is there (same config only). Returns the last log record.
 
@@ -316,6 +331,9 @@ def distill(teacher, tokenizer, student, cfg: DistillConfig, checkpoint_dir: Pat
         ``{"delta": its directory, "sha256": its mixers file's hash, "record": its training record, "log": its
         training log or None}``. The phase counts its steps from 0 (the log's from the delta's step), measures the
         teacher on its own held-out windows, and records ``origin`` (less the log) in its checkpoints and records.
+    transfer_layers : tuple of int, optional
+        The GDN layers attention transfer trains (those a re-split made, :func:`hybridmodel.from_teacher.resplit`);
+        None: every GDN layer. Kept in the checkpoint, which a resumed run reads it from.
     """
     if start is not None and origin is not None:
         raise ValueError("give start (continue a delta of this config) or origin (begin a phase from it), not both")
@@ -330,14 +348,14 @@ def distill(teacher, tokenizer, student, cfg: DistillConfig, checkpoint_dir: Pat
     for p in teacher.parameters():
         p.requires_grad_(False)
     teacher.eval()
-    seed = data_seed(cfg)
+    seed, shared = data_seed(cfg), shared_seed(cfg)
     train_windows = Windows(tokenizer, "train", cfg.length, seed)
-    heldout = Windows(tokenizer, "heldout", cfg.length, seed + 1)
+    heldout = Windows(tokenizer, "heldout", cfg.length, shared + 1)
     eval_windows = [heldout(k) for k in range(cfg.eval_windows)]
     copies = CopyWindows(tokenizer, "train", cfg.length, seed) if cfg.copy_fraction else None
-    probe = CopyWindows(tokenizer, "heldout", cfg.length, seed + 2) if cfg.probe_windows else None
+    probe = CopyWindows(tokenizer, "heldout", cfg.length, shared + 2) if cfg.probe_windows else None
     probe_windows = [probe(k) for k in range(cfg.probe_windows)] if probe else []
-    chats = (TeacherSamples(teacher, tokenizer, "train", seed, cfg.chat_pool, cfg.chat_tokens, cfg.length,
+    chats = (TeacherSamples(teacher, tokenizer, "train", shared, cfg.chat_pool, cfg.chat_tokens, cfg.length,
                             checkpoint_dir / TEACHER_SAMPLES) if cfg.chat_fraction else None)
     step, optimizer, stage, record, seconds, offset, base_tokens = 0, None, None, {}, 0.0, 0, 0
     beginning = False  # a phase begun from a delta by this call: the delta is evaluated first
@@ -351,6 +369,7 @@ def distill(teacher, tokenizer, student, cfg: DistillConfig, checkpoint_dir: Pat
         student.load_state_dict(state["mixers"], strict=False)
         step, seconds, teacher_ppl = state["step"], state["seconds"], state["teacher_ppl"]
         teacher_probe, origin = state.get("teacher_probe"), state.get("origin")
+        transfer_layers = state.get("transfer_layers")
         offset, base_tokens = state.get("offset", 0), state.get("base_tokens", 0)
         if state["stage"] == cfg.stage(step):  # a stage that goes on keeps its AdamW moments
             resumed_optimizer = state["optimizer"]
@@ -424,7 +443,7 @@ def distill(teacher, tokenizer, student, cfg: DistillConfig, checkpoint_dir: Pat
     while step < cfg.steps and not out_of_time():
         if cfg.stage(step) != stage:
             stage = cfg.stage(step)
-            params = mixer_parameters(student, stage)
+            params = mixer_parameters(student, stage, transfer_layers)
             for p in student.parameters():
                 p.requires_grad_(False)
             for p in params.values():
@@ -440,7 +459,8 @@ def distill(teacher, tokenizer, student, cfg: DistillConfig, checkpoint_dir: Pat
         student.train()
         kind = window_kind(cfg, step)
         ids = copies(step)[0] if kind == "copy" else chats(step) if kind == "chat" else train_windows(step)
-        loss = transfer_loss(student, teacher, ids) if stage == "transfer" else kd_loss(student, teacher, ids)
+        loss = (transfer_loss(student, teacher, ids, transfer_layers) if stage == "transfer"
+                else kd_loss(student, teacher, ids))
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_([p for group in optimizer.param_groups for p in group["params"]], 1.0)
@@ -458,6 +478,7 @@ def distill(teacher, tokenizer, student, cfg: DistillConfig, checkpoint_dir: Pat
             _save_atomic({"config": asdict(cfg), "step": step, "seconds": seconds, "teacher_ppl": teacher_ppl,
                           "teacher_probe": teacher_probe, "origin": origin, "offset": offset,
                           "base_tokens": base_tokens, "stage": stage, "optimizer": optimizer.state_dict(),
+                          "transfer_layers": transfer_layers,
                           "mixers": {name: p.detach().clone() for name, p in mixer_state(student).items()}}, last)
             saved = time.monotonic()
     if step < cfg.steps:

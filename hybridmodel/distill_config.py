@@ -57,6 +57,10 @@ class DistillConfig:
         New tokens at most per teacher answer.
     probe_windows : int
         Held-out copy windows of the retrieval probe at each evaluation (0: no probe).
+    attention_layers : tuple of int
+        The hybrid's full-attention layers; empty: Qwen3.5's every fourth (3, 7, ...). A phase begun from a delta
+        of another placement moves its attention there (:func:`hybridmodel.from_teacher.resplit`) and may then run
+        attention transfer (``transfer_steps``) on the layers that became GDN, before distilling.
     """
 
     transfer_steps: int = 300
@@ -74,8 +78,15 @@ class DistillConfig:
     chat_pool: int = 0
     chat_tokens: int = 160
     probe_windows: int = 0
+    attention_layers: tuple[int, ...] = ()
 
     def __post_init__(self):
+        layers = self.attention_layers
+        if isinstance(layers, str) or not all(isinstance(i, int) and not isinstance(i, bool) for i in layers):
+            raise UsageError(f"attention_layers={layers!r}: expected layer indices")
+        object.__setattr__(self, "attention_layers", tuple(sorted(set(layers))))  # a JSON list reads back equal
+        if any(i < 0 for i in self.attention_layers):
+            raise UsageError(f"attention_layers={layers!r}: layer indices are >= 0")
         for name in ("transfer_steps", "kd_steps", "length", "warmup", "eval_every", "eval_windows", "phase",
                      "chat_pool", "chat_tokens", "probe_windows"):
             value = getattr(self, name)
@@ -89,8 +100,9 @@ class DistillConfig:
             raise UsageError(f"copy_fraction + chat_fraction = {self.copy_fraction + self.chat_fraction}: over 1")
         if self.chat_fraction > 0 and self.chat_pool < 1:
             raise UsageError("chat_fraction > 0 needs a chat_pool of at least one conversation")
-        if self.phase > 1 and self.transfer_steps:
-            raise UsageError(f"phase {self.phase} starts from a converted delta: transfer_steps must be 0")
+        if self.phase > 1 and self.transfer_steps and not self.attention_layers:
+            raise UsageError(f"phase {self.phase} starts from a converted delta: transfer_steps must be 0 unless the "
+                             "phase moves its attention (attention_layers), which makes new GDN layers")
 
     @classmethod
     def from_dict(cls, saved: dict) -> "DistillConfig":
@@ -131,7 +143,18 @@ PHASE_DEFAULTS: dict[int, dict] = {
         "eval_windows": 4, "copy_fraction": 0.5, "chat_fraction": 0.2, "chat_pool": 96, "chat_tokens": 160,
         "probe_windows": 4},
 }
+PHASE_DEFAULTS[3] = {**PHASE_DEFAULTS[2], "transfer_steps": 80, "transfer_lr": 1e-3, "kd_steps": 240,
+                     "attention_layers": (7, 8, 14, 17, 18, 20, 21, 23)}
 """Each phase's schedule (what differs from :class:`DistillConfig`'s defaults). Phase 2 — retrieval over long
 contexts and chat, from the phase-1 delta — is sized from costs measured on one thread beside other jobs: a step at
 2,048 tokens 46-64 s, the teacher's generation 6.4 tokens/s (a pool of 96 answers of ≤ 160 tokens ≈ 40 min, ≈ 11 %
-of the phase); 360 steps and the evaluations ≈ 6 core-hours (models/smollm2-135m-hybrid/README.md)."""
+of the phase); 360 steps and the evaluations ≈ 6 core-hours (models/smollm2-135m-hybrid/README.md).
+
+Phase 3 — full attention where the teacher retrieves, from the phase-2 delta — moves the attention from Qwen3.5's
+every fourth layer (7) to the teacher's 8 layers of largest retrieval-head score (``benchmarks/
+teacher_layer_split.py``, docs/realmodel/layer-split/): with every other layer restricted to a 128-token window the
+teacher itself answers NIAH at 2,048 tokens (20 questions) 10 % of the time with attention at 3, 7, ..., 27 — as
+often as with none — 35 % with its top 7, 60 % with its top 8 (and top 10), against 85 % with full attention
+everywhere. The 5 layers that become GDN are trained by attention transfer first (80 steps, ≈ 15 s each:
+one teacher forward, five GDN layers), then every mixer by distillation on phase 2's mix, held-out windows, probe
+and teacher pool (240 steps, ≈ 40 s each where bf16 is native)."""

@@ -21,7 +21,7 @@ from hybridmodel.distill import (
     retrieval_probe,
 )
 from hybridmodel.distill_config import TEACHER_SAMPLES
-from hybridmodel.from_teacher import from_teacher
+from hybridmodel.from_teacher import attention_layers_of, from_teacher, resplit
 from hybridmodel.tokenizer import build_tokenizer
 
 TINY = DistillConfig(transfer_steps=2, kd_steps=2, length=64, eval_every=2, eval_windows=1, warmup=1)
@@ -79,6 +79,39 @@ def test_transfer_trains_the_gdn_layers_only_then_kd_every_mixer(student):
     assert transfer and all(".linear_attn." in name for name in transfer)
     assert set(transfer) < set(kd) and any(".self_attn." in name for name in kd)
     assert not any("mlp" in name or "embed" in name or "layernorm" in name for name in kd)
+
+
+def test_a_placement_of_ones_own_puts_attention_there(teacher):
+    sample = torch.randint(0, 256, (1, 40), generator=torch.Generator().manual_seed(1))
+    placed = from_teacher(teacher, sample, attention_layers=(1, 5))
+    assert attention_layers_of(placed) == (1, 5)
+    assert placed.config.layer_types == ["full_attention" if i in (1, 5) else "linear_attention" for i in range(8)]
+
+
+@torch.no_grad()
+def test_a_resplit_keeps_the_mixers_of_unchanged_layers_and_converts_the_moved_ones(teacher, student):
+    """Attention moved from layers 3, 7 to 2, 3: layer 3 keeps its (trained) attention, the GDN layers that stay
+    GDN keep theirs, layer 2 takes the teacher's attention and layer 7 a GDN converted from it — each exactly what
+    a fresh conversion with attention at 2, 3 would hold there."""
+    sample = torch.randint(0, 256, (1, 40), generator=torch.Generator().manual_seed(1))
+    trained = copy.deepcopy(student)
+    for p in hybrid_delta.mixer_state(trained).values():
+        p.add_(0.01 * torch.randn_like(p))  # as if distilled: not the conversion's weights any more
+    moved, fresh = resplit(trained, teacher, (2, 3), sample)
+    converted = from_teacher(teacher, sample, attention_layers=(2, 3))
+    assert fresh == (7,) and attention_layers_of(moved) == (2, 3)
+
+    def same(a, b):
+        return all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
+
+    layers, was, fresh_layers = moved.model.layers, trained.model.layers, converted.model.layers
+    assert same(layers[3].self_attn, was[3].self_attn)
+    assert all(same(layers[i].linear_attn, was[i].linear_attn) for i in (0, 1, 4, 5, 6))
+    assert same(layers[2].self_attn, fresh_layers[2].self_attn)
+    assert same(layers[7].linear_attn, fresh_layers[7].linear_attn)
+    assert all(same(a.mlp, b.mlp) for a, b in zip(layers, converted.model.layers))
+    names = mixer_parameters(moved, "transfer", fresh)
+    assert names and all(name.startswith("model.layers.7.linear_attn.") for name in names)
 
 
 def test_a_run_resumes_where_it_stopped_and_refuses_other_settings(teacher, student, tmp_path):
@@ -331,3 +364,37 @@ def test_the_cli_begins_phase_two_from_a_delta_resumes_it_and_exports_it(teacher
                                    "--hours", "0"]))
     assert (fresh / TEACHER_SAMPLES).read_bytes() == (out / TEACHER_SAMPLES).read_bytes()
     assert (fresh / "log.jsonl").read_text() == (out / "training_log.jsonl").read_text()
+
+
+def test_the_cli_moves_the_attention_of_a_delta_and_trains_the_new_gdn_layers_first(teacher, student, fake_corpus,
+                                                                                    monkeypatch, tmp_path):
+    """``bench distill --phase 3 --attention-layers 2,3 --init-from DELTA`` (a delta with attention at 3, 7):
+    attention transfer on layer 7 alone (the one that became GDN), then distillation of every mixer; the exported
+    delta holds the new placement, and a run that would move nothing refuses attention transfer."""
+    import argparse
+    from dataclasses import asdict
+
+    import pretrained.loading
+    from bench.model_commands import add_distill_arguments, run_distill
+
+    monkeypatch.setattr(pretrained.loading, "load", lambda spec: (teacher, build_tokenizer(), None))
+    delta, run, out = tmp_path / "delta", tmp_path / "phase3", tmp_path / "out"
+    hybrid_delta.save(student, delta, "f" * 64, {"step": 4, "train_seconds": 1.0, "tokens": 256,
+                                                 "teacher_ppl": 5.0, "config": asdict(TINY2)})
+    parser = argparse.ArgumentParser()
+    add_distill_arguments(parser)
+    common = ["--phase", "3", "--checkpoints", str(run), "--transfer-steps", "2", "--kd-steps", "1", "--length", "64",
+              "--eval-every", "3", "--chat-pool", "2", "--chat-tokens", "2", "--probe-windows", "1",
+              "--init-from", str(delta)]
+    with pytest.raises(ValueError, match="the teacher has layers 0..7"):
+        run_distill(parser.parse_args([*common, "--attention-layers", "3,8"]))
+    with pytest.raises(ValueError, match="trains no attention transfer"):
+        run_distill(parser.parse_args([*common, "--attention-layers", "3,7"]))
+    run_distill(parser.parse_args([*common, "--attention-layers", "2,3", "--out", str(out), "--replace"]))
+    state = torch.load(run / "last.pt", weights_only=False)
+    assert state["transfer_layers"] == (7,) and state["step"] == 3
+    log = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
+    assert [r.get("stage") for r in log if r.get("phase") == 3][1:] == ["transfer", "transfer", "kd"]
+    assert attention_layers_of(hybrid_delta.build(out, teacher)) == (2, 3)
+    with pytest.raises(ValueError, match="another distillation config"):
+        run_distill(parser.parse_args([*common, "--attention-layers", "2,4"]))
