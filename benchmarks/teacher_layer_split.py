@@ -10,9 +10,9 @@ Beside it, each (layer, head)'s retrieval score: the attention mass that the pos
 the needle's value tokens in the context (full attention, the teacher's own greedy answer), averaged over items. The
 ``top`` split keeps the layers with the largest head score, chosen on other items than those it is evaluated on.
 
-    python benchmarks/teacher_layer_split.py --n 10 --out docs/realmodel/layer-split.json
+    python benchmarks/teacher_layer_split.py --n 10 --select 5 --out docs/realmodel/layer-split/teacher.json
 
-One thread, about 3 minutes a split on 20 questions at 2,048 tokens.
+One thread, about 4 minutes a split on 20 questions at 2,048 tokens (docs/realmodel/layer-split/README.md).
 """
 
 from __future__ import annotations
@@ -24,12 +24,11 @@ from pathlib import Path
 
 import torch
 
+from hybridmodel.from_teacher import attention_placement
 from pretrained import loading
 from runtime import encode_text
 from workloads.metrics import METRICS
 from workloads.tasks import Config, generate
-
-QWEN35_SPLIT = (3, 7, 11, 15, 19, 23, 27)
 
 
 def window_hooks(model, full_layers: set[int], window: int, sink: int) -> list:
@@ -137,7 +136,7 @@ def main() -> None:
     heads = torch.stack(per_item).mean(0)  # [layers, heads]
     splits = {"all layers": tuple(range(layers))}
     if args.baselines:
-        splits["qwen3.5 (every 4th)"] = QWEN35_SPLIT
+        splits["qwen3.5 (every 4th)"] = attention_placement(layers)
     for keep in map(int, args.keep.split(",")):
         splits[f"top {keep} by head retrieval score"] = tuple(sorted(int(i) for i in heads.amax(1).topk(keep).indices))
     if args.baselines:

@@ -1,10 +1,10 @@
 """A Qwen3.5 hybrid initialised from a pretrained Llama-architecture teacher (SmolLM2): the starting point of
 :mod:`hybridmodel.distill`.
 
-Layer placement is Qwen3.5's by default: full attention at every fourth layer (``full_attention_interval=4``: layers
-3, 7, ..., so 7 of SmolLM2's 30), Gated DeltaNet in the others; or the layers a caller names (``attention_layers``:
-a placement chosen where the teacher retrieves, ``benchmarks/teacher_layer_split.py``). :func:`resplit` moves the
-attention of an already distilled hybrid to other layers. What carries over, and how:
+Layer placement is Qwen3.5's by default: full attention at every fourth layer (its ``full_attention_interval=4``:
+layers 3, 7, ..., so 7 of SmolLM2's 30), Gated DeltaNet in the others; or the layers a caller names
+(``attention_layers``: a placement chosen where the teacher retrieves, ``benchmarks/teacher_layer_split.py``).
+:func:`resplit` moves the attention of an already distilled hybrid to other layers. What carries over, and how:
 
 - embeddings (tied), MLPs: copied. RMSNorms: Qwen3.5's norms scale by ``1 + w`` where Llama's scale by ``w``, so
   ``w`` is stored as ``w_teacher - 1`` (converted, not retrained; equal up to float rounding).
@@ -53,7 +53,7 @@ def hybrid_config(teacher_config, attention_layers: tuple[int, ...] = ()) -> Qwe
         num_hidden_layers=t.num_hidden_layers, num_attention_heads=heads, num_key_value_heads=kv_heads,
         head_dim=head_dim, linear_num_key_heads=kv_heads, linear_num_value_heads=heads,
         linear_key_head_dim=head_dim, linear_value_head_dim=head_dim, linear_conv_kernel_dim=4,
-        full_attention_interval=4, max_position_embeddings=t.max_position_embeddings,
+        max_position_embeddings=t.max_position_embeddings,
         layer_types=["full_attention" if i in kept else "linear_attention" for i in range(t.num_hidden_layers)],
         rms_norm_eps=t.rms_norm_eps, tie_word_embeddings=t.tie_word_embeddings, hidden_act=t.hidden_act,
         bos_token_id=t.bos_token_id, eos_token_id=t.eos_token_id, pad_token_id=t.pad_token_id,
@@ -119,37 +119,27 @@ def attention_layers_of(model) -> tuple[int, ...]:
     return tuple(i for i, layer in enumerate(model.model.layers) if hasattr(layer, "self_attn"))
 
 
-@torch.no_grad()
 def resplit(student, teacher, attention_layers: tuple[int, ...], sample_ids: torch.Tensor,
             seed: int = 0) -> tuple[Qwen3_5ForCausalLM, tuple[int, ...]]:
-    """``student`` (a distilled hybrid) with its full attention moved to ``attention_layers``.
-
-    A layer of the same kind in both placements keeps its trained mixer; a layer that becomes attention takes the
-    teacher's (as :func:`from_teacher` converts it); a layer that becomes GDN is initialised from the teacher's
-    attention as :func:`from_teacher` does and must be trained again (attention transfer on those layers).
+    """``student`` (a distilled hybrid) with its full attention moved to ``attention_layers``: the conversion of
+    :func:`from_teacher` with that placement, in which every layer of the same kind in both placements takes
+    ``student``'s trained mixer back. A layer that becomes GDN keeps its conversion and must be trained again
+    (attention transfer on those layers).
 
     Returns
     -------
     tuple
         The new hybrid (float32) and the layers that became GDN.
     """
-    torch.manual_seed(seed)
-    moved = Qwen3_5ForCausalLM(hybrid_config(teacher.config, attention_layers)).float().eval()
-    init_gdn_decay(moved, torch.Generator().manual_seed(seed))
-    carry_over(moved, teacher)
-    scales = qk_scales(teacher, sample_ids)
+    moved = from_teacher(teacher, sample_ids, seed, attention_layers)
     fresh = []
-    for index, (ours, before, theirs) in enumerate(zip(moved.model.layers, student.model.layers, teacher.model.layers)):
-        if hasattr(ours, "self_attn"):
-            if hasattr(before, "self_attn"):
-                ours.self_attn.load_state_dict(before.self_attn.state_dict())
-            else:
-                _attention_from(ours.self_attn, theirs.self_attn, scales[index])
-        elif hasattr(before, "linear_attn"):
-            ours.linear_attn.load_state_dict(before.linear_attn.state_dict())
-        else:
-            _gdn_from(ours.linear_attn, theirs.self_attn)
-            fresh.append(index)
+    with torch.no_grad():
+        for index, (ours, before) in enumerate(zip(moved.model.layers, student.model.layers)):
+            kind = "self_attn" if hasattr(ours, "self_attn") else "linear_attn"
+            if hasattr(before, kind):
+                getattr(ours, kind).load_state_dict(getattr(before, kind).state_dict())
+            elif kind == "linear_attn":
+                fresh.append(index)
     return moved, tuple(fresh)
 
 

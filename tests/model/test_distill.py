@@ -320,22 +320,32 @@ def test_the_retrieval_probe_counts_what_a_brute_force_count_does(student, fake_
     assert got["nll"] == pytest.approx(nll / count, rel=1e-4)
 
 
+def _distill_cli(monkeypatch, teacher):
+    """``bench distill``'s parser, with the tiny teacher and the byte tokenizer standing in for the catalogued
+    teacher."""
+    import argparse
+
+    import pretrained.loading
+    from bench.model_commands import add_distill_arguments
+
+    monkeypatch.setattr(pretrained.loading, "load", lambda spec: (teacher, build_tokenizer(), None))
+    parser = argparse.ArgumentParser()
+    add_distill_arguments(parser)
+    return parser
+
+
 def test_the_cli_begins_phase_two_from_a_delta_resumes_it_and_exports_it(teacher, student, fake_corpus, monkeypatch,
                                                                          tmp_path):
     """``bench distill --phase 2 --init-from DELTA``, the same command again (resumed), then ``--hours 0 --out``:
     the exported delta records its origin and its log ends at its step."""
-    import argparse
     from dataclasses import asdict
 
-    import pretrained.loading
-    from bench.model_commands import add_distill_arguments, run_distill
+    from bench.model_commands import run_distill
 
-    monkeypatch.setattr(pretrained.loading, "load", lambda spec: (teacher, build_tokenizer(), None))
+    parser = _distill_cli(monkeypatch, teacher)
     delta, run, out = tmp_path / "delta", tmp_path / "phase2", tmp_path / "out"
     hybrid_delta.save(student, delta, "f" * 64, {"step": 4, "train_seconds": 1.0, "tokens": 256,
                                                  "teacher_ppl": 5.0, "config": asdict(TINY)})
-    parser = argparse.ArgumentParser()
-    add_distill_arguments(parser)
     common = ["--phase", "2", "--checkpoints", str(run), "--kd-steps", "2", "--length", "64", "--eval-every", "2",
               "--chat-pool", "2", "--chat-tokens", "2", "--probe-windows", "1"]
     with pytest.raises(ValueError, match="give --init-from"):
@@ -371,18 +381,14 @@ def test_the_cli_moves_the_attention_of_a_delta_and_trains_the_new_gdn_layers_fi
     """``bench distill --phase 3 --attention-layers 2,3 --init-from DELTA`` (a delta with attention at 3, 7):
     attention transfer on layer 7 alone (the one that became GDN), then distillation of every mixer; the exported
     delta holds the new placement, and a run that would move nothing refuses attention transfer."""
-    import argparse
     from dataclasses import asdict
 
-    import pretrained.loading
-    from bench.model_commands import add_distill_arguments, run_distill
+    from bench.model_commands import run_distill
 
-    monkeypatch.setattr(pretrained.loading, "load", lambda spec: (teacher, build_tokenizer(), None))
+    parser = _distill_cli(monkeypatch, teacher)
     delta, run, out = tmp_path / "delta", tmp_path / "phase3", tmp_path / "out"
     hybrid_delta.save(student, delta, "f" * 64, {"step": 4, "train_seconds": 1.0, "tokens": 256,
                                                  "teacher_ppl": 5.0, "config": asdict(TINY2)})
-    parser = argparse.ArgumentParser()
-    add_distill_arguments(parser)
     common = ["--phase", "3", "--checkpoints", str(run), "--transfer-steps", "2", "--kd-steps", "1", "--length", "64",
               "--eval-every", "3", "--chat-pool", "2", "--chat-tokens", "2", "--probe-windows", "1",
               "--init-from", str(delta)]
