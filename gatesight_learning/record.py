@@ -8,8 +8,8 @@ Two kinds of future are labelled from the same prefill (paper Eq. 2 for both, on
   scores answer to, here only as a training target: nothing of it runs at serving time).
 
 One safetensors shard per window (``<corpus>--<doc>.safetensors``): ``signals.<gdn layer>`` ``[n, Hv, 3]``
-(float16), ``labels.<attention layer>`` and ``reconstruction.<attention layer>`` ``[H_kv, n]`` (max-normalised),
-for the n context tokens after the chat prefix; metadata: corpus, document, checks, weights (fingerprint of the
+(float16), ``labels.<attention layer>`` and (unless labelled with ``--futures labels``)
+``reconstruction.<attention layer>`` ``[H_kv, n]`` (max-normalised), for the n context tokens after the chat prefix; metadata: corpus, document, checks, weights (fingerprint of the
 model that produced them), settings (:func:`label_settings`, JSON), seconds. Existing shards of the same weights and
 settings are skipped, so a killed run resumes; shards of other weights or settings are refused, and so is a label
 directory that mixes them when it is read (:func:`check_shards`).
@@ -31,10 +31,11 @@ from tqdm import tqdm
 
 from artifacts.files import set_default_mode
 from runtime import CHATML_ASSISTANT_TURN, EvidenceRequest, encode_text, prefill
+from runtime.batch import PaddedBatch
 from runtime.errors import UsageError
 from workloads.corpus import LABEL_SOURCES, content_digest, label_documents
 
-from .labels import LabelChecks, Sampler, max_normalise, utility_labels
+from .labels import CLOSED_FORM_TOLERANCE, LabelChecks, Sampler, max_normalise, utility_labels
 
 CHAT_PREFIX = "<|im_start|>user\n"
 RECONSTRUCTION_REQUEST = "<|im_end|>\n<|im_start|>user\nRepeat the text above word for word." + CHATML_ASSISTANT_TURN
@@ -92,8 +93,8 @@ def recording_chunks(tokenizer, tokens: int, chunk: int) -> tuple[list[torch.Ten
 
 
 def label_document(model, tokenizer, text: str, continuations: int = 4, max_new_tokens: int = 128,
-                   seed: int = 0, check_entries: int = 8):
-    """GDN signals and the utility labels of both futures for the n tokens of one document, from one prefill.
+                   seed: int = 0, check_entries: int = 8, futures: str = "both"):
+    """GDN signals and the utility labels of the futures for the n tokens of one document, from one prefill.
 
     Parameters
     ----------
@@ -107,30 +108,34 @@ def label_document(model, tokenizer, text: str, continuations: int = 4, max_new_
     seed : int
     check_entries : int
         Entries per layer and future also scored by brute-force deletion.
+    futures : str
+        ``both`` (:data:`FUTURES`) or ``labels``: the sampled continuations alone (the paper's recipe), without the
+        reconstruction future (about a third of a window's cost on SmolLM2's hybrid).
 
     Returns
     -------
     tuple[dict, dict, LabelChecks]
-        Signals ``{gdn layer: [n, Hv, 3]}`` (β, g, ‖v‖), max-normalised labels of each future kind
-        ``{kind: {attention layer: [H_kv, n]}}`` (:data:`FUTURES`), and the worst checks of both.
+        Signals ``{gdn layer: [n, Hv, 3]}`` (β, g, ‖v‖), max-normalised labels of each future kind labelled
+        ``{kind: {attention layer: [H_kv, n]}}``, and the worst checks of them.
     """
     encode = lambda s: encode_text(tokenizer, s)  # noqa: E731
     prefix, body, suffix = encode(CHAT_PREFIX), encode(text), encode(CHATML_ASSISTANT_TURN)
     ids = torch.tensor(prefix + body + suffix)
     parent = prefill(model, ids, protected=len(prefix), evidence=EvidenceRequest(recurrent_signals=True),
                      tokenizer=tokenizer)
-    sampled = []
-    for m in range(continuations):
-        sampler = Sampler(seed=seed * 1000 + m)
-        first = sampler(parent.last_logits)
-        rest = parent.answer(torch.tensor([first]), max_new_tokens - 1, tokenizer.eos_token_id, choose=sampler).tokens
-        sampled.append(torch.tensor([first] + rest))
+    samplers = [Sampler(seed=seed * 1000 + m) for m in range(continuations)]
+    first = [sampler(parent.last_logits) for sampler in samplers]
+    # the M futures decode as one batch (each step reads the weights once for all M): what each alone would give
+    rest = PaddedBatch([parent] * continuations).sample(first, max_new_tokens - 1, tokenizer.eos_token_id, samplers)
+    sampled = [torch.tensor([token] + answer.tokens) for token, answer in zip(first, rest)]
     n_all = len(prefix) + len(body)
     context = slice(len(prefix), n_all)
     reconstruction = torch.tensor(encode(RECONSTRUCTION_REQUEST) + body)
     labels, checks = {}, []
-    for kind, futures in zip(FUTURES, (sampled, [reconstruction])):
-        raw, check = utility_labels(parent, futures, n_all, check_entries=check_entries, seed=seed)
+    for kind, tokens in zip(FUTURES, (sampled, [reconstruction])):
+        if kind not in labelled_futures(futures):
+            continue
+        raw, check = utility_labels(parent, tokens, n_all, check_entries=check_entries, seed=seed)
         labels[kind] = max_normalise({layer: u[:, context] for layer, u in raw.items()})
         checks.append(check)
     signals = {layer: s[context] for layer, s in parent.evidence.recurrent_signals.items()}
@@ -141,7 +146,7 @@ def label_document(model, tokenizer, text: str, continuations: int = 4, max_new_
 
 def record_corpus(model, tokenizer, out: Path, limit: int | None = None, tokens: int = 1024,
                   continuations: int = 4, max_new_tokens: int = 128, seed: int = 0, weights: str = "",
-                  part: tuple[int, int] = (0, 1)) -> list[Path]:
+                  part: tuple[int, int] = (0, 1), futures: str = "both") -> list[Path]:
     """Label every window of :func:`corpus_windows` into ``out``, one shard per window (the module docstring's
     format); shards already there are kept, so a killed run resumes.
 
@@ -162,6 +167,8 @@ def record_corpus(model, tokenizer, out: Path, limit: int | None = None, tokens:
     part : tuple[int, int]
         ``(k, N)``: windows k, k + N, k + 2N, … only, so that N processes (cores, machines) share one corpus into
         one directory.
+    futures : str
+        The futures labelled (:func:`label_document`).
 
     Returns
     -------
@@ -178,7 +185,7 @@ def record_corpus(model, tokenizer, out: Path, limit: int | None = None, tokens:
     index, parts = part
     if not (isinstance(index, int) and isinstance(parts, int) and 0 <= index < parts):
         raise UsageError(f"part {index}/{parts}: expected K/N with 0 <= K < N")
-    recorded = label_settings(weights, tokens, continuations, max_new_tokens, seed)
+    recorded = label_settings(weights, tokens, continuations, max_new_tokens, seed, futures)
     check_shards(sorted(out.glob("*.safetensors")), recorded)
     out.mkdir(parents=True, exist_ok=True)
     windows = corpus_windows(tokenizer, tokens, limit=limit)[index::parts]
@@ -190,12 +197,13 @@ def record_corpus(model, tokenizer, out: Path, limit: int | None = None, tokens:
         if path.exists():
             continue
         started = time.perf_counter()
-        signals, labels, checks = label_document(model, tokenizer, text, continuations, max_new_tokens, seed)
-        if checks.max_closed_form_error > 1.4e-5 or not checks.covered:
+        signals, labels, checks = label_document(model, tokenizer, text, continuations, max_new_tokens, seed,
+                                                 futures=futures)
+        if checks.max_closed_form_error > CLOSED_FORM_TOLERANCE or not checks.covered:
             raise RuntimeError(f"label checks failed on {corpus}/{doc}: {checks}")
         worst = max(worst, checks.max_closed_form_error)
         tensors = {f"signals.{k}": v.half().contiguous() for k, v in signals.items()}
-        tensors |= {f"{kind}.{k}": v.float().contiguous() for kind in FUTURES for k, v in labels[kind].items()}
+        tensors |= {f"{kind}.{k}": v.float().contiguous() for kind in labels for k, v in labels[kind].items()}
         meta = {"corpus": corpus, "document": doc, "checks": json.dumps(checks.__dict__), "weights": weights,
                 "settings": json.dumps(recorded["settings"]), "seconds": f"{time.perf_counter() - started:.3f}"}
         save_file(tensors, str(path.with_suffix(".tmp")), metadata=meta)
@@ -213,12 +221,24 @@ def _settings_text(settings: dict | None) -> str:
     return ", ".join(f"{k}={v}" for k, v in settings.items())
 
 
-def label_settings(weights: str, tokens: int, continuations: int, max_new_tokens: int, seed: int) -> dict:
+def labelled_futures(futures: str) -> tuple[str, ...]:
+    """The label kinds ``bench label --futures`` stores: ``both`` (:data:`FUTURES`) or ``labels`` alone."""
+    if futures not in ("both", "labels"):
+        raise UsageError(f"futures={futures!r}: label both futures or the sampled ones alone (labels)")
+    return FUTURES if futures == "both" else ("labels",)
+
+
+def label_settings(weights: str, tokens: int, continuations: int, max_new_tokens: int, seed: int,
+                   futures: str = "both") -> dict:
     """What a shard labelled with these records (:func:`shard_settings` reads it back): the weights' fingerprint,
-    and what its labels depend on besides them (``bench label``'s flags of the same names): the window's length and
-    the number, length and seed of the sampled continuations."""
+    and what its labels depend on besides them (``bench label``'s flags of the same names): the window's length,
+    the number, length and seed of the sampled continuations, and the futures labelled."""
+    labelled_futures(futures)
+    if tokens < 1 or continuations < 1 or max_new_tokens < 2:
+        raise UsageError(f"tokens={tokens}, continuations={continuations}, max_new_tokens={max_new_tokens}: a window "
+                         "of at least 1 token, at least 1 continuation of at least 2 tokens")
     return {"weights": weights, "settings": {"tokens": tokens, "continuations": continuations,
-                                             "max_new_tokens": max_new_tokens, "seed": seed}}
+                                             "max_new_tokens": max_new_tokens, "seed": seed, "futures": futures}}
 
 
 def shard_settings(path: Path) -> dict:
@@ -226,7 +246,10 @@ def shard_settings(path: Path) -> dict:
     (:func:`label_settings`; None for a shard written before shards recorded them)."""
     with safe_open(str(path), "pt") as f:
         meta = f.metadata() or {}
+        reconstruction = any(key.startswith("reconstruction.") for key in f.keys())
     settings = json.loads(meta["settings"]) if "settings" in meta else None
+    if settings is not None:  # shards written before --futures record it by what they hold
+        settings.setdefault("futures", "both" if reconstruction else "labels")
     return {"weights": meta.get("weights", "unknown"), "settings": settings}
 
 

@@ -33,17 +33,17 @@ def _shards(labels_dir: Path, futures: str = "labels") -> list[dict]:
 
 
 def label(model_path, out: Path, limit, tokens: int, continuations: int, max_new_tokens: int, seed: int,
-          part: tuple[int, int] = (0, 1)) -> None:
+          part: tuple[int, int] = (0, 1), futures: str = "both") -> None:
     """Record GDN signals and utility labels of the labelling windows into ``out``
     (:func:`gatesight_learning.record.record_corpus`, its arguments), each shard tagged with the weights'
     fingerprint and the settings; shards of other weights or settings in ``out`` are refused before the model
     loads."""
     weights = loading.fingerprint(loading.resolve(model_path), "model*.safetensors")
     check_shards(sorted(out.glob("*.safetensors")), label_settings(weights, tokens, continuations, max_new_tokens,
-                                                                    seed))
+                                                                    seed, futures))
     model, tokenizer, _ = loading.load(model_path)
     record_corpus(model, tokenizer, out, limit, tokens, continuations, max_new_tokens, seed, weights=weights,
-                  part=part)
+                  part=part, futures=futures)
 
 
 def _table(rows: dict[str, dict[str, float]]) -> str:

@@ -136,11 +136,56 @@ class PaddedBatch:
                 rest, _, _ = vmap(_step(self.adapter, position, True), in_dims=(0, 0, 0, None))(base, tail, gdn,
                                                                                                   forced[:-1])
                 followed = torch.cat([logits, rest], 1)
+        return self._decode(logits, base, tail, gdn, position, max_new_tokens, stop, None), followed
+
+    def sample(self, first_tokens: list[int], max_new_tokens: int, eos_token_id: int | list[int] | None = None,
+               choose: list | None = None) -> list[Answer]:
+        """Continuations of every child, each from its own first token, decoded together until every one has
+        stopped.
+
+        Member ``b`` is what :meth:`CachedContext.answer` gives child ``b`` alone for the question
+        ``[first_tokens[b]]`` with ``choose[b]``: each chooser sees only its own member's logits, once per token
+        of that member, so a seeded sampler draws the same sequence as it would alone.
+
+        Parameters
+        ----------
+        first_tokens : list[int]
+            One token per child (e.g. each a sample from the context's last logits).
+        max_new_tokens : int
+            Tokens generated after the first token, the first token's own choice included.
+        eos_token_id : int, list[int] or None
+        choose : list or None
+            One callable per child mapping ``[V]`` logits to the next token (default: argmax for all).
+
+        Returns
+        -------
+        list[Answer]
+            One per child.
+        """
+        if max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        if len(first_tokens) != self.size or (choose is not None and len(choose) != self.size):
+            raise ValueError(f"give one first token (got {len(first_tokens)}) and one chooser (got "
+                             f"{len(choose) if choose is not None else 'none'}) per child ({self.size})")
+        ids = torch.tensor(first_tokens, device=self.base[next(iter(self.base))][0].device)[:, None]
+        stop = {eos_token_id} if isinstance(eos_token_id, int) else set(eos_token_id or ())
+        logits, tail, gdn = vmap(_step(self.adapter, self.position, False), in_dims=(0, None, 0, 0))(
+            self.base, {}, self.recurrent, ids)
+        return self._decode(logits, self.base, tail, gdn, self.position + 1, max_new_tokens, stop, choose)
+
+    def _decode(self, logits, base, tail, gdn, position: int, max_new_tokens: int, stop: set,
+                choose: list | None) -> list[Answer]:
+        """The decode loop from ``[B, 1, V]`` logits until every member has said a ``stop`` token or
+        ``max_new_tokens`` tokens; ``choose`` as in :meth:`sample` (None: argmax)."""
         count = logits.shape[0]
         tokens: list[list[int]] = [[] for _ in range(count)]
         done = [False] * count
         while True:
-            chosen = logits[:, -1].argmax(-1)
+            last = logits[:, -1]
+            chosen = last.argmax(-1)
+            if choose is not None:  # a member that has stopped draws nothing more from its chooser
+                chosen = torch.tensor([int(choose[b](last[b])) if not done[b] else int(chosen[b])
+                                       for b in range(count)], device=chosen.device)
             for b, token in enumerate(chosen.tolist()):
                 if not done[b]:
                     tokens[b].append(token)
@@ -149,9 +194,8 @@ class PaddedBatch:
                 break
             logits, tail, gdn = vmap(_step(self.adapter, position, False))(base, tail, gdn, chosen[:, None])
             position += 1
-        answers = [Answer(t, self.tokenizer.decode([x for x in t if x not in stop])
-                          if self.tokenizer is not None else None) for t in tokens]
-        return answers, followed
+        return [Answer(t, self.tokenizer.decode([x for x in t if x not in stop]) if self.tokenizer is not None
+                       else None) for t in tokens]
 
 
 def logits_many(children: list[CachedContext], question_ids) -> torch.Tensor:

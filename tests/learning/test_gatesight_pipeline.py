@@ -104,3 +104,44 @@ def test_label_parts_share_one_directory(model_dir, tmp_path):
     assert whole == parts == {p.name for p in (tmp_path / "parts").glob("*.safetensors")} and len(whole) == 4
     with pytest.raises(ValueError, match="part 2/2: expected K/N"):
         record_corpus(model, tokenizer, tmp_path / "bad", part=(2, 2), **settings)
+
+
+def test_label_the_sampled_futures_alone(model_dir, tmp_path, capsys):
+    """`bench label --futures labels` (the paper's recipe) stores no reconstruction labels, records it, and its shards
+    neither mix with both-future shards nor train a both-future estimator; shards from before the flag read back
+    by what they hold."""
+    import json
+
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    from gatesight_learning.record import shard_settings
+
+    sampled, both = tmp_path / "sampled", tmp_path / "both"
+    common = ["--model", str(model_dir), "--limit", "2", "--tokens", "40", "--continuations", "2",
+              "--max-new-tokens", "4"]
+    assert main(["label", *common, "--out", str(sampled), "--futures", "labels"]) == 0
+    assert main(["label", *common, "--out", str(both)]) == 0
+    paths = sorted(sampled.glob("*.safetensors"))
+    assert len(paths) == 2
+    for path, twin in zip(paths, sorted(both.glob("*.safetensors"))):
+        with safe_open(str(path), "pt") as f:
+            assert not [k for k in f.keys() if k.startswith("reconstruction.")]
+        assert shard_settings(path)["settings"]["futures"] == "labels"
+        assert shard_settings(twin)["settings"]["futures"] == "both"
+        # the same seeds: the sampled labels equal those of the run that labelled both futures
+        ours, theirs = load_shard(path)["labels"], load_shard(twin)["labels"]
+        assert all(torch.equal(ours[k], theirs[k]) for k in ours)
+    assert main(["label", *common, "--out", str(sampled)]) == 2  # a both-future run into a sampled-only directory
+    assert "other settings" in capsys.readouterr().err and len(list(sampled.glob("*.safetensors"))) == 2
+    assert main(["train", "--model", str(model_dir), "--labels", str(sampled), "--out", str(tmp_path / "est"),
+                 "--futures", "both"]) == 2
+    assert "no reconstruction labels" in capsys.readouterr().err and not (tmp_path / "est").exists()
+    # a shard written before --futures existed: its settings lack the key, its tensors tell
+    with safe_open(str(paths[0]), "pt") as f:
+        tensors, meta = {k: f.get_tensor(k) for k in f.keys()}, f.metadata()
+    meta["settings"] = json.dumps({k: v for k, v in json.loads(meta["settings"]).items() if k != "futures"})
+    save_file(tensors, str(tmp_path / "old.safetensors"), metadata=meta)
+    assert shard_settings(tmp_path / "old.safetensors")["settings"]["futures"] == "labels"
+    assert main(["label", *common, "--out", str(tmp_path / "bad"), "--max-new-tokens", "1"]) == 2
+    assert "max_new_tokens=1" in capsys.readouterr().err and not (tmp_path / "bad").exists()

@@ -24,11 +24,12 @@ def test_shards_record_their_settings_and_a_resume_under_others_is_refused(model
     assert _label(model_dir, labels, "--tokens", "48", "--part", "0/2") == 0
     [shard] = labels.glob("*.safetensors")
     recorded = shard_settings(shard)["settings"]
-    assert recorded == {"tokens": 48, "continuations": 1, "max_new_tokens": 4, "seed": 0}
+    assert recorded == {"tokens": 48, "continuations": 1, "max_new_tokens": 4, "seed": 0, "futures": "both"}
     written = shard.read_bytes()
     capsys.readouterr()
     monkeypatch.setattr(loading, "load", lambda *a, **k: pytest.fail("the model loaded before the refusal"))
-    for other in (["--tokens", "40"], ["--tokens", "48", "--seed", "1"], ["--tokens", "48", "--continuations", "2"]):
+    for other in (["--tokens", "40"], ["--tokens", "48", "--seed", "1"], ["--tokens", "48", "--continuations", "2"],
+                  ["--tokens", "48", "--futures", "labels"]):
         code = _label(model_dir, labels, *other, "--part", "1/2")
         err = capsys.readouterr().err
         assert code == 2 and f"{shard} was labelled with other settings (tokens=48" in err, err

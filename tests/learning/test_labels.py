@@ -20,7 +20,7 @@ def test_closed_form_equals_brute_force_deletion(tiny):
     sampler = Sampler(seed=3)
     continuations = [torch.tensor(parent.answer(token_ids(1, s), 12, choose=sampler).tokens) for s in range(2)]
     labels, checks = utility_labels(parent, continuations, n=80, check_entries=80)
-    assert checks.max_closed_form_error < 1.4e-5
+    assert checks.max_closed_form_error < 1e-5, checks
     assert checks.max_reconstruction_error < 1e-5
     assert checks.covered
     assert set(labels) == set(parent.adapter.attention_layers)
@@ -81,7 +81,8 @@ def test_reconstruction_future_is_the_window_asked_back(model_dir):
     text = "The quick brown fox jumps over the lazy dog. Pack my box with five dozen liquor jugs."
     signals, labels, checks = label_document(model, tokenizer, text, continuations=2, max_new_tokens=5, seed=1,
                                              check_entries=16)
-    assert set(labels) == {"labels", "reconstruction"} and checks.covered and checks.max_closed_form_error < 1.4e-5
+    assert set(labels) == {"labels", "reconstruction"} and checks.covered
+    assert checks.max_closed_form_error < 1e-5, checks
     encode = lambda s: encode_text(tokenizer, s)  # noqa: E731
     prefix, body = encode(CHAT_PREFIX), encode(text)
     parent = prefill(model, torch.tensor(prefix + body + encode(CHATML_ASSISTANT_TURN)), protected=len(prefix),

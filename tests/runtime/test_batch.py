@@ -67,3 +67,22 @@ def test_one_padded_batch_for_several_questions_and_members(tiny, family):
             assert answer.tokens == alone.answer(question, 6, eos_token_id=5).tokens
             expected = alone.logits(torch.cat([question, token_ids(4, 11)]))[question.numel() - 1 : -1]
             assert torch.allclose(follow, expected, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("family", ["qwen3_5", "granitemoehybrid"])
+def test_sampled_continuations_together_equal_each_alone(tiny, family):
+    # the labelling's M sampled futures of one parent: each member its own first token and its own seeded sampler
+    from gatesight_learning.labels import Sampler
+    from runtime.batch import PaddedBatch
+
+    model = tiny(family)
+    parent = prefill(model, token_ids(90, 12), protected=4)
+    first = [3, 8, 3]
+    together = PaddedBatch([parent] * 3).sample(first, 9, eos_token_id=5,
+                                                choose=[Sampler(temperature=2.0, seed=s) for s in range(3)])
+    alone = [parent.answer(torch.tensor([t]), 9, eos_token_id=5, choose=Sampler(temperature=2.0, seed=s)).tokens
+             for s, t in enumerate(first)]
+    assert [a.tokens for a in together] == alone
+    assert len({tuple(t) for t in alone}) == 3  # the samplers drew different continuations: the check is not vacuous
+    with pytest.raises(ValueError, match="one first token"):
+        PaddedBatch([parent] * 3).sample([1, 2], 4)
