@@ -8,11 +8,11 @@ Two kinds of future are labelled from the same prefill (paper Eq. 2 for both, on
   scores answer to, here only as a training target: nothing of it runs at serving time).
 
 One safetensors shard per window (``<corpus>--<doc>.safetensors``): ``signals.<gdn layer>`` ``[n, Hv, 3]``
-(float16), ``labels.<attention layer>`` and (unless labelled with ``--futures labels``)
-``reconstruction.<attention layer>`` ``[H_kv, n]`` (max-normalised), for the n context tokens after the chat prefix; metadata: corpus, document, checks, weights (fingerprint of the
-model that produced them), settings (:func:`label_settings`, JSON), seconds. Existing shards of the same weights and
-settings are skipped, so a killed run resumes; shards of other weights or settings are refused, and so is a label
-directory that mixes them when it is read (:func:`check_shards`).
+(float16), ``labels.<attention layer>`` and (unless labelled with ``--futures labels``) ``reconstruction.<attention
+layer>`` ``[H_kv, n]`` (max-normalised), for the n context tokens after the chat prefix; metadata: corpus, document,
+checks, weights (fingerprint of the model that produced them), settings (:func:`label_settings`, JSON), seconds.
+Existing shards of the same weights and settings are skipped, so a killed run resumes; shards of other weights or
+settings are refused, and so is a label directory that mixes them when it is read (:func:`check_shards`).
 """
 
 from __future__ import annotations
