@@ -152,7 +152,8 @@ class PaddedBatch:
         first_tokens : list[int]
             One token per child (e.g. each a sample from the context's last logits).
         max_new_tokens : int
-            Tokens generated after the first token, the first token's own choice included.
+            Tokens generated after each member's first token (as :meth:`CachedContext.answer`'s, for which the
+            first token is the question).
         eos_token_id : int, list[int] or None
         choose : list or None
             One callable per child mapping ``[V]`` logits to the next token (default: argmax for all).
@@ -167,7 +168,7 @@ class PaddedBatch:
         if len(first_tokens) != self.size or (choose is not None and len(choose) != self.size):
             raise ValueError(f"give one first token (got {len(first_tokens)}) and one chooser (got "
                              f"{len(choose) if choose is not None else 'none'}) per child ({self.size})")
-        ids = torch.tensor(first_tokens, device=self.base[next(iter(self.base))][0].device)[:, None]
+        ids = torch.tensor(first_tokens, device=self.adapter.device)[:, None]
         stop = {eos_token_id} if isinstance(eos_token_id, int) else set(eos_token_id or ())
         logits, tail, gdn = vmap(_step(self.adapter, self.position, False), in_dims=(0, None, 0, 0))(
             self.base, {}, self.recurrent, ids)
