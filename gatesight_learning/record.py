@@ -132,8 +132,9 @@ def label_document(model, tokenizer, text: str, continuations: int = 4, max_new_
     context = slice(len(prefix), n_all)
     reconstruction = torch.tensor(encode(RECONSTRUCTION_REQUEST) + body)
     labels, checks = {}, []
+    wanted = labelled_futures(futures)
     for kind, tokens in zip(FUTURES, (sampled, [reconstruction])):
-        if kind not in labelled_futures(futures):
+        if kind not in wanted:
             continue
         raw, check = utility_labels(parent, tokens, n_all, check_entries=check_entries, seed=seed)
         labels[kind] = max_normalise({layer: u[:, context] for layer, u in raw.items()})
