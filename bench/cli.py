@@ -18,11 +18,11 @@ from .cost import COST
 from .fetch_command import FETCH_MODEL
 from .learning_commands import ANALYZE, CALIBRATE, LABEL, TRAIN
 from .merge import MERGE
-from .model_commands import DISTILL, MODEL_EVAL, TRAIN_MODEL
+from .model_commands import DISTILL, MODEL_EVAL, SHIP_ARTIFACTS, TRAIN_MODEL
 from .publish import LEADERBOARD, VERIFY
 
-COMMANDS = (COMPARE, MERGE, LEADERBOARD, VERIFY, COST, FETCH_MODEL, CALIBRATE, TRAIN_MODEL, MODEL_EVAL, DISTILL, LABEL,
-            TRAIN, ANALYZE)
+COMMANDS = (COMPARE, MERGE, LEADERBOARD, VERIFY, COST, FETCH_MODEL, CALIBRATE, TRAIN_MODEL, MODEL_EVAL, DISTILL,
+            SHIP_ARTIFACTS, LABEL, TRAIN, ANALYZE)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,4 +1,5 @@
-"""``bench train-model`` and ``bench model-eval``: the default model's training and its full-cache accuracy."""
+"""``bench train-model`` and ``bench model-eval``: the default model's training and its full-cache accuracy;
+``bench distill`` and ``bench ship-artifacts``: the distilled hybrid's training and what its delta carries."""
 
 from __future__ import annotations
 
@@ -249,3 +250,29 @@ def _start_from(init: Path, cfg: DistillConfig) -> tuple[dict | None, dict | Non
 DISTILL = Command("distill", "distil a pretrained Llama-architecture teacher (SmolLM2-135M-Instruct) into a Qwen3.5 "
                              "GDN hybrid: attention transfer, then end-to-end distillation (resumable, one thread)",
                   add_distill_arguments, run_distill)
+
+
+def add_ship_artifacts_arguments(parser: argparse.ArgumentParser) -> None:
+    import pretrained
+
+    distilled = [name for name, c in pretrained.CHECKPOINTS.items() if isinstance(c, pretrained.DistilledCheckpoint)]
+    parser.add_argument("name", help=f"a distilled hybrid: {', '.join(distilled)}")
+    parser.add_argument("--cache", default=None, help="where converted models live (default: $HYBRIDPRESS_CACHE/"
+                                                      "models, else ~/.cache/hybridpress/models)")
+
+
+def run_ship_artifacts(args: argparse.Namespace) -> None:
+    import pretrained
+    from hybridmodel.hybrid_delta import ship_artifacts
+
+    checkpoint = pretrained.CHECKPOINTS.get(args.name)
+    if not isinstance(checkpoint, pretrained.DistilledCheckpoint):
+        distilled = [name for name, c in pretrained.CHECKPOINTS.items()
+                     if isinstance(c, pretrained.DistilledCheckpoint)]
+        raise UsageError(f"{args.name!r} is not a distilled hybrid; choose {', '.join(distilled)}")
+    ship_artifacts(checkpoint, Path(args.cache) if args.cache else pretrained.cache_dir())
+
+
+SHIP_ARTIFACTS = Command("ship-artifacts", "copy the GateSight estimator and calibration of a rebuilt distilled "
+                                           "hybrid into its delta (models/<name>/), so that every rebuild carries "
+                                           "them", add_ship_artifacts_arguments, run_ship_artifacts)

@@ -13,23 +13,34 @@ from artifacts.files import check_replaceable, install
 from presses.gatesight import ARTIFACT_DIR, gdn_window
 from pretrained import loading
 from runtime import adapter_for
+from runtime.errors import UsageError
 
 from .estimator import TrainSettings, train_estimator
 from .evaluate import evaluate, heuristic_predictors, learned_predictors_loco, single_head_oracle
-from .record import check_shards, label_settings, load_shard, record_corpus
+from .record import check_shards, label_settings, load_shard, record_corpus, shard_settings
 
 ESTIMATOR_FILES = ("gatesight.safetensors", "gatesight.json")
 """What holds a trained estimator in its directory (:meth:`presses.gatesight.GateSightEstimator.save`)."""
 
 
-def _shards(labels_dir: Path, futures: str = "labels") -> list[dict]:
-    """The label shards of ``labels_dir``, refused if there are none or if they were labelled with different
-    weights or settings (:func:`gatesight_learning.record.check_shards`)."""
+def _shards(labels_dir: Path, weights: str, futures: str = "labels") -> list[dict]:
+    """The label shards of ``labels_dir``, refused if there are none, if they were labelled with different weights
+    or settings (:func:`gatesight_learning.record.check_shards`), or by weights other than ``weights`` (the
+    fingerprint of the model they are read for: labels of other weights describe another model)."""
     paths = sorted(Path(labels_dir).glob("*.safetensors"))
     if not paths:
         raise FileNotFoundError(f"no label shards in {labels_dir}: run `bench label --out {labels_dir}` first")
     check_shards(paths)
+    labelled = shard_settings(paths[0])["weights"]
+    if labelled != weights:
+        raise UsageError(f"{labels_dir} was labelled by model weights {labelled}, not this model's ({weights}): "
+                         f"label this model into a new directory (`bench label --out DIR`)")
     return [load_shard(p, futures) for p in tqdm(paths, desc="read labels", unit="shard", leave=False)]
+
+
+def _weights(model_path) -> str:
+    """The fingerprint of the model's weight files: what label shards and an estimator record of the model."""
+    return loading.fingerprint(loading.resolve(model_path), "model*.safetensors")
 
 
 def label(model_path, out: Path, limit, tokens: int, continuations: int, max_new_tokens: int, seed: int,
@@ -38,7 +49,7 @@ def label(model_path, out: Path, limit, tokens: int, continuations: int, max_new
     (:func:`gatesight_learning.record.record_corpus`, its arguments), each shard tagged with the weights'
     fingerprint and the settings; shards of other weights or settings in ``out`` are refused before the model
     loads."""
-    weights = loading.fingerprint(loading.resolve(model_path), "model*.safetensors")
+    weights = _weights(model_path)
     check_shards(sorted(out.glob("*.safetensors")), label_settings(weights, tokens, continuations, max_new_tokens,
                                                                     seed, futures))
     model, tokenizer, _ = loading.load(model_path)
@@ -68,7 +79,8 @@ def train(model_path, labels_dir: Path, out: Path | None, slow_threshold: float,
 
     target = Path(out or loading.resolve(model_path) / ARTIFACT_DIR)
     check_replaceable(target, [target / name for name in ESTIMATOR_FILES], "a GateSight estimator", replace)
-    shards = _shards(labels_dir, futures)
+    weights = _weights(model_path)
+    shards = _shards(labels_dir, weights, futures)
     model, _, _ = loading.load(model_path)
     adapter = adapter_for(model)
     windows = {layer: gdn_window(adapter, layer, settings.window) for layer in adapter.attention_layers}
@@ -81,7 +93,7 @@ def train(model_path, labels_dir: Path, out: Path | None, slow_threshold: float,
     table = _table(rows)
     estimator = train_estimator(shards, windows, settings, log=print)
     seconds = [s["seconds"] for s in shards if s["seconds"] == s["seconds"]]  # NaN: shard without a timing
-    estimator.meta.update({"corpora": sorted({s["corpus"] for s in shards}), "futures": futures,
+    estimator.meta.update({"weights": weights, "corpora": sorted({s["corpus"] for s in shards}), "futures": futures,
                            "label_seconds_per_window": sum(seconds) / len(seconds) if seconds else None,
                            "loco": rows,
                            "loco_per_layer": {name: {str(layer): m for layer, m in by_layer.items()}
@@ -110,7 +122,7 @@ def analyze(model_path, labels_dir: Path, out: Path, slow_threshold: float) -> N
         slow_heads_by_layer,
     )
 
-    shards = _shards(labels_dir)
+    shards = _shards(labels_dir, _weights(model_path))
     model, _, directory = loading.load(model_path)
     adapter = adapter_for(model)
     out.mkdir(parents=True, exist_ok=True)

@@ -2,17 +2,25 @@
 layers) in bfloat16, beside the config and the hash of the teacher file they were trained against. Everything else
 (embeddings, MLPs, norms) is the teacher's, converted exactly (:func:`hybridmodel.from_teacher.carry_over`), so the
 full model is rebuilt from the packaged teacher by :func:`rebuild` — and only from a teacher of that hash.
+
+A delta may also carry what the bench derived from its rebuilt model — the GateSight estimator and the calibration
+(:data:`pretrained.catalog.DELTA_ARTIFACTS`, put there by :func:`ship_artifacts`) — so that a fresh checkout runs
+GateSight without labelling. They belong to its mixers: new mixers written over a delta move them aside.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file, save_file
 
-from pretrained.catalog import MIXERS_FILE
+from artifacts.files import backup_path, write_text
+from pretrained.catalog import DELTA_ARTIFACTS, MIXERS_FILE
+from pretrained.loading import fingerprint
+from pretrained.store import SOURCE_FILE, installed, sha256_of, source_hash
 from runtime.errors import UsageError
 
 from .from_teacher import carry_over
@@ -27,15 +35,24 @@ def mixer_state(student, kinds: tuple[str, ...] = MIXERS) -> dict[str, torch.nn.
     return {name: p for name, p in student.named_parameters() if any(kind in name for kind in kinds)}
 
 
-def save(student, out_dir: Path, teacher_sha256: str, record: dict) -> Path:
-    """Write the mixers (bf16) and the manifest of ``student`` into ``out_dir``; the mixers file's path."""
+def save(student, out_dir: Path, teacher_sha256: str, record: dict, log=print) -> Path:
+    """Write the mixers (bf16) and the manifest of ``student`` into ``out_dir``; the mixers file's path. Artifacts
+    the delta carried for other mixers are moved aside to ``<folder>.backup-<time>`` first: they describe another
+    model."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     tensors = {name: p.detach().to(torch.bfloat16).contiguous() for name, p in mixer_state(student).items()}
     partial = out_dir / (MIXERS_FILE + ".partial")
     save_file(tensors, partial)
     partial.chmod(0o644)  # safetensors writes through a private temporary file; the delta is shipped like the rest
-    partial.replace(out_dir / MIXERS_FILE)
+    old = out_dir / MIXERS_FILE
+    if old.exists() and sha256_of(old) != sha256_of(partial):
+        for folder in DELTA_ARTIFACTS:
+            if (out_dir / folder).exists():
+                aside = backup_path(out_dir / folder)
+                (out_dir / folder).rename(aside)
+                log(f"{out_dir / folder} was derived from the mixers replaced now: moved aside to {aside}")
+    partial.replace(old)
     manifest = {"teacher_sha256": teacher_sha256, "dtype": "bfloat16", "config": student.config.to_dict(),
                 "training": record}
     (out_dir / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2) + "\n")
@@ -71,16 +88,24 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jin
 """What the hybrid keeps of the teacher's directory as files: its tokenizer, chat template and stop tokens."""
 
 
+def _check_estimator_weights(directory: Path, weights: str, what: str) -> None:
+    """``ValueError`` if the GateSight estimator in ``directory/gatesight`` records weights other than ``weights``
+    (an estimator saved before estimators recorded them passes)."""
+    config = Path(directory) / DELTA_ARTIFACTS[0] / "gatesight.json"
+    if not config.exists():
+        return
+    trained_on = json.loads(config.read_text()).get("meta", {}).get("weights")
+    if trained_on is not None and trained_on != weights:
+        raise UsageError(f"{config.parent} was trained on model weights {trained_on}, not {what}'s ({weights}): "
+                         "train it again on this model (`bench label`, then `bench train --replace`)")
+
+
 def rebuild(checkpoint, root: Path, log=print) -> Path:
     """Rebuild the catalogued hybrid ``checkpoint`` (:class:`pretrained.DistilledCheckpoint`) into ``root/<name>``
     from its shipped delta on its teacher, which must be fetched into ``root`` already and be the file the delta was
-    trained against. A directory rebuilt from an older delta is moved aside first, never written over."""
-    import shutil
-
+    trained against; the artifacts the delta carries are copied in. A directory rebuilt from an older delta is
+    moved aside first, never written over."""
     from transformers import AutoModelForCausalLM
-
-    from artifacts.files import backup_path
-    from pretrained.store import SOURCE_FILE, installed, source_hash
 
     root = Path(root)
     delta = checkpoint.delta_dir
@@ -105,6 +130,10 @@ def rebuild(checkpoint, root: Path, log=print) -> Path:
     for name in TOKENIZER_FILES:
         if (teacher_dir / name).exists():
             shutil.copyfile(teacher_dir / name, staged / name)
+    for folder in DELTA_ARTIFACTS:
+        if (delta / folder).is_dir():
+            shutil.copytree(delta / folder, staged / folder)
+    _check_estimator_weights(staged, fingerprint(staged, "model*.safetensors"), f"the model rebuilt from {delta}")
     (staged / SOURCE_FILE).write_text(json.dumps(
         {"name": checkpoint.name, "sha256": source_hash(checkpoint), "teacher_sha256": wanted,
          "delta": str(delta)}, indent=2) + "\n")
@@ -115,3 +144,52 @@ def rebuild(checkpoint, root: Path, log=print) -> Path:
     staged.rename(target)
     log(f"{checkpoint.name}: ready in {target}")
     return target
+
+
+def ship_artifacts(checkpoint, root: Path, log=print) -> list[Path]:
+    """Copy the GateSight estimator and the calibration of the hybrid rebuilt from ``checkpoint``'s delta (in
+    ``root``) into the delta, so that every later rebuild carries them (:data:`pretrained.catalog.DELTA_ARTIFACTS`).
+
+    A folder the delta holds already with other files is moved aside to ``<folder>.backup-<time>`` first. The
+    rebuilt directory then records the delta's new hash: it is what a rebuild from the delta now gives.
+
+    Returns
+    -------
+    list[Path]
+        The delta's artifact folders written.
+
+    Raises
+    ------
+    FileNotFoundError
+        The hybrid is not rebuilt from the current delta in ``root``.
+    ValueError
+        It holds neither an estimator nor a calibration, or an estimator trained on other weights.
+    """
+    import filecmp
+
+    directory = installed(checkpoint, Path(root))
+    if directory is None:
+        raise FileNotFoundError(f"{checkpoint.name} is not rebuilt from {checkpoint.delta_dir} in {root}: run "
+                                f"`bench fetch-model {checkpoint.name}`, then `bench train` / `bench calibrate` on it")
+    present = [folder for folder in DELTA_ARTIFACTS if any(p.is_file() for p in (directory / folder).glob("*"))]
+    if not present:
+        raise UsageError(f"{directory} holds no GateSight estimator nor calibration: run `bench train --model "
+                         f"{checkpoint.name}` and `bench calibrate --model {checkpoint.name}` first")
+    _check_estimator_weights(directory, fingerprint(directory, "model*.safetensors"), str(directory))
+    written = []
+    for folder in present:
+        source, target = directory / folder, checkpoint.delta_dir / folder
+        if target.exists():
+            compared = filecmp.dircmp(source, target)
+            if not (compared.left_only or compared.right_only or compared.diff_files or compared.funny_files):
+                log(f"{target}: already the same as {source}")
+                continue
+            aside = backup_path(target)
+            target.rename(aside)
+            log(f"{target}: the previous one moved aside to {aside}")
+        shutil.copytree(source, target, ignore=lambda _, names: [n for n in names if not (source / n).is_file()])
+        written.append(target)
+        log(f"{target}: copied from {source}")
+    record = json.loads((directory / SOURCE_FILE).read_text())
+    write_text(directory / SOURCE_FILE, json.dumps({**record, "sha256": source_hash(checkpoint)}, indent=2) + "\n")
+    return written

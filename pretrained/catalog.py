@@ -10,6 +10,9 @@ SHIPPED_DELTAS = Path(__file__).resolve().parent.parent / "models"
 """Where the source checkout keeps the distilled hybrids' deltas (``models/<name>/``)."""
 MIXERS_FILE = "mixers.safetensors"
 """A delta's token-mixer weights (:mod:`hybridmodel.hybrid_delta` writes it; its hash identifies a rebuild)."""
+DELTA_ARTIFACTS = ("gatesight", "calibration")
+"""The folders a delta may carry beside its mixers: the GateSight estimator and the calibration measured on the
+model rebuilt from it (``bench ship-artifacts``). Every rebuild gets a copy, and their files are part of its hash."""
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ import os
 from functools import lru_cache
 from pathlib import Path
 
-from .catalog import CHECKPOINTS, MIXERS_FILE, DistilledCheckpoint, PackagedCheckpoint
+from .catalog import CHECKPOINTS, DELTA_ARTIFACTS, MIXERS_FILE, DistilledCheckpoint, PackagedCheckpoint
 
 CACHE_ENV = "HYBRIDPRESS_CACHE"
 """The cache's root, if set (default: ``~/.cache/hybridpress``); converted models live in its ``models/``."""
@@ -37,13 +37,28 @@ def sha256_of(path: Path) -> str:
     return _file_sha256(Path(path), stat.st_size, stat.st_mtime_ns)
 
 
+def delta_artifact_files(delta_dir: Path) -> list[Path]:
+    """The files of the artifact folders (:data:`~pretrained.catalog.DELTA_ARTIFACTS`) a delta carries, sorted."""
+    return sorted(path for folder in DELTA_ARTIFACTS for path in (Path(delta_dir) / folder).glob("*") if path.is_file())
+
+
 def source_hash(checkpoint: PackagedCheckpoint | DistilledCheckpoint) -> str | None:
     """What a complete directory of ``checkpoint`` records in its :data:`SOURCE_FILE`: the packaged file's hash, or
-    for a distilled hybrid the hash of the shipped mixers it was rebuilt from (None if the checkout has none)."""
+    for a distilled hybrid the hash of the shipped mixers it was rebuilt from — with the artifacts the delta
+    carries, if any, folded in (None if the checkout has no mixers)."""
     if isinstance(checkpoint, PackagedCheckpoint):
         return checkpoint.sha256
     mixers = checkpoint.delta_dir / MIXERS_FILE
-    return sha256_of(mixers) if mixers.is_file() else None
+    if not mixers.is_file():
+        return None
+    artifacts = delta_artifact_files(checkpoint.delta_dir)
+    if not artifacts:  # a delta without artifacts keeps the hash of its mixers alone
+        return sha256_of(mixers)
+    digest = hashlib.sha256(sha256_of(mixers).encode())
+    for path in artifacts:
+        digest.update(path.relative_to(checkpoint.delta_dir).as_posix().encode())
+        digest.update(sha256_of(path).encode())
+    return digest.hexdigest()
 
 
 def installed(checkpoint: PackagedCheckpoint | DistilledCheckpoint, root: Path | None = None) -> Path | None:

@@ -9,6 +9,7 @@ from bench.cli import main
 from gatesight_learning.evaluate import overlap_and_coverage, spearman, split_by_corpus
 from gatesight_learning.record import load_shard
 from presses.gatesight import GateSightEstimator
+from pretrained import loading
 
 
 def test_label_train_analyze(model_dir, tmp_path, capsys):
@@ -36,6 +37,7 @@ def test_label_train_analyze(model_dir, tmp_path, capsys):
     estimator = GateSightEstimator.load(artifact)
     assert sorted(estimator.meta["corpora"]) == sorted({s["corpus"] for s in shards})
     assert estimator.meta["futures"] == "both" and estimator.meta["label_seconds_per_window"] > 0
+    assert estimator.meta["weights"] == loading.fingerprint(model_dir, "model*.safetensors")  # what it describes
     # observation 3 reads the per-layer evaluation: its layer means are the overall leave-one-corpus-out figures
     from gatesight_learning.analyze import observation_3
 

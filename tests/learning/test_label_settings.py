@@ -72,3 +72,27 @@ def test_train_refuses_shards_of_different_settings(model_dir, tmp_path, capsys)
     assert code == 2 and "tokens=40" in err and "tokens=48" in err, err
     assert "keep one setting's shards per directory" in err
     assert not (tmp_path / "estimator").exists()
+
+
+def test_train_and_analyze_refuse_labels_of_other_weights(model_dir, tmp_path, capsys):
+    """Labels describe the model that produced them: a copy of the model with one weight changed refuses them."""
+    from safetensors.torch import load_file
+
+    labels = tmp_path / "labels"
+    assert _label(model_dir, labels, "--tokens", "48", "--limit", "1") == 0
+    other = tmp_path / "other-model"
+    shutil.copytree(model_dir, other, ignore=shutil.ignore_patterns("gatesight", "calibration"))
+    [weights] = other.glob("model*.safetensors")
+    tensors = load_file(str(weights))
+    name = next(iter(tensors))
+    tensors[name] = tensors[name] + 1.0
+    save_file(tensors, str(weights), metadata={"format": "pt"})
+    capsys.readouterr()
+    for argv in (["train", "--epochs", "1", "--out", str(tmp_path / "estimator")],
+                 ["analyze", "--out", str(tmp_path / "analysis")]):
+        code = main([argv[0], "--model", str(other), "--labels", str(labels), *argv[1:]])
+        err = capsys.readouterr().err
+        labelled, this = (loading.fingerprint(d, "model*.safetensors") for d in (model_dir, other))
+        assert code == 2 and f"{labels} was labelled by model weights {labelled}" in err, err
+        assert f"not this model's ({this})" in err
+    assert not (tmp_path / "estimator").exists() and not (tmp_path / "analysis").exists()

@@ -4,6 +4,7 @@ of the recorded hash only."""
 
 import copy
 import json
+import shutil
 
 import pytest
 import torch
@@ -153,6 +154,90 @@ def test_a_delta_of_another_teacher_file_is_refused(student, tmp_path, monkeypat
     with pytest.raises(ValueError, match="distilled from a teacher file of SHA-256 0000"):
         hybrid_delta.rebuild(pretrained.CHECKPOINTS["smollm2-135m-hybrid"], tmp_path / "cache")
 
+
+
+# ---- what a delta carries beside its mixers: the estimator and the calibration of its rebuilt model ----
+
+@pytest.fixture
+def catalogued(teacher, student, tmp_path, monkeypatch):
+    """The catalogue's hybrid on the tiny teacher: its delta in a patched ``models/``, the teacher fetched into a
+    cache (a teacher entry of the hash the delta records)."""
+    import dataclasses
+
+    from pretrained.store import SOURCE_FILE
+
+    fake_teacher = dataclasses.replace(pretrained.catalog.SMOLLM2_135M_INSTRUCT, sha256="f" * 64)
+    checkpoint = pretrained.DistilledCheckpoint("smollm2-135m-hybrid", fake_teacher)
+    monkeypatch.setattr(pretrained.catalog, "SHIPPED_DELTAS", tmp_path / "models")
+    root = tmp_path / "cache"
+    teacher.save_pretrained(root / fake_teacher.name)
+    (root / fake_teacher.name / SOURCE_FILE).write_text(json.dumps({"sha256": "f" * 64}))
+    hybrid_delta.save(student, checkpoint.delta_dir, "f" * 64, {"step": 0})
+    return checkpoint, root
+
+
+def _artifacts(directory, weights: str, calibration: bytes = b"calibration") -> None:
+    """Stand-ins for what ``bench train`` and ``bench calibrate`` write: the estimator's record of the weights it
+    describes is what the delta checks."""
+    (directory / "gatesight").mkdir(exist_ok=True)
+    (directory / "gatesight" / "gatesight.json").write_text(json.dumps({"meta": {"weights": weights}}))
+    (directory / "calibration").mkdir(exist_ok=True)
+    (directory / "calibration" / "calibration.safetensors").write_bytes(calibration)
+
+
+def test_shipped_artifacts_travel_with_the_delta_into_every_rebuild(catalogued, tmp_path):
+    from pretrained.loading import fingerprint
+    from pretrained.store import installed
+
+    checkpoint, root = catalogued
+    rebuilt = hybrid_delta.rebuild(checkpoint, root)
+    with pytest.raises(ValueError, match="holds no GateSight estimator nor calibration"):
+        hybrid_delta.ship_artifacts(checkpoint, root)
+    weights = fingerprint(rebuilt, "model*.safetensors")
+    _artifacts(rebuilt, weights)
+    shipped = hybrid_delta.ship_artifacts(checkpoint, root)
+    assert shipped == [checkpoint.delta_dir / "gatesight", checkpoint.delta_dir / "calibration"]
+    assert installed(checkpoint, root) == rebuilt  # the rebuilt directory is what the delta now rebuilds
+    elsewhere = tmp_path / "elsewhere"
+    shutil.copytree(root / checkpoint.teacher.name, elsewhere / checkpoint.teacher.name)
+    again = hybrid_delta.rebuild(checkpoint, elsewhere)
+    for name in ("gatesight/gatesight.json", "calibration/calibration.safetensors"):
+        assert (again / name).read_bytes() == (rebuilt / name).read_bytes()
+    assert fingerprint(again, "model*.safetensors") == weights
+
+    (rebuilt / "gatesight" / "gatesight.json").write_text(json.dumps({"meta": {"weights": "0" * 12}}))
+    before = (checkpoint.delta_dir / "gatesight" / "gatesight.json").read_bytes()
+    with pytest.raises(ValueError, match="was trained on model weights 000000000000, not"):
+        hybrid_delta.ship_artifacts(checkpoint, root)
+    assert (checkpoint.delta_dir / "gatesight" / "gatesight.json").read_bytes() == before
+
+    _artifacts(rebuilt, weights, calibration=b"a new calibration")
+    assert hybrid_delta.ship_artifacts(checkpoint, root) == [checkpoint.delta_dir / "calibration"]
+    [aside] = checkpoint.delta_dir.glob("calibration.backup-*")
+    assert (aside / "calibration.safetensors").read_bytes() == b"calibration"  # moved aside, never written over
+    assert (checkpoint.delta_dir / "calibration" / "calibration.safetensors").read_bytes() == b"a new calibration"
+
+
+def test_new_mixers_move_the_artifacts_of_the_old_ones_aside(catalogued, student):
+    checkpoint, _ = catalogued
+    delta = checkpoint.delta_dir
+    _artifacts(delta, "w" * 12)
+    hybrid_delta.save(student, delta, "f" * 64, {"step": 0})  # the same mixers: their artifacts stay
+    assert (delta / "gatesight" / "gatesight.json").exists() and not list(delta.glob("*.backup-*"))
+    changed = copy.deepcopy(student)
+    with torch.no_grad():
+        next(iter(hybrid_delta.mixer_state(changed).values())).add_(1.0)
+    hybrid_delta.save(changed, delta, "f" * 64, {"step": 1})
+    assert not (delta / "gatesight").exists() and not (delta / "calibration").exists()
+    assert sorted(p.name.split(".backup-")[0] for p in delta.glob("*.backup-*")) == ["calibration", "gatesight"]
+
+
+def test_a_rebuild_refuses_an_estimator_of_other_weights(catalogued):
+    checkpoint, root = catalogued
+    _artifacts(checkpoint.delta_dir, "0" * 12)
+    with pytest.raises(ValueError, match="was trained on model weights 000000000000, not the model rebuilt from"):
+        hybrid_delta.rebuild(checkpoint, root)
+    assert not (root / checkpoint.name).exists()
 
 # ---- later phases: copy windows, teacher samples, a phase begun from a delta, the retrieval probe ----
 
