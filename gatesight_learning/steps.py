@@ -44,17 +44,19 @@ def _weights(model_path) -> str:
 
 
 def label(model_path, out: Path, limit, tokens: int, continuations: int, max_new_tokens: int, seed: int,
-          part: tuple[int, int] = (0, 1), futures: str = "both") -> None:
+          part: tuple[int, int] = (0, 1), futures: str = "both", together: int = 4) -> None:
     """Record GDN signals and utility labels of the labelling windows into ``out``
     (:func:`gatesight_learning.record.record_corpus`, its arguments), each shard tagged with the weights'
-    fingerprint and the settings; shards of other weights or settings in ``out`` are refused before the model
-    loads."""
+    fingerprint and the settings; shards of other weights or settings in ``out``, and a ``together`` below 1, are
+    refused before the model loads."""
+    if together < 1:
+        raise UsageError(f"--together {together}: label at least one window at a time")
     weights = _weights(model_path)
     check_shards(sorted(out.glob("*.safetensors")), label_settings(weights, tokens, continuations, max_new_tokens,
                                                                     seed, futures))
     model, tokenizer, _ = loading.load(model_path)
     record_corpus(model, tokenizer, out, limit, tokens, continuations, max_new_tokens, seed, weights=weights,
-                  part=part, futures=futures)
+                  part=part, futures=futures, together=together)
 
 
 def _table(rows: dict[str, dict[str, float]]) -> str:

@@ -1,10 +1,12 @@
-"""Many children of one parent answered as one batch: the question and every decode step run once for all.
+"""Many children answered as one batch: the question and every decode step run once for all.
 
-Decoding a small hybrid is bound by per-layer Python work, not by arithmetic, so children that differ only in
-which entries they keep (other presses, allocators, kept fractions) are answered together. Their caches are padded
-to one shape per layer (padding masked out of attention, so every child attends to exactly its own entries) and the
-batch-of-one layer loop (:func:`runtime.forward.forward_chunk`) is vectorised over the children with
-``torch.func.vmap``. Results equal answering each child alone up to floating-point reassociation.
+Decoding a small hybrid is bound by per-layer Python work and by reading the weights, not by arithmetic, so children
+that differ only in which entries they keep (other presses, allocators, kept fractions) are answered together, and
+so are the children of different contexts (the sampled futures of several labelling windows). Their caches are
+padded to one shape per layer (padding masked out of attention, so every child attends to exactly its own entries),
+each goes on from its own RoPE position, and the batch-of-one layer loop (:func:`runtime.forward.forward_chunk`) is
+vectorised over the children with ``torch.func.vmap``. Results equal answering each child alone up to
+floating-point reassociation.
 """
 
 from __future__ import annotations
@@ -43,12 +45,13 @@ def _padded(children: list[CachedContext]) -> tuple[dict, dict]:
     return base, gdn
 
 
-def _step(adapter, next_position: int, all_logits: bool):
-    """One chunk through the layer loop for a single child, as a pure function of its tensors (for ``vmap``)."""
+def _step(adapter, all_logits: bool):
+    """One chunk through the layer loop for a single child from RoPE position ``position`` (an int shared by the
+    batch, or the child's 0-d tensor), as a pure function of its tensors (for ``vmap``)."""
 
-    def step(base, tail, gdn, ids):
+    def step(base, tail, gdn, ids, position):
         state = SequenceState({layer: LayerKV(*entries) for layer, entries in base.items()}, dict(tail),
-                              {layer: RecurrentState(*g) for layer, g in gdn.items()}, next_position)
+                              {layer: RecurrentState(*g) for layer, g in gdn.items()}, position)
         with warnings.catch_warnings():
             # vmap has no batching rule for fused attention with a mask and loops over the children instead: no
             # slower than explicit attention logits here (8 children of a 2K context: 0.96 s against 1.05 s)
@@ -64,42 +67,53 @@ def _check(children: list[CachedContext]) -> None:
         raise ValueError("give at least one child")
     first = children[0]
     for child in children:
-        if child.context_hash != first.context_hash or child.adapter is not first.adapter:
-            raise ValueError("children answered as one batch must come from the same prefilled context and model")
+        if child.adapter.model is not first.adapter.model:
+            raise ValueError("children answered as one batch must come from the same model")
         if any(kv.valid is not None for kv in child.kv.values()):
             raise ValueError("a padded batch cache cannot be batched again")
 
 
+def _in_dim(position) -> int | None:
+    """vmap's input axis of a RoPE position: None for one int shared by the batch, 0 for a tensor of one each."""
+    return 0 if isinstance(position, torch.Tensor) else None
+
+
 class PaddedBatch:
-    """Children of one parent padded to one shape once (:func:`_padded`), then asked question after question.
+    """Children padded to one shape once (:func:`_padded`), then asked question after question.
 
     Parameters
     ----------
     children : list[CachedContext]
-        Forks of one prefilled context (any presses, allocators, kept fractions); their caches are not changed.
+        Children of one model: forks of one prefilled context (any presses, allocators, kept fractions), or of
+        several; their caches are not changed.
     """
 
     def __init__(self, children: list[CachedContext]):
         _check(children)
         self.size = len(children)
         self.adapter, self.tokenizer = children[0].adapter, children[0].tokenizer
-        self.position = children[0]._live_state().next_position
+        positions = [child._live_state().next_position for child in children]
+        # one int when the children share their position (forks of one context); one each otherwise
+        self.position = (positions[0] if len(set(positions)) == 1
+                         else torch.tensor(positions, device=self.adapter.device))
         self.base, self.recurrent = _padded(children)
 
-    def _members(self, members: list[int] | None) -> tuple[dict, dict]:
-        """The padded tensors of ``members`` (indices into the children; None: all)."""
+    def _members(self, members: list[int] | None) -> tuple[dict, dict, int | torch.Tensor]:
+        """The padded tensors and the positions of ``members`` (indices into the children; None: all)."""
         if members is None or members == list(range(self.size)):
-            return self.base, self.recurrent
+            return self.base, self.recurrent, self.position
         index = torch.tensor(members)
         pick = lambda t: t.index_select(0, index.to(t.device))  # noqa: E731
         return ({layer: tuple(pick(t) for t in entries) for layer, entries in self.base.items()},
-                {layer: tuple(pick(t) for t in g) for layer, g in self.recurrent.items()})
+                {layer: tuple(pick(t) for t in g) for layer, g in self.recurrent.items()},
+                pick(self.position) if isinstance(self.position, torch.Tensor) else self.position)
 
     def logits(self, question_ids, members: list[int] | None = None) -> torch.Tensor:
         """``[B, L, V]`` logits of every question token for each member."""
         ids = _as_ids(question_ids, self.adapter, "question_ids")
-        base, gdn = self._members(members)
-        logits, _, _ = vmap(_step(self.adapter, self.position, True), in_dims=(0, None, 0, None))(base, {}, gdn, ids)
+        base, gdn, position = self._members(members)
+        logits, _, _ = vmap(_step(self.adapter, True), in_dims=(0, None, 0, None, _in_dim(position)))(
+            base, {}, gdn, ids, position)
         return logits
 
     def answer_and_follow(self, question_ids, continuation_ids, max_new_tokens: int,
@@ -124,17 +138,17 @@ class PaddedBatch:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
         ids = _as_ids(question_ids, self.adapter, "question_ids")
         stop = {eos_token_id} if isinstance(eos_token_id, int) else set(eos_token_id or ())
-        base, gdn = self._members(members)
-        position = self.position
-        logits, tail, gdn = vmap(_step(self.adapter, position, False), in_dims=(0, None, 0, None))(base, {}, gdn, ids)
-        position += ids.numel()
+        base, gdn, position = self._members(members)
+        logits, tail, gdn = vmap(_step(self.adapter, False), in_dims=(0, None, 0, None, _in_dim(position)))(
+            base, {}, gdn, ids, position)
+        position = position + ids.numel()
         followed = None
         if continuation_ids is not None:
             forced = _as_ids(continuation_ids, self.adapter, "continuation_ids")
             followed = logits
             if forced.numel() > 1:  # the states are values here: the forced pass leaves the decode's state untouched
-                rest, _, _ = vmap(_step(self.adapter, position, True), in_dims=(0, 0, 0, None))(base, tail, gdn,
-                                                                                                  forced[:-1])
+                rest, _, _ = vmap(_step(self.adapter, True), in_dims=(0, 0, 0, None, _in_dim(position)))(
+                    base, tail, gdn, forced[:-1], position)
                 followed = torch.cat([logits, rest], 1)
         return self._decode(logits, base, tail, gdn, position, max_new_tokens, stop, None), followed
 
@@ -170,11 +184,11 @@ class PaddedBatch:
                              f"{len(choose) if choose is not None else 'none'}) per child ({self.size})")
         ids = torch.tensor(first_tokens, device=self.adapter.device)[:, None]
         stop = {eos_token_id} if isinstance(eos_token_id, int) else set(eos_token_id or ())
-        logits, tail, gdn = vmap(_step(self.adapter, self.position, False), in_dims=(0, None, 0, 0))(
-            self.base, {}, self.recurrent, ids)
+        logits, tail, gdn = vmap(_step(self.adapter, False), in_dims=(0, None, 0, 0, _in_dim(self.position)))(
+            self.base, {}, self.recurrent, ids, self.position)
         return self._decode(logits, self.base, tail, gdn, self.position + 1, max_new_tokens, stop, choose)
 
-    def _decode(self, logits, base, tail, gdn, position: int, max_new_tokens: int, stop: set,
+    def _decode(self, logits, base, tail, gdn, position: int | torch.Tensor, max_new_tokens: int, stop: set,
                 choose: list | None) -> list[Answer]:
         """The decode loop from ``[B, 1, V]`` logits until every member has said a ``stop`` token or
         ``max_new_tokens`` tokens; ``choose`` as in :meth:`sample` (None: argmax)."""
@@ -193,8 +207,9 @@ class PaddedBatch:
                     done[b] = token in stop or len(tokens[b]) >= max_new_tokens
             if all(done):
                 break
-            logits, tail, gdn = vmap(_step(self.adapter, position, False))(base, tail, gdn, chosen[:, None])
-            position += 1
+            logits, tail, gdn = vmap(_step(self.adapter, False), in_dims=(0, 0, 0, 0, _in_dim(position)))(
+                base, tail, gdn, chosen[:, None], position)
+            position = position + 1
         return [Answer(t, self.tokenizer.decode([x for x in t if x not in stop]) if self.tokenizer is not None
                        else None) for t in tokens]
 

@@ -102,7 +102,8 @@ def forward_chunk(
         ``[L, V]`` if ``all_logits`` else ``[1, V]`` for the last token.
     """
     length = ids.shape[0]
-    positions = torch.arange(state.next_position, state.next_position + length, device=ids.device)
+    # an int, or under vmap one child's 0-d tensor (children of different contexts: runtime.batch)
+    positions = state.next_position + torch.arange(length, device=ids.device)
     hidden = adapter.embed(ids)
     cos, sin = adapter.rope(hidden, positions)
     record_signals = observer is not None and observer.wants_recurrent_signals
@@ -126,5 +127,5 @@ def forward_chunk(
                 out = out + _attention(adapter, state, layer_idx, x, cos, sin, observer)
         hidden = hidden + out
         hidden = hidden + adapter.mlp(layer_idx, hidden)
-    state.next_position += length
+    state.next_position = state.next_position + length  # not in place: under vmap it may be the caller's tensor
     return adapter.logits(hidden if all_logits else hidden[:, -1:])

@@ -96,3 +96,10 @@ def test_train_and_analyze_refuse_labels_of_other_weights(model_dir, tmp_path, c
         assert code == 2 and f"{labels} was labelled by model weights {labelled}" in err, err
         assert f"not this model's ({this})" in err
     assert not (tmp_path / "estimator").exists() and not (tmp_path / "analysis").exists()
+
+
+def test_label_refuses_a_group_of_no_windows_before_the_model_loads(model_dir, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(loading, "load", lambda *a, **k: pytest.fail("the model loaded before the refusal"))
+    assert _label(model_dir, tmp_path / "labels", "--together", "0") == 2
+    assert "--together 0: label at least one window at a time" in capsys.readouterr().err
+    assert not (tmp_path / "labels").exists()

@@ -69,18 +69,29 @@ def test_sampler_is_seeded_and_respects_top_k():
 
 
 def test_reconstruction_future_is_the_window_asked_back(model_dir):
-    """label_document's second label kind is Eq. 2 over one teacher-forced future: the request for the text, then
-    the window itself; both kinds pass the closed-form = deletion check."""
+    """label_windows's second label kind is Eq. 2 over one teacher-forced future: the request for the text, then
+    the window itself; both kinds pass the closed-form = deletion check. Documents labelled together (their sampled
+    futures decoded as one batch) get what each gets alone."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from gatesight_learning.record import CHAT_PREFIX, RECONSTRUCTION_REQUEST, label_document
+    from gatesight_learning.record import CHAT_PREFIX, RECONSTRUCTION_REQUEST, label_windows
     from runtime import CHATML_ASSISTANT_TURN, EvidenceRequest, encode_text
 
     model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     text = "The quick brown fox jumps over the lazy dog. Pack my box with five dozen liquor jugs."
-    signals, labels, checks = label_document(model, tokenizer, text, continuations=2, max_new_tokens=5, seed=1,
-                                             check_entries=16)
+    other = "Sphinx of black quartz, judge my vow; a longer second document labelled in the same batch."
+    together = label_windows(model, tokenizer, [text, other], continuations=2, max_new_tokens=5, seed=1,
+                             check_entries=16)
+    for (signals, labels, _), alone_text in zip(together, (text, other)):
+        [(signals_alone, labels_alone, _)] = label_windows(model, tokenizer, [alone_text], continuations=2,
+                                                           max_new_tokens=5, seed=1, check_entries=16)
+        for layer, s in signals_alone.items():
+            assert torch.allclose(signals[layer], s, atol=1e-6)
+        for kind in labels_alone:
+            for layer, u in labels_alone[kind].items():
+                assert torch.allclose(labels[kind][layer], u, atol=1e-5), (kind, layer)
+    signals, labels, checks = together[0]
     assert set(labels) == {"labels", "reconstruction"} and checks.covered
     assert checks.max_closed_form_error < 1e-5, checks
     encode = lambda s: encode_text(tokenizer, s)  # noqa: E731

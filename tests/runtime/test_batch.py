@@ -1,4 +1,5 @@
-"""Children answered as one padded batch = each child answered alone (ragged, dense, different fractions)."""
+"""Children answered as one padded batch = each child answered alone (ragged, dense, different fractions, different
+contexts)."""
 
 import pytest
 import torch
@@ -41,12 +42,37 @@ def test_answers_and_a_forced_continuation_from_one_question_pass(tiny, family, 
     assert torch.allclose(logits, expected, atol=1e-5, rtol=0)
 
 
-def test_batch_refuses_children_of_different_contexts(tiny):
-    model = tiny("qwen3_5")
-    a = prefill(model, token_ids(40, 2))
-    b = prefill(model, token_ids(40, 3))
-    with pytest.raises(ValueError, match="same prefilled context"):
-        answer_many([a.fork(a.keep_all_plan()), b.fork(b.keep_all_plan())], token_ids(3, 4), 2)
+@pytest.mark.parametrize("family", ["qwen3_5", "llama", "granitemoehybrid"])
+def test_children_of_different_contexts_each_go_on_from_their_own_position(tiny, family):
+    # contexts of 40, 71 and 55 tokens (a compacted fork among them): each child's question and continuation sit at
+    # its own RoPE positions, so the batch equals each alone — greedy, forced and sampled
+    from gatesight_learning.labels import Sampler
+    from runtime.batch import PaddedBatch
+
+    model = tiny(family)
+    parents = [prefill(model, token_ids(n, seed), protected=4) for n, seed in ((40, 2), (71, 3), (55, 13))]
+    children = [parents[0], presses.Selection(parents[1], "keydiff").fork("flat", 0.4), parents[2]]
+    question = token_ids(6, 4)
+    together = logits_many(children, question)
+    for b, child in enumerate(children):
+        assert torch.allclose(together[b], child.logits(question), atol=1e-5, rtol=0), b
+    answers, follow = answer_and_follow_many(children, question, token_ids(3, 14), 5, eos_token_id=5)
+    assert [a.tokens for a in answers] == [c.answer(question, 5, eos_token_id=5).tokens for c in children]
+    expected = [c.logits(torch.cat([question, token_ids(3, 14)]))[question.numel() - 1 : -1] for c in children]
+    assert torch.allclose(follow, torch.stack(expected), atol=1e-5, rtol=0)
+    first = [3, 8, 3]
+    sampled = PaddedBatch(children).sample(first, 8, eos_token_id=5,
+                                           choose=[Sampler(temperature=2.0, seed=s) for s in range(3)])
+    alone = [c.answer(torch.tensor([t]), 8, eos_token_id=5, choose=Sampler(temperature=2.0, seed=s)).tokens
+             for s, (c, t) in enumerate(zip(children, first))]
+    assert [a.tokens for a in sampled] == alone
+
+
+def test_batch_refuses_children_of_different_models(tiny):
+    a = prefill(tiny("qwen3_5"), token_ids(40, 2))
+    b = prefill(tiny("llama"), token_ids(40, 3))
+    with pytest.raises(ValueError, match="same model"):
+        answer_many([a, b], token_ids(3, 4), 2)
 
 
 @pytest.mark.parametrize("family", ["qwen3_5", "llama"])
