@@ -3,6 +3,7 @@ documents, then layers; leave-one-corpus-out for the learned predictors."""
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import defaultdict
 from statistics import mean
@@ -17,24 +18,34 @@ from .estimator import TrainSettings, fit_ridge, train_estimator
 FRACTIONS = (0.05, 0.10, 0.20)
 
 
-def spearman(a: torch.Tensor, b: torch.Tensor) -> float:
-    """Rank correlation of two ``[n]`` vectors (average ranks for ties)."""
-    def ranks(x):
-        order = torch.argsort(x, stable=True)
-        r = torch.empty_like(x, dtype=torch.float64)
-        r[order] = torch.arange(x.numel(), dtype=torch.float64)
-        # average the ranks of tied values
-        unique, inverse = torch.unique(x, return_inverse=True)
-        if unique.numel() < x.numel():
-            sums = torch.zeros(unique.numel(), dtype=torch.float64).index_add_(0, inverse, r)
-            counts = torch.zeros(unique.numel(), dtype=torch.float64).index_add_(0, inverse, torch.ones_like(r))
-            r = (sums / counts)[inverse]
-        return r
+def average_ranks(x: torch.Tensor) -> torch.Tensor:
+    """float64 ranks (0-based) along the last axis of ``x`` ``[..., n]``, tied values sharing their average rank."""
+    flat = x.reshape(-1, x.shape[-1]).double()
+    rows, n = flat.shape
+    values, order = flat.sort(dim=-1, stable=True)
+    starts = torch.ones_like(values, dtype=torch.bool)
+    starts[:, 1:] = values[:, 1:] != values[:, :-1]
+    # one id per run of equal values, distinct across rows, so that one index_add averages every run at once
+    group = (starts.cumsum(-1) - 1 + torch.arange(rows)[:, None] * n).flatten()
+    position = torch.arange(n, dtype=torch.float64).repeat(rows)
+    sums = torch.zeros(rows * n, dtype=torch.float64).index_add_(0, group, position)
+    counts = torch.zeros(rows * n, dtype=torch.float64).index_add_(0, group, torch.ones_like(position))
+    ranks = torch.empty_like(flat).scatter_(-1, order, (sums / counts.clamp_min(1))[group].view(rows, n))
+    return ranks.view(x.shape)
 
-    ra, rb = ranks(a.double()), ranks(b.double())
-    ra, rb = ra - ra.mean(), rb - rb.mean()
-    denominator = (ra.norm() * rb.norm()).item()
-    return float((ra @ rb) / denominator) if denominator > 0 else 0.0
+
+def _unit_ranks(x: torch.Tensor) -> torch.Tensor:
+    """``[..., n]`` average ranks, centred and scaled to unit norm along the last axis (a constant row: zeros), so
+    that the dot product of two rows is their Spearman ρ."""
+    ranks = average_ranks(x)
+    ranks = ranks - ranks.mean(-1, keepdim=True)
+    norm = ranks.norm(dim=-1, keepdim=True)
+    return torch.where(norm > 0, ranks / norm.clamp_min(1e-300), torch.zeros_like(ranks))
+
+
+def spearman(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Rank correlation of two ``[n]`` vectors (average ranks for ties; 0 if either is constant)."""
+    return float(_unit_ranks(a) @ _unit_ranks(b))
 
 
 def overlap_and_coverage(pred: torch.Tensor, truth: torch.Tensor, fraction: float) -> tuple[float, float]:
@@ -157,17 +168,21 @@ def heuristic_predictors(gdn_windows: dict[int, list[int]], slow_heads: dict[int
 
 def single_head_oracle(shards: list[dict], gdn_windows: dict[int, list[int]]) -> Predictor:
     """In-sample ceiling of one-cell rules: per (layer, KV head) the (GDN layer, head, signal, sign) with best ρ."""
+    # every cell's ρ with every head's labels at once: each document's signal ranks computed once per GDN layer
+    rho: dict[int, dict[int, torch.Tensor]] = {layer: {} for layer in gdn_windows}  # {layer: {gdn: [H, M * 3]}}
+    for shard in shards:
+        cells = {j: _unit_ranks(shard["signals"][j].flatten(1).T) for layer in gdn_windows
+                 for j in gdn_windows[layer]}  # {gdn layer: [M * 3, n]}, cell (m, s) at row 3 m + s
+        for layer, gdn_layers in gdn_windows.items():
+            labels = _unit_ranks(shard["labels"][layer])  # [H, n]
+            for j in gdn_layers:
+                rho[layer][j] = rho[layer].get(j, 0) + labels @ cells[j].T / len(shards)
     best: dict[tuple[int, int], tuple] = {}
     for layer, gdn_layers in gdn_windows.items():
-        heads = shards[0]["labels"][layer].shape[0]
-        for h in range(heads):
-            candidates = []
-            for j in gdn_layers:
-                value_heads = shards[0]["signals"][j].shape[1]
-                for m in range(value_heads):
-                    for s in range(3):
-                        rho = mean(spearman(sh["signals"][j][:, m, s], sh["labels"][layer][h]) for sh in shards)
-                        candidates.append((abs(rho), (j, m, s, 1.0 if rho >= 0 else -1.0)))
+        for h in range(shards[0]["labels"][layer].shape[0]):
+            candidates = [(abs(float(r)), (j, m, s, 1.0 if r >= 0 else -1.0))
+                          for j in gdn_layers for (m, s), r in zip(itertools.product(
+                              range(rho[layer][j].shape[1] // 3), range(3)), rho[layer][j][h])]
             best[(layer, h)] = max(candidates)[1]
 
     def predict(shard, layer):

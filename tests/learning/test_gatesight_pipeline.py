@@ -80,6 +80,33 @@ def test_ranking_metrics_on_hand_made_cases():
     assert overlap == 0.0 and coverage == pytest.approx((0 + 1) / (9 + 8))
 
 
+def test_average_ranks_and_the_single_head_oracle_against_brute_force():
+    """Ties share their average rank (counted by hand); the oracle picks, per (layer, KV head), the cell whose mean
+    ρ over the documents is largest in magnitude, as a loop over every cell computes it."""
+    from statistics import mean
+
+    from gatesight_learning.evaluate import average_ranks, single_head_oracle
+
+    x = torch.tensor([[3.0, 1.0, 3.0, 2.0, 1.0, 3.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0]])
+    brute = torch.tensor([[float((v < a).sum() + ((v == a).sum() - 1) / 2) for a in v] for v in x])
+    assert torch.equal(average_ranks(x), brute.double())
+    assert average_ranks(x)[0].tolist() == [4.0, 0.5, 4.0, 2.0, 0.5, 4.0]
+    generator = torch.Generator().manual_seed(0)
+    shards = [{"signals": {j: torch.randint(0, 5, (30, 2, 3), generator=generator).float() for j in (0, 1, 3)},
+               "labels": {2: torch.rand(2, 30, generator=generator), 4: torch.rand(2, 30, generator=generator)}}
+              for _ in range(4)]
+    windows = {2: [0, 1], 4: [0, 1, 3]}
+    predict = single_head_oracle(shards, windows)
+    for layer, gdn_layers in windows.items():
+        for h in range(2):
+            candidates = []
+            for j, m, s in ((j, m, s) for j in gdn_layers for m in range(2) for s in range(3)):
+                rho = mean(spearman(sh["signals"][j][:, m, s], sh["labels"][layer][h]) for sh in shards)
+                candidates.append((abs(rho), (j, m, s, 1.0 if rho >= 0 else -1.0)))
+            j, m, s, sign = max(candidates)[1]
+            assert torch.equal(predict(shards[0], layer)[h], sign * shards[0]["signals"][j][:, m, s]), (layer, h)
+
+
 def test_corpus_windows_have_unique_ids():
     from gatesight_learning.record import corpus_windows
     from hybridmodel.tokenizer import build_tokenizer
