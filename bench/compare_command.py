@@ -127,6 +127,7 @@ def methods_of(args: argparse.Namespace) -> tuple[list[str], list[str], list[str
 
 def run(args) -> None:
     from artifacts.files import write_text
+    from pretrained import loading
 
     from .compare import CompareSettings, contexts_of, run_compare, run_rows, validate
     from .report import headline_markdown, plot_curves, summary_markdown
@@ -149,6 +150,11 @@ def run(args) -> None:
               f"{settings.out} out of bench merge)")
         return
     rows = run_rows(store, settings)
+    if not rows:  # the run wrote rows, under the model's identity at its start: the directory changed since
+        raise UsageError(f"{loading.resolve(settings.model)} changed while the run went on (weights, config, tokenizer "
+                         "or its gatesight/ or calibration/ were written meanwhile, e.g. by bench train or bench "
+                         f"calibrate): none of the rows in {store.path} is of the model as it is now. They are kept, "
+                         "under the identity the model had when the run began; rerun once nothing writes into it")
     write_text(settings.out / "summary.md", summary_markdown(rows))
     methods = len(settings.combinations())
     png = plot_curves(rows, settings.out / "curves.png",

@@ -91,3 +91,25 @@ def test_a_source_edited_during_a_run_changes_neither_its_rows_version_nor_its_s
     assert {r["code"] for r in store.rows} == {checked.code}
     assert len(run_rows(store, checked)) == len(store.rows) > 0
     assert validate(compare_settings(model_dir, tmp_path / "out")).code == "edited-meanwhile"
+
+
+def test_a_model_directory_written_during_a_run_is_named_not_a_crash(model_dir, tmp_path, capsys, monkeypatch):
+    """bench calibrate writing into the model directory while bench compare runs: the rows stay under the identity
+    the run began with, and the command says what changed instead of failing to plot no rows."""
+    import bench.compare
+    from tests.helpers import run_cli
+
+    copy = copy_model(model_dir, tmp_path)
+    original = bench.compare.run_compare
+
+    def run_then_recalibrate(settings, *args, **kwargs):
+        store = original(settings, *args, **kwargs)
+        (copy / "calibration" / "calibration.safetensors").write_bytes(b"written meanwhile")
+        return store
+
+    monkeypatch.setattr(bench.compare, "run_compare", run_then_recalibrate)
+    out = tmp_path / "out"
+    code, err = run_cli(capsys, "compare", "--model", copy, "--press", "none", "--tasks", "niah_single_1", "--n", 1,
+                        "--length", 300, "--out", out)
+    assert code == 2 and f"{copy} changed while the run went on" in err, err
+    assert "They are kept" in err and (out / "results.jsonl").stat().st_size > 0
