@@ -252,11 +252,15 @@ DISTILL = Command("distill", "distil a pretrained Llama-architecture teacher (Sm
                   add_distill_arguments, run_distill)
 
 
-def add_ship_artifacts_arguments(parser: argparse.ArgumentParser) -> None:
+def _distilled() -> list[str]:
+    """The names of the catalogued distilled hybrids."""
     import pretrained
 
-    distilled = [name for name, c in pretrained.CHECKPOINTS.items() if isinstance(c, pretrained.DistilledCheckpoint)]
-    parser.add_argument("name", help=f"a distilled hybrid: {', '.join(distilled)}")
+    return [name for name, c in pretrained.CHECKPOINTS.items() if isinstance(c, pretrained.DistilledCheckpoint)]
+
+
+def add_ship_artifacts_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("name", help=f"a distilled hybrid: {', '.join(_distilled())}")
     parser.add_argument("--cache", default=None, help="where converted models live (default: $HYBRIDPRESS_CACHE/"
                                                       "models, else ~/.cache/hybridpress/models)")
 
@@ -267,9 +271,7 @@ def run_ship_artifacts(args: argparse.Namespace) -> None:
 
     checkpoint = pretrained.CHECKPOINTS.get(args.name)
     if not isinstance(checkpoint, pretrained.DistilledCheckpoint):
-        distilled = [name for name, c in pretrained.CHECKPOINTS.items()
-                     if isinstance(c, pretrained.DistilledCheckpoint)]
-        raise UsageError(f"{args.name!r} is not a distilled hybrid; choose {', '.join(distilled)}")
+        raise UsageError(f"{args.name!r} is not a distilled hybrid; choose {', '.join(_distilled())}")
     ship_artifacts(checkpoint, Path(args.cache) if args.cache else pretrained.cache_dir())
 
 

@@ -171,8 +171,8 @@ def single_head_oracle(shards: list[dict], gdn_windows: dict[int, list[int]]) ->
     # every cell's ρ with every head's labels at once: each document's signal ranks computed once per GDN layer
     rho: dict[int, dict[int, torch.Tensor]] = {layer: {} for layer in gdn_windows}  # {layer: {gdn: [H, M * 3]}}
     for shard in shards:
-        cells = {j: _unit_ranks(shard["signals"][j].flatten(1).T) for layer in gdn_windows
-                 for j in gdn_windows[layer]}  # {gdn layer: [M * 3, n]}, cell (m, s) at row 3 m + s
+        cells = {j: _unit_ranks(shard["signals"][j].flatten(1).T)  # [M * 3, n], cell (m, s) at row 3 m + s
+                 for j in {j for gdn_layers in gdn_windows.values() for j in gdn_layers}}
         for layer, gdn_layers in gdn_windows.items():
             labels = _unit_ranks(shard["labels"][layer])  # [H, n]
             for j in gdn_layers:

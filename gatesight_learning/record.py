@@ -198,8 +198,7 @@ def record_corpus(model, tokenizer, out: Path, limit: int | None = None, tokens:
     index, parts = part
     if not (isinstance(index, int) and isinstance(parts, int) and 0 <= index < parts):
         raise UsageError(f"part {index}/{parts}: expected K/N with 0 <= K < N")
-    if together < 1:
-        raise UsageError(f"--together {together}: label at least one window at a time")
+    check_together(together)
     recorded = label_settings(weights, tokens, continuations, max_new_tokens, seed, futures)
     check_shards(sorted(out.glob("*.safetensors")), recorded)
     out.mkdir(parents=True, exist_ok=True)
@@ -229,6 +228,12 @@ def record_corpus(model, tokenizer, out: Path, limit: int | None = None, tokens:
     print(f"{labelled} documents labelled in {out} ({len(paths) - labelled} of this part's {len(paths)} were there "
           f"already); worst closed-form vs deletion error this run: {worst:.2e}")
     return paths
+
+
+def check_together(together: int) -> None:
+    """``ValueError`` unless at least one window is labelled at a time (:func:`record_corpus`'s ``together``)."""
+    if together < 1:
+        raise UsageError(f"--together {together}: label at least one window at a time")
 
 
 def _settings_text(settings: dict | None) -> str:

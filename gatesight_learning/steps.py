@@ -17,7 +17,7 @@ from runtime.errors import UsageError
 
 from .estimator import TrainSettings, train_estimator
 from .evaluate import evaluate, heuristic_predictors, learned_predictors_loco, single_head_oracle
-from .record import check_shards, label_settings, load_shard, record_corpus, shard_settings
+from .record import check_shards, check_together, label_settings, load_shard, record_corpus, shard_settings
 
 ESTIMATOR_FILES = ("gatesight.safetensors", "gatesight.json")
 """What holds a trained estimator in its directory (:meth:`presses.gatesight.GateSightEstimator.save`)."""
@@ -49,8 +49,7 @@ def label(model_path, out: Path, limit, tokens: int, continuations: int, max_new
     (:func:`gatesight_learning.record.record_corpus`, its arguments), each shard tagged with the weights'
     fingerprint and the settings; shards of other weights or settings in ``out``, and a ``together`` below 1, are
     refused before the model loads."""
-    if together < 1:
-        raise UsageError(f"--together {together}: label at least one window at a time")
+    check_together(together)
     weights = _weights(model_path)
     check_shards(sorted(out.glob("*.safetensors")), label_settings(weights, tokens, continuations, max_new_tokens,
                                                                     seed, futures))

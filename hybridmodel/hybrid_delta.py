@@ -18,6 +18,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from artifacts.files import backup_path, write_text
+from presses.gatesight import ARTIFACT_DIR
 from pretrained.catalog import DELTA_ARTIFACTS, MIXERS_FILE
 from pretrained.loading import fingerprint
 from pretrained.store import SOURCE_FILE, installed, sha256_of, source_hash
@@ -91,7 +92,7 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jin
 def _check_estimator_weights(directory: Path, weights: str, what: str) -> None:
     """``ValueError`` if the GateSight estimator in ``directory/gatesight`` records weights other than ``weights``
     (an estimator saved before estimators recorded them passes)."""
-    config = Path(directory) / DELTA_ARTIFACTS[0] / "gatesight.json"
+    config = Path(directory) / ARTIFACT_DIR / "gatesight.json"
     if not config.exists():
         return
     trained_on = json.loads(config.read_text()).get("meta", {}).get("weights")
