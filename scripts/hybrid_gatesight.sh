@@ -34,11 +34,13 @@ fi
 # labels, the estimator and the observations, unless the delta ships an estimator already (labels are not kept
 # in the repository: a session labels, trains, analyses and ships in one go)
 if [ ! -e "$artifacts/gatesight/gatesight.safetensors" ]; then
+  pids=()
   for k in 0 1; do
     OMP_NUM_THREADS=1 bench label --model "$MODEL" --futures labels --limit "$WINDOWS" --part "$k/2" --together 4 \
       --out "$OUT/labels" > "$OUT/label$k.log" 2>&1 &
+    pids+=($!)
   done
-  wait
+  for pid in "${pids[@]}"; do wait "$pid"; done  # a failed part stops the script (a bare wait would not)
   echo "labels: $(ls "$OUT/labels" | wc -l) windows, $(( $(date +%s) - start )) s wall so far"
   OMP_NUM_THREADS=2 bench train --model "$MODEL" --labels "$OUT/labels" --futures labels > "$DOCS/train.md"
   OMP_NUM_THREADS=2 bench analyze --model "$MODEL" --labels "$OUT/labels" --out "$DOCS/analysis"
@@ -51,12 +53,14 @@ fi
 # Table 3 (GateSight under its gate allocation beside the paper's four baselines) and Table 4 (GateSight's
 # allocations)
 METHODS=gatesight/gate,snapkv/flat,triattention/flat,keydiff/flat,kvzip/global,gatesight/flat,gatesight/pyramid
+pids=()
 for k in 0 1; do
   OMP_NUM_THREADS=1 bench compare --model "$MODEL" --methods "$METHODS" --ratios "$RATIOS" \
     --tasks niah_single_2,niah_multikey_1 --haystack manpages --n "$N" --length "$LENGTH" --shard "$k/2" \
     --out "$OUT/sweep/shard$k" > "$OUT/sweep$k.log" 2>&1 &
+  pids+=($!)
 done
-wait
+for pid in "${pids[@]}"; do wait "$pid"; done
 bench merge "$OUT/sweep/shard0" "$OUT/sweep/shard1" --out "$OUT/sweep/merged"
 echo "GateSight on $MODEL: $(( $(date +%s) - start )) s wall; rows in $OUT/sweep/merged"
 # the committed store holds every group: the other models' rows, then these (an older run of this group replaced)

@@ -20,7 +20,7 @@ def test_closed_form_equals_brute_force_deletion(tiny):
     sampler = Sampler(seed=3)
     continuations = [torch.tensor(parent.answer(token_ids(1, s), 12, choose=sampler).tokens) for s in range(2)]
     labels, checks = utility_labels(parent, continuations, n=80, check_entries=80)
-    assert checks.max_closed_form_error < 1e-5, checks
+    assert checks.max_closed_form_error < 1e-9, checks  # float64 attention: rounding only
     assert checks.max_reconstruction_error < 1e-5
     assert checks.covered
     assert set(labels) == set(parent.adapter.attention_layers)
@@ -57,7 +57,7 @@ def test_brute_force_is_an_actual_deletion(tiny):
     logits[..., -5:] = logits[..., -5:].masked_fill(torch.ones(5, 5, dtype=torch.bool).triu(1), float("-inf"))
     dropped = logits.softmax(-1) @ vals[0, keep]
     delta = torch.einsum("hDd,htd->tD", blocks[:2], dropped - outputs[:2])
-    assert torch.allclose(delta.norm(dim=-1).max(), brute[0, 0], atol=1e-5)
+    assert torch.allclose(delta.norm(dim=-1).max().double(), brute[0, 0], atol=1e-5)
 
 
 def test_sampler_is_seeded_and_respects_top_k():
@@ -93,7 +93,7 @@ def test_reconstruction_future_is_the_window_asked_back(model_dir):
                 assert torch.allclose(labels[kind][layer], u, atol=1e-5), (kind, layer)
     signals, labels, checks = together[0]
     assert set(labels) == {"labels", "reconstruction"} and checks.covered
-    assert checks.max_closed_form_error < 1e-5, checks
+    assert checks.max_closed_form_error < 1e-9, checks  # float64 attention: rounding only
     encode = lambda s: encode_text(tokenizer, s)  # noqa: E731
     prefix, body = encode(CHAT_PREFIX), encode(text)
     parent = prefill(model, torch.tensor(prefix + body + encode(CHATML_ASSISTANT_TURN)), protected=len(prefix),
