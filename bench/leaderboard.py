@@ -1,7 +1,8 @@
 """``bench leaderboard``: the published tables and figures of one or more result stores.
 
 Per setting group: the curves, the averages with intervals, pairwise tables, per-task cells, the paper's Tables 3
-and 4 (:mod:`bench.paper_tables`) and every scorer under every allocator it ran with; a CSV of every cell; and
+and 4 (:mod:`bench.paper_tables`), the needle recall of the NIAH tasks and every scorer under every allocator it ran
+with; a CSV of every cell; and
 ``leaderboard.sha256``, the SHA-256 of every file written (``sha256sum -c`` reads it), by which ``bench verify``
 knows the images drawn with these tables.
 """
@@ -17,6 +18,7 @@ from pathlib import Path
 from artifacts.files import write_text
 from runtime.errors import UsageError
 
+from .needles import mean_over_heads
 from .paper_tables import table3_markdown, table4_markdown
 from .report import (
     ACCURACY_FLOOR,
@@ -28,6 +30,7 @@ from .report import (
     plot_curves,
     summary_markdown,
 )
+from .stats import PairedBootstrap
 from .store import ResultStore, check_one_value
 
 MANIFEST = "leaderboard.sha256"
@@ -73,6 +76,27 @@ def allocation_ablation_markdown(report: GroupReport) -> list[str]:
     return lines if len(lines) > 2 else []
 
 
+def needle_recall_markdown(rows: list[dict], resamples: int = RESAMPLES) -> list[str]:
+    """Needle recall beside accuracy: the share of the answers' tokens a child keeps, over every attention layer
+    and KV head (:func:`bench.needles.needle_recall`), averaged over the NIAH tasks, each cell with its paired
+    bootstrap interval over items; empty for a group without NIAH rows."""
+    recall = [{**row, "answer_recall": mean_over_heads(row["answer_recall_layers"])}
+              for row in rows if row.get("answer_recall_layers") and row["press"] != "none"]
+    if not recall:
+        return []
+    boot = PairedBootstrap(recall, "answer_recall", resamples)
+    fractions = sorted({p for _, p in boot.cells}, reverse=True)
+    lines = ["### Needle recall: answer tokens kept (%), every attention layer and KV head", "",
+             f"Tasks: {', '.join(boot.tasks)} (n ≥ {min(boot.n_items(t) for t in boot.tasks)} each); the same items "
+             "as the accuracy above.", "",
+             "| method | " + " | ".join(f"p={p:g}" for p in fractions) + " |", "|---|" + "---|" * len(fractions)]
+    for method in sorted({m for m, _ in boot.cells}):
+        cells = [boot.average(method, p, boot.tasks).format(100, 0)
+                 if all(boot.has(method, p, t) for t in boot.tasks) else "–" for p in fractions]
+        lines.append(f"| {method} | " + " | ".join(cells) + " |")
+    return lines + [""]
+
+
 def write_leaderboard(stores: list[Path], out: Path, resamples: int = RESAMPLES) -> Path:
     """``leaderboard.md``, ``leaderboard.csv``, one PNG per setting group and their :data:`MANIFEST`, from one or
     more result stores; returns the path of ``leaderboard.md``."""
@@ -99,7 +123,7 @@ def write_leaderboard(stores: list[Path], out: Path, resamples: int = RESAMPLES)
         images.append(plot_curves(group, out / png, group_title(key), resamples))
         text += [f"## {group_title(key)}", "", f"![task-averaged accuracy and ΔNLL against kept fraction]({png})",
                  "", report.markdown(PAIRWISE_KEEP_FRACTIONS)]
-        text += table3_markdown(report) + table4_markdown(report)
+        text += table3_markdown(report) + table4_markdown(report) + needle_recall_markdown(group, resamples)
         ablation = allocation_ablation_markdown(report)
         if ablation:
             text += ["### Every scorer under every allocator it ran with: ΔNLL", "", *ablation, ""]
