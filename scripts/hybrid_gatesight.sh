@@ -12,8 +12,8 @@
 #   MODEL, OUT, WINDOWS (label windows, >= 500 for the issue), N (items per task), RATIOS, LENGTH, DOCS from the
 #   environment.
 # Cost on this 2-core CPU (SmolLM2's hybrid): four windows labelled together (--together 4, their 16 continuations
-# decoded as one batch) take 22.0 s a window in each of the two one-thread processes (the mean of 500 shards' own
-# timings), so 500 windows take about 92 min on the two cores (≈ 1.2 MB of labels a window: they are not kept in
+# decoded as one batch) take 19.6 s a window in each of the two one-thread processes (the mean of 500 shards' own
+# timings), so 500 windows take about 82 min on the two cores (≈ 1.2 MB of labels a window: they are not kept in
 # the repository); bench train on them about 25 min; the sweep about 120 s a context on one thread, 40 min for
 # n = 20 on the two cores.
 set -euo pipefail
