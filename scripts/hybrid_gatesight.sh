@@ -14,8 +14,8 @@
 # Cost on this 2-core CPU (SmolLM2's hybrid): four windows labelled together (--together 4, their 16 continuations
 # decoded as one batch) take 19.6 s a window in each of the two one-thread processes (the mean of 500 shards' own
 # timings), so 500 windows take about 82 min on the two cores (≈ 1.2 MB of labels a window: they are not kept in
-# the repository); bench train on them about 25 min; the sweep about 120 s a context on one thread, 40 min for
-# n = 20 on the two cores.
+# the repository); bench train and bench analyze on them 17 min on two threads; the sweep 98 s a context (71
+# forks) on one thread, 33 min for n = 20 on the two cores: 2 h 12 min for the whole script.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODEL=${MODEL:-smollm2-135m-hybrid}
