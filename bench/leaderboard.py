@@ -18,7 +18,6 @@ from pathlib import Path
 from artifacts.files import write_text
 from runtime.errors import UsageError
 
-from .needles import mean_over_heads
 from .paper_tables import table3_markdown, table4_markdown
 from .report import (
     ACCURACY_FLOOR,
@@ -78,13 +77,11 @@ def allocation_ablation_markdown(report: GroupReport) -> list[str]:
 
 def needle_recall_markdown(rows: list[dict], resamples: int = RESAMPLES) -> list[str]:
     """Needle recall beside accuracy: the share of the answers' tokens a child keeps, over every attention layer
-    and KV head (:func:`bench.needles.needle_recall`), averaged over the NIAH tasks, each cell with its paired
-    bootstrap interval over items; empty for a group without NIAH rows."""
-    recall = [{**row, "answer_recall": mean_over_heads(row["answer_recall_layers"])}
-              for row in rows if row.get("answer_recall_layers") and row["press"] != "none"]
-    if not recall:
+    and KV head (the rows' ``answer_recall``, :mod:`bench.rows`), averaged over the NIAH tasks, each cell with its
+    paired bootstrap interval over items; empty for a group without NIAH rows (no-prune rows carry none)."""
+    if not any(row.get("answer_recall") is not None for row in rows):
         return []
-    boot = PairedBootstrap(recall, "answer_recall", resamples)
+    boot = PairedBootstrap(rows, "answer_recall", resamples)
     fractions = sorted({p for _, p in boot.cells}, reverse=True)
     lines = ["### Needle recall: answer tokens kept (%), every attention layer and KV head", "",
              f"Tasks: {', '.join(boot.tasks)} (n ≥ {min(boot.n_items(t) for t in boot.tasks)} each); the same items "

@@ -71,24 +71,21 @@ def test_niah_rows_carry_needle_diagnostics(model_dir, tmp_path):
     assert all("needle_recall" not in r for r in rows if r["press"] == "none")
 
 
-def test_leaderboard_needle_recall_is_the_mean_over_heads_with_paired_intervals():
+def test_leaderboard_needle_recall_is_the_rows_answer_recall_with_paired_intervals():
     from bench.leaderboard import needle_recall_markdown
 
     group = {"model": "m", "weights": "w", "profile": "compact", "length": 512, "code": "c"}
     rows = []
     for item in range(10):
         base = {**group, "task": "niah_single_2", "haystack": "manpages", "item": item, "question": 0}
-        rows.append({**base, "press": "none", "allocator": "none", "keep_fraction": 1.0,
-                     "answer_recall_layers": {"3": [1.0, 1.0]}})  # the baseline keeps everything: not a row
-        # every item: layer 3 keeps 0.5 and 1.0 of the answer in its two heads, layer 7 keeps 0.0 and 0.5
-        rows.append({**base, "press": "snapkv", "allocator": "flat", "keep_fraction": 0.1,
-                     "answer_recall_layers": {"3": [0.5, 1.0], "7": [0.0, 0.5]}})
+        rows.append({**base, "press": "none", "allocator": "none", "keep_fraction": 1.0})  # carries no recall
+        rows.append({**base, "press": "snapkv", "allocator": "flat", "keep_fraction": 0.1, "answer_recall": 0.5})
         rows.append({**base, "press": "kvzip", "allocator": "global", "keep_fraction": 0.1,
-                     "answer_recall_layers": {"3": [item / 10, item / 10]}})
+                     "answer_recall": item / 10})
     text = "\n".join(needle_recall_markdown(rows, resamples=200))
-    assert "| snapkv/flat | 50 [50, 50] |" in text  # (0.5 + 1 + 0 + 0.5) / 4, the same on every item
+    assert "| snapkv/flat | 50 [50, 50] |" in text  # the same on every item: an interval of zero width
     kvzip = next(line for line in text.splitlines() if line.startswith("| kvzip/global |"))
     mean, low, high = (float(x) for x in kvzip.split("|")[2].replace("[", "").replace("]", "").replace(",", "").split())
     assert mean == 45 and low < mean < high  # items 0.0 … 0.9: the mean 0.45, an interval that varies
     assert "none" not in text and "(n ≥ 10 each)" in text
-    assert needle_recall_markdown([{k: v for k, v in r.items() if k != "answer_recall_layers"} for r in rows]) == []
+    assert needle_recall_markdown([{k: v for k, v in r.items() if k != "answer_recall"} for r in rows]) == []
