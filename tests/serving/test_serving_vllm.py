@@ -109,10 +109,13 @@ for budget in json.loads(sys.argv[4]):
 
 
 def _stock_tokens(engine, prompt: list[int], max_tokens: int, budgets: list[int | None]) -> list[list[int]]:
-    """Stock vLLM's greedy tokens for ``prompt``, one list per step budget of ``budgets`` (``None``: vLLM's own)."""
+    """Stock vLLM's greedy tokens for ``prompt``, one list per step budget of ``budgets`` (``None``: vLLM's own).
+
+    The stock engine runs on as many threads as the plugin's engine in this process: bfloat16 CPU kernels split
+    their reductions by thread, and one thread against two moves a near-tie greedy choice."""
     stock = subprocess.run([sys.executable, "-c", _STOCK, str(engine.llm.llm_engine.model_config.model),
                             json.dumps(prompt), str(max_tokens), json.dumps(budgets)], capture_output=True, text=True,
-                           check=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+                           check=True, env={**os.environ, "OMP_NUM_THREADS": str(torch.get_num_threads())})
     return [json.loads(line.split(" ", 1)[1]) for line in stock.stdout.splitlines() if line.startswith("TOKENS ")]
 
 
