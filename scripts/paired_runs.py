@@ -5,8 +5,11 @@ retraining): each store's methods are renamed ``<method> [<label>]``, rows of bo
     python scripts/paired_runs.py before=results/realtext-before after=results/realtext-after \
         --pairs "gatesight/gate [after]-kvzip/flat [after]" "gatesight/gate [after]-gatesight/gate [before]"
 
-Items are paired by (task, haystack, item, question); the two stores must hold the same items (same generator
-seeds), which the script checks. Without ``--pairs`` it prints every method's accuracy and ΔNLL.
+A store that holds several models (the committed ``docs/results``) is read as ``label=directory#model``: that
+model's rows only. Items are paired by (task, haystack, item, question); the stores must hold the same items (same
+generator seeds, same tokenizer): every store's no-prune rows must give exactly the first store's scores and
+log-likelihoods on them, and a store whose rows are not all on those items is refused. Without ``--pairs`` it
+prints every method's accuracy and ΔNLL.
 """
 
 from __future__ import annotations
@@ -17,14 +20,34 @@ from bench.stats import PairedBootstrap, method_of
 from bench.store import BASELINE, ResultStore
 
 
+def _question(row: dict) -> tuple:
+    return row["task"], row.get("haystack", "generated"), row["item"], row.get("question", 0)
+
+
 def load(labelled: list[str]) -> list[dict]:
-    rows = []
+    """Rows of every ``label=directory[#model]`` store, methods renamed ``<method> [<label>]``, the first store's
+    no-prune rows standing for all. ``SystemExit`` naming the store whose items differ from the first one's."""
+    rows, full_cache = [], {}
     for index, spec in enumerate(labelled):
-        label, _, directory = spec.partition("=")
-        for row in ResultStore(directory, readonly=True).rows:
+        label, _, location = spec.partition("=")
+        directory, _, model = location.partition("#")
+        stored = [row for row in ResultStore(directory, readonly=True).rows if not model or row["model"] == model]
+        if not stored:
+            raise SystemExit(f"{spec}: no rows" + (f" of model {model!r}" if model else ""))
+        baseline = {_question(row): (row["score"], row.get("answer_nll"))
+                    for row in stored if method_of(row) == BASELINE}
+        if index == 0:
+            full_cache = baseline
+        elif baseline != {q: full_cache.get(q) for q in baseline}:
+            raise SystemExit(f"{spec}: its no-prune rows differ from {labelled[0]}'s: not the same items or model")
+        off_items = {_question(row) for row in stored} - set(full_cache)
+        if off_items:
+            raise SystemExit(f"{spec}: {len(off_items)} question(s) not in {labelled[0]}'s no-prune rows, e.g. "
+                             f"{sorted(off_items)[0]}")
+        for row in stored:
             if method_of(row) != BASELINE:
                 rows.append({**row, "allocator": f"{row['allocator']} [{label}]"})
-            elif index == 0:  # one shared full cache: every store's no-prune rows are the same model on the same items
+            elif index == 0:  # one shared full cache, checked above to be every store's
                 rows.append(row)
     return rows
 
