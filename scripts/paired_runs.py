@@ -9,7 +9,7 @@ A store that holds several models (the committed ``docs/results``) is read as ``
 model's rows only. Items are paired by (task, haystack, item, question); the stores must hold the same items (same
 generator seeds, same tokenizer): every store's no-prune rows must give exactly the first store's scores and
 log-likelihoods on them, and a store whose rows are not all on those items is refused. Without ``--pairs`` it
-prints every method's accuracy and ΔNLL.
+prints every method's accuracy, ΔNLL and answer recall.
 """
 
 from __future__ import annotations
@@ -61,7 +61,8 @@ def main() -> None:
     args = parser.parse_args()
     rows = load(args.stores)
     ratios = [float(r) for r in args.ratios.split(",")]
-    for field, scale, unit in (("score", 100, "accuracy (points)"), ("delta_nll", 1, "ΔNLL (nats)")):
+    for field, scale, unit in (("score", 100, "accuracy (points)"), ("delta_nll", 1, "ΔNLL (nats)"),
+                               ("answer_recall", 100, "answer recall (% of answer entries kept, all heads)")):
         boot = PairedBootstrap(rows, field)
         tasks = args.tasks.split(",") if args.tasks else boot.tasks
         n = ", ".join(f"{t} n = {boot.n_items(t)}" for t in tasks)
@@ -69,8 +70,9 @@ def main() -> None:
         print("| | " + " | ".join(f"p = {r:g}" for r in ratios) + " |")
         print("|---|" + "---|" * len(ratios))
         methods = sorted({m for m, _ in boot.cells if m != BASELINE})
-        base = boot.average(BASELINE, 1.0, tasks)
-        print(f"| no prune | {base.format(scale, 1 if scale == 100 else 3)} |" + " |" * (len(ratios) - 1))
+        if boot.has_baseline():  # rows without the field (answer recall of the full cache) print no line
+            base = boot.average(BASELINE, 1.0, tasks)
+            print(f"| no prune | {base.format(scale, 1 if scale == 100 else 3)} |" + " |" * (len(ratios) - 1))
         for method in methods:
             cells = [boot.average(method, r, tasks).format(scale, 1 if scale == 100 else 3)
                      if all(boot.has(method, r, t) for t in tasks) else "–" for r in ratios]
