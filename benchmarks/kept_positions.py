@@ -50,12 +50,12 @@ def main() -> None:
     h = Harness(settings)
     kept = {(m, p): torch.zeros(SPANS, dtype=torch.float64) for m in settings.pairs for p in fractions}
     sizes, needles = torch.zeros(SPANS, dtype=torch.float64), torch.zeros(SPANS, dtype=torch.float64)
+    heads = len(h.adapter.attention_layers) * h.adapter.geometry.num_kv_heads
     for index in range(args.n):
         item = h.item(args.task, index)
         context = h.encode(item.context)
         protected = len(h.encode(item.protected_text))
         parent = prefill(h.model, context, protected=protected, evidence=h.evidence, tokenizer=h.tokenizer)
-        heads = len(h.adapter.attention_layers) * h.adapter.geometry.num_kv_heads
         sizes += span_sizes(protected, parent.n) * heads
         for question in item.questions:
             needles += span_shares(evidence_positions(h.encode_list, item.context, question.evidence), protected,
