@@ -25,6 +25,8 @@ class _ReconstructionAttention:
 
     def __init__(self, context: BranchingContext, start: int, end: int, scores: Scores):
         self.context, self.start, self.end, self.scores = context, start, end, scores
+        # nothing after the last attention layer's mixer feeds a score: the pass stops there (forward_chunk)
+        self.last_layer = max(context.adapter.attention_layers)
 
     def on_attention(self, layer, hidden, query, gate, keys, values, output):
         context, g = self.context, self.context.adapter.geometry

@@ -20,7 +20,12 @@ from .mamba2 import mamba2_forward
 
 
 class ForwardObserver(Protocol):
-    """Receives what a forward computes; used for evidence capture and by scorers that run extra passes."""
+    """Receives what a forward computes; used for evidence capture and by scorers that run extra passes.
+
+    An observer may also declare ``last_layer`` (an int): it reads nothing computed after that layer's mixer, so
+    :func:`forward_chunk` stops there (KVzip's reconstruction pass: on a hybrid whose last layers are recurrent,
+    those layers, every MLP after the last attention and the output head never run).
+    """
 
     wants_recurrent_signals: bool
 
@@ -93,13 +98,15 @@ def forward_chunk(
     ids: torch.Tensor,
     observer: ForwardObserver | None = None,
     all_logits: bool = False,
-) -> torch.Tensor:
+) -> torch.Tensor | None:
     """Run ``ids`` ``[L]`` after ``state`` (updated in place) and return logits.
 
     Returns
     -------
-    torch.Tensor
-        ``[L, V]`` if ``all_logits`` else ``[1, V]`` for the last token.
+    torch.Tensor or None
+        ``[L, V]`` if ``all_logits`` else ``[1, V]`` for the last token; None if ``observer`` declares a
+        ``last_layer``: the pass ends after that layer's mixer, and ``state`` is then fit only to be discarded (the
+        later layers' states and the next position are not advanced).
     """
     length = ids.shape[0]
     # an int, or under vmap one child's 0-d tensor (children of different contexts: runtime.batch)
@@ -107,6 +114,7 @@ def forward_chunk(
     hidden = adapter.embed(ids)
     cos, sin = adapter.rope(hidden, positions)
     record_signals = observer is not None and observer.wants_recurrent_signals
+    last_layer = getattr(observer, "last_layer", None)
     for layer_idx, kind in enumerate(adapter.layer_kinds):
         x = adapter.input_norm(layer_idx, hidden)
         if kind == "gdn":
@@ -125,6 +133,8 @@ def forward_chunk(
                 observer.on_gdn(layer_idx, signals)
             if kind == "mamba2+attention":
                 out = out + _attention(adapter, state, layer_idx, x, cos, sin, observer)
+        if layer_idx == last_layer:
+            return None
         hidden = hidden + out
         hidden = hidden + adapter.mlp(layer_idx, hidden)
     state.next_position = state.next_position + length  # not in place: under vmap it may be the caller's tensor
