@@ -2,7 +2,7 @@
 
 Two checks, both against kvpress 0.5.5 itself:
 
-1. **Kept positions** (:func:`presses.kvpress_parity.parity`): for each kvpress ``ScorerPress`` through this project's
+1. **Kept positions** (:func:`testing.kvpress_parity.parity`): for each kvpress ``ScorerPress`` through this project's
    bridge, at whole-size budgets on held-out real text, the positions every (layer, KV head) keeps against the
    positions kvpress's own forward hooks keep, and the first answer token's logits.
 2. **Answers through both pipelines**: kvpress's ``kv-press-text-generation`` and this project's
@@ -24,8 +24,8 @@ from pathlib import Path
 import torch
 
 import presses.kvpress_pipeline  # noqa: F401 - registers hybrid-kv-press-text-generation
-from presses.kvpress_parity import parity
 from pretrained.loading import load
+from testing.kvpress_parity import parity
 from workloads.corpus import documents
 from workloads.metrics import METRICS
 from workloads.tasks.ruler import Config, generate
@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         "", "## Kept positions and first-token logits",
         "", f"{args.tokens} tokens of held-out real text (a standard-library module), protected prefix 0, the flat "
         "allocator (kvpress's per-head rule) at whole-size budgets; kvpress's positions are read off its compressed "
-        "cache by matching key rows bit for bit against the uncompressed cache (`presses/kvpress_parity.py`"
+        "cache by matching key rows bit for bit against the uncompressed cache (`testing/kvpress_parity.py`"
         ", `parity`). Tolerance on the logits: 1e-4.", "", *kept,
         "", "## Answers through both pipelines",
         "", f"kvpress's `kv-press-text-generation` against `hybrid-kv-press-text-generation`, the same press objects, "

@@ -49,9 +49,9 @@ from transformers import Qwen3Config, Qwen3ForCausalLM, pipeline
 import presses
 from allocators import BudgetRequest
 from hybridmodel.tokenizer import build_tokenizer
-from presses.kvpress_parity import LOGIT_TOLERANCE, Parity, kvpress_prefill, parity, uncompressed_keys
 from runtime import CHATML_ASSISTANT_TURN, encode_text, prefill
-from runtime.tiny_models import perturbed
+from testing.kvpress_parity import LOGIT_TOLERANCE, Parity, kvpress_prefill, parity, uncompressed_keys
+from testing.tiny_models import perturbed
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAT_HEADER = "<|im_start|>user\n"

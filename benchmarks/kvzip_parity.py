@@ -1,4 +1,4 @@
-"""KVzip against kvpress's ``KVzipPress`` on the real model (:mod:`presses.kvzip_parity`): kept positions in all 90
+"""KVzip against kvpress's ``KVzipPress`` on the real model (:mod:`testing.kvzip_parity`): kept positions in all 90
 heads and the first answer token's logits, on held-out real text, at several kept fractions.
 
     OMP_NUM_THREADS=1 python benchmarks/kvzip_parity.py        # writes docs/kvzip_parity_real.md
@@ -15,9 +15,9 @@ from pathlib import Path
 
 import torch
 
-from presses.kvzip_parity import chat_prefix, kvzip_parity
 from pretrained.loading import load
 from runtime import encode_text
+from testing.kvzip_parity import chat_prefix, kvzip_parity
 from workloads.corpus import documents
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -9,11 +9,11 @@ import torch
 
 from bench.cost import median_seconds
 from runtime import KeepPlan, prefill
-from runtime.tiny_models import qwen3_5
+from testing.tiny_models import tiny_model
 
 
 def main(lengths):
-    model = qwen3_5(num_layers=8)
+    model = tiny_model("qwen3_5", num_hidden_layers=8)
     print("| n | prefill s | fork (p=0.1) s | decode step full ms | decode step p=0.1 ms | ratio | "
           "child KV bytes / parent |")
     print("|---|---|---|---|---|---|---|")

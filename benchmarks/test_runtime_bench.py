@@ -5,16 +5,16 @@ run's table; ``python benchmarks/runtime_cost.py`` prints them directly."""
 import pytest
 import torch
 
-from presses.offline import REGISTERED_PRESSES, offline_press
 from runtime import KeepPlan, adapter_for, prefill
-from runtime.tiny_models import qwen3_5
+from testing.offline import REGISTERED_PRESSES, offline_press
+from testing.tiny_models import tiny_model
 
 LENGTHS = [1024, 4096, 16384]
 
 
 @pytest.fixture(scope="module")
 def model():
-    return qwen3_5(num_layers=8)
+    return tiny_model("qwen3_5", num_hidden_layers=8)
 
 
 def _context(n):

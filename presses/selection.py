@@ -6,11 +6,13 @@ A :class:`Selection` scores a parent with one press once and forks children for 
 
 from __future__ import annotations
 
+import numbers
 import time
 
 import allocators
 from allocators import Allocator, BudgetRequest, check_keep_fraction
 from runtime import Child, KeepPlan, Parent
+from runtime.errors import UsageError
 
 from .base import Press, Scores
 from .calibration import Calibration
@@ -24,18 +26,18 @@ def keep_fraction_from(keep_fraction: float | None, compression_ratio: float | N
         raise ValueError("give exactly one of keep_fraction (p) or compression_ratio (1 - p)")
     if keep_fraction is not None:
         return check_keep_fraction(keep_fraction)
-    if isinstance(compression_ratio, bool) or not isinstance(compression_ratio, (int, float)) or not (
+    if isinstance(compression_ratio, bool) or not isinstance(compression_ratio, numbers.Real) or not (
         0 <= compression_ratio < 1
     ):
         raise ValueError(f"compression_ratio {compression_ratio!r} is outside [0, 1) (it is 1 - kept fraction)")
-    return 1.0 - compression_ratio
+    return 1.0 - float(compression_ratio)
 
 
 def check_pair(press: Press, allocator: Allocator) -> None:
     """Refuse combinations that are not meaningful before any work starts."""
     if allocator.compares_layers and not press.comparable_scale:
         comparable = [name for name, cls in PRESSES.items() if cls.comparable_scale]  # as each press declares
-        raise ValueError(
+        raise UsageError(
             f"the {allocator.name!r} allocator ranks scores across layers, but {press.name!r} scores are not on one "
             f"scale across layers; use it with a press whose scores are: {', '.join(comparable)}"
         )
@@ -61,8 +63,8 @@ def check_evidence(parent: Parent, press: Press) -> None:
     missing = []
     if wanted.window and not all(layer in recorded.window_hidden for layer in adapter.attention_layers):
         missing.append(f"the attention layers' inputs of the last {min(wanted.window, parent.n)} context tokens")
-    if wanted.recurrent_signals and adapter.gdn_layers and not recorded.recurrent_signals:
-        missing.append("the GDN signals (β, g, ‖v‖)")
+    if wanted.recurrent_signals and adapter.recurrent_layers and not recorded.recurrent_signals:
+        missing.append("the recurrent layers' signals")
     if missing:
         name = type(press).__name__ if press.name == "kvpress" else press.name
         raise ValueError(f"press {name} reads {' and '.join(missing)}, which this parent was prefilled without: "

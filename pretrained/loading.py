@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 
 import pretrained
+from runtime import adapters
 from runtime.errors import UsageError
 
 MODEL_ENV = "HYBRIDPRESS_MODEL"
@@ -137,14 +138,18 @@ def position_limit(model: str | ModelSpec | None) -> int | None:
 
 
 def attention_layer_count(model: str | ModelSpec | None) -> int | None:
-    """How many attention layers the model has, from its config alone: the layers of ``layer_types`` that are not
-    GDN (``linear_attention``) layers, or every layer of a model without ``layer_types``; None if unknown."""
-    config = _text_config(read_config(resolve(model)))
-    kinds = config.get("layer_types")
-    if isinstance(kinds, list):
-        return sum(kind != "linear_attention" for kind in kinds)
-    layers = config.get("num_hidden_layers")
-    return layers if isinstance(layers, int) else None
+    """How many attention layers the model has, from its config alone, as its family's adapter reads its layer kinds
+    (:meth:`runtime.ModelAdapter.layer_kinds_from`); None for a model type no adapter serves (loading it says why)."""
+    from transformers import AutoConfig
+
+    directory = resolve(model)
+    if read_config(directory).get("model_type") not in adapters.MODEL_TYPES:
+        return None
+    # the config as transformers builds the model from it: defaults filled in (a Qwen3.5 config.json without
+    # layer_types has them from full_attention_interval)
+    config = AutoConfig.from_pretrained(directory, local_files_only=True).get_text_config()
+    kinds = adapters.MODEL_TYPES[config.model_type].layer_kinds_from(config)
+    return len(adapters.layers_with(kinds, "attention"))
 
 
 def dtype_name(model: str | ModelSpec | None) -> str:

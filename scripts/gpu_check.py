@@ -8,9 +8,9 @@ import torch
 
 import presses
 from presses.gatesight import GateSightEstimator
-from presses.offline import REGISTERED_PRESSES, offline_press
 from runtime import adapter_for, prefill
-from runtime.tiny_models import MODELS
+from testing.offline import REGISTERED_PRESSES, offline_press
+from testing.tiny_models import MODELS
 
 lines = ["# GPU check", "", f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}", ""]
 

@@ -2,7 +2,8 @@
 
 This module imports no vLLM, so the bench (and a user) can ask before building an engine, in any environment. What
 runs in the engine is each press and allocator class's own word (``runs_in_engine``), read from the registries
-(:func:`presses.register`, :func:`allocators.register`). :func:`check_request` is the one call for a whole run;
+(:func:`presses.register`, :func:`allocators.register`), and each model family's (its adapter's
+``served_by_engine``). :func:`check_request` is the one call for a whole run;
 :func:`check_model` and :func:`check_engine_args` are the parts :class:`serving.CompactingLLM` checks itself before
 vLLM starts.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from runtime.adapters import ADAPTERS
 from runtime.errors import UsageError
 
 
@@ -42,11 +44,13 @@ _REFUSED_ALLOCATORS = {
 _KVPRESS = ("kvpress presses do not run in the engine: the serving environment has no kvpress (vLLM's CPU build "
             "brings transformers 5.19, which kvpress 0.5.5 refuses)")
 
-SERVED_MODEL_TYPES = ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text", "qwen3_5", "qwen3_5_moe")
-"""Model types the engine serves (tested: tests/serving/test_serving_vllm.py): Qwen3-Next, and Qwen3.5 and
-Qwen3.5-MoE both as the language model alone (``qwen3_5_text``: the shipped default model) and as the hub lays them
-out, vision tower included (served text-only). GDN layers vLLM's CPU kernels reject (head dims other than 64 and 128,
-dtypes other than bfloat16) run the plugin's pure-torch path (:mod:`serving.gdn_torch`)."""
+SERVED_MODEL_TYPES = tuple(model_type for adapter in ADAPTERS if adapter.served_by_engine
+                           for model_type in adapter.model_types)
+"""Model types the engine serves, as each family's adapter says (``served_by_engine``; tested:
+tests/serving/test_serving_vllm.py): Qwen3.5 and Qwen3.5-MoE both as the language model alone (``qwen3_5_text``: the
+shipped default model) and as the hub lays them out, vision tower included (served text-only), and Qwen3-Next. GDN
+layers vLLM's CPU kernels reject (head dims other than 64 and 128, dtypes other than bfloat16) run the plugin's
+pure-torch path (:mod:`serving.gdn_torch`)."""
 ENGINE_DTYPES = ("bfloat16", "float32")
 """What the engine computes and caches in (both tested)."""
 

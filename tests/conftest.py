@@ -10,7 +10,7 @@ from presses.calibration import calibrate
 from presses.gatesight import GateSightEstimator
 from pretrained import loading
 from runtime import adapter_for
-from runtime.tiny_models import MODELS
+from testing.tiny_models import MODELS
 
 from .helpers import REAL_MODEL, VARIANTS, save_model
 

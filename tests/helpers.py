@@ -1,6 +1,7 @@
-"""What the tests share, in one place: the tiny model families by kind (built by :mod:`runtime.tiny_models`), the
-pretrained model the ``realmodel`` tests run on, seeded token ids, a model saved as a model directory with the byte
-tokenizer, and the comparison settings the bench tests start from. Fixtures built on these: ``conftest.py``."""
+"""What the tests share, in one place: the tiny model families by kind (declared by the adapters, built by
+:mod:`testing.tiny_models`), the pretrained model the ``realmodel`` tests run on, seeded token ids, a model saved as a
+model directory with the byte tokenizer, and the comparison settings the bench tests start from. Fixtures built on
+these: ``conftest.py``."""
 
 from __future__ import annotations
 
@@ -10,15 +11,24 @@ from pathlib import Path
 import pytest
 import torch
 
-from runtime.tiny_models import MODELS, VOCAB
+from runtime.adapters import layers_with
+from runtime.adapters.tiny import VOCAB
+from testing.tiny_models import MODELS, TINY_CONFIGS, tiny_config
 
-GDN_FAMILIES = ["qwen3_5", "qwen3_5_moe", "qwen3_next"]
+
+def _with(mixer: str) -> list[str]:
+    """The tiny families with a layer of ``mixer``, as their adapters read their configs."""
+    return [name for name, (adapter, _, _) in TINY_CONFIGS.items()
+            if layers_with(adapter.layer_kinds_from(tiny_config(name)), mixer)]
+
+
+GDN_FAMILIES = _with("gdn")
 """Gated DeltaNet hybrids."""
-MAMBA2_FAMILIES = ["bamba", "granitemoehybrid", "falcon_h1"]
+MAMBA2_FAMILIES = _with("mamba2")
 """Mamba2 hybrids."""
-DENSE_FAMILIES = ["qwen3", "llama"]
-"""Attention only."""
 HYBRID_FAMILIES = GDN_FAMILIES + MAMBA2_FAMILIES
+DENSE_FAMILIES = [name for name in TINY_CONFIGS if name not in HYBRID_FAMILIES]
+"""Attention only."""
 FAMILIES = HYBRID_FAMILIES + DENSE_FAMILIES
 """Every family the runtime supports, one tiny random model each (the ``tiny`` fixture's names)."""
 
@@ -60,13 +70,7 @@ def save_model(model, directory: Path) -> Path:
 def save_bamba(directory: Path):
     """A tiny random Bamba (Mamba2, attention, Mamba2, attention) with the byte tokenizer's vocabulary, saved in
     ``directory`` as a hub checkpoint arrives; the model."""
-    from transformers import BambaConfig, BambaForCausalLM
-
-    from runtime.tiny_models import mamba2_common, mamba2_init
-
-    torch.manual_seed(0)
-    config = BambaConfig(**{**mamba2_common(4), "vocab_size": 260}, attn_layer_indices=[1, 3], eos_token_id=257)
-    model = mamba2_init(BambaForCausalLM(config))
+    model = MODELS["bamba"](vocab_size=260, eos_token_id=257)
     save_model(model, directory)
     return model
 

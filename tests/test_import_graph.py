@@ -10,6 +10,8 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = tuple(sorted(path.parent.name for path in ROOT.glob("*/__init__.py")))
 CORE = ("runtime", "presses", "allocators")
 OUTER = ("bench", "gatesight_learning", "hybridmodel")
+TEST_SUPPORT = ("testing", "tests")
+"""What only tests, benchmarks and scripts import: the shared test support and the tests themselves."""
 
 
 def _module(path: Path) -> str:
@@ -80,6 +82,14 @@ def test_the_core_never_imports_the_outer_packages():
     assert forbidden == []
 
 
+def test_no_library_imports_the_test_support():
+    """The tiny models, offline presses and kvpress parity (``testing/``) may import any library package; no library
+    package imports them, nor the tests."""
+    found = [f"{module} -> {other}" for module, imported in import_graph().items() for other in imported
+             if module.split(".")[0] not in TEST_SUPPORT and other.split(".")[0] in TEST_SUPPORT]
+    assert found == []
+
+
 def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
     """``{package: the other top-level packages its modules import}``."""
     packages: dict[str, set[str]] = {module.split(".")[0]: set() for module in graph}
@@ -100,8 +110,8 @@ def test_no_package_imports_a_package_that_imports_it():
 
 
 def test_the_packages_are_all_seen():
-    assert {"runtime", "presses", "allocators", "workloads", "artifacts", "pretrained", "bench", "serving"} <= set(
-        PACKAGES)
+    assert {"runtime", "presses", "allocators", "workloads", "artifacts", "pretrained", "bench", "serving",
+            "testing"} <= set(PACKAGES)
 
 
 def test_a_package_cycle_is_found():

@@ -10,22 +10,24 @@ import torch
 from torch import nn
 
 from .dense import DenseAdapter
+from .tiny import mamba2_common
 
 
 class BambaAdapter(DenseAdapter):
     model_types = ("bamba",)
 
-    @staticmethod
-    def _layer_kind(layer: nn.Module) -> str:
-        return "mamba2" if getattr(layer, "mamba", None) is not None else "attention"
+    @classmethod
+    def layer_kinds_from(cls, config) -> tuple[str, ...]:
+        """Attention at ``attn_layer_indices``, Mamba2 everywhere else (every layer when it is unset)."""
+        attention = set(config.attn_layer_indices or ())
+        return tuple("attention" if i in attention else "mamba2" for i in range(config.num_hidden_layers))
 
-    @property
-    def mamba2_layers(self) -> tuple[int, ...]:
-        return tuple(i for i, kind in enumerate(self.layer_kinds) if "mamba2" in kind.split("+"))
+    @classmethod
+    def tiny_configs(cls) -> dict[str, tuple[type, dict]]:
+        """Mamba2, attention, Mamba2, attention: the per-layer allocators see two attention layers."""
+        from transformers import BambaConfig
 
-    @property
-    def signal_layers(self) -> tuple[int, ...]:
-        return self.mamba2_layers
+        return {"bamba": (BambaConfig, dict(**mamba2_common(4), attn_layer_indices=[1, 3]))}
 
     def signal_heads(self) -> int:
         return self.mamba_module(self.mamba2_layers[0]).num_heads

@@ -1,20 +1,25 @@
 """What the runtime and the presses need to know about a model, behind one small interface.
 
-The per-family projections live here: a new architecture family is one adapter file plus a line in
-:data:`ADAPTERS`. Other places read module internals by attribute: the GDN and Mamba2 continuation kernels
-(``runtime/gdn.py``, ``runtime/mamba2.py``: ``A_log``, ``dt_bias``, the conv, the mixer's sizes), the static
-half-lives (``hybridmodel/half_lives.py``: ``A_log``, ``dt_bias``) and the utility labels' output projection
+An adapter is also the one place that states a family's facts: the model types it serves, which of its layers are
+attention, GDN or Mamba2 (read from the config alone), whether the vLLM engine serves it and its tiny random test
+models. A new architecture family is one adapter file plus its line in :data:`runtime.adapters.ADAPTERS`. Other places
+read module internals by attribute: the GDN and Mamba2 continuation kernels (``runtime/gdn.py``,
+``runtime/mamba2.py``: ``A_log``, ``dt_bias``, the conv, the mixer's sizes), the static half-lives
+(``hybridmodel/half_lives.py``: ``A_log``, ``dt_bias``) and the utility labels' output projection
 (``gatesight_learning/labels.py``).
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from torch import nn
+
+from ..errors import UsageError
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -46,23 +51,42 @@ class AttentionGeometry:
         return self.num_heads // self.num_kv_heads
 
 
+def layers_with(kinds: Sequence[str], mixer: str) -> tuple[int, ...]:
+    """Indices of the layers whose kind includes ``mixer`` (``"attention"``, ``"gdn"`` or ``"mamba2"``): a kind names
+    the layer's mixers, joined by ``"+"`` where they run side by side on the same input (Falcon-H1)."""
+    return tuple(i for i, kind in enumerate(kinds) if mixer in kind.split("+"))
+
+
 class ModelAdapter(ABC):
-    """Base adapter for decoder-only causal LMs with ``model.model.layers``.
+    """Base adapter for decoder-only causal LMs with ``model.model.layers``; every layer attention unless a family
+    says otherwise (:meth:`layer_kinds_from`).
 
     Subclasses implement the per-family projections; the layer loop, norms, RoPE and head are shared.
     """
 
     #: transformers ``model_type`` values this adapter serves
     model_types: tuple[str, ...] = ()
+    #: whether the vLLM engine (:mod:`serving`) serves these model types (tests/serving/test_serving_vllm.py runs it)
+    served_by_engine: bool = False
+    #: whether the attention output is gated (:meth:`project_query` returns gate logits)
+    gated: bool = False
 
     def __init__(self, model: nn.Module):
         self.model = model
         self.config = model.config
         self.layers = model.model.layers
-        self.layer_kinds = tuple(self._layer_kind(layer) for layer in self.layers)
-        # a kind names the layer's mixers, joined by "+" where they run side by side on the same input (Falcon-H1)
-        self.attention_layers = tuple(i for i, kind in enumerate(self.layer_kinds) if "attention" in kind.split("+"))
-        self.gdn_layers = tuple(i for i, kind in enumerate(self.layer_kinds) if kind == "gdn")
+        self.layer_kinds = self.layer_kinds_from(self.config)
+        if len(self.layer_kinds) != len(self.layers):
+            raise UsageError(f"{type(model).__name__} has {len(self.layers)} layers, but its config describes "
+                             f"{len(self.layer_kinds)}: load the model as its config.json says")
+        self.attention_layers = layers_with(self.layer_kinds, "attention")
+        self.gdn_layers = layers_with(self.layer_kinds, "gdn")
+        self.mamba2_layers = layers_with(self.layer_kinds, "mamba2")
+        # the layers that carry a recurrent state, of either kind
+        self.recurrent_layers = tuple(sorted(self.gdn_layers + self.mamba2_layers))
+        if not self.attention_layers:
+            raise UsageError(f"{type(model).__name__} has no attention layer (layer kinds: "
+                             f"{', '.join(sorted(set(self.layer_kinds)))}): it has no KV cache to compress")
         attn = self.layers[self.attention_layers[0]].self_attn
         head_dim = attn.head_dim
         cos, _ = self.rope(torch.zeros(1, dtype=self.dtype), torch.zeros(1, dtype=torch.long))
@@ -73,11 +97,24 @@ class ModelAdapter(ABC):
             rotary_dim=cos.shape[-1],
         )
 
-    gated: bool = False
+    # ---- the family's facts, read before any weight is loaded ---------------------------------------------
+    @classmethod
+    def layer_kinds_from(cls, config) -> tuple[str, ...]:
+        """Each layer's kind, from the model's (text) config alone: ``"attention"``, ``"gdn"``, ``"mamba2"``, or
+        ``"mamba2+attention"`` (both mixers side by side). The base reads a dense decoder: every layer attention.
 
-    @staticmethod
-    def _layer_kind(layer: nn.Module) -> str:
-        return "gdn" if hasattr(layer, "linear_attn") else "attention"
+        Parameters
+        ----------
+        config : transformers.PretrainedConfig
+            The language model's config (a multimodal checkpoint's ``get_text_config()``).
+        """
+        return ("attention",) * config.num_hidden_layers
+
+    @classmethod
+    def tiny_configs(cls) -> dict[str, tuple[type, dict]]:
+        """The family's tiny random test models (built by :mod:`testing.tiny_models`): ``{name: (config class,
+        settings)}``; names are unique across the adapters, and each model is served by this adapter."""
+        return {}
 
     @property
     def dtype(self) -> torch.dtype:
@@ -163,9 +200,9 @@ class ModelAdapter(ABC):
     # ---- recurrent signals (GateSight) ------------------------------------------------------------------
     @property
     def signal_layers(self) -> tuple[int, ...]:
-        """The recurrent layers whose per-token, per-head signal triples prefill records on request
-        (``EvidenceRequest.recurrent_signals``): the GDN layers; a Mamba2 hybrid's adapter names its Mamba2 layers."""
-        return self.gdn_layers
+        """The layers whose per-token, per-head signal triples prefill records on request
+        (``EvidenceRequest.recurrent_signals``): every recurrent layer, GDN or Mamba2."""
+        return self.recurrent_layers
 
     def signal_heads(self) -> int:
         """Heads per signal layer (the second axis of a recorded ``[n, heads, 3]`` triple)."""

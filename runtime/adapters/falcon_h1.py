@@ -12,17 +12,31 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from .bamba import BambaAdapter
+from .tiny import mamba2_common
 
 
 class FalconH1Adapter(BambaAdapter):
     model_types = ("falcon_h1",)
 
-    @staticmethod
-    def _layer_kind(layer: nn.Module) -> str:
-        return "mamba2+attention"
+    @classmethod
+    def layer_kinds_from(cls, config) -> tuple[str, ...]:
+        return ("mamba2+attention",) * config.num_hidden_layers
+
+    @classmethod
+    def tiny_configs(cls) -> dict[str, tuple[type, dict]]:
+        """Falcon-H1's parallel layers with every µP multiplier away from 1. The mixer's optional gated norm
+        (``mamba_rms_norm``, grouped; before or after the gate) is on: without it the random mixer's output is ~1e-3
+        and a lost state would hardly show."""
+        from transformers import FalconH1Config
+
+        return {"falcon_h1": (FalconH1Config, dict(
+            **mamba2_common(2), mamba_d_ssm=32, mamba_rms_norm=True, mamba_norm_before_gate=False,
+            embedding_multiplier=2.0, lm_head_multiplier=0.5, key_multiplier=0.7, attention_in_multiplier=1.5,
+            attention_out_multiplier=0.8, ssm_in_multiplier=1.3, ssm_out_multiplier=0.6, mlp_multipliers=[1.2, 0.7],
+            ssm_multipliers=[1.1, 0.9, 1.2, 0.8, 1.05],
+        ))}
 
     def embed(self, ids: torch.Tensor) -> torch.Tensor:
         return super().embed(ids) * self.config.embedding_multiplier

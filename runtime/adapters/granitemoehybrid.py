@@ -20,10 +20,35 @@ from torch import nn
 from torch._C._functorch import is_batchedtensor
 
 from .bamba import BambaAdapter
+from .tiny import mamba2_common
+
+#: ``layer_types`` of the config -> the runtime's layer kind
+GRANITE_LAYER_TYPES = {"mamba": "mamba2", "attention": "attention"}
 
 
 class GraniteMoeHybridAdapter(BambaAdapter):
     model_types = ("granitemoehybrid",)
+
+    @classmethod
+    def layer_kinds_from(cls, config) -> tuple[str, ...]:
+        """Mamba2 where ``layer_types`` says ``"mamba"``, attention where ``"attention"``; every layer Mamba2 when
+        ``layer_types`` is unset (as transformers builds it)."""
+        # the config itself refuses any other layer type
+        layer_types = config.layer_types or ["mamba"] * config.num_hidden_layers
+        return tuple(GRANITE_LAYER_TYPES[kind] for kind in layer_types)
+
+    @classmethod
+    def tiny_configs(cls) -> dict[str, tuple[type, dict]]:
+        """Granite 4.0-H's layout with RoPE attention (the adapter refuses NoPE): each MLP a top-1-of-2 MoE plus a
+        shared MLP (``num_local_experts=0``: the shared MLP alone, as the dense Granite 4.0-H models); µP
+        multipliers that differ from 1 everywhere (embeddings, residuals, attention logits, logits)."""
+        from transformers import GraniteMoeHybridConfig
+
+        return {"granitemoehybrid": (GraniteMoeHybridConfig, dict(
+            **mamba2_common(4), layer_types=["mamba", "attention", "mamba", "attention"],
+            position_embedding_type="rope", num_local_experts=2, num_experts_per_tok=1, shared_intermediate_size=24,
+            embedding_multiplier=3.0, residual_multiplier=0.5, attention_multiplier=0.2, logits_scaling=2.0,
+        ))}
 
     def __init__(self, model: nn.Module):
         position = model.config.position_embedding_type

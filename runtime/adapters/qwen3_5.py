@@ -4,12 +4,33 @@ from __future__ import annotations
 
 import torch
 
+from ..errors import UsageError
 from .base import ModelAdapter
+from .tiny import QWEN3_5_ROPE, gdn_common
+
+#: ``layer_types`` of the config -> the runtime's layer kind
+GDN_LAYER_TYPES = {"linear_attention": "gdn", "full_attention": "attention"}
 
 
 class Qwen3_5Adapter(ModelAdapter):
     model_types = ("qwen3_5_text", "qwen3_5")
+    served_by_engine = True
     gated = True
+
+    @classmethod
+    def layer_kinds_from(cls, config) -> tuple[str, ...]:
+        """GDN layers where ``layer_types`` says ``"linear_attention"``, attention where ``"full_attention"``."""
+        unknown = sorted(set(config.layer_types) - set(GDN_LAYER_TYPES))
+        if unknown:
+            raise UsageError(f"{config.model_type} with layer_types {unknown} is not supported: the runtime runs "
+                             f"{', '.join(GDN_LAYER_TYPES)} layers")
+        return tuple(GDN_LAYER_TYPES[kind] for kind in config.layer_types)
+
+    @classmethod
+    def tiny_configs(cls) -> dict[str, tuple[type, dict]]:
+        from transformers import Qwen3_5TextConfig
+
+        return {"qwen3_5": (Qwen3_5TextConfig, dict(**gdn_common(8), rope_parameters=QWEN3_5_ROPE))}
 
     def project_query(self, layer_idx: int, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         # q_proj emits 2·d per head: the query half, then the output-gate half.

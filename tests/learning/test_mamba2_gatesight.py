@@ -14,7 +14,7 @@ from gatesight_learning.record import load_shard
 from hybridmodel.half_lives import static_half_lives
 from presses.gatesight import GateSightEstimator, feature_names, gdn_window
 from runtime import EvidenceRequest, adapter_for, prefill
-from runtime.tiny_models import VOCAB
+from runtime.adapters.tiny import VOCAB
 from tests.helpers import save_bamba
 
 

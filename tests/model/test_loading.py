@@ -7,8 +7,10 @@ import pytest
 import torch
 
 from bench.cli import main
+from bench.settings import validate
 from pretrained import loading
 from pretrained.loading import ModelSpec
+from tests.helpers import FAMILIES, compare_settings
 
 
 def _fake_cache(tmp_path, model_dir, repo="someorg/tiny-hybrid"):
@@ -57,3 +59,20 @@ def test_cuda_without_cuda_stops_before_loading(model_dir, tmp_path, capsys):
 def test_dtype_auto_keeps_the_checkpoints_dtype(model_dir):
     model, _, _ = loading.load(ModelSpec(str(model_dir), dtype="auto"))
     assert next(model.parameters()).dtype == torch.float32  # the tiny model was saved in float32
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_perlayer_takes_one_weight_per_attention_layer_of_every_family(tiny, family, tmp_path):
+    """The attention layers counted from the config alone, before the model loads, are those transformers builds an
+    attention module for (Bamba's ``attn_layer_indices``, Granite-4.0-H's ``"mamba"`` layer types, Falcon-H1's
+    parallel layers): ``--alloc perlayer`` with one weight per attention layer passes, with one more is refused."""
+    model = tiny(family)
+    model.config.save_pretrained(tmp_path)
+    attention = sum(getattr(layer, "self_attn", None) is not None for layer in model.model.layers)
+    assert loading.attention_layer_count(tmp_path) == attention
+    weights = [1.0 + k for k in range(attention)]
+    validate(compare_settings(tmp_path, tmp_path / "out", allocators=["perlayer"], alloc_options={"weights": weights}))
+    with pytest.raises(ValueError, match=f"perlayer has {attention + 1} weights; the model has {attention} attention "
+                                         "layers"):
+        validate(compare_settings(tmp_path, tmp_path / "out", allocators=["perlayer"],
+                                  alloc_options={"weights": [*weights, 1.0]}))

@@ -6,7 +6,7 @@ two tools break the tie differently (and only there); where p·n is not whole kv
 import pytest
 import torch
 
-from presses.kvpress_parity import LOGIT_TOLERANCE, parity
+from testing.kvpress_parity import LOGIT_TOLERANCE, parity
 from tests.helpers import REAL_MODEL
 
 # SnapKV's window shrunk to 8: kvpress gives its whole window one score (max + 1), so a budget below the window
@@ -106,9 +106,9 @@ def test_real_model_kvzip_global_keeps_what_kvpress_kvzip_keeps(tiny, keep_fract
     """KVzip with the global allocator against kvpress's own ``KVzipPress`` (its reconstruction passes, its sinks =
     this project's protected chat prefix, one budget over all layers): the same positions in all 90 heads, or
     differences only at exact ties of the budget's edge; the first answer token's logits agree."""
-    from presses.kvzip_parity import chat_prefix, kvzip_parity
     from pretrained.loading import load
     from runtime import encode_text
+    from testing.kvzip_parity import chat_prefix, kvzip_parity
     from workloads.corpus import documents
 
     model = tiny(REAL_MODEL)

@@ -6,9 +6,9 @@ import torch
 
 import presses
 from presses import kvzip
-from presses.offline import ByteTokenizer
 from runtime import prefill
-from runtime.tiny_models import MODELS
+from testing.offline import ByteTokenizer
+from testing.tiny_models import MODELS
 from tests.helpers import token_ids
 from tests.runtime.test_max_attention import max_attention_before
 
@@ -36,7 +36,7 @@ def test_scores_and_kept_sets_equal_those_of_the_previous_kernel(tiny, family, m
 def test_the_pass_stops_after_the_last_attention_layer_and_scores_alike(monkeypatch):
     """On a hybrid whose last layers are recurrent (GDN, GDN, GDN, attention, GDN, GDN), each reconstruction pass
     runs layers 0-3 and no output head; run through every layer and the head instead, its scores are the same."""
-    parent = prefill(MODELS["qwen3_5"](num_layers=6), token_ids(120, 2), protected=4)
+    parent = prefill(MODELS["qwen3_5"](num_hidden_layers=6), token_ids(120, 2), protected=4)
     adapter = parent.adapter
     assert adapter.attention_layers == (3,) and len(adapter.layer_kinds) == 6
     ran = []

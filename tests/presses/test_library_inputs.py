@@ -10,7 +10,7 @@ import allocators
 import presses
 from allocators import BudgetRequest
 from runtime import EvidenceRequest, KeepPlan, prefill
-from tests.helpers import copy_model, truncate
+from tests.helpers import HYBRID_FAMILIES, copy_model, truncate
 
 
 def _parent(tiny, n=60, protected=4, evidence=EvidenceRequest()):
@@ -110,13 +110,20 @@ def test_library_messages_say_what_is_wrong(tiny):
 
 def test_a_selection_without_its_evidence_says_which(tiny):
     for name, missing in [("kvpress:SnapKVPress", "the attention layers' inputs of the last 60 context tokens"),
-                          ("snapkv", "the attention layers' inputs of the last 32 context tokens"),
-                          ("gatesight", "the GDN signals")]:
-        press = presses.get(name)
-        if name == "gatesight":
-            press = presses.get(name, estimator=presses.GateSightEstimator.random(_parent(tiny).adapter))
+                          ("snapkv", "the attention layers' inputs of the last 32 context tokens")]:
         with pytest.raises(ValueError, match=f"reads {missing}.*pass evidence=press.evidence\\(adapter\\) to prefill"):
-            presses.Selection(_parent(tiny), press)
+            presses.Selection(_parent(tiny), presses.get(name))
+
+
+@pytest.mark.parametrize("family", HYBRID_FAMILIES)
+def test_a_selection_without_the_recurrent_signals_says_so_on_every_hybrid(tiny, family):
+    """GateSight reads the signals of the recurrent layers, GDN or Mamba2: a parent prefilled without them is refused
+    when the selection is made, before anything is scored."""
+    parent = prefill(tiny(family), torch.randint(0, 97, (60,), generator=torch.Generator().manual_seed(0)))
+    press = presses.get("gatesight", estimator=presses.GateSightEstimator.random(parent.adapter))
+    with pytest.raises(ValueError, match="reads the recurrent layers' signals, which this parent was prefilled "
+                                         "without: pass evidence=press.evidence\\(adapter\\) to prefill"):
+        presses.Selection(parent, press)
 
 
 def test_the_pipeline_names_a_wrong_argument(tiny):

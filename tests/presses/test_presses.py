@@ -12,11 +12,11 @@ from allocators.integerize import round_half_up
 from presses.calibration import Calibration, band_frequencies, calibrate, query_bands
 from presses.gatesight import GateSightEstimator, GateSightPress, build_features, feature_names
 from presses.kvpress_adapter import KvpressScorer
-from presses.offline import REGISTERED_PRESSES, ByteTokenizer, offline_allocator, offline_press
 from presses.triattention import TriAttentionPress, trig_preference
 from runtime import EvidenceRequest, prefill
 from runtime.adapters import apply_rope
-from runtime.tiny_models import MODELS
+from testing.offline import REGISTERED_PRESSES, ByteTokenizer, offline_allocator, offline_press
+from testing.tiny_models import MODELS
 from tests.helpers import HYBRID_FAMILIES, token_ids
 
 

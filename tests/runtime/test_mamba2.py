@@ -23,8 +23,9 @@ from allocators.integerize import round_half_up
 from bench.cli import main
 from bench.store import ResultStore
 from runtime import adapter_for, prefill
+from runtime.adapters.tiny import VOCAB, mamba2_common
 from runtime.mamba2 import mamba2_forward, ssd_scan
-from runtime.tiny_models import MODELS, VOCAB, mamba2_common
+from testing.tiny_models import MODELS
 from tests.helpers import MAMBA2_FAMILIES as FAMILIES
 from tests.helpers import save_bamba, token_ids
 

@@ -27,7 +27,7 @@ from pretrained.loading import ModelSpec, load
 from runtime import adapter_for, prefill
 from runtime.adapters.qwen3_5 import Qwen3_5Adapter
 from runtime.adapters.qwen3_5_moe import Qwen3_5MoeAdapter
-from runtime.tiny_models import QWEN3_5_ROPE
+from runtime.adapters.tiny import QWEN3_5_ROPE
 from tests.helpers import save_model, token_ids
 
 VOCAB = 260  # the byte tokenizer's

@@ -53,7 +53,7 @@ def test_other_model_types_and_missing_configs_are_refused(tmp_path):
         check_request([], [], 1, "bfloat16", tmp_path)
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama"}))
     with pytest.raises(ValueError, match=r"\(llama\) does not run in the vLLM engine; the engine serves model types "
-                                         "qwen3_next, qwen3_5_text, qwen3_5_moe_text, qwen3_5, qwen3_5_moe$"):
+                                         "qwen3_5_text, qwen3_5, qwen3_5_moe_text, qwen3_5_moe, qwen3_next$"):
         check_request([], [], 1, "bfloat16", tmp_path)
 
 

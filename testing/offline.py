@@ -15,13 +15,14 @@ import presses
 from presses.calibration import calibrate
 from presses.gatesight import GateSightEstimator
 from runtime import adapter_for
+from runtime.adapters.tiny import VOCAB
 
 
 class ByteTokenizer:
-    """A tokenizer for the tiny random models (vocabulary 97): bytes modulo the vocabulary."""
+    """A tokenizer for the tiny random models: bytes modulo their vocabulary."""
 
     def __call__(self, text, add_special_tokens=False):
-        return {"input_ids": [b % 97 for b in text.encode()]}
+        return {"input_ids": [b % VOCAB for b in text.encode()]}
 
 
 def _gatesight(model) -> dict:
@@ -33,7 +34,7 @@ def _kvzip(model) -> dict:
 
 
 def _triattention(model) -> dict:
-    ids = torch.randint(0, 97, (64,), generator=torch.Generator().manual_seed(9)).to(model.device)
+    ids = torch.randint(0, VOCAB, (64,), generator=torch.Generator().manual_seed(9)).to(model.device)
     return {"calibration": calibrate(model, [ids], ["random"])}  # else <model>/calibration
 
 
