@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
@@ -13,8 +14,8 @@ from .integerize import round_half_up
 
 
 def check_keep_fraction(p: float, what: str = "keep fraction") -> float:
-    """``p`` as a float if it is a number in (0, 1]; else ``ValueError`` naming it."""
-    if isinstance(p, bool) or not isinstance(p, (int, float)) or not (0 < p <= 1):
+    """``p`` as a float if it is a number (Python's or numpy's) in (0, 1]; else ``ValueError`` naming it."""
+    if isinstance(p, bool) or not isinstance(p, numbers.Real) or not (0 < p <= 1):
         raise UsageError(f"{what} {p!r} is outside (0, 1]")
     return float(p)
 

@@ -46,6 +46,19 @@ def write_text(path: Path, text: str) -> Path:
     return Path(path)
 
 
+def write_result(path: Path, text: str, log: Callable[[str], None] = print) -> Path:
+    """``path.write_text(text)``, atomically; a file already there (a result :func:`check_replaceable` let this run
+    replace) is moved aside to ``<path>.backup-<time>`` first, once the new text is written whole."""
+    path = Path(path)
+    with atomic_path(path) as scratch:
+        scratch.write_text(text)
+        if path.exists():
+            backup = backup_path(path)
+            os.replace(path, backup)
+            log(f"moved the previous {path.name} to {backup}")
+    return path
+
+
 def backup_path(path: Path) -> Path:
     """Where an artifact a run replaces goes: beside it, named by the time (``<name>.backup-YYYYmmdd-HHMMSS``,
     then ``-2``, ``-3``, … for a second backup within the same second)."""

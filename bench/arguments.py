@@ -4,10 +4,16 @@ model flags that several commands share. A command's own flags live beside the c
 from __future__ import annotations
 
 import argparse
+import difflib
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
+from artifacts.outputs import MODEL_WEIGHTS, Output
+from pretrained import CHECKPOINTS, loading
 from pretrained.loading import ModelSpec
+from runtime.errors import UsageError
+from runtime.options import real, whole
 
 
 @dataclass(frozen=True)
@@ -27,6 +33,8 @@ class Command:
         user named) is shown as ``bench NAME: error: ...``; any other exception as its traceback.
     loads_models : bool
         Whether it loads a model: transformers' progress bars and fast-path warnings are silenced for those only.
+    outputs : Callable[[argparse.Namespace], list[Output]]
+        Where it writes (:mod:`artifacts.outputs`), checked by :func:`bench.cli.main` before ``run`` starts.
     """
 
     name: str
@@ -34,11 +42,45 @@ class Command:
     add_arguments: Callable[[argparse.ArgumentParser], None]
     run: Callable[[argparse.Namespace], None]
     loads_models: bool = True
+    outputs: Callable[[argparse.Namespace], list[Output]] = lambda args: []
 
 
 def names(text: str) -> list[str]:
     """``a, b,,c`` -> ``["a", "b", "c"]``."""
     return [x.strip() for x in text.split(",") if x.strip()]
+
+
+def _typed(parse: Callable, text: str):
+    """``parse(text)``, its :class:`~runtime.errors.UsageError` an argparse error (one line naming the flag)."""
+    try:
+        return parse(text)
+    except UsageError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def count(text: str) -> int:
+    """An integer >= 1 (items, steps, threads, tokens)."""
+    return _typed(lambda value: whole(value, "", 1), text)
+
+
+def natural(text: str) -> int:
+    """An integer >= 0 (a seed, steps that may be none)."""
+    return _typed(lambda value: whole(value, "", 0), text)
+
+
+def positive(text: str) -> float:
+    """A finite number > 0 (a learning rate, a threshold)."""
+    return _typed(lambda value: real(value, "", 0.0, above=True), text)
+
+
+def nonnegative(text: str) -> float:
+    """A finite number >= 0 (hours)."""
+    return _typed(lambda value: real(value, "", 0.0), text)
+
+
+def share(text: str) -> float:
+    """A finite number in [0, 1] (a fraction of the training rows)."""
+    return _typed(lambda value: real(value, "", 0.0, 1.0), text)
 
 
 def floats(text: str) -> list[float]:
@@ -92,6 +134,31 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
                         help="fetch a hub id missing from the local cache (runs are offline otherwise)")
 
 
+def did_you_mean(name: str, known) -> str:
+    """`` (did you mean X?)`` for the names of ``known`` close to ``name`` (difflib), or nothing."""
+    close = difflib.get_close_matches(name, list(known), n=3, cutoff=0.6)
+    return f" (did you mean {' or '.join(close)}?)" if close else ""
+
+
+def check_model_name(name: str | None) -> None:
+    """A :class:`~runtime.errors.UsageError` listing the catalogue (the names close to ``name`` first) if ``name``
+    is none of what ``--model`` takes: a catalogued name, a path that exists, or a hub id (``owner/name``)."""
+    if name is None or name in CHECKPOINTS or Path(name).expanduser().exists() or (
+            name.count("/") == 1 and not name.startswith((".", "/", "~"))):
+        return
+    raise UsageError(f"no model at --model {name!r}: no such directory, and no catalogued model of that name"
+                     f"{did_you_mean(name, CHECKPOINTS)}; catalogued: {', '.join(CHECKPOINTS)} (or give a model "
+                     "directory, or a hub id such as Qwen/Qwen3.5-0.8B)")
+
+
 def model_spec(args: argparse.Namespace) -> ModelSpec:
-    """The model the flags of :func:`add_model_arguments` name (checked as it is built)."""
-    return ModelSpec(args.model, args.device, args.dtype, args.allow_download)
+    """The model the flags of :func:`add_model_arguments` name, checked as it is built: its name (near misses of
+    the catalogue named), device and dtype, and that its directory holds weights."""
+    check_model_name(args.model)
+    spec = ModelSpec(args.model, args.device, args.dtype, args.allow_download)
+    directory = loading.resolve(spec)
+    derived = {path for pattern in loading.ARTIFACTS for path in directory.glob(pattern)}
+    if not any(path.is_file() and path not in derived for pattern in MODEL_WEIGHTS for path in directory.glob(pattern)):
+        raise UsageError(f"--model {directory}: no weight file ({' or '.join(MODEL_WEIGHTS)}) beside its config.json; "
+                         "the bench loads a model from its weights: copy them there, or give the model's own directory")
+    return spec

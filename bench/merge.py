@@ -1,10 +1,11 @@
 """``bench merge``: the stores of one run's shards (``bench compare --shard K/N``) joined into one store.
 
 Shards of one run share every setting: the group fields (model, weights, artifacts, profile, length, code
-version, engine, dtype, device), the seed and the methods. Before anything is written, each shard is checked whole
-(no last line cut short, every context with the rows of every method and question) and the shards against each
-other; what is wrong is named with the store: a damaged or unfinished shard, stores of other settings, or a row two
-stores hold with other values.
+version, engine, dtype, device), the seed, the methods, and the run their rows name (its tasks, n and haystack, and
+one split into N shards). Before anything is written, each shard is checked whole (no last line cut short, every
+context of its shard with the rows of every method and question), the shards against each other, and what the
+merged store would hold: every shard of the run. What is wrong is named with the store: a damaged or unfinished
+shard, stores of other settings or of two splits, a missing shard, or a row two stores hold with other values.
 """
 
 from __future__ import annotations
@@ -12,17 +13,29 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from artifacts.outputs import Output
 from runtime.errors import UsageError
 
 from .arguments import Command
-from .store import SHARED_FIELDS, ResultStore, check_one_value, listed, method_at
+from .completeness import check_complete, check_given_once, check_not_cut
+from .store import RUN, SHARED_FIELDS, ResultStore, check_one_value, listed, method_at
+
+RUN_SHARED = ("tasks", "n", "haystack", "shards")
+"""What the rows of every shard of one run name alike of their run (:data:`bench.store.RUN`): all but the shard."""
 
 
 def _settings_of(store: ResultStore) -> dict:
-    """What every shard of one run shares: each field's values, and the methods (press/allocator at each p)."""
+    """What every shard of one run shares: each field's values, the methods (press/allocator at each p), and each
+    field of the run the rows name but the shard (``–`` for rows that name none)."""
     shared = {field: sorted({str(row.get(field)) for row in store.rows}) for field in SHARED_FIELDS}
     shared["methods"] = sorted({method_at(row) for row in store.rows})
+    for field in RUN_SHARED:
+        shared[f"run {field}"] = sorted({str(row[RUN][field]) if RUN in row else "–" for row in store.rows})
     return shared
+
+
+def _shards_held(store: ResultStore) -> str:
+    return ", ".join(sorted({f"{row[RUN]['shard']}/{row[RUN]['shards']}" for row in store.rows if RUN in row}))
 
 
 def _check_shards_of_one_run(first: ResultStore, other: ResultStore) -> None:
@@ -36,27 +49,34 @@ def _check_shards_of_one_run(first: ResultStore, other: ResultStore) -> None:
             raise UsageError(f"{small.path} holds no rows of {listed(lacking)}, which {large.path} holds: the run "
                              f"of {small.directory} did not finish (rerun it, it resumes), or it ran fewer methods "
                              "and is not a shard of the same run")
+        if field == "run shards":
+            raise UsageError(f"{first.path} holds shard {_shards_held(first)} and {other.path} shard "
+                             f"{_shards_held(other)}: the shards of one run are of one --shard K/N split (one N); "
+                             "merge the stores of one split")
         raise UsageError(f"{first.path} and {other.path} are not shards of one run: their {field} differ "
                          f"({', '.join(values)} against {', '.join(theirs[field])})")
 
 
 def merge_stores(sources: list[Path], out: Path) -> int:
-    """Append every row of ``sources`` to the store in ``out`` (created if need be); returns the rows added.
+    """Append every row of ``sources`` to the store in ``out`` (created if need be; a committed ``.gz`` there is
+    resumed, :class:`~bench.store.ResultStore`); returns the rows added.
 
     Raises
     ------
     ValueError
-        An empty, damaged or unfinished source (:meth:`bench.store.ResultStore.check_complete`), sources of
-        different settings, a row two sources hold with other values, or an ``out`` that holds results of other
-        settings.
+        A source given twice, an empty, damaged or unfinished source, sources of different settings or splits, a
+        row two sources hold with other values, a shard of the run that neither the sources nor ``out`` hold
+        (:func:`bench.completeness.check_complete`), or an ``out`` that holds results of other settings.
     """
     stores = [ResultStore(source, readonly=True) for source in sources]
+    check_given_once(stores)
     for store in stores:
         store.check_rows()
         if not store.rows:
             raise UsageError(f"{store.path}: no results to merge (an empty shard — one of more shards than the run "
                              "has contexts — holds none: leave it out)")
-        store.check_complete()
+        check_not_cut([store])
+        check_complete([store], every_shard=False)
     for store in stores[1:]:
         _check_shards_of_one_run(stores[0], store)
     check_one_value(stores, copies=True)
@@ -67,6 +87,7 @@ def merge_stores(sources: list[Path], out: Path) -> int:
         held = _settings_of(target) if target.rows else first
         if any(held[field] != first[field] for field in SHARED_FIELDS):
             raise UsageError(f"{target.path} holds results of other settings; merge into a new directory")
+        check_complete([*stores, target])  # every shard of the run, here or in the sources
         before = len(target.rows)
         for store in stores:
             for row in store.rows:
@@ -87,4 +108,5 @@ def run(args) -> None:
 
 
 MERGE = Command("merge", "join the stores of one run's shards (compare --shard K/N) into one", add_arguments, run,
-                loads_models=False)
+                loads_models=False,
+                outputs=lambda args: [Output(Path(args.out), "--out")])

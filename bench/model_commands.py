@@ -8,22 +8,37 @@ import shutil
 from dataclasses import asdict
 from pathlib import Path
 
+from artifacts.outputs import Output
 from hybridmodel.data import TRAIN_TASKS
 from hybridmodel.distill_config import PHASE_DEFAULTS, TEACHER_SAMPLES, DistillConfig
 from pretrained.loading import ModelSpec
 from runtime.errors import UsageError
 
-from .arguments import Command, add_model_arguments, ints, model_spec, names
+from .arguments import (
+    Command,
+    add_model_arguments,
+    count,
+    did_you_mean,
+    ints,
+    model_spec,
+    names,
+    natural,
+    nonnegative,
+    positive,
+    share,
+)
+from .fetch_command import CACHE_HELP, cache_output
+from .model_eval import rows_output
 
 
 def add_train_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default="models/hybrid-byte-12l")
     parser.add_argument("--checkpoints", default="checkpoints/hybrid-byte-12l")
     parser.add_argument("--steps", type=int, default=None, help="total steps (default: the shipped recipe's)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--seed", type=natural, default=0)
+    parser.add_argument("--threads", type=count, default=2)
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto")
-    parser.add_argument("--dtype", default="auto",
+    parser.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16"),
                         help="auto (the recipe: bf16 autocast from the 512-token stage on), float32 or bfloat16")
     existing = parser.add_mutually_exclusive_group()
     existing.add_argument("--resume", action="store_true",
@@ -53,24 +68,29 @@ def add_model_eval_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser)
     parser.add_argument("--tasks", type=names, default=list(TRAIN_TASKS))
     parser.add_argument("--lengths", type=ints, default=[1024, 2048, 4096])
-    parser.add_argument("--n", type=int, default=20)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--rows", default=None, help="also write one JSON line per answered question here")
+    parser.add_argument("--n", type=count, default=20)
+    parser.add_argument("--seed", type=natural, default=0)
+    parser.add_argument("--rows", default=None, help="also write one JSON line per answered question to this file")
+    parser.add_argument("--replace", action="store_true",
+                        help="--rows names the rows of an earlier evaluation: write new ones (the old file is moved "
+                             "aside to <rows>.backup-<time>); refused otherwise")
 
 
 def run_model_eval(args: argparse.Namespace) -> None:
     from .model_eval import evaluate_model
 
     print(evaluate_model(model_spec(args), args.tasks, args.lengths, args.n, args.seed,
-                         Path(args.rows) if args.rows else None))
+                         Path(args.rows) if args.rows else None, args.replace))
 
 
 TRAIN_MODEL = Command("train-model", "train the default hybrid from scratch (resumable); a trained model in --out is "
                                      "never written over unless --resume or --replace says so (the old directory is "
                                      "then moved aside to <out>.backup-<time>)", add_train_model_arguments,
-                      run_train_model)
+                      run_train_model, outputs=lambda args: [Output(Path(args.out), "--out", model=Path(args.out)),
+                                                             Output(Path(args.checkpoints), "--checkpoints")])
 MODEL_EVAL = Command("model-eval", "full-cache accuracy of a model on held-out task items", add_model_eval_arguments,
-                     run_model_eval)
+                     run_model_eval, outputs=lambda args: [rows_output(Path(args.rows), args.replace)] if args.rows
+                     else [])
 
 
 def add_distill_arguments(parser: argparse.ArgumentParser) -> None:
@@ -78,27 +98,33 @@ def add_distill_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the pretrained teacher, a catalogued name (its file's hash goes into the delta)")
     parser.add_argument("--checkpoints", default="checkpoints/smollm2-135m-hybrid",
                         help="where the run checkpoints and logs (resumed from there when it has a checkpoint)")
-    parser.add_argument("--hours", type=float, default=None,
+    parser.add_argument("--hours", type=nonnegative, default=None,
                         help="checkpoint and stop after this many hours (rerun the same command to go on; 0 trains "
-                             "nothing and only writes --out)")
+                             "nothing and only writes the delta of --checkpoints' checkpoint to --out)")
     parser.add_argument("--out", default=None,
-                        help="write the hybrid's delta (bf16 mixers + manifest) here when the run stops, e.g. "
-                             "models/smollm2-135m-hybrid; a delta of another run there is refused unless --replace")
-    parser.add_argument("--replace", action="store_true", help="let --out replace a delta of another run")
+                        help="write the hybrid's delta (mixers + manifest) here when the run stops, e.g. "
+                             "models/smollm2-135m-hybrid; it updates a delta of this run at an earlier step, and "
+                             "refuses any other delta there (another run's, or this run's ahead of it) unless "
+                             "--replace")
+    parser.add_argument("--replace", action="store_true",
+                        help="let --out replace any delta (the old one is moved aside to <out>.backup-<time>)")
     parser.add_argument("--init-from", default=None,
                         help="with no checkpoint in --checkpoints: start from this saved delta — continuing its run "
                              "(same settings), or beginning a later --phase from it (the run records the delta's "
                              "directory, mixers SHA-256 and step)")
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--phase", type=int, default=1,
+    parser.add_argument("--threads", type=count, default=1)
+    parser.add_argument("--phase", type=int, default=1, choices=tuple(PHASE_DEFAULTS),
                         help="1: the conversion from the teacher; 2: retrieval over long contexts and chat, from "
                              "the phase-1 delta (--init-from); 3: phase 2's text with the attention moved where the "
-                             "teacher retrieves (--attention-layers), from a phase-2 delta; the settings below "
+                             "teacher retrieves (--attention-layers), from a phase-2 delta; 4: recall windows, "
+                             "the attention layers converted afresh (q/k in the norms' linear regime), from a "
+                             "phase-3 delta; the settings below "
                              "default to the phase's "
                              "(hybridmodel/distill_config.py PHASE_DEFAULTS)")
-    for flag, kind in (("transfer-steps", int), ("kd-steps", int), ("length", int), ("kd-lr", float),
-                       ("warmup", int), ("eval-every", int), ("copy-fraction", float), ("chat-fraction", float),
-                       ("chat-pool", int), ("chat-tokens", int), ("probe-windows", int)):
+    for flag, kind in (("transfer-steps", natural), ("kd-steps", count), ("length", count), ("kd-lr", positive),
+                       ("warmup", natural), ("eval-every", count), ("copy-fraction", share), ("chat-fraction", share),
+                       ("chat-pool", natural), ("chat-tokens", count), ("probe-windows", natural),
+                       ("recall-fraction", share)):
         name = flag.replace("-", "_")
         phases = "; ".join(f"phase {phase}: {defaults.get(name, getattr(DistillConfig, name))}"
                            for phase, defaults in PHASE_DEFAULTS.items())
@@ -107,30 +133,39 @@ def add_distill_arguments(parser: argparse.ArgumentParser) -> None:
                         help="comma list of the full-attention layers (default: the phase's; phase 1 and 2: "
                              "Qwen3.5's every fourth, 3,7,...); a phase begun from a delta of another placement "
                              "moves its attention there and trains the layers that became GDN by attention transfer")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=natural, default=0)
 
 
 def _layer_list(text: str) -> tuple[int, ...]:
     try:
-        return tuple(int(part) for part in text.split(","))
+        layers = tuple(int(part) for part in text.split(","))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a comma list of layer indices, e.g. 7,14,21") from None
+        layers = ()
+    if not layers or min(layers) < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a comma list of layer indices >= 0, e.g. 7,14,21")
+    return layers
 
 
-def _check_delta_target(out: Path, cfg: dict, replace: bool) -> None:
-    """A delta in ``out`` may be replaced only by the same run (its config) or with ``--replace``."""
+def _delta_in_the_way(out: Path, cfg: dict, step: int | None = None) -> str | None:
+    """Why the delta in ``out`` is not this run's to update, or None (no delta there, or this run's — the same
+    config — at a step this run's delta reaches, ``step`` where known): the result of more work is replaced only
+    with ``--replace``."""
     from hybridmodel.hybrid_delta import MANIFEST_FILE, manifest
 
-    if not (out / MANIFEST_FILE).exists() or replace:
-        return
-    theirs = manifest(out).get("training", {}).get("config")
+    if not (out / MANIFEST_FILE).exists():
+        return None
+    training = manifest(out).get("training", {})
+    theirs = training.get("config")
     try:
         same = theirs is not None and DistillConfig.from_dict(theirs) == DistillConfig.from_dict(cfg)
     except (TypeError, ValueError):
         same = False
     if not same:
-        raise UsageError(f"--out {out} holds the delta of another distillation ({theirs}); this run is {cfg}: "
-                         "give another --out, or --replace to write over it")
+        return f"--out {out} holds the delta of another distillation ({theirs}); this run is {cfg}"
+    if step is not None and step < training.get("step", 0):
+        return (f"--out {out} holds this run's delta at step {training['step']}, ahead of this one (step {step}): "
+                "its --checkpoints go on from there")
+    return None
 
 
 def run_distill(args: argparse.Namespace) -> None:
@@ -142,24 +177,22 @@ def run_distill(args: argparse.Namespace) -> None:
     from hybridmodel import hybrid_delta
     from hybridmodel.distill import Windows, distill
     from hybridmodel.from_teacher import attention_layers_of, attention_placement, from_teacher, resplit
-    from pretrained.loading import load
+    from pretrained.loading import load, read_config, resolve
 
     cfg = DistillConfig.for_phase(args.phase, seed=args.seed, **{
         name: getattr(args, name) for name in ("transfer_steps", "kd_steps", "length", "kd_lr", "warmup", "eval_every",
                                                "copy_fraction", "chat_fraction", "chat_pool", "chat_tokens",
-                                               "probe_windows", "attention_layers")})
-    if args.hours is not None and args.hours < 0:
-        raise UsageError(f"--hours {args.hours}: give a number of hours >= 0")
-    if args.threads < 1:
-        raise UsageError(f"--threads {args.threads}: give at least one thread")
+                                               "probe_windows", "attention_layers", "recall_fraction")})
     teacher_entry = pretrained.CHECKPOINTS.get(args.teacher)
     if not isinstance(teacher_entry, pretrained.PackagedCheckpoint):
         packaged = [name for name, c in pretrained.CHECKPOINTS.items() if isinstance(c, pretrained.PackagedCheckpoint)]
-        raise UsageError(f"--teacher {args.teacher!r}: choose a packaged pretrained model ({', '.join(packaged)}); "
-                         "the delta records its file's hash")
+        raise UsageError(f"--teacher {args.teacher!r}{did_you_mean(args.teacher, packaged)}: choose a packaged "
+                         f"pretrained model ({', '.join(packaged)}); the delta records its file's hash")
     out = Path(args.out) if args.out else None
-    if out is not None:
-        _check_delta_target(out, asdict(cfg), args.replace)
+    in_the_way = _delta_in_the_way(out, asdict(cfg)) if out is not None else None
+    if in_the_way and not args.replace:
+        raise UsageError(f"{in_the_way}: give another --out, or --replace to write over it (the old delta is moved "
+                         f"aside to {out}.backup-<time>)")
     checkpoint = Path(args.checkpoints) / "last.pt"
     init = Path(args.init_from) if args.init_from and not checkpoint.exists() else None
     if checkpoint.exists() and args.init_from:
@@ -167,25 +200,31 @@ def run_distill(args: argparse.Namespace) -> None:
     if args.phase > 1 and init is None and not checkpoint.exists():
         raise UsageError(f"--phase {args.phase} starts from the delta of an earlier phase: give --init-from DELTA "
                          "(e.g. models/smollm2-135m-hybrid)")
-    start, origin = None, None
-    if init is not None:
-        start, origin = _start_from(init, cfg)
-        _seed_checkpoints(init, Path(args.checkpoints), continuing=start is not None)
-    torch.set_num_threads(args.threads)
-    teacher, tokenizer, _ = load(ModelSpec(args.teacher))
-    layers = teacher.config.num_hidden_layers
+    start, origin = _start_from(init, cfg) if init is not None else (None, None)
+    if args.hours == 0 and not checkpoint.exists() and start is None:
+        raise UsageError(f"--hours 0 trains nothing, and {args.checkpoints} holds no checkpoint (nor does --init-from "
+                         "continue a delta of these settings): the delta would be untrained (step 0); give --hours "
+                         "> 0, or the --checkpoints of the run whose delta to write")
+    layers = read_config(resolve(ModelSpec(args.teacher)))["num_hidden_layers"]
     if any(i >= layers for i in cfg.attention_layers):
         raise UsageError(f"--attention-layers {','.join(map(str, cfg.attention_layers))}: the teacher has layers "
                          f"0..{layers - 1}")
+    if init is not None:
+        _seed_checkpoints(init, Path(args.checkpoints), continuing=start is not None)
+    torch.set_num_threads(args.threads)
+    teacher, tokenizer, _ = load(ModelSpec(args.teacher))
     sample = Windows(tokenizer, "train", cfg.length, cfg.seed)(-1)
     transfer_layers = None
     if init is not None:
         student = hybrid_delta.build(init, teacher)
         before, wanted = attention_layers_of(student), attention_placement(layers, cfg.attention_layers)
-        if before != wanted:
-            student, transfer_layers = resplit(student, teacher, wanted, sample, seed=cfg.seed)
-            print(f"attention moved from layers {list(before)} to {list(wanted)}; new GDN layers "
-                  f"{list(transfer_layers)} (attention transfer: {cfg.transfer_steps} steps)", flush=True)
+        if before != wanted or (origin is not None and cfg.fresh_attention):
+            student, transfer_layers = resplit(student, teacher, wanted, sample, seed=cfg.seed,
+                                               fresh_attention=cfg.fresh_attention)
+            print(f"attention at layers {list(wanted)} (before: {list(before)}"
+                  f"{'; every attention layer converted afresh from the teacher' if cfg.fresh_attention else ''}); "
+                  f"new GDN layers {list(transfer_layers)} (attention transfer: {cfg.transfer_steps} steps)",
+                  flush=True)
         elif origin is not None and cfg.transfer_steps:
             raise UsageError(f"--init-from {init} already has its attention at layers {list(wanted)}: a phase begun "
                              "from it trains no attention transfer (give --transfer-steps 0)")
@@ -195,9 +234,22 @@ def run_distill(args: argparse.Namespace) -> None:
                      stop_after_s=None if args.hours is None else args.hours * 3600, start=start, origin=origin,
                      transfer_layers=transfer_layers)
     if out is not None:
+        from artifacts.files import backup_path
         from hybridmodel.distill_report import plot
 
-        hybrid_delta.save(student, out, teacher_entry.sha256, record)
+        if record["step"] == 0:
+            raise UsageError(f"no delta written: the run stopped before its first step (--hours {args.hours}); "
+                             "rerun with more --hours")
+        in_the_way = _delta_in_the_way(out, asdict(cfg), record["step"])
+        if in_the_way and not args.replace:
+            raise UsageError(f"no delta written: {in_the_way}; this run's training is kept in {args.checkpoints} "
+                             "(rerun to go on), or give another --out, or --replace")
+        if in_the_way:  # --replace: the whole old delta, its log and curves with it, moves aside
+            aside = backup_path(out)
+            out.rename(aside)
+            print(f"the delta that was in {out} moved aside to {aside}")
+        hybrid_delta.save(student, out, teacher_entry.sha256, record,
+                          teacher_weights=hybrid_delta.weights_digest(resolve(ModelSpec(args.teacher))))
         log = Path(args.checkpoints) / "log.jsonl"
         if log.exists():  # up to the delta's step: a run stopped between checkpoints logged steps it did not keep
             kept = [line for line in log.read_text().splitlines()
@@ -249,7 +301,9 @@ def _start_from(init: Path, cfg: DistillConfig) -> tuple[dict | None, dict | Non
 
 DISTILL = Command("distill", "distil a pretrained Llama-architecture teacher (SmolLM2-135M-Instruct) into a Qwen3.5 "
                              "GDN hybrid: attention transfer, then end-to-end distillation (resumable, one thread)",
-                  add_distill_arguments, run_distill)
+                  add_distill_arguments, run_distill,
+                  outputs=lambda args: [Output(Path(args.checkpoints), "--checkpoints")]
+                  + ([Output(Path(args.out), "--out")] if args.out else []))
 
 
 def _distilled() -> list[str]:
@@ -261,20 +315,29 @@ def _distilled() -> list[str]:
 
 def add_ship_artifacts_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("name", help=f"a distilled hybrid: {', '.join(_distilled())}")
-    parser.add_argument("--cache", default=None, help="where converted models live (default: $HYBRIDPRESS_CACHE/"
-                                                      "models, else ~/.cache/hybridpress/models)")
+    parser.add_argument("--cache", default=None, help=CACHE_HELP)
+
+
+def _distilled_checkpoint(name: str):
+    """The catalogued distilled hybrid ``name``; a :class:`~runtime.errors.UsageError` naming the choices."""
+    import pretrained
+
+    checkpoint = pretrained.CHECKPOINTS.get(name)
+    if not isinstance(checkpoint, pretrained.DistilledCheckpoint):
+        raise UsageError(f"{name!r} is not a distilled hybrid{did_you_mean(name, _distilled())}; choose "
+                         f"{', '.join(_distilled())}")
+    return checkpoint
 
 
 def run_ship_artifacts(args: argparse.Namespace) -> None:
     import pretrained
     from hybridmodel.hybrid_delta import ship_artifacts
 
-    checkpoint = pretrained.CHECKPOINTS.get(args.name)
-    if not isinstance(checkpoint, pretrained.DistilledCheckpoint):
-        raise UsageError(f"{args.name!r} is not a distilled hybrid; choose {', '.join(_distilled())}")
-    ship_artifacts(checkpoint, Path(args.cache) if args.cache else pretrained.cache_dir())
+    ship_artifacts(_distilled_checkpoint(args.name), pretrained.cache_dir(args.cache))
 
 
 SHIP_ARTIFACTS = Command("ship-artifacts", "copy the GateSight estimator and calibration of a rebuilt distilled "
                                            "hybrid into its delta (models/<name>/), so that every rebuild carries "
-                                           "them", add_ship_artifacts_arguments, run_ship_artifacts)
+                                           "them", add_ship_artifacts_arguments, run_ship_artifacts,
+                         outputs=lambda args: [Output(_distilled_checkpoint(args.name).delta_dir,
+                                                      f"the delta of {args.name}"), cache_output(args.cache)])

@@ -9,6 +9,8 @@ from statistics import mean
 
 import torch
 
+from artifacts.files import write_result
+from artifacts.outputs import FILE, RESULTS, Output, check
 from pretrained import loading
 from runtime import encode_text, prefill
 from runtime.errors import UsageError
@@ -33,14 +35,23 @@ def bits_per_byte(model, tokenizer, documents_per_source: int = 10, window: int 
     return out
 
 
+def rows_output(path: Path, replace: bool = False) -> Output:
+    """``--rows``: the rows of an evaluation, a result never replaced unasked (:mod:`artifacts.outputs`)."""
+    return Output(path, "--rows", FILE, RESULTS, what="the rows of a model evaluation", replace=replace)
+
+
 def evaluate_model(model_path, tasks: list[str], lengths: list[int], n: int, seed: int = 0,
-                   rows_out: Path | None = None) -> str:
+                   rows_out: Path | None = None, replace: bool = False) -> str:
     """Markdown table: accuracy (%) per task and length with 95 % bootstrap intervals over items, no eviction,
-    greedy; items = evaluation seeds. ``rows_out``: one JSON line per item (for paired comparisons of models)."""
+    greedy; items = evaluation seeds. ``rows_out``: one JSON line per item (for paired comparisons of models); a
+    file already there is refused before any work unless ``replace``, and then moved aside when the new rows are
+    written."""
     from workloads.tasks import TASKS
 
     from .stats import PairedBootstrap
 
+    if rows_out is not None:
+        check([rows_output(rows_out, replace)])
     if n < 1:
         raise UsageError(f"--n {n}: give at least 1 item per task")
     if not tasks or not lengths:
@@ -74,7 +85,7 @@ def evaluate_model(model_path, tasks: list[str], lengths: list[int], n: int, see
             table[(task, length)] = 100 * mean(r["score"] for r in rows if r["task"] == f"{task}@{length}")
             print(f"{task:>16} @ {length}: {table[(task, length)]:.1f}", flush=True)
     if rows_out is not None:
-        rows_out.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        write_result(rows_out, "".join(json.dumps(r) + "\n" for r in rows))
     boot = PairedBootstrap(rows, "score")
     head = "| task | " + " | ".join(f"{length}" for length in lengths) + " |"
     lines = [f"Accuracy (%), mean [95 % bootstrap interval over {n} items], full cache, greedy.", "", head,

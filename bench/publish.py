@@ -9,20 +9,23 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
+from artifacts.outputs import DERIVED, Output
 from runtime.errors import UsageError
 
 from .arguments import Command
-from .leaderboard import MANIFEST, read_manifest, sha256_of, write_leaderboard
-from .store import ResultStore, check_one_value
+from .completeness import check_given_once, check_stores
+from .leaderboard import MANIFEST, MARKDOWN, read_manifest, sha256_of, write_leaderboard
+from .store import ResultStore
 
 DIFF_LINES = 20
 """How much of a stale leaderboard's diff the error shows."""
 
 
 def verify_stores(stores: list[Path], docs: Path | None = None, report: Callable[[str], None] = print) -> None:
-    """Check every row of ``stores`` as ``bench merge`` checks a shard (complete, each value of its type and range,
-    every no-prune row with ΔNLL = KL = 0, the counts within the context's size, every context with the rows of
-    every method, one value per row key) and, given ``docs``, that every file ``bench leaderboard`` publishes there
+    """Check every row of ``stores`` as ``bench merge`` checks a shard (:func:`bench.completeness.check_stores`: each
+    store given once, each value of its type and range, every no-prune row with ΔNLL = KL = 0, the counts within the
+    context's size, every run whole — every shard of it — with the rows of every method in every context, one value
+    per row key) and, given ``docs``, that every file ``bench leaderboard`` publishes there
     is what the stores rebuild: ``leaderboard.md`` and ``.csv`` to the byte, each image as
     ``leaderboard.sha256`` recorded it when it was drawn with those tables.
 
@@ -38,24 +41,25 @@ def verify_stores(stores: list[Path], docs: Path | None = None, report: Callable
     Raises
     ------
     ValueError
-        No rows at all, a row that is not a valid result (by file and line), an unfinished store, a key held twice,
-        a missing ``docs``, or a published file that is missing or differs from the rebuilt one (a text file with
-        the start of the diff).
+        A store given twice, no rows at all, a row that is not a valid result (by file and line), an unfinished
+        store or run, a key held twice, a missing ``docs`` or one without a leaderboard, or a published file that
+        is missing or differs from the rebuilt one (a text file with the start of the diff).
     """
     opened = [ResultStore(directory, readonly=True) for directory in stores]
+    check_given_once(opened)
     rows = [row for store in opened for row in store.rows]
     if not rows:
         raise UsageError(f"no results in {', '.join(map(str, stores))}")
-    for store in opened:
-        store.check_rows()
-        store.check_complete()
-    check_one_value(opened)
+    check_stores(opened)
     report(f"{len(rows)} rows complete, every value of its type and range; every no-prune row has ΔNLL = KL = 0")
     if docs is None:
         return
     docs = Path(docs)
     if not docs.is_dir():
         raise UsageError(f"--docs {docs}: no such directory; `bench leaderboard STORES --out {docs}` writes it")
+    if not any((docs / name).exists() for name in (MARKDOWN, MANIFEST)):
+        raise UsageError(f"--docs {docs} holds no published leaderboard (neither {MARKDOWN} nor {MANIFEST}); "
+                         f"`bench leaderboard STORES --out {docs}` writes it")
     with tempfile.TemporaryDirectory() as scratch:
         write_leaderboard([Path(s) for s in stores], Path(scratch))
         rebuilt = read_manifest(Path(scratch) / MANIFEST)
@@ -90,11 +94,12 @@ def _check_text(published: Path, rebuilt: str) -> None:
 
 def add_leaderboard_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("stores", nargs="+", help="result directories written by compare")
-    parser.add_argument("--out", default="docs")
+    parser.add_argument("--out", default="docs", help="where leaderboard.md, .csv, .png and leaderboard.sha256 go: "
+                                                      "rebuilt from the stores on each run")
 
 
 def run_leaderboard(args: argparse.Namespace) -> None:
-    print(write_leaderboard([Path(s) for s in args.stores], Path(args.out)))
+    print(write_leaderboard([Path(store) for store in args.stores], Path(args.out)))
 
 
 def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
@@ -104,10 +109,11 @@ def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_verify(args: argparse.Namespace) -> None:
-    verify_stores(args.stores, Path(args.docs) if args.docs else None)
+    verify_stores([Path(store) for store in args.stores], Path(args.docs) if args.docs else None)
 
 
 LEADERBOARD = Command("leaderboard", "leaderboard.md, CSV and PNG from result stores", add_leaderboard_arguments,
-                      run_leaderboard, loads_models=False)
+                      run_leaderboard, loads_models=False,
+                      outputs=lambda args: [Output(Path(args.out), "--out", keeps=DERIVED)])
 VERIFY = Command("verify", "check the fidelity invariants of stores (and that a leaderboard matches them)",
                  add_verify_arguments, run_verify, loads_models=False)

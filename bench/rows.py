@@ -1,8 +1,8 @@
 """The stored rows of a comparison, built the same way for every engine.
 
-A row is one question answered from one child: the run's identity (:func:`base_row`), the method and the child's
-size (:func:`method_fields`), accuracy and fidelity against the full cache, and, on NIAH tasks, which
-answer-bearing entries the child kept (:func:`needle_fields`).
+A row is one question answered from one child: the run's identity and shape (:func:`base_row`, :func:`run_of`), the
+method and the child's size (:func:`method_fields`), accuracy and fidelity against the full cache, and, on NIAH
+tasks, which answer-bearing entries the child kept (:func:`needle_fields`).
 """
 
 from __future__ import annotations
@@ -15,11 +15,20 @@ from runtime import Answer, KeepPlan
 from runtime.batch import answer_and_follow_many
 from runtime.session import CachedContext
 from workloads.metrics import METRICS
+from workloads.tasks import registry as tasks
 from workloads.tasks.items import Item, Question
 
 from .fidelity import FullCacheReference, answer_log_probs, fidelity, log_probs_of, reference_text
 from .needles import evidence_positions, mean_over_heads, needle_recall
-from .store import SCHEMA
+from .store import RUN, SCHEMA
+
+
+def run_of(settings) -> dict:
+    """The run a row names (:data:`bench.store.RUN`): the tasks (groups expanded, in order), ``n`` and haystack of
+    ``settings`` (a :class:`~bench.settings.CompareSettings`), and its shard ``k`` of ``N`` (0 of 1 unsharded)."""
+    k, count = settings.shard or (0, 1)
+    return {"tasks": tasks.expand(settings.tasks), "n": settings.n, "haystack": settings.haystack, "shard": k,
+            "shards": count}
 
 
 def base_row(harness, task: str, item: Item, question_index: int) -> dict:
@@ -28,7 +37,7 @@ def base_row(harness, task: str, item: Item, question_index: int) -> dict:
     return {"schema": SCHEMA, "model": str(harness.model_dir.name), **harness.identity.row_fields(), "task": task,
             "profile": s.profile, "length": s.length, "item": item.index, "question": question_index, "seed": s.seed,
             "code": harness.code, "engine": s.engine, "dtype": harness.dtype, "device": harness.device,
-            "haystack": item.haystack}
+            "haystack": item.haystack, RUN: run_of(s)}
 
 
 def method_fields(press: str, allocator: str, keep_fraction: float, common: dict, cache: CachedContext,

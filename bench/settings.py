@@ -15,12 +15,14 @@ from pathlib import Path
 
 import allocators
 import presses
+from artifacts.outputs import Output, check
+from presses.selection import check_pair
 from pretrained import loading
 from runtime.errors import UsageError
 from workloads.tasks import registry as tasks
 from workloads.tasks.ruler import GENERATED, TASKS
 
-from .store import BASELINE, check_writable, code_version
+from .store import BASELINE, code_version
 
 KEEP_FRACTION_GRIDS = {
     "default": (0.02, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9),
@@ -190,6 +192,8 @@ def validate(settings: CompareSettings) -> CheckedSettings:
             settings.press_options = presses.options_of(name, settings.press_options)
     for name in settings.allocators:
         settings.alloc_options = allocators.options_of(name, settings.alloc_options)
+    for press, allocator in settings.combinations():  # e.g. the global allocator with a press of no one scale
+        check_pair(presses.get(press, **settings.press_options), allocators.get(allocator, **settings.alloc_options))
     layers = loading.attention_layer_count(settings.model)
     if layers is not None:
         for name in settings.allocators:
@@ -204,9 +208,10 @@ def validate(settings: CompareSettings) -> CheckedSettings:
     if settings.length < MIN_LENGTH:
         raise UsageError(f"length {settings.length} is too short; use at least {MIN_LENGTH} tokens")
     limit = loading.position_limit(settings.model)
-    if limit is not None and settings.length > limit:
+    if limit is not None and settings.length > limit:  # the length holds the answer: items are fitted to it
         raise UsageError(f"length {settings.length} is longer than the model's position limit "
-                         f"(max_position_embeddings = {limit})")
+                         f"(max_position_embeddings = {limit}): a context, its question and the answer budget "
+                         f"(max new tokens) together take --length positions; give --length <= {limit}")
     if settings.shard is not None:
         k, n = settings.shard
         if isinstance(k, bool) or not isinstance(k, int) or not isinstance(n, int) or not 0 <= k < n:
@@ -225,7 +230,10 @@ def validate(settings: CompareSettings) -> CheckedSettings:
         raise UsageError("--address is the Ray cluster's: it needs --executor ray")
     if settings.engine not in ENGINES:
         raise UsageError(f"unknown engine {settings.engine!r}; choose from {', '.join(ENGINES)}")
-    check_writable(Path(settings.out))
+    if settings.scbench_data is not None and not Path(settings.scbench_data).exists():
+        raise UsageError(f"--scbench-data {settings.scbench_data}: no such file or directory (a local copy of "
+                         "microsoft/SCBench)")
+    check([Output(Path(settings.out), "--out")])
     settings.code = code or code_version(settings.engine)
     return settings
 
@@ -245,17 +253,17 @@ def check_ray_address(address: str, timeout: float = RAY_ANSWER_SECONDS) -> None
     if address in ("auto", "local"):
         return
     host, sep, port = address.removeprefix("ray://").rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise UsageError(f"--address {address!r}: expected HOST:PORT (a Ray cluster's head, e.g. 10.0.0.1:6379), "
-                         "ray://HOST:PORT, auto or local")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise UsageError(f"--address {address!r}: expected HOST:PORT (a Ray cluster's head, e.g. 10.0.0.1:6379; a "
+                         "port in 1 … 65535), ray://HOST:PORT, auto or local")
     deadline = time.monotonic() + timeout
     try:
         with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout) as connection:
             connection.settimeout(max(deadline - time.monotonic(), 0.01))
             connection.sendall(HTTP2_PREFACE)
             frame = connection.recv(9)
-    except OSError as error:  # refused, unreachable, unknown host, or no answer in time
-        reason = "no answer" if isinstance(error, TimeoutError) else error.strerror or str(error)
+    except (OSError, UnicodeError) as error:  # refused, unreachable, unknown or malformed host, or no answer in time
+        reason = "no answer" if isinstance(error, TimeoutError) else getattr(error, "strerror", None) or str(error)
         raise UsageError(f"--address {address}: no Ray cluster answers there within {timeout:g} s ({reason}); "
                          "check the head node's address and port, or leave --address out to start Ray for the run") \
             from None

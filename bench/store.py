@@ -2,7 +2,8 @@
 
 A killed run resumes where it stopped: finished keys are skipped, a half-written last line is ignored, and
 nothing already written is ever rewritten. One writer at a time holds the store's lock; lines that are not rows
-are skipped with one warning naming the file and lines.
+are skipped with one warning naming the file and lines. A committed store (``results.jsonl.gz`` alone) is resumed
+too: its rows are copied to ``results.jsonl`` before the first new one is appended there, and the ``.gz`` is kept.
 """
 
 from __future__ import annotations
@@ -14,11 +15,14 @@ import hashlib
 import json
 import math
 import os
+import reprlib
 import sys
-from collections import defaultdict
 from pathlib import Path
 
+from artifacts.files import atomic_path
+from artifacts.outputs import Output, check_place
 from runtime.errors import UsageError
+from workloads.tasks.registry import haystack_of
 
 KEY_FIELDS = ("model", "weights", "artifacts", "press", "allocator", "keep_fraction", "task", "profile", "length",
               "item", "question", "seed", "code", "engine", "dtype", "device", "haystack")
@@ -40,6 +44,18 @@ BASELINE = "none"
 SCHEMA = 2
 """Version of a row's fields; 2 added the fidelity metrics (answer_nll, delta_nll, kl, agree)."""
 FIDELITY_FIELDS = ("answer_nll", "delta_nll", "kl", "agree")
+FRACTION_FIELDS = ("score", "score_official", "needle_recall", "answer_recall")
+"""Fields that hold one fraction in [0, 1] (accuracy, the share of the needle's entries kept); ``score`` is
+required, the others are absent where they do not apply."""
+PER_LAYER_FRACTION_FIELDS = ("needle_recall_layers", "answer_recall_layers", "answer_rank_layers")
+"""Fields that hold ``{layer: [one fraction in [0, 1] per KV head]}``: recalls, and the answer tokens' percentile rank
+under the press's scores (None where the scores stay in the engine)."""
+RUN = "run"
+"""The field by which a row names its run: ``{"tasks": [...], "n": n, "haystack": name, "shard": k, "shards": N}``.
+The run answers items 0 … n − 1 of each task, in that order (its contexts, at positions 0, 1, …), on that haystack;
+its shard ``k/N`` took the positions k, k + N, … (an unsharded run is shard 0/1). Rows written before it lack it
+(every committed store): their stores are checked context by context only (:mod:`bench.completeness`)."""
+RUN_FIELDS = ("tasks", "n", "haystack", "shard", "shards")
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULT_ENTRIES = ("bench.harness", "bench.context_run", "bench.rows", "bench.settings")
@@ -130,18 +146,6 @@ def _is_row(value) -> bool:
         "keep_fraction" in value or LEGACY_NAMES["keep_fraction"] in value)
 
 
-def check_writable(directory: Path) -> None:
-    """``ValueError`` unless ``directory`` is a directory, or can be created, and can be written."""
-    directory = Path(directory)
-    existing = directory
-    while not existing.exists():
-        existing = existing.parent
-    if not existing.is_dir():
-        raise UsageError(f"--out {directory}: {existing} is a file, not a directory")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise UsageError(f"--out {directory}: {existing} is not writable")
-
-
 KL_TOLERANCE = 1e-6
 """KL below 0 by at most this much is float rounding of a child almost equal to the full cache."""
 
@@ -169,16 +173,66 @@ def _count_problem(row: dict) -> str | None:
     return None
 
 
+def _fraction(value) -> bool:
+    return _number(value) and 0 <= value <= 1
+
+
+def _per_layer_problem(row: dict) -> str | None:
+    """The first value of a :data:`PER_LAYER_FRACTION_FIELDS` field that is not a fraction, or its wrong shape."""
+    for field in PER_LAYER_FRACTION_FIELDS:
+        layers = row.get(field)
+        if layers is None:
+            continue
+        if not isinstance(layers, dict) or not all(isinstance(heads, list) for heads in layers.values()):
+            return f"{field}={reprlib.repr(layers)} (expected {{layer: [a number in [0, 1] per head]}})"
+        for layer, heads in layers.items():
+            for head, value in enumerate(heads):
+                if not _fraction(value):
+                    return f"{field}[{layer!r}][{head}]={value!r} (expected a number in [0, 1])"
+    return None
+
+
+def shard_contexts(run: dict) -> list[tuple[str, int]]:
+    """``(task, item)`` of every context of the shard ``run`` (:data:`RUN`) names, in order: its positions k, k + N,
+    … of the run's list."""
+    contexts = [(task, item) for task in run["tasks"] for item in range(run["n"])]
+    return contexts[run["shard"]::run["shards"]]
+
+
+def _run_problem(row: dict) -> str | None:
+    """What is wrong with the run a row names (:data:`RUN`), or None (also for a row written before runs were
+    recorded): its fields of their types, and the row's context one its shard took."""
+    run = row.get(RUN)
+    if run is None:
+        return None
+    if not (isinstance(run, dict) and set(run) == set(RUN_FIELDS) and isinstance(run["tasks"], list) and run["tasks"]
+            and all(isinstance(task, str) for task in run["tasks"]) and len(set(run["tasks"])) == len(run["tasks"])
+            and _count(run["n"]) and run["n"] >= 1 and _count(run["shard"]) and _count(run["shards"])
+            and run["shard"] < run["shards"] and isinstance(run["haystack"], str)):
+        return (f"{RUN}={reprlib.repr(run)} (expected {{'tasks': [task names, each once], 'n': items per task >= 1, "
+                "'haystack': name, 'shard': k, 'shards': N > k}})")
+    task, item = row["task"], row["item"]
+    if task not in run["tasks"] or not _count(item) or item >= run["n"] or row["haystack"] != haystack_of(
+            task, run["haystack"]):
+        return (f"task {task}, item {item!r} (haystack {row['haystack']}) is not a context of its run (items 0 … "
+                f"{run['n'] - 1} of {', '.join(run['tasks'])}, haystack {run['haystack']})")
+    position, k, count = run["tasks"].index(task) * run["n"] + item, run["shard"], run["shards"]
+    if position % count != k:
+        return (f"task {task}, item {item} (position {position} of its run) is not a context of shard {k}/{count} "
+                f"(positions {k}, {k + count}, …)")
+    return None
+
+
 def row_problem(row: dict) -> str | None:
-    """What is wrong with one row, or None: every key and fidelity field present; score (and score_official) a
-    number in [0, 1]; keep_fraction in (0, 1]; answer_nll and delta_nll finite numbers; kl a finite number >= 0; agree a
-    boolean; the context's counts within its size (:func:`_count_problem`); and a no-prune row — the full cache
-    compared with itself — at exactly zero ΔNLL and KL, agreeing."""
+    """What is wrong with one row, or None: every key and fidelity field present; every fraction
+    (:data:`FRACTION_FIELDS`, :data:`PER_LAYER_FRACTION_FIELDS`) in [0, 1]; keep_fraction in (0, 1]; answer_nll and
+    delta_nll finite numbers; kl a finite number >= 0; agree a boolean; the context's counts within its size
+    (:func:`_count_problem`); its context one of its run's shard (:func:`_run_problem`); and a no-prune row — the
+    full cache compared with itself — at exactly zero ΔNLL and KL, agreeing."""
     missing = [f for f in (*KEY_FIELDS, "score", *FIDELITY_FIELDS) if row.get(f) is None and f not in OPTIONAL_FIELDS]
     if missing:
         return f"missing {', '.join(missing)}"
-    checks = [("score", lambda v: _number(v) and 0 <= v <= 1, "a number in [0, 1]"),
-              ("score_official", lambda v: v is None or (_number(v) and 0 <= v <= 1), "a number in [0, 1]"),
+    checks = [*((field, lambda v: v is None or _fraction(v), "a number in [0, 1]") for field in FRACTION_FIELDS),
               ("keep_fraction", lambda v: _number(v) and 0 < v <= 1, "a number in (0, 1]"),
               ("answer_nll", _number, "a finite number"),
               ("delta_nll", _number, "a finite number"),
@@ -187,9 +241,9 @@ def row_problem(row: dict) -> str | None:
     for field, valid, allowed in checks:
         if not valid(row.get(field)):
             return f"{field}={row.get(field)!r} (expected {allowed})"
-    counts = _count_problem(row)
-    if counts:
-        return counts
+    problem = _per_layer_problem(row) or _count_problem(row) or _run_problem(row)
+    if problem:
+        return problem
     if row["press"] == BASELINE and (row["delta_nll"] != 0 or row["kl"] != 0 or row["agree"] is not True):
         return (f"the no-prune row has delta_nll={row['delta_nll']}, kl={row['kl']}, agree={row['agree']} "
                 "(expected exactly 0, 0, true)")
@@ -197,9 +251,10 @@ def row_problem(row: dict) -> str | None:
 
 
 def _same_values(a: dict, b: dict) -> bool:
-    # the timings of one context are measured where it ran: two copies of a row may differ in them alone
+    # the timings of one context are measured where it ran, and the run that wrote it is where the row comes from,
+    # not a value of it: two copies of a row may differ in them alone
     def values(row: dict) -> dict:
-        return {k: v for k, v in row.items() if not k.endswith("_seconds")}
+        return {k: v for k, v in row.items() if not k.endswith("_seconds") and k != RUN}
     return values(a) == values(b)
 
 
@@ -253,7 +308,12 @@ def verify_rows(rows: list[dict], where=None) -> list[str]:
 
 
 class ResultStore:
-    """``results.jsonl`` under ``directory`` (readers also take ``results.jsonl.gz``, e.g. a committed store).
+    """``results.jsonl`` under ``directory``, or a committed ``results.jsonl.gz`` there alone.
+
+    A writer resumes a committed store: before its first row it copies the ``.gz``'s rows to ``results.jsonl``
+    (atomically), where it appends; the ``.gz`` is kept. From then on ``results.jsonl`` continues the ``.gz`` (starts
+    with its every byte) and is what readers read; a ``results.jsonl`` beside a ``.gz`` that it does not continue (a
+    store written beside a committed one) is refused, since reading either would leave out the other's rows.
 
     Parameters
     ----------
@@ -265,7 +325,10 @@ class ResultStore:
 
     def __init__(self, directory, readonly: bool = False):
         self.directory = Path(directory)
-        self.path = self.directory / "results.jsonl"
+        self.live = self.directory / "results.jsonl"
+        """Where rows are appended."""
+        self.path = self.live
+        """The file the rows were read from: ``live``, or the committed ``.gz`` until a first row is appended."""
         self.rows: list[dict] = []
         self.line_numbers: list[int] = []
         """The file's line of each row."""
@@ -275,48 +338,67 @@ class ResultStore:
         self._lock = None
         if not readonly:
             self._acquire()
-        packed = self.path.with_suffix(".jsonl.gz")
-        if readonly and not self.path.exists() and packed.exists():  # a committed, compressed store
+        packed = self.directory / "results.jsonl.gz"
+        if packed.exists() and not self.live.exists():  # a committed, compressed store
             self.path = packed
-        if self.path.exists():
-            lines = self._read().split(b"\n")
-            for number, raw in enumerate(lines, start=1):
-                if not raw.strip():
-                    continue
-                try:
-                    value = json.loads(raw.decode("utf-8"))
-                except (UnicodeDecodeError, json.JSONDecodeError):
-                    value = None
-                if _is_row(value):
-                    for field, legacy in LEGACY_NAMES.items():
-                        if legacy in value:
-                            value[field] = value.pop(legacy)
-                    for field, default in LEGACY_DEFAULTS.items():
-                        value.setdefault(field, default)
-                    self.rows.append(value)
-                    self.line_numbers.append(number)
-                elif number == len(lines) and not raw.endswith(b"}"):  # a last line cut by a kill is normal
-                    self.cut_line = number
-                else:
-                    self.skipped.append(number)
+        data = self._read(self.path) if self.path.exists() else b""
+        if self.path == self.live and packed.exists() and not data.startswith(self._read(packed)):
+            raise UsageError(f"{self.live} does not continue {packed} (it was not resumed from it): the committed "
+                             "rows are in the .gz alone, and reports would read results.jsonl alone. Move "
+                             "results.jsonl to a directory of its own, or join the two into one results.jsonl (the "
+                             ".gz's lines first)")
+        lines = data.split(b"\n")
+        for number, raw in enumerate(lines, start=1):
+            if not raw.strip():
+                continue
+            try:
+                value = json.loads(raw.decode("utf-8"))
+            except (UnicodeDecodeError, json.JSONDecodeError):
+                value = None
+            if _is_row(value):
+                for field, legacy in LEGACY_NAMES.items():
+                    if legacy in value:
+                        value[field] = value.pop(legacy)
+                for field, default in LEGACY_DEFAULTS.items():
+                    value.setdefault(field, default)
+                self.rows.append(value)
+                self.line_numbers.append(number)
+            elif number == len(lines) and not raw.endswith(b"}"):  # a last line cut by a kill is normal
+                self.cut_line = number
+            else:
+                self.skipped.append(number)
+        # an append ends a last line without its newline first
+        self._next_line = data.count(b"\n") + (2 if data and not data.endswith(b"\n") else 1)
         if self.skipped:
             shown = ", ".join(map(str, self.skipped[:10])) + (" …" if len(self.skipped) > 10 else "")
             print(f"warning: {self.path}: skipped {len(self.skipped)} line(s) that are not result rows "
                   f"(line {shown}); the file is left as it is", file=sys.stderr)
         self.done = {row_key(r) for r in self.rows}
 
-    def _read(self) -> bytes:
-        """The store's bytes, uncompressed; ``ValueError`` naming the file if it is not a readable store."""
-        if self.path.is_dir():
-            raise UsageError(f"{self.path}: is a directory, not a result store; move it away or use another --out")
-        raw = self.path.read_bytes()
-        if self.path.suffix != ".gz":
+    @staticmethod
+    def _read(path: Path) -> bytes:
+        """A store file's bytes, uncompressed; ``ValueError`` naming the file if it is not a readable store."""
+        if path.is_dir():
+            raise UsageError(f"{path}: is a directory, not a result store; move it away or use another --out")
+        raw = path.read_bytes()
+        if path.suffix != ".gz":
             return raw
         try:
             return gzip.decompress(raw)
         except (OSError, EOFError) as error:  # not gzip, or cut short
-            raise UsageError(f"{self.path}: not a complete gzip file ({error}); restore it from version control") \
+            raise UsageError(f"{path}: not a complete gzip file ({error}); restore it from version control") \
                 from None
+
+    def _unpack(self) -> None:
+        """Resume the committed store: its rows copied to ``live`` (whole or not at all), the ``.gz`` kept."""
+        with atomic_path(self.live) as scratch:
+            with scratch.open("wb") as f:
+                f.write(self._read(self.path))
+                f.flush()
+                os.fsync(f.fileno())
+        print(f"note: {self.path} is resumed: its rows are copied to {self.live}, where new rows are appended (the "
+              ".gz is left as it is)", file=sys.stderr)
+        self.path = self.live
 
     def problems(self) -> list[str]:
         """What is wrong with this store's rows (:func:`row_problem`), as ``file:line: problem``."""
@@ -329,28 +411,8 @@ class ResultStore:
             shown = "; ".join(problems[:5]) + (f"; … ({len(problems) - 5} more)" if len(problems) > 5 else "")
             raise UsageError(f"{len(problems)} row(s) are not valid results: {shown}")
 
-    def check_complete(self) -> None:
-        """``ValueError`` naming what the store lacks: its last line cut short, or a context without the rows of
-        every method and question of its run (the methods of its setting group, :data:`SHARED_FIELDS`), so that no
-        merge or leaderboard takes an unfinished run for a finished one."""
-        rerun = "its bench compare stopped before finishing; rerun it (it resumes)"
-        if self.cut_line is not None:
-            raise UsageError(f"{self.path}: line {self.cut_line}, the last, is cut short: {rerun}")
-        contexts: dict[tuple, set] = defaultdict(set)
-        methods: dict[tuple, set] = defaultdict(set)
-        for row in self.rows:
-            group = tuple(str(row.get(field)) for field in SHARED_FIELDS)
-            contexts[(group, row["task"], row.get("haystack"), row["item"])].add((method_at(row), row["question"]))
-            methods[group].add(method_at(row))
-        for (group, task, _, item), held in contexts.items():
-            questions = {question for _, question in held}
-            missing = {(method, question) for method in methods[group] for question in questions} - held
-            if missing:
-                raise UsageError(f"{self.path} is incomplete: task {task}, item {item} lacks the rows of "
-                                 f"{listed(f'{method} question {q}' for method, q in missing)}; {rerun}")
-
     def _acquire(self) -> None:
-        check_writable(self.directory)
+        check_place(Output(self.directory, "--out"))  # the one output policy, for a library caller too
         self.directory.mkdir(parents=True, exist_ok=True)
         handle = (self.directory / ".lock").open("a+")
         try:
@@ -410,6 +472,8 @@ class ResultStore:
         key = row_key(row)
         if key in self.done:
             return
+        if self.path != self.live:
+            self._unpack()
         with self.path.open("ab") as f:
             if f.tell() > 0:
                 # make sure a previous partial line cannot swallow this row
@@ -421,4 +485,6 @@ class ResultStore:
             f.flush()
             os.fsync(f.fileno())
         self.rows.append(row)
+        self.line_numbers.append(self._next_line)
+        self._next_line += 1
         self.done.add(key)

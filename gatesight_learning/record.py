@@ -7,12 +7,14 @@ Two kinds of future are labelled from the same prefill (paper Eq. 2 for both, on
   the window — a question-free stand-in for the later questions that retrieve facts from it (the future KVzip's
   scores answer to, here only as a training target: nothing of it runs at serving time).
 
-One safetensors shard per window (``<corpus>--<doc>.safetensors``): ``signals.<gdn layer>`` ``[n, Hv, 3]``
+One safetensors shard per window (``<corpus>--<doc>.safetensors``): ``signals.<recurrent layer>`` ``[n, Hv, 3]``
 (float16), ``labels.<attention layer>`` and (unless labelled with ``--futures labels``) ``reconstruction.<attention
 layer>`` ``[H_kv, n]`` (max-normalised), for the n context tokens after the chat prefix; metadata: corpus, document,
-checks, weights (fingerprint of the model that produced them), settings (:func:`label_settings`, JSON), seconds.
-Existing shards of the same weights and settings are skipped, so a killed run resumes; shards of other weights or
-settings are refused, and so is a label directory that mixes them when it is read (:func:`check_shards`).
+checks, weights (fingerprint of the model that produced them), settings (:func:`label_settings`, JSON: the dtype
+the model computed in among them), seconds. Existing shards of the same weights and settings are skipped, so a
+killed run resumes; shards of other weights or settings are refused, and so is a label directory that mixes them
+when it is read (:func:`check_shards`), and a shard that cannot be read is named as damaged. A model without
+recurrent layers (GDN or Mamba2) has no signals to label: it is refused before any window is labelled.
 """
 
 from __future__ import annotations
@@ -22,15 +24,16 @@ import itertools
 import json
 import time
 from collections import Counter
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 from tqdm import tqdm
 
 from artifacts.files import set_default_mode
-from runtime import CHATML_ASSISTANT_TURN, EvidenceRequest, encode_text, prefill
+from runtime import CHATML_ASSISTANT_TURN, EvidenceRequest, adapter_for, encode_text, prefill
 from runtime.batch import PaddedBatch
 from runtime.errors import UsageError
 from workloads.corpus import LABEL_SOURCES, content_digest, label_documents
@@ -191,7 +194,8 @@ def record_corpus(model, tokenizer, out: Path, limit: int | None = None, tokens:
     Raises
     ------
     ValueError
-        A bad ``part`` or ``together``, or shards of other weights in ``out``.
+        A bad ``part`` or ``together``, a model without recurrent layers, or shards of other weights or settings
+        (the model's dtype among them) in ``out``.
     RuntimeError
         A window whose labels fail their checks (closed form against deletion, coverage).
     """
@@ -199,7 +203,10 @@ def record_corpus(model, tokenizer, out: Path, limit: int | None = None, tokens:
     if not (isinstance(index, int) and isinstance(parts, int) and 0 <= index < parts):
         raise UsageError(f"part {index}/{parts}: expected K/N with 0 <= K < N")
     check_together(together)
-    recorded = label_settings(weights, tokens, continuations, max_new_tokens, seed, futures)
+    adapter = adapter_for(model)
+    check_recurrent(adapter)
+    recorded = label_settings(weights, tokens, continuations, max_new_tokens, seed, futures,
+                              str(adapter.dtype).removeprefix("torch."))
     check_shards(sorted(out.glob("*.safetensors")), recorded)
     out.mkdir(parents=True, exist_ok=True)
     windows = corpus_windows(tokenizer, tokens, limit=limit)[index::parts]
@@ -230,16 +237,27 @@ def record_corpus(model, tokenizer, out: Path, limit: int | None = None, tokens:
     return paths
 
 
+def check_recurrent(adapter) -> None:
+    """A :class:`~runtime.errors.UsageError` unless the model of ``adapter`` has recurrent layers whose signals a
+    shard records (:attr:`runtime.ModelAdapter.signal_layers`): labels without them train nothing."""
+    if not adapter.signal_layers:
+        model = adapter.model
+        raise UsageError(f"{adapter.model_dir or type(model).__name__} has no recurrent layers "
+                         f"({type(model).__name__}: attention layers only): GateSight's labels pair each attention "
+                         "layer's utilities with the GDN or Mamba2 signals of the layers before it; label a hybrid")
+
+
 def check_together(together: int) -> None:
     """``ValueError`` unless at least one window is labelled at a time (:func:`record_corpus`'s ``together``)."""
     if together < 1:
         raise UsageError(f"--together {together}: label at least one window at a time")
 
 
-def _settings_text(settings: dict | None) -> str:
+def _settings_text(settings: dict | None, keys) -> str:
+    """``settings`` as ``key=value``, over ``keys`` (those of both sides compared: one not recorded says so)."""
     if settings is None:
         return "settings not recorded: labelled before shards recorded them"
-    return ", ".join(f"{k}={v}" for k, v in settings.items())
+    return ", ".join(f"{k}={settings[k]}" if k in settings else f"{k} not recorded" for k in keys)
 
 
 def labelled_futures(futures: str) -> tuple[str, ...]:
@@ -250,22 +268,37 @@ def labelled_futures(futures: str) -> tuple[str, ...]:
 
 
 def label_settings(weights: str, tokens: int, continuations: int, max_new_tokens: int, seed: int,
-                   futures: str = "both") -> dict:
+                   futures: str = "both", dtype: str = "float32") -> dict:
     """What a shard labelled with these records (:func:`shard_settings` reads it back): the weights' fingerprint,
-    and what its labels depend on besides them (``bench label``'s flags of the same names): the window's length,
-    the number, length and seed of the sampled continuations, and the futures labelled."""
+    and what its labels depend on besides them: the window's length, the number, length and seed of the sampled
+    continuations, the futures labelled (``bench label``'s flags of the same names), and the dtype the model
+    computed in (``--dtype``: bfloat16 samples other continuations and rounds the utilities otherwise)."""
     labelled_futures(futures)
     if tokens < 1 or continuations < 1 or max_new_tokens < 2:
         raise UsageError(f"tokens={tokens}, continuations={continuations}, max_new_tokens={max_new_tokens}: a window "
                          "of at least 1 token, at least 1 continuation of at least 2 tokens")
     return {"weights": weights, "settings": {"tokens": tokens, "continuations": continuations,
-                                             "max_new_tokens": max_new_tokens, "seed": seed, "futures": futures}}
+                                             "max_new_tokens": max_new_tokens, "seed": seed, "futures": futures,
+                                             "dtype": dtype}}
+
+
+@contextmanager
+def _open_shard(path: Path):
+    """``safe_open`` of a label shard; one that cannot be read (cut short, overwritten) is a
+    :class:`~runtime.errors.UsageError` naming it as damaged."""
+    try:
+        with safe_open(str(path), "pt") as f:
+            yield f
+    except (SafetensorError, OSError) as error:
+        reason = " ".join(str(error).split())
+        raise UsageError(f"{path}: a damaged label shard ({reason}); delete it and label again into the same --out "
+                         "(`bench label` labels the windows it lacks)") from None
 
 
 def shard_settings(path: Path) -> dict:
     """``{"weights": fingerprint, "settings": {setting: value} or None}``: what a shard was labelled with
     (:func:`label_settings`; None for a shard written before shards recorded them)."""
-    with safe_open(str(path), "pt") as f:
+    with _open_shard(path) as f:
         meta = f.metadata() or {}
         reconstruction = any(key.startswith("reconstruction.") for key in f.keys())
     settings = json.loads(meta["settings"]) if "settings" in meta else None
@@ -289,8 +322,9 @@ def check_shards(paths: list[Path], expected: dict | None = None) -> None:
         if recorded["weights"] != reference["weights"]:
             differ.append(f"other model weights ({recorded['weights']}; {origin}: {reference['weights']})")
         if recorded["settings"] != reference["settings"]:
-            differ.append(f"other settings ({_settings_text(recorded['settings'])}; {origin}: "
-                          f"{_settings_text(reference['settings'])})")
+            keys = list(dict.fromkeys([*(reference["settings"] or {}), *(recorded["settings"] or {})]))
+            differ.append(f"other settings ({_settings_text(recorded['settings'], keys)}; {origin}: "
+                          f"{_settings_text(reference['settings'], keys)})")
         if differ:
             raise UsageError(f"{path} was labelled with {' and '.join(differ)}; {fix}")
 
@@ -304,11 +338,17 @@ def load_shard(path: Path, futures: str = "labels") -> dict:
     """
     if futures not in FUTURES + ("both",):
         raise UsageError(f"futures={futures!r}: choose {', '.join(FUTURES)} or both")
-    with safe_open(str(path), "pt") as f:
-        meta = f.metadata()
+    with _open_shard(path) as f:
+        meta = f.metadata() or {}
         signals = {int(k.split(".")[1]): f.get_tensor(k).float() for k in f.keys() if k.startswith("signals.")}
         kinds = {kind: {int(k.split(".")[1]): f.get_tensor(k) for k in f.keys() if k.startswith(kind + ".")}
                  for kind in FUTURES}
+    if "corpus" not in meta or "document" not in meta or not kinds["labels"]:
+        raise UsageError(f"{path}: not a label shard (no corpus, document or labels recorded in it); keep only "
+                         "`bench label`'s shards in a label directory")
+    if not signals:
+        raise UsageError(f"{path} holds no recurrent-layer signals: it was labelled on a model without recurrent "
+                         "layers, and GateSight learns from them; label a hybrid model")
     if futures != "labels" and not kinds["reconstruction"]:
         raise UsageError(f"{path} has no reconstruction labels (labelled before they existed): label again into a "
                          "new --out directory, or train with --futures labels")

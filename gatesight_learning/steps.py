@@ -21,6 +21,10 @@ from .record import check_shards, check_together, label_settings, load_shard, re
 
 ESTIMATOR_FILES = ("gatesight.safetensors", "gatesight.json")
 """What holds a trained estimator in its directory (:meth:`presses.gatesight.GateSightEstimator.save`)."""
+MIN_WINDOWS = 2
+"""Fewest labelled windows ``bench train`` and ``bench analyze`` read: observation 1 correlates documents in pairs."""
+MIN_CORPORA = 2
+"""Fewest corpora ``bench train`` reads: it evaluates the estimator with one corpus held out, trained on the rest."""
 
 
 def _shards(labels_dir: Path, weights: str, futures: str = "labels") -> list[dict]:
@@ -38,6 +42,20 @@ def _shards(labels_dir: Path, weights: str, futures: str = "labels") -> list[dic
     return [load_shard(p, futures) for p in tqdm(paths, desc="read labels", unit="shard", leave=False)]
 
 
+def _check_enough(shards: list[dict], labels_dir: Path, command: str) -> None:
+    """A :class:`~runtime.errors.UsageError` unless ``shards`` are enough windows for ``command`` (``train`` also
+    needs them from enough corpora), naming the minimum: fewer leave a statistic of nothing."""
+    corpora = len({s["corpus"] for s in shards})
+    needs = (f"at least {MIN_WINDOWS} windows from at least {MIN_CORPORA} corpora (it is evaluated "
+             "leave-one-corpus-out)" if command == "train" else
+             f"at least {MIN_WINDOWS} windows (observation 1 correlates documents in pairs)")
+    if len(shards) < MIN_WINDOWS or (command == "train" and corpora < MIN_CORPORA):
+        windows = f"{len(shards)} labelled window{'s' * (len(shards) != 1)}"
+        raise UsageError(f"{labels_dir} holds {windows} (of {corpora} {'corpus' if corpora == 1 else 'corpora'}); "
+                         f"{command} needs {needs}: label more into it (`bench label --out {labels_dir}`, with a "
+                         "larger --limit or none)")
+
+
 def _weights(model_path) -> str:
     """The fingerprint of the model's weight files: what label shards and an estimator record of the model."""
     return loading.fingerprint(loading.resolve(model_path), "model*.safetensors")
@@ -47,12 +65,13 @@ def label(model_path, out: Path, limit, tokens: int, continuations: int, max_new
           part: tuple[int, int] = (0, 1), futures: str = "both", together: int = 4) -> None:
     """Record GDN signals and utility labels of the labelling windows into ``out``
     (:func:`gatesight_learning.record.record_corpus`, its arguments), each shard tagged with the weights'
-    fingerprint and the settings; shards of other weights or settings in ``out``, and a ``together`` below 1, are
-    refused before the model loads."""
+    fingerprint and the settings (the model's dtype among them); shards of other weights or settings in ``out``, a
+    damaged one, and a ``together`` below 1, are refused before the model loads, a model without recurrent layers
+    before any window is labelled."""
     check_together(together)
     weights = _weights(model_path)
     check_shards(sorted(out.glob("*.safetensors")), label_settings(weights, tokens, continuations, max_new_tokens,
-                                                                    seed, futures))
+                                                                    seed, futures, loading.dtype_name(model_path)))
     model, tokenizer, _ = loading.load(model_path)
     record_corpus(model, tokenizer, out, limit, tokens, continuations, max_new_tokens, seed, weights=weights,
                   part=part, futures=futures, together=together)
@@ -82,6 +101,7 @@ def train(model_path, labels_dir: Path, out: Path | None, slow_threshold: float,
     check_replaceable(target, [target / name for name in ESTIMATOR_FILES], "a GateSight estimator", replace)
     weights = _weights(model_path)
     shards = _shards(labels_dir, weights, futures)
+    _check_enough(shards, labels_dir, "train")
     model, _, _ = loading.load(model_path)
     adapter = adapter_for(model)
     windows = {layer: gdn_window(adapter, layer, settings.window) for layer in adapter.attention_layers}
@@ -124,6 +144,7 @@ def analyze(model_path, labels_dir: Path, out: Path, slow_threshold: float) -> N
     )
 
     shards = _shards(labels_dir, _weights(model_path))
+    _check_enough(shards, labels_dir, "analyze")
     model, _, directory = loading.load(model_path)
     adapter = adapter_for(model)
     out.mkdir(parents=True, exist_ok=True)

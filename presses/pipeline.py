@@ -18,6 +18,9 @@ import torch
 import allocators
 from allocators import Allocator
 from runtime import Answer, adapter_for, encode_text, prefill
+from runtime.errors import ArgumentTypeError, UsageError, describe
+from runtime.options import whole
+from runtime.session import decode_budget
 
 from .base import Press
 from .kvpress_adapter import KvpressScorer
@@ -57,11 +60,26 @@ def encode_context(tokenizer, header: str, body: str) -> tuple[list[int], int]:
 @dataclass(frozen=True)
 class Compression:
     """How the context is compressed: ``press`` and ``allocator`` at kept fraction ``keep_fraction`` (``press``
-    None, or p = 1: the context is kept whole)."""
+    None, or p = 1: the context is kept whole).
+
+    ``kvpress_ratio``, set where the budget is a kvpress press's ``compression_ratio`` r, makes the budget kvpress's:
+    each head keeps ``max(1, ⌊n·(1 − r)⌋)`` of n entries (``kvpress.utils.compute_n_kept``, what kvpress's
+    ``ScorerPress.compress`` keeps), where the allocators here keep round(p·n).
+    """
 
     press: Press | None
     allocator: Allocator | None
     keep_fraction: float
+    kvpress_ratio: float | None = None
+
+    def keep_fraction_for(self, n_body: int) -> float:
+        """The kept fraction the allocator is given for a body of ``n_body`` entries: ``keep_fraction``, or the
+        fraction whose round(p·n) is kvpress's count (k / n: within a rounding error of k, so it rounds to k)."""
+        if self.kvpress_ratio is None:
+            return self.keep_fraction
+        from kvpress.utils import compute_n_kept
+
+        return compute_n_kept(n_body, self.kvpress_ratio) / n_body
 
 
 def resolve(model, press, allocator=None, compression_ratio: float | None = None,
@@ -74,43 +92,57 @@ def resolve(model, press, allocator=None, compression_ratio: float | None = None
     translated by :func:`presses.kvpress_wrappers.translate`; or None (no compression).
     ``allocator``: a name or an :class:`~allocators.Allocator`; by default ``flat``, or the rule a kvpress
     press carries (PyramidKVPress's schedule; AdaKVPress and PerLayerCompressionPress fix it: another is refused).
+
+    A kvpress press at a kvpress ``compression_ratio`` (the object's own, or the argument with a kvpress name) keeps
+    kvpress's count, ⌊n·(1 − r)⌋ per head (:attr:`Compression.kvpress_ratio`), so that the drop-in pipeline keeps
+    what kvpress's keeps; PerLayerCompressionPress's per-layer ratios are its allocator's weights instead
+    (:mod:`presses.kvpress_wrappers`), and ``keep_fraction`` is this project's p, rounded.
     """
-    for name, value in (("compression_ratio", compression_ratio), ("keep_fraction", keep_fraction)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Real)):
-            raise TypeError(f"{name} must be a number (compression_ratio: the evicted fraction, in [0, 1); "
-                            f"keep_fraction: the kept one, in (0, 1]), got {describe_argument(value)}")
+    # numpy's numbers are numbers: the checks downstream take Python's
+    compression_ratio, keep_fraction = (None if value is None else _real(name, value) for name, value in
+                                        (("compression_ratio", compression_ratio), ("keep_fraction", keep_fraction)))
     budget_given = compression_ratio is not None or keep_fraction is not None
     if press is None:
         if budget_given:
-            raise ValueError("press=None keeps the whole context; name a press to compress it")
+            raise UsageError("press=None keeps the whole context; name a press to compress it")
         return Compression(None, None, 1.0)
     if isinstance(allocator, str):
         allocator = allocators.get(allocator)
     if allocator is not None and not isinstance(allocator, Allocator):
-        raise TypeError(f"allocator must be an allocator name (e.g. 'flat') or an Allocator instance, got "
-                        f"{describe_argument(allocator)}")
+        raise ArgumentTypeError(f"allocator must be an allocator name (e.g. 'flat') or an Allocator instance, got "
+                                f"{describe_argument(allocator)}")
     named = isinstance(press, str) and press.startswith(KVPRESS_PREFIX)
     if named or is_kvpress_press(press):
         if named:  # built with its defaults; the budget comes from the arguments
             short = press.removeprefix(KVPRESS_PREFIX)
             translation = translate(kvpress_object(short) if short in NAMES else KvpressScorer.build(short),
                                     adapter_for(model))
-            p = keep_fraction_from(keep_fraction, compression_ratio)
+            p, ratio = keep_fraction_from(keep_fraction, compression_ratio), compression_ratio
         elif budget_given:
-            raise ValueError(f"the kvpress press {type(press).__name__} carries its compression_ratio; do not pass "
+            raise UsageError(f"the kvpress press {type(press).__name__} carries its compression_ratio; do not pass "
                              "compression_ratio or keep_fraction as well")
         else:
             translation = translate(press, adapter_for(model))
-            p = translation.keep_fraction
+            p, ratio = translation.keep_fraction, press.compression_ratio
         if allocator is not None and translation.wrapper is not None:
-            raise ValueError(f"kvpress {translation.wrapper} sets the allocator ({translation.allocator.name}); to "
+            raise UsageError(f"kvpress {translation.wrapper} sets the allocator ({translation.allocator.name}); to "
                              f"use {allocator.name!r}, pass the press it wraps with allocator={allocator.name!r}")
-        return Compression(translation.press, allocator or translation.allocator, p)
+        per_layer = translation.wrapper == "PerLayerCompressionPress"
+        return Compression(translation.press, allocator or translation.allocator, p,
+                           None if per_layer or ratio is None else float(ratio))
     press = get(press) if isinstance(press, str) else press
     if not isinstance(press, Press):
-        raise TypeError(f"press must be a press name (e.g. 'gatesight'), a Press instance or a kvpress press, got "
-                        f"{describe_argument(press)}")
+        raise ArgumentTypeError(f"press must be a press name (e.g. 'gatesight'), a Press instance or a kvpress press, "
+                                f"got {describe_argument(press)}")
     return Compression(press, allocator or allocators.get("flat"), keep_fraction_from(keep_fraction, compression_ratio))
+
+
+def _real(name: str, value) -> float:
+    """``value`` as a float if it is a real number (Python's or numpy's); an error naming ``name`` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ArgumentTypeError(f"{name} must be a number (compression_ratio: the evicted fraction, in [0, 1); "
+                                f"keep_fraction: the kept one, in (0, 1]), got {describe_argument(value)}")
+    return float(value)
 
 
 @dataclass
@@ -130,21 +162,28 @@ class CompressedContextPipeline:
     tokenizer: object
     max_new_tokens: int = 64
 
+    def __post_init__(self):
+        self.max_new_tokens = whole(self.max_new_tokens, "max_new_tokens", 1, text=False)
+
     def answer(self, context_ids: torch.Tensor, protected: int, questions_ids: list[torch.Tensor],
                compression: Compression, layer_weights: dict[int, float] | None = None,
                eos_token_id: int | list[int] | None = None) -> list[Answer]:
         """The protocol: prefill ``context_ids`` once with the press's evidence (its first ``protected`` tokens
         kept), compact once, answer every question greedily from the one child. A request that cannot fit the
         model's positions is refused first (:func:`check_positions`)."""
-        check_positions(self.model, len(context_ids), questions_ids, self.max_new_tokens)
+        max_new_tokens = check_positions(self.model, len(context_ids), questions_ids, self.max_new_tokens)
+        if layer_weights is not None and not isinstance(layer_weights, dict):
+            raise ArgumentTypeError(f"layer_weights must be a dict {{attention layer: weight}} or None, got "
+                                    f"{describe_argument(layer_weights)}")
         press = compression.press
         evidence = press.evidence(adapter_for(self.model)) if press is not None else None
         parent = prefill(self.model, context_ids, protected=protected, tokenizer=self.tokenizer,
                          **({"evidence": evidence} if evidence is not None else {}))
         child = parent
-        if press is not None and compression.keep_fraction < 1:
-            child = Selection(parent, press, layer_weights).fork(compression.allocator, compression.keep_fraction)
-        answers = [child.answer(ids, self.max_new_tokens, eos_token_id) for ids in questions_ids]
+        keep_fraction = compression.keep_fraction_for(parent.n - parent.protected)
+        if press is not None and keep_fraction < 1:
+            child = Selection(parent, press, layer_weights).fork(compression.allocator, keep_fraction)
+        answers = [child.answer(ids, max_new_tokens, eos_token_id) for ids in questions_ids]
         parent.release()
         child.release()
         return answers
@@ -156,15 +195,16 @@ class CompressedContextPipeline:
         and ``allocator`` (:func:`resolve`) at ``compression_ratio`` (kvpress's: the evicted fraction) or
         ``keep_fraction``; the template's header before the context is kept. ``answer_prefix`` opens every answer
         (as kvpress's pipeline does); it is not part of the returned text."""
-        if not isinstance(context, str):
-            raise TypeError(f"context must be a string (the text to compress), got {type(context).__name__}")
+        check_text("context", context, "the text to compress")
+        check_text("answer_prefix", answer_prefix)
         single = isinstance(questions, str)
         if not single and not (isinstance(questions, (list, tuple))
                                and all(isinstance(q, str) for q in questions)):
-            raise TypeError(f"questions must be a string or a list of strings, got {describe_argument(questions)}")
+            raise ArgumentTypeError(f"questions must be a string or a list of strings, got "
+                                    f"{describe_argument(questions)}")
         questions = [questions] if single else list(questions)
         if not questions:
-            raise ValueError("give at least one question")
+            raise UsageError("give at least one question")
         compression = resolve(self.model, press, allocator, compression_ratio, keep_fraction)
         header, body, suffix = frame(self.tokenizer, context)
         ids, protected = encode_context(self.tokenizer, header, body)
@@ -175,26 +215,25 @@ class CompressedContextPipeline:
         return texts[0] if single else texts
 
 
-def check_positions(model, context_tokens: int, questions_ids: list[torch.Tensor], max_new_tokens: int) -> None:
-    """``ValueError`` before any work unless ``max_new_tokens`` is an integer >= 1 and the context, the longest
-    question and its answer fit the model's positions (``max_position_embeddings``), as the bench checks its
-    lengths: past them a model that never emits EOS would decode for as long as it is told to."""
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
-    limit = getattr(model.config, "max_position_embeddings", None)
+def check_positions(model, context_tokens: int, questions_ids: list[torch.Tensor], max_new_tokens) -> int:
+    """``max_new_tokens`` as an ``int``, checked before any work as each answer checks it
+    (:func:`runtime.session.decode_budget`) for the longest question: an integer >= 1, and the context, the longest
+    question and its answer within the model's positions."""
     longest = max(len(ids) for ids in questions_ids)
-    if limit is not None and context_tokens + longest + max_new_tokens > limit:
-        raise ValueError(f"the context ({context_tokens} tokens), the longest question ({longest}) and "
-                         f"max_new_tokens={max_new_tokens} need {context_tokens + longest + max_new_tokens} positions; "
-                         f"the model has {limit} (max_position_embeddings): give max_new_tokens <= "
-                         f"{max(limit - context_tokens - longest, 0)} or a shorter context")
+    return decode_budget(max_new_tokens, model.config, context_tokens, longest, "the longest question")
+
+
+def check_text(name: str, value, what: str | None = None) -> None:
+    """An error naming ``name`` unless ``value`` is a string (``what`` says what it holds)."""
+    if not isinstance(value, str):
+        raise ArgumentTypeError(f"{name} must be a string{f' ({what})' if what else ''}, got {describe(value)}")
 
 
 def describe_argument(value) -> str:
-    """A wrong argument as a message names it: a class (given where an instance belongs) says so."""
-    if isinstance(value, type):
-        return f"the class {value.__name__} (pass an instance: {value.__name__}())"
-    return f"{type(value).__name__} {value!r}"[:120]
+    """A wrong argument as a message names it (:func:`runtime.errors.describe`): a class given where an instance
+    belongs says how to make one."""
+    shown = describe(value)
+    return f"{shown} (pass an instance: {value.__name__}())" if isinstance(value, type) else shown
 
 
 def pipeline(model, tokenizer, max_new_tokens: int = 64) -> CompressedContextPipeline:

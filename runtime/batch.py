@@ -19,7 +19,7 @@ from torch.func import vmap
 from .forward import SequenceState, forward_chunk
 from .gdn import RecurrentState
 from .kv import LayerKV
-from .session import Answer, CachedContext, _as_ids
+from .session import Answer, CachedContext, _as_ids, decode_budget, stop_tokens
 
 
 def _padded(children: list[CachedContext]) -> tuple[dict, dict]:
@@ -98,6 +98,10 @@ class PaddedBatch:
                          else torch.tensor(positions, device=self.adapter.device))
         self.base, self.recurrent = _padded(children)
 
+    def _last_position(self) -> int:
+        """The furthest next position of the children: the positions a question and its answer start from."""
+        return int(self.position.max()) if isinstance(self.position, torch.Tensor) else self.position
+
     def _members(self, members: list[int] | None) -> tuple[dict, dict, int | torch.Tensor]:
         """The padded tensors and the positions of ``members`` (indices into the children; None: all)."""
         if members is None or members == list(range(self.size)):
@@ -134,10 +138,9 @@ class PaddedBatch:
             ``[B, A, V]``: ``logits[:, i]`` predicts continuation token ``i`` (what :meth:`logits` gives at the
             positions from the question's last token on); None without a continuation.
         """
-        if max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
         ids = _as_ids(question_ids, self.adapter, "question_ids")
-        stop = {eos_token_id} if isinstance(eos_token_id, int) else set(eos_token_id or ())
+        max_new_tokens = decode_budget(max_new_tokens, self.adapter.config, self._last_position(), ids.numel())
+        stop = stop_tokens(eos_token_id)
         base, gdn, position = self._members(members)
         logits, tail, gdn = vmap(_step(self.adapter, False), in_dims=(0, None, 0, None, _in_dim(position)))(
             base, {}, gdn, ids, position)
@@ -177,13 +180,13 @@ class PaddedBatch:
         list[Answer]
             One per child.
         """
-        if max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        max_new_tokens = decode_budget(max_new_tokens, self.adapter.config, self._last_position(), 1,
+                                       "the first token")
         if len(first_tokens) != self.size or (choose is not None and len(choose) != self.size):
             raise ValueError(f"give one first token (got {len(first_tokens)}) and one chooser (got "
                              f"{len(choose) if choose is not None else 'none'}) per child ({self.size})")
         ids = torch.tensor(first_tokens, device=self.adapter.device)[:, None]
-        stop = {eos_token_id} if isinstance(eos_token_id, int) else set(eos_token_id or ())
+        stop = stop_tokens(eos_token_id)
         logits, tail, gdn = vmap(_step(self.adapter, False), in_dims=(0, None, 0, 0, _in_dim(self.position)))(
             self.base, {}, self.recurrent, ids, self.position)
         return self._decode(logits, self.base, tail, gdn, self.position + 1, max_new_tokens, stop, choose)

@@ -1,9 +1,14 @@
 """Options of a press or an allocator (dataclass fields), typed by the field's declared type: text such as the
 CLI's ``window=64`` or ``weights=1/2/3`` is parsed, values of the wrong type are refused naming the option, the
-value and what is allowed. Presses and allocators share it; it imports neither."""
+value and what is allowed. Presses and allocators share it; it imports neither.
+
+The numbers every option and every count take (:func:`whole`, :func:`real`) are Python's or numpy's alike
+(``np.int64(5)`` is 5, ``np.float32(0.5)`` is 0.5), or their text; a count is never rounded (2.5 is refused)."""
 
 from __future__ import annotations
 
+import math
+import numbers
 import types
 import typing
 from dataclasses import MISSING, fields
@@ -28,18 +33,56 @@ def _kind(annotation, default):
     return None
 
 
-def _number(value, kind):
-    if isinstance(value, str):
-        value = value.strip()
-        try:
-            return kind(value)
-        except ValueError:
-            return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+def _from_text(value, kind):
+    """``kind(value)`` of text (None for text that is not one); any other value as it is."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return kind(value.strip())
+    except ValueError:
         return None
+
+
+def whole(value, what: str, minimum: int | None = None, text: bool = True) -> int:
+    """``value`` as an ``int``: an integer of Python or numpy (``np.int64(5)``), or its text (``"5"``; not where
+    ``text`` is false, as for a library argument), of at least ``minimum``. A :class:`~runtime.errors.UsageError`
+    naming ``what`` otherwise: a bool, a real (2.5, and 5.0 too: a count is never rounded) or anything else."""
+    parsed = _from_text(value, int) if text else value
+    if isinstance(parsed, bool) or not isinstance(parsed, numbers.Integral) or (
+            minimum is not None and parsed < minimum):
+        at_least = f" >= {minimum}" if minimum is not None else ""
+        raise UsageError(f"{what} must be an integer{at_least}, got {value!r}".strip())
+    return int(parsed)
+
+
+def real(value, what: str, low: float | None = None, high: float | None = None, above: bool = False) -> float:
+    """``value`` as a finite ``float``: a real of Python or numpy (``np.float32(0.5)``, integers included), or its text
+    (``"0.5"``), at least ``low`` (more than it if ``above``) and at most ``high`` where given. A
+    :class:`~runtime.errors.UsageError` naming ``what`` otherwise: a bool, NaN, an infinity or anything else."""
+    parsed = _from_text(value, float)
+    valid = not isinstance(parsed, bool) and isinstance(parsed, numbers.Real) and math.isfinite(parsed) and (
+        low is None or parsed > low or (parsed == low and not above)) and (high is None or parsed <= high)
+    if not valid:
+        if low is None:
+            bounds = "" if high is None else f" <= {high:g}"
+        elif high is None:
+            bounds = f" {'>' if above else '>='} {low:g}"
+        else:
+            bounds = f" in {'(' if above else '['}{low:g}, {high:g}]"
+        raise UsageError(f"{what} must be a finite number{bounds}, got {value!r}".strip())
+    return float(parsed)
+
+
+def _number(value, kind):
+    """``value`` as ``kind`` (an integer: :func:`whole`; a number, NaN and infinities included: the class's own
+    checks say which it takes), or None if it is not one."""
     if kind is int:
-        return value if isinstance(value, int) else None
-    return float(value)
+        try:
+            return whole(value, "")
+        except UsageError:
+            return None
+    parsed = _from_text(value, float)
+    return float(parsed) if isinstance(parsed, numbers.Real) and not isinstance(parsed, bool) else None
 
 
 def parse_option(value, kind):
@@ -47,7 +90,7 @@ def parse_option(value, kind):
     if kind is bool:
         if isinstance(value, bool):
             return value
-        text = str(value).strip().lower() if isinstance(value, (str, int)) else None
+        text = str(value).strip().lower() if isinstance(value, (str, numbers.Integral)) else None
         if text in BOOLEANS:
             return BOOLEANS[text]
         raise UsageError("expected true or false (also yes/no, 1/0)")

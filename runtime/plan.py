@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 import torch
 
+from .errors import ArgumentTypeError, describe
+
 
 @dataclass
 class KeepPlan:
@@ -23,11 +25,23 @@ class KeepPlan:
 
     def __post_init__(self):
         # accept any integer sequence per head (lists, numpy arrays, tensors); floats are refused, not truncated
+        if not isinstance(self.layers, dict):
+            raise ArgumentTypeError(f"KeepPlan takes {{attention layer: [positions per KV head]}}, got "
+                                    f"{describe(self.layers)}")
         layers = {}
         for layer, heads in self.layers.items():
+            if not isinstance(heads, (list, tuple)):
+                raise ArgumentTypeError(f"keep plan layer {layer}: expected a list of kept positions per KV head, got "
+                                        f"{describe(heads)}")
             converted = []
             for h, positions in enumerate(heads):
-                positions = torch.as_tensor(positions)
+                try:
+                    if isinstance(positions, (str, bytes)):
+                        raise TypeError
+                    positions = torch.as_tensor(positions)
+                except (TypeError, ValueError, RuntimeError):
+                    raise ArgumentTypeError(f"keep plan layer {layer} head {h}: positions must be integers, got "
+                                            f"{describe(positions)}") from None
                 if positions.numel() == 0:
                     positions = positions.long()
                 elif positions.dtype.is_floating_point or positions.dtype.is_complex or positions.dtype == torch.bool:

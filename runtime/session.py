@@ -8,15 +8,18 @@
 from __future__ import annotations
 
 import hashlib
+import numbers
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from .adapters import ModelAdapter, adapter_for
+from .errors import ArgumentTypeError, UsageError, describe
 from .evidence import Evidence, EvidenceRecorder, EvidenceRequest
 from .forward import ForwardObserver, SequenceState, forward_chunk
 from .kv import LayerKV
+from .options import whole
 from .plan import KeepPlan
 
 MAX_PROTECTED = 256
@@ -38,9 +41,44 @@ class Answer:
     text: str | None
 
 
+def decode_budget(max_new_tokens, config, context_tokens: int, question_tokens: int,
+                  question: str = "the question") -> int:
+    """``max_new_tokens`` as an ``int``, checked before anything is decoded: an integer >= 1 (:func:`~.options.whole`),
+    and the context, ``question`` and the answer within the model's positions (``max_position_embeddings``), as the
+    bench checks its lengths: past them a model that never emits its end of sequence decodes for as long as it is
+    told to, at positions it was never trained on. A :class:`~runtime.errors.UsageError` naming the numbers
+    otherwise."""
+    count = whole(max_new_tokens, "max_new_tokens", 1, text=False)
+    limit = getattr(config, "max_position_embeddings", None)
+    needed = context_tokens + question_tokens + count
+    if limit is not None and needed > limit:
+        raise UsageError(f"the context ({context_tokens} tokens), {question} ({question_tokens}) and "
+                         f"max_new_tokens={count} need {needed} positions; the model has {limit} "
+                         f"(max_position_embeddings): give max_new_tokens <= "
+                         f"{max(limit - context_tokens - question_tokens, 0)} or a shorter context")
+    return count
+
+
+def stop_tokens(eos_token_id) -> set[int]:
+    """The token ids that end an answer: ``eos_token_id`` one id, a list of them, or None (none)."""
+    if eos_token_id is None:
+        return set()
+    ids = [eos_token_id] if not isinstance(eos_token_id, (list, tuple, set)) else list(eos_token_id)
+    if any(isinstance(i, bool) or not isinstance(i, numbers.Integral) for i in ids):
+        raise ArgumentTypeError(f"eos_token_id must be a token id, a list of them or None, got "
+                                f"{describe(eos_token_id)}")
+    return {int(i) for i in ids}
+
+
 def _as_ids(ids, adapter: ModelAdapter, what: str) -> torch.Tensor:
     """``[L]`` int64 token ids on the model's device; ``ValueError`` naming the first id outside the vocabulary."""
-    ids = torch.as_tensor(ids, device=adapter.device)
+    try:
+        if isinstance(ids, (str, bytes, numbers.Number)) or ids is None:  # text, one number, nothing: not a sequence
+            raise TypeError
+        ids = torch.as_tensor(ids, device=adapter.device)
+    except (TypeError, ValueError, RuntimeError):
+        raise ArgumentTypeError(f"{what} must be token ids (a tensor, list or array of integers, shape [L] or "
+                                f"[1, L]; encode a text with the tokenizer first), got {describe(ids)}") from None
     if ids.dim() == 2:
         if ids.shape[0] != 1:
             raise ValueError(f"{what}: got a batch of {ids.shape[0]}; one sequence at a time (shape [L] or [1, L])")
@@ -158,11 +196,15 @@ class CachedContext:
         The question and the generated tokens go into a scratch branch of the cache, so the next question starts
         from exactly the same state. ``context_hash``, when given, must match the cached context's hash.
         ``choose`` maps the ``[V]`` logits of a step to the next token (default: argmax), e.g. a seeded sampler.
+        A ``max_new_tokens`` that is not an integer >= 1, or that would decode past the model's positions, is
+        refused before anything runs (:func:`decode_budget`).
         """
-        if max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
         ids = self._check_question(question_ids, context_hash)
-        stop = {eos_token_id} if isinstance(eos_token_id, int) else set(eos_token_id or ())
+        max_new_tokens = decode_budget(max_new_tokens, self.adapter.config, self._state.next_position, ids.numel())
+        stop = stop_tokens(eos_token_id)
+        if choose is not None and not callable(choose):
+            raise ArgumentTypeError(f"choose must map a step's logits to a token (a callable) or be None, got "
+                                    f"{describe(choose)}")
         self._busy = True
         try:
             state = self._state.branch()
@@ -215,6 +257,10 @@ class Parent(CachedContext):
         The kept keys keep their original RoPE phases; the child's next position is ``n``.
         """
         state = self._live_state()
+        if not isinstance(plan, KeepPlan):
+            raise ArgumentTypeError(f"plan must be a KeepPlan (runtime.KeepPlan: the kept body positions of every "
+                                    f"attention layer and KV head, e.g. parent.keep_all_plan() or "
+                                    f"presses.Selection(parent, press).plan(allocator, p)), got {describe(plan)}")
         plan.validate(self.n, self.protected, self.adapter.attention_layers, self.adapter.geometry.num_kv_heads)
         prefix = torch.arange(self.protected, device=self.adapter.device)
         base = {
@@ -260,8 +306,9 @@ def prefill(
     """
     adapter = adapter_for(model)
     ids = _as_ids(context_ids, adapter, "context_ids")
-    if isinstance(protected, bool) or not isinstance(protected, int):
-        raise ValueError(f"protected={protected!r} must be an integer number of leading tokens")
+    if isinstance(protected, bool) or not isinstance(protected, numbers.Integral):
+        raise UsageError(f"protected={protected!r} must be an integer number of leading tokens")
+    protected = int(protected)
     if not 0 <= protected <= min(MAX_PROTECTED, ids.numel() - 1):
         raise ValueError(
             f"protected={protected} is not allowed: it must be in [0, min({MAX_PROTECTED}, n - 1)] "
@@ -273,11 +320,12 @@ def prefill(
             f"context of {ids.numel()} tokens is longer than the model's max_position_embeddings ({limit}); "
             "truncate it (SCBench contexts are middle-truncated by the bench)"
         )
-    if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1):
-        raise ValueError(f"chunk_size={chunk_size!r} must be a positive integer (tokens per prefill pass) or None")
+    if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, numbers.Integral)
+                                   or chunk_size < 1):
+        raise UsageError(f"chunk_size={chunk_size!r} must be a positive integer (tokens per prefill pass) or None")
     recorder = EvidenceRecorder(evidence)
     state = SequenceState()
-    step = chunk_size or ids.numel()
+    step = int(chunk_size or ids.numel())
     for start in range(0, ids.numel(), step):
         logits = forward_chunk(adapter, state, ids[start : start + step], recorder)
     for layer, (keys, values) in state.tail.items():

@@ -19,7 +19,9 @@ from tests.helpers import compare_settings, copy_model, run_cli, truncate
     (["--tasks", ""], "--tasks is empty"),
     (["--press", "kvpress"], "name the kvpress scorer to wrap: kvpress:<ClassName>"),
     (["--press", "kvpress:NoSuchPress"], "'NoSuchPress' is not a kvpress ScorerPress; available: .*KnormPress"),
-    (["--length", "10000000"], "length 10000000 is longer than the model's position limit"),
+    (["--length", "10000000"], r"length 10000000 is longer than the model's position limit \(max_position_embeddings "
+                               r"= (\d+)\).*give --length <= \1"),
+    (["--press", "snapkv", "--alloc", "global"], "'snapkv' scores are not on one scale across layers"),
     (["--ratios", "0.5,1.5"], r"keep fraction 1.5 is outside \(0, 1\]"),
 ])
 def test_cli_errors_come_before_the_model_loads(model_dir, tmp_path, capsys, no_model_load, argv, message):
@@ -28,6 +30,22 @@ def test_cli_errors_come_before_the_model_loads(model_dir, tmp_path, capsys, no_
     assert code == 2 and err.startswith("bench compare: error: ") and err.count("\n") == 1
     assert __import__("re").search(message, err), err
     assert not (tmp_path / "out" / "results.jsonl").exists()
+
+
+def test_a_question_and_its_answer_take_no_position_past_the_length():
+    """Why ``--length <= max_position_embeddings`` is the whole check: every context is fitted so that it, its
+    question and the answer budget (max new tokens) take at most --length positions."""
+    from hybridmodel.tokenizer import build_tokenizer
+    from runtime import encode_text
+    from workloads.tasks import Config, generate
+    from workloads.tasks.ruler import TASKS
+
+    tokenizer = build_tokenizer()
+    count = lambda text: len(encode_text(tokenizer, text))  # noqa: E731
+    for task in TASKS:
+        item = generate(task, 0, 0, Config(length=1024, count_tokens=count))
+        for question in item.questions:
+            assert count(item.context) + count(question.prompt) + question.max_new_tokens <= 1024, task
 
 
 def test_out_that_is_a_file_is_refused_before_work(model_dir, tmp_path, no_model_load):
@@ -100,16 +118,14 @@ def test_a_damaged_model_directory_is_named(model_dir, tmp_path, capsys, damage,
 
 
 def test_fractions_are_given_one_way_and_checked_as_typed(capsys):
-    with pytest.raises(SystemExit):
-        main(["compare", "--ratios", "0.5", "--compression-ratios", "0.9"])
-    assert "not allowed with argument" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        main(["compare", "--compression-ratios", "0.5,1"])
-    assert "compression ratio 1 is outside [0, 1)" in capsys.readouterr().err
+    code, err = run_cli(capsys, "compare", "--ratios", "0.5", "--compression-ratios", "0.9")
+    assert code == 2 and "not allowed with argument" in err
+    code, err = run_cli(capsys, "compare", "--compression-ratios", "0.5,1")
+    assert code == 2 and "compression ratio 1 is outside [0, 1)" in err
 
 
 def test_model_eval_and_calibrate_refuse_empty_work(model_dir, capsys, no_model_load):
     code, err = run_cli(capsys, "model-eval", "--model", model_dir, "--n", "0")
-    assert code == 2 and "--n 0: give at least 1 item per task" in err
+    assert code == 2 and "argument --n: must be an integer >= 1, got '0'" in err
     code, err = run_cli(capsys, "calibrate", "--model", model_dir, "--tokens", "0")
-    assert code == 2 and "--tokens 0: give a positive number of tokens" in err
+    assert code == 2 and "argument --tokens: must be an integer >= 1, got '0'" in err

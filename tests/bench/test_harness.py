@@ -10,7 +10,7 @@ from bench.cli import main
 from bench.compare import CompareSettings, run_compare
 from bench.leaderboard import write_leaderboard
 from pretrained import loading
-from runtime.tiny_models import qwen3
+from testing.tiny_models import tiny_model
 from tests.helpers import compare_settings, save_model
 
 
@@ -90,7 +90,7 @@ def test_results_of_other_weights_are_refused(model_dir, tmp_path):
 
 def test_gatesight_on_dense_or_without_artifact(tmp_path):
     dense = tmp_path / "dense"
-    save_model(qwen3(), dense)
+    save_model(tiny_model("qwen3"), dense)
     with pytest.raises(ValueError, match="press 'gatesight' cannot run .* has no GDN layers"):
         run_compare(CompareSettings(presses=["gatesight"], model=str(dense), out=tmp_path), show_progress=False)
 

@@ -1,15 +1,19 @@
 """Label shards record the settings that change their labels; a label directory is never resumed under other
 settings, and ``bench train`` never fits one estimator to shards of different settings."""
 
+import json
 import shutil
 
 import pytest
+import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
+from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from bench.cli import main
 from gatesight_learning.record import shard_settings
 from pretrained import loading
+from tests.helpers import run_cli, save_model, truncate
 
 SMALL = ["--limit", "2", "--continuations", "1", "--max-new-tokens", "4"]
 
@@ -24,7 +28,8 @@ def test_shards_record_their_settings_and_a_resume_under_others_is_refused(model
     assert _label(model_dir, labels, "--tokens", "48", "--part", "0/2") == 0
     [shard] = labels.glob("*.safetensors")
     recorded = shard_settings(shard)["settings"]
-    assert recorded == {"tokens": 48, "continuations": 1, "max_new_tokens": 4, "seed": 0, "futures": "both"}
+    assert recorded == {"tokens": 48, "continuations": 1, "max_new_tokens": 4, "seed": 0, "futures": "both",
+                        "dtype": "float32"}
     written = shard.read_bytes()
     capsys.readouterr()
     monkeypatch.setattr(loading, "load", lambda *a, **k: pytest.fail("the model loaded before the refusal"))
@@ -101,5 +106,114 @@ def test_train_and_analyze_refuse_labels_of_other_weights(model_dir, tmp_path, c
 def test_label_refuses_a_group_of_no_windows_before_the_model_loads(model_dir, tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(loading, "load", lambda *a, **k: pytest.fail("the model loaded before the refusal"))
     assert _label(model_dir, tmp_path / "labels", "--together", "0") == 2
-    assert "--together 0: label at least one window at a time" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "--together" in err and ">= 1, got '0'" in err, err
     assert not (tmp_path / "labels").exists()
+
+
+@pytest.fixture(scope="module")
+def dense_dir(tmp_path_factory):
+    """A tiny random dense Qwen3 (attention layers only) over the byte tokenizer."""
+    torch.manual_seed(0)
+    config = Qwen3Config(vocab_size=260, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, head_dim=8, eos_token_id=257)
+    return save_model(Qwen3ForCausalLM(config).eval(), tmp_path_factory.mktemp("dense"))
+
+
+@pytest.fixture(scope="module")
+def two_windows(model_dir, tmp_path_factory):
+    """Label shards of two windows (of two corpora) of the tiny hybrid, float32."""
+    labels = tmp_path_factory.mktemp("labels") / "float32"
+    assert _label(model_dir, labels, "--tokens", "48") == 0
+    return labels
+
+
+def test_label_refuses_a_model_without_recurrent_layers(dense_dir, tmp_path, capsys):
+    capsys.readouterr()
+    assert _label(dense_dir, tmp_path / "labels", "--tokens", "48") == 2
+    err = capsys.readouterr().err
+    assert f"{dense_dir} has no recurrent layers (Qwen3ForCausalLM: attention layers only)" in err, err
+    assert "GateSight's labels pair each attention layer's utilities with the GDN or Mamba2 signals" in err
+    assert not (tmp_path / "labels").exists()
+
+
+def test_shards_record_their_dtype_and_dtypes_are_never_mixed(model_dir, two_windows, tmp_path, capsys,
+                                                              no_model_load):
+    for shard in two_windows.glob("*.safetensors"):
+        assert shard_settings(shard)["settings"]["dtype"] == "float32"
+    capsys.readouterr()
+    assert _label(model_dir, two_windows, "--tokens", "48", "--dtype", "bfloat16") == 2  # a resume in bfloat16
+    err = capsys.readouterr().err
+    assert "was labelled with other settings" in err and "dtype=float32" in err and "dtype=bfloat16" in err, err
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    first, second = sorted(two_windows.glob("*.safetensors"))
+    shutil.copy(first, mixed / first.name)
+    _relabel(second, mixed / second.name, dtype="bfloat16")
+    for argv in (["train", "--out", str(tmp_path / "estimator")], ["analyze", "--out", str(tmp_path / "analysis")]):
+        code = main([argv[0], "--model", str(model_dir), "--labels", str(mixed), *argv[1:]])
+        err = capsys.readouterr().err
+        assert code == 2 and "other settings" in err and "dtype=bfloat16" in err and "dtype=float32" in err, err
+    assert not (tmp_path / "estimator").exists() and not (tmp_path / "analysis").exists()
+
+
+def _relabel(shard, to, drop: str | None = None, **settings):
+    """A copy of ``shard`` at ``to`` with ``settings`` changed in its record, its tensors named ``drop...`` left
+    out."""
+    with safe_open(str(shard), "pt") as f:
+        tensors = {k: f.get_tensor(k) for k in f.keys() if drop is None or not k.startswith(drop)}
+        meta = f.metadata()
+    meta["settings"] = json.dumps({**json.loads(meta["settings"]), **settings})
+    save_file(tensors, str(to), metadata=meta)
+
+
+@pytest.mark.parametrize("command", ["train", "analyze"])
+def test_too_few_windows_are_refused_with_the_minimum(model_dir, two_windows, tmp_path, capsys, monkeypatch,
+                                                      command):
+    one = tmp_path / "one"
+    one.mkdir()
+    shard = sorted(two_windows.glob("*.safetensors"))[0]
+    shutil.copy(shard, one / shard.name)
+    capsys.readouterr()
+    with monkeypatch.context() as patched:
+        patched.setattr(loading, "load", lambda *a, **k: pytest.fail("the model loaded before the refusal"))
+        assert main([command, "--model", str(model_dir), "--labels", str(one), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    needs = {"train": "at least 2 windows from at least 2 corpora (it is evaluated leave-one-corpus-out)",
+             "analyze": "at least 2 windows (observation 1 correlates documents in pairs)"}[command]
+    assert f"{one} holds 1 labelled window (of 1 corpus); {command} needs {needs}" in err, err
+    assert not (tmp_path / "out").exists()
+    fast = ["--epochs", "1"] if command == "train" else []
+    assert main([command, "--model", str(model_dir), "--labels", str(two_windows), "--out", str(tmp_path / "out"),
+                 *fast]) == 0  # the minimum is enough
+
+
+@pytest.mark.parametrize("command", ["train", "analyze"])
+def test_labels_without_recurrent_signals_are_refused(model_dir, two_windows, tmp_path, capsys, no_model_load,
+                                                      command):
+    """What ``bench label`` wrote on a dense model before it refused one: labels and no signals."""
+    dense = tmp_path / "dense"
+    dense.mkdir()
+    for shard in two_windows.glob("*.safetensors"):
+        _relabel(shard, dense / shard.name, drop="signals.")
+    capsys.readouterr()
+    assert main([command, "--model", str(model_dir), "--labels", str(dense), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert f"{sorted(dense.glob('*.safetensors'))[0]} holds no recurrent-layer signals" in err, err
+    assert "labelled on a model without recurrent layers" in err
+
+
+def test_a_damaged_shard_is_named_by_label_train_and_analyze(model_dir, two_windows, tmp_path, capsys):
+    labels = tmp_path / "labels"
+    shutil.copytree(two_windows, labels)
+    shard = sorted(labels.glob("*.safetensors"))[0]
+    truncate(shard)
+    damaged = shard.read_bytes()
+    capsys.readouterr()
+    for argv in (["label", "--tokens", "48", "--continuations", "1", "--max-new-tokens", "4", "--out", str(labels)],
+                 ["train", "--labels", str(labels), "--out", str(tmp_path / "estimator")],
+                 ["analyze", "--labels", str(labels), "--out", str(tmp_path / "analysis")]):
+        code, err = run_cli(capsys, argv[0], "--model", model_dir, *argv[1:])
+        assert code == 2 and f"{shard}: a damaged label shard (" in err, err
+        assert "delete it and label again into the same --out" in err
+    assert shard.read_bytes() == damaged

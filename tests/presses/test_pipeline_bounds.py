@@ -5,12 +5,14 @@ is told to)."""
 
 import sys
 
+import numpy as np
 import pytest
 from transformers import pipeline
 
 import presses
 import presses.kvpress_pipeline  # noqa: F401 - registers the task
 from presses.kvpress_pipeline import TASK
+from runtime.errors import ArgumentTypeError, UsageError
 
 CONTEXT, QUESTION = "Some facts. The code is 4711.", "\nWhat is the code?"
 
@@ -63,3 +65,55 @@ def test_the_positions_bound_is_the_context_the_longest_question_and_the_answer(
     with pytest.raises(ValueError, match=f"need {needed + 4} positions; the model has {needed + 3} "
                                          "\\(max_position_embeddings\\): give max_new_tokens <= 3"):
         pipe(CONTEXT, questions=[QUESTION, "\nAnd?"], press="keydiff", compression_ratio=0.5, max_new_tokens=4)
+
+
+@pytest.mark.parametrize("context, shown", [(None, "NoneType None"), (123, "int 123"), (b"bytes", "bytes b'bytes'")])
+def test_a_context_that_is_not_text_is_named_by_both_pipelines(pipe, no_prefill, context, shown):
+    message = f"context must be a string \\(the text to compress\\), got {shown}"
+    with pytest.raises(ArgumentTypeError, match=message):
+        pipe(context, question=QUESTION, press="keydiff", compression_ratio=0.5)
+    with pytest.raises(ArgumentTypeError, match=message):
+        presses.pipeline(pipe.model, pipe.tokenizer)(context, QUESTION, press="keydiff", compression_ratio=0.5)
+
+
+@pytest.mark.parametrize("arguments, error, message", [
+    ({"answer_prefix": 5}, ArgumentTypeError, "answer_prefix must be a string, got int 5"),
+    ({"max_context_length": -1}, UsageError, "max_context_length must be an integer >= 1, got -1"),
+    ({"max_context_length": 0}, UsageError, "max_context_length must be an integer >= 1, got 0"),
+    ({"max_context_length": 2.5}, UsageError, "max_context_length must be an integer >= 1, got 2.5"),
+    ({"max_new_tokens": 2.5}, UsageError, "max_new_tokens must be an integer >= 1, got 2.5"),
+    ({"enable_thinking": "no"}, ArgumentTypeError, "enable_thinking must be True or False, got str 'no'"),
+    ({"protected": "all"}, UsageError, "protected must be an integer >= 0 or 'header', got 'all'"),
+    ({"protected": -1}, UsageError, "protected must be an integer >= 0 or 'header', got -1"),
+])
+def test_the_tasks_other_arguments_are_checked_before_any_work(pipe, no_prefill, arguments, error, message):
+    with pytest.raises(error, match=message):
+        pipe(CONTEXT, question=QUESTION, press="keydiff", compression_ratio=0.5, **arguments)
+
+
+@pytest.mark.parametrize("arguments, message", [
+    ({"answer_prefix": 5}, "answer_prefix must be a string, got int 5"),
+    ({"layer_weights": 5}, "layer_weights must be a dict {attention layer: weight} or None, got int 5"),
+])
+def test_the_library_pipelines_other_arguments_are_checked(pipe, no_prefill, arguments, message):
+    with pytest.raises(ArgumentTypeError, match=message):
+        presses.pipeline(pipe.model, pipe.tokenizer)(CONTEXT, QUESTION, press="keydiff", compression_ratio=0.5,
+                                                     **arguments)
+    with pytest.raises(UsageError, match="max_new_tokens must be an integer >= 1, got 2.5"):
+        presses.pipeline(pipe.model, pipe.tokenizer, max_new_tokens=2.5)
+
+
+def test_the_context_is_cut_to_max_context_length_tokens(pipe):
+    ids = pipe.preprocess(CONTEXT, questions=[QUESTION], answer_prefix="", max_context_length=5,
+                          enable_thinking=False, protected=0)
+    assert len(ids["context_ids"]) == 5
+
+
+def test_numpy_numbers_are_numbers_to_both_pipelines(pipe):
+    ours = presses.pipeline(pipe.model, pipe.tokenizer, max_new_tokens=np.int64(3))
+    expected = presses.pipeline(pipe.model, pipe.tokenizer, max_new_tokens=3)(CONTEXT, QUESTION, press="keydiff",
+                                                                             compression_ratio=0.5)
+    assert ours(CONTEXT, QUESTION, press="keydiff", compression_ratio=np.float32(0.5)) == expected
+    assert ours(CONTEXT, QUESTION, press="keydiff", keep_fraction=np.float64(0.5)) == expected
+    assert pipe(CONTEXT, question=QUESTION, press="keydiff", compression_ratio=np.float64(0.5),
+                max_new_tokens=np.int32(3), max_context_length=np.int64(1000))["answer"] == expected

@@ -1,10 +1,14 @@
 """Every bad input to the runtime gives one clear error naming what is wrong."""
 
+import re
+
+import numpy as np
 import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
 from runtime import KeepPlan, prefill
+from runtime.errors import ArgumentTypeError, UsageError
 
 
 @pytest.fixture(scope="module")
@@ -84,3 +88,85 @@ def test_reentrant_question_is_refused(parent):
 
     with pytest.raises(RuntimeError, match="one question at a time"):
         child.logits(torch.arange(3), observer=AskAgain())
+
+
+@pytest.fixture
+def no_decoding(monkeypatch):
+    """Any forward pass fails the test: a refused question must be refused before the model runs."""
+    import runtime.batch
+    import runtime.session
+
+    def fail(*args, **kwargs):
+        pytest.fail("the model ran before the bad request was refused")
+
+    monkeypatch.setattr(runtime.session, "forward_chunk", fail)
+    monkeypatch.setattr(runtime.batch, "vmap", lambda *a, **k: fail)
+
+
+@pytest.mark.parametrize("answer", ["parent", "child", "batch"])
+def test_an_answer_past_the_models_positions_is_refused_before_decoding(parent, no_decoding, answer):
+    from runtime.batch import answer_many
+
+    child = parent.fork(parent.keep_all_plan())
+    ask = {"parent": parent.answer, "child": child.answer,
+           "batch": lambda q, m: answer_many([child, child], q, m)}[answer]
+    with pytest.raises(UsageError, match=r"the context \(60 tokens\), the question \(3\) and max_new_tokens=1000000000 "
+                                         r"need 1000000063 positions; the model has 32768 \(max_position_embeddings\): "
+                                         r"give max_new_tokens <= 32705"):
+        ask(torch.arange(3), 10**9)
+
+
+def test_the_answer_may_use_every_position_and_not_one_more(parent, monkeypatch):
+    child = parent.fork(parent.keep_all_plan())
+    monkeypatch.setattr(parent.adapter.config, "max_position_embeddings", 60 + 3 + 5)
+    assert len(child.answer(torch.arange(3), 5).tokens) == 5  # no end of sequence given: all five decoded
+    with pytest.raises(UsageError, match="need 69 positions; the model has 68 .*: give max_new_tokens <= 5"):
+        child.answer(torch.arange(3), 6)
+
+
+@pytest.mark.parametrize("count", [2.5, 2.0, "2", None, True, torch.tensor(2)])
+def test_a_token_count_that_is_not_an_integer_is_refused(parent, no_decoding, count):
+    child = parent.fork(parent.keep_all_plan())
+    with pytest.raises(UsageError, match=f"max_new_tokens must be an integer >= 1, got {re.escape(repr(count))}"):
+        child.answer(torch.arange(3), count)
+
+
+def test_numpy_integers_are_integers(tiny):
+    model = tiny("qwen3_5")
+    parent = prefill(model, torch.arange(60) % 97, protected=np.int64(4), chunk_size=np.int32(16))
+    assert parent.protected == 4
+    answer = parent.fork(parent.keep_all_plan()).answer(torch.arange(3), np.int64(2))
+    assert len(answer.tokens) == 2 and answer.tokens == parent.answer(torch.arange(3), 2).tokens
+
+
+@pytest.mark.parametrize("plan, shown", [(dict, "the class dict"), ({}, "dict {}"), (None, "NoneType None")])
+def test_fork_names_a_plan_that_is_not_one(parent, plan, shown):
+    with pytest.raises(ArgumentTypeError, match=f"plan must be a KeepPlan .*, got {shown}$"):
+        parent.fork(plan)
+
+
+@pytest.mark.parametrize("ids, shown", [("What?", "str 'What\\?'"), (None, "NoneType None"), (3.5, "float 3.5")])
+def test_text_or_nothing_where_token_ids_belong_is_named(parent, ids, shown):
+    with pytest.raises(ArgumentTypeError, match=f"question_ids must be token ids .*, got {shown}"):
+        parent.answer(ids, 2)
+    with pytest.raises(ArgumentTypeError, match=f"context_ids must be token ids .*, got {shown}"):
+        prefill(parent.adapter.model, ids)
+
+
+def test_stop_tokens_and_the_chooser_are_checked(parent):
+    with pytest.raises(ArgumentTypeError, match="eos_token_id must be a token id, a list of them or None, got str 'x'"):
+        parent.answer(torch.arange(3), 2, eos_token_id="x")
+    with pytest.raises(ArgumentTypeError, match="choose must map a step's logits to a token"):
+        parent.answer(torch.arange(3), 2, choose=3)
+    first = parent.answer(torch.arange(3), 1).tokens[0]
+    assert parent.answer(torch.arange(3), 4, eos_token_id=np.int64(first)).tokens == [first]
+
+
+@pytest.mark.parametrize("layers, message", [
+    (None, r"KeepPlan takes \{attention layer: \[positions per KV head\]\}, got NoneType None"),
+    ({3: 5}, "keep plan layer 3: expected a list of kept positions per KV head, got int 5"),
+    ({3: ["abc"]}, "keep plan layer 3 head 0: positions must be integers, got str 'abc'"),
+])
+def test_a_keep_plan_of_other_things_is_named(layers, message):
+    with pytest.raises(ArgumentTypeError, match=message):
+        KeepPlan(layers)

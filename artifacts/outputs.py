@@ -1,0 +1,132 @@
+"""Where a command may write: one policy for every folder and file the bench writes, checked before any work.
+
+Each command declares its outputs (:class:`Output`, ``Command.outputs`` in the bench) and :func:`check` refuses, in
+one line that names the flag and the path, a place that
+
+- lies under ``/proc`` or ``/sys`` (the kernel's virtual files, not a place for results);
+- is a file where a directory is expected, or a directory (or a device) where a file is, or lies below a file;
+- cannot be written: its nearest existing directory is not writable (or is on a read-only file system);
+- lies inside a model directory, unless the output belongs to that model (its artifact folder, or the model a
+  command trains): a file dropped there changes the model's fingerprint (an estimator at its top level counts as a
+  weight shard);
+- holds the result of earlier work (:data:`RESULTS`) and the command was not given ``--replace``.
+
+What an output does with what it finds there is its ``keeps``:
+
+- :data:`APPENDS`: it adds to it (a result store, label shards, a checkpoint folder, the model cache); nothing there
+  is replaced;
+- :data:`DERIVED`: it rebuilds it whole from inputs that stay (a leaderboard from its stores, a summary, an analysis
+  of label shards), written over atomically;
+- :data:`RESULTS`: the result of work that its inputs do not give back (timings, evaluated rows, a trained estimator,
+  a calibration): refused unless ``--replace``, and then moved aside to ``<path>.backup-<time>`` when the new one is
+  written (:func:`artifacts.files.install`, :func:`artifacts.files.write_result`), never lost.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from runtime.errors import UsageError
+
+from .files import check_replaceable
+
+FOLDER, FILE = "directory", "file"
+"""What an output is."""
+APPENDS, DERIVED, RESULTS = "appends", "derived", "results"
+"""What an output does with what it finds (the module's docstring)."""
+VIRTUAL = (Path("/proc"), Path("/sys"))
+"""The kernel's virtual file systems: writing there changes the system or fails half way, never stores a result."""
+MODEL_CONFIG = "config.json"
+MODEL_WEIGHTS = ("*.safetensors", "*.bin")
+"""What makes a directory a model directory: its config beside weight files (``pretrained.loading`` reads both)."""
+
+
+@dataclass(frozen=True)
+class Output:
+    """One place a command writes.
+
+    Attributes
+    ----------
+    path : Path
+        The directory or file.
+    flag : str
+        What named it, as a refusal shows it: ``--out``, ``--rows``, ``HYBRIDPRESS_CACHE``, ….
+    kind : str
+        :data:`FOLDER` or :data:`FILE`.
+    keeps : str
+        :data:`APPENDS`, :data:`DERIVED` or :data:`RESULTS`.
+    held : tuple[Path, ...]
+        For :data:`RESULTS`: the files whose presence means a result is there (a file output: the file itself).
+    what : str
+        The result, as a refusal names it (``"a GateSight estimator"``).
+    replace : bool
+        Whether the command was told to replace a result (``--replace``).
+    model : Path, optional
+        The model directory this output belongs to (its artifact folder, or the model a command trains): the one
+        model directory it may lie in.
+    """
+
+    path: Path
+    flag: str
+    kind: str = FOLDER
+    keeps: str = APPENDS
+    held: tuple[Path, ...] = ()
+    what: str = "results"
+    replace: bool = False
+    model: Path | None = None
+
+    def refuse(self, problem: str) -> UsageError:
+        return UsageError(f"{self.flag} {self.path}: {problem}")
+
+
+def model_directory(path: Path) -> Path | None:
+    """The model directory ``path`` is or lies in (a directory holding :data:`MODEL_CONFIG` beside weight files,
+    :data:`MODEL_WEIGHTS`), or None."""
+    for folder in (Path(path), *Path(path).parents):
+        if (folder / MODEL_CONFIG).is_file() and any(
+                weight.is_file() for pattern in MODEL_WEIGHTS for weight in folder.glob(pattern)):
+            return folder
+    return None
+
+
+def _nearest_existing(path: Path) -> Path:
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def check_place(output: Output) -> None:
+    """A :class:`~runtime.errors.UsageError` if ``output``'s place cannot take it (the module's list, all but the
+    result already there)."""
+    path = Path(os.path.abspath(output.path))
+    real = Path(os.path.realpath(path))
+    virtual = next((root for root in VIRTUAL if real == root or root in real.parents), None)
+    if virtual is not None:
+        raise output.refuse(f"{virtual} holds the kernel's virtual files, not results; give a {output.kind} on disk")
+    existing = _nearest_existing(path)
+    if existing == path and output.kind == FILE and not path.is_file():
+        what = "a directory" if path.is_dir() else "not a regular file"
+        raise output.refuse(f"is {what}; give a file name")
+    if existing != path or output.kind == FOLDER:
+        if not existing.is_dir():
+            raise output.refuse(f"{existing} is a file, not a directory")
+    folder = existing if existing.is_dir() else existing.parent
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise output.refuse(f"{folder} is not writable")
+    model = model_directory(existing)
+    if model is not None and (output.model is None or Path(os.path.realpath(output.model)) != model.resolve()):
+        raise output.refuse(f"lies inside the model directory {model}, whose files make the model (a file there "
+                            "changes its fingerprint); write it elsewhere")
+
+
+def check(outputs: list[Output]) -> None:
+    """Every output's place (:func:`check_place`), then every result already there that is not to be replaced
+    (:func:`artifacts.files.check_replaceable`): one :class:`~runtime.errors.UsageError`, before any work."""
+    for output in outputs:
+        check_place(output)
+    for output in outputs:
+        if output.keeps == RESULTS:
+            held = output.held or ((output.path,) if output.kind == FILE else ())
+            check_replaceable(output.path, list(held), output.what, output.replace)

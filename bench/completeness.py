@@ -1,0 +1,204 @@
+"""Whether result stores hold whole runs, and the checks every report applies to its stores first.
+
+Each row names its run (:data:`bench.store.RUN`): the run's contexts, in order, and the shard of them it took. The
+rows of one setting group (:data:`bench.store.SHARED_FIELDS`: model, weights, code version, …) are whole when every
+context of every run they name holds rows — every shard of the run, or (``bench merge`` checking one shard's store)
+every context of the shards held — and every context holds the rows of every method and question of its group.
+
+What is missing is named with the lines that lack it: a shard no store holds, the shards of two splits of one run,
+or a context a run stopped before. Where the stores hold several groups, the group is named by its lines and by what
+sets it apart (another code version, model or settings), with what to do: remove the rows written there by mistake,
+or rerun the run that stopped. The smallest group is checked first: a row of another code version is named as such,
+not as a hole in the run whose row it replaced.
+
+Rows written before runs were recorded (every committed store) name none: their groups are checked context by
+context only.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+from runtime.errors import UsageError
+from workloads.tasks.registry import haystack_of
+
+from .store import (
+    RUN,
+    SHARED_FIELDS,
+    SHOWN,
+    ResultStore,
+    check_one_value,
+    listed,
+    method_at,
+    shard_contexts,
+)
+
+RERUN = "its bench compare stopped before finishing; rerun it (it resumes)"
+RERUN_THOSE = "their bench compare stopped before finishing; rerun it with those settings (it resumes)"
+"""The advice for the rows of a group beside others: their run's settings are what set them apart."""
+Entry = tuple[dict, ResultStore, int]
+"""A row, the store that holds it and its line there."""
+Gap = tuple[str, str]
+"""What a group's rows lack, said after their files (``is incomplete: …``), and what to do about it."""
+
+
+def check_stores(stores: list[ResultStore], complete: bool = True) -> None:
+    """What ``bench verify`` checks before anything reports on ``stores``, as one ``UsageError``: each store given
+    once; every row valid (:meth:`~bench.store.ResultStore.check_rows`); with ``complete``, no last line cut short
+    and whole runs (:func:`check_complete`); and one value per row key, held once
+    (:func:`~bench.store.check_one_value`)."""
+    check_given_once(stores)
+    for store in stores:
+        store.check_rows()
+    if complete:
+        check_not_cut(stores)
+        check_complete(stores)
+    check_one_value(stores)
+
+
+def check_given_once(stores: list[ResultStore]) -> None:
+    """``UsageError`` naming a store directory given twice (its rows would count twice)."""
+    given: set[Path] = set()
+    for store in stores:
+        if store.directory.resolve() in given:
+            raise UsageError(f"{store.directory} is given twice; give each store once")
+        given.add(store.directory.resolve())
+
+
+def check_not_cut(stores: list[ResultStore]) -> None:
+    """``UsageError`` naming a store whose last line is cut short (its run was killed while writing it)."""
+    for store in stores:
+        if store.cut_line is not None:
+            raise UsageError(f"{store.path}: line {store.cut_line}, the last, is cut short: {RERUN}")
+
+
+def check_complete(stores: list[ResultStore], every_shard: bool = True) -> None:
+    """``UsageError`` naming what the rows of ``stores`` lack together: a context of a run no row holds (of any
+    shard of it, or with ``every_shard`` False of the shards held only), or a context without the rows of every
+    method and question of its setting group."""
+    entries = [(row, store, line) for store in stores for row, line in zip(store.rows, store.line_numbers)]
+    groups: dict[tuple, list[Entry]] = defaultdict(list)
+    for entry in entries:
+        groups[tuple(str(entry[0].get(field)) for field in SHARED_FIELDS)].append(entry)
+    for group, held in sorted(groups.items(), key=lambda item: (len(item[1]), item[0])):
+        gap = _missing_context(held, every_shard) or _missing_rows(held)
+        if gap is None:
+            continue
+        lacks, advice = gap
+        if len(groups) == 1:
+            raise UsageError(f"{_where(held)} {lacks}; {advice}")
+        them, were = ("it", "it was") if len(held) == 1 else ("them", "they were")
+        raise UsageError(f"{_where(held)} ({_apart(group, held, groups)}) {lacks}. If {were} written here by "
+                         f"mistake, remove {them} (or keep {them} in another store); else "
+                         f"{RERUN_THOSE if advice == RERUN else advice}")
+
+
+def _apart(group: tuple, held: list[Entry], groups: dict[tuple, list[Entry]]) -> str:
+    """What sets a group's rows apart from the largest other group: ``1 row of code b; the other 3 rows are of code
+    a``."""
+    other = max((key for key in groups if key != group), key=lambda key: len(groups[key]))
+    differ = [(field, mine, theirs) for field, mine, theirs in zip(SHARED_FIELDS, group, other) if mine != theirs]
+    mine = ", ".join(f"{field} {value}" for field, value, _ in differ)
+    theirs = ", ".join(f"{field} {value}" for field, _, value in differ)
+    rest = (f"the other {_rows(len(groups[other]))} are of" if len(groups) == 2 else
+            f"the largest other group, {_rows(len(groups[other]))}, is of")
+    return f"{_rows(len(held))} of {mine}; {rest} {theirs}"
+
+
+def _rows(count: int) -> str:
+    return f"{count} row" if count == 1 else f"{count} rows"
+
+
+def _missing_rows(held: list[Entry]) -> Gap | None:
+    """A context of the group without the rows of every method and question the group holds."""
+    contexts: dict[tuple, set] = defaultdict(set)
+    for row, _, _ in held:
+        contexts[(row["task"], row["haystack"], row["item"])].add((method_at(row), row["question"]))
+    methods = {method for answered in contexts.values() for method, _ in answered}
+    for (task, _, item), answered in contexts.items():
+        questions = {question for _, question in answered}
+        missing = {(method, question) for method in methods for question in questions} - answered
+        if missing:
+            return (f"is incomplete: task {task}, item {item} lacks the rows of "
+                    f"{listed(f'{method} question {q}' for method, q in missing)}", RERUN)
+    return None
+
+
+def _missing_context(held: list[Entry], every_shard: bool) -> Gap | None:
+    """A context of a run the group's rows name that none of them holds: a shard missing, shards of two splits of
+    one run, or a context its run stopped before."""
+    present = {(row["task"], row["haystack"], row["item"]) for row, _, _ in held}
+    runs: dict[str, list[Entry]] = defaultdict(list)
+    for entry in held:
+        run = entry[0].get(RUN)
+        if run is not None:  # one run and split, and with every_shard False one shard
+            runs[repr([run[field] for field in ("tasks", "n", "haystack", "shards")] +
+                      ([] if every_shard else [run["shard"]]))].append(entry)
+    for rows in runs.values():
+        run, count = rows[0][0][RUN], rows[0][0][RUN]["shards"]
+        held_shards = sorted({row[RUN]["shard"] for row, _, _ in rows})
+        wanted = range(count) if every_shard else held_shards
+        missing = [(k, task, item) for k in wanted for task, item in shard_contexts({**run, "shard": k})
+                   if (task, haystack_of(task, run["haystack"]), item) not in present]
+        if not missing:
+            continue
+        k, task, item = missing[0]
+        splits = _splits(held, run)
+        if len(splits) > 1:
+            named = " and ".join(f"{_where(split)} (shard {_shards(split)})" for split in splits.values())
+            return (f"mixes {len(splits)} splits of one run: {named}; task {task}, item {item} is in neither",
+                    "the shards of one run are of one --shard K/N split (one N): merge or give the stores of one split")
+        lost = [(shard, task, item) for shard, task, item in missing if shard not in held_shards]
+        if lost:
+            k = lost[0][0]
+            gone = [f"task {task}, item {item}" for shard, task, item in lost if shard == k]
+            return (f"holds shard {_shards(rows)} of a run of {count} shards; shard {k}/{count} is missing: no row "
+                    f"holds {_first(gone)}", "give the stores of every shard (bench compare --shard K/N writes each), "
+                                             "or bench merge them into one")
+        shard = f" (shard {k}/{count})" if count > 1 else ""
+        return (f"is incomplete: no row holds task {task}, item {item}{shard} of its run (items 0 … {run['n'] - 1} of "
+                f"{_first(run['tasks'])})", RERUN)
+    return None
+
+
+def _splits(held: list[Entry], run: dict) -> dict[int, list[Entry]]:
+    """The rows of the runs of ``run``'s contexts (its tasks, n and haystack), by their shard count."""
+    splits: dict[int, list[Entry]] = defaultdict(list)
+    for entry in held:
+        other = entry[0].get(RUN)
+        if other is not None and all(other[field] == run[field] for field in ("tasks", "n", "haystack")):
+            splits[other["shards"]].append(entry)
+    return dict(sorted(splits.items()))
+
+
+def _shards(rows: list[Entry]) -> str:
+    """The shards ``rows`` are of: ``0/2``, ``0/2, 1/2``."""
+    held = sorted({(row[RUN]["shard"], row[RUN]["shards"]) for row, _, _ in rows})
+    return ", ".join(f"{k}/{count}" for k, count in held)
+
+
+def _first(values: list[str]) -> str:
+    """The first :data:`bench.store.SHOWN` of ``values``, in their order; how many more there are."""
+    return ", ".join(values[:SHOWN]) + (f", … ({len(values) - SHOWN} more)" if len(values) > SHOWN else "")
+
+
+def _where(entries: list[Entry]) -> str:
+    """The files of ``entries``: a file alone where they are all of its rows, else with their lines as ranges
+    (``results.jsonl:1-40, 57``)."""
+    lines: dict[ResultStore, list[int]] = defaultdict(list)
+    for _, store, line in entries:
+        lines[store].append(line)
+    named = []
+    for store, numbers in lines.items():
+        if len(numbers) == len(store.rows):
+            named.append(str(store.path))
+            continue
+        ranges: list[list[int]] = []
+        for number in sorted(numbers):
+            if ranges and number == ranges[-1][1] + 1:
+                ranges[-1][1] = number
+            else:
+                ranges.append([number, number])
+        named.append(f"{store.path}:{_first([str(a) if a == b else f'{a}-{b}' for a, b in ranges])}")
+    return ", ".join(named)

@@ -1,0 +1,197 @@
+"""One error boundary: every subcommand, given a bad value for any one of its options, exits 2 with one line on
+stderr that names the option or the value, no traceback, before any model loads or any work starts. The options are
+read from the parser itself (:func:`bench.cli.build_parser`), so that a new option is walked too: its type says what
+a bad value is (:data:`BY_TYPE`), or its name does (:data:`BY_NAME`), or the walk fails naming it."""
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from bench import arguments, compare_command, model_commands
+from bench.cli import build_parser, main
+from bench.store import ROOT, ResultStore
+from runtime.errors import UsageError
+from runtime.options import real, whole
+
+MISSING, A_FILE, A_DIR, NO_WEIGHTS = "<missing>", "<a file>", "<a directory>", "<a model without weights>"
+"""Bad paths, made for each case under its tmp_path."""
+
+BY_TYPE = {
+    arguments.count: ["0", "-1", "2.5", "abc"],
+    arguments.natural: ["-1", "2.5", "abc"],
+    arguments.positive: ["0", "nan", "abc"],
+    arguments.nonnegative: ["-1", "inf", "abc"],
+    arguments.share: ["1.5", "nan"],
+    int: ["-1", "2.5", "abc"],
+    arguments.names: ["nosuch"],
+    arguments.ints: ["0", "abc"],
+    arguments.part: ["3/2", "x"],
+    arguments.options: ["nosuch=1"],
+    compare_command.method_pairs: ["nosuch/flat"],
+    compare_command.keep_fractions: ["1.5", "abc"],
+    compare_command.compression_ratios: ["1.0"],
+    model_commands._layer_list: ["-1", "abc", "99"],
+}
+"""Bad values of an option by its type: each refused whatever the option means."""
+BY_NAME = {
+    "model": ["smollm2-135m", MISSING, NO_WEIGHTS], "teacher": ["smollm2-135m"], "name": ["smollm2-135m"],
+    "device": ["nosuch"], "dtype": ["nosuch"], "profile": ["nosuch"], "haystack": ["nosuch"], "address": ["nosuch"],
+    "out": [A_FILE], "checkpoints": [A_FILE], "cache": [A_FILE], "rows": [A_DIR],
+    "labels": [A_FILE, MISSING], "scbench_data": [MISSING], "init_from": [MISSING], "gguf": [MISSING],
+    "docs": [A_FILE], "stores": [MISSING],
+}
+"""Bad values of a text option (a name, a path) by its name."""
+
+BASES = {
+    "compare": ["--model", "{model}", "--tasks", "niah_single_1", "--n", "1", "--length", "300", "--out", "{tmp}/out"],
+    "merge": ["{store}", "--out", "{tmp}/merged"],
+    "leaderboard": ["{store}", "--out", "{tmp}/docs"],
+    "verify": ["{store}"],
+    "cost": ["--model", "{model}", "--press", "keydiff", "--lengths", "64", "--out", "{tmp}/cost"],
+    "fetch-model": ["smollm2-135m-instruct", "--cache", "{tmp}/cache"],
+    "calibrate": ["--model", "{model}", "--tokens", "256", "--chunk", "128", "--replace"],
+    "train-model": ["--steps", "5", "--out", "{tmp}/trained", "--checkpoints", "{tmp}/checkpoints"],
+    "model-eval": ["--model", "{model}", "--tasks", "niah_single_1", "--lengths", "300", "--n", "1"],
+    "distill": ["--checkpoints", "{tmp}/checkpoints", "--hours", "0.001", "--out", "{tmp}/delta"],
+    "ship-artifacts": ["smollm2-135m-hybrid", "--cache", "{tmp}/cache"],
+    "label": ["--model", "{model}", "--limit", "1", "--tokens", "48", "--continuations", "1", "--max-new-tokens",
+              "4", "--out", "{tmp}/labels"],
+    "train": ["--model", "{model}", "--labels", "{tmp}/labels", "--epochs", "1", "--out", "{tmp}/estimator"],
+    "analyze": ["--model", "{model}", "--labels", "{tmp}/labels", "--out", "{tmp}/analysis"],
+}
+"""A command line of each subcommand that would start its work (the options not given take their defaults)."""
+
+
+def _subparsers() -> dict:
+    [choices] = [action.choices for action in build_parser()._actions if action.dest == "command"]
+    return choices
+
+
+def _bad_values(action) -> list[str] | None:
+    if action.choices is not None:
+        return ["nosuch"]
+    if action.type in BY_TYPE:
+        return BY_TYPE[action.type]
+    return BY_NAME.get(action.dest)
+
+
+def _walk() -> list:
+    cases = []
+    for name, parser in _subparsers().items():
+        for action in parser._actions:
+            if action.nargs == 0 or action.dest in ("help", "debug"):  # flags take no value
+                continue
+            flag = action.option_strings[0] if action.option_strings else None
+            values = _bad_values(action)
+            assert values is not None, (f"bench {name} {flag or action.dest}: no bad value known for this option; "
+                                        "give it a typed argument (bench/arguments.py) or name it in BY_NAME")
+            cases += [pytest.param(name, flag, value, id=f"{name} {flag or action.dest} {value}") for value in values]
+    return cases
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory) -> Path:
+    """A small complete store: the first item of every context group of the committed store."""
+    rows = [row for row in ResultStore(ROOT / "docs" / "results", readonly=True).rows if row["item"] == 0]
+    directory = tmp_path_factory.mktemp("store")
+    (directory / "results.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return directory
+
+
+def _path(value: str, tmp_path: Path, model_dir: Path) -> str:
+    if value == MISSING:
+        return str(tmp_path / "missing")
+    if value == A_FILE:
+        (tmp_path / "a-file").write_text("kept")
+        return str(tmp_path / "a-file")
+    if value == A_DIR:
+        (tmp_path / "a-dir").mkdir()
+        return str(tmp_path / "a-dir")
+    if value == NO_WEIGHTS:
+        directory = shutil.copytree(model_dir, tmp_path / "no-weights", ignore=shutil.ignore_patterns("*.safetensors"))
+        return str(directory)
+    return value
+
+
+@pytest.mark.parametrize("command, flag, value", _walk())
+def test_a_bad_value_is_one_line_and_exit_2(command, flag, value, model_dir, store, tmp_path, capsys, guarded):
+    model = shutil.copytree(model_dir, tmp_path / "model", ignore=shutil.ignore_patterns("calibration"))
+    argv = [part.format(model=model, tmp=tmp_path, store=store) for part in BASES[command]]
+    value = _path(value, tmp_path, model_dir)
+    if flag is None:  # the positional argument: the first of the base
+        argv[0] = value
+    elif flag in argv:
+        argv[argv.index(flag) + 1] = value
+    else:
+        argv += [flag, value]
+    code = main([command, *argv])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and err.startswith(f"bench {command}: error: "), err
+    named = [flag, value, *re.split("[/,=]", value)]  # the option, its value, or the part of it that is bad
+    assert "Traceback" not in err and any(part and part in err for part in named), err
+
+
+def test_a_near_miss_model_name_offers_the_catalogue(model_dir, tmp_path, capsys, guarded):
+    for argv in (["compare", "--model", "smollm2-135m", "--out", str(tmp_path / "out")],
+                 ["fetch-model", "smollm2-135m", "--cache", str(tmp_path / "cache")]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "'smollm2-135m'" in err, err
+        assert "did you mean smollm2-135m-hybrid or smollm2-135m-instruct?" in err, err
+
+
+def test_a_press_of_no_one_scale_with_the_global_allocator_is_refused_before_the_model_loads(model_dir, tmp_path,
+                                                                                           capsys, guarded):
+    assert main(["compare", "--model", str(model_dir), "--press", "snapkv", "--alloc", "global", "--out",
+                 str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "'snapkv' scores are not on one scale across layers" in err, err
+
+
+@pytest.mark.parametrize("address, message", [("127.0.0.1:99999", "a port in 1 … 65535"),
+                                              ("a" * 70 + ":6379", "no Ray cluster answers there")])
+def test_a_ray_address_that_cannot_be_one_is_one_line(address, message):
+    from bench.settings import check_ray_address
+
+    with pytest.raises(UsageError, match=message):
+        check_ray_address(address, timeout=0.5)
+
+
+@pytest.mark.parametrize("value, parsed", [(5, 5), (__import__("numpy").int64(5), 5), ("5", 5)])
+def test_a_count_is_an_integer_of_python_or_numpy(value, parsed):
+    assert whole(value, "n", 1) == parsed and type(whole(value, "n", 1)) is int
+
+
+@pytest.mark.parametrize("value", [2.5, 5.0, "2.5", True, None, "five", 0])
+def test_a_count_is_never_rounded(value):
+    with pytest.raises(UsageError, match=f"^max_new_tokens must be an integer >= 1, got {value!r}$".replace(
+            "(", r"\(").replace(")", r"\)")):
+        whole(value, "max_new_tokens", 1)
+
+
+def test_a_real_is_a_number_of_python_or_numpy():
+    np = pytest.importorskip("numpy")
+    assert real(np.float32(0.5), "p", 0, 1) == 0.5 and type(real(np.float32(0.5), "p", 0, 1)) is float
+    assert real(np.int64(1), "p", 0, 1) == 1.0
+    for bad in (float("nan"), float("inf"), True, "x", 1.5):
+        with pytest.raises(UsageError, match="^p must be a finite number in"):
+            real(bad, "p", 0, 1)
+    with pytest.raises(UsageError, match=r"^p must be a finite number in \(0, 1\], got 0$"):
+        real(0, "p", 0, 1, above=True)
+
+
+def test_numpy_scalars_are_options_like_python_numbers():
+    """``np.float32(0.5)`` and ``np.int64(5)`` were refused as out of range."""
+    np = pytest.importorskip("numpy")
+    import allocators
+    import presses
+
+    assert presses.get("snapkv", window=np.int64(5)).window == 5
+    assert allocators.get("adakv", safeguard=np.float32(0.25)).safeguard == 0.25
+    assert allocators.check_keep_fraction(np.float32(0.5)) == 0.5
+    assert allocators.get("perlayer", weights=[np.int64(1), np.float32(2)]).weights == [1.0, 2.0]
+    with pytest.raises(UsageError, match="snapkv option window=2.5: expected an integer"):
+        presses.get("snapkv", window=2.5)

@@ -1,0 +1,263 @@
+"""One output policy for every command that writes (:mod:`artifacts.outputs`): each writing subcommand, pointed at
+each hostile place of one matrix, is refused before any work — exit 2, one line naming the place — and nothing
+already there is lost; a result of earlier work is replaced only with --replace, and then kept aside."""
+
+import json
+import os
+import shutil
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+
+import bench.fetch_command
+import hybridmodel.hybrid_delta
+import hybridmodel.train
+from artifacts.files import write_result
+from artifacts.outputs import Output, check
+from bench.arguments import Command
+from bench.cli import COMMANDS, main
+from hybridmodel.distill_config import DistillConfig
+from pretrained import CACHE_ENV, loading
+
+WRITERS = {"compare": ["--out"], "merge": ["--out"], "leaderboard": ["--out"], "cost": ["--out"],
+           "model-eval": ["--rows"], "label": ["--out"], "train": ["--out"], "analyze": ["--out"],
+           "distill": ["--out", "--checkpoints"], "train-model": ["--out", "--checkpoints"],
+           "fetch-model": ["--cache"], "ship-artifacts": ["--cache"], "calibrate": []}
+"""Every subcommand that writes, with the flags that name where (calibrate writes into its --model's folder)."""
+FILE_FLAGS = {("model-eval", "--rows")}
+"""The outputs that are files; every other one is a directory."""
+
+
+def _base(command: str, flag: str, place: Path, model: Path, tmp: Path) -> list[str]:
+    """A command line of ``command`` that would start its work, its ``flag`` naming ``place``."""
+    given = {
+        "compare": ["--model", model, "--press", "keydiff", "--ratios", "0.5", "--tasks", "niah_single_1", "--n", "1",
+                    "--length", "300", "--out", tmp / "results"],
+        "merge": [tmp / "store", "--out", tmp / "merged"],
+        "leaderboard": [tmp / "store", "--out", tmp / "docs"],
+        "cost": ["--model", model, "--press", "keydiff", "--lengths", "64", "--out", tmp / "cost"],
+        "model-eval": ["--model", model, "--tasks", "niah_single_1", "--lengths", "300", "--n", "1"],
+        "label": ["--model", model, "--limit", "1", "--tokens", "48", "--continuations", "1", "--max-new-tokens", "4",
+                  "--out", tmp / "labels"],
+        "train": ["--model", model, "--labels", tmp / "labels", "--epochs", "1", "--out", tmp / "estimator"],
+        "analyze": ["--model", model, "--labels", tmp / "labels", "--out", tmp / "analysis"],
+        "distill": ["--checkpoints", tmp / "checkpoints", "--hours", "0.001", "--length", "64", "--out",
+                    tmp / "delta"],
+        "train-model": ["--steps", "5", "--checkpoints", tmp / "checkpoints", "--out", tmp / "trained"],
+        "fetch-model": ["smollm2-135m-instruct", "--cache", tmp / "cache"],
+        "ship-artifacts": ["smollm2-135m-hybrid", "--cache", tmp / "cache"],
+    }[command]
+    argv = [command, *given]
+    if flag in argv:
+        argv[argv.index(flag) + 1] = place
+    else:
+        argv += [flag, place]
+    return [str(part) for part in argv]
+
+
+def _files(root: Path) -> dict:
+    """Every file and directory under ``root``: ``{relative path: bytes, or None for a directory}``."""
+    return {path.relative_to(root).as_posix(): None if path.is_dir() else path.read_bytes()
+            for path in sorted(root.rglob("*"))}
+
+
+def _hostile(case: str, kind: str, tmp: Path) -> Path:
+    """The place of one case of the matrix, made under ``tmp`` where it is on disk."""
+    (tmp / "a-file").write_text("kept")
+    if case == "a file where a directory is expected" or case == "a directory where a file is expected":
+        if kind == "file":
+            (tmp / "a-dir").mkdir(exist_ok=True)
+            (tmp / "a-dir" / "kept.txt").write_text("kept")
+            return tmp / "a-dir"
+        return tmp / "a-file"
+    if case == "below a file":
+        return tmp / "a-file" / "below"
+    if case == "unwritable":
+        (tmp / "read-only").mkdir(exist_ok=True)
+        os.chmod(tmp / "read-only", 0o500)
+        if os.access(tmp / "read-only", os.W_OK):
+            pytest.skip("this user writes into a directory of mode 0500 (root): /proc and /sys stand for it")
+        return tmp / "read-only" / "out"
+    if case == "inside a model directory":
+        return tmp / "model" / "out"
+    return Path({"/proc": "/proc/hybridpress-out", "/sys": "/sys/hybridpress-out"}[case])
+
+
+CASES = ["a file where a directory is expected", "below a file", "unwritable", "/proc", "/sys",
+         "inside a model directory"]
+
+
+def test_every_command_that_declares_outputs_is_in_the_matrix():
+    silent = Command.__dataclass_fields__["outputs"].default  # a command that writes nothing
+    assert {command.name for command in COMMANDS if command.outputs is not silent} == set(WRITERS)
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("command, flag", [(c, f) for c, flags in WRITERS.items() for f in flags])
+def test_a_hostile_place_is_refused_before_any_work(command, flag, case, model_dir, tmp_path, capsys, guarded):
+    model = shutil.copytree(model_dir, tmp_path / "model")
+    kind = "file" if (command, flag) in FILE_FLAGS else "directory"
+    if kind == "file" and case == "a file where a directory is expected":
+        case = "a directory where a file is expected"
+    place = _hostile(case, kind, tmp_path)
+    before = _files(tmp_path)
+    code = main(_base(command, flag, place, model, tmp_path))
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and err.startswith(f"bench {command}: error: "), err
+    assert str(place) in err and "Traceback" not in err, err
+    assert _files(tmp_path) == before
+    assert not place.exists() or case in ("a file where a directory is expected", "a directory where a file is "
+                                          "expected")
+
+
+def test_the_cache_named_by_the_environment_is_checked_as_the_flag(tmp_path, capsys, monkeypatch, guarded):
+    (tmp_path / "a-file").write_text("kept")
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "a-file"))
+    assert main(["fetch-model", "smollm2-135m-instruct"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{CACHE_ENV} {tmp_path / 'a-file' / 'models'}: " in err, err
+    assert (tmp_path / "a-file").read_text() == "kept"
+
+
+@pytest.mark.parametrize("command", ["fetch-model", "ship-artifacts"])
+def test_the_cache_flag_and_the_environment_name_one_place(command, tmp_path, monkeypatch):
+    """``--cache DIR`` is the root ``HYBRIDPRESS_CACHE=DIR`` names: models go to its models/ folder either way."""
+    name = {"fetch-model": "smollm2-135m-instruct", "ship-artifacts": "smollm2-135m-hybrid"}[command]
+    roots = []
+    monkeypatch.setattr(bench.fetch_command, "fetch", lambda checkpoint, root, **kwargs: roots.append(root))
+    monkeypatch.setattr(hybridmodel.hybrid_delta, "ship_artifacts", lambda checkpoint, root: roots.append(root))
+    monkeypatch.setattr(hybridmodel.hybrid_delta, "rebuild", lambda checkpoint, root: None)
+    main([command, name, "--cache", str(tmp_path / "cache")])
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
+    main([command, name])
+    assert roots[0] == roots[-1] == tmp_path / "cache" / "models"
+
+
+@pytest.mark.parametrize("case", ["a file where a directory is expected", "unwritable"])
+def test_calibrate_checks_its_model_folder(case, model_dir, tmp_path, capsys, guarded):
+    model = shutil.copytree(model_dir, tmp_path / "model")
+    shutil.rmtree(model / "calibration")
+    if case == "unwritable":
+        os.chmod(model, 0o500)
+        if os.access(model, os.W_OK):
+            os.chmod(model, 0o755)
+            pytest.skip("this user writes into a directory of mode 0500 (root)")
+    else:
+        (model / "calibration").write_text("kept")
+    before = _files(tmp_path)
+    code = main(["calibrate", "--model", str(model), "--tokens", "256", "--chunk", "128"])
+    err = capsys.readouterr().err
+    os.chmod(model, 0o755)
+    assert code == 2 and err.count("\n") == 1 and f"the calibration folder of --model {model / 'calibration'}" in err
+    assert _files(tmp_path) == before
+
+
+@pytest.mark.parametrize("command", ["train", "distill"])
+def test_an_output_into_a_model_directory_never_changes_its_fingerprint(command, model_dir, tmp_path, capsys,
+                                                                        guarded):
+    """``bench train --out MODEL`` put the estimator among the weights; ``bench distill --out MODEL`` the delta."""
+    model = shutil.copytree(model_dir, tmp_path / "model")
+    fingerprint = loading.fingerprint(model)
+    argv = {"train": ["train", "--model", str(model_dir), "--labels", str(tmp_path / "labels")],
+            "distill": ["distill", "--checkpoints", str(tmp_path / "checkpoints"), "--hours", "0.01"]}[command]
+    assert main([*argv, "--out", str(model)]) == 2
+    err = capsys.readouterr().err
+    assert f"--out {model}: lies inside the model directory {model}" in err and err.count("\n") == 1, err
+    assert loading.fingerprint(model) == fingerprint and not (tmp_path / "checkpoints").exists()
+
+
+def test_the_models_own_artifact_folder_is_allowed_and_another_models_is_not(model_dir, tmp_path):
+    model, other = (shutil.copytree(model_dir, tmp_path / name) for name in ("model", "other"))
+    check([Output(model / "gatesight", "--out", model=model)])
+    with pytest.raises(ValueError, match=f"lies inside the model directory {other}"):
+        check([Output(other / "gatesight", "--out", model=model)])
+
+
+T = ["--length", "64", "--transfer-steps", "2", "--kd-steps", "2", "--eval-every", "1"]
+
+
+def _delta(directory: Path, step: int, **settings) -> dict:
+    """A delta's manifest (and a stand-in mixers file) as ``bench distill`` writes it at ``step``."""
+    config = asdict(DistillConfig.for_phase(1, **{"seed": 0, "length": 64, "transfer_steps": 2, "kd_steps": 2,
+                                                  "eval_every": 1, **settings}))
+    directory.mkdir(parents=True)
+    (directory / "mixers.safetensors").write_bytes(b"mixers of step %d" % step)
+    (directory / "training_log.jsonl").write_text(json.dumps({"step": step}) + "\n")
+    manifest = {"teacher_sha256": "0" * 64, "config": {}, "training": {"config": config, "step": step}}
+    (directory / "hybrid.json").write_text(json.dumps(manifest))
+    return _files(directory)
+
+
+def test_distill_hours_0_never_writes_an_untrained_delta(tmp_path, capsys, guarded):
+    """The repro: ``--hours 0`` with a fresh --checkpoints over a step-4 delta of the same settings replaced it by
+    a step-0 delta."""
+    held = _delta(tmp_path / "dB", step=4)
+    code = main(["distill", "--checkpoints", str(tmp_path / "ckC"), "--hours", "0", *T, "--out", str(tmp_path / "dB")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert "--hours 0 trains nothing" in err and "untrained (step 0)" in err
+    assert _files(tmp_path / "dB") == held and not list(tmp_path.glob("dB.backup-*"))
+
+
+def test_distill_refuses_the_delta_of_another_run_before_work(tmp_path, capsys, guarded):
+    held = _delta(tmp_path / "dB", step=4, seed=1)
+    code = main(["distill", "--checkpoints", str(tmp_path / "ck"), "--hours", "0.01", *T, "--out",
+                 str(tmp_path / "dB")])
+    err = capsys.readouterr().err
+    assert code == 2 and "holds the delta of another distillation" in err and "--replace" in err, err
+    assert _files(tmp_path / "dB") == held
+
+
+def test_a_delta_of_this_run_is_updated_only_forward(tmp_path):
+    """Where the run stops: its delta replaces the one in --out only at the same step or later."""
+    from bench.model_commands import _delta_in_the_way
+
+    _delta(tmp_path / "dB", step=4)
+    config = json.loads((tmp_path / "dB" / "hybrid.json").read_text())["training"]["config"]
+    assert _delta_in_the_way(tmp_path / "dB", config, 4) is None
+    assert _delta_in_the_way(tmp_path / "dB", config, 9) is None
+    assert "holds this run's delta at step 4, ahead of this one (step 1)" in _delta_in_the_way(tmp_path / "dB",
+                                                                                              config, 1)
+
+
+def test_cost_never_replaces_a_table_unasked(model_dir, tmp_path, capsys, no_model_load):
+    out = tmp_path / "cost"
+    out.mkdir()
+    (out / "cost.json").write_text("[]")
+    (out / "cost.md").write_text("| earlier |\n")
+    code = main(["cost", "--model", str(model_dir), "--press", "keydiff", "--lengths", "64", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2 and f"{out / 'cost.json'} holds a cost table that this run did not write" in err, err
+    assert "pass --replace" in err and (out / "cost.md").read_text() == "| earlier |\n"
+
+
+def test_cost_replace_keeps_the_old_table(model_dir, tmp_path):
+    from bench.cost import run_cost
+
+    out = tmp_path / "cost"
+    out.mkdir()
+    (out / "cost.md").write_text("| earlier |\n")
+    rows = run_cost(str(model_dir), ["keydiff"], [64], out, replace=True)
+    [backup] = tmp_path.glob("cost.backup-*")
+    assert (backup / "cost.md").read_text() == "| earlier |\n"
+    assert json.loads((out / "cost.json").read_text()) == rows
+
+
+def test_model_eval_never_replaces_rows_unasked(model_dir, tmp_path, capsys, no_model_load):
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text('{"earlier": 1}\n')
+    code = main(["model-eval", "--model", str(model_dir), "--tasks", "niah_single_1", "--lengths", "300", "--n", "1",
+                 "--rows", str(rows)])
+    err = capsys.readouterr().err
+    assert code == 2 and f"{rows} holds the rows of a model evaluation that this run did not write" in err, err
+    assert rows.read_text() == '{"earlier": 1}\n'
+
+
+def test_a_replaced_result_file_is_kept_aside(tmp_path):
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("earlier\n")
+    lines = []
+    write_result(rows, "new\n", log=lines.append)
+    [backup] = tmp_path.glob("rows.jsonl.backup-*")
+    assert backup.read_text() == "earlier\n" and rows.read_text() == "new\n" and str(backup) in lines[0]

@@ -1,0 +1,252 @@
+"""Stores that know their own shape: every row records its run (its tasks, n, haystack, its shard and the shard
+count), so that ``bench verify`` and ``bench merge`` name a missing shard, shards of two splits, and the rows of
+another run by their lines; every writer resumes a committed (compressed) store; every stored fraction is checked in
+[0, 1]; ``bench compare``'s own summary passes the checks ``bench verify`` applies."""
+
+import gzip
+import json
+import shutil
+
+import pytest
+
+import bench.settings
+from bench.cli import main
+from bench.compare import CompareSettings, run_compare, run_rows
+from bench.store import ROOT, ResultStore
+from pretrained import loading
+from tests.helpers import run_cli
+
+SETTINGS = dict(presses=["keydiff", "none"], allocators=["flat"], keep_fractions=[0.5], tasks=["niah_single_1"],
+                length=300)
+RUN = {"tasks": ["niah_single_1"], "haystack": "generated"}
+"""What every run of :data:`SETTINGS` records beside its n and shard."""
+
+
+def _settings(model_dir, out, **change) -> CompareSettings:
+    return CompareSettings(**{**SETTINGS, "model": str(model_dir), "out": out, **change})
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_code_version():
+    """Every run of this module under one code version: they are compared across tests, and the code is not what
+    they test (an edit of the sources while they run would start a new version)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(bench.settings, "code_version", lambda engine="hf": "c0dec0dec0de")
+        yield
+
+
+@pytest.fixture(scope="module")
+def runs(model_dir, tmp_path_factory):
+    """Shards 0/2, 1/2 and 0/3 of one run of four contexts, and a whole run of two contexts."""
+    root = tmp_path_factory.mktemp("runs")
+    for k, count in ((0, 2), (1, 2), (0, 3)):
+        run_compare(_settings(model_dir, root / f"{k}of{count}", n=4, shard=(k, count)), show_progress=False)
+    run_compare(_settings(model_dir, root / "whole", n=2), show_progress=False)
+    return root
+
+
+def _lines(directory) -> list[dict]:
+    return [json.loads(line) for line in (directory / "results.jsonl").read_text().splitlines()]
+
+
+def _store_of(rows, directory):
+    directory.mkdir()
+    (directory / "results.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return directory
+
+
+def test_every_row_records_its_run(runs):
+    rows = _lines(runs / "1of2")
+    assert rows and all(row["run"] == {**RUN, "n": 4, "shard": 1, "shards": 2} for row in rows)
+    assert {row["item"] for row in rows} == {1, 3}  # positions 1 and 3 of the run's four contexts
+    assert all(row["run"] == {**RUN, "n": 2, "shard": 0, "shards": 1} for row in _lines(runs / "whole"))
+
+
+def test_the_shards_of_one_split_merge_and_verify(runs, tmp_path, capsys):
+    code, err = run_cli(capsys, "verify", runs / "0of2", runs / "1of2")
+    assert code == 0, err
+    assert run_cli(capsys, "merge", runs / "0of2", runs / "1of2", "--out", tmp_path / "merged")[0] == 0
+    code, err = run_cli(capsys, "verify", tmp_path / "merged")
+    assert code == 0, err
+
+
+def test_merge_refuses_shards_of_two_splits(runs, tmp_path, capsys):
+    code, err = run_cli(capsys, "merge", runs / "0of2", runs / "0of3", "--out", tmp_path / "merged")
+    assert code == 2 and f"{runs / '0of2' / 'results.jsonl'} holds shard 0/2 and {runs / '0of3' / 'results.jsonl'} " \
+                          "shard 0/3" in err, err
+    assert "shards of one run are of one --shard K/N split" in err
+    assert not (tmp_path / "merged" / "results.jsonl").exists()
+
+
+@pytest.mark.parametrize("command", ["merge", "verify"])
+def test_a_missing_shard_is_named(runs, tmp_path, capsys, command):
+    argv = [command, runs / "0of2"] + (["--out", tmp_path / "merged"] if command == "merge" else [])
+    code, err = run_cli(capsys, *argv)
+    assert code == 2 and "shard 1/2 is missing: no row holds task niah_single_1, item 1, task niah_single_1, " \
+                          "item 3" in err, err
+    assert not (tmp_path / "merged" / "results.jsonl").exists()
+
+
+def test_a_store_of_two_splits_names_the_missing_shard_and_both_splits(runs, tmp_path, capsys):
+    mixed = _store_of(_lines(runs / "0of2") + _lines(runs / "0of3"), tmp_path / "mixed")
+    path, first = mixed / "results.jsonl", len(_lines(runs / "0of2"))
+    code, err = run_cli(capsys, "verify", mixed)
+    assert code == 2 and f"{path}:1-{first} (shard 0/2) and {path}:{first + 1}-{2 * first} (shard 0/3)" in err, err
+    assert "task niah_single_1, item 1 is in neither" in err and "one --shard K/N split" in err
+
+
+def test_a_row_outside_its_shard_is_named_by_its_line(runs, tmp_path, capsys):
+    rows = _lines(runs / "0of2")
+    rows[2]["run"] = {**rows[2]["run"], "shard": 1}
+    bad = _store_of(rows, tmp_path / "bad")
+    code, err = run_cli(capsys, "verify", bad)
+    assert code == 2 and f"{bad / 'results.jsonl'}:3: task niah_single_1, item {rows[2]['item']} (position " \
+                         f"{rows[2]['item']} of its run) is not a context of shard 1/2" in err, err
+
+
+def test_a_row_of_another_code_version_is_named_by_its_line_even_after_a_rerun(runs, model_dir, tmp_path, capsys):
+    rows = _lines(runs / "whole")
+    at = next(i for i, row in enumerate(rows) if row["press"] != "none" and row["item"] == 1)
+    rows[at]["code"] = "0ther0c0de00"
+    store = _store_of(rows, tmp_path / "store")
+    for rerun in (False, True):
+        if rerun:  # the gap the odd row left in its run is filled: the odd row stays odd
+            run_compare(_settings(model_dir, store, n=2), show_progress=False)
+            assert len(_lines(store)) == len(rows) + 1
+        expected = f"{store / 'results.jsonl'}:{at + 1} (1 row of code 0ther0c0de00; the other " \
+                   f"{len(rows) - 1 + rerun} rows are of code c0dec0dec0de)"
+        code, err = run_cli(capsys, "verify", store)
+        assert code == 2 and expected in err and "remove it (or keep it in another store)" in err, err
+    code, err = run_cli(capsys, "leaderboard", store, "--out", tmp_path / "docs")
+    assert code == 2 and expected in err, err
+    assert not (tmp_path / "docs" / "leaderboard.md").exists()
+
+
+def test_rows_without_their_run_are_checked_as_before(runs, tmp_path, capsys):
+    """Rows written before runs were recorded (every committed store) are checked context by context, alone or
+    beside rows that record theirs."""
+    rows = _lines(runs / "whole")
+    legacy = [{k: v for k, v in row.items() if k != "run"} for row in rows]
+    for name, stored in (("legacy", legacy), ("mixed", legacy[: len(rows) // 2] + rows[len(rows) // 2:])):
+        code, err = run_cli(capsys, "verify", _store_of(stored, tmp_path / name))
+        assert code == 0, err
+    holed = _store_of(legacy[:-1], tmp_path / "holed")
+    code, err = run_cli(capsys, "verify", holed)
+    assert code == 2 and f"{holed / 'results.jsonl'} is incomplete: task niah_single_1, item 1 lacks" in err, err
+
+
+def test_the_committed_store_is_complete_as_legacy_rows():
+    from bench.completeness import check_complete
+
+    store = ResultStore(ROOT / "docs" / "results", readonly=True)
+    assert store.rows and not any("run" in row for row in store.rows)
+    check_complete([store])
+
+
+def _packed(source, directory):
+    """``source``'s store as a committed one: ``results.jsonl.gz`` alone in ``directory``."""
+    directory.mkdir()
+    (directory / "results.jsonl.gz").write_bytes(gzip.compress((source / "results.jsonl").read_bytes()))
+    return directory
+
+
+def test_compare_resumes_a_committed_compressed_store(runs, model_dir, tmp_path, capsys):
+    committed = _packed(runs / "whole", tmp_path / "committed")
+    packed = (committed / "results.jsonl.gz").read_bytes()
+    argv = ["compare", "--model", model_dir, "--out", committed, "--press", "keydiff", "--ratios", "0.5",
+            "--tasks", "niah_single_1", "--length", "300"]
+    code, err = run_cli(capsys, *argv, "--n", "2")  # nothing left to run: nothing written to the store
+    assert code == 0 and not (committed / "results.jsonl").exists(), err
+    code, err = run_cli(capsys, *argv, "--n", "3")
+    assert code == 0, err
+    live = (committed / "results.jsonl").read_bytes()
+    assert (committed / "results.jsonl.gz").read_bytes() == packed and live.startswith(gzip.decompress(packed))
+    rows = ResultStore(committed, readonly=True).rows
+    assert {row["item"] for row in rows} == {0, 1, 2} and len(rows) == 3 * len(_lines(runs / "whole")) // 2
+    assert "Items per task: niah_single_1 3." in (committed / "summary.md").read_text()
+    assert run_cli(capsys, "verify", committed)[0] == 0
+
+
+def test_a_store_beside_a_committed_one_that_does_not_continue_it_is_refused(runs, model_dir, tmp_path, capsys):
+    committed = _packed(runs / "whole", tmp_path / "committed")
+    shutil.copy(runs / "0of2" / "results.jsonl", committed / "results.jsonl")
+    before = {path.name: path.read_bytes() for path in committed.iterdir()}
+    message = f"{committed / 'results.jsonl'} does not continue {committed / 'results.jsonl.gz'}"
+    for argv in (["verify", committed], ["leaderboard", committed, "--out", tmp_path / "docs"],
+                 ["merge", runs / "0of2", runs / "1of2", "--out", committed],
+                 ["compare", "--model", model_dir, "--out", committed, "--press", "keydiff", "--ratios", "0.5",
+                  "--tasks", "niah_single_1", "--length", "300", "--n", "3"]):
+        code, err = run_cli(capsys, *argv)
+        assert code == 2 and message in err, err
+    assert {path.name: path.read_bytes() for path in committed.iterdir() if path.name != ".lock"} == before
+
+
+@pytest.mark.parametrize("copy, message", [
+    (lambda row: {**row, "score": 1.0 - row["score"]}, "with other values: one key, one value"),
+    (lambda row: dict(row), "a report would count it twice"),
+])
+def test_compare_refuses_to_resume_a_store_verify_refuses(runs, model_dir, tmp_path, capsys, monkeypatch, copy,
+                                                          message):
+    rows = _lines(runs / "whole")
+    at = next(i for i, row in enumerate(rows) if row["press"] != "none")
+    store = _store_of([*rows, copy(rows[at])], tmp_path / "store")
+    monkeypatch.setattr(loading, "load", lambda *a, **k: pytest.fail("loaded the model before checking the store"))
+    code, err = run_cli(capsys, "compare", "--model", model_dir, "--out", store, "--press", "keydiff", "--ratios",
+                        "0.5", "--tasks", "niah_single_1", "--length", "300", "--n", "2")
+    assert code == 2 and f"{store / 'results.jsonl'}:{at + 1} and {store / 'results.jsonl'}:{len(rows) + 1}" in err
+    assert message in err and not (store / "summary.md").exists()
+    with pytest.raises(ValueError, match=message):  # nor does the library's summary read it
+        run_rows(ResultStore(store, readonly=True), _settings(model_dir, store, n=2))
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"needle_recall": 1.5}, "needle_recall=1.5 (expected a number in [0, 1])"),
+    ({"answer_recall": 7.0}, "answer_recall=7.0 (expected a number in [0, 1])"),
+    ({"answer_recall": "all"}, "answer_recall='all' (expected a number in [0, 1])"),
+    ({"needle_recall_layers": {"1": [0.5, 1.5]}}, "needle_recall_layers['1'][1]=1.5 (expected a number in [0, 1])"),
+    ({"answer_recall_layers": {"1": [-0.25]}}, "answer_recall_layers['1'][0]=-0.25 (expected a number in [0, 1])"),
+    ({"answer_rank_layers": {"3": [2.0]}}, "answer_rank_layers['3'][0]=2.0 (expected a number in [0, 1])"),
+    ({"answer_rank_layers": [0.5]}, "answer_rank_layers=[0.5] (expected {layer: [a number in [0, 1] per head]})"),
+])
+def test_every_stored_fraction_is_checked(runs, tmp_path, capsys, change, message):
+    rows = _lines(runs / "whole")
+    at = next(i for i, row in enumerate(rows) if row.get("answer_recall") is not None)
+    rows[at] = {**rows[at], **change}
+    bad = _store_of(rows, tmp_path / "bad")
+    for argv in (["verify", bad], ["leaderboard", bad, "--out", tmp_path / "docs"]):
+        code, err = run_cli(capsys, *argv)
+        assert code == 2 and f"{bad / 'results.jsonl'}:{at + 1}: {message}" in err, err
+    assert not (tmp_path / "docs" / "leaderboard.md").exists()
+
+
+def test_a_store_given_twice_is_one_clear_error(runs, tmp_path, capsys):
+    from bench.leaderboard import write_leaderboard
+    from bench.publish import verify_stores
+
+    for check in (lambda: verify_stores([runs / "whole", runs / "whole" / "."]),
+                  lambda: write_leaderboard([runs / "whole", runs / "whole"], tmp_path / "docs")):
+        with pytest.raises(ValueError, match=f"^{runs / 'whole'} is given twice; give each store once$"):
+            check()
+    for argv in (["verify", runs / "whole", runs / "whole" / "."],
+                 ["leaderboard", runs / "whole", runs / "whole", "--out", tmp_path / "docs"]):
+        capsys.readouterr()
+        code = main(list(map(str, argv)))
+        err = capsys.readouterr().err
+        assert code == 2 and err.count("\n") == 1 and f"{runs / 'whole'} is " in err and " twice" in err, err
+    assert not (tmp_path / "docs" / "leaderboard.md").exists()
+
+
+def test_an_empty_docs_folder_is_one_clear_error(runs, tmp_path, capsys):
+    from bench.publish import verify_stores
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    with pytest.raises(ValueError, match=f"^--docs {docs} holds no published leaderboard"):
+        verify_stores([runs / "whole"], docs)
+    capsys.readouterr()
+    code = main(["verify", str(runs / "whole"), "--docs", str(docs)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith(f"bench verify: error: --docs {docs} holds no published leaderboard")
+    assert f"`bench leaderboard STORES --out {docs}` writes" in err
+    assert list(docs.iterdir()) == []
