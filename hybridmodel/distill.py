@@ -29,7 +29,9 @@ and the phase's records carry ``step`` = the delta's step + ``phase_step``, with
   the training split; the teacher predicts the repeat by attending back, and KL to it there trains retrieval;
 - teacher samples (:class:`TeacherSamples`): the teacher's own ChatML conversations about training-source
   snippets, generated once each (seeded sampling, deterministic in ``(seed, index)``) and cached as
-  ``teacher_samples.jsonl`` beside the checkpoint, packed into the window.
+  ``teacher_samples.jsonl`` beside the checkpoint, packed into the window;
+- recall windows (:class:`hybridmodel.recall_windows.RecallWindows`): everyday facts at random depths of the
+  training text, asked back in ChatML and answered, of one of ``recall_lengths`` tokens (:func:`window_length`).
 
 Each evaluation of a phase with ``probe_windows`` also logs the **retrieval probe** (:func:`retrieval_probe`): the
 hybrid's top-1 accuracy and mean NLL on the repeated spans of fixed held-out copy windows, beside the teacher's
@@ -45,6 +47,7 @@ import math
 import os
 import random
 import time
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 
@@ -56,6 +59,8 @@ from workloads.corpus import SOURCES, documents
 
 from .distill_config import TEACHER_SAMPLES, DistillConfig
 from .hybrid_delta import MIXERS, mixer_state
+from .linear_regime import LinearRegimeSteps
+from .recall_windows import RecallWindows
 from .train import install_fast_kernel
 
 
@@ -65,14 +70,15 @@ def _token_documents(tokenizer, split: str) -> list[list[int]]:
 
 
 class Windows:
-    """Windows of ``length`` tokens from the documents of one split, packed with ``separator`` between documents;
-    the window of step ``k`` depends on ``(seed, k)`` only, so a resumed run reads what an unbroken one would."""
+    """Windows of ``length`` tokens from the documents of one split (``split``; ``docs`` their token ids), packed
+    with ``separator`` between documents; the window of step ``k`` depends on ``(seed, k)`` only, so a resumed run
+    reads what an unbroken one would."""
 
     def __init__(self, tokenizer, split: str, length: int, seed: int):
         self.docs = [doc for doc in _token_documents(tokenizer, split) if len(doc) >= 64]
         if not self.docs:
             raise UsageError(f"no documents of {', '.join(SOURCES)} ({split} split) on this machine")
-        self.length, self.seed, self.separator = length, seed, tokenizer.eos_token_id
+        self.split, self.length, self.seed, self.separator = split, length, seed, tokenizer.eos_token_id
 
     def __call__(self, step: int) -> torch.Tensor:
         rng = random.Random(self.seed * 1_000_003 + step)
@@ -200,12 +206,31 @@ class TeacherSamples:
 
 
 def window_kind(cfg: DistillConfig, step: int) -> str:
-    """``plain``, ``copy`` or ``chat``: the kind of the window of ``step`` (of the phase), from ``(seed, phase,
-    step)`` and the config's shares (phase 1's defaults: always ``plain``)."""
-    if not cfg.copy_fraction and not cfg.chat_fraction:
+    """``plain``, ``copy``, ``chat`` or ``recall``: the kind of the window of ``step`` (of the phase), from ``(seed,
+    phase, step)`` and the config's shares (phase 1's defaults: always ``plain``)."""
+    if not cfg.copy_fraction and not cfg.chat_fraction and not cfg.recall_fraction:
         return "plain"
     draw = random.Random(f"kind:{cfg.seed}:{cfg.phase}:{step}").random()
-    return "copy" if draw < cfg.copy_fraction else "chat" if draw < cfg.copy_fraction + cfg.chat_fraction else "plain"
+    for kind, share in (("copy", cfg.copy_fraction), ("chat", cfg.chat_fraction), ("recall", cfg.recall_fraction)):
+        if draw < share:
+            return kind
+        draw -= share
+    return "plain"
+
+
+def window_length(cfg: DistillConfig, step: int) -> int:
+    """Tokens of the window of ``step``: one of ``recall_lengths`` for a recall window (from ``(seed, phase,
+    step)``), ``length`` otherwise."""
+    if window_kind(cfg, step) != "recall" or not cfg.recall_lengths:
+        return cfg.length
+    return random.Random(f"recall-length:{cfg.seed}:{cfg.phase}:{step}").choice(cfg.recall_lengths)
+
+
+def tokens_before(cfg: DistillConfig, step: int) -> int:
+    """Tokens of the phase's windows before ``step``."""
+    if not cfg.recall_fraction:
+        return step * cfg.length
+    return sum(window_length(cfg, k) for k in range(step))
 
 
 def data_seed(cfg: DistillConfig) -> int:
@@ -288,6 +313,34 @@ def kd_loss(student, teacher, ids: torch.Tensor) -> torch.Tensor:
     return (target.exp() * (target - log_q)).sum(-1).mean()
 
 
+@contextmanager
+def output_gate_means(model):
+    """Within the block, every attention layer's mean output gate (sigmoid of ``q_proj``'s gate rows, over tokens,
+    heads and dimensions) over the forwards run; yields ``{layer: mean}``, filled when the block ends."""
+    sums: dict[int, list[float]] = {}
+    hooks = []
+    for index, layer in enumerate(model.model.layers):
+        attention = getattr(layer, "self_attn", None)
+        if attention is None or not hasattr(attention, "q_norm"):
+            continue
+        d = attention.head_dim
+
+        def record(module, args, output, index=index, d=d):
+            gate = output.detach().unflatten(-1, (-1, 2 * d))[..., d:]
+            total = sums.setdefault(index, [0.0, 0])
+            total[0] += torch.sigmoid(gate.float()).sum().item()
+            total[1] += gate.numel()
+
+        hooks.append(attention.q_proj.register_forward_hook(record))
+    means: dict[int, float] = {}
+    try:
+        yield means
+    finally:
+        for hook in hooks:
+            hook.remove()
+        means.update({index: total / count for index, (total, count) in sorted(sums.items())})
+
+
 @torch.no_grad()
 def perplexity(model, windows: list[torch.Tensor]) -> float:
     """exp of the mean next-token loss over ``windows`` (float32)."""
@@ -357,6 +410,7 @@ def distill(teacher, tokenizer, student, cfg: DistillConfig, checkpoint_dir: Pat
     probe_windows = [probe(k) for k in range(cfg.probe_windows)] if probe else []
     chats = (TeacherSamples(teacher, tokenizer, "train", shared, cfg.chat_pool, cfg.chat_tokens, cfg.length,
                             checkpoint_dir / TEACHER_SAMPLES) if cfg.chat_fraction else None)
+    recalls = RecallWindows(tokenizer, train_windows, seed) if cfg.recall_fraction else None
     step, optimizer, stage, record, seconds, offset, base_tokens = 0, None, None, {}, 0.0, 0, 0
     beginning = False  # a phase begun from a delta by this call: the delta is evaluated first
     teacher_ppl, teacher_probe, resumed_optimizer = None, None, None
@@ -379,7 +433,7 @@ def distill(teacher, tokenizer, student, cfg: DistillConfig, checkpoint_dir: Pat
         step = start.get("phase_step", start["step"])
         offset, seconds, teacher_ppl = start["step"] - step, start["train_seconds"], start["teacher_ppl"]
         teacher_probe, origin = start.get("teacher_probe"), start.get("origin")
-        base_tokens = start["tokens"] - step * cfg.length if "tokens" in start else 0
+        base_tokens = start["tokens"] - tokens_before(cfg, step) if "tokens" in start else 0
         log(f"continuing a saved delta at step {start['step']} ({seconds / 3600:.2f} h of training so far; "
             "AdamW anew)")
     elif origin is not None:
@@ -419,8 +473,10 @@ def distill(teacher, tokenizer, student, cfg: DistillConfig, checkpoint_dir: Pat
 
     def evaluate(record: dict) -> None:
         student.eval()
-        ppl = perplexity(student, eval_windows)
-        record.update(heldout_ppl=round(ppl, 3), ppl_ratio=round(ppl / teacher_ppl, 3))
+        with output_gate_means(student) as gates:
+            ppl = perplexity(student, eval_windows)
+        record.update(heldout_ppl=round(ppl, 3), ppl_ratio=round(ppl / teacher_ppl, 3),
+                      gate_means={str(layer): round(mean, 4) for layer, mean in gates.items()})
         if probe_windows:
             got = retrieval_probe(student, probe_windows)
             record.update(probe_acc=round(got["acc"], 4), probe_nll=round(got["nll"], 4))
@@ -431,7 +487,7 @@ def distill(teacher, tokenizer, student, cfg: DistillConfig, checkpoint_dir: Pat
             file.write(json.dumps(shown) + "\n")
         log(json.dumps(shown))
 
-    record = {**describe(step), "train_seconds": round(seconds, 1), "tokens": base_tokens + step * cfg.length,
+    record = {**describe(step), "train_seconds": round(seconds, 1), "tokens": base_tokens + tokens_before(cfg, step),
               **extras(), "config": asdict(cfg), **({"origin": origin} if origin else {})}
     if beginning:  # the phase's starting point on its own windows (logged at the delta's step, phase_step 0)
         evaluate(record)
@@ -440,6 +496,7 @@ def distill(teacher, tokenizer, student, cfg: DistillConfig, checkpoint_dir: Pat
     def out_of_time() -> bool:
         return stop_after_s is not None and time.monotonic() - started >= stop_after_s
 
+    regime = LinearRegimeSteps(student)  # q/k rows of attention layers converted into their norms' linear regime
     while step < cfg.steps and not out_of_time():
         if cfg.stage(step) != stage:
             stage = cfg.stage(step)
@@ -458,18 +515,22 @@ def distill(teacher, tokenizer, student, cfg: DistillConfig, checkpoint_dir: Pat
         tick = time.monotonic()
         student.train()
         kind = window_kind(cfg, step)
-        ids = copies(step)[0] if kind == "copy" else chats(step) if kind == "chat" else train_windows(step)
+        if kind == "recall":
+            ids = recalls(step, window_length(cfg, step)).ids
+        else:
+            ids = copies(step)[0] if kind == "copy" else chats(step) if kind == "chat" else train_windows(step)
         loss = (transfer_loss(student, teacher, ids, transfer_layers) if stage == "transfer"
                 else kd_loss(student, teacher, ids))
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
+        regime.scale_gradients()
         torch.nn.utils.clip_grad_norm_([p for group in optimizer.param_groups for p in group["params"]], 1.0)
-        optimizer.step()
+        regime.step(optimizer)
         step += 1
         seconds += time.monotonic() - tick
         record = {**describe(step), "stage": stage, **({"kind": kind} if cfg.phase > 1 else {}),
                   "loss": round(loss.item(), 5), "lr": cfg.learning_rate(step - 1),
-                  "tokens": base_tokens + step * cfg.length, "train_seconds": round(seconds, 1), **extras(),
+                  "tokens": base_tokens + tokens_before(cfg, step), "train_seconds": round(seconds, 1), **extras(),
                   "config": asdict(cfg), **({"origin": origin} if origin else {})}
         if step % cfg.eval_every == 0 or step == cfg.steps:
             evaluate(record)
@@ -483,5 +544,6 @@ def distill(teacher, tokenizer, student, cfg: DistillConfig, checkpoint_dir: Pat
             saved = time.monotonic()
     if step < cfg.steps:
         log(f"stopped at step {step} of {cfg.steps}; run the same command again to resume")
+    regime.remove()
     student.eval()
     return record

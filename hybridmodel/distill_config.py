@@ -10,7 +10,9 @@ schedule and text mix: no attention transfer, longer windows, and two kinds of w
   teacher predicts the repeat by looking back with attention, so matching it there trains the hybrid's kept
   attention layers to retrieve across the window;
 - **teacher samples** (``chat_fraction``): the teacher's own ChatML conversations about training-source snippets
-  (``chat_pool`` of them, generated once, ``chat_tokens`` new tokens at most each), packed into the window.
+  (``chat_pool`` of them, generated once, ``chat_tokens`` new tokens at most each), packed into the window;
+- **recall windows** (``recall_fraction``, :mod:`hybridmodel.recall_windows`): everyday facts set at random depths
+  of training-source text, asked back in ChatML and answered, of ``recall_lengths`` tokens (one drawn per window).
 
 Configs of phase 1 written before these fields existed compare equal to the defaults (:meth:`DistillConfig.from_dict`),
 so their checkpoints and deltas still resume.
@@ -25,6 +27,8 @@ from runtime.errors import UsageError
 
 TEACHER_SAMPLES = "teacher_samples.jsonl"
 """The teacher's generated conversations: beside a run's checkpoint, and beside the delta it saves."""
+MIN_RECALL = 256
+"""The shortest recall window (its facts, questions and replies take at most half of it)."""
 
 
 @dataclass(frozen=True)
@@ -49,12 +53,17 @@ class DistillConfig:
         1: the conversion from the teacher; ≥ 2: a phase started from the delta of an earlier one. Steps are counted
         from the phase's start in the schedule (``learning_rate``, ``stage``); the log's steps go on from the
         delta's (``step`` = the delta's step + the phase's), each record carrying ``phase`` and ``phase_step``.
-    copy_fraction, chat_fraction : float
-        Shares of the windows that are copy windows and teacher samples (the rest is plain text).
+    copy_fraction, chat_fraction, recall_fraction : float
+        Shares of the windows that are copy windows, teacher samples and recall windows (the rest is plain text).
     chat_pool : int
         Teacher conversations generated (lazily, cached beside the checkpoint) and drawn from.
     chat_tokens : int
         New tokens at most per teacher answer.
+    recall_lengths : tuple of int
+        The lengths a recall window takes, one drawn per window (empty: ``length``).
+    fresh_attention : bool
+        A phase begun from a delta converts every attention layer afresh from the teacher (q/k in the linear regime
+        of the norms, :mod:`hybridmodel.from_teacher`) and keeps only the delta's GDN layers.
     probe_windows : int
         Held-out copy windows of the retrieval probe at each evaluation (0: no probe).
     attention_layers : tuple of int
@@ -79,6 +88,9 @@ class DistillConfig:
     chat_tokens: int = 160
     probe_windows: int = 0
     attention_layers: tuple[int, ...] = ()
+    recall_fraction: float = 0.0
+    recall_lengths: tuple[int, ...] = ()
+    fresh_attention: bool = False
 
     def __post_init__(self):
         layers = self.attention_layers
@@ -87,17 +99,28 @@ class DistillConfig:
         object.__setattr__(self, "attention_layers", tuple(sorted(set(layers))))  # a JSON list reads back equal
         if any(i < 0 for i in self.attention_layers):
             raise UsageError(f"attention_layers={layers!r}: layer indices are >= 0")
+        lengths = self.recall_lengths
+        if isinstance(lengths, str) or not all(isinstance(n, int) and not isinstance(n, bool) and n >= MIN_RECALL
+                                               for n in lengths):
+            raise UsageError(f"recall_lengths={lengths!r}: expected window lengths of at least {MIN_RECALL} tokens")
+        object.__setattr__(self, "recall_lengths", tuple(sorted(set(lengths))))
         for name in ("transfer_steps", "kd_steps", "length", "warmup", "eval_every", "eval_windows", "phase",
                      "chat_pool", "chat_tokens", "probe_windows"):
             value = getattr(self, name)
             least = 0 if name in ("transfer_steps", "warmup", "chat_pool", "probe_windows") else 1
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
                 raise UsageError(f"{name}={value!r}: expected an integer >= {least}")
-        for name in ("copy_fraction", "chat_fraction"):
+        shares = ("copy_fraction", "chat_fraction", "recall_fraction")
+        for name in shares:
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise UsageError(f"{name}={getattr(self, name)!r}: expected a share in [0, 1]")
-        if self.copy_fraction + self.chat_fraction > 1.0:
-            raise UsageError(f"copy_fraction + chat_fraction = {self.copy_fraction + self.chat_fraction}: over 1")
+        if sum(getattr(self, name) for name in shares) > 1.0:
+            raise UsageError(f"{' + '.join(shares)} = {sum(getattr(self, name) for name in shares)}: over 1")
+        if self.recall_fraction > 0 and not self.recall_lengths and self.length < MIN_RECALL:
+            raise UsageError(f"recall windows of length {self.length}: give recall_lengths of at least {MIN_RECALL} "
+                             "tokens")
+        if not isinstance(self.fresh_attention, bool):
+            raise UsageError(f"fresh_attention={self.fresh_attention!r}: expected true or false")
         if self.chat_fraction > 0 and self.chat_pool < 1:
             raise UsageError("chat_fraction > 0 needs a chat_pool of at least one conversation")
         if self.phase > 1 and self.transfer_steps and not self.attention_layers:
@@ -158,3 +181,16 @@ often as with none — 35 % with its top 7, 60 % with its top 8 (and top 10), ag
 everywhere. The 5 layers that become GDN are trained by attention transfer first (80 steps, ≈ 15 s each:
 one teacher forward, five GDN layers), then every mixer by distillation on phase 2's mix, held-out windows, probe
 and teacher pool (240 steps, ≈ 40 s each where bf16 is native)."""
+PHASE_DEFAULTS[4] = {**PHASE_DEFAULTS[3], "transfer_steps": 0, "kd_steps": 480, "kd_lr": 1e-4, "copy_fraction": 0.2,
+                     "chat_fraction": 0.15, "recall_fraction": 0.45, "recall_lengths": (2048, 4096),
+                     "fresh_attention": True}
+"""Phase 4 — associative recall, from the phase-3 delta (the shipped one; same attention layers, so no transfer),
+its 8 attention layers converted afresh from the teacher with q/k in the linear regime of Qwen3.5's norms (the
+saturated norms of phases 1-3 had cost the teacher's attention its per-token q/k norms: the teacher itself, so
+normalised in those layers, answers 0 of 20 NIAH questions it answers 17 of; docs/hybrid/diagnosis.md):
+45 % recall windows (:mod:`hybridmodel.recall_windows`) of 2,048 or 4,096 tokens, 20 % copy windows, 15 % teacher
+samples, 20 % plain text; phase 2's held-out windows, probe and teacher pool. Estimated, not yet measured: a
+4,096-token window a little over twice a 2,048-token step (the GDN layers are linear in length, the 8 attention
+layers quadratic), so a step ≈ 1.3 × phase 3's (≈ 55-80 s on one thread) and 480 steps ≈ 9 core-hours with the
+evaluations — the log's ``train_seconds`` of the first steps say. The peak rate is lower than phase 3's: the delta
+is distilled already."""

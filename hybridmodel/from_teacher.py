@@ -8,12 +8,18 @@ layers 3, 7, ..., so 7 of SmolLM2's 30), Gated DeltaNet in the others; or the la
 
 - embeddings (tied), MLPs: copied. RMSNorms: Qwen3.5's norms scale by ``1 + w`` where Llama's scale by ``w``, so
   ``w`` is stored as ``w_teacher - 1`` (converted, not retrained; equal up to float rounding).
-- kept attention layers: ``k_proj``, ``v_proj`` copied; ``q_proj``'s query rows copied and its output-gate rows zero,
-  so every gate is sigmoid(0) = 1/2, which ``o_proj`` (the teacher's, doubled) undoes exactly; rotary over the whole
-  head (``partial_rotary_factor=1.0``, θ the teacher's): SmolLM2 rotates every dimension, and a partial rotary would
-  change the attention pattern of every head. Qwen3.5 normalises q and k per head (``q_norm``, ``k_norm``), which
-  Llama does not: their scale ``1 + w`` is set to the teacher's mean per-head RMS of q and k on sample text, so the
-  logits keep their typical temperature (the one approximation of the conversion; distillation trains it).
+- kept attention layers: ``v_proj`` copied; ``q_proj``'s output-gate rows zero, so every gate is sigmoid(0) = 1/2,
+  which ``o_proj`` (the teacher's, doubled) undoes exactly; rotary over the whole head (``partial_rotary_factor=1.0``,
+  θ the teacher's): SmolLM2 rotates every dimension, and a partial rotary would change the attention pattern of
+  every head. Qwen3.5 normalises q and k per head (``q_norm``, ``k_norm``), which Llama does not, and a per-token
+  norm is what the teacher's retrieval reads: with every head's q and k RMS-normalised to their mean scale in its 8
+  retrieval layers, the teacher answers 0 of 20 NIAH questions it answers 17 of 20 of (docs/hybrid/diagnosis.md).
+  So the conversion puts q and k in the norm's **linear regime**: the query rows of ``q_proj`` and ``k_proj`` are the
+  teacher's times a small ``c`` (:func:`linear_regime_scale`: their typical mean square ``c² E[q²]`` at
+  :data:`LINEAR_REGIME` of the norm's ``eps``), so ``x · rsqrt(mean(x²) + eps)`` is ``x / sqrt(eps)`` within a
+  relative 1e-4 for a typical token, and the norm's scale ``1 + w = sqrt(eps) / c`` undoes ``c``: the kept layer
+  computes the teacher's attention, norms included (``tests/model/test_distill.py``). Training must then move those
+  rows at ``c`` times the rate of the others (:mod:`hybridmodel.linear_regime`).
 - GDN layers from the attention they replace: the 3 key heads take the teacher's 3 KV heads' keys and the mean of
   each group's 3 query heads; the 9 value heads repeat the teacher's 3 value heads (value head h reads key head
   h // 3, the teacher's GQA grouping); ``out_proj`` is the teacher's ``o_proj``. The short convolution starts as a
@@ -25,6 +31,8 @@ layers 3, 7, ..., so 7 of SmolLM2's 30), Gated DeltaNet in the others; or the la
 
 from __future__ import annotations
 
+import math
+
 import torch
 from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
 
@@ -32,6 +40,11 @@ from .train import init_gdn_decay
 
 CONV_TAP = 0.25
 """The pass-through tap of each GDN layer's short convolution at initialisation."""
+
+LINEAR_REGIME = 1e-4
+"""A converted attention layer's typical per-head mean square of q (and of k), as a fraction of its RMS norm's
+``eps``: small enough that the norm is linear for tokens up to ~30x the typical RMS (1 % error there), large enough
+to stay far above float32's and bfloat16's smallest normal numbers."""
 
 
 def attention_placement(num_layers: int, attention_layers: tuple[int, ...] = ()) -> tuple[int, ...]:
@@ -63,9 +76,9 @@ def hybrid_config(teacher_config, attention_layers: tuple[int, ...] = ()) -> Qwe
 
 
 @torch.no_grad()
-def qk_scales(teacher, sample_ids: torch.Tensor) -> dict[int, tuple[float, float]]:
-    """``{layer: (mean RMS of q, mean RMS of k)}`` per head of the teacher's attention on ``sample_ids`` ``[1, n]``
-    (before RoPE, which preserves norms)."""
+def qk_mean_squares(teacher, sample_ids: torch.Tensor) -> dict[int, tuple[float, float]]:
+    """``{layer: (typical mean square of q, of k)}``: the median over tokens and heads of each head's mean square
+    of the teacher's q and k on ``sample_ids`` ``[1, n]`` (before RoPE, which preserves norms)."""
     scales, hooks = {}, []
     for index, layer in enumerate(teacher.model.layers):
         attention = layer.self_attn
@@ -74,7 +87,7 @@ def qk_scales(teacher, sample_ids: torch.Tensor) -> dict[int, tuple[float, float
             x = kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]
             q = attention.q_proj(x).unflatten(-1, (-1, attention.head_dim))
             k = attention.k_proj(x).unflatten(-1, (-1, attention.head_dim))
-            scales[index] = (q.pow(2).mean(-1).sqrt().mean().item(), k.pow(2).mean(-1).sqrt().mean().item())
+            scales[index] = (q.pow(2).mean(-1).median().item(), k.pow(2).mean(-1).median().item())
 
         hooks.append(attention.register_forward_pre_hook(record, with_kwargs=True))
     try:
@@ -105,10 +118,10 @@ def from_teacher(teacher, sample_ids: torch.Tensor, seed: int = 0,
     student = Qwen3_5ForCausalLM(hybrid_config(teacher.config, attention_layers)).float().eval()
     init_gdn_decay(student, torch.Generator().manual_seed(seed))
     carry_over(student, teacher)
-    scales = qk_scales(teacher, sample_ids)
+    scales = qk_mean_squares(teacher, sample_ids)
     for index, (ours, theirs) in enumerate(zip(student.model.layers, teacher.model.layers)):
         if hasattr(ours, "self_attn"):
-            _attention_from(ours.self_attn, theirs.self_attn, scales[index])
+            convert_attention(ours.self_attn, theirs.self_attn, scales[index])
         else:
             _gdn_from(ours.linear_attn, theirs.self_attn)
     return student
@@ -120,10 +133,11 @@ def attention_layers_of(model) -> tuple[int, ...]:
 
 
 def resplit(student, teacher, attention_layers: tuple[int, ...], sample_ids: torch.Tensor,
-            seed: int = 0) -> tuple[Qwen3_5ForCausalLM, tuple[int, ...]]:
+            seed: int = 0, fresh_attention: bool = False) -> tuple[Qwen3_5ForCausalLM, tuple[int, ...]]:
     """``student`` (a distilled hybrid) with its full attention moved to ``attention_layers``: the conversion of
     :func:`from_teacher` with that placement, in which every layer of the same kind in both placements takes
-    ``student``'s trained mixer back. A layer that becomes GDN keeps its conversion and must be trained again
+    ``student``'s trained mixer back (with ``fresh_attention``, its GDN layers only: every attention layer is the
+    teacher's, converted anew). A layer that becomes GDN keeps its conversion and must be trained again
     (attention transfer on those layers).
 
     Returns
@@ -136,7 +150,7 @@ def resplit(student, teacher, attention_layers: tuple[int, ...], sample_ids: tor
     with torch.no_grad():
         for index, (ours, before) in enumerate(zip(moved.model.layers, student.model.layers)):
             kind = "self_attn" if hasattr(ours, "self_attn") else "linear_attn"
-            if hasattr(before, kind):
+            if hasattr(before, kind) and not (fresh_attention and kind == "self_attn"):
                 getattr(ours, kind).load_state_dict(getattr(before, kind).state_dict())
             elif kind == "linear_attn":
                 fresh.append(index)
@@ -156,15 +170,27 @@ def carry_over(student, teacher) -> None:
         ours.mlp.load_state_dict(theirs.mlp.state_dict())
 
 
-def _attention_from(ours, theirs, scales: tuple[float, float]) -> None:
+def linear_regime_scale(mean_square: float, eps: float) -> float:
+    """The factor ``c`` that puts activations of typical mean square ``mean_square`` at :data:`LINEAR_REGIME` of an
+    RMS norm's ``eps`` (``c² · mean_square = LINEAR_REGIME · eps``)."""
+    return math.sqrt(LINEAR_REGIME * eps / mean_square)
+
+
+@torch.no_grad()
+def convert_attention(ours, theirs, mean_squares: tuple[float, float]) -> None:
+    """Write the teacher's attention ``theirs`` (Llama) into the hybrid's gated attention ``ours`` (Qwen3.5), q and k
+    in the linear regime of its norms (module docstring); ``mean_squares``: the typical mean square of the
+    teacher's q and k per head in this layer (:func:`qk_mean_squares`)."""
     d = theirs.head_dim
-    query = theirs.q_proj.weight.unflatten(0, (-1, d))  # [heads, d, hidden]
+    c_q = linear_regime_scale(mean_squares[0], ours.q_norm.eps)
+    c_k = linear_regime_scale(mean_squares[1], ours.k_norm.eps)
+    query = c_q * theirs.q_proj.weight.unflatten(0, (-1, d))  # [heads, d, hidden]
     ours.q_proj.weight.copy_(torch.cat([query, torch.zeros_like(query)], dim=1).flatten(0, 1))
-    ours.k_proj.weight.copy_(theirs.k_proj.weight)
+    ours.k_proj.weight.copy_(c_k * theirs.k_proj.weight)
     ours.v_proj.weight.copy_(theirs.v_proj.weight)
     ours.o_proj.weight.copy_(2 * theirs.o_proj.weight)  # sigmoid(0) = 1/2 on every gate
-    ours.q_norm.weight.fill_(scales[0] - 1)
-    ours.k_norm.weight.fill_(scales[1] - 1)
+    ours.q_norm.weight.fill_(math.sqrt(ours.q_norm.eps) / c_q - 1)  # the norm's scale 1 + w undoes c
+    ours.k_norm.weight.fill_(math.sqrt(ours.k_norm.eps) / c_k - 1)
 
 
 def _gdn_from(ours, theirs) -> None:

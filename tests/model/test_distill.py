@@ -4,6 +4,7 @@ of the recorded hash only."""
 
 import copy
 import json
+import math
 import shutil
 
 import pytest
@@ -23,6 +24,7 @@ from hybridmodel.distill import (
 )
 from hybridmodel.distill_config import TEACHER_SAMPLES
 from hybridmodel.from_teacher import attention_layers_of, from_teacher, resplit
+from hybridmodel.linear_regime import LinearRegimeSteps
 from hybridmodel.tokenizer import build_tokenizer
 
 TINY = DistillConfig(transfer_steps=2, kd_steps=2, length=64, eval_every=2, eval_windows=1, warmup=1)
@@ -61,18 +63,33 @@ def test_embeddings_mlps_and_norms_are_the_teachers(teacher, student):
 
 
 @torch.no_grad()
-def test_kept_attention_is_the_teachers_but_for_qk_normalisation(teacher, student):
-    """The output gate at 1/2 undone by the doubled ``o_proj``, full rotary at the teacher's θ: with Qwen3.5's q/k
-    RMS norms taken out, a kept attention layer computes exactly the teacher's attention."""
-    x = torch.randn(1, 30, 96, generator=torch.Generator().manual_seed(3))
-    positions = torch.arange(30)[None]
-    ours = copy.deepcopy(student.model.layers[3].self_attn)
-    ours.q_norm, ours.k_norm = torch.nn.Identity(), torch.nn.Identity()
-    theirs = teacher.model.layers[3].self_attn
+def test_kept_attention_is_the_teachers_with_the_qk_norms_in_their_linear_regime(teacher, student):
+    """The output gate at 1/2 undone by the doubled ``o_proj``, full rotary at the teacher's θ, q and k scaled into
+    the linear regime of Qwen3.5's q/k RMS norms: on the teacher's own input to the layer, a kept attention layer
+    computes the teacher's attention, norms included, within float32 rounding and the regime's 1e-4; the same layer
+    with the norms at the teacher's mean scale (the conversion this replaced) does not."""
+    sample = torch.randint(0, 256, (1, 40), generator=torch.Generator().manual_seed(1))
+    seen = {}
+    hook = teacher.model.layers[3].self_attn.register_forward_pre_hook(
+        lambda module, args, kwargs: seen.update(x=kwargs["hidden_states"]), with_kwargs=True)
+    teacher(sample)
+    hook.remove()
+    x, positions = seen["x"], torch.arange(40)[None]
+    theirs, ours = teacher.model.layers[3].self_attn, student.model.layers[3].self_attn
     expected = theirs(hidden_states=x, position_embeddings=teacher.model.rotary_emb(x, positions),
                       attention_mask=None)[0]
     got = ours(hidden_states=x, position_embeddings=student.model.rotary_emb(x, positions), attention_mask=None)[0]
-    assert torch.allclose(got, expected, atol=1e-6, rtol=0)
+    scale = expected.abs().max()
+    assert (got - expected).abs().max() <= 1e-3 * scale
+    assert ours.q_proj.weight.abs().max() < 1e-2 * theirs.q_proj.weight.abs().max()  # the regime is in use
+    saturated = copy.deepcopy(ours)  # q and k back at the teacher's scale: the norms normalise again
+    d = theirs.head_dim
+    query = theirs.q_proj.weight.unflatten(0, (-1, d))
+    saturated.q_proj.weight.copy_(torch.cat([query, torch.zeros_like(query)], dim=1).flatten(0, 1))
+    saturated.k_proj.weight.copy_(theirs.k_proj.weight)
+    normalised = saturated(hidden_states=x, position_embeddings=student.model.rotary_emb(x, positions),
+                           attention_mask=None)[0]
+    assert (normalised - expected).abs().max() > 1e-2 * scale
 
 
 def test_transfer_trains_the_gdn_layers_only_then_kd_every_mixer(student):
@@ -133,9 +150,65 @@ def test_a_run_resumes_where_it_stopped_and_refuses_other_settings(teacher, stud
         distill(teacher, tokenizer, copy.deepcopy(student), other, tmp_path, log=lines.append)
 
 
+def _quantised(model):
+    """``model`` with every 2-D mixer weight rounded as the int8 delta stores it, computed here row by row: each
+    row's largest magnitude / 127 its step, every entry the nearest multiple of it; other tensors unchanged."""
+    rounded = copy.deepcopy(model)
+    with torch.no_grad():
+        for p in hybrid_delta.mixer_state(rounded).values():
+            if p.dim() == 2:
+                for row in p:
+                    step = row.abs().max() / 127
+                    if step > 0:
+                        row.copy_(torch.round(row / step) * step)
+    return rounded
+
+
 def test_the_delta_rebuilds_the_hybrid_on_its_teacher(teacher, student, tmp_path):
-    """Stored in bf16: the rebuilt model equals the hybrid with its mixers rounded to bf16, bit for bit."""
+    """Stored in int8 per row: the rebuilt model equals the hybrid with its projections rounded per row (and
+    every other mixer tensor exact); the file holds one byte per projection weight."""
+    trained = copy.deepcopy(student)
+    with torch.no_grad():
+        for p in hybrid_delta.mixer_state(trained).values():
+            p.add_(0.05 * torch.randn_like(p))  # as if distilled: rows of other scales than the conversion's
+        next(p for p in hybrid_delta.mixer_state(trained).values() if p.dim() == 2)[0].zero_()  # a zero row
+    hybrid_delta.save(trained, tmp_path, "f" * 64, {"step": 0})
+    assert hybrid_delta.manifest(tmp_path)["dtype"] == hybrid_delta.STORAGE
+    rebuilt = hybrid_delta.build(tmp_path, teacher)
+    expected = _quantised(trained)
+    wanted = hybrid_delta.mixer_state(expected)
+    for name, got in hybrid_delta.mixer_state(rebuilt).items():
+        assert torch.allclose(got, wanted[name], rtol=1e-6, atol=1e-9), name
+    ids = torch.randint(0, 256, (1, 25), generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        assert torch.allclose(rebuilt(ids).logits, expected(ids).logits, atol=1e-5, rtol=0)
+    projections = sum(t.numel() for t in hybrid_delta.mixer_state(student).values() if t.dim() == 2)
+    others = sum(t.numel() for t in hybrid_delta.mixer_state(student).values() if t.dim() != 2)
+    assert (tmp_path / hybrid_delta.MIXERS_FILE).stat().st_size < projections + 4 * others + 100_000
+
+
+def test_int8_rows_keep_each_rows_peak_and_err_by_half_a_step_at_most():
+    weight = torch.randn(7, 50, generator=torch.Generator().manual_seed(5)) * torch.logspace(-4, 2, 7)[:, None]
+    weight[3] = 0.0
+    q, scale = hybrid_delta.quantise_rows(weight)
+    assert q.dtype == torch.int8 and scale.dtype == torch.float32 and scale.shape == (7,)
+    back = hybrid_delta.dequantise_rows(q, scale)
+    assert (back - weight).abs().le(scale[:, None] / 2 * (1 + 1e-6)).all()
+    peak = weight.abs().argmax(1)
+    assert torch.allclose(back.gather(1, peak[:, None]), weight.gather(1, peak[:, None]), rtol=1e-6, atol=0)
+    assert q.abs().max() == 127 and not back[3].any()
+
+
+def test_an_old_bf16_delta_still_reads(teacher, student, tmp_path):
+    """A delta written before int8 (every mixer tensor bfloat16, its manifest saying so) rebuilds what it always
+    did: the hybrid with its mixers rounded to bf16, bit for bit."""
+    from safetensors.torch import save_file
+
     hybrid_delta.save(student, tmp_path, "f" * 64, {"step": 0})
+    save_file({name: p.detach().to(torch.bfloat16).contiguous()
+               for name, p in hybrid_delta.mixer_state(student).items()}, tmp_path / hybrid_delta.MIXERS_FILE)
+    recorded = hybrid_delta.manifest(tmp_path)
+    (tmp_path / hybrid_delta.MANIFEST_FILE).write_text(json.dumps({**recorded, "dtype": "bfloat16"}))
     rebuilt = hybrid_delta.build(tmp_path, teacher)
     rounded = copy.deepcopy(student)
     with torch.no_grad():
@@ -144,8 +217,18 @@ def test_the_delta_rebuilds_the_hybrid_on_its_teacher(teacher, student, tmp_path
     ids = torch.randint(0, 256, (1, 25), generator=torch.Generator().manual_seed(4))
     with torch.no_grad():
         assert torch.equal(rebuilt(ids).logits, rounded(ids).logits)
-    size = (tmp_path / hybrid_delta.MIXERS_FILE).stat().st_size
-    assert size < 2 * sum(t.numel() for t in hybrid_delta.mixer_state(student).values()) + 100_000
+
+
+def test_an_int8_weight_without_its_scales_is_refused(student, tmp_path, teacher):
+    from safetensors.torch import load_file, save_file
+
+    hybrid_delta.save(student, tmp_path, "f" * 64, {"step": 0})
+    stored = load_file(tmp_path / hybrid_delta.MIXERS_FILE)
+    name = next(key for key, t in stored.items() if t.dtype == torch.int8)
+    save_file({key: t for key, t in stored.items() if key != name + hybrid_delta.SCALE},
+              tmp_path / hybrid_delta.MIXERS_FILE)
+    with pytest.raises(ValueError, match=f"the int8 tensor {name} has no {name}.scale"):
+        hybrid_delta.build(tmp_path, teacher)
 
 
 def test_a_delta_of_another_teacher_file_is_refused(student, tmp_path, monkeypatch):
@@ -172,7 +255,8 @@ def catalogued(teacher, student, tmp_path, monkeypatch):
     root = tmp_path / "cache"
     teacher.save_pretrained(root / fake_teacher.name)
     (root / fake_teacher.name / SOURCE_FILE).write_text(json.dumps({"sha256": "f" * 64}))
-    hybrid_delta.save(student, checkpoint.delta_dir, "f" * 64, {"step": 0})
+    hybrid_delta.save(student, checkpoint.delta_dir, "f" * 64, {"step": 0},
+                      teacher_weights=hybrid_delta.weights_digest(root / fake_teacher.name))
     return checkpoint, root
 
 
@@ -232,12 +316,92 @@ def test_new_mixers_move_the_artifacts_of_the_old_ones_aside(catalogued, student
     assert sorted(p.name.split(".backup-")[0] for p in delta.glob("*.backup-*")) == ["calibration", "gatesight"]
 
 
-def test_a_rebuild_refuses_an_estimator_of_other_weights(catalogued):
+def test_a_rebuild_refuses_an_estimator_of_other_weights_and_leaves_no_partial_folder(catalogued):
     checkpoint, root = catalogued
     _artifacts(checkpoint.delta_dir, "0" * 12)
     with pytest.raises(ValueError, match="was trained on model weights 000000000000, not the model rebuilt from"):
         hybrid_delta.rebuild(checkpoint, root)
+    assert sorted(p.name for p in root.iterdir()) == [checkpoint.teacher.name]  # no model, no .partial folder
+
+
+def _alter(teacher_dir, change) -> None:
+    """Rewrite the teacher's converted weights with ``change`` applied to its tensors (same file, same names)."""
+    from safetensors.torch import load_file, save_file
+
+    path = teacher_dir / "model.safetensors"
+    tensors = load_file(path)
+    change(tensors)
+    save_file(tensors, path, metadata={"format": "pt"})
+
+
+def test_a_rebuild_on_an_altered_teacher_names_the_teacher_before_building_anything(catalogued, monkeypatch):
+    """A converted teacher changed after conversion (one weight) is refused before a model is built — not blamed on
+    the estimator the delta carries, whose recorded weights no model of that teacher matches."""
+    from pretrained.loading import fingerprint
+
+    checkpoint, root = catalogued
+    rebuilt = hybrid_delta.rebuild(checkpoint, root)
+    _artifacts(checkpoint.delta_dir, fingerprint(rebuilt, "model*.safetensors"))  # the estimator of this model
+    shutil.rmtree(rebuilt)
+
+    def nudge(tensors):
+        tensors["model.layers.0.mlp.up_proj.weight"][0, 0] += 1e-3
+    _alter(root / checkpoint.teacher.name, nudge)
+    monkeypatch.setattr(hybrid_delta, "build", lambda *args: pytest.fail("a model was built on an altered teacher"))
+    with pytest.raises(ValueError, match=f"the converted weights in {root / checkpoint.teacher.name} .* are not the "
+                                         "ones .* was distilled against"):
+        hybrid_delta.rebuild(checkpoint, root)
+    assert sorted(p.name for p in root.iterdir()) == [checkpoint.teacher.name]
+
+
+def test_a_rebuild_on_a_damaged_teacher_file_says_so(catalogued):
+    checkpoint, root = catalogued
+    weights = root / checkpoint.teacher.name / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-1000])  # truncated
+    with pytest.raises(ValueError, match=f"the weights in {root / checkpoint.teacher.name} are damaged"):
+        hybrid_delta.rebuild(checkpoint, root)
+    assert sorted(p.name for p in root.iterdir()) == [checkpoint.teacher.name]
+
+
+def test_a_rebuild_removes_its_partial_folder_on_any_failure(catalogued, monkeypatch):
+    """Interrupted while the model is written (here: a KeyboardInterrupt from the copy of the tokenizer files), the
+    rebuild leaves nothing behind; a later rebuild completes."""
+    checkpoint, root = catalogued
+    (root / checkpoint.teacher.name / "tokenizer.json").write_text("{}")
+    real = shutil.copyfile
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(shutil, "copyfile", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        hybrid_delta.rebuild(checkpoint, root)
+    assert sorted(p.name for p in root.iterdir()) == [checkpoint.teacher.name]
+    monkeypatch.setattr(shutil, "copyfile", real)
+    assert hybrid_delta.rebuild(checkpoint, root) == root / checkpoint.name
+
+
+def test_a_delta_that_records_no_teacher_weights_is_not_rebuilt(catalogued):
+    checkpoint, root = catalogued
+    recorded = hybrid_delta.manifest(checkpoint.delta_dir)
+    del recorded["teacher_weights"]
+    (checkpoint.delta_dir / hybrid_delta.MANIFEST_FILE).write_text(json.dumps(recorded))
+    with pytest.raises(ValueError, match="records no digest of its teacher's converted weights"):
+        hybrid_delta.rebuild(checkpoint, root)
     assert not (root / checkpoint.name).exists()
+
+
+def test_the_shipped_delta_records_the_digest_of_its_teachers_conversion():
+    """The digest the shipped hybrid was rebuilt against where its estimator was trained (the estimator records
+    the rebuilt weights); a fetched teacher, where there is one, must be that conversion."""
+    import pretrained
+
+    checkpoint = pretrained.CHECKPOINTS["smollm2-135m-hybrid"]
+    recorded = hybrid_delta.manifest(checkpoint.delta_dir)
+    assert len(recorded["teacher_weights"]) == 64 and recorded["teacher_sha256"] == checkpoint.teacher.sha256
+    teacher_dir = pretrained.installed(checkpoint.teacher)
+    if teacher_dir is None:
+        pytest.skip(f"{checkpoint.teacher.name} is not fetched")
+    assert hybrid_delta.weights_digest(teacher_dir) == recorded["teacher_weights"]
 
 # ---- later phases: copy windows, teacher samples, a phase begun from a delta, the retrieval probe ----
 
@@ -321,6 +485,41 @@ def test_phase_two_trains_on_training_sources_only(teacher, student, fake_corpus
     for index in range(2):
         prompt = tokenizer.decode(samples.prompt(index))
         assert "<|im_start|>user" in prompt and not any(ch in prompt for ch in "0123456789")
+
+
+def test_phase_four_distils_recall_windows_of_their_own_lengths(teacher, student, fake_corpus, monkeypatch, tmp_path):
+    """Recall windows take their share of the steps, each of one of ``recall_lengths`` tokens (the one
+    :func:`window_length` names), and the log counts the tokens every window had."""
+    import hybridmodel.distill as module
+
+    tokenizer, trained = build_tokenizer(), []
+    real_kd = module.kd_loss
+    monkeypatch.setattr(module, "kd_loss", lambda s, t, ids: trained.append(ids) or real_kd(s, t, ids))
+    cfg = DistillConfig.for_phase(4, kd_steps=6, length=64, eval_every=6, eval_windows=1, warmup=1, chat_pool=2,
+                                  chat_tokens=2, probe_windows=1, copy_fraction=0.1, chat_fraction=0.1,
+                                  recall_fraction=0.7, recall_lengths=(384, 512), attention_layers=(3, 7), seed=2)
+    kinds = [module.window_kind(cfg, k) for k in range(cfg.steps)]
+    lengths = [module.window_length(cfg, k) for k in range(cfg.steps)]
+    assert "recall" in kinds and {n for kind, n in zip(kinds, lengths) if kind == "recall"} == {384, 512}
+    assert all(n == 64 for kind, n in zip(kinds, lengths) if kind != "recall")
+    origin = {"delta": "d", "sha256": "0" * 64, "record": {"step": 5, "tokens": 320, "config": {}}, "log": None}
+    distill(teacher, tokenizer, copy.deepcopy(student), cfg, tmp_path, log=lambda line: None, origin=origin)
+    assert [ids.shape[1] for ids in trained] == lengths
+    log = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
+    assert [r["kind"] for r in log[1:]] == kinds
+    assert [r["tokens"] for r in log[1:]] == [320 + sum(lengths[:k + 1]) for k in range(cfg.steps)]
+    assert module.tokens_before(cfg, cfg.steps) == sum(lengths)
+
+
+def test_recall_settings_are_checked():
+    with pytest.raises(ValueError, match="recall_lengths=\\(128,\\): expected window lengths of at least 256"):
+        DistillConfig.for_phase(4, recall_lengths=(128,))
+    with pytest.raises(ValueError, match="copy_fraction \\+ chat_fraction \\+ recall_fraction = 1.1: over 1"):
+        DistillConfig.for_phase(4, copy_fraction=0.5, chat_fraction=0.1, recall_fraction=0.5)
+    with pytest.raises(ValueError, match="recall windows of length 64: give recall_lengths"):
+        DistillConfig(length=64, recall_fraction=0.5)
+    assert DistillConfig.from_dict({**vars(DistillConfig.for_phase(4)), "recall_lengths": [4096, 2048]}) == \
+        DistillConfig.for_phase(4)  # as a JSON log writes it
 
 
 def test_teacher_samples_are_seeded_and_cached(teacher, fake_corpus, tmp_path):
@@ -414,6 +613,9 @@ def _distill_cli(monkeypatch, teacher):
     from bench.model_commands import add_distill_arguments
 
     monkeypatch.setattr(pretrained.loading, "load", lambda spec: (teacher, build_tokenizer(), None))
+    monkeypatch.setattr(pretrained.loading, "resolve", lambda spec: None)
+    monkeypatch.setattr(pretrained.loading, "read_config", lambda directory: teacher.config.to_dict())
+    monkeypatch.setattr(hybrid_delta, "weights_digest", lambda directory: "teacher-weights-digest")
     parser = argparse.ArgumentParser()
     add_distill_arguments(parser)
     return parser
@@ -435,8 +637,9 @@ def test_the_cli_begins_phase_two_from_a_delta_resumes_it_and_exports_it(teacher
               "--chat-pool", "2", "--chat-tokens", "2", "--probe-windows", "1"]
     with pytest.raises(ValueError, match="give --init-from"):
         run_distill(parser.parse_args(common))
-    run_distill(parser.parse_args([*common, "--init-from", str(delta), "--hours", "0"]))  # evaluates, trains nothing
-    assert not (run / "last.pt").exists()
+    with pytest.raises(ValueError, match="--hours 0 trains nothing"):  # the delta would be untrained
+        run_distill(parser.parse_args([*common, "--init-from", str(delta), "--hours", "0", "--out", str(out)]))
+    assert not (run / "last.pt").exists() and not out.exists()
     run_distill(parser.parse_args([*common, "--init-from", str(delta)]))
     assert (run / "last.pt").exists()
     with pytest.raises(ValueError, match="another distillation config"):
@@ -489,3 +692,54 @@ def test_the_cli_moves_the_attention_of_a_delta_and_trains_the_new_gdn_layers_fi
     assert attention_layers_of(hybrid_delta.build(out, teacher)) == (2, 3)
     with pytest.raises(ValueError, match="another distillation config"):
         run_distill(parser.parse_args([*common, "--attention-layers", "2,4"]))
+
+
+def _one_adamw_step(model, lr: float):
+    """One AdamW step of every mixer of ``model`` on a next-token loss, through :class:`LinearRegimeSteps`; returns
+    the regime helper's view and the weights before the step."""
+    params = list(hybrid_delta.mixer_state(model).values())
+    for p in params:
+        p.requires_grad_(True)
+    before = {id(p): p.detach().clone() for p in params}
+    regime = LinearRegimeSteps(model)
+    optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
+    ids = torch.randint(0, 256, (1, 40), generator=torch.Generator().manual_seed(5))
+    logits = model(ids).logits
+    torch.nn.functional.cross_entropy(logits[0, :-1], ids[0, 1:]).backward()
+    grads = {id(p): p.grad.detach().clone() for p in params}
+    regime.scale_gradients()
+    regime.step(optimizer)
+    regime.remove()
+    return before, grads
+
+
+def test_linear_regime_rows_train_as_their_effective_weights_would(student):
+    """A first AdamW step moves every weight by lr · sign(gradient); on the q/k rows in the norms' linear regime
+    (scale c) the effective weights u = W / c must move so — W by c · lr — and every other row by lr."""
+    model, lr = copy.deepcopy(student), 1e-3
+    attention = model.model.layers[3].self_attn
+    before, grads = _one_adamw_step(model, lr)
+    c_k = math.sqrt(attention.k_norm.eps) / (1 + attention.k_norm.weight.detach()).mean().item()
+    moved = attention.k_proj.weight.detach() - before[id(attention.k_proj.weight)]
+    strong = grads[id(attention.k_proj.weight)].abs() > 1e-3 * grads[id(attention.k_proj.weight)].abs().max()
+    assert torch.allclose(moved[strong], -c_k * lr * grads[id(attention.k_proj.weight)][strong].sign(), rtol=1e-2,
+                          atol=0)
+    d = attention.head_dim
+    q_moved = (attention.q_proj.weight.detach() - before[id(attention.q_proj.weight)]).unflatten(0, (-1, 2, d))
+    c_q = math.sqrt(attention.q_norm.eps) / (1 + attention.q_norm.weight.detach()).mean().item()
+    assert q_moved[:, 0].abs().max() <= c_q * lr * 1.01  # query rows: the regime's rate
+    assert q_moved[:, 1].abs().max() > 0.5 * lr  # output-gate rows: the ordinary rate
+    out_moved = attention.o_proj.weight.detach() - before[id(attention.o_proj.weight)]
+    assert out_moved.abs().max() > 0.5 * lr
+
+
+def test_a_saturated_norm_trains_at_the_ordinary_rate(student):
+    """q/k at the teacher's scale (norms saturated, as in deltas of phases 1-3): nothing is rescaled."""
+    model, lr = copy.deepcopy(student), 1e-3
+    attention = model.model.layers[3].self_attn
+    with torch.no_grad():
+        attention.k_proj.weight.mul_(1e4)
+        attention.k_norm.weight.fill_(0.0)
+    before, _ = _one_adamw_step(model, lr)
+    moved = attention.k_proj.weight.detach() - before[id(attention.k_proj.weight)]
+    assert moved.abs().max() > 0.5 * lr
