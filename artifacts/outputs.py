@@ -115,7 +115,7 @@ def check_place(output: Output) -> None:
     folder = existing if existing.is_dir() else existing.parent
     if not os.access(folder, os.W_OK | os.X_OK):
         raise output.refuse(f"{folder} is not writable")
-    model = model_directory(existing)
+    model = model_directory(Path(os.path.realpath(existing)))  # a link into a model directory lands in it too
     if model is not None and (output.model is None or Path(os.path.realpath(output.model)) != model.resolve()):
         raise output.refuse(f"lies inside the model directory {model}, whose files make the model (a file there "
                             "changes its fingerprint); write it elsewhere")

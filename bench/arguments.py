@@ -92,11 +92,17 @@ def floats(text: str) -> list[float]:
 
 
 def ints(text: str) -> list[int]:
-    """Comma-separated integers; anything else is an argparse error naming the text."""
+    """Comma-separated integers, each once (a length given twice would be measured and reported twice); anything
+    else is an argparse error naming the text."""
     try:
-        return [int(x) for x in text.split(",") if x]
+        values = [int(x) for x in text.split(",") if x]
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    twice = sorted({v for v in values if values.count(v) > 1})
+    if twice:
+        raise argparse.ArgumentTypeError(f"{', '.join(map(str, twice))} given more than once in {text!r}; "
+                                         "give each value once")
+    return values
 
 
 def part(text: str) -> tuple[int, int]:

@@ -197,6 +197,9 @@ def run_distill(args: argparse.Namespace) -> None:
     init = Path(args.init_from) if args.init_from and not checkpoint.exists() else None
     if checkpoint.exists() and args.init_from:
         print(f"{checkpoint} exists: resuming it (--init-from {args.init_from} is read only by a fresh run)")
+    if init is not None and not (init / hybrid_delta.MANIFEST_FILE).is_file():
+        raise UsageError(f"--init-from {init}: not a saved delta (no {hybrid_delta.MANIFEST_FILE} in it); give the "
+                         "--out of an earlier bench distill (e.g. models/smollm2-135m-hybrid)")
     if args.phase > 1 and init is None and not checkpoint.exists():
         raise UsageError(f"--phase {args.phase} starts from the delta of an earlier phase: give --init-from DELTA "
                          "(e.g. models/smollm2-135m-hybrid)")

@@ -208,8 +208,16 @@ def record_corpus(model, tokenizer, out: Path, limit: int | None = None, tokens:
     recorded = label_settings(weights, tokens, continuations, max_new_tokens, seed, futures,
                               str(adapter.dtype).removeprefix("torch."))
     check_shards(sorted(out.glob("*.safetensors")), recorded)
+    limit_positions = getattr(adapter.config, "max_position_embeddings", None)
+    if limit_positions is not None and tokens + max_new_tokens > limit_positions:
+        raise UsageError(f"--tokens {tokens} and --max-new-tokens {max_new_tokens} need {tokens + max_new_tokens} "
+                         f"positions; the model has {limit_positions} (max_position_embeddings)")
+    every = corpus_windows(tokenizer, tokens, limit=limit)
+    if not every:  # an exit 0 with nothing labelled would read as a finished corpus
+        raise UsageError(f"--tokens {tokens}: no labelling document holds half a window of that many tokens; give "
+                         "a smaller --tokens")
     out.mkdir(parents=True, exist_ok=True)
-    windows = corpus_windows(tokenizer, tokens, limit=limit)[index::parts]
+    windows = every[index::parts]
     paths = [out / f"{corpus}--{doc}.safetensors" for corpus, doc, _ in windows]
     todo = [(window, path) for window, path in zip(windows, paths) if not path.exists()]
     worst, labelled = 0.0, 0

@@ -103,6 +103,10 @@ class HybridKVPressPipeline(Pipeline):
         if len(ids) > max_context_length:
             logger.warning(f"Context length has been truncated from {len(ids)} to {max_context_length} tokens.")
             ids = ids[:max_context_length]
+        if protected == "header" and header_tokens >= len(ids):  # else refused for a count the caller never gave
+            raise UsageError(f"protected='header' keeps the chat template's header ({header_tokens} tokens), and the "
+                             f"context holds {len(ids)} tokens (max_context_length={max_context_length}): nothing "
+                             "past the header is left to compress; give a longer context or max_context_length")
         return {"context_ids": torch.tensor(ids), "protected": min(header_tokens, len(ids)) if protected == "header"
                 else int(protected),
                 "questions_ids": [torch.tensor(encode_text(self.tokenizer, q + suffix + answer_prefix))

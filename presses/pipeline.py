@@ -208,6 +208,9 @@ class CompressedContextPipeline:
         compression = resolve(self.model, press, allocator, compression_ratio, keep_fraction)
         header, body, suffix = frame(self.tokenizer, context)
         ids, protected = encode_context(self.tokenizer, header, body)
+        if protected >= len(ids):  # else refused by prefill for a protected count the caller never gave
+            raise UsageError(f"context {context!r} adds no token to the chat template's header: give a text to "
+                             "compress")
         questions_ids = [torch.tensor(encode_text(self.tokenizer, q + suffix + answer_prefix)) for q in questions]
         answers = self.answer(torch.tensor(ids), protected, questions_ids, compression, layer_weights,
                               self.tokenizer.eos_token_id)

@@ -212,6 +212,9 @@ class CachedContext:
             tokens: list[int] = []
             while True:
                 token = int(logits[-1].argmax()) if choose is None else int(choose(logits[-1]))
+                if not 0 <= token < logits.shape[-1]:  # fed back, it would index past the embeddings
+                    raise UsageError(f"choose returned {token}, not a token id of this model: ids must be in "
+                                     f"[0, {logits.shape[-1]})")
                 tokens.append(token)
                 if token in stop or len(tokens) >= max_new_tokens:
                     break

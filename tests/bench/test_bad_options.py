@@ -27,7 +27,7 @@ BY_TYPE = {
     arguments.share: ["1.5", "nan"],
     int: ["-1", "2.5", "abc"],
     arguments.names: ["nosuch"],
-    arguments.ints: ["0", "abc"],
+    arguments.ints: ["0", "abc", "64,64"],
     arguments.part: ["3/2", "x"],
     arguments.options: ["nosuch=1"],
     compare_command.method_pairs: ["nosuch/flat"],
@@ -195,3 +195,11 @@ def test_numpy_scalars_are_options_like_python_numbers():
     assert allocators.get("perlayer", weights=[np.int64(1), np.float32(2)]).weights == [1.0, 2.0]
     with pytest.raises(UsageError, match="snapkv option window=2.5: expected an integer"):
         presses.get("snapkv", window=2.5)
+
+
+@pytest.mark.parametrize("command", [["cost", "--press", "keydiff", "--out"], ["model-eval", "--n", "1", "--rows"]])
+def test_a_length_given_twice_is_refused_not_measured_twice(command, tmp_path, capsys, no_model_load):
+    assert main([*command, str(tmp_path / "out"), "--lengths", "300,64,300"]) == 2
+    err = capsys.readouterr().err
+    assert "argument --lengths: 300 given more than once" in err and err.count("\n") == 1, err
+    assert not (tmp_path / "out").exists()

@@ -174,6 +174,13 @@ def test_the_models_own_artifact_folder_is_allowed_and_another_models_is_not(mod
         check([Output(other / "gatesight", "--out", model=model)])
 
 
+def test_a_link_into_a_model_directory_is_refused_as_the_directory_is(model_dir, tmp_path):
+    model = shutil.copytree(model_dir, tmp_path / "model")
+    (tmp_path / "link").symlink_to(model / "gatesight")
+    with pytest.raises(ValueError, match=f"lies inside the model directory {model}"):
+        check([Output(tmp_path / "link" / "out", "--out")])
+
+
 T = ["--length", "64", "--transfer-steps", "2", "--kd-steps", "2", "--eval-every", "1"]
 
 
@@ -207,6 +214,17 @@ def test_distill_refuses_the_delta_of_another_run_before_work(tmp_path, capsys, 
     err = capsys.readouterr().err
     assert code == 2 and "holds the delta of another distillation" in err and "--replace" in err, err
     assert _files(tmp_path / "dB") == held
+
+
+@pytest.mark.parametrize("init", ["a-file", "a-folder"])
+def test_distill_init_from_that_is_no_delta_is_named_by_its_flag(init, tmp_path, capsys, guarded):
+    (tmp_path / "a-file").write_text("kept")
+    (tmp_path / "a-folder").mkdir()
+    code = main(["distill", "--checkpoints", str(tmp_path / "ck"), "--hours", "0.01", *T, "--init-from",
+                 str(tmp_path / init), "--out", str(tmp_path / "delta")])
+    err = capsys.readouterr().err
+    assert code == 2 and f"--init-from {tmp_path / init}: not a saved delta" in err and err.count("\n") == 1, err
+    assert not (tmp_path / "ck").exists() and not (tmp_path / "delta").exists()
 
 
 def test_a_delta_of_this_run_is_updated_only_forward(tmp_path):

@@ -10,6 +10,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
+import gatesight_learning.record
 from bench.cli import main
 from gatesight_learning.record import shard_settings
 from pretrained import loading
@@ -217,3 +218,18 @@ def test_a_damaged_shard_is_named_by_label_train_and_analyze(model_dir, two_wind
         assert code == 2 and f"{shard}: a damaged label shard (" in err, err
         assert "delete it and label again into the same --out" in err
     assert shard.read_bytes() == damaged
+
+
+@pytest.mark.parametrize("argv, message, windows", [
+    (["--tokens", "64"], "--tokens 64: no labelling document holds half a window of that many tokens", []),
+    (["--tokens", "32768"], "--tokens 32768 and --max-new-tokens 4 need 32772 positions; the model has 32768", None),
+])
+def test_label_refuses_windows_it_cannot_label_instead_of_labelling_none(model_dir, tmp_path, capsys, monkeypatch,
+                                                                         argv, message, windows):
+    if windows is not None:  # a corpus none of whose documents is long enough for the window asked
+        monkeypatch.setattr(gatesight_learning.record, "corpus_windows", lambda *args, **kwargs: windows)
+    capsys.readouterr()
+    assert _label(model_dir, tmp_path / "labels", *argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1, err
+    assert not (tmp_path / "labels").exists()

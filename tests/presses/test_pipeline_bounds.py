@@ -117,3 +117,13 @@ def test_numpy_numbers_are_numbers_to_both_pipelines(pipe):
     assert ours(CONTEXT, QUESTION, press="keydiff", keep_fraction=np.float64(0.5)) == expected
     assert pipe(CONTEXT, question=QUESTION, press="keydiff", compression_ratio=np.float64(0.5),
                 max_new_tokens=np.int32(3), max_context_length=np.int64(1000))["answer"] == expected
+
+
+def test_a_context_of_no_tokens_past_the_header_is_named_not_its_protected_count(pipe, no_prefill):
+    ours = presses.pipeline(pipe.model, pipe.tokenizer, max_new_tokens=2)
+    with pytest.raises(UsageError, match="context '' adds no token to the chat template's header"):
+        ours("", QUESTION, press="keydiff", compression_ratio=0.5)
+    with pytest.raises(UsageError, match=r"protected='header' keeps the chat template's header \(\d+ tokens\), and "
+                                         r"the context holds 3 tokens \(max_context_length=3\)"):
+        pipe(CONTEXT, question=QUESTION, press="keydiff", compression_ratio=0.5, protected="header",
+             max_context_length=3)

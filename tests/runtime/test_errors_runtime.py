@@ -160,6 +160,12 @@ def test_stop_tokens_and_the_chooser_are_checked(parent):
         parent.answer(torch.arange(3), 2, choose=3)
     first = parent.answer(torch.arange(3), 1).tokens[0]
     assert parent.answer(torch.arange(3), 4, eos_token_id=np.int64(first)).tokens == [first]
+    vocab = parent.adapter.config.vocab_size
+    for token in (vocab, -1):
+        with pytest.raises(UsageError, match=rf"choose returned {token}, not a token id of this model: ids must be "
+                                             rf"in \[0, {vocab}\)"):
+            parent.answer(torch.arange(3), 4, choose=lambda logits, token=token: token)
+    assert parent.answer(torch.arange(3), 1).tokens == [first]  # the failed answers left the parent as it was
 
 
 @pytest.mark.parametrize("layers, message", [
