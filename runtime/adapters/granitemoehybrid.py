@@ -22,8 +22,10 @@ from torch._C._functorch import is_batchedtensor
 from .bamba import BambaAdapter
 from .tiny import mamba2_common
 
-#: ``layer_types`` of the config -> the runtime's layer kind
-GRANITE_LAYER_TYPES = {"mamba": "mamba2", "attention": "attention"}
+#: ``layer_types`` of the config -> the runtime's layer kind (transformers 5.2 writes ``mamba`` / ``attention``; the
+#: 5.19 of the serving environment ``linear_attention`` / ``full_attention``)
+GRANITE_LAYER_TYPES = {"mamba": "mamba2", "attention": "attention", "linear_attention": "mamba2",
+                       "full_attention": "attention"}
 
 
 class GraniteMoeHybridAdapter(BambaAdapter):
@@ -31,8 +33,8 @@ class GraniteMoeHybridAdapter(BambaAdapter):
 
     @classmethod
     def layer_kinds_from(cls, config) -> tuple[str, ...]:
-        """Mamba2 where ``layer_types`` says ``"mamba"``, attention where ``"attention"``; every layer Mamba2 when
-        ``layer_types`` is unset (as transformers builds it)."""
+        """Mamba2 where ``layer_types`` says ``"mamba"`` (``"linear_attention"``), attention where ``"attention"``
+        (``"full_attention"``); every layer Mamba2 when ``layer_types`` is unset (as transformers builds it)."""
         # the config itself refuses any other layer type
         layer_types = config.layer_types or ["mamba"] * config.num_hidden_layers
         return tuple(GRANITE_LAYER_TYPES[kind] for kind in layer_types)
