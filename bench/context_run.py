@@ -13,8 +13,8 @@ import time
 from typing import Callable
 
 from presses.selection import Selection
-from runtime import KeepPlan, prefill
-from runtime.batch import PaddedBatch
+from runtime import Evidence, KeepPlan, prefill
+from runtime.batch import DEFAULT_MEMORY_BUDGET, PaddedBatch, groups_within
 
 from .fidelity import answer_log_probs, log_probs_of
 from .harness import Harness
@@ -40,9 +40,13 @@ class ContextRun:
         Receives each new row.
     """
 
+    memory_budget = DEFAULT_MEMORY_BUDGET
+    """Bytes one group of children may hold (:func:`runtime.batch.groups_within`)."""
+
     def __init__(self, harness: Harness, task: str, index: int, is_done: Callable[[tuple], bool],
                  emit: Callable[[dict], None]):
         self.h, self.is_done, self.emit = harness, is_done, emit
+        self._ranks: dict[tuple[int, int], dict] = {}  # (press's selection, question) -> needle rank (:meth:`_rank`)
         self.item = harness.item(task, index)
         self.rows, self.todo = [], []
         if self.item is None:
@@ -83,53 +87,62 @@ class ContextRun:
                 self.emit(answered_row(self.item, q, row, fields, q.answer, q.reference.log_probs))
 
     def runtime(self) -> None:
-        """The protocol with this project's runtime: the compacted children are answered ``settings.batch`` at a
-        time as one padded batch (:mod:`runtime.batch`)."""
+        """The protocol with this project's runtime: the compacted children are answered in groups, each one padded
+        batch (:mod:`runtime.batch`) of at most ``settings.batch`` children within :attr:`memory_budget`, forked when
+        the previous group has been answered and released."""
         h = self.h
         t0 = time.perf_counter()
         parent = prefill(h.model, self.context, protected=self.protected, evidence=h.evidence, tokenizer=h.tokenizer)
         common = self._common(time.perf_counter() - t0, parent.n)
+        # similar kept fractions side by side: a batch is padded to its largest child
+        compacted = sorted((method for method in self.todo if method[0] != BASELINE), key=lambda method: method[2])
+        selections = {name: Selection(parent, press, h.layer_weights) for name, press in h.presses.items()}
+        for name in {method[0] for method in compacted}:
+            selections[name].scores  # noqa: B018 - scored now, so that the evidence can go before any child is made
+        # what the presses read of the prefill (kvpress's presses: every attention layer's hidden states, 133 MiB
+        # at 2,048 tokens on SmolLM2-135M) is not needed once every press has scored
+        parent.evidence = Evidence()
         questions = self._references(parent)
         if self.todo[0][0] == BASELINE:
             self._baseline(questions, method_fields(BASELINE, BASELINE, 1.0, common, parent))
-        selections = {name: Selection(parent, press, h.layer_weights) for name, press in h.presses.items()}
-        ranks: dict[tuple, dict] = {}
-
-        def answer_rank(selection: Selection, q: QuestionReference) -> dict:
-            # the rank depends on the press and the question only: once for all of a press's children
-            key = (id(selection), id(q))
-            if key not in ranks:
-                ranks[key] = needle_rank(selection.scores, q.answer_tokens, self.protected)
-            return ranks[key]
-
-        # similar kept fractions side by side: a batch is padded to its largest child
-        compacted = sorted((method for method in self.todo if method[0] != BASELINE), key=lambda method: method[2])
-        for start in range(0, len(compacted), h.settings.batch):
-            children, methods, plans = [], [], []
-            for press, allocator, p in compacted[start : start + h.settings.batch]:
-                selection = selections[press]
-                plan = selection.plan(h.allocators[allocator], p)
-                children.append(parent.fork(plan))
-                plans.append((plan, selection))
-                methods.append(method_fields(press, allocator, p, common, children[-1], plan.total(),
-                                             selection.score_seconds))
-            self._answer_batch(questions, children, methods,
-                               lambda i, q: needle_fields(q, plans[i][0], lambda: answer_rank(plans[i][1], q)))
-            for child in children:
-                child.release()
+        # a question's pass is followed by its greedy answer, and apart by the reference answer teacher-forced
+        forced = max(q.reference.answer_ids.numel() for q in questions)
+        tokens = max(q.prompt_ids.numel() + max(q.question.max_new_tokens, forced) for q in questions)
+        plans = ((method, selections[method[0]].plan(h.allocators[method[1]], method[2])) for method in compacted)
+        for group in groups_within(parent, plans, tokens, forced, self.memory_budget, h.settings.batch):
+            self._answer_group(questions, parent, selections, common, group)
         parent.release()
 
-    def _answer_batch(self, questions: list[QuestionReference], children: list, methods: list[dict],
-                      needles: Callable[[int, QuestionReference], dict]) -> None:
-        """Every pending question of every child, the children of a question answered as one batch;
-        ``needles(i, q)`` gives child i's needle fields on question q."""
+    def _rank(self, selection: Selection, q: QuestionReference) -> dict:
+        """The answer tokens' rank under a press's scores: it depends on the press and the question only, so it is
+        computed once for all of a press's children."""
+        key = (id(selection), id(q))
+        if key not in self._ranks:
+            self._ranks[key] = needle_rank(selection.scores, q.answer_tokens, self.protected)
+        return self._ranks[key]
+
+    def _answer_group(self, questions: list[QuestionReference], parent, selections: dict[str, Selection],
+                      common: dict, group: list[tuple[Method, KeepPlan]]) -> None:
+        """Every pending question of the children of ``group``'s plans, the children of a question answered as one
+        padded batch, each child forked into it and released at once (:meth:`PaddedBatch.forks`); the batch is
+        released when this returns."""
+        methods: list[dict] = []
+
+        def fields(i: int, child) -> None:
+            (press, allocator, p), plan = group[i]
+            methods.append(method_fields(press, allocator, p, common, child, plan.total(),
+                                         selections[press].score_seconds))
+
+        def needles(i: int, q: QuestionReference) -> dict:
+            (press, _, _), plan = group[i]
+            return needle_fields(q, plan, lambda: self._rank(selections[press], q))
+
+        batch = PaddedBatch.forks(parent, [plan for _, plan in group], fields)
         eos = self.h.tokenizer.eos_token_id
-        batch = None  # padded once, for every question
         for q, row in zip(questions, self.rows):
             members = [i for i, method in enumerate(methods) if not self.is_done(row_key({**row, **method}))]
             if not members:
                 continue
-            batch = batch or PaddedBatch(children)
             # one pass over the question feeds both the greedy answer and the teacher-forced reference answer
             answers, logits = batch.answer_and_follow(q.prompt_ids, q.reference.answer_ids, q.question.max_new_tokens,
                                                       eos, members)

@@ -12,6 +12,9 @@ floating-point reassociation.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 from torch.func import vmap
@@ -19,30 +22,57 @@ from torch.func import vmap
 from .forward import SequenceState, forward_chunk
 from .gdn import RecurrentState
 from .kv import LayerKV
-from .session import Answer, CachedContext, _as_ids, decode_budget, stop_tokens
+from .options import whole
+from .plan import KeepPlan
+from .session import Answer, CachedContext, Parent, _as_ids, decode_budget, stop_tokens
+
+DEFAULT_MEMORY_BUDGET = 256 * 2**20
+"""Bytes a group of children answered together may hold by default (:func:`groups_within`): about a fifth of
+kvpress's whole process on the real-model side by side (1,245 MiB with SmolLM2-135M at 2,048 tokens,
+``docs/kvpress_side_by_side_real.md``), so that a context's children add at most that to its parent."""
+
+Tag = TypeVar("Tag")
 
 
-def _padded(children: list[CachedContext]) -> tuple[dict, dict]:
-    """Per attention layer ``(keys, values, positions, valid)`` with a leading child axis, every head padded to the
-    longest head of any child; per GDN layer ``(conv, recurrent)`` stacked."""
-    states = [child._live_state() for child in children]
-    base = {}
-    for layer in states[0].base:
-        heads = [[state.base[layer].head(h) for h in range(state.base[layer].num_heads)] for state in states]
-        longest = max(k.shape[0] for child in heads for k, _, _ in child)
-        keys, values, positions, valid = [], [], [], []
-        for child in heads:
-            pad = [longest - k.shape[0] for k, _, _ in child]
-            keys.append(torch.stack([torch.nn.functional.pad(k, (0, 0, 0, p)) for (k, _, _), p in zip(child, pad)]))
-            values.append(torch.stack([torch.nn.functional.pad(v, (0, 0, 0, p)) for (_, v, _), p in zip(child, pad)]))
-            positions.append(torch.stack([torch.nn.functional.pad(i, (0, p), value=-1)
-                                          for (_, _, i), p in zip(child, pad)]))
-            valid.append(positions[-1] >= 0)
-        base[layer] = tuple(torch.stack(t) for t in (keys, values, positions, valid))
-    gdn = {layer: (torch.stack([s.recurrent[layer].conv for s in states]),
-                   torch.stack([s.recurrent[layer].recurrent for s in states]))
-           for layer in states[0].recurrent}
-    return base, gdn
+class _Slots:
+    """The tensors of a padded batch, one slot per child: per attention layer keys and values ``[B, H, longest, d]``
+    (zeros where padding) and positions ``[B, H, longest]`` (-1 where padding), every head padded to ``longest[layer]``;
+    per recurrent layer its states ``[B, ...]``. Each child is copied into its slot (:meth:`place`), so the batch can
+    be filled one child at a time, each released before the next exists.
+
+    Parameters
+    ----------
+    like : SequenceState
+        A state of the same model (dtypes, head dimensions, recurrent states' shapes).
+    size : int
+        Children.
+    longest : dict[int, int]
+        Per attention layer, the most entries of any head of any child.
+    """
+
+    def __init__(self, like: SequenceState, size: int, longest: dict[int, int]):
+        self.base = {}
+        for layer, length in longest.items():
+            keys, values, positions = like.base[layer].head(0)
+            shape = (size, like.base[layer].num_heads, length)
+            self.base[layer] = (keys.new_zeros(*shape, keys.shape[-1]), values.new_zeros(*shape, values.shape[-1]),
+                                positions.new_full(shape, -1))
+        self.recurrent = {layer: (state.conv.new_empty(size, *state.conv.shape),
+                                  state.recurrent.new_empty(size, *state.recurrent.shape))
+                          for layer, state in like.recurrent.items()}
+
+    def place(self, b: int, state: SequenceState) -> None:
+        """Copy a child's stored entries and recurrent states into slot ``b``."""
+        for layer, (keys, values, positions) in self.base.items():
+            for h in range(keys.shape[1]):
+                k, v, i = state.base[layer].head(h)
+                keys[b, h, : k.shape[0]], values[b, h, : v.shape[0]], positions[b, h, : i.shape[0]] = k, v, i
+        for layer, (conv, recurrent) in self.recurrent.items():
+            conv[b], recurrent[b] = state.recurrent[layer].conv, state.recurrent[layer].recurrent
+
+    def padded(self) -> tuple[dict, dict]:
+        """Per attention layer ``(keys, values, positions, valid)``, per recurrent layer ``(conv, recurrent)``."""
+        return {layer: (*tensors, tensors[2] >= 0) for layer, tensors in self.base.items()}, self.recurrent
 
 
 def _step(adapter, all_logits: bool):
@@ -79,7 +109,7 @@ def _in_dim(position) -> int | None:
 
 
 class PaddedBatch:
-    """Children padded to one shape once (:func:`_padded`), then asked question after question.
+    """Children padded to one shape once, then asked question after question.
 
     Parameters
     ----------
@@ -90,13 +120,51 @@ class PaddedBatch:
 
     def __init__(self, children: list[CachedContext]):
         _check(children)
-        self.size = len(children)
-        self.adapter, self.tokenizer = children[0].adapter, children[0].tokenizer
-        positions = [child._live_state().next_position for child in children]
+        states = [child._live_state() for child in children]
+        longest = {layer: max(max(state.base[layer].lengths()) for state in states) for layer in states[0].base}
+        slots = _Slots(states[0], len(states), longest)
+        for b, state in enumerate(states):
+            slots.place(b, state)
+        self._hold(children[0], [state.next_position for state in states], slots)
+
+    @classmethod
+    def forks(cls, parent: Parent, plans: list[KeepPlan],
+              forked: Callable[[int, CachedContext], None] | None = None) -> PaddedBatch:
+        """The forks of ``parent`` by ``plans`` as one batch, each forked into its place and released before the
+        next is forked: the batch and one child are held at a time, not every child besides (what
+        :class:`PaddedBatch` of the children would hold). The batch equals that of the children.
+
+        Parameters
+        ----------
+        parent : Parent
+        plans : list[KeepPlan]
+            One per member.
+        forked : Callable[[int, CachedContext], None], optional
+            Sees member ``i``'s child before it is released (its bytes, say).
+        """
+        if not plans:
+            raise ValueError("give at least one plan")
+        state = parent._live_state()
+        counts = [plan.counts() for plan in plans]
+        longest = {layer: parent.protected + max(max(member[layer]) for member in counts) for layer in state.base}
+        slots = _Slots(state, len(plans), longest)
+        for b, plan in enumerate(plans):
+            child = parent.fork(plan)
+            slots.place(b, child._live_state())
+            if forked is not None:
+                forked(b, child)
+            child.release()
+        batch = cls.__new__(cls)
+        batch._hold(parent, [state.next_position] * len(plans), slots)
+        return batch
+
+    def _hold(self, first: CachedContext, positions: list[int], slots: _Slots) -> None:
+        self.size = len(positions)
+        self.adapter, self.tokenizer = first.adapter, first.tokenizer
         # one int when the children share their position (forks of one context); one each otherwise
         self.position = (positions[0] if len(set(positions)) == 1
                          else torch.tensor(positions, device=self.adapter.device))
-        self.base, self.recurrent = _padded(children)
+        self.base, self.recurrent = slots.padded()
 
     def _last_position(self) -> int:
         """The furthest next position of the children: the positions a question and its answer start from."""
@@ -215,6 +283,118 @@ class PaddedBatch:
             position = position + 1
         return [Answer(t, self.tokenizer.decode([x for x in t if x not in stop]) if self.tokenizer is not None
                        else None) for t in tokens]
+
+
+@dataclass(frozen=True)
+class BatchBytes:
+    """What answering some forks of a parent as one :meth:`PaddedBatch.forks` holds (:func:`batch_nbytes`), in
+    bytes.
+
+    Attributes
+    ----------
+    padded : int
+        The padded copy: every member's keys, values, positions and validity, each attention layer padded to its
+        longest head in the group, and its recurrent states.
+    child : int
+        The largest child, held with the padded copy while it is copied into its place.
+    answering : int
+        What answering adds: per member the keys and values of the question and answer tokens in every attention
+        layer, one layer's attention weights for the question (every query head's logits over the padded cache and
+        the tokens, about three float32 copies of them: logits, masked, softmax), the vocabulary logits a pass keeps
+        (one row a step, or one per token of a teacher-forced continuation) and their log-probabilities, and the
+        recurrent states a step makes anew.
+    """
+
+    padded: int
+    child: int
+    answering: int
+
+    @property
+    def peak(self) -> int:
+        """The height: the padded copy with a child being forked into it, or with what answering adds."""
+        return self.padded + max(self.child, self.answering)
+
+
+def batch_nbytes(parent: Parent, counts: list[dict[int, list[int]]], tokens: int, forced: int = 0) -> BatchBytes:
+    """What answering the forks of ``parent`` with ``counts`` as one :meth:`PaddedBatch.forks` holds.
+
+    Parameters
+    ----------
+    parent : Parent
+    counts : list[dict[int, list[int]]]
+        Per member, the kept body entries of every attention layer's KV heads (:meth:`KeepPlan.counts`); the
+        ``parent.protected`` leading entries come on top of each.
+    tokens : int
+        The most tokens a member's answer appends to its cache: the question with its answer, or with its
+        teacher-forced continuation.
+    forced : int
+        The tokens of a teacher-forced continuation (:meth:`PaddedBatch.answer_and_follow`), whose logits are kept;
+        0 for none.
+    """
+    keys, _, positions = next(iter(parent.kv.values())).head(0)
+    vector = keys.shape[-1] * keys.element_size()  # one key, or one value
+    entry = 2 * vector + positions.element_size()  # a stored entry; padded, it has a bool validity besides
+    heads, recurrent = parent.adapter.geometry.num_kv_heads, parent.recurrent_nbytes
+    kept = [{layer: [c + parent.protected for c in per_head] for layer, per_head in member.items()}
+            for member in counts]
+    longest = {layer: max(max(member[layer]) for member in kept) for layer in kept[0]}
+    tail = tokens * len(longest) * heads * 2 * vector
+    weights = 3 * parent.adapter.geometry.num_heads * tokens * (max(longest.values()) + tokens) * 4
+    rows = max(forced, 1) * parent.last_logits.shape[-1]
+    logits = rows * (parent.last_logits.element_size() + 4)  # and their float32 log-probabilities
+    return BatchBytes(
+        padded=len(kept) * (heads * sum(longest.values()) * (entry + 1) + recurrent),
+        child=entry * max(sum(map(sum, member.values())) for member in kept) + recurrent,
+        answering=len(kept) * (tail + weights + logits + 2 * recurrent),
+    )
+
+
+def groups_within(parent: Parent, plans: Iterable[tuple[Tag, KeepPlan]], tokens: int, forced: int = 0,
+                  budget: int = DEFAULT_MEMORY_BUDGET, most: int | None = None
+                  ) -> Iterator[list[tuple[Tag, KeepPlan]]]:
+    """``plans`` in consecutive groups, each as long as its :func:`batch_nbytes` peak stays within ``budget`` bytes (and
+    ``most`` plans), for :meth:`PaddedBatch.forks`: a context then holds one group's batch at a time, answered and
+    released before the next group's children are forked. A plan over the budget alone is a group of its own.
+    Plans of similar size side by side pad least.
+
+    ``plans`` is read lazily, one plan past the group it yields: the next group's plans are made after the caller
+    has answered this one.
+
+    Parameters
+    ----------
+    parent : Parent
+        The context the plans fork.
+    plans : Iterable[tuple[Tag, KeepPlan]]
+        Each plan with what the caller knows it by (its method).
+    tokens, forced : int
+        As in :func:`batch_nbytes`.
+    budget : int
+        Bytes, at least 1.
+    most : int or None
+        Plans of a group at most (None: no limit).
+    """
+    tokens = whole(tokens, "tokens", 0, text=False)
+    forced = whole(forced, "forced", 0, text=False)
+    budget = whole(budget, "the memory budget (bytes)", 1, text=False)
+    most = None if most is None else whole(most, "children answered together", 1, text=False)
+    return _groups(parent, plans, tokens, forced, budget, most)
+
+
+def _groups(parent: Parent, plans: Iterable[tuple[Tag, KeepPlan]], tokens: int, forced: int, budget: int,
+            most: int | None) -> Iterator[list[tuple[Tag, KeepPlan]]]:
+    """:func:`groups_within` once its arguments are checked (a generator checks nothing until it is first read)."""
+    group: list[tuple[Tag, KeepPlan]] = []
+    counts: list[dict[int, list[int]]] = []
+    for tag, plan in plans:
+        wanted = counts + [plan.counts()]
+        full = most is not None and len(group) == most
+        if group and (full or batch_nbytes(parent, wanted, tokens, forced).peak > budget):
+            yield group
+            group, wanted = [], wanted[-1:]
+        group.append((tag, plan))
+        counts = wanted
+    if group:
+        yield group
 
 
 def logits_many(children: list[CachedContext], question_ids) -> torch.Tensor:
