@@ -40,6 +40,9 @@ def run_fetch(args: argparse.Namespace) -> None:
         raise UsageError(f"unknown pretrained model {args.name!r}{did_you_mean(args.name, CHECKPOINTS)}; choose "
                          f"{', '.join(CHECKPOINTS)}")
     gguf = Path(args.gguf) if args.gguf else None
+    if gguf is not None and gguf.is_dir():
+        member = Path((checkpoint.teacher if isinstance(checkpoint, DistilledCheckpoint) else checkpoint).member).name
+        raise UsageError(f"--gguf {gguf} is a directory; give the GGUF file itself, e.g. {gguf / member}")
     if gguf is not None and not gguf.is_file():
         raise FileNotFoundError(f"--gguf {gguf}: no such file")
     root = cache_dir(args.cache)

@@ -68,6 +68,11 @@ def evaluate_model(model_path, tasks: list[str], lengths: list[int], n: int, see
     encode = lambda text: torch.tensor(encode_text(tokenizer, text))  # noqa: E731
     count = lambda text: len(encode_text(tokenizer, text))  # noqa: E731
     table: dict[tuple[str, int], float] = {}
+    for length, task in ((length, task) for length in lengths for task in tasks):
+        try:  # every task's first item before any is answered: one that cannot fit its length says so at once
+            generate(task, 0, seed, Config(length=length, count_tokens=count))
+        except ValueError as error:
+            raise UsageError(f"task {task!r} at length {length}: {error}") from None
     for length in lengths:
         cfg = Config(length=length, count_tokens=count)
         for task in tasks:

@@ -66,8 +66,11 @@ class _ContinuationCapture:
         self.layers[layer] = {"query": query, "gate": gate, "keys": keys, "values": values, "output": output}
 
 
-def _continuation_attention(parent: Parent, layer: int, captured: dict) -> tuple[torch.Tensor, ...]:
-    """float64 ``a`` ``[H, T, n + T]``, head outputs ``o`` ``[H, T, d]`` and values ``[H_kv, n + T, d]``.
+def _continuation_attention(parent: Parent, layer: int, captured: dict,
+                            rows: slice) -> tuple[torch.Tensor, ...]:
+    """float64 ``a`` ``[H, b, n + t1]``, head outputs ``o`` ``[H, b, d]`` and values ``[H_kv, n + t1, d]`` of the
+    continuation tokens ``rows = t0:t1`` (``b`` of them): the keys past the block's last token are cut off, which
+    no token of the block sees.
 
     float64 because an entry holding nearly all of a head's attention (a sink, ``a`` near 1) enters the closed form
     through ``1 / (1 − a)``: in float32 the rounding of the softmax's sum alone moved the closed form and the
@@ -75,11 +78,26 @@ def _continuation_attention(parent: Parent, layer: int, captured: dict) -> tuple
     """
     g = parent.adapter.geometry
     stored = parent.kv[layer]
-    keys = torch.cat([stored.keys, captured["keys"]], 1).double()
-    values = torch.cat([stored.values, captured["values"]], 1).double()
-    query = captured["query"].double()
+    seen = stored.keys.shape[1] + rows.stop
+    keys = torch.cat([stored.keys, captured["keys"]], 1)[:, :seen].double()
+    values = torch.cat([stored.values, captured["values"]], 1)[:, :seen].double()
+    query = captured["query"][:, rows].double()
     probs = attention_probs(query, keys, parent.adapter.attention_module(layer).scaling, causal_tail=query.shape[1])
     return probs, probs @ values.repeat_interleave(g.group_size, 0), values
+
+
+LABEL_BLOCK_BYTES = 256 << 20
+"""Bound on the largest float64 intermediate of one block of continuation tokens. A label is a max over the tokens,
+so a long future (the reconstruction of a long window, as many tokens as the window) is labelled block by block in
+memory linear in its length; a future that fits is one block, computed as a whole."""
+
+
+def token_blocks(tokens: int, heads: int, group: int, entries: int, budget: int = LABEL_BLOCK_BYTES) -> list[slice]:
+    """Consecutive blocks of the ``tokens`` continuation tokens whose attention ``[H, b, entries]`` and closed-form
+    terms ``[G, G, b, entries]`` (float64) stay within ``budget`` bytes each; at least one token a block."""
+    per_token = 8 * entries * max(heads, group * group)
+    size = max(1, budget // per_token)
+    return [slice(start, min(start + size, tokens)) for start in range(0, tokens, size)]
 
 
 def _out_proj_blocks(parent: Parent, layer: int) -> torch.Tensor:
@@ -198,7 +216,8 @@ class LabelChecks:
 
 @torch.no_grad()
 def utility_labels(
-    parent: Parent, continuations: list[torch.Tensor], n: int, check_entries: int = 0, seed: int = 0
+    parent: Parent, continuations: list[torch.Tensor], n: int, check_entries: int = 0, seed: int = 0,
+    block_bytes: int = LABEL_BLOCK_BYTES,
 ) -> tuple[dict[int, torch.Tensor], LabelChecks]:
     """Raw (un-normalised) U(i) per attention layer for the first ``n`` prefilled entries.
 
@@ -214,6 +233,8 @@ def utility_labels(
         With > 0, that many random entries per layer are also scored by brute-force deletion.
     seed : int
         Which entries are checked.
+    block_bytes : int
+        Bound on one block's float64 intermediates (:func:`token_blocks`).
 
     Returns
     -------
@@ -229,17 +250,24 @@ def utility_labels(
         parent.logits(continuation, observer=capture)
         for layer in parent.adapter.attention_layers:
             captured = capture.layers[layer]
-            probs, outputs, values = _continuation_attention(parent, layer, captured)
             blocks = _out_proj_blocks(parent, layer)
-            rebuilt = parent.adapter.output(layer, outputs.transpose(0, 1).to(captured["output"].dtype),
-                                            captured["gate"])
-            checks.max_reconstruction_error = max(checks.max_reconstruction_error,
-                                                  float((rebuilt - captured["output"]).abs().max()))
-            utility = closed_form_utility(probs, outputs, values, blocks, g.num_kv_heads, n)
+            n_stored = parent.kv[layer].keys.shape[1]
+            entries = None if not check_entries else torch.randperm(n, generator=generator)[:check_entries]
+            utility = brute = None
+            size = continuation.numel()
+            for rows in token_blocks(size, g.num_heads, g.group_size, n_stored + size, block_bytes):
+                probs, outputs, values = _continuation_attention(parent, layer, captured, rows)
+                gate = None if captured["gate"] is None else captured["gate"][rows]
+                rebuilt = parent.adapter.output(layer, outputs.transpose(0, 1).to(captured["output"].dtype), gate)
+                checks.max_reconstruction_error = max(checks.max_reconstruction_error,
+                                                      float((rebuilt - captured["output"][:, rows]).abs().max()))
+                part = closed_form_utility(probs, outputs, values, blocks, g.num_kv_heads, n)
+                utility = part if utility is None else torch.maximum(utility, part)
+                if entries is not None:
+                    part = brute_force_utility(probs, outputs, values, blocks, g.num_kv_heads, entries)
+                    brute = part if brute is None else torch.maximum(brute, part)
             labels[layer] = torch.maximum(labels[layer], utility.float())
-            if check_entries:
-                entries = torch.randperm(n, generator=generator)[:check_entries]
-                brute = brute_force_utility(probs, outputs, values, blocks, g.num_kv_heads, entries)
+            if entries is not None:
                 scale = utility.amax(-1, keepdim=True).clamp_min(1e-12)
                 checks.max_closed_form_error = max(checks.max_closed_form_error,
                                                    float(((brute - utility[:, entries]).abs() / scale).max()))

@@ -29,6 +29,26 @@ def test_closed_form_equals_brute_force_deletion(tiny):
     assert all(torch.allclose(v.amax(-1), torch.ones(2)) for v in normalised.values())
 
 
+def test_a_long_future_labelled_block_by_block_gets_the_labels_of_one_block(tiny):
+    """A future as long as the window (the reconstruction) would need ``[H, T, n + T]`` float64 at once: 57 GB at
+    30,000 tokens. Block by block, the labels and their checks are those of the whole future at once."""
+    import gatesight_learning.labels as labels_module
+
+    parent = prefill(tiny("qwen3_5"), token_ids(60, 4))
+    future = [token_ids(40, 5)]
+    whole, whole_checks = utility_labels(parent, future, n=60, check_entries=20, seed=1)
+    g = parent.adapter.geometry
+    assert len(labels_module.token_blocks(40, g.num_heads, g.group_size, 100)) == 1  # one block: today's path
+    budget = 8 * 100 * max(g.num_heads, g.group_size ** 2) * 7  # seven tokens a block
+    assert [b.stop - b.start for b in labels_module.token_blocks(40, g.num_heads, g.group_size, 100, budget)] == \
+        [7] * 5 + [5]
+    blocked, blocked_checks = utility_labels(parent, future, n=60, check_entries=20, seed=1, block_bytes=budget)
+    for layer in whole:
+        torch.testing.assert_close(blocked[layer], whole[layer], rtol=1e-6, atol=0)
+    assert blocked_checks.max_closed_form_error < 1e-9 and blocked_checks.max_reconstruction_error < 1e-5
+    assert abs(blocked_checks.max_reconstruction_error - whole_checks.max_reconstruction_error) < 1e-6
+
+
 def test_brute_force_is_an_actual_deletion(tiny):
     """Independent check of the reference itself: a deleted entry's output equals attention without its key."""
     parent = prefill(tiny("qwen3_5"), token_ids(30, 1))
@@ -42,7 +62,7 @@ def test_brute_force_is_an_actual_deletion(tiny):
             captured[layer_idx] = {"query": query, "gate": gate, "keys": keys, "values": values, "output": output}
 
     parent.logits(token_ids(5, 2), observer=Capture())
-    probs, outputs, values = _continuation_attention(parent, layer, captured[layer])
+    probs, outputs, values = _continuation_attention(parent, layer, captured[layer], slice(0, 5))
     blocks = _out_proj_blocks(parent, layer)
     entry = torch.tensor([7])
     brute = brute_force_utility(probs, outputs, values, blocks, 2, entry)

@@ -76,8 +76,12 @@ def test_loading_and_truncation(scbench_dir):
     assert rows[0]["multi_turns"][1]["answer"] == "v-333"
     assert middle_truncate(list(range(10)), 4) == [0, 1, 8, 9]
     encode = lambda text: list(text.encode())  # noqa: E731
-    item = to_item("kv", rows[0], 0, encode, lambda ids: bytes(ids).decode(), max_length=400)
-    assert len(item.body.encode()) == 400 - 2 * 150 and len(item.questions) == 2
+    item = to_item("kv", rows[0], 0, encode, lambda ids: bytes(ids).decode(), max_length=600)
+    assert len(item.questions) == 2
+    longest = max(len(encode(q.prompt)) for q in item.questions)  # the questions are asked after the context
+    assert len(encode(item.context)) + longest + 2 * 150 == 600  # filled exactly: byte tokens add up
+    with pytest.raises(ValueError, match="max length 420 leaves no room for the context of kv"):
+        to_item("kv", rows[0], 0, encode, lambda ids: bytes(ids).decode(), max_length=420)
     assert item.questions[0].scorer("v-222") == 1.0 and item.questions[1].official("v-222") == 0.0
     with pytest.raises(FileNotFoundError, match="not found locally"):
         load_rows("summary", scbench_dir / "empty")

@@ -15,7 +15,7 @@ from pathlib import Path
 from runtime.errors import UsageError
 
 from .. import scbench_metrics
-from .items import Item, Question
+from .items import CONTEXT_TEMPLATE, Item, Question
 
 SCBENCH_TASKS = ("kv", "prefix_suffix", "vt", "repoqa", "qa_eng", "qa_chn", "choice_eng", "many_shot", "summary",
                  "mf", "summary_with_needles", "repoqa_and_kv")
@@ -65,16 +65,13 @@ def _max_new(task: str, turn: dict) -> int:
 
 
 def to_item(task: str, row: dict, index: int, encode, decode, max_length: int, max_turns: int = 5) -> Item:
-    """One SCBench row as an :class:`Item`: the context (middle-truncated to ``max_length`` minus the generation
-    budget of every turn) and one question per turn, scored by the revised scorer (``official`` in ``meta``)."""
+    """One SCBench row as an :class:`Item`: one question per turn, scored by the revised scorer (``official`` in
+    ``meta``), and the context middle-truncated so that the framed context, the longest question and the generation
+    budget of every turn take at most ``max_length`` tokens."""
     turns = row["multi_turns"][:max_turns]
     context = row["context"]
     if isinstance(context, list):  # mf stores a list of integers
         context = " ".join(str(x) for x in context)
-    budget = max_length - sum(_max_new(task, t) for t in turns)
-    if budget <= 0:
-        raise UsageError(f"max length {max_length} leaves no room for the context of {task} (generation budget)")
-    context = decode(middle_truncate(encode(context), budget))
     questions = []
     for turn in turns:
         sub = turn.get("task") or task
@@ -87,5 +84,18 @@ def to_item(task: str, row: dict, index: int, encode, decode, max_length: int, m
         question.scorer = partial(scbench_metrics.score, sub, label=label, options=options, revised=True)
         question.official = partial(scbench_metrics.score, sub, label=label, options=options, revised=False)
         questions.append(question)
-    return Item(f"scbench_{task}", INSTRUCTIONS.get(task, ""), context, questions, "scbench", index=index,
+    header = INSTRUCTIONS.get(task, "")
+    asked = sum(q.max_new_tokens for q in questions) + max(len(encode(q.prompt)) for q in questions)
+    budget = max_length - asked - len(encode(CONTEXT_TEMPLATE.format(header=header, body="")))
+    ids = encode(context)
+    while True:  # text joined at a boundary may encode to a token more than its parts: cut again until it fits
+        if budget <= 0:
+            raise UsageError(f"max length {max_length} leaves no room for the context of {task} (its longest "
+                             f"question and the generation budget of its {len(questions)} turns take {asked} tokens)")
+        context = decode(middle_truncate(ids, budget))
+        over = len(encode(CONTEXT_TEMPLATE.format(header=header, body=context))) + asked - max_length
+        if over <= 0:
+            break
+        budget -= over
+    return Item(f"scbench_{task}", header, context, questions, "scbench", index=index,
                 meta={"id": row.get("id")})
