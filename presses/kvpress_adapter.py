@@ -2,9 +2,13 @@
 
 kvpress hooks ``layer.self_attn`` of every layer, which breaks on GDN layers. Here each attention layer's scorer
 is called the way kvpress's own forward hook calls it after a prefill: ``post_init_from_model`` once per model,
-``module.rotary_emb`` set, the layer's input hidden states of the whole context, the cached keys and values
-``[1, H_kv, n, d]``, the context's attention weights where the press reads them, and the keyword arguments
+``module.rotary_emb`` set, the layer's input hidden states ``[1, n, D]`` of the whole context, the cached keys and
+values ``[1, H_kv, n, d]``, the context's attention weights where the press reads them, and the keyword arguments
 kvpress reads (``position_embeddings`` of positions 0 … n − 1, ``cache_position``, ``hidden_states``).
+
+The prefill records of those layer inputs only the rows the scorer reads (:func:`rows_read`): none for the
+key-only scorers, the last ``window_size`` for SnapKV; at scoring, one layer at a time, the recorded rows end an
+``[1, n, D]`` tensor whose other rows (never read) are zeros.
 
 Qwen3.5's attention emits its output gate from ``q_proj`` and rotates only part of each head (partial RoPE);
 kvpress's query helper cannot handle either. For such models the press sees a view of the attention module whose
@@ -45,6 +49,22 @@ RATIO_DEPENDENT = {
 }
 FULL_ROPE_ONLY = ("ExpectedAttentionPress", "CapPress")
 """Presses that rebuild RoPE for future positions with ``module.rotary_emb`` over the full head dimension."""
+ROWS_READ = {
+    "CURPress": (("score",), 0),
+    "KeyDiffPress": (("score",), 0),
+    "KnormPress": (("score",), 0),
+    "LagKVPress": (("score",), 0),
+    "RandomPress": (("score",), 0),
+    "SnapKVPress": (("score", "compute_window_attention"), "window_size"),
+    "TOVAPress": (("score",), 1),
+}
+"""How many of the context's last layer inputs (rows of ``hidden_states``) kvpress 0.5.5's scorers read: the
+methods ``hidden_states`` reaches, and the row count (an int, or the press field that holds it). The key-only
+scorers read none (their scores are functions of the keys and values); SnapKV's queries are the last
+``window_size`` rows (``hidden_states[:, -window_size:]`` in ``compute_window_attention``, whose length it
+asserts), TOVA's the last one (``compute_window_attention(..., 1, ...)``). A press, subclasses included
+(PyramidKVPress scores with SnapKV's methods), gets the count only while those methods are the listed class's
+own: one that overrides any of them, and any press not listed, reads every row (:data:`ALL_TOKENS`)."""
 
 
 def scorer_names() -> list[str]:
@@ -54,6 +74,41 @@ def scorer_names() -> list[str]:
     classes = {name: getattr(kvpress, name) for name in dir(kvpress)}
     return sorted(name for name, cls in classes.items() if isinstance(cls, type)
                   and issubclass(cls, kvpress.ScorerPress) and cls is not kvpress.ScorerPress)
+
+
+def rows_read(press) -> int:
+    """How many of the context's last layer inputs ``press`` (a kvpress ``ScorerPress``) reads: :data:`ROWS_READ`,
+    or :data:`ALL_TOKENS` where its scoring is not one listed there or reads attention weights (their queries are
+    every token's)."""
+    import kvpress
+
+    if any(c.__name__ in NEEDS_ATTENTIONS for c in type(press).__mro__):
+        return ALL_TOKENS
+    for name, (methods, rows) in ROWS_READ.items():
+        cls = getattr(kvpress, name)
+        # bound methods compare by their function: an override, on the class or the instance, is another function
+        if isinstance(press, cls) and all(getattr(getattr(press, m), "__func__", getattr(press, m))
+                                          is getattr(cls, m) for m in methods):
+            if isinstance(rows, int):
+                return rows
+            count = getattr(press, rows)
+            # kvpress slices hidden_states[:, -count:]: a count below 1 slices from the start (every row)
+            return count if isinstance(count, int) and count >= 1 else ALL_TOKENS
+    return ALL_TOKENS
+
+
+def _layer_inputs(recorded: torch.Tensor | None, n: int, width: int, dtype: torch.dtype,
+                  device: torch.device) -> torch.Tensor:
+    """``[1, n, D]`` layer inputs as a scorer sees them: the ``[w, D]`` ``recorded`` for the last ``w`` context
+    tokens at the end, zeros before (rows the scorer never reads); with nothing recorded, a zero tensor that holds
+    no memory (a scorer that reads no row still gets the context's length)."""
+    if recorded is None:
+        return torch.zeros((), dtype=dtype, device=device).expand(1, n, width)
+    if recorded.shape[0] == n:
+        return recorded[None]
+    hidden = recorded.new_zeros(n, width)
+    hidden[n - recorded.shape[0] :] = recorded
+    return hidden[None]
 
 
 def _refusal(press) -> str | None:
@@ -130,7 +185,7 @@ class KvpressScorer(Press):
         return build_with_options(KvpressScorer.scorer_class(class_name), f"kvpress:{class_name}", options)
 
     def evidence(self, adapter) -> EvidenceRequest:
-        return EvidenceRequest(window=ALL_TOKENS)
+        return EvidenceRequest(window=rows_read(self.press))
 
     def check(self, adapter) -> None:
         partial = adapter.geometry.rotary_dim < adapter.geometry.head_dim
@@ -146,35 +201,40 @@ class KvpressScorer(Press):
         if self._initialised_for is not model:
             self.press.post_init_from_model(model)
             self._initialised_for = model
-        positions = torch.arange(context.n, device=adapter.device)
-        any_hidden = context.evidence.window_hidden[adapter.attention_layers[0]]
-        if any_hidden.shape[0] != context.n:
-            raise UsageError("kvpress presses read every context token's layer input: prefill with "
+        rows, recorded = min(rows_read(self.press), context.n), context.evidence.window_hidden
+        held = min((recorded[layer].shape[0] if layer in recorded else 0) for layer in adapter.attention_layers)
+        if held < rows:
+            raise UsageError(f"kvpress {type(self.press).__name__} reads the layer inputs of the last {rows} of the "
+                             f"{context.n} context tokens; the prefill recorded {held}: prefill with "
                              "evidence=press.evidence(adapter)")
-        cos, sin = model.model.rotary_emb(any_hidden[None], positions[None])
-        scores = {}
-        for layer in adapter.attention_layers:
-            module = adapter.attention_module(layer)
-            module.rotary_emb = model.model.rotary_emb  # what kvpress's context manager sets on every layer
-            kv = context.kv[layer]
-            hidden = context.evidence.window_hidden[layer][None]
-            queries = None
-            if adapter.gated or adapter.geometry.rotary_dim < adapter.geometry.head_dim:
-                queries = adapter.queries(layer, hidden, cos[0], sin[0])  # [H, n, d], post-RoPE
-                module = _QueryView(module, hidden, queries.transpose(0, 1).reshape(1, context.n, -1))
-                identity = torch.ones(1, context.n, adapter.geometry.head_dim, dtype=queries.dtype,
-                                      device=queries.device)
-                embeddings = (identity, torch.zeros_like(identity))  # the view's queries are rotated already
-            else:
-                embeddings = (cos, sin)
-            attentions = None
-            if any(c.__name__ in NEEDS_ATTENTIONS for c in type(self.press).__mro__):
-                if queries is None:
-                    queries = adapter.queries(layer, hidden, cos[0], sin[0])
-                attentions = attention_probs(queries.float(), kv.keys.float(), module.scaling,
-                                             causal_tail=context.n).to(kv.keys.dtype)[None]
-            kwargs = {"hidden_states": hidden, "position_embeddings": embeddings, "cache_position": positions,
-                      "attention_mask": None}
-            per_entry = self.press.score(module, hidden, kv.keys[None], kv.values[None], attentions, kwargs)
-            scores[layer] = per_entry[0, :, context.protected :].float()
-        return scores
+        positions = torch.arange(context.n, device=adapter.device)
+        cos, sin = adapter.rope(torch.empty(0, dtype=adapter.dtype, device=adapter.device), positions)  # [n, r]
+        return {layer: self._score_layer(context, layer, cos, sin) for layer in adapter.attention_layers}
+
+    def _score_layer(self, context: ScoringContext, layer: int, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """``[H_kv, n_body]`` scores of one attention layer; its ``[1, n, D]`` layer inputs live only in this call."""
+        adapter, n = context.adapter, context.n
+        module = adapter.attention_module(layer)
+        module.rotary_emb = adapter.model.model.rotary_emb  # what kvpress's context manager sets on every layer
+        kv = context.kv[layer]
+        recorded = context.evidence.window_hidden.get(layer)
+        hidden = _layer_inputs(recorded, n, adapter.config.hidden_size, cos.dtype, cos.device)
+        queries = None
+        if adapter.gated or adapter.geometry.rotary_dim < adapter.geometry.head_dim:
+            if recorded is not None:  # a scorer that reads no layer input asks for no queries
+                queries = adapter.queries(layer, hidden, cos, sin)  # [H, n, d], post-RoPE
+                module = _QueryView(module, hidden, queries.transpose(0, 1).reshape(1, n, -1))
+            identity = torch.ones(1, n, adapter.geometry.head_dim, dtype=cos.dtype, device=cos.device)
+            embeddings = (identity, torch.zeros_like(identity))  # the view's queries are rotated already
+        else:
+            embeddings = (cos[None], sin[None])
+        attentions = None
+        if any(c.__name__ in NEEDS_ATTENTIONS for c in type(self.press).__mro__):
+            if queries is None:
+                queries = adapter.queries(layer, hidden, cos, sin)
+            attentions = attention_probs(queries.float(), kv.keys.float(), module.scaling,
+                                         causal_tail=n).to(kv.keys.dtype)[None]
+        kwargs = {"hidden_states": hidden, "position_embeddings": embeddings,
+                  "cache_position": torch.arange(n, device=cos.device), "attention_mask": None}
+        per_entry = self.press.score(module, hidden, kv.keys[None], kv.values[None], attentions, kwargs)
+        return per_entry[0, :, context.protected :].float()

@@ -7,8 +7,8 @@ import torch
 from transformers import DynamicCache
 
 import presses
-from presses.kvpress_adapter import KvpressScorer
-from runtime import adapter_for, prefill
+from presses.kvpress_adapter import ALL_TOKENS, KvpressScorer
+from runtime import EvidenceRequest, adapter_for, prefill
 from tests.helpers import FAMILIES, token_ids
 
 SCORERS = sorted(name for name in dir(kvpress) if isinstance(getattr(kvpress, name), type)
@@ -107,7 +107,7 @@ def test_qwen35_presses_see_the_models_own_queries(tiny):
 
     model = tiny("qwen3_5")
     adapter = adapter_for(model)
-    parent = prefill(model, token_ids(120, 3), evidence=KvpressScorer(press=kvpress.SnapKVPress()).evidence(None))
+    parent = prefill(model, token_ids(120, 3), evidence=EvidenceRequest(window=ALL_TOKENS))
     layer = adapter.attention_layers[0]
     hidden = parent.evidence.window_hidden[layer][None]
     cos, sin = model.model.rotary_emb(hidden, torch.arange(120)[None])
