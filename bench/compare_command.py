@@ -18,6 +18,7 @@ from workloads.tasks import registry as tasks
 
 from .arguments import Command, add_model_arguments, count, floats, model_spec, names, natural, options, part
 from .settings import DEFAULT_KEEP_FRACTIONS, ENGINES, EXECUTORS, KEEP_FRACTION_GRIDS
+from .specs import split_items, split_outside
 
 
 def keep_fractions(text: str) -> list[float]:
@@ -49,22 +50,36 @@ haystack is made of needles of the same form, which a question-free press cannot
 the RULER tasks whole down to p = 0.02 (a flat curve): shorter contexts hold fewer entries at the same p."""
 
 
+def spec_list(text: str) -> list[str]:
+    """``--press`` and ``--alloc``: comma-separated ``name[key=value,...]`` items (:mod:`bench.specs`), split at the
+    commas outside brackets, spaces around each dropped; an unbalanced bracket is an argparse error."""
+    try:
+        return split_items(text, ",")
+    except UsageError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
 def method_pairs(text: str) -> list[str]:
-    """``--methods``: comma-separated ``press/allocator`` pairs, spaces around either part dropped as
-    :func:`~bench.arguments.names` drops them around a name (``keydiff / flat`` is ``keydiff/flat``)."""
-    return ["/".join(part.strip() for part in pair.split("/")) for pair in names(text)]
+    """``--methods``: comma-separated ``press/allocator`` pairs, each part ``name[key=value,...]``; spaces around
+    either part dropped as :func:`~bench.arguments.names` drops them around a name (``keydiff / flat`` is
+    ``keydiff/flat``)."""
+    try:
+        return ["/".join(split_outside(pair, "/")) for pair in split_items(text, ",")]
+    except UsageError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--press", type=names, default=None,
-                   help=f"comma list of presses ({', '.join(presses.available())}) and none (default: "
+    p.add_argument("--press", type=spec_list, default=None,
+                   help=f"comma list of presses ({', '.join(presses.available())}) and none, each with its own "
+                        f"options in brackets if any: snapkv[window=64,kernel=5] (default: "
                         f"{','.join(DEFAULT_PRESSES)})")
-    p.add_argument("--alloc", type=names, default=None,
-                   help=f"comma list of allocators: {','.join(allocators.available())} (default: "
-                        f"{','.join(DEFAULT_ALLOCATORS)})")
+    p.add_argument("--alloc", type=spec_list, default=None,
+                   help=f"comma list of allocators: {','.join(allocators.available())}, options in brackets as for "
+                        f"--press: perlayer[weights=1/2/3] (default: {','.join(DEFAULT_ALLOCATORS)})")
     p.add_argument("--methods", type=method_pairs, default=None,
-                   help="press/allocator pairs instead of every --press with every --alloc, e.g. "
-                        "gatesight/gate,kvzip/global,snapkv/flat")
+                   help="press/allocator pairs instead of every --press with every --alloc, each part with its own "
+                        "options in brackets: gatesight/gate,kvzip/global,snapkv[window=64]/flat")
     fractions = p.add_mutually_exclusive_group()
     fractions.add_argument("--keep-fractions", "--ratios", dest="keep_fractions", type=keep_fractions,
                            default=list(DEFAULT_KEEP_FRACTIONS),
@@ -89,10 +104,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "nothing here trains on: manpages or nodejs-docs (rows and summaries name it)")
     p.add_argument("--scbench-data", default=None, help="local microsoft/SCBench copy (jsonl dir or datasets cache)")
     p.add_argument("--press-options", type=options, default={},
-                   help="key=value,... for every press of the run (e.g. window=64 for snapkv; a kvpress:<Class> "
-                        "takes its own fields); rows name the press with its options")
+                   help="key=value,... for every press of the run, each of which must have the option (e.g. "
+                        "window=64 for snapkv; a kvpress:<Class> takes its own fields); one press's own: "
+                        "snapkv[window=64]. Rows name each press with its options")
     p.add_argument("--alloc-options", type=options, default={},
-                   help="key=value,... for every allocator (e.g. weights=1/2/3 for perlayer, safeguard=0.1 for adakv)")
+                   help="key=value,... for every allocator, each of which must have the option (e.g. "
+                        "weights=1/2/3 for perlayer, safeguard=0.1 for adakv); one allocator's own: "
+                        "adakv[safeguard=0.1]")
     p.add_argument("--batch", type=count, default=32,
                    help="compacted children of one context answered together (memory: their caches, padded)")
     p.add_argument("--jobs", type=count, default=1,
@@ -130,41 +148,35 @@ def methods_of(args: argparse.Namespace) -> tuple[list[str], list[str], list[str
 
 def run(args) -> None:
     from artifacts.files import write_text
-    from pretrained import loading
 
-    from .compare import CompareSettings, contexts_of, run_compare, run_rows, validate
+    from .compare import CompareSettings, execute, plan, run_rows
     from .report import headline_markdown, plot_curves, summary_markdown
 
     fractions = args.compression_ratios if args.compression_ratios is not None else args.keep_fractions
     chosen_presses, chosen_allocators, pairs = methods_of(args)
-    settings = validate(CompareSettings(
+    run = plan(CompareSettings(
         presses=chosen_presses, allocators=chosen_allocators, keep_fractions=fractions, tasks=args.tasks, n=args.n,
         length=args.length, model=model_spec(args), seed=args.seed, out=Path(args.out), profile=args.profile,
         scbench_data=Path(args.scbench_data) if args.scbench_data else None, jobs=args.jobs, batch=args.batch,
         press_options=args.press_options, alloc_options=args.alloc_options, engine=args.engine,
         haystack=args.haystack, pairs=pairs, shard=args.shard, executor=args.executor, address=args.address,
     ))
-    store = run_compare(settings)
-    if not contexts_of(settings):  # a batch array with more shards than the run has contexts
-        k, n = settings.shard
-        total = len(tasks.expand(settings.tasks)) * settings.n
+    store, identity = execute(run)
+    if identity is None:  # a batch array with more shards than the run has contexts
+        k, n = run.shard
+        total = len(run.tasks) * run.n
         print(f"shard {k}/{n} holds no context: the run has {total} context(s), at positions 0 … {total - 1}, and "
               f"this shard takes positions {k}, {k + n}, …; nothing to answer and nothing written (leave "
-              f"{settings.out} out of bench merge)")
+              f"{run.out} out of bench merge)")
         return
-    rows = run_rows(store, settings)
-    if not rows:  # the run wrote rows, under the model's identity at its start: the directory changed since
-        raise UsageError(f"{loading.resolve(settings.model)} changed while the run went on (weights, config, tokenizer "
-                         "or its gatesight/ or calibration/ were written meanwhile, e.g. by bench train or bench "
-                         f"calibrate): none of the rows in {store.path} is of the model as it is now. They are kept, "
-                         "under the identity the model had when the run began; rerun once nothing writes into it")
-    write_text(settings.out / "summary.md", summary_markdown(rows))
-    methods = len(settings.combinations())
-    png = plot_curves(rows, settings.out / "curves.png",
-                      f"{methods} method(s) · {', '.join(tasks.expand(settings.tasks))} · {settings.length} tokens · "
-                      f"n = {settings.n} per task")
+    # the rows of the model as the run fingerprinted it when it began, whatever is written into its directory since
+    rows = run_rows(store, run, identity)
+    write_text(run.out / "summary.md", summary_markdown(rows))
+    png = plot_curves(rows, run.out / "curves.png",
+                      f"{len(run.methods)} method(s) · {', '.join(run.tasks)} · {run.length} tokens · "
+                      f"n = {run.n} per task")
     print(headline_markdown(rows))
-    print(f"results: {store.path}\nsummary: {settings.out / 'summary.md'} (pairwise tables, per-task cells, needle "
+    print(f"results: {store.path}\nsummary: {run.out / 'summary.md'} (pairwise tables, per-task cells, needle "
           f"recall per layer)\nplot:    {png}")
 
 

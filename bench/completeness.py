@@ -1,7 +1,7 @@
 """Whether result stores hold whole runs, and the checks every report applies to its stores first.
 
-Each row names its run (:data:`bench.store.RUN`): the run's contexts, in order, and the shard of them it took. The
-rows of one setting group (:data:`bench.store.SHARED_FIELDS`: model, weights, code version, …) are whole when every
+Each row names its run (:data:`bench.row_fields.RUN`): the run's contexts, in order, and the shard of them it took. The
+rows of one setting group (:data:`bench.row_fields.SHARED_FIELDS`: model, weights, code version, …) are whole when every
 context of every run they name holds rows — every shard of the run, or (``bench merge`` checking one shard's store)
 every context of the shards held — and every context holds the rows of every method and question of its group.
 
@@ -23,20 +23,17 @@ from pathlib import Path
 from runtime.errors import UsageError
 from workloads.tasks.registry import haystack_of
 
-from .store import (
-    RUN,
-    SHARED_FIELDS,
-    SHOWN,
-    ResultStore,
-    check_one_value,
-    listed,
-    method_at,
-    shard_contexts,
-)
+from .row_fields import RUN, SHARED_FIELDS, describe_row, method_at, row_key, shard_contexts
+from .store import ResultStore
 
 RERUN = "its bench compare stopped before finishing; rerun it (it resumes)"
 RERUN_THOSE = "their bench compare stopped before finishing; rerun it with those settings (it resumes)"
 """The advice for the rows of a group beside others: their run's settings are what set them apart."""
+SHOWN = 5
+"""How many missing rows or methods a message lists."""
+RUN_SHARED = ("tasks", "n", "haystack", "shards")
+"""What the rows of every shard of one run name alike of their run (:data:`bench.row_fields.RUN`): all but the
+shard."""
 Entry = tuple[dict, ResultStore, int]
 """A row, the store that holds it and its line there."""
 Gap = tuple[str, str]
@@ -45,14 +42,15 @@ Gap = tuple[str, str]
 
 def check_stores(stores: list[ResultStore], complete: bool = True) -> None:
     """What ``bench verify`` checks before anything reports on ``stores``, as one ``UsageError``: each store given
-    once; every row valid (:meth:`~bench.store.ResultStore.check_rows`); with ``complete``, no last line cut short
-    and whole runs (:func:`check_complete`); and one value per row key, held once
-    (:func:`~bench.store.check_one_value`)."""
+    once; every row valid (:meth:`~bench.store.ResultStore.check_rows`); with ``complete``, no last line cut short,
+    the shards of one run and split only (:func:`check_one_split`, as ``bench merge`` checks them) and whole runs
+    (:func:`check_complete`); and one value per row key, held once (:func:`check_one_value`)."""
     check_given_once(stores)
     for store in stores:
         store.check_rows()
     if complete:
         check_not_cut(stores)
+        check_one_split(stores)
         check_complete(stores)
     check_one_value(stores)
 
@@ -73,6 +71,101 @@ def check_not_cut(stores: list[ResultStore]) -> None:
             raise UsageError(f"{store.path}: line {store.cut_line}, the last, is cut short: {RERUN}")
 
 
+def _same_values(a: dict, b: dict) -> bool:
+    # the timings of one context are measured where it ran, and the run that wrote it is where the row comes from,
+    # not a value of it: two copies of a row may differ in them alone
+    def values(row: dict) -> dict:
+        return {k: v for k, v in row.items() if not k.endswith("_seconds") and k != RUN}
+    return values(a) == values(b)
+
+
+def check_one_value(stores: list[ResultStore], copies: bool = False) -> None:
+    """``ValueError`` naming (by file and line) the first row key that two rows of ``stores`` hold with other values:
+    one key, one value. With ``copies`` False, also a key held twice with the same values, which a report would
+    count twice (``bench merge`` passes True: it keeps one copy)."""
+    seen: dict[tuple, tuple[dict, str]] = {}
+    for store in stores:
+        for row, line in zip(store.rows, store.line_numbers):
+            key, where = row_key(row), f"{store.path}:{line}"
+            if key not in seen:
+                seen[key] = (row, where)
+                continue
+            first, there = seen[key]
+            if not _same_values(first, row):
+                raise UsageError(f"{there} and {where} hold the row of {describe_row(row)} with other values: one "
+                                 "key, one value (shards of one run agree on every row they share)")
+            if not copies:
+                raise UsageError(f"{there} and {where} both hold the row of {describe_row(row)}: a report would count "
+                                 "it twice; keep one copy (bench merge joins stores, keeping one)")
+
+
+def check_one_split(stores: list[ResultStore]) -> None:
+    """``UsageError`` naming a store that holds a part of a sharded run (not every shard of it) and another store of
+    its setting group that is not a shard of that run and split (:func:`check_shards_alike`). Together the two may
+    hold every context their runs name — shard 0/2 and shard 1/3 of a run of two contexts do — but ``bench merge``
+    refuses to join them, and a store holds the rows of one split."""
+    groups: dict[tuple, dict[ResultStore, list[dict]]] = defaultdict(lambda: defaultdict(list))
+    for store in stores:
+        for row in store.rows:
+            groups[_group_of(row)][store].append(row)
+    for held in groups.values():
+        part = next((store for store, rows in held.items() if _is_part(rows)), None)
+        for other, rows in held.items():
+            if part is not None and other is not part:
+                check_shards_alike(part, run_settings(held[part]), other, run_settings(rows))
+
+
+def run_settings(rows: list[dict]) -> dict[str, list[str]]:
+    """``{"run field": its values}`` of each field of the runs ``rows`` name but the shard (:data:`RUN_SHARED`),
+    ``–`` for rows that name none."""
+    return {f"run {field}": sorted({str(row[RUN][field]) if RUN in row else "–" for row in rows})
+            for field in RUN_SHARED}
+
+
+def check_shards_alike(first: ResultStore, mine: dict[str, list[str]], other: ResultStore,
+                       theirs: dict[str, list[str]]) -> None:
+    """``UsageError`` naming ``first`` and ``other`` and the first of the settings they hold (``mine`` and
+    ``theirs``: ``{setting: its values}``, the same settings in the same order) whose values differ, as stores
+    that are not shards of one run: a store that lacks some of the other's methods, stores of two splits of one run
+    (``run shards``), or of two runs or settings."""
+    for field, values in mine.items():
+        if theirs[field] == values:
+            continue
+        only_mine, only_theirs = set(values) - set(theirs[field]), set(theirs[field]) - set(values)
+        if field == "methods" and not (only_mine and only_theirs):  # one shard holds a part of the other's
+            small, large, lacking = (first, other, only_theirs) if not only_mine else (other, first, only_mine)
+            raise UsageError(f"{small.path} holds no rows of {listed(sorted(lacking))}, which {large.path} holds: "
+                             f"the run of {small.directory} did not finish (rerun it, it resumes), or it ran fewer "
+                             "methods and is not a shard of the same run")
+        if field == "run shards":
+            raise UsageError(f"{first.path} holds shard {_shards_held(first)} and {other.path} shard "
+                             f"{_shards_held(other)}: the shards of one run are of one --shard K/N split (one N); "
+                             "merge the stores of one split")
+        raise UsageError(f"{first.path} and {other.path} are not shards of one run: their {field} differ "
+                         f"({', '.join(values)} against {', '.join(theirs[field])})")
+
+
+def _shards_held(store: ResultStore) -> str:
+    return ", ".join(sorted({f"{row[RUN]['shard']}/{row[RUN]['shards']}" for row in store.rows if RUN in row}))
+
+
+def _is_part(rows: list[dict]) -> bool:
+    """Whether ``rows`` hold a part of a sharded run: not every shard of it that has contexts (a shard of more
+    shards than the run has contexts holds none)."""
+    held: dict[str, tuple[dict, set[int]]] = {}
+    for row in rows:
+        if RUN in row:
+            run = row[RUN]
+            held.setdefault(repr([run[field] for field in RUN_SHARED]), (run, set()))[1].add(run["shard"])
+    return any(k not in shards and shard_contexts({**run, "shard": k})
+               for run, shards in held.values() for k in range(run["shards"]))
+
+
+def _group_of(row: dict) -> tuple:
+    """The setting group of ``row`` (:data:`~bench.row_fields.SHARED_FIELDS`): rows of one group are of one run."""
+    return tuple(str(row.get(field)) for field in SHARED_FIELDS)
+
+
 def check_complete(stores: list[ResultStore], every_shard: bool = True) -> None:
     """``UsageError`` naming what the rows of ``stores`` lack together: a context of a run no row holds (of any
     shard of it, or with ``every_shard`` False of the shards held only), or a context without the rows of every
@@ -80,7 +173,7 @@ def check_complete(stores: list[ResultStore], every_shard: bool = True) -> None:
     entries = [(row, store, line) for store in stores for row, line in zip(store.rows, store.line_numbers)]
     groups: dict[tuple, list[Entry]] = defaultdict(list)
     for entry in entries:
-        groups[tuple(str(entry[0].get(field)) for field in SHARED_FIELDS)].append(entry)
+        groups[_group_of(entry[0])].append(entry)
     for group, held in sorted(groups.items(), key=lambda item: (len(item[1]), item[0])):
         gap = _missing_context(held, every_shard) or _missing_rows(held)
         if gap is None:
@@ -121,7 +214,7 @@ def _missing_rows(held: list[Entry]) -> Gap | None:
         missing = {(method, question) for method in methods for question in questions} - answered
         if missing:
             return (f"is incomplete: task {task}, item {item} lacks the rows of "
-                    f"{listed(f'{method} question {q}' for method, q in missing)}", RERUN)
+                    f"{listed(sorted(f'{method} question {q}' for method, q in missing))}", RERUN)
     return None
 
 
@@ -154,11 +247,11 @@ def _missing_context(held: list[Entry], every_shard: bool) -> Gap | None:
             k = lost[0][0]
             gone = [f"task {task}, item {item}" for shard, task, item in lost if shard == k]
             return (f"holds shard {_shards(rows)} of a run of {count} shards; shard {k}/{count} is missing: no row "
-                    f"holds {_first(gone)}", "give the stores of every shard (bench compare --shard K/N writes each), "
+                    f"holds {listed(gone)}", "give the stores of every shard (bench compare --shard K/N writes each), "
                                              "or bench merge them into one")
         shard = f" (shard {k}/{count})" if count > 1 else ""
         return (f"is incomplete: no row holds task {task}, item {item}{shard} of its run (items 0 … {run['n'] - 1} of "
-                f"{_first(run['tasks'])})", RERUN)
+                f"{listed(run['tasks'])})", RERUN)
     return None
 
 
@@ -178,8 +271,8 @@ def _shards(rows: list[Entry]) -> str:
     return ", ".join(f"{k}/{count}" for k, count in held)
 
 
-def _first(values: list[str]) -> str:
-    """The first :data:`bench.store.SHOWN` of ``values``, in their order; how many more there are."""
+def listed(values: list[str]) -> str:
+    """The first :data:`SHOWN` of ``values``, in their order, for a message; how many more there are."""
     return ", ".join(values[:SHOWN]) + (f", … ({len(values) - SHOWN} more)" if len(values) > SHOWN else "")
 
 
@@ -200,5 +293,5 @@ def _where(entries: list[Entry]) -> str:
                 ranges[-1][1] = number
             else:
                 ranges.append([number, number])
-        named.append(f"{store.path}:{_first([str(a) if a == b else f'{a}-{b}' for a, b in ranges])}")
+        named.append(f"{store.path}:{listed([str(a) if a == b else f'{a}-{b}' for a, b in ranges])}")
     return ", ".join(named)

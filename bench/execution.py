@@ -1,22 +1,31 @@
 """Where the contexts of a comparison are answered: in this process, or by worker processes.
 
 The unit of work is a whole context (:class:`ContextJob`): one prefill feeds every child of it. A
-:class:`ContextWorker` holds a harness (its own model) and answers jobs; the driver alone writes the store, so a
-store is written by one process whatever runs the contexts.
+:class:`ContextWorker` holds a harness (its own model, loaded once) and answers jobs; the driver alone writes the
+store, so a store is written by one process whatever runs the contexts. The driver loads no model when workers
+answer: it fingerprints the model directory once, and each worker checks that the model it loaded is that one.
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import queue
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
 
+from pretrained import loading
+from runtime.errors import UsageError
+
 from .context_run import ContextRun
 from .harness import Harness
-from .settings import CheckedSettings
+from .plan import RunPlan
+
+RAY_CONNECT_SECONDS = 60.0
+"""How long ``ray.init`` may take to join the cluster at ``--address``: a server that answers as gRPC but is not
+Ray's (which :func:`bench.settings.check_ray_address` lets through) would have it retry for minutes."""
 
 
 @dataclass(frozen=True)
@@ -34,13 +43,20 @@ class ContextWorker:
 
     Parameters
     ----------
-    settings : CheckedSettings
-        The run's settings, checked (:func:`bench.settings.validate`).
+    run : RunPlan
+    identity : ModelIdentity
+        The model directory's fingerprints when the run began (the driver's): the rows record them, and a worker
+        whose loaded model is another (the directory written since) refuses to answer.
     """
 
-    def __init__(self, settings: CheckedSettings):
+    def __init__(self, run: RunPlan, identity: loading.ModelIdentity):
         torch.set_num_threads(1)
-        self.harness = Harness(settings)
+        self.harness = Harness(run, identity)
+        if loading.identity(self.harness.model_dir) != identity:
+            raise UsageError(f"{run.model_dir} changed since the run began (weights, config, tokenizer or its "
+                             "artifacts were written meanwhile, e.g. by bench train or bench calibrate): a worker "
+                             "loaded another model than the one the run's rows name; rerun once nothing writes "
+                             "into it")
 
     def rows(self, job: ContextJob) -> list[dict]:
         """The new rows of one context."""
@@ -49,17 +65,18 @@ class ContextWorker:
         return rows
 
 
-def _serve(settings: CheckedSettings, jobs, results) -> None:
+def _serve(run: RunPlan, identity: loading.ModelIdentity, jobs, results) -> None:
     """A worker process: answer jobs until the driver sends None; an error goes back to the driver and ends it."""
     try:
-        worker = ContextWorker(settings)
+        worker = ContextWorker(run, identity)
         for job in iter(jobs.get, None):
             results.put(("rows", job, worker.rows(job)))
     except BaseException as error:  # noqa: BLE001 - the driver re-raises it with its own type and message
         results.put(("error", None, error))
 
 
-def in_processes(settings: CheckedSettings, jobs: list[ContextJob], workers: int) -> Iterator[list[dict]]:
+def in_processes(run: RunPlan, identity: loading.ModelIdentity, jobs: list[ContextJob],
+                 workers: int) -> Iterator[list[dict]]:
     """The rows of every job, context by context as workers finish them, from ``workers`` spawned processes.
 
     A worker's exception is raised here as it was raised there; a worker that dies without one (killed, out of
@@ -69,7 +86,7 @@ def in_processes(settings: CheckedSettings, jobs: list[ContextJob], workers: int
     pending, results = context.Queue(), context.Queue()
     for job in jobs:
         pending.put(job)
-    processes = [context.Process(target=_serve, args=(settings, pending, results), daemon=True)
+    processes = [context.Process(target=_serve, args=(run, identity, pending, results), daemon=True)
                  for _ in range(workers)]
     for process in processes:
         pending.put(None)
@@ -104,20 +121,73 @@ def in_this_process(harness: Harness, jobs: list[ContextJob], is_done: Callable[
         yield None
 
 
-def in_ray(settings: CheckedSettings, jobs: list[ContextJob], workers: int,
-           address: str | None) -> Iterator[list[dict]]:
+def in_ray(run: RunPlan, identity: loading.ModelIdentity, jobs: list[ContextJob],
+           workers: int) -> Iterator[list[dict]]:
     """The rows of every job from ``workers`` Ray actors, each a :class:`ContextWorker` (one CPU each), context by
-    context as they finish: on the cluster at ``address``, or on a Ray instance started here for the run."""
+    context as they finish: on the cluster at ``run.address``, or on a Ray instance started here for the run."""
     import ray
     from ray.util import ActorPool
 
     started = not ray.is_initialized()
     if started:
-        ray.init(address=address, include_dashboard=False, log_to_driver=False)
+        _join_ray(ray, run.address)
     try:
-        actor = ray.remote(num_cpus=1)(ContextWorker)
-        pool = ActorPool([actor.remote(settings) for _ in range(workers)])
+        actor = ray.remote(num_cpus=1)(_RayWorker)
+        pool = ActorPool([actor.remote(run, identity) for _ in range(workers)])
         yield from pool.map_unordered(lambda worker, job: worker.rows.remote(job), jobs)
+    except ray.exceptions.RayError as error:
+        raise _worker_error(error) from None
     finally:
         if started:
             ray.shutdown()
+
+
+class _RayWorker:
+    """A :class:`ContextWorker` as a Ray actor whose construction error is raised by its first call: Ray hands a
+    method's exception back as it was raised (``RayTaskError.cause``), a constructor's only as text."""
+
+    def __init__(self, run: RunPlan, identity: loading.ModelIdentity):
+        try:
+            self.worker, self.error = ContextWorker(run, identity), None
+        except Exception as error:  # noqa: BLE001 - raised by rows(), where the driver receives it whole
+            self.worker, self.error = None, error
+
+    def rows(self, job: ContextJob) -> list[dict]:
+        if self.error is not None:
+            raise self.error
+        return self.worker.rows(job)
+
+
+def _worker_error(error: BaseException) -> BaseException:
+    """The exception an actor raised, as it was raised there (a worker process's is re-raised so too), out of the
+    ``RayTaskError`` Ray wraps it in; Ray's own error where no exception of the worker's is inside."""
+    cause = error
+    while getattr(cause, "cause", None) is not None and cause.cause is not cause:
+        cause = cause.cause
+    return cause if isinstance(cause, Exception) and not type(cause).__module__.startswith("ray.") else error
+
+
+def _join_ray(ray, address: str | None, timeout: float = RAY_CONNECT_SECONDS) -> None:
+    """``ray.init`` at ``address``, bounded by ``timeout`` seconds when an address is given: that call runs in a
+    daemon thread, which does not keep the process if it never returns. A cluster started here (no address) starts
+    in this thread, as Ray expects of a local start, and takes what it takes."""
+    if address is None:
+        ray.init(include_dashboard=False, log_to_driver=False)
+        return
+    failure: list[BaseException] = []
+
+    def join() -> None:
+        try:
+            ray.init(address=address, include_dashboard=False, log_to_driver=False)
+        except BaseException as error:  # noqa: BLE001 - raised again in the caller's thread
+            failure.append(error)
+
+    thread = threading.Thread(target=join, name="ray-init", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        raise UsageError(f"--address {address}: no Ray cluster joined within {timeout:g} s (something answers there, "
+                         "but ray.init keeps retrying); give the head node's GCS address (HOST:6379 by default) or "
+                         "ray://HOST:10001")
+    if failure:
+        raise failure[0]

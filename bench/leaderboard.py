@@ -59,18 +59,17 @@ def read_manifest(path: Path) -> dict[str, str]:
 
 def allocation_ablation_markdown(report: GroupReport) -> list[str]:
     """The paper's Table 4 analogue: each scorer under every allocator it ran with (ΔNLL, task-averaged)."""
-    by_press: dict[str, list[str]] = defaultdict(list)
+    by_press: dict[str, list[tuple[str, str]]] = defaultdict(list)  # press -> (allocator, method)
     for method in report.methods:
-        press, alloc = method.split("/", 1)
-        by_press[press].append(alloc)
+        press, alloc = report.parts[method]
+        by_press[press].append((alloc, method))
     boot, tasks = report.boot["delta_nll"], report.average_tasks["delta_nll"]
     lines = ["| press | allocator | " + " | ".join(f"p={r:g}" for r in report.keep_fractions) + " |",
              "|---|---|" + "---|" * len(report.keep_fractions)]
     for press in sorted(by_press):
         if len(by_press[press]) < 2:
             continue
-        for alloc in sorted(by_press[press]):
-            method = f"{press}/{alloc}"
+        for alloc, method in sorted(by_press[press]):
             cells = [boot.average(method, r, tasks).format(1, 3) if r in report.columns(method) else "–"
                      for r in report.keep_fractions]
             lines.append(f"| {press} | {alloc} | " + " | ".join(cells) + " |")

@@ -17,44 +17,24 @@ from artifacts.outputs import Output
 from runtime.errors import UsageError
 
 from .arguments import Command
-from .completeness import check_complete, check_given_once, check_not_cut
-from .store import RUN, SHARED_FIELDS, ResultStore, check_one_value, listed, method_at
+from .completeness import (
+    check_complete,
+    check_given_once,
+    check_not_cut,
+    check_one_value,
+    check_shards_alike,
+    run_settings,
+)
+from .row_fields import SHARED_FIELDS, method_at
+from .store import ResultStore
 
-RUN_SHARED = ("tasks", "n", "haystack", "shards")
-"""What the rows of every shard of one run name alike of their run (:data:`bench.store.RUN`): all but the shard."""
 
-
-def _settings_of(store: ResultStore) -> dict:
+def _settings_of(store: ResultStore) -> dict[str, list[str]]:
     """What every shard of one run shares: each field's values, the methods (press/allocator at each p), and each
-    field of the run the rows name but the shard (``–`` for rows that name none)."""
+    field of the run the rows name but the shard (:func:`~bench.completeness.run_settings`)."""
     shared = {field: sorted({str(row.get(field)) for row in store.rows}) for field in SHARED_FIELDS}
     shared["methods"] = sorted({method_at(row) for row in store.rows})
-    for field in RUN_SHARED:
-        shared[f"run {field}"] = sorted({str(row[RUN][field]) if RUN in row else "–" for row in store.rows})
-    return shared
-
-
-def _shards_held(store: ResultStore) -> str:
-    return ", ".join(sorted({f"{row[RUN]['shard']}/{row[RUN]['shards']}" for row in store.rows if RUN in row}))
-
-
-def _check_shards_of_one_run(first: ResultStore, other: ResultStore) -> None:
-    mine, theirs = _settings_of(first), _settings_of(other)
-    for field, values in mine.items():
-        if theirs[field] == values:
-            continue
-        only_mine, only_theirs = set(values) - set(theirs[field]), set(theirs[field]) - set(values)
-        if field == "methods" and not (only_mine and only_theirs):  # one shard holds a part of the other's
-            small, large, lacking = (first, other, only_theirs) if not only_mine else (other, first, only_mine)
-            raise UsageError(f"{small.path} holds no rows of {listed(lacking)}, which {large.path} holds: the run "
-                             f"of {small.directory} did not finish (rerun it, it resumes), or it ran fewer methods "
-                             "and is not a shard of the same run")
-        if field == "run shards":
-            raise UsageError(f"{first.path} holds shard {_shards_held(first)} and {other.path} shard "
-                             f"{_shards_held(other)}: the shards of one run are of one --shard K/N split (one N); "
-                             "merge the stores of one split")
-        raise UsageError(f"{first.path} and {other.path} are not shards of one run: their {field} differ "
-                         f"({', '.join(values)} against {', '.join(theirs[field])})")
+    return {**shared, **run_settings(store.rows)}
 
 
 def merge_stores(sources: list[Path], out: Path) -> int:
@@ -77,13 +57,13 @@ def merge_stores(sources: list[Path], out: Path) -> int:
                              "has contexts — holds none: leave it out)")
         check_not_cut([store])
         check_complete([store], every_shard=False)
+    first = _settings_of(stores[0])
     for store in stores[1:]:
-        _check_shards_of_one_run(stores[0], store)
+        check_shards_alike(stores[0], first, store, _settings_of(store))
     check_one_value(stores, copies=True)
     target = ResultStore(out)
     try:
         target.check_schema()
-        first = _settings_of(stores[0])
         held = _settings_of(target) if target.rows else first
         if any(held[field] != first[field] for field in SHARED_FIELDS):
             raise UsageError(f"{target.path} holds results of other settings; merge into a new directory")

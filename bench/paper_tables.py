@@ -12,7 +12,7 @@ its interval excludes 0 and = (a tie) when it does not.
 from __future__ import annotations
 
 from .report import METRICS, GroupReport
-from .store import BASELINE
+from .row_fields import BASELINE
 
 GATESIGHT, KVZIP = "gatesight/gate", "kvzip/global"
 TABLE3_FRACTIONS = (0.7, 0.4, 0.1, 0.05)
@@ -86,12 +86,12 @@ def table4_markdown(report: GroupReport) -> list[str]:
             for method in ABLATION:
                 cells = [boot.average(method, p, tasks).format(scale, digits) for p in fractions]
                 cells.append(boot.mean_over_fractions(method, fractions, tasks).format(scale, digits))
-                lines.append(f"| {where} | {method.split('/')[1]} | " + " | ".join(cells) + " |")
+                lines.append(f"| {where} | {report.parts[method][1]} | " + " | ".join(cells) + " |")
                 where = ""
             for other in ABLATION[1:]:
                 diffs = [boot.difference(ABLATION[0], p, other, p, tasks) for p in fractions]
                 diffs.append(boot.difference_over_fractions(ABLATION[0], other, fractions, tasks))
-                lines.append(f"| | gate − {other.split('/')[1]} | "
+                lines.append(f"| | gate − {report.parts[other][1]} | "
                              + " | ".join(f"{_mark(d, higher)} {d.format(scale, digits)}" for d in diffs) + " |")
         lines.append("")
     return lines

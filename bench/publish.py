@@ -24,9 +24,9 @@ DIFF_LINES = 20
 def verify_stores(stores: list[Path], docs: Path | None = None, report: Callable[[str], None] = print) -> None:
     """Check every row of ``stores`` as ``bench merge`` checks a shard (:func:`bench.completeness.check_stores`: each
     store given once, each value of its type and range, every no-prune row with ΔNLL = KL = 0, the counts within the
-    context's size, every run whole — every shard of it — with the rows of every method in every context, one value
-    per row key) and, given ``docs``, that every file ``bench leaderboard`` publishes there
-    is what the stores rebuild: ``leaderboard.md`` and ``.csv`` to the byte, each image as
+    context's size, the shards of one run and split only, every run whole — every shard of it — with the rows of
+    every method in every context, one value per row key) and, given ``docs``, that every file ``bench leaderboard``
+    publishes there is what the stores rebuild: ``leaderboard.md`` and ``.csv`` to the byte, each image as
     ``leaderboard.sha256`` recorded it when it was drawn with those tables.
 
     Parameters
@@ -55,6 +55,9 @@ def verify_stores(stores: list[Path], docs: Path | None = None, report: Callable
     if docs is None:
         return
     docs = Path(docs)
+    if docs.exists() and not docs.is_dir():
+        raise UsageError(f"--docs {docs} is a file; give the directory a published leaderboard is in (the --out "
+                         f"of `bench leaderboard`, holding {MARKDOWN} and {MANIFEST})")
     if not docs.is_dir():
         raise UsageError(f"--docs {docs}: no such directory; `bench leaderboard STORES --out {docs}` writes it")
     if not any((docs / name).exists() for name in (MARKDOWN, MANIFEST)):

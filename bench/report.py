@@ -14,8 +14,8 @@ from pathlib import Path
 from artifacts.files import atomic_path
 
 from .needles import needle_markdown
+from .row_fields import BASELINE, GROUP_FIELDS, method_of
 from .stats import PairedBootstrap
-from .store import BASELINE, GROUP_FIELDS
 
 ACCURACY_FLOOR = 0.10
 """Tasks where no prune answers fewer than this fraction right are left out of the accuracy average."""
@@ -53,6 +53,8 @@ class GroupReport:
         self.boot = {field: PairedBootstrap(rows, field, resamples, seed) for field in METRICS}
         accuracy = self.boot["score"]
         self.methods = sorted({m for m, _ in accuracy.cells if m != BASELINE})
+        self.parts = {method_of(row): (row["press"], row["allocator"]) for row in rows if row["press"] != BASELINE}
+        """``{method: (press, allocator)}``, as the rows name them."""
         self.keep_fractions = sorted({r for m, r in accuracy.cells if m != BASELINE})
         # a task enters an average only if every method ran it (like for like)
         self.tasks = [t for t in accuracy.tasks
@@ -200,10 +202,10 @@ def plot_curves(rows: list[dict], path: Path, title: str = "", resamples: int = 
                          + "; ".join(group_title(k) for k in groups))
     report = GroupReport(next(iter(groups.values())), resamples)
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), dpi=120)
-    presses_seen = sorted({m.split("/")[0] for m in report.methods})
+    presses_seen = sorted({report.parts[m][0] for m in report.methods})
     # colour by press, line style by allocator, both by first appearance: a new press or allocator needs no entry
     styles = ("-", "--", ":", "-.", (0, (5, 1)), (0, (1, 3)), (0, (3, 1, 1, 1)))
-    allocators_seen = sorted({m.split("/", 1)[1] for m in report.methods})
+    allocators_seen = sorted({report.parts[m][1] for m in report.methods})
     single = len(report.keep_fractions) == 1
     for ax, field in zip(axes, METRICS):
         label, scale, _ = METRICS[field]
@@ -212,7 +214,7 @@ def plot_curves(rows: list[dict], path: Path, title: str = "", resamples: int = 
             ax.set_title(f"{label}: no task qualifies")
             continue
         for k, method in enumerate(report.methods):
-            press, alloc = method.split("/", 1)
+            press, alloc = report.parts[method]
             colour = plt.cm.tab10(presses_seen.index(press) % 10)
             xs = report.columns(method)
             stats = [boot.average(method, r, tasks) for r in xs]

@@ -1,6 +1,6 @@
 """The stored rows of a comparison, built the same way for every engine.
 
-A row is one question answered from one child: the run's identity and shape (:func:`base_row`, :func:`run_of`), the
+A row is one question answered from one child: the run's identity and shape (:func:`base_row`), the
 method and the child's size (:func:`method_fields`), accuracy and fidelity against the full cache, and, on NIAH
 tasks, which answer-bearing entries the child kept (:func:`needle_fields`).
 """
@@ -11,48 +11,42 @@ from typing import Callable
 
 import torch
 
+from pretrained.loading import ModelIdentity
 from runtime import Answer, KeepPlan
-from runtime.batch import answer_and_follow_many
-from runtime.session import CachedContext
 from workloads.metrics import METRICS
-from workloads.tasks import registry as tasks
 from workloads.tasks.items import Item, Question
 
-from .fidelity import FullCacheReference, answer_log_probs, fidelity, log_probs_of, reference_text
+from .fidelity import FullCacheReference, fidelity, reference_text
 from .needles import evidence_positions, mean_over_heads, needle_recall
-from .store import RUN, SCHEMA
+from .plan import RunPlan
+from .row_fields import RUN, SCHEMA
+from .specs import Method
 
 
-def run_of(settings) -> dict:
-    """The run a row names (:data:`bench.store.RUN`): the tasks (groups expanded, in order), ``n`` and haystack of
-    ``settings`` (a :class:`~bench.settings.CompareSettings`), and its shard ``k`` of ``N`` (0 of 1 unsharded)."""
-    k, count = settings.shard or (0, 1)
-    return {"tasks": tasks.expand(settings.tasks), "n": settings.n, "haystack": settings.haystack, "shard": k,
-            "shards": count}
+def base_row(run: RunPlan, identity: ModelIdentity, task: str, item: Item, question_index: int) -> dict:
+    """The fields every row of one question of one context shares, whatever the method: the run's (``run``), the
+    model's (``identity``: its fingerprints, computed once) and the question's."""
+    return {"schema": SCHEMA, "model": str(run.model_dir.name), **identity.row_fields(), "task": task,
+            "profile": run.profile, "length": run.length, "item": item.index, "question": question_index,
+            "seed": run.seed, "code": run.code, "engine": run.engine, "dtype": run.dtype, "device": run.device,
+            "haystack": item.haystack, RUN: run.run}
 
 
-def base_row(harness, task: str, item: Item, question_index: int) -> dict:
-    """The fields every row of one question of one context shares, whatever the method."""
-    s = harness.settings
-    return {"schema": SCHEMA, "model": str(harness.model_dir.name), **harness.identity.row_fields(), "task": task,
-            "profile": s.profile, "length": s.length, "item": item.index, "question": question_index, "seed": s.seed,
-            "code": harness.code, "engine": s.engine, "dtype": harness.dtype, "device": harness.device,
-            "haystack": item.haystack, RUN: run_of(s)}
-
-
-def method_fields(press: str, allocator: str, keep_fraction: float, common: dict, cache: CachedContext,
+def method_fields(method: Method, keep_fraction: float, common: dict, kv_bytes: int, gdn_bytes: int,
                   kept_entries: int | None = None, score_seconds: float | None = None) -> dict:
-    """The fields of one child: its method, the context's timings and sizes, and the child's bytes.
+    """The fields of one child: its method (the specs' labels), the context's timings and sizes, and the child's
+    bytes (``kv_bytes`` of attention cache, ``gdn_bytes`` of recurrent state).
 
     ``kept_entries`` and ``score_seconds`` are those of a compacted child (absent for no prune).
     """
-    fields = {"press": press, "allocator": allocator, "keep_fraction": keep_fraction, **common}
+    fields = {"press": method.press.label, "allocator": method.allocator.label, "keep_fraction": keep_fraction,
+              **common}
     if score_seconds is not None:
         fields["score_seconds"] = round(score_seconds, 4)
         fields["kept_entries"] = kept_entries
     # ``gdn_bytes`` holds the recurrent state of the GDN and Mamba2 layers alike (``recurrent_nbytes``); the row
     # field keeps its old name because the committed stores (docs/results, docs/realmodel) carry it
-    return {**fields, "kv_bytes": cache.kv_nbytes, "gdn_bytes": cache.recurrent_nbytes}
+    return {**fields, "kv_bytes": kv_bytes, "gdn_bytes": gdn_bytes}
 
 
 class QuestionReference:
@@ -61,8 +55,8 @@ class QuestionReference:
     Parameters
     ----------
     question : Question
-    parent : CachedContext or an engine's held context
-        The full cache; it is not changed.
+    parent : bench.engine.HeldContext
+        The full cache (of either engine); it is not changed.
     context : str
         The context's text (to find the needle sentences' positions).
     encode : Callable[[str], list[int]]
@@ -89,13 +83,7 @@ class QuestionReference:
             self.evidence = evidence_positions(encode, context, question.evidence)
             self.answer_tokens = evidence_positions(encode, context, question.evidence, question.answers)
         answer_ids = torch.tensor(encode(reference_text(question.prefix, question.answers[0])), dtype=torch.long)
-        if isinstance(parent, CachedContext):  # the runtime's: one pass over the question feeds both
-            answers, logits = answer_and_follow_many([parent], self.prompt_ids, answer_ids, question.max_new_tokens,
-                                                     eos_token_id)
-            self.answer, log_probs = answers[0], log_probs_of(logits[0])
-        else:  # a context held in an engine answers and scores in two requests
-            self.answer = parent.answer(self.prompt_ids, question.max_new_tokens, eos_token_id)
-            log_probs = answer_log_probs(parent, self.prompt_ids, answer_ids)
+        self.answer, log_probs = parent.reference(self.prompt_ids, answer_ids, question.max_new_tokens, eos_token_id)
         self.reference = FullCacheReference(answer_ids, log_probs, self.answer.tokens)
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .store import BASELINE, method_of
+from .row_fields import BASELINE, method_of
 
 
 @dataclass(frozen=True)

@@ -31,13 +31,21 @@ def measure(args) -> dict:
 
     from bench.context_run import ContextRun
     from bench.harness import Harness
-    from bench.settings import CompareSettings, validate
+    from bench.settings import CompareSettings
 
     torch.set_num_threads(1)
     settings = CompareSettings(presses=[], pairs=args.methods.split(","), keep_fractions=args.ratios,
                                tasks=[args.task], n=1, length=args.length, model=args.model, haystack=args.haystack)
-    settings = validate(settings) or settings  # a CheckedSettings; trees before it checked in place, returning None
-    harness = Harness(settings)
+    try:  # a tree with bench.plan: the run planned once, the model fingerprinted once
+        from bench.plan import plan
+        from pretrained import loading
+
+        run = plan(settings)
+        harness = Harness(run, loading.identity(run.model_dir))
+    except ImportError:  # older trees: a CheckedSettings, or (before it) checked in place, returning None
+        from bench.settings import validate
+
+        harness = Harness(validate(settings) or settings)
     rows: list[dict] = []
     t0 = time.perf_counter()
     ContextRun(harness, args.task, 0, lambda key: False, rows.append).run()

@@ -16,9 +16,9 @@ import torch
 
 from bench.harness import Harness
 from bench.needles import evidence_positions
-from bench.settings import CompareSettings, validate
-from presses.selection import Selection
-from runtime import prefill
+from bench.plan import plan
+from bench.settings import CompareSettings
+from pretrained import loading
 
 SPANS = 10
 
@@ -44,31 +44,28 @@ def main() -> None:
     parser.add_argument("--length", type=int, default=2048)
     args = parser.parse_args()
     fractions = [float(p) for p in args.keep_fractions.split(",")]
-    settings = validate(CompareSettings(presses=[], pairs=args.methods.split(","), keep_fractions=fractions,
-                                        tasks=[args.task], n=args.n, length=args.length, model=args.model,
-                                        haystack=args.haystack))
-    h = Harness(settings)
-    kept = {(m, p): torch.zeros(SPANS, dtype=torch.float64) for m in settings.pairs for p in fractions}
+    run = plan(CompareSettings(presses=[], pairs=args.methods.split(","), keep_fractions=fractions,
+                               tasks=[args.task], n=args.n, length=args.length, model=args.model,
+                               haystack=args.haystack))
+    h = Harness(run, loading.identity(run.model_dir))
+    kept = {(m.label, p): torch.zeros(SPANS, dtype=torch.float64) for m in run.methods for p in fractions}
     sizes, needles = torch.zeros(SPANS, dtype=torch.float64), torch.zeros(SPANS, dtype=torch.float64)
     heads = len(h.adapter.attention_layers) * h.adapter.geometry.num_kv_heads
     for index in range(args.n):
         item = h.item(args.task, index)
         context = h.encode(item.context)
         protected = len(h.encode(item.protected_text))
-        parent = prefill(h.model, context, protected=protected, evidence=h.evidence, tokenizer=h.tokenizer)
+        parent = h.engine.prefill(context, protected, list(run.presses))  # scored once by each press
         sizes += span_sizes(protected, parent.n) * heads
         for question in item.questions:
             needles += span_shares(evidence_positions(h.encode_list, item.context, question.evidence), protected,
                                    parent.n)
-        selections = {}
-        for method in settings.pairs:
-            press, allocator = method.split("/")
-            label = settings.press_label(press)
-            selection = selections.setdefault(label, Selection(parent, h.presses[label], h.layer_weights))
+        for method in run.methods:
             for p in fractions:
-                plan = selection.plan(h.allocators[settings.alloc_label(allocator)], p)
-                kept[method, p] += sum(span_shares(positions, protected, parent.n)
-                                       for heads_of_layer in plan.layers.values() for positions in heads_of_layer)
+                keep = parent.selections[method.press].plan(h.allocators[method.allocator], p)
+                kept[method.label, p] += sum(span_shares(positions, protected, parent.n)
+                                             for heads_of_layer in keep.layers.values() for positions in heads_of_layer)
+        parent.release()
     print(f"# Kept share of each tenth of the body, oldest first ({args.model}, {args.task}@{args.haystack}, "
           f"{args.length} tokens, n = {args.n} contexts, every attention layer and KV head)\n")
     print("| method | p | " + " | ".join(f"{k + 1}" for k in range(SPANS)) + " |")

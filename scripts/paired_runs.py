@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import argparse
 
+from bench.row_fields import BASELINE
 from bench.stats import PairedBootstrap, method_of
-from bench.store import BASELINE, ResultStore
+from bench.store import ResultStore
 
 
 def _question(row: dict) -> tuple:

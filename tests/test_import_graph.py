@@ -2,48 +2,23 @@
 allocators) never reaches into the bench, GateSight's learning pipeline or the default model's training. Every import
 counts, the lazy ones inside functions included: a cycle through a lazy import still ties the two modules together."""
 
-import ast
-from pathlib import Path
+from bench.project_modules import imported_modules, module_files
 
-ROOT = Path(__file__).resolve().parent.parent
 # every top-level package of the project (a folder with an __init__.py beside pyproject.toml)
-PACKAGES = tuple(sorted(path.parent.name for path in ROOT.glob("*/__init__.py")))
+PACKAGES = tuple(sorted({module.split(".")[0] for module in module_files()}))
 CORE = ("runtime", "presses", "allocators")
 OUTER = ("bench", "gatesight_learning", "hybridmodel")
 TEST_SUPPORT = ("testing", "tests")
 """What only tests, benchmarks and scripts import: the shared test support and the tests themselves."""
 
 
-def _module(path: Path) -> str:
-    parts = path.relative_to(ROOT).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
 def import_graph() -> dict[str, set[str]]:
-    """``{module: the project's modules it imports}`` over :data:`PACKAGES`."""
-    files = {_module(p): p for package in PACKAGES for p in (ROOT / package).rglob("*.py")}
-    graph = {}
-    for module, path in files.items():
-        package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
-        imported = set()
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Import):
-                names = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                anchor = package[: len(package) - node.level + 1] if node.level else []
-                base = ".".join(anchor + ([node.module] if node.module else []))
-                # ``from pkg import name``: the submodule pkg.name if there is one, else an attribute of pkg
-                names = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in files else base for alias in node.names]
-            else:
-                continue
-            for name in names:
-                while name and name not in files:
-                    name = name.rpartition(".")[0]
-                # a module's own packages are imported before it anyway: no edge back to them
-                if name and not (module == name or module.startswith(name + ".")):
-                    imported.add(name)
-        graph[module] = imported
-    return graph
+    """``{module: the project's modules it imports}`` over :data:`PACKAGES`, by the walk the code version takes
+    (:func:`bench.project_modules.imported_modules`)."""
+    files = module_files()
+    # a module's own packages are imported before it anyway: no edge back to them
+    return {module: {name for name in imported_modules(module, files)
+                     if not (module == name or module.startswith(name + "."))} for module in files}
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:

@@ -12,7 +12,8 @@ import pytest
 
 from bench import arguments, compare_command, model_commands
 from bench.cli import build_parser, main
-from bench.store import ROOT, ResultStore
+from bench.project_modules import ROOT
+from bench.store import ResultStore
 from runtime.errors import UsageError
 from runtime.options import real, whole
 
@@ -30,7 +31,8 @@ BY_TYPE = {
     arguments.ints: ["0", "abc", "64,64"],
     arguments.part: ["3/2", "x"],
     arguments.options: ["nosuch=1"],
-    compare_command.method_pairs: ["nosuch/flat"],
+    compare_command.method_pairs: ["nosuch/flat", "snapkv[window=64/flat", "snapkv[windw=64]/flat"],
+    compare_command.spec_list: ["nosuch", "snapkv[window=64", "snapkv]"],
     compare_command.keep_fractions: ["1.5", "abc"],
     compare_command.compression_ratios: ["1.0"],
     model_commands._layer_list: ["-1", "abc", "99"],

@@ -10,8 +10,9 @@ import allocators
 import presses
 from bench.cli import COMMANDS, build_parser, main
 from bench.leaderboard import write_leaderboard
+from bench.project_modules import ROOT
 from bench.publish import verify_stores
-from bench.store import ROOT, ResultStore
+from bench.store import ResultStore
 from gatesight_learning.calibrate import calibrate_model
 from pretrained import loading
 

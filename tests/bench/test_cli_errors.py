@@ -63,7 +63,7 @@ def test_cost_refuses_bad_lengths_before_work(model_dir, tmp_path, capsys, no_mo
 def test_ctrl_c_says_how_to_resume(model_dir, tmp_path, capsys, monkeypatch):
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
-    monkeypatch.setattr(compare, "run_compare", interrupted)
+    monkeypatch.setattr(compare, "execute", interrupted)
     assert main(["compare", "--model", str(model_dir), "--out", str(tmp_path)]) == 130
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "interrupted" in err and "resume" in err and str(tmp_path) in err
@@ -129,3 +129,37 @@ def test_model_eval_and_calibrate_refuse_empty_work(model_dir, capsys, no_model_
     assert code == 2 and "argument --n: must be an integer >= 1, got '0'" in err
     code, err = run_cli(capsys, "calibrate", "--model", model_dir, "--tokens", "0")
     assert code == 2 and "argument --tokens: must be an integer >= 1, got '0'" in err
+
+
+def test_model_eval_names_the_task_and_length_that_cannot_fit_before_answering(model_dir, capsys, monkeypatch):
+    import runtime
+
+    monkeypatch.setattr(runtime.Parent, "answer", lambda *a, **k: pytest.fail("answered before the refusal"))
+    code, err = run_cli(capsys, "model-eval", "--model", model_dir, "--tasks", "niah_single_1,niah_multikey_2",
+                        "--lengths", "4096,100", "--n", "1")
+    assert code == 2 and "\n" not in err, err
+    assert "task 'niah_single_1' at length 100: length 100 is too short" in err
+
+
+def test_fetch_model_gguf_that_is_a_directory_names_the_file_to_give(tmp_path, capsys):
+    code, err = run_cli(capsys, "fetch-model", "smollm2-135m-instruct", "--gguf", tmp_path,
+                        "--cache", tmp_path / "cache")
+    assert code == 2 and "\n" not in err
+    assert f"--gguf {tmp_path} is a directory; give the GGUF file itself, e.g. {tmp_path}/SmolLM2-135M-Instruct" in err
+    code, err = run_cli(capsys, "fetch-model", "smollm2-135m-hybrid", "--gguf", tmp_path,
+                        "--cache", tmp_path / "cache")
+    assert code == 2 and "SmolLM2-135M-Instruct.Q4_1.gguf" in err  # the hybrid's teacher's file
+    assert not (tmp_path / "cache").exists()
+
+
+def test_verify_docs_that_is_a_file_is_not_offered_as_a_place_to_write(tmp_path, capsys):
+    import shutil
+    from pathlib import Path
+
+    store = tmp_path / "store"
+    shutil.copytree(Path(__file__).resolve().parents[2] / "docs" / "results", store)
+    docs = tmp_path / "leaderboard.md"
+    docs.write_text("mine\n")
+    code, err = run_cli(capsys, "verify", store, "--docs", docs)
+    assert code == 2 and "\n" not in err and f"--docs {docs} is a file" in err and "writes it" not in err
+    assert docs.read_text() == "mine\n"

@@ -70,3 +70,41 @@ def test_ray_actors_give_the_rows_of_one_process(model_dir, tmp_path, one_thread
     run_compare(_settings(model_dir, tmp_path / "one"), show_progress=False)
     run_compare(_settings(model_dir, tmp_path / "ray", executor="ray", jobs=2), show_progress=False)
     assert _rows(tmp_path / "ray") == _rows(tmp_path / "one")
+
+
+@pytest.mark.parametrize("executor", ["local", pytest.param("ray", marks=pytest.mark.skipif(
+    importlib.util.find_spec("ray") is None, reason="Ray is the optional 'ray' extra"))])
+def test_a_worker_that_cannot_load_the_model_is_one_error_whatever_runs_it(model_dir, tmp_path, capsys, executor):
+    """The parent no longer loads the model: what only loading finds (here a damaged tokenizer) is found by the
+    workers, and reaches the user as the same one line a run in this process gives, not as Ray's actor error."""
+    import shutil
+
+    from bench.cli import main
+
+    broken = tmp_path / "model"
+    shutil.copytree(model_dir, broken)
+    (broken / "tokenizer.json").write_text("{not json")
+    argv = ["compare", "--model", str(broken), "--press", "keydiff", "--keep-fractions", "0.5", "--n", "1",
+            "--tasks", "niah_single_1", "--length", "384"]
+    assert main([*argv, "--out", str(tmp_path / "alone")]) == 2
+    alone = capsys.readouterr().err.strip().splitlines()[-1]
+    assert alone.startswith("bench compare: error: ") and "its tokenizer could not be loaded" in alone
+    assert main([*argv, "--out", str(tmp_path / "workers"), "--executor", executor, "--jobs", "2"]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == alone
+    assert not (tmp_path / "workers").exists()
+
+
+def test_a_press_that_cannot_run_on_the_model_is_one_error_from_the_workers(model_dir, tmp_path, capsys):
+    """Found where the model loads (in each worker, the parent loads none): one line, and no store left behind."""
+    import shutil
+
+    from bench.cli import main
+
+    bare = tmp_path / "model"
+    shutil.copytree(model_dir, bare)
+    shutil.rmtree(bare / "gatesight")
+    code = main(["compare", "--model", str(bare), "--press", "gatesight", "--out", str(tmp_path / "out"),
+                 "--jobs", "2", "--n", "1", "--tasks", "niah_single_1", "--keep-fractions", "0.5"])
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert code == 2 and last.startswith("bench compare: error: press 'gatesight' cannot run on")
+    assert "GateSight needs an estimator and none was found in" in last and not (tmp_path / "out").exists()

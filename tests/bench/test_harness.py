@@ -134,7 +134,7 @@ def test_jobs_give_the_same_rows_as_one_process(model_dir, tmp_path):
     finally:
         torch.set_num_threads(threads)
     parallel = run_compare(_settings(model_dir, tmp_path / "parallel", jobs=2, **settings), show_progress=False)
-    from bench.store import row_key
+    from bench.row_fields import row_key
 
     def table(store):
         return {row_key(r): (r["score"], r["delta_nll"], r["kl"], r["prediction"]) for r in store.rows}
@@ -175,7 +175,7 @@ def test_a_calibration_at_the_old_root_location_is_still_read(model_dir, tmp_pat
 def _two_children_budget(monkeypatch):
     """A memory budget that holds the first two children of each context and no more (runtime.batch.batch_nbytes);
     the group sizes used are recorded."""
-    from bench import context_run
+    from bench import engine
     from runtime.batch import batch_nbytes, groups_within
 
     sizes = []
@@ -187,16 +187,16 @@ def _two_children_budget(monkeypatch):
             sizes.append(len(group))
             yield group
 
-    monkeypatch.setattr(context_run, "groups_within", grouped)
+    monkeypatch.setattr(engine, "groups_within", grouped)
     return sizes
 
 
 @pytest.mark.parametrize("grouping", ["batch=1", "batch=3", "budget=1 byte", "budget=two children"])
 def test_children_in_groups_give_the_rows_of_one_batch(model_dir, tmp_path, monkeypatch, grouping):
     # the rows are the same whatever the groups the children are answered in: by count (--batch) or by the bytes a
-    # group holds (ContextRun.memory_budget)
-    from bench.context_run import ContextRun
-    from bench.store import row_key
+    # group holds (RuntimeEngine.memory_budget)
+    from bench.engine import RuntimeEngine
+    from bench.row_fields import row_key
 
     settings = dict(presses=["keydiff", "snapkv", "none"], allocators=["flat", "pyramid"], keep_fractions=[0.2, 0.6],
                     tasks=["niah_multikey_1"], n=1)
@@ -206,7 +206,7 @@ def test_children_in_groups_give_the_rows_of_one_batch(model_dir, tmp_path, monk
     if grouping.startswith("batch"):
         settings["batch"] = int(grouping.split("=")[1])
     elif grouping == "budget=1 byte":
-        monkeypatch.setattr(ContextRun, "memory_budget", 1)
+        monkeypatch.setattr(RuntimeEngine, "memory_budget", 1)
     else:
         sizes = _two_children_budget(monkeypatch)
     grouped = run_compare(_settings(model_dir, tmp_path / "grouped", **settings), show_progress=False)

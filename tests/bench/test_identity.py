@@ -7,6 +7,7 @@ import pytest
 
 from bench.compare import run_compare, run_rows
 from pretrained import loading
+from runtime.errors import UsageError
 from tests.helpers import compare_settings, copy_model
 
 
@@ -77,39 +78,58 @@ def test_dtype_and_device_are_part_of_a_results_identity(model_dir, tmp_path):
 
 def test_a_source_edited_during_a_run_changes_neither_its_rows_version_nor_its_summary(model_dir, tmp_path,
                                                                                      monkeypatch):
-    """The code version is fixed when the settings are checked: a long run whose sources are edited meanwhile
+    """The code version is fixed when the run is planned: a long run whose sources are edited meanwhile
     (a session committing beside a sweep) still finds the rows it wrote (the sharded sweep's summary found none)."""
-    import bench.settings
-    from bench.compare import validate
-    from bench.store import code_version
+    import bench.plan
+    from bench.code_version import code_version
+    from bench.compare import plan
 
-    checked = validate(compare_settings(model_dir, tmp_path / "out"))
-    assert checked.code == code_version("hf") and validate(checked).code == checked.code
+    checked = plan(compare_settings(model_dir, tmp_path / "out"))
+    assert checked.code == code_version("hf") and plan(checked).code == checked.code
     edited = lambda engine="hf": "edited-meanwhile"  # noqa: E731 - what code_version says once a module changed
-    monkeypatch.setattr(bench.settings, "code_version", edited)
+    monkeypatch.setattr(bench.plan, "code_version", edited)
     store = run_compare(checked, show_progress=False)
     assert {r["code"] for r in store.rows} == {checked.code}
     assert len(run_rows(store, checked)) == len(store.rows) > 0
-    assert validate(compare_settings(model_dir, tmp_path / "out")).code == "edited-meanwhile"
+    assert plan(compare_settings(model_dir, tmp_path / "out")).code == "edited-meanwhile"
 
 
-def test_a_model_directory_written_during_a_run_is_named_not_a_crash(model_dir, tmp_path, capsys, monkeypatch):
-    """bench calibrate writing into the model directory while bench compare runs: the rows stay under the identity
-    the run began with, and the command says what changed instead of failing to plot no rows."""
+def test_a_model_directory_written_during_a_run_keeps_the_run_whole(model_dir, tmp_path, capsys, monkeypatch):
+    """bench calibrate writing into the model directory while bench compare runs: the model is fingerprinted once,
+    when the run begins; its rows name that identity and the summary reads every one of them."""
     import bench.compare
+    from bench.store import ResultStore
     from tests.helpers import run_cli
 
     copy = copy_model(model_dir, tmp_path)
-    original = bench.compare.run_compare
+    before = loading.identity(copy)
+    original = bench.compare.execute
 
-    def run_then_recalibrate(settings, *args, **kwargs):
-        store = original(settings, *args, **kwargs)
+    def run_then_recalibrate(run, *args, **kwargs):
+        outcome = original(run, *args, **kwargs)
         (copy / "calibration" / "calibration.safetensors").write_bytes(b"written meanwhile")
-        return store
+        return outcome
 
-    monkeypatch.setattr(bench.compare, "run_compare", run_then_recalibrate)
+    monkeypatch.setattr(bench.compare, "execute", run_then_recalibrate)
     out = tmp_path / "out"
     code, err = run_cli(capsys, "compare", "--model", copy, "--press", "none", "--tasks", "niah_single_1", "--n", 1,
                         "--length", 300, "--out", out)
-    assert code == 2 and f"{copy} changed while the run went on" in err, err
-    assert "They are kept" in err and (out / "results.jsonl").stat().st_size > 0
+    assert code == 0, err
+    assert loading.identity(copy).artifacts != before.artifacts
+    rows = ResultStore(out, readonly=True).rows
+    assert len(rows) == 1 and rows[0]["artifacts"] == before.artifacts
+    assert "Items per task: niah_single_1 1." in (out / "summary.md").read_text()
+
+
+def test_a_worker_that_loads_another_model_than_the_runs_refuses(model_dir, tmp_path):
+    """With --jobs the driver fingerprints the model and loads none; each worker loads it once and refuses to
+    answer if what it loaded is not what the run's rows name (the directory written in between)."""
+    from bench.compare import plan
+    from bench.execution import ContextWorker
+
+    copy = copy_model(model_dir, tmp_path)
+    run, identity = plan(compare_settings(copy, tmp_path / "out")), loading.identity(copy)
+    assert ContextWorker(run, identity).harness.identity == identity
+    (copy / "config.json").write_text((copy / "config.json").read_text() + "\n")
+    with pytest.raises(UsageError, match=f"{copy} changed since the run began"):
+        ContextWorker(run, identity)

@@ -75,3 +75,22 @@ def test_a_server_that_is_not_ray_is_named(model_dir, tmp_path, capsys, listener
 def test_an_address_that_is_not_host_and_port_is_refused(address):
     with pytest.raises(ValueError, match="expected HOST:PORT"):
         check_ray_address(address)
+
+
+def test_joining_a_server_that_answers_grpc_but_is_not_ray_is_bounded(listener):
+    """A gRPC server of another kind passes the address check (it answers HTTP/2); ``ray.init`` would then retry it
+    for minutes. The join is bounded: one clear error within the bound, and the process exits at once after it."""
+    import subprocess
+    import sys
+
+    port, reply = listener
+    reply.append(bytes([0, 0, 0, 4, 0, 0, 0, 0, 0]))  # an empty HTTP/2 SETTINGS frame, as any gRPC server sends
+    check_ray_address(f"127.0.0.1:{port}", timeout=2)  # let through: it looks like gRPC
+    script = ("import ray, sys\nfrom bench.execution import _join_ray\nfrom runtime.errors import UsageError\n"
+              f"try:\n    _join_ray(ray, '127.0.0.1:{port}', timeout=3)\nexcept UsageError as error:\n"
+              "    print(error)\n    sys.exit(7)\n")
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 7, done.stderr[-2000:]
+    assert f"--address 127.0.0.1:{port}: no Ray cluster joined within 3 s" in done.stdout
+    assert time.monotonic() - started < 60

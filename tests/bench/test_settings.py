@@ -15,12 +15,12 @@ from tests.helpers import compare_settings
 
 def test_engine_settings_are_checked_before_work(tmp_path):
     with pytest.raises(ValueError, match="unknown engine 'tgi'; choose from hf, vllm"):
-        compare.validate(CompareSettings(presses=["keydiff"], engine="tgi", out=tmp_path))
+        compare.plan(CompareSettings(presses=["keydiff"], engine="tgi", out=tmp_path))
     import importlib.util
 
     if importlib.util.find_spec("vllm") is None:
         with pytest.raises(ValueError, match="--engine vllm needs vLLM, which lives in its own environment"):
-            compare.validate(CompareSettings(presses=["keydiff"], engine="vllm", out=tmp_path))
+            compare.plan(CompareSettings(presses=["keydiff"], engine="vllm", out=tmp_path))
     else:
         for settings, message in [
             (dict(presses=["kvpress:KnormPress"]), "kvpress presses do not run in the engine"),
@@ -28,7 +28,7 @@ def test_engine_settings_are_checked_before_work(tmp_path):
             (dict(presses=["keydiff"], jobs=2), "the vLLM engine runs in one process"),
         ]:
             with pytest.raises(ValueError, match=message):
-                compare.validate(CompareSettings(**settings, engine="vllm", out=tmp_path))
+                compare.plan(CompareSettings(**settings, engine="vllm", out=tmp_path))
 
 
 def test_options_are_typed_by_their_fields():
@@ -52,12 +52,13 @@ def test_options_are_typed_by_their_fields():
 def test_typed_options_name_the_rows(model_dir, tmp_path):
     settings = compare_settings(model_dir, tmp_path, press_options={"normalized_anchor": "no"},
                                 allocators=["perlayer"], alloc_options={"weights": "1/3"})
-    checked = compare.validate(settings)
-    assert checked.press_label("keydiff") == "keydiff(normalized_anchor=False)"
-    assert checked.alloc_label("perlayer") == "perlayer(weights=1;3)"
-    # the settings checked are not changed: their options stay as given
+    run = compare.plan(settings)
+    [method] = run.methods
+    assert method.press.label == "keydiff(normalized_anchor=False)"
+    assert method.allocator.label == "perlayer(weights=1;3)" and method.allocator.kwargs == {"weights": [1.0, 3.0]}
+    assert method.label == "keydiff(normalized_anchor=False)/perlayer(weights=1;3)"
+    # the settings planned are not changed: their options stay as given
     assert settings.press_options == {"normalized_anchor": "no"} and settings.alloc_options == {"weights": "1/3"}
-    assert settings.press_label("keydiff") == "keydiff(normalized_anchor=no)"
 
 
 def test_jobs_are_capped_at_the_contexts_and_warned_above_the_cores(model_dir, tmp_path, capsys, monkeypatch):
@@ -68,9 +69,9 @@ def test_jobs_are_capped_at_the_contexts_and_warned_above_the_cores(model_dir, t
 
     pools = []
 
-    def in_this_process(settings, jobs, workers):  # the workers' protocol, here: no model-loading processes in a test
+    def in_this_process(run, identity, jobs, workers):  # the workers' protocol, here: no model-loading processes
         pools.append(workers)
-        worker = ContextWorker(settings)
+        worker = ContextWorker(run, identity)
         return map(worker.rows, jobs)
 
     monkeypatch.setattr(bench.compare, "in_processes", in_this_process)

@@ -4,6 +4,7 @@ checks of every row, damaged stores named, and a full or read-only disk one clea
 resumes."""
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -11,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-import bench.store as store_module
+import bench.project_modules
+from bench.code_version import _normalised_source, code_version, result_modules
 from bench.compare import run_compare, run_rows
-from bench.store import ResultStore, _normalised_source, code_version, result_modules
+from bench.store import ResultStore
 from tests.helpers import compare_settings, run_cli
 
 
@@ -33,11 +35,11 @@ def test_code_version_ignores_comments_and_docstrings(tmp_path):
 def test_code_version_follows_what_each_engines_rows_import(tmp_path, monkeypatch):
     """A serving-only edit keeps the hf engine's code version (and changes vLLM's); a runtime edit changes both."""
     for package in ("runtime", "presses", "allocators", "workloads", "artifacts", "bench", "serving", "pretrained"):
-        for path in (store_module.ROOT / package).rglob("*.py"):
-            target = tmp_path / path.relative_to(store_module.ROOT)
+        for path in (bench.project_modules.ROOT / package).rglob("*.py"):
+            target = tmp_path / path.relative_to(bench.project_modules.ROOT)
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(path.read_text())
-    monkeypatch.setattr(store_module, "ROOT", tmp_path)
+    monkeypatch.setattr(bench.project_modules, "ROOT", tmp_path)
     hf, vllm = code_version("hf"), code_version("vllm")
     assert hf != vllm
     with (tmp_path / "serving" / "worker.py").open("a") as f:
@@ -74,6 +76,39 @@ def test_a_second_writer_is_refused_at_once(tmp_path):
         holder.kill()
         holder.wait()
     ResultStore(tmp_path).close()  # the lock died with its process
+
+
+def test_a_writer_leaves_no_lock_file_and_no_empty_directory_of_its_own(tmp_path):
+    fresh = tmp_path / "fresh"
+    ResultStore(fresh).close()  # a run refused before its first row: nothing of it is left
+    assert not fresh.exists()
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    ResultStore(kept).close()  # the user's own directory stays
+    assert kept.is_dir() and not any(kept.iterdir())
+    store = ResultStore(kept)
+    assert (kept / ".lock").read_text() == str(os.getpid())
+    store.close()
+    assert not (kept / ".lock").exists()
+
+
+def test_a_lock_on_a_removed_lock_file_is_not_taken(tmp_path, monkeypatch):
+    """The holder removes ``.lock`` before it unlocks; a writer that opened the old file and then locked it holds a
+    lock on nothing and must take the new file's."""
+    import fcntl
+
+    real_flock, opened = fcntl.flock, []
+
+    def flock_after_the_holder_left(handle, flags):
+        if not opened:  # the first lock: the file is removed under it, as a closing holder does
+            opened.append(handle)
+            (tmp_path / ".lock").unlink()
+        return real_flock(handle, flags)
+
+    monkeypatch.setattr(fcntl, "flock", flock_after_the_holder_left)
+    store = ResultStore(tmp_path)
+    assert os.stat(tmp_path / ".lock").st_ino == os.fstat(store._lock.fileno()).st_ino
+    store.close()
 
 
 def test_lines_that_are_not_rows_are_skipped_and_counted(model_dir, tmp_path, capsys):
@@ -123,8 +158,8 @@ def test_rows_from_before_the_engine_field_read_as_the_runtimes(tmp_path):
 
 
 def test_the_committed_store_still_reads_and_verifies():
+    from bench.project_modules import ROOT
     from bench.report import group_rows, group_title
-    from bench.store import ROOT
 
     store = ResultStore(ROOT / "docs" / "results", readonly=True)
     assert store.rows and store.problems() == []
@@ -217,7 +252,7 @@ def test_a_full_disk_is_one_error_and_a_rerun_resumes(model_dir, tmp_path, capsy
     monkeypatch.undo()
     assert code == 2 and "No space left on device" in err
     assert (out / "summary.md").read_text() == summary and sorted(p.name for p in out.iterdir()) == [
-        ".lock", "curves.png", "results.jsonl", "summary.md"]
+        "curves.png", "results.jsonl", "summary.md"]
 
 
 def test_a_read_only_leaderboard_out_is_one_error(tmp_path, capsys, monkeypatch):

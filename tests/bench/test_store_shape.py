@@ -9,10 +9,11 @@ import shutil
 
 import pytest
 
-import bench.settings
+import bench.plan
 from bench.cli import main
 from bench.compare import CompareSettings, run_compare, run_rows
-from bench.store import ROOT, ResultStore
+from bench.project_modules import ROOT
+from bench.store import ResultStore
 from pretrained import loading
 from tests.helpers import run_cli
 
@@ -31,7 +32,7 @@ def one_code_version():
     """Every run of this module under one code version: they are compared across tests, and the code is not what
     they test (an edit of the sources while they run would start a new version)."""
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(bench.settings, "code_version", lambda engine="hf": "c0dec0dec0de")
+        patch.setattr(bench.plan, "code_version", lambda engine="hf": "c0dec0dec0de")
         yield
 
 
@@ -75,6 +76,25 @@ def test_merge_refuses_shards_of_two_splits(runs, tmp_path, capsys):
     assert code == 2 and f"{runs / '0of2' / 'results.jsonl'} holds shard 0/2 and {runs / '0of3' / 'results.jsonl'} " \
                           "shard 0/3" in err, err
     assert "shards of one run are of one --shard K/N split" in err
+    assert not (tmp_path / "merged" / "results.jsonl").exists()
+
+
+@pytest.mark.parametrize("first, second, differ", [
+    ((2, (0, 2)), (2, (1, 3)), "{a} holds shard 0/2 and {b} shard 1/3: the shards of one run are of one --shard K/N "
+                               "split (one N); merge the stores of one split"),
+    ((3, (0, 2)), (2, (1, 2)), "{a} and {b} are not shards of one run: their run n differ (3 against 2)"),
+])
+def test_verify_refuses_the_shards_merge_refuses_as_merge_does(model_dir, tmp_path, capsys, first, second, differ):
+    """Shards that together hold every context of each run they name, so that no context is missing: of two splits
+    of one run (items 0 and 1 of two: shard 0/2 holds item 0, shard 1/3 item 1), or of two runs (items 0 and 2 of
+    three, item 1 of two). ``bench verify`` refuses them with the line ``bench merge`` refuses them with."""
+    for name, (n, shard) in (("a", first), ("b", second)):
+        run_compare(_settings(model_dir, tmp_path / name, n=n, shard=shard), show_progress=False)
+    a, b = tmp_path / "a", tmp_path / "b"
+    expected = differ.format(a=a / "results.jsonl", b=b / "results.jsonl")
+    for argv in (["merge", a, b, "--out", tmp_path / "merged"], ["verify", a, b]):
+        code, err = run_cli(capsys, *argv)
+        assert code == 2 and expected in err, err
     assert not (tmp_path / "merged" / "results.jsonl").exists()
 
 

@@ -38,7 +38,7 @@ def test_a_missing_file_the_user_named_is_a_usage_error(tmp_path, capsys):
         raise FileNotFoundError(2, "No such file or directory", str(tmp_path / "out" / "results.jsonl.gz"))
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(bench.compare, "validate", missing)
+        patch.setattr(bench.compare, "plan", missing)
         assert main(["compare", "--press", "keydiff", "--out", str(tmp_path / "out")]) == 2
     assert "No such file or directory" in capsys.readouterr().err
 
@@ -49,7 +49,7 @@ def test_an_internal_error_propagates(tmp_path, monkeypatch, error):
     def bug(settings):
         raise error
 
-    monkeypatch.setattr(bench.compare, "validate", bug)
+    monkeypatch.setattr(bench.compare, "plan", bug)
     with pytest.raises(type(error)):
         main(["compare", "--press", "keydiff", "--out", str(tmp_path / "out")])
 
@@ -57,7 +57,7 @@ def test_an_internal_error_propagates(tmp_path, monkeypatch, error):
 def test_an_internal_error_is_a_traceback_and_a_nonzero_exit(tmp_path):
     script = ("import sys, bench.compare\n"
               "def bug(settings):\n    raise ValueError('an unpacking mismatch')\n"
-              "bench.compare.validate = bug\n"
+              "bench.compare.plan = bug\n"
               "from bench.cli import main\n"
               f"sys.exit(main(['compare', '--press', 'keydiff', '--out', {str(tmp_path / 'out')!r}]))\n")
     done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True,

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from bench.cli import main
-from bench.settings import validate
+from bench.plan import plan
 from pretrained import loading
 from pretrained.loading import ModelSpec
 from tests.helpers import FAMILIES, compare_settings
@@ -71,8 +71,8 @@ def test_perlayer_takes_one_weight_per_attention_layer_of_every_family(tiny, fam
     attention = sum(getattr(layer, "self_attn", None) is not None for layer in model.model.layers)
     assert loading.attention_layer_count(tmp_path) == attention
     weights = [1.0 + k for k in range(attention)]
-    validate(compare_settings(tmp_path, tmp_path / "out", allocators=["perlayer"], alloc_options={"weights": weights}))
+    plan(compare_settings(tmp_path, tmp_path / "out", allocators=["perlayer"], alloc_options={"weights": weights}))
     with pytest.raises(ValueError, match=f"perlayer has {attention + 1} weights; the model has {attention} attention "
                                          "layers"):
-        validate(compare_settings(tmp_path, tmp_path / "out", allocators=["perlayer"],
+        plan(compare_settings(tmp_path, tmp_path / "out", allocators=["perlayer"],
                                   alloc_options={"weights": [*weights, 1.0]}))

@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from bench.compare import CompareSettings, run_compare, validate
+from bench.compare import CompareSettings, plan, run_compare
 from workloads.corpus import (
     ALL_SOURCES,
     HAYSTACK_SOURCES,
@@ -69,9 +69,9 @@ def test_haystack_errors_name_the_choices():
     with pytest.raises(ValueError, match="unknown haystack"):
         generate("niah_single_2", 0, 0, Config(length=512, haystack="wikipedia"))
     with pytest.raises(ValueError, match="none of the tasks reads a haystack"):
-        validate(CompareSettings(presses=["keydiff"], tasks=["vt"], haystack="manpages"))
+        plan(CompareSettings(presses=["keydiff"], tasks=["vt"], haystack="manpages"))
     with pytest.raises(ValueError, match="unknown haystack"):
-        validate(CompareSettings(presses=["keydiff"], tasks=["niah_single_2"], haystack="essays"))
+        plan(CompareSettings(presses=["keydiff"], tasks=["niah_single_2"], haystack="essays"))
 
 
 @pytest.mark.parametrize("source", HAYSTACK_SOURCES)

@@ -1,0 +1,29 @@
+"""Rows written before some of today's fields existed, read as rows of today.
+
+A field added to the rows leaves the rows already written (every committed store) without it: they are read with
+what they ran with, under today's names, and never rewritten.
+"""
+
+from __future__ import annotations
+
+LEGACY_DEFAULTS = {"engine": "hf", "dtype": "float32", "device": "cpu", "haystack": "generated"}
+"""What rows written before these fields existed ran with: the HF runtime (the only engine), float32 on CPU (the
+only settings of the runs the committed store holds), on the generated haystacks (the only ones then)."""
+LEGACY_NAMES = {"keep_fraction": "ratio"}
+"""Fields that rows written before were stored under another name; they are read under the new one."""
+OPTIONAL_FIELDS = ("artifacts",)
+"""Key fields that rows written before them lack: their ``weights`` fingerprint covered the artifacts too."""
+
+
+def read_row(value) -> dict | None:
+    """``value`` (one parsed line of a store) as a row of today's fields, or None if it is not a row: a row names
+    its model, press, allocator, task, item and kept fraction (under its name of today or of before)."""
+    if not (isinstance(value, dict) and all(f in value for f in ("model", "press", "allocator", "task", "item")) and (
+            "keep_fraction" in value or LEGACY_NAMES["keep_fraction"] in value)):
+        return None
+    for field, legacy in LEGACY_NAMES.items():
+        if legacy in value:
+            value[field] = value.pop(legacy)
+    for field, default in LEGACY_DEFAULTS.items():
+        value.setdefault(field, default)
+    return value

@@ -1,0 +1,264 @@
+"""A comparison resolved once: :func:`plan` turns :class:`~bench.settings.CompareSettings` into a frozen
+:class:`RunPlan`, raising every error knowable before the model loads as one clear
+:class:`~runtime.errors.UsageError` naming the bad value and what is allowed.
+
+Everything after reads the plan: its methods are :class:`~bench.specs.Method` specs (press and allocator, each with
+its own options, typed by their fields) whose labels are what rows record; nothing parses a label back.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+import allocators
+import presses
+from artifacts.outputs import Output, check
+from presses.selection import check_pair
+from pretrained import loading
+from runtime.errors import UsageError
+from workloads.tasks import registry as tasks
+
+from .code_version import code_version
+from .row_fields import BASELINE
+from .settings import ENGINES, EXECUTORS, KEEP_FRACTION_GRIDS, MIN_LENGTH, CompareSettings, check_ray_address
+from .specs import (
+    BASELINE_METHOD,
+    AllocatorSpec,
+    Method,
+    PressSpec,
+    frozen_options,
+    parse_item,
+    parse_pair,
+)
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """One comparison, checked: what runs, on what, where. Built by :func:`plan` only.
+
+    Attributes
+    ----------
+    methods : tuple[Method, ...]
+        The compacting methods, in order (no prune always runs besides: :attr:`children`).
+    keep_fractions : tuple[float, ...]
+    tasks : tuple[str, ...]
+        Task names, groups expanded, in order.
+    model : str or ModelSpec or None
+        As given; ``model_dir`` is its directory, ``dtype`` and ``device`` what rows record of it.
+    code : str
+        The code version (:func:`bench.store.code_version`) the run's rows carry, fixed once when planned: a source
+        edited while a long run goes on changes neither the rows' version nor which rows its summary reads.
+    shard : tuple[int, int] or None
+        ``(k, n)``: the contexts at positions k, k + n, ... of the run (``--shard k/n``).
+    The other fields are those of :class:`~bench.settings.CompareSettings`.
+    """
+
+    methods: tuple[Method, ...]
+    keep_fractions: tuple[float, ...]
+    tasks: tuple[str, ...]
+    n: int
+    length: int
+    profile: str
+    seed: int
+    haystack: str
+    scbench_data: Path | None
+    model: str | loading.ModelSpec | None
+    model_dir: Path
+    dtype: str
+    device: str
+    engine: str
+    code: str
+    out: Path
+    jobs: int
+    batch: int
+    shard: tuple[int, int] | None
+    executor: str
+    address: str | None
+
+    @cached_property
+    def presses(self) -> tuple[PressSpec, ...]:
+        """Every press of the methods, once each, in order."""
+        return tuple(dict.fromkeys(method.press for method in self.methods))
+
+    @cached_property
+    def allocators(self) -> tuple[AllocatorSpec, ...]:
+        return tuple(dict.fromkeys(method.allocator for method in self.methods))
+
+    @cached_property
+    def children(self) -> tuple[tuple[Method, float], ...]:
+        """``(method, kept fraction)`` of every child of a context, no prune (at 1.0) first."""
+        return ((BASELINE_METHOD, 1.0),) + tuple((m, p) for m in self.methods for p in self.keep_fractions)
+
+    @cached_property
+    def run(self) -> dict:
+        """The run its rows name (:data:`bench.store.RUN`): tasks, ``n``, haystack, and its shard ``k`` of ``N``
+        (0 of 1 unsharded)."""
+        k, count = self.shard or (0, 1)
+        return {"tasks": list(self.tasks), "n": self.n, "haystack": self.haystack, "shard": k, "shards": count}
+
+
+def _nonempty(values: list, what: str, allowed: str) -> None:
+    if not values:
+        raise UsageError(f"{what} is empty; give at least one of: {allowed}")
+
+
+def _positive_int(value, what: str, meaning: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise UsageError(f"{what} must be an integer >= 1 ({meaning}), got {value!r}")
+
+
+def _spec(kind, text: str, flag: str, every: dict, registry):
+    """The spec of one ``name[options]`` item, its options those in brackets and ``every`` (``--press-options`` or
+    ``--alloc-options``) typed by the registry's fields; a key given both ways is refused."""
+    name, own = parse_item(text, flag)
+    both = sorted(set(own) & set(every))
+    if both:
+        raise UsageError(f"{flag} {text!r}: option {both[0]!r} is given in its brackets and in {flag}-options too; "
+                         "give it once")
+    options = {**every, **own}
+    if name == BASELINE:
+        if own:
+            raise UsageError(f"{flag} {text!r}: no prune ({BASELINE}) takes no options")
+        return kind(BASELINE)
+    try:
+        return kind(name, frozen_options(registry.options_of(name, options)))
+    except UsageError as error:
+        if not options:  # an unknown name says so itself
+            raise
+        raise UsageError(f"{flag} {text!r}: {error}") from None  # an option, named with the item it came from
+
+
+def _methods(settings: CompareSettings) -> tuple[Method, ...]:
+    """The compacting methods: the ``--methods`` pairs, or every press with every allocator."""
+    def press(text: str, flag: str) -> PressSpec:
+        return _spec(PressSpec, text, flag, settings.press_options, presses)
+
+    def allocator(text: str, flag: str) -> AllocatorSpec:
+        return _spec(AllocatorSpec, text, flag, settings.alloc_options, allocators)
+
+    if settings.pairs:
+        methods = []
+        for pair in settings.pairs:
+            press_text, allocator_text = parse_pair(pair)
+            if parse_item(press_text, "--methods")[0] == BASELINE:
+                raise UsageError(f"--methods {pair!r}: no prune ({BASELINE}) always runs; name compacting methods only")
+            methods.append(Method(press(press_text, "--methods"), allocator(allocator_text, "--methods")))
+            if methods[-1] in methods[:-1]:
+                first = settings.pairs[methods.index(methods[-1])]
+                raise UsageError(f"--methods names {methods[-1].label} twice: {first!r} and {pair!r}")
+        return tuple(methods)
+    _nonempty(settings.presses, "--press", ", ".join(presses.available() + [BASELINE]))
+    _nonempty(settings.allocators, "--alloc", ", ".join(allocators.available()))
+    press_specs = [press(text, "--press") for text in settings.presses]
+    allocator_specs = [allocator(text, "--alloc") for text in settings.allocators]
+    for flag, specs, texts in (("--press", press_specs, settings.presses),
+                               ("--alloc", allocator_specs, settings.allocators)):
+        twice = next((spec for spec in specs if specs.count(spec) > 1), None)
+        if twice is not None:
+            given = " and ".join(repr(text) for text, spec in zip(texts, specs) if spec == twice)
+            raise UsageError(f"{flag} names {twice.label} twice: {given}")
+    return tuple(Method(p, a) for p in press_specs if p.name != BASELINE for a in allocator_specs)
+
+
+def _names(settings: CompareSettings) -> tuple[list[str], list[str]]:
+    """The registry names of the compacting presses and of the allocators, read before any option is typed."""
+    if settings.pairs:
+        items = [parse_pair(pair) for pair in settings.pairs]
+        presses_, allocators_ = [p for p, _ in items], [a for _, a in items]
+    else:
+        presses_, allocators_ = settings.presses, settings.allocators
+    names = [parse_item(text, "--press")[0] for text in presses_]
+    return [n for n in dict.fromkeys(names) if n != BASELINE], list(dict.fromkeys(
+        parse_item(text, "--alloc")[0] for text in allocators_))
+
+
+def _check_served(settings: CompareSettings) -> None:
+    """What the vLLM engine runs is the serving plugin's to say (:func:`serving.check_request`); the bench asks."""
+    if importlib.util.find_spec("vllm") is None:
+        raise UsageError("--engine vllm needs vLLM, which lives in its own environment: scripts/serving_env.sh")
+    from serving import check_request
+
+    check_request(*_names(settings), settings.jobs, loading.dtype_name(settings.model), loading.resolve(settings.model))
+
+
+def _check_served_options(methods: tuple[Method, ...]) -> None:
+    """The engine records one prefill's evidence for every press with one option set (``CompactingLLM.hold``)."""
+    press_specs = list(dict.fromkeys(m.press for m in methods))
+    if len({p.options for p in press_specs}) > 1:
+        raise UsageError(f"--engine vllm: the presses {', '.join(p.label for p in press_specs)} have different "
+                         "options; the engine prefills a context once with one option set for every press: give "
+                         "them the same options, or run them apart")
+
+
+def plan(settings: CompareSettings | RunPlan) -> RunPlan:
+    """The :class:`RunPlan` of ``settings``, every error knowable before the model loads raised first; a plan is
+    returned as it is (its code version kept)."""
+    if isinstance(settings, RunPlan):
+        return settings
+    if settings.engine == "vllm":  # first: what the engine cannot run (kvpress presses) is refused with its reason
+        _check_served(settings)
+    methods = _methods(settings)
+    if settings.engine == "vllm":
+        _check_served_options(methods)
+    _nonempty(settings.keep_fractions, "--keep-fractions",
+              "kept fractions in (0, 1], or a grid name: " + ", ".join(KEEP_FRACTION_GRIDS))
+    _nonempty(settings.tasks, "--tasks", f"task names or the groups {', '.join(tasks.GROUPS)}")
+    built = {spec: allocators.get(spec.name, **spec.kwargs) for spec in dict.fromkeys(m.allocator for m in methods)}
+    # e.g. the global allocator with a press of no one scale; each press built once here, unbound
+    press_built = {spec: presses.get(spec.name, **spec.kwargs) for spec in dict.fromkeys(m.press for m in methods)}
+    for method in methods:
+        check_pair(press_built[method.press], built[method.allocator])
+    layers = loading.attention_layer_count(settings.model)
+    if layers is not None:
+        for allocator in built.values():
+            allocator.check_layers(layers)
+    tasks.check(settings.tasks, settings.profile, settings.haystack, settings.scbench_data)
+    for fraction in settings.keep_fractions:
+        allocators.check_keep_fraction(fraction, "keep fraction")
+    _positive_int(settings.jobs, "jobs", "worker processes")
+    _positive_int(settings.batch, "batch", "children answered together")
+    if settings.n < 1:
+        raise UsageError(f"n must be >= 1 (items per task), got {settings.n}")
+    if settings.length < MIN_LENGTH:
+        raise UsageError(f"length {settings.length} is too short; use at least {MIN_LENGTH} tokens")
+    limit = loading.position_limit(settings.model)
+    if limit is not None and settings.length > limit:  # the length holds the answer: items are fitted to it
+        raise UsageError(f"length {settings.length} is longer than the model's position limit "
+                         f"(max_position_embeddings = {limit}): a context, its question and the answer budget "
+                         f"(max new tokens) together take --length positions; give --length <= {limit}")
+    if settings.shard is not None:
+        k, n = settings.shard
+        if isinstance(k, bool) or not isinstance(k, int) or not isinstance(n, int) or not 0 <= k < n:
+            raise UsageError(f"shard {k}/{n}: expected k/n with 0 <= k < n")
+    _check_executor(settings)
+    if settings.scbench_data is not None and not Path(settings.scbench_data).exists():
+        raise UsageError(f"--scbench-data {settings.scbench_data}: no such file or directory (a local copy of "
+                         "microsoft/SCBench)")
+    check([Output(Path(settings.out), "--out")])
+    return RunPlan(
+        methods=methods, keep_fractions=tuple(settings.keep_fractions), tasks=tuple(tasks.expand(settings.tasks)),
+        n=settings.n, length=settings.length, profile=settings.profile, seed=settings.seed, haystack=settings.haystack,
+        scbench_data=settings.scbench_data, model=settings.model, model_dir=loading.resolve(settings.model),
+        dtype=loading.dtype_name(settings.model), device=loading.device_name(settings.model), engine=settings.engine,
+        code=code_version(settings.engine), out=Path(settings.out), jobs=settings.jobs, batch=settings.batch,
+        shard=settings.shard, executor=settings.executor, address=settings.address)
+
+
+def _check_executor(settings: CompareSettings) -> None:
+    if settings.executor not in EXECUTORS:
+        raise UsageError(f"unknown executor {settings.executor!r}; choose from {', '.join(EXECUTORS)}")
+    if settings.executor == "ray":
+        if importlib.util.find_spec("ray") is None:
+            raise UsageError("--executor ray needs Ray: pip install -e '.[ray]'")
+        if settings.engine != "hf":
+            raise UsageError("--executor ray runs this project's runtime (--engine hf); the vLLM engine runs in one "
+                             "process")
+        if settings.address is not None:
+            check_ray_address(settings.address)
+    elif settings.address is not None:
+        raise UsageError("--address is the Ray cluster's: it needs --executor ray")
+    if settings.engine not in ENGINES:
+        raise UsageError(f"unknown engine {settings.engine!r}; choose from {', '.join(ENGINES)}")

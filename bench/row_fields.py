@@ -1,0 +1,60 @@
+"""What a result row holds: the fields that key it, group it and name its run, and how messages name a row.
+
+A row is one answered question, keyed by every setting that produced it (:data:`KEY_FIELDS`); rows are averaged only
+within one group of settings (:data:`GROUP_FIELDS`), and each names the run (and the shard of it) that wrote it
+(:data:`RUN`).
+"""
+
+from __future__ import annotations
+
+KEY_FIELDS = ("model", "weights", "artifacts", "press", "allocator", "keep_fraction", "task", "profile", "length",
+              "item", "question", "seed", "code", "engine", "dtype", "device", "haystack")
+GROUP_FIELDS = ("model", "weights", "artifacts", "profile", "length", "code", "engine", "dtype", "device")
+"""Rows are averaged only within one group of these settings."""
+SHARED_FIELDS = (*GROUP_FIELDS, "seed")
+"""What every row of one run shares: its group and its seed (the shards of a run share them too)."""
+BASELINE = "none"
+"""The no-prune method's name in rows (its press and its allocator)."""
+SCHEMA = 2
+"""Version of a row's fields; 2 added the fidelity metrics (answer_nll, delta_nll, kl, agree)."""
+FIDELITY_FIELDS = ("answer_nll", "delta_nll", "kl", "agree")
+FRACTION_FIELDS = ("score", "score_official", "needle_recall", "answer_recall")
+"""Fields that hold one fraction in [0, 1] (accuracy, the share of the needle's entries kept); ``score`` is
+required, the others are absent where they do not apply."""
+PER_LAYER_FRACTION_FIELDS = ("needle_recall_layers", "answer_recall_layers", "answer_rank_layers")
+"""Fields that hold ``{layer: [one fraction in [0, 1] per KV head]}``: recalls, and the answer tokens' percentile rank
+under the press's scores (None where the scores stay in the engine)."""
+RUN = "run"
+"""The field by which a row names its run: ``{"tasks": [...], "n": n, "haystack": name, "shard": k, "shards": N}``.
+The run answers items 0 … n − 1 of each task, in that order (its contexts, at positions 0, 1, …), on that haystack;
+its shard ``k/N`` took the positions k, k + N, … (an unsharded run is shard 0/1). Rows written before it lack it
+(every committed store): their stores are checked context by context only (:mod:`bench.completeness`)."""
+RUN_FIELDS = ("tasks", "n", "haystack", "shard", "shards")
+
+
+def row_key(row: dict) -> tuple:
+    """The settings that produced ``row`` (:data:`KEY_FIELDS`): a store holds one row per key."""
+    return tuple(row.get(field) for field in KEY_FIELDS)
+
+
+def shard_contexts(run: dict) -> list[tuple[str, int]]:
+    """``(task, item)`` of every context of the shard ``run`` (:data:`RUN`) names, in order: its positions k, k + N,
+    … of the run's list."""
+    contexts = [(task, item) for task in run["tasks"] for item in range(run["n"])]
+    return contexts[run["shard"]::run["shards"]]
+
+
+def method_of(row: dict) -> str:
+    """A row's method as reports name it: ``press/allocator``, or ``none`` for no prune."""
+    return BASELINE if row["press"] == BASELINE else f"{row['press']}/{row['allocator']}"
+
+
+def method_at(row: dict) -> str:
+    """A row's method at its kept fraction (``gatesight/flat p=0.1``), as messages name it."""
+    return f"{method_of(row)} p={row['keep_fraction']:g}"
+
+
+def describe_row(row: dict) -> str:
+    """A row as messages name it: its method, kept fraction, task, item and question."""
+    return (f"{method_of(row)} at p={row['keep_fraction']:g}, task {row['task']}, item {row['item']}, question "
+            f"{row['question']}")

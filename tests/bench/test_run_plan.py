@@ -1,0 +1,111 @@
+"""One plan per run: ``name[key=value,...]`` gives a press or an allocator options of its own, typed by its fields;
+rows name each method by its specs' labels (the format of the committed stores); every bad item is one clear error
+naming it and what is allowed, before any model loads."""
+
+import pytest
+
+from bench.compare import plan
+from bench.specs import AllocatorSpec, Method, PressSpec, parse_item, parse_pair, split_items
+from bench.store import ResultStore
+from runtime.errors import UsageError
+from tests.helpers import compare_settings, run_cli
+
+
+def test_items_split_at_the_separators_outside_brackets():
+    assert split_items(" snapkv[window=64,kernel=5] , keydiff,,perlayer[weights=1/2/3]", ",") == [
+        "snapkv[window=64,kernel=5]", "keydiff", "perlayer[weights=1/2/3]"]
+    assert parse_item("snapkv[window=64, kernel = 5]", "--press") == ("snapkv", {"window": "64", "kernel": "5"})
+    assert parse_item("keydiff", "--press") == ("keydiff", {})
+    # a list option's '/' inside brackets is not the pair's
+    assert parse_pair("snapkv[window=8]/perlayer[weights=1/3]") == ("snapkv[window=8]", "perlayer[weights=1/3]")
+
+
+@pytest.mark.parametrize("text, message", [
+    ("snapkv[window=64", "--press 'snapkv[window=64': a '[' is not closed"),
+    ("snapkv]", "--press 'snapkv]': a ']' without its '[' at character 7"),
+    ("snapkv[window=[64]]", "a '[' inside brackets at character 15"),
+    ("snapkv[window=64]x", "'x' after the options' ']'"),
+    ("[window=64]", "no name before its options"),
+    ("snapkv[window]", "'window' is not key=value"),
+    ("snapkv[window=1,window=2]", "option 'window' given twice"),
+])
+def test_a_malformed_item_is_named(text, message):
+    with pytest.raises(UsageError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        parse_item(split_items(text, ",", "--press")[0], "--press")
+
+
+def test_each_press_takes_its_own_options_typed_by_its_fields(model_dir, tmp_path):
+    run = plan(compare_settings(model_dir, tmp_path, presses=["gatesight", "snapkv[window=8]",
+                                                              "keydiff[normalized_anchor=no]", "none"],
+                                allocators=["flat", "perlayer[weights=1/3]"]))
+    snapkv, keydiff = PressSpec("snapkv", (("window", 8),)), PressSpec("keydiff", (("normalized_anchor", False),))
+    assert run.presses == (PressSpec("gatesight"), snapkv, keydiff)
+    assert run.allocators == (AllocatorSpec("flat"), AllocatorSpec("perlayer", (("weights", (1.0, 3.0)),)))
+    assert [m.label for m in run.methods] == [
+        "gatesight/flat", "gatesight/perlayer(weights=1;3)", "snapkv(window=8)/flat",
+        "snapkv(window=8)/perlayer(weights=1;3)", "keydiff(normalized_anchor=False)/flat",
+        "keydiff(normalized_anchor=False)/perlayer(weights=1;3)"]
+    assert run.children[0][0].label == "none" and len(run.children) == 1 + 6 * len(run.keep_fractions)
+    # one press twice, configured two ways, is two methods
+    two = plan(compare_settings(model_dir, tmp_path, presses=["snapkv[window=8]", "snapkv[window=16]"]))
+    assert [m.press.label for m in two.methods] == ["snapkv(window=8)", "snapkv(window=16)"]
+    pairs = plan(compare_settings(model_dir, tmp_path, pairs=["snapkv[window=8]/perlayer[weights=1/3]",
+                                                              "gatesight/gate"]))
+    assert pairs.methods == (Method(snapkv, AllocatorSpec("perlayer", (("weights", (1.0, 3.0)),))),
+                             Method(PressSpec("gatesight"), AllocatorSpec("gate")))
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(presses=["gatesight", "snapkv[windw=8]"]), "snapkv has no option 'windw'; valid: window, kernel, gqa"),
+    (dict(presses=["snapkv[window=abc]"]), "snapkv option window='abc': expected an integer"),
+    (dict(presses=["keydiff[normalized_anchor=maybe]"]), "expected true or false"),
+    (dict(allocators=["perlayer[weights=a/b]"]), "perlayer option weights='a/b'"),
+    (dict(presses=["gatesight", "snapkv"], press_options={"window": "8"}), "gatesight has no option 'window'"),
+    (dict(presses=["snapkv[window=8]"], press_options={"window": "16"}),
+     "option 'window' is given in its brackets and in --press-options too"),
+    (dict(presses=["none[window=8]"]), "no prune (none) takes no options"),
+    (dict(presses=["snapkv[window=8]", "snapkv[window=08]"]),
+     "--press names snapkv(window=8) twice: 'snapkv[window=8]' and 'snapkv[window=08]'"),
+    (dict(pairs=["snapkv[window=8]/flat", "snapkv[window=08]/flat"]),
+     "--methods names snapkv(window=8)/flat twice: 'snapkv[window=8]/flat' and 'snapkv[window=08]/flat'"),
+    (dict(pairs=["snapkv[window=8]/perlayer[weights=1/3"]), "a '[' is not closed"),
+    (dict(pairs=["snapkv/"]), "expected press/allocator"),
+])
+def test_a_bad_option_is_refused_naming_it(model_dir, tmp_path, change, message):
+    with pytest.raises(UsageError) as refused:
+        plan(compare_settings(model_dir, tmp_path, **change))
+    assert message in str(refused.value)
+
+
+def test_per_press_options_on_the_command_line(model_dir, tmp_path, capsys):
+    """``--press gatesight,snapkv[window=8]`` runs (``--press-options window=8`` is refused: gatesight has no
+    window); an option in brackets gives the rows of the same option in ``--press-options``."""
+    base = ["compare", "--model", model_dir, "--alloc", "flat", "--ratios", "0.5", "--tasks", "niah_single_1",
+            "--n", 1, "--length", 300]
+    code, err = run_cli(capsys, *base, "--press", "gatesight,snapkv[window=8]", "--out", tmp_path / "both")
+    assert code == 0, err
+    assert {r["press"] for r in ResultStore(tmp_path / "both", readonly=True).rows} == {
+        "none", "gatesight", "snapkv(window=8)"}
+    timings = ("prefill_seconds", "score_seconds")
+
+    def rows(out, *flags):
+        code, err = run_cli(capsys, *base, *flags, "--out", tmp_path / out)
+        assert code == 0, err
+        return {(r["press"], r["question"]): {k: v for k, v in r.items() if k not in timings}
+                for r in ResultStore(tmp_path / out, readonly=True).rows}
+
+    own = rows("own", "--press", "snapkv[window=8]")
+    assert {press for press, _ in own} == {"none", "snapkv(window=8)"}
+    assert own == rows("every", "--press", "snapkv", "--press-options", "window=8")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--press", "gatesight,snapkv[window=8"], "argument --press: 'gatesight,snapkv[window=8': a '[' is not closed"),
+    (["--methods", "snapkv[window=8/flat"], "argument --methods: 'snapkv[window=8/flat': a '[' is not closed"),
+    (["--press", "gatesight,snapkv", "--press-options", "window=8"], "gatesight has no option 'window'; valid: "),
+    (["--alloc", "adakv[safeguard=abc]"], "adakv option safeguard='abc': expected a number"),
+])
+def test_bad_items_are_refused_before_the_model_loads(model_dir, tmp_path, capsys, no_model_load, argv, message):
+    code, err = run_cli(capsys, "compare", "--model", model_dir, "--out", tmp_path / "out", *argv)
+    assert code == 2 and message in err, err
+    assert not (tmp_path / "out" / "results.jsonl").exists()
