@@ -61,7 +61,7 @@ def run_rows(store: ResultStore, settings: CompareSettings | RunPlan,
     check_stores([store], complete=False)
     run = plan(settings)
     identity = identity or loading.identity(run.model_dir)
-    wanted = {"model": run.model_dir.name, "weights": identity.model, "artifacts": identity.artifacts,
+    wanted = {"model": run.model_dir.name, "weights": identity.weights, "artifacts": identity.artifacts,
               "code": run.code, "length": run.length, "profile": run.profile, "seed": run.seed, "engine": run.engine,
               "dtype": run.dtype, "device": run.device}
     children = {(method.press.label, method.allocator.label, float(p)) for method, p in run.children}

@@ -40,6 +40,26 @@ def compression_ratios(text: str) -> list[float]:
     return fractions
 
 
+class GoneFlag(argparse.Action):
+    """A flag that was removed: given, with a value or without, it is one argparse error (exit 2) that says why and
+    what to type instead, rather than "unrecognized arguments"; hidden from ``--help``. Being registered, it is what a
+    shortened form (``--ratio``, by argparse's prefix matching) resolves to, so that no shortened form reaches another
+    flag."""
+
+    def __init__(self, option_strings, dest, why: str, **kwargs):
+        super().__init__(option_strings, dest, nargs="?", default=argparse.SUPPRESS, help=argparse.SUPPRESS, **kwargs)
+        self.why = why
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser.error(f"{option_string} is gone: {self.why}")
+
+
+RATIOS_GONE = ("it meant kept fractions p, but a ratio everywhere else (kvpress, benchmarks/, the docs) is the "
+               "evicted fraction 1 − p; give --keep-fractions (kept, p in (0, 1]) or --compression-ratios (evicted, "
+               "1 − p in [0, 1))")
+"""Why ``--ratios`` (once an alias of ``--keep-fractions``) was removed: the same word named opposite fractions."""
+
+
 DEFAULT_PRESSES, DEFAULT_ALLOCATORS = ["gatesight"], ["flat"]
 DEFAULT_TASKS, DEFAULT_LENGTH, DEFAULT_N = ["niah_multikey_1", "niah_multikey_2"], 384, 20
 """The first run's workload: one where eviction visibly costs accuracy on the shipped model, in about two minutes
@@ -81,13 +101,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="press/allocator pairs instead of every --press with every --alloc, each part with its own "
                         "options in brackets: gatesight/gate,kvzip/global,snapkv[window=64]/flat")
     fractions = p.add_mutually_exclusive_group()
-    fractions.add_argument("--keep-fractions", "--ratios", dest="keep_fractions", type=keep_fractions,
-                           default=list(DEFAULT_KEEP_FRACTIONS),
+    fractions.add_argument("--keep-fractions", type=keep_fractions, default=list(DEFAULT_KEEP_FRACTIONS),
                            help="kept fractions p in (0, 1], or a grid: default (0.02, 0.05, 0.1 … 0.9) or paper "
-                                "(0.1 … 0.9); --ratios is the same flag")
+                                "(0.1 … 0.9)")
     fractions.add_argument("--compression-ratios", type=compression_ratios, default=None,
                            help="kvpress's naming: fractions evicted, 1 − p in [0, 1) (rows still record p); instead "
                                 "of --keep-fractions")
+    p.add_argument("--ratios", action=GoneFlag, why=RATIOS_GONE)
     p.add_argument("--tasks", type=names, default=DEFAULT_TASKS,
                    help=f"task names or groups ({', '.join(tasks.GROUPS)}; default: {','.join(DEFAULT_TASKS)})")
     p.add_argument("--n", type=count, default=DEFAULT_N, help="items per task")

@@ -91,7 +91,7 @@ class ContextRun:
     def _answer(self, questions: list[QuestionReference], common: dict, group: ChildGroup) -> None:
         """Every pending question of the children of ``group``, the pending children of a question answered
         together."""
-        methods = [method_fields(*c.child, common, c.kv_bytes, c.gdn_bytes, c.plan.total(), c.score_seconds)
+        methods = [method_fields(*c.child, common, c.kv_bytes, c.recurrent_bytes, c.plan.total(), c.score_seconds)
                    for c in group.members]
         for q, row in zip(questions, self.rows):
             which = [i for i, method in enumerate(methods) if not self.is_done(row_key({**row, **method}))]

@@ -75,7 +75,8 @@ def run_cost(model_path, press_names: list[str], lengths: list[int], out: Path, 
     Returns
     -------
     list[dict]
-        One row per (press, length): ``score_s``, ``prefill_s`` and their ``ratio``.
+        One row per (press, length): ``score_s``, ``prefill_s`` and ``prefill_multiple``, the scoring time as a
+        multiple of the prefill's (``score_s / prefill_s``).
 
     Raises
     ------
@@ -105,15 +106,16 @@ def run_cost(model_path, press_names: list[str], lengths: list[int], out: Path, 
         for name, press in built.items():
             seconds = median_seconds(lambda: Selection(parent, press).scores)
             rows.append({"press": name, "length": length, "score_s": seconds, "prefill_s": prefill_s,
-                         "ratio": seconds / prefill_s})
+                         "prefill_multiple": seconds / prefill_s})
             print(f"{name:>13} n={length:>6}: scoring {seconds:8.4f} s, prefill {prefill_s:8.3f} s, "
-                  f"ratio {seconds / prefill_s:7.2%}", flush=True)
+                  f"scoring = {seconds / prefill_s:7.2%} of prefill", flush=True)
         parent.release()
     table = ["| press | " + " | ".join(f"{n} tok: score s (× prefill)" for n in lengths) + " |",
              "|---|" + "---|" * len(lengths)]
     for name in built:
         cells = [next(r for r in rows if r["press"] == name and r["length"] == n) for n in lengths]
-        table.append(f"| {name} | " + " | ".join(f"{c['score_s']:.4f} ({c['ratio']:.1%})" for c in cells) + " |")
+        table.append(f"| {name} | " + " | ".join(f"{c['score_s']:.4f} ({c['prefill_multiple']:.1%})" for c in cells)
+                     + " |")
     prefills = [next(r for r in rows if r["length"] == n)["prefill_s"] for n in lengths]
     table.append("| prefill | " + " | ".join(f"{p:.3f}" for p in prefills) + " |")
     out.mkdir(parents=True, exist_ok=True)

@@ -38,8 +38,8 @@ class Compacted:
     child : Child
     plan : KeepPlan
         Which body entries each attention layer and head kept.
-    kv_bytes, gdn_bytes : int
-        The child's attention cache and recurrent state.
+    kv_bytes, recurrent_bytes : int
+        The child's attention cache and the recurrent state of its GDN and Mamba2 layers.
     score_seconds : float
         Its press's scoring of the context.
     rank : Callable
@@ -50,7 +50,7 @@ class Compacted:
     child: Child
     plan: KeepPlan
     kv_bytes: int
-    gdn_bytes: int
+    recurrent_bytes: int
     score_seconds: float
     rank: Callable[[object], dict | None]
 

@@ -1,7 +1,7 @@
 """Rows written before some of today's fields existed, read as rows of today.
 
 A field added to the rows leaves the rows already written (every committed store) without it: they are read with
-what they ran with, under today's names, and never rewritten.
+what they ran with, under today's names, and never rewritten. A field renamed is read under its new name.
 """
 
 from __future__ import annotations
@@ -9,8 +9,10 @@ from __future__ import annotations
 LEGACY_DEFAULTS = {"engine": "hf", "dtype": "float32", "device": "cpu", "haystack": "generated"}
 """What rows written before these fields existed ran with: the HF runtime (the only engine), float32 on CPU (the
 only settings of the runs the committed store holds), on the generated haystacks (the only ones then)."""
-LEGACY_NAMES = {"keep_fraction": "ratio"}
-"""Fields that rows written before were stored under another name; they are read under the new one."""
+LEGACY_NAMES = {"keep_fraction": "ratio", "recurrent_bytes": "gdn_bytes"}
+"""Fields that rows written before were stored under another name; they are read under the new one: the kept
+fraction p was ``ratio`` (a word that elsewhere names the evicted fraction 1 − p), the recurrent state's bytes were
+``gdn_bytes`` (Mamba2 layers' state too)."""
 OPTIONAL_FIELDS = ("artifacts",)
 """Key fields that rows written before them lack: their ``weights`` fingerprint covered the artifacts too."""
 

@@ -1,6 +1,6 @@
 """Needle recall: which of the answer-bearing entries a compacted child still holds, and how each press ranked them.
 
-A NIAH question's answer is carried by its needle sentences (``Question.evidence``), and within them by the
+A NIAH question's answer is carried by its needle sentences (``Question.needles``), and within them by the
 answer's own tokens (the value). Those are the entries a child must keep to answer from the cache: the recall of
 the sentence's and of the answer's tokens per attention layer and KV head, and the percentile rank of the
 answer's tokens under the press's scores, say where a method loses a fact — which layer, which head — when its
@@ -14,9 +14,9 @@ import torch
 from runtime import KeepPlan
 
 
-def evidence_positions(encode, context: str, evidence: list[str], answers: list[str] | None = None) -> torch.Tensor:
-    """``[m]`` sorted context positions of the tokens of every evidence sentence (first occurrence of each), or,
-    with ``answers``, of the answer strings inside those sentences only.
+def needle_positions(encode, context: str, needles: list[str], answers: list[str] | None = None) -> torch.Tensor:
+    """``[m]`` sorted context positions of the tokens of every needle sentence (first occurrence of each), or, with
+    ``answers``, of the answer strings inside those sentences only.
 
     Parameters
     ----------
@@ -29,10 +29,10 @@ def evidence_positions(encode, context: str, evidence: list[str], answers: list[
     def add(start: int, end: int) -> None:
         positions.update(range(len(encode(context[:start])), len(encode(context[:end]))))
 
-    for sentence in evidence:
+    for sentence in needles:
         start = context.find(sentence)
         if start < 0:
-            raise ValueError(f"evidence sentence {sentence!r} is not in the context")
+            raise ValueError(f"needle sentence {sentence!r} is not in the context")
         if answers is None:
             add(start, start + len(sentence))
         for answer in answers or ():
@@ -49,8 +49,9 @@ def needle_recall(plan: KeepPlan, positions: torch.Tensor) -> dict[str, list[flo
 
 
 def needle_rank(scores: dict[int, torch.Tensor], positions: torch.Tensor, protected: int) -> dict[str, list[float]]:
-    """``{str(layer): [mean percentile rank per KV head]}`` of the evidence entries under a press's body scores
-    ``[H_kv, n_body]``: 0 = scored above every other entry, 1 = below all (ties count half)."""
+    """``{str(layer): [mean percentile rank per KV head]}`` of the entries at ``positions`` (a needle's, its
+    answer's) under a press's body scores ``[H_kv, n_body]``: 0 = scored above every other entry, 1 = below all (ties
+    count half)."""
     body = positions - protected
     out = {}
     for layer, layer_scores in scores.items():

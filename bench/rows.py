@@ -17,7 +17,7 @@ from workloads.metrics import METRICS
 from workloads.tasks.items import Item, Question
 
 from .fidelity import FullCacheReference, fidelity, reference_text
-from .needles import evidence_positions, mean_over_heads, needle_recall
+from .needles import mean_over_heads, needle_positions, needle_recall
 from .plan import RunPlan
 from .row_fields import RUN, SCHEMA
 from .specs import Method
@@ -32,10 +32,12 @@ def base_row(run: RunPlan, identity: ModelIdentity, task: str, item: Item, quest
             "haystack": item.haystack, RUN: run.run}
 
 
-def method_fields(method: Method, keep_fraction: float, common: dict, kv_bytes: int, gdn_bytes: int,
+def method_fields(method: Method, keep_fraction: float, common: dict, kv_bytes: int, recurrent_bytes: int,
                   kept_entries: int | None = None, score_seconds: float | None = None) -> dict:
     """The fields of one child: its method (the specs' labels), the context's timings and sizes, and the child's
-    bytes (``kv_bytes`` of attention cache, ``gdn_bytes`` of recurrent state).
+    bytes (``kv_bytes`` of attention cache, ``recurrent_bytes`` of the recurrent state of its GDN and Mamba2 layers
+    alike: ``recurrent_nbytes``; rows stored before it was named so hold it as ``gdn_bytes``,
+    :data:`bench.legacy_rows.LEGACY_NAMES`).
 
     ``kept_entries`` and ``score_seconds`` are those of a compacted child (absent for no prune).
     """
@@ -44,9 +46,7 @@ def method_fields(method: Method, keep_fraction: float, common: dict, kv_bytes: 
     if score_seconds is not None:
         fields["score_seconds"] = round(score_seconds, 4)
         fields["kept_entries"] = kept_entries
-    # ``gdn_bytes`` holds the recurrent state of the GDN and Mamba2 layers alike (``recurrent_nbytes``); the row
-    # field keeps its old name because the committed stores (docs/results, docs/realmodel) carry it
-    return {**fields, "kv_bytes": kv_bytes, "gdn_bytes": gdn_bytes}
+    return {**fields, "kv_bytes": kv_bytes, "recurrent_bytes": recurrent_bytes}
 
 
 class QuestionReference:
@@ -70,18 +70,19 @@ class QuestionReference:
         The teacher-forced reference answer's log-probabilities under the full cache, and its greedy answer.
     answer : Answer
         The full cache's greedy answer: the no-prune row's answer (a keep-all child gives exactly this).
-    evidence, answer_tokens : list[int] or None
-        Context positions of the needle sentences and of the answer's tokens (None when the task has none).
+    needle_positions, answer_tokens : torch.Tensor or None
+        ``[m]`` context positions of the tokens of the needle sentences and of the answer's tokens within them (None
+        when the task has no needles).
     """
 
     def __init__(self, question: Question, parent, context: str, encode: Callable[[str], list[int]],
                  eos_token_id):
         self.question = question
         self.prompt_ids = torch.tensor(encode(question.prompt), dtype=torch.long)
-        self.evidence = self.answer_tokens = None
-        if question.evidence:
-            self.evidence = evidence_positions(encode, context, question.evidence)
-            self.answer_tokens = evidence_positions(encode, context, question.evidence, question.answers)
+        self.needle_positions = self.answer_tokens = None
+        if question.needles:
+            self.needle_positions = needle_positions(encode, context, question.needles)
+            self.answer_tokens = needle_positions(encode, context, question.needles, question.answers)
         answer_ids = torch.tensor(encode(reference_text(question.prefix, question.answers[0])), dtype=torch.long)
         self.answer, log_probs = parent.reference(self.prompt_ids, answer_ids, question.max_new_tokens, eos_token_id)
         self.reference = FullCacheReference(answer_ids, log_probs, self.answer.tokens)
@@ -90,9 +91,9 @@ class QuestionReference:
 def needle_fields(q: QuestionReference, plan: KeepPlan, rank: Callable[[], dict | None]) -> dict:
     """Needle recall of a compacted child's plan on one question (:mod:`bench.needles`); ``rank()`` gives the
     answer tokens' rank under the press's scores (None where the scores stay in the engine)."""
-    if q.evidence is None:
+    if q.needle_positions is None:
         return {}
-    sentence, answer = needle_recall(plan, q.evidence), needle_recall(plan, q.answer_tokens)
+    sentence, answer = needle_recall(plan, q.needle_positions), needle_recall(plan, q.answer_tokens)
     return {"needle_recall": mean_over_heads(sentence), "needle_recall_layers": sentence,
             "answer_recall": mean_over_heads(answer), "answer_recall_layers": answer, "answer_rank_layers": rank()}
 

@@ -43,7 +43,7 @@ class CompareSettings:
         Registry names (``presses.available()``, ``allocators.available()``), each with its own options if any:
         ``snapkv[window=64]`` (:mod:`bench.specs`); ``none`` (no prune) always runs.
     keep_fractions : list[float]
-        Kept fractions p in (0, 1] (``--keep-fractions``, alias ``--ratios``; kvpress's compression ratio 1 − p
+        Kept fractions p in (0, 1] (``--keep-fractions``; kvpress's compression ratio 1 − p, ``--compression-ratios``,
         is converted at the CLI).
     tasks : list[str]
         Task names or groups (:data:`workloads.tasks.registry.GROUPS`).

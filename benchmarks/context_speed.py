@@ -34,7 +34,7 @@ def measure(args) -> dict:
     from bench.settings import CompareSettings
 
     torch.set_num_threads(1)
-    settings = CompareSettings(presses=[], pairs=args.methods.split(","), keep_fractions=args.ratios,
+    settings = CompareSettings(presses=[], pairs=args.methods.split(","), keep_fractions=args.keep_fractions,
                                tasks=[args.task], n=1, length=args.length, model=args.model, haystack=args.haystack)
     try:  # a tree with bench.plan: the run planned once, the model fingerprinted once
         from bench.plan import plan
@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--haystack", default="manpages")
     parser.add_argument("--model", default="smollm2-135m-instruct")
     parser.add_argument("--methods", default=METHODS)
-    parser.add_argument("--ratios", type=lambda t: [float(x) for x in t.split(",")], default=[0.1, 0.3, 0.5])
+    parser.add_argument("--keep-fractions", type=lambda t: [float(x) for x in t.split(",")], default=[0.1, 0.3, 0.5])
     parser.add_argument("--inner", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, help="append the JSON results to this file")
     args = parser.parse_args(argv)
@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     trees = dict(entry.split("=", 1) for entry in args.tree) or {"here": "."}
     passed = ["--length", str(args.length), "--task", args.task, "--haystack", args.haystack, "--model", args.model,
-              "--methods", args.methods, "--ratios", ",".join(map(str, args.ratios))]
+              "--methods", args.methods, "--keep-fractions", ",".join(map(str, args.keep_fractions))]
     results: dict[str, list[dict]] = {label: [] for label in trees}
     for round_ in range(args.rounds):
         for label, path in trees.items():

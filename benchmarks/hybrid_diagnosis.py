@@ -45,7 +45,7 @@ import torch.nn.functional as F
 from teacher_layer_split import window_hooks
 
 from bench.fidelity import reference_text
-from bench.needles import evidence_positions
+from bench.needles import needle_positions
 from pretrained import loading
 from runtime import encode_text
 from runtime.errors import UsageError
@@ -96,7 +96,7 @@ def probe(tokenizer, item: Item, question: Question, body: str, form: str) -> Pr
         context, prompt = f"{item.header}\n\n{body}\n\n", question.prefix.strip()
     else:
         raise UsageError(f"unknown question format {form!r}; choose {', '.join(FORMATS)}")
-    value = evidence_positions(encode, context, question.evidence[:1], question.answers[:1]).tolist()
+    value = needle_positions(encode, context, question.needles[:1], question.answers[:1]).tolist()
     return Probe(encode(context) + encode(prompt), encode(reference_text(prompt, question.answers[0])), value)
 
 
@@ -125,7 +125,7 @@ def insert_needle(body: str, needle: str, start: int) -> str:
 def placed(tokenizer, item: Item, question: Question, form: str, distance: int) -> Probe:
     """The probe whose needle sits at the sentence boundary nearest to ``distance`` tokens before the question's
     last token (the rest of the haystack unchanged, in order)."""
-    needle = question.evidence[0]
+    needle = question.needles[0]
     rest = without_needle(item.body, needle)
     starts = sentence_starts(rest)
     at = lambda i: probe(tokenizer, item, question, insert_needle(rest, needle, starts[i]), form)  # noqa: E731

@@ -15,7 +15,7 @@ import argparse
 import torch
 
 from bench.harness import Harness
-from bench.needles import evidence_positions
+from bench.needles import needle_positions
 from bench.plan import plan
 from bench.settings import CompareSettings
 from pretrained import loading
@@ -58,7 +58,7 @@ def main() -> None:
         parent = h.engine.prefill(context, protected, list(run.presses))  # scored once by each press
         sizes += span_sizes(protected, parent.n) * heads
         for question in item.questions:
-            needles += span_shares(evidence_positions(h.encode_list, item.context, question.evidence), protected,
+            needles += span_shares(needle_positions(h.encode_list, item.context, question.needles), protected,
                                    parent.n)
         for method in run.methods:
             for p in fractions:

@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fractions", type=float, nargs="+", default=[0.25, 0.5, 0.75])
     parser.add_argument("--length", type=int, default=2048, help="RULER context length of the pipeline check")
     parser.add_argument("--n", type=int, default=2, help="items per task of the pipeline check")
-    parser.add_argument("--ratios", type=float, nargs="+", default=[0.5, 0.7, 0.9])
+    parser.add_argument("--compression-ratios", type=float, nargs="+", default=[0.5, 0.7, 0.9])
     parser.add_argument("--max-new-tokens", type=int, default=12)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "kvpress_parity_real.md")
@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
 
     config = Config(length=args.length, count_tokens=count, haystack="manpages")
     items = [generate(task, i, 0, config) for task in ("niah_single_2", "niah_multikey_1") for i in range(args.n)]
-    answers = pipelines_table(model, tokenizer, items, args.ratios, args.max_new_tokens)
+    answers = pipelines_table(model, tokenizer, items, args.compression_ratios, args.max_new_tokens)
     questions = sum(len(item.questions) for item in items)
     command = " ".join(argv if argv is not None else sys.argv[1:])
     lines = [

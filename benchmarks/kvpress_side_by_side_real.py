@@ -151,9 +151,9 @@ def measure_side(args) -> dict:
     before = _status_kib("VmRSS")
     t0, c0 = time.perf_counter(), time.process_time()
     if args.side == "kvpress":
-        result = run_kvpress(model, tokenizer, work, args.presses, args.ratios, args.max_new_tokens)
+        result = run_kvpress(model, tokenizer, work, args.presses, args.compression_ratios, args.max_new_tokens)
     else:
-        result = run_ours(model, tokenizer, work, args.presses, args.ratios, args.max_new_tokens,
+        result = run_ours(model, tokenizer, work, args.presses, args.compression_ratios, args.max_new_tokens,
                           args.memory_budget * 2**20)
     result.update(seconds=round(time.perf_counter() - t0, 2), cpu_seconds=round(time.process_time() - c0, 2),
                   rss_before_mib=before // 1024, peak_rss_mib=_status_kib("VmHWM") // 1024)
@@ -168,7 +168,7 @@ def write_report(args, command: str, sides: dict, work) -> str:
              "|---|---|---|---|---|"]
     equal_all = total_all = 0
     for name in args.presses:
-        for r in args.ratios:
+        for r in args.compression_ratios:
             equal = right_theirs = right_ours = total = 0
             for c, (_, _, answers) in enumerate(work):
                 key = f"{c}/{name}/{r}"
@@ -187,8 +187,9 @@ def write_report(args, command: str, sides: dict, work) -> str:
         f"SmolLM2-135M-Instruct (`--model {MODEL}`, float32, CPU, {args.threads} thread per side, one side at a time "
         f"on an otherwise idle machine), kvpress {version('kvpress')}, transformers {version('transformers')}, torch "
         f"{torch.__version__}. {len(work)} RULER contexts of {args.length} tokens on the manual-page haystack "
-        f"({', '.join(TASKS)}; {questions} questions), {len(args.presses)} presses × {len(args.ratios)} compression "
-        f"ratios, greedy, {args.max_new_tokens} new tokens at most. Command: `{command}`.", "",
+        f"({', '.join(TASKS)}; {questions} questions), {len(args.presses)} presses × "
+        f"{len(args.compression_ratios)} compression ratios, greedy, {args.max_new_tokens} new tokens at most. "
+        f"Command: `{command}`.", "",
         "| side | wall s | CPU s | peak resident set (MiB, model loaded before) |", "|---|---|---|---|",
         f"| kvpress pipeline (one compressed prefill per context × press × ratio) | {theirs['seconds']} | "
         f"{theirs['cpu_seconds']} | {theirs['peak_rss_mib']} ({theirs['rss_before_mib']}) |",
@@ -196,8 +197,9 @@ def write_report(args, command: str, sides: dict, work) -> str:
         f"{ours['cpu_seconds']} | {ours['peak_rss_mib']} ({ours['rss_before_mib']}) |", "",
         f"**kvpress's wall time / this project's: {theirs['seconds'] / ours['seconds']:.2f}×; this project's peak / "
         f"kvpress's: {ours['peak_rss_mib'] / theirs['peak_rss_mib']:.2f}×**; answers equal {equal_all} of "
-        f"{total_all}. This project's time by part: {parts}. It answers the {len(args.presses) * len(args.ratios)} "
-        f"children of a context in groups that hold at most {args.memory_budget} MiB each (`--memory-budget`; "
+        f"{total_all}. This project's time by part: {parts}. It answers the "
+        f"{len(args.presses) * len(args.compression_ratios)} children of a context in groups that hold at most "
+        f"{args.memory_budget} MiB each (`--memory-budget`; "
         f"{ours['groups']} padded batches over {len(work)} contexts, {ours['passes']} batched forward passes), each "
         "child forked into its place in the batch and released at once, each batch released once answered; kvpress "
         "holds one compressed cache at a time.", "",
@@ -216,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--length", type=int, default=2048)
     parser.add_argument("--n", type=int, default=2, help="items per task")
     parser.add_argument("--presses", nargs="+", default=list(PRESSES), choices=list(PRESSES))
-    parser.add_argument("--ratios", nargs="+", type=float, default=[0.5, 0.75, 0.875])
+    parser.add_argument("--compression-ratios", nargs="+", type=float, default=[0.5, 0.75, 0.875])
     parser.add_argument("--max-new-tokens", type=int, default=16)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--memory-budget", type=int, default=DEFAULT_MEMORY_BUDGET >> 20,

@@ -30,7 +30,7 @@ from artifacts.files import backup_path, write_text
 from presses.gatesight import ARTIFACT_DIR
 from pretrained.catalog import DELTA_ARTIFACTS, MIXERS_FILE
 from pretrained.loading import fingerprint
-from pretrained.store import SOURCE_FILE, installed, sha256_of, source_hash
+from pretrained.model_cache import SOURCE_FILE, installed, sha256_of, source_hash
 from runtime.errors import UsageError
 
 from .from_teacher import carry_over

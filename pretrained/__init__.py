@@ -2,7 +2,7 @@
 directory, offline afterwards."""
 
 from .catalog import CHECKPOINTS, DistilledCheckpoint, PackagedCheckpoint
-from .store import CACHE_ENV, cache_dir, installed, locate
+from .model_cache import CACHE_ENV, cache_dir, installed, locate
 
 __all__ = ["CHECKPOINTS", "DistilledCheckpoint", "PackagedCheckpoint", "CACHE_ENV", "cache_dir", "installed",
            "locate"]

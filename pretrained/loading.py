@@ -259,13 +259,14 @@ class ModelIdentity:
     artifacts: str
 
     @property
-    def model(self) -> str:
-        """One fingerprint of every part: a row's ``weights`` field."""
+    def weights(self) -> str:
+        """One fingerprint of every part (weights, config and tokenizer; not the ``weights`` part's alone): a row's
+        ``weights`` field."""
         return hashlib.sha256(json.dumps(self.parts, sort_keys=True).encode()).hexdigest()[:12]
 
     def row_fields(self) -> dict:
         """What a result row records of the model it came from (``weights`` and ``artifacts`` are in its key)."""
-        return {"weights": self.model, "model_parts": dict(self.parts), "artifacts": self.artifacts}
+        return {"weights": self.weights, "model_parts": dict(self.parts), "artifacts": self.artifacts}
 
 
 def identity(directory: Path) -> ModelIdentity:
@@ -277,9 +278,9 @@ def identity(directory: Path) -> ModelIdentity:
 
 
 def fingerprint(directory: Path, pattern: str | None = None) -> str:
-    """Content hash of a model directory: by default of everything that makes the model (:attr:`ModelIdentity.model`,
+    """Content hash of a model directory: by default of everything that makes the model (:attr:`ModelIdentity.weights`,
     so that results of a retrained or reconfigured model never pass for the old one's); of the files matching
     ``pattern`` if given (``"model*.safetensors"``: the weights alone)."""
     if pattern is None:
-        return identity(directory).model
+        return identity(directory).weights
     return _digest(Path(directory), sorted(Path(directory).glob(pattern)))

@@ -64,7 +64,7 @@ class EvidenceRecorder:
         self._signals: dict[int, list[torch.Tensor]] = {}
         self._hidden: dict[int, list[torch.Tensor]] = {}
 
-    def on_gdn(self, layer_idx: int, signals: torch.Tensor) -> None:
+    def on_recurrent(self, layer_idx: int, signals: torch.Tensor) -> None:
         self._signals.setdefault(layer_idx, []).append(signals.to(self.request.signal_dtype or torch.float32))
 
     def on_attention(self, layer_idx, hidden, query, gate, keys, values, output) -> None:

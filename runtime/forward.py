@@ -29,7 +29,9 @@ class ForwardObserver(Protocol):
 
     wants_recurrent_signals: bool
 
-    def on_gdn(self, layer_idx: int, signals: torch.Tensor) -> None: ...
+    def on_recurrent(self, layer_idx: int, signals: torch.Tensor) -> None:
+        """A recurrent layer's signals, when the observer ``wants_recurrent_signals``: ``[n, Hv, 3]`` (β, g, ‖v‖) of
+        a GDN layer, or ``[n, H, 3]`` (Δ·‖B‖, A·Δ, ‖x‖) of a Mamba2 layer."""
 
     def on_attention(
         self,
@@ -122,7 +124,7 @@ def forward_chunk(
                 adapter, layer_idx, x, state.recurrent.get(layer_idx), record_signals
             )
             if signals is not None:
-                observer.on_gdn(layer_idx, signals)
+                observer.on_recurrent(layer_idx, signals)
         elif kind == "attention":
             out = _attention(adapter, state, layer_idx, x, cos, sin, observer)
         else:  # "mamba2", or "mamba2+attention": Falcon-H1's parallel mixers read the same input and their outputs add
@@ -130,7 +132,7 @@ def forward_chunk(
                 adapter, layer_idx, x, state.recurrent.get(layer_idx), record_signals
             )
             if signals is not None:
-                observer.on_gdn(layer_idx, signals)
+                observer.on_recurrent(layer_idx, signals)
             if kind == "mamba2+attention":
                 out = out + _attention(adapter, state, layer_idx, x, cos, sin, observer)
         if layer_idx == last_layer:

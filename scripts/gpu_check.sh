@@ -20,6 +20,7 @@ cat "$out.kernels" "$out" > "$out.all" && mv "$out.all" "$out" && rm "$out.kerne
 scratch=$(mktemp -d)
 { echo; echo "## Short compare on the shipped model (cuda)"; echo; } >> "$out"
 /usr/bin/time -f "compare wall time: %e s" bench compare --device cuda --press gatesight,keydiff,snapkv --alloc flat \
-  --ratios 0.1 --tasks niah_single_1 --n 4 --length 2048 --out "$scratch/results" 2>>"$out" | tail -n 25 >> "$out"
+  --keep-fractions 0.1 --tasks niah_single_1 --n 4 --length 2048 --out "$scratch/results" 2>>"$out" \
+  | tail -n 25 >> "$out"
 bench verify "$scratch/results" >> "$out"
 echo "figures written to $out"

@@ -7,7 +7,7 @@
 # goes into a copy of the rebuilt model directory (hard links; only gatesight/ differs), GateSight/gate runs on
 # each over the items, grid and haystack of the leaderboard's smollm2-135m-hybrid group, and scripts/paired_runs.py
 # pairs them with that group's rows (the no-prune rows must agree exactly, or it refuses).
-#   MODEL, OUT, WINDOWS, N, RATIOS, LENGTH, DOCS from the environment. Resumable: label shards, estimators and
+#   MODEL, OUT, WINDOWS, N, KEEP_FRACTIONS, LENGTH, DOCS from the environment. Resumable: label shards, estimators and
 #   sweep rows already written are kept.
 # Cost on this 2-core CPU: labels with both futures take 40 s a window in each of two one-thread processes (twice
 # the sampled futures alone), so 250 windows take about 84 min.
@@ -17,7 +17,7 @@ MODEL=${MODEL:-smollm2-135m-hybrid}
 OUT=${OUT:-results/hybrid-both}
 WINDOWS=${WINDOWS:-250}
 N=${N:-20}
-RATIOS=${RATIOS:-0.05,0.1,0.2,0.3,0.4,0.5,0.6,0.7,0.8,0.9}
+KEEP_FRACTIONS=${KEEP_FRACTIONS:-0.05,0.1,0.2,0.3,0.4,0.5,0.6,0.7,0.8,0.9}
 LENGTH=${LENGTH:-2048}
 DOCS=${DOCS:-docs/hybrid/futures}
 mkdir -p "$OUT/models" "$DOCS"
@@ -47,8 +47,8 @@ echo "estimators: $(( $(date +%s) - start )) s wall so far"
 pids=()
 for futures in labels both; do
   OMP_NUM_THREADS=1 bench compare --model "$OUT/models/$MODEL-$futures" --methods gatesight/gate \
-    --ratios "$RATIOS" --tasks niah_single_2,niah_multikey_1 --haystack manpages --n "$N" --length "$LENGTH" \
-    --out "$OUT/sweep-$futures" > "$OUT/sweep-$futures.log" 2>&1 &
+    --keep-fractions "$KEEP_FRACTIONS" --tasks niah_single_2,niah_multikey_1 --haystack manpages --n "$N" \
+    --length "$LENGTH" --out "$OUT/sweep-$futures" > "$OUT/sweep-$futures.log" 2>&1 &
   pids+=($!)
 done
 for pid in "${pids[@]}"; do wait "$pid"; done
@@ -58,6 +58,6 @@ for futures in labels both; do  # the rows behind docs/hybrid/futures, as commit
 done
 echo "sweeps: $(( $(date +%s) - start )) s wall"
 python scripts/paired_runs.py "shipped=docs/results#$MODEL" "labels=$DOCS/sweep-labels" "both=$DOCS/sweep-both" \
-  --ratios "$RATIOS" --pairs "gatesight/gate [both]-gatesight/gate [labels]" \
+  --keep-fractions "$KEEP_FRACTIONS" --pairs "gatesight/gate [both]-gatesight/gate [labels]" \
   "gatesight/gate [both]-kvzip/global [shipped]" "gatesight/gate [labels]-kvzip/global [shipped]" \
   "gatesight/gate [labels]-gatesight/gate [shipped]" > "$DOCS/paired.md"

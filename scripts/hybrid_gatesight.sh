@@ -9,7 +9,7 @@
 # calibration already in the model directory (shipped with the delta: bench ship-artifacts) are used as they are.
 # NO_SWEEP=1 stops after shipping the estimator (a session of labelling); the sweep's group is appended to the
 # committed store (docs/results), then the leaderboard is regenerated and verified.
-#   MODEL, OUT, WINDOWS (label windows, >= 500 for the issue), N (items per task), RATIOS, LENGTH, DOCS from the
+#   MODEL, OUT, WINDOWS (label windows, >= 500 for the issue), N (items per task), KEEP_FRACTIONS, LENGTH, DOCS from the
 #   environment.
 # Cost on this 2-core CPU (SmolLM2's hybrid): four windows labelled together (--together 4, their 16 continuations
 # decoded as one batch) take 19.6 s a window in each of the two one-thread processes (the mean of 500 shards' own
@@ -22,7 +22,7 @@ MODEL=${MODEL:-smollm2-135m-hybrid}
 OUT=${OUT:-results/hybrid}
 WINDOWS=${WINDOWS:-500}
 N=${N:-20}
-RATIOS=${RATIOS:-0.05,0.1,0.2,0.3,0.4,0.5,0.6,0.7,0.8,0.9}
+KEEP_FRACTIONS=${KEEP_FRACTIONS:-0.05,0.1,0.2,0.3,0.4,0.5,0.6,0.7,0.8,0.9}
 LENGTH=${LENGTH:-2048}
 DOCS=${DOCS:-docs/hybrid}
 mkdir -p "$OUT" "$DOCS"
@@ -56,7 +56,7 @@ fi
 METHODS=gatesight/gate,snapkv/flat,triattention/flat,keydiff/flat,kvzip/global,gatesight/flat,gatesight/pyramid
 pids=()
 for k in 0 1; do
-  OMP_NUM_THREADS=1 bench compare --model "$MODEL" --methods "$METHODS" --ratios "$RATIOS" \
+  OMP_NUM_THREADS=1 bench compare --model "$MODEL" --methods "$METHODS" --keep-fractions "$KEEP_FRACTIONS" \
     --tasks niah_single_2,niah_multikey_1 --haystack manpages --n "$N" --length "$LENGTH" --shard "$k/2" \
     --out "$OUT/sweep/shard$k" > "$OUT/sweep$k.log" 2>&1 &
   pids+=($!)

@@ -56,32 +56,33 @@ def load(labelled: list[str]) -> list[dict]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("stores", nargs="+", help="label=directory")
-    parser.add_argument("--ratios", default="0.02,0.05,0.1")
+    parser.add_argument("--keep-fractions", default="0.02,0.05,0.1", help="kept fractions p, comma list")
     parser.add_argument("--pairs", nargs="*", default=[], help="'A-B' method names as printed (A − B)")
     parser.add_argument("--tasks", default=None, help="comma list of tasks as reports name them (default: all)")
     args = parser.parse_args()
     rows = load(args.stores)
-    ratios = [float(r) for r in args.ratios.split(",")]
+    keep_fractions = [float(p) for p in args.keep_fractions.split(",")]
     for field, scale, unit in (("score", 100, "accuracy (points)"), ("delta_nll", 1, "ΔNLL (nats)"),
                                ("answer_recall", 100, "answer recall (% of answer entries kept, all heads)")):
         boot = PairedBootstrap(rows, field)
         tasks = args.tasks.split(",") if args.tasks else boot.tasks
         n = ", ".join(f"{t} n = {boot.n_items(t)}" for t in tasks)
         print(f"\n### {unit}, mean over {len(tasks)} task(s) ({n}), 95 % paired-bootstrap interval\n")
-        print("| | " + " | ".join(f"p = {r:g}" for r in ratios) + " |")
-        print("|---|" + "---|" * len(ratios))
+        print("| | " + " | ".join(f"p = {p:g}" for p in keep_fractions) + " |")
+        print("|---|" + "---|" * len(keep_fractions))
         methods = sorted({m for m, _ in boot.cells if m != BASELINE})
         if boot.has_baseline():  # rows without the field (answer recall of the full cache) print no line
             base = boot.average(BASELINE, 1.0, tasks)
-            print(f"| no prune | {base.format(scale, 1 if scale == 100 else 3)} |" + " |" * (len(ratios) - 1))
+            print(f"| no prune | {base.format(scale, 1 if scale == 100 else 3)} |" + " |" * (len(keep_fractions) - 1))
         for method in methods:
-            cells = [boot.average(method, r, tasks).format(scale, 1 if scale == 100 else 3)
-                     if all(boot.has(method, r, t) for t in tasks) else "–" for r in ratios]
+            cells = [boot.average(method, p, tasks).format(scale, 1 if scale == 100 else 3)
+                     if all(boot.has(method, p, t) for t in tasks) else "–" for p in keep_fractions]
             print(f"| {method} | " + " | ".join(cells) + " |")
         for pair in args.pairs:
             a, _, b = pair.partition("]-")
             a += "]"
-            cells = [boot.difference(a, r, b, r, tasks).format(scale, 1 if scale == 100 else 3) for r in ratios]
+            cells = [boot.difference(a, p, b, p, tasks).format(scale, 1 if scale == 100 else 3)
+                     for p in keep_fractions]
             print(f"| {a} − {b} | " + " | ".join(cells) + " |")
 
 

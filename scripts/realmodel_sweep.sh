@@ -13,7 +13,7 @@ METHODS=snapkv/flat,snapkv/adakv,triattention/flat,keydiff/flat,keydiff/pyramid,
 METHODS=$METHODS,kvpress:ExpectedAttentionPress/flat,kvpress:KnormPress/flat,kvpress:TOVAPress/flat
 start=$(date +%s)
 for k in 0 1; do
-  OMP_NUM_THREADS=1 bench compare --model smollm2-135m-instruct --methods "$METHODS" --ratios paper \
+  OMP_NUM_THREADS=1 bench compare --model smollm2-135m-instruct --methods "$METHODS" --keep-fractions paper \
     --tasks niah_single_2,niah_multikey_1 --haystack manpages --n 20 --length 2048 --shard "$k/2" \
     --out "$OUT/shard$k" > "$OUT.shard$k.log" 2>&1 &
 done

@@ -73,6 +73,8 @@ def _subparsers() -> dict:
 
 
 def _bad_values(action) -> list[str] | None:
+    if isinstance(action, compare_command.GoneFlag):  # a removed flag: refused whatever its value
+        return ["0.5"]
     if action.choices is not None:
         return ["nosuch"]
     if action.type in BY_TYPE:

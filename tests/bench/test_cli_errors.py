@@ -13,7 +13,7 @@ from tests.helpers import compare_settings, copy_model, run_cli, truncate
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--ratios", ""], "--keep-fractions is empty"),
+    (["--keep-fractions", ""], "--keep-fractions is empty"),
     (["--press", ""], "--press is empty"),
     (["--alloc", ""], "--alloc is empty"),
     (["--tasks", ""], "--tasks is empty"),
@@ -22,7 +22,7 @@ from tests.helpers import compare_settings, copy_model, run_cli, truncate
     (["--length", "10000000"], r"length 10000000 is longer than the model's position limit \(max_position_embeddings "
                                r"= (\d+)\).*give --length <= \1"),
     (["--press", "snapkv", "--alloc", "global"], "'snapkv' scores are not on one scale across layers"),
-    (["--ratios", "0.5,1.5"], r"keep fraction 1.5 is outside \(0, 1\]"),
+    (["--keep-fractions", "0.5,1.5"], r"keep fraction 1.5 is outside \(0, 1\]"),
 ])
 def test_cli_errors_come_before_the_model_loads(model_dir, tmp_path, capsys, no_model_load, argv, message):
     code = main(["compare", "--model", str(model_dir), "--out", str(tmp_path / "out"), *argv])
@@ -72,8 +72,8 @@ def test_ctrl_c_says_how_to_resume(model_dir, tmp_path, capsys, monkeypatch):
 def test_press_and_allocator_options_from_the_cli(model_dir, tmp_path, capsys):
     out = tmp_path / "out"
     assert main(["compare", "--model", str(model_dir), "--out", str(out), "--press", "snapkv", "--press-options",
-                 "window=8,kernel=3", "--alloc", "perlayer", "--alloc-options", "weights=1/3", "--ratios", "0.5",
-                 "--tasks", "niah_single_1", "--n", "1", "--length", "300"]) == 0
+                 "window=8,kernel=3", "--alloc", "perlayer", "--alloc-options", "weights=1/3", "--keep-fractions",
+                 "0.5", "--tasks", "niah_single_1", "--n", "1", "--length", "300"]) == 0
     rows = ResultStore(out, readonly=True).rows
     assert {r["press"] for r in rows} == {"none", "snapkv(kernel=3,window=8)"}
     assert {r["allocator"] for r in rows} == {"none", "perlayer(weights=1;3)"}
@@ -113,12 +113,25 @@ def test_a_damaged_model_directory_is_named(model_dir, tmp_path, capsys, damage,
     copy = copy_model(model_dir, tmp_path)
     damage(copy)
     code, err = run_cli(capsys, "compare", "--model", copy, "--out", tmp_path / "out", "--press", "gatesight",
-                     "--ratios", "0.5", "--tasks", "niah_single_1", "--n", "1", "--length", "300")
+                     "--keep-fractions", "0.5", "--tasks", "niah_single_1", "--n", "1", "--length", "300")
     assert code == 2 and str(copy) in err and message in err, err
 
 
+@pytest.mark.parametrize("typed", [["--ratios", "0.5"], ["--ratios=0.5"], ["--ratios"], ["--ratio", "0.5"],
+                                   ["--keep-fractions", "0.5", "--ratios", "0.5"]])
+def test_the_removed_ratios_flag_is_refused_naming_both_flags(tmp_path, capsys, no_model_load, typed):
+    """``--ratios`` was an alias of ``--keep-fractions`` (kept) while a ratio everywhere else is the evicted fraction:
+    given in any form, or shortened (argparse's prefix matching passes on no shortened flag to another), it is one
+    line that says why it is gone and names both flags, and nothing is written."""
+    out = tmp_path / "out"
+    code, err = run_cli(capsys, "compare", *typed, "--out", out)
+    assert code == 2 and err.startswith("bench compare: error: --ratios is gone: it meant kept fractions p"), err
+    assert "--keep-fractions (kept, p in (0, 1])" in err and "--compression-ratios (evicted, 1 − p in [0, 1))" in err
+    assert not out.exists()
+
+
 def test_fractions_are_given_one_way_and_checked_as_typed(capsys):
-    code, err = run_cli(capsys, "compare", "--ratios", "0.5", "--compression-ratios", "0.9")
+    code, err = run_cli(capsys, "compare", "--keep-fractions", "0.5", "--compression-ratios", "0.9")
     assert code == 2 and "not allowed with argument" in err
     code, err = run_cli(capsys, "compare", "--compression-ratios", "0.5,1")
     assert code == 2 and "compression ratio 1 is outside [0, 1)" in err

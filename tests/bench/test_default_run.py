@@ -29,8 +29,8 @@ def test_the_plot_title_counts_methods(model_dir, tmp_path, monkeypatch):
 
     monkeypatch.setattr(report, "plot_curves", plot)
     common = ["compare", "--model", str(model_dir), "--tasks", "niah_single_1", "--n", "1", "--length", "300"]
-    assert main([*common, "--press", "keydiff", "--ratios", "0.2,0.5,0.8", "--out", str(tmp_path / "a")]) == 0
-    assert main([*common, "--methods", "keydiff/flat,snapkv/pyramid", "--ratios", "0.5",
+    assert main([*common, "--press", "keydiff", "--keep-fractions", "0.2,0.5,0.8", "--out", str(tmp_path / "a")]) == 0
+    assert main([*common, "--methods", "keydiff/flat,snapkv/pyramid", "--keep-fractions", "0.5",
                  "--out", str(tmp_path / "b")]) == 0
     assert [title.split(" · ")[0] for title in titles] == ["1 method(s)", "2 method(s)"]
     assert (tmp_path / "a" / "curves.png").stat().st_size > 0

@@ -19,7 +19,7 @@ def test_identity_names_each_part_of_the_model(model_dir, tmp_path):
     config["rope_parameters"]["rope_theta"] = 10.0
     (copy / "config.json").write_text(json.dumps(config))
     changed = loading.identity(copy)
-    assert changed.parts["config"] != base.parts["config"] and changed.model != base.model
+    assert changed.parts["config"] != base.parts["config"] and changed.weights != base.weights
     assert {k: v for k, v in changed.parts.items() if k != "config"} == {k: v for k, v in base.parts.items()
                                                                          if k != "config"}
     (copy / "chat_template.jinja").write_text("{{ messages }}")
@@ -28,7 +28,7 @@ def test_identity_names_each_part_of_the_model(model_dir, tmp_path):
 
     shutil.rmtree(copy / "gatesight")
     assert loading.identity(copy).artifacts != base.artifacts
-    assert loading.fingerprint(model_dir) == base.model
+    assert loading.fingerprint(model_dir) == base.weights
 
 
 def test_a_reconfigured_model_is_refused_naming_what_differs(model_dir, tmp_path, capsys):

@@ -7,23 +7,23 @@ import pytest
 import torch
 
 from bench.compare import CompareSettings, run_compare
-from bench.needles import evidence_positions, mean_over_heads, needle_markdown, needle_rank, needle_recall
+from bench.needles import mean_over_heads, needle_markdown, needle_positions, needle_rank, needle_recall
 from hybridmodel.tokenizer import build_tokenizer
 from runtime import KeepPlan, encode_text
 
 
-def test_evidence_positions_are_the_tokens_of_the_sentence():
+def test_needle_positions_are_the_tokens_of_the_sentence():
     tokenizer = build_tokenizer()
     encode = lambda text: encode_text(tokenizer, text)  # noqa: E731
     context = "Header.\n\nSome filler. The magic number for abc is 1234.\nMore filler. Another: xyz.\n"
-    positions = evidence_positions(encode, context, ["The magic number for abc is 1234.", "Another: xyz."])
+    positions = needle_positions(encode, context, ["The magic number for abc is 1234.", "Another: xyz."])
     ids = encode(context)
     decoded = tokenizer.decode([ids[i] for i in positions.tolist()])
     assert decoded == "The magic number for abc is 1234.Another: xyz."
-    answers = evidence_positions(encode, context, ["The magic number for abc is 1234."], ["1234"])
+    answers = needle_positions(encode, context, ["The magic number for abc is 1234."], ["1234"])
     assert tokenizer.decode([ids[i] for i in answers.tolist()]) == "1234"
     with pytest.raises(ValueError, match="is not in the context"):
-        evidence_positions(encode, context, ["missing sentence"])
+        needle_positions(encode, context, ["missing sentence"])
 
 
 def test_needle_recall_of_hand_made_plans():

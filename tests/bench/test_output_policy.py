@@ -32,8 +32,8 @@ FILE_FLAGS = {("model-eval", "--rows")}
 def _base(command: str, flag: str, place: Path, model: Path, tmp: Path) -> list[str]:
     """A command line of ``command`` that would start its work, its ``flag`` naming ``place``."""
     given = {
-        "compare": ["--model", model, "--press", "keydiff", "--ratios", "0.5", "--tasks", "niah_single_1", "--n", "1",
-                    "--length", "300", "--out", tmp / "results"],
+        "compare": ["--model", model, "--press", "keydiff", "--keep-fractions", "0.5", "--tasks", "niah_single_1",
+                    "--n", "1", "--length", "300", "--out", tmp / "results"],
         "merge": [tmp / "store", "--out", tmp / "merged"],
         "leaderboard": [tmp / "store", "--out", tmp / "docs"],
         "cost": ["--model", model, "--press", "keydiff", "--lengths", "64", "--out", tmp / "cost"],

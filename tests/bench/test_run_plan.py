@@ -80,7 +80,7 @@ def test_a_bad_option_is_refused_naming_it(model_dir, tmp_path, change, message)
 def test_per_press_options_on_the_command_line(model_dir, tmp_path, capsys):
     """``--press gatesight,snapkv[window=8]`` runs (``--press-options window=8`` is refused: gatesight has no
     window); an option in brackets gives the rows of the same option in ``--press-options``."""
-    base = ["compare", "--model", model_dir, "--alloc", "flat", "--ratios", "0.5", "--tasks", "niah_single_1",
+    base = ["compare", "--model", model_dir, "--alloc", "flat", "--keep-fractions", "0.5", "--tasks", "niah_single_1",
             "--n", 1, "--length", 300]
     code, err = run_cli(capsys, *base, "--press", "gatesight,snapkv[window=8]", "--out", tmp_path / "both")
     assert code == 0, err

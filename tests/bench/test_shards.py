@@ -83,7 +83,7 @@ def test_an_empty_source_says_what_it_is(shards, tmp_path, capsys):
 def test_an_empty_shard_is_a_note_and_writes_nothing(model_dir, tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(loading, "load", lambda *a, **k: pytest.fail("an empty shard loaded the model"))
     out = tmp_path / "s2"
-    code = main(["compare", "--model", str(model_dir), "--press", "keydiff", "--ratios", "0.5", "--tasks",
+    code = main(["compare", "--model", str(model_dir), "--press", "keydiff", "--keep-fractions", "0.5", "--tasks",
                  "niah_single_1", "--n", "1", "--length", "300", "--shard", "2/3", "--out", str(out)])
     captured = capsys.readouterr()
     assert code == 0 and captured.err.count("error") == 0, captured.err

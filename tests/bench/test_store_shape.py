@@ -63,6 +63,19 @@ def test_every_row_records_its_run(runs):
     assert all(row["run"] == {**RUN, "n": 2, "shard": 0, "shards": 1} for row in _lines(runs / "whole"))
 
 
+def test_rows_written_now_name_the_recurrent_state_bytes(runs):
+    """Each row records its child's attention cache (``kv_bytes``) and recurrent state (``recurrent_bytes``: GDN and
+    Mamba2 layers alike; ``gdn_bytes`` only in stores written before, read under the new name): the state is copied
+    whole into every child, so it is the full cache's in every row of a context, while a child keeps fewer entries."""
+    rows = _lines(runs / "whole")
+    assert rows and not any("gdn_bytes" in row for row in rows)
+    for item in {row["item"] for row in rows}:
+        own = [row for row in rows if row["item"] == item]
+        full = next(row for row in own if row["press"] == "none")
+        assert full["recurrent_bytes"] > 0 and all(row["recurrent_bytes"] == full["recurrent_bytes"] for row in own)
+        assert all(0 < row["kv_bytes"] < full["kv_bytes"] for row in own if row["press"] != "none")
+
+
 def test_the_shards_of_one_split_merge_and_verify(runs, tmp_path, capsys):
     code, err = run_cli(capsys, "verify", runs / "0of2", runs / "1of2")
     assert code == 0, err
@@ -173,7 +186,7 @@ def _packed(source, directory):
 def test_compare_resumes_a_committed_compressed_store(runs, model_dir, tmp_path, capsys):
     committed = _packed(runs / "whole", tmp_path / "committed")
     packed = (committed / "results.jsonl.gz").read_bytes()
-    argv = ["compare", "--model", model_dir, "--out", committed, "--press", "keydiff", "--ratios", "0.5",
+    argv = ["compare", "--model", model_dir, "--out", committed, "--press", "keydiff", "--keep-fractions", "0.5",
             "--tasks", "niah_single_1", "--length", "300"]
     code, err = run_cli(capsys, *argv, "--n", "2")  # nothing left to run: nothing written to the store
     assert code == 0 and not (committed / "results.jsonl").exists(), err
@@ -194,7 +207,7 @@ def test_a_store_beside_a_committed_one_that_does_not_continue_it_is_refused(run
     message = f"{committed / 'results.jsonl'} does not continue {committed / 'results.jsonl.gz'}"
     for argv in (["verify", committed], ["leaderboard", committed, "--out", tmp_path / "docs"],
                  ["merge", runs / "0of2", runs / "1of2", "--out", committed],
-                 ["compare", "--model", model_dir, "--out", committed, "--press", "keydiff", "--ratios", "0.5",
+                 ["compare", "--model", model_dir, "--out", committed, "--press", "keydiff", "--keep-fractions", "0.5",
                   "--tasks", "niah_single_1", "--length", "300", "--n", "3"]):
         code, err = run_cli(capsys, *argv)
         assert code == 2 and message in err, err
@@ -211,8 +224,8 @@ def test_compare_refuses_to_resume_a_store_verify_refuses(runs, model_dir, tmp_p
     at = next(i for i, row in enumerate(rows) if row["press"] != "none")
     store = _store_of([*rows, copy(rows[at])], tmp_path / "store")
     monkeypatch.setattr(loading, "load", lambda *a, **k: pytest.fail("loaded the model before checking the store"))
-    code, err = run_cli(capsys, "compare", "--model", model_dir, "--out", store, "--press", "keydiff", "--ratios",
-                        "0.5", "--tasks", "niah_single_1", "--length", "300", "--n", "2")
+    code, err = run_cli(capsys, "compare", "--model", model_dir, "--out", store, "--press", "keydiff",
+                        "--keep-fractions", "0.5", "--tasks", "niah_single_1", "--length", "300", "--n", "2")
     assert code == 2 and f"{store / 'results.jsonl'}:{at + 1} and {store / 'results.jsonl'}:{len(rows) + 1}" in err
     assert message in err and not (store / "summary.md").exists()
     with pytest.raises(ValueError, match=message):  # nor does the library's summary read it

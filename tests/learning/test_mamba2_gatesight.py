@@ -77,6 +77,6 @@ def test_label_train_analyze_compare_on_a_saved_bamba(tmp_path):
     assert main(["analyze", *args, "--labels", str(labels), "--out", str(tmp_path / "analysis")]) == 0
 
     out = tmp_path / "out"
-    assert main(["compare", *args, "--press", "gatesight", "--alloc", "flat", "--ratios", "0.5", "--tasks",
+    assert main(["compare", *args, "--press", "gatesight", "--alloc", "flat", "--keep-fractions", "0.5", "--tasks",
                  "niah_single_1", "--n", "1", "--length", "300", "--out", str(out)]) == 0
     assert {row["press"] for row in ResultStore(out, readonly=True).rows} == {"none", "gatesight"}

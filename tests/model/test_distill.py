@@ -247,7 +247,7 @@ def catalogued(teacher, student, tmp_path, monkeypatch):
     cache (a teacher entry of the hash the delta records)."""
     import dataclasses
 
-    from pretrained.store import SOURCE_FILE
+    from pretrained.model_cache import SOURCE_FILE
 
     fake_teacher = dataclasses.replace(pretrained.catalog.SMOLLM2_135M_INSTRUCT, sha256="f" * 64)
     checkpoint = pretrained.DistilledCheckpoint("smollm2-135m-hybrid", fake_teacher)
@@ -271,7 +271,7 @@ def _artifacts(directory, weights: str, calibration: bytes = b"calibration") -> 
 
 def test_shipped_artifacts_travel_with_the_delta_into_every_rebuild(catalogued, tmp_path):
     from pretrained.loading import fingerprint
-    from pretrained.store import installed
+    from pretrained.model_cache import installed
 
     checkpoint, root = catalogued
     rebuilt = hybrid_delta.rebuild(checkpoint, root)

@@ -85,7 +85,7 @@ def test_stream_cosines_of_a_stream_to_itself_and_to_its_negative(diagnosis):
 
 def test_moving_the_needle_keeps_the_haystack(tokenizer, diagnosis):
     item = _item(tokenizer)
-    needle = item.questions[0].evidence[0]
+    needle = item.questions[0].needles[0]
     rest = diagnosis.without_needle(item.body, needle)
     assert needle not in rest and len(rest) == len(item.body) - len(needle) - 1
     for start in diagnosis.sentence_starts(rest):
@@ -103,8 +103,8 @@ def test_placed_needle_is_at_the_nearest_sentence_boundary(tokenizer, diagnosis,
     item = _item(tokenizer)
     question = item.questions[0]
     placed = diagnosis.placed(tokenizer, item, question, form, distance)
-    rest = diagnosis.without_needle(item.body, question.evidence[0])
-    every = [diagnosis.probe(tokenizer, item, question, diagnosis.insert_needle(rest, question.evidence[0], s), form)
+    rest = diagnosis.without_needle(item.body, question.needles[0])
+    every = [diagnosis.probe(tokenizer, item, question, diagnosis.insert_needle(rest, question.needles[0], s), form)
              for s in diagnosis.sentence_starts(rest)]
     assert abs(placed.distance - distance) == min(abs(p.distance - distance) for p in every)
     assert tokenizer.decode([placed.ids[i] for i in placed.value]) == question.answers[0]

@@ -124,7 +124,7 @@ def fake_fetch(tmp_path, monkeypatch):
         state["converted"] += 1
 
     monkeypatch.setattr(fetch_module, "convert", convert)
-    monkeypatch.setitem(pretrained.store.CHECKPOINTS, FAKE.name, FAKE)
+    monkeypatch.setitem(pretrained.model_cache.CHECKPOINTS, FAKE.name, FAKE)
     monkeypatch.setenv(pretrained.CACHE_ENV, str(tmp_path / "cache"))
     root = pretrained.cache_dir()
     return root, lambda: fetch(FAKE, root, gguf=gguf, log=lambda line: None), state
@@ -165,12 +165,12 @@ def test_a_file_changed_in_place_is_found_by_its_hash(fake_fetch):
     data = bytearray(weights.read_bytes())
     data[-1] ^= 0xFF  # same size: only the hash tells
     weights.write_bytes(bytes(data))
-    assert pretrained.store.conversion_problem(FAKE, root, hashes=True) == (
+    assert pretrained.model_cache.conversion_problem(FAKE, root, hashes=True) == (
         f"is damaged: model.safetensors has SHA-256 {hashlib.sha256(data).hexdigest()}, not the "
         f"{json.loads((directory / 'source.json').read_text())['files']['model.safetensors']['sha256']} its "
         "conversion recorded")
     run()
-    assert state["converted"] == 2 and pretrained.store.conversion_problem(FAKE, root, hashes=True) is None
+    assert state["converted"] == 2 and pretrained.model_cache.conversion_problem(FAKE, root, hashes=True) is None
 
 
 def test_a_repair_keeps_what_was_stored_beside_the_weights_and_a_failed_one_changes_nothing(fake_fetch):
@@ -188,7 +188,7 @@ def test_a_repair_keeps_what_was_stored_beside_the_weights_and_a_failed_one_chan
     state["fail"] = False
     run()
     assert (directory / "gatesight" / "gatesight.json").read_text() == "{}"
-    assert pretrained.store.conversion_problem(FAKE, root, hashes=True) is None
+    assert pretrained.model_cache.conversion_problem(FAKE, root, hashes=True) is None
 
 
 def test_a_conversion_without_recorded_hashes_is_converted_again(fake_fetch):
@@ -211,4 +211,4 @@ def test_a_conversion_of_another_file_is_moved_aside_not_deleted(fake_fetch):
     [aside] = [p for p in root.iterdir() if p.name != FAKE.name]
     assert aside.name.startswith(f"{FAKE.name}.backup-") and json.loads((aside / "source.json").read_text())[
         "sha256"] == "0" * 64
-    assert pretrained.store.conversion_problem(FAKE, root, hashes=True) is None
+    assert pretrained.model_cache.conversion_problem(FAKE, root, hashes=True) is None

@@ -142,7 +142,7 @@ def test_bench_compare_runs_on_a_saved_bamba_checkpoint(tmp_path):
     directory = tmp_path / "model"
     save_bamba(directory)
     out = tmp_path / "out"
-    common = ["--alloc", "flat", "--ratios", "0.5", "--tasks", "niah_single_1", "--n", "1", "--length", "300"]
+    common = ["--alloc", "flat", "--keep-fractions", "0.5", "--tasks", "niah_single_1", "--n", "1", "--length", "300"]
     assert main(["compare", "--model", str(directory), "--press", "keydiff,snapkv", *common, "--out", str(out)]) == 0
     rows = ResultStore(out, readonly=True).rows
     assert {row["press"] for row in rows} == {"none", "keydiff", "snapkv"}

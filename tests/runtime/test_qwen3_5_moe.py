@@ -126,7 +126,8 @@ def test_bench_compare_runs_on_a_conditional_generation_checkpoint(tmp_path):
     GateSightEstimator.random(adapter_for(text_model)).save(directory / "gatesight")
     out = tmp_path / "out"
     assert main(["compare", "--model", str(directory), "--press", "keydiff,gatesight", "--alloc", "flat",
-                 "--ratios", "0.5", "--tasks", "niah_single_1", "--n", "1", "--length", "300", "--out", str(out)]) == 0
+                 "--keep-fractions", "0.5", "--tasks", "niah_single_1", "--n", "1", "--length", "300", "--out",
+                 str(out)]) == 0
     rows = ResultStore(out, readonly=True).rows
     assert {row["press"] for row in rows} == {"none", "keydiff", "gatesight"}
     for row in rows:

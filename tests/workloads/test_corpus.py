@@ -86,8 +86,8 @@ def test_real_haystack_items(source):
         assert [q.text for q in item.questions] == [q.text for q in generated.questions]
         assert item.body != generated.body and len(item.context) > 400
         for question in item.questions:
-            assert question.evidence and all(sentence in item.body for sentence in question.evidence)
-            assert all(answer in " ".join(question.evidence) for answer in question.answers)
+            assert question.needles and all(sentence in item.body for sentence in question.needles)
+            assert all(answer in " ".join(question.needles) for answer in question.answers)
     # tasks without an essay filler keep their own, whatever the option says
     for task in set(TASKS) - set(HAYSTACK_TASKS):
         if task.startswith("niah"):

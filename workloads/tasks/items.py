@@ -29,8 +29,8 @@ class Question:
         The answer's token budget.
     scorer, official : Callable[[str], float], optional
         Task-specific scorers of a prediction (SCBench's revised and official); RULER uses the item's metric.
-    evidence : list[str]
-        The sentences of the context that carry the answer (NIAH needles), for the needle-recall diagnostic.
+    needles : list[str]
+        The needle sentences of the context that carry the answer (NIAH), for the needle-recall diagnostic.
     """
 
     text: str
@@ -39,7 +39,7 @@ class Question:
     max_new_tokens: int
     scorer: Callable[[str], float] | None = field(default=None, repr=False)
     official: Callable[[str], float] | None = field(default=None, repr=False)
-    evidence: list[str] = field(default_factory=list)
+    needles: list[str] = field(default_factory=list)
 
     @property
     def prompt(self) -> str:

@@ -110,9 +110,9 @@ def needle_text(key: str, value: str, value_kind: str, profile: str) -> str:
 
 
 def niah_question(keys: list[str], answers: list[str], value_kind: str, profile: str, max_new: int,
-                  evidence: list[str] = ()) -> Question:
+                  needles: list[str] = ()) -> Question:
     """The question asking for every value of ``keys`` (one key, several values, or several keys at once);
-    ``evidence``: the needle sentences that carry its answers."""
+    ``needles``: the needle sentences that carry its answers."""
     query = keys[0] if len(keys) == 1 else ", ".join(keys[:-1]) + ", and " + keys[-1]
     one = len(answers) == 1
     tv = _type_word(value_kind, one)
@@ -124,7 +124,7 @@ def niah_question(keys: list[str], answers: list[str], value_kind: str, profile:
     else:
         text = f"What {'is the' if one else 'are the'} magic {tv} for {query}?"
         prefix = f" The magic {tv} for {query} {'is' if one else 'are'}"
-    return Question(text, prefix, answers, max_new, evidence=list(evidence))
+    return Question(text, prefix, answers, max_new, needles=list(needles))
 
 
 def _niah(task: str, rng: random.Random, cfg: Config) -> Item:
