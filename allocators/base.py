@@ -15,7 +15,9 @@ from .integerize import round_half_up
 
 def check_keep_fraction(p: float, what: str = "keep fraction") -> float:
     """``p`` as a float if it is a number (Python's or numpy's) in (0, 1]; else ``ValueError`` naming it."""
-    if isinstance(p, bool) or not isinstance(p, numbers.Real) or not (0 < p <= 1):
+    if isinstance(p, bool) or not isinstance(p, numbers.Real):
+        raise UsageError(f"{what} must be a number in (0, 1], got {p!r} ({type(p).__name__})")
+    if not (0 < p <= 1):
         raise UsageError(f"{what} {p!r} is outside (0, 1]")
     return float(p)
 

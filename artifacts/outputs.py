@@ -9,7 +9,8 @@ one line that names the flag and the path, a place that
 - lies inside a model directory, unless the output belongs to that model (its artifact folder, or the model a
   command trains): a file dropped there changes the model's fingerprint (an estimator at its top level counts as a
   weight shard);
-- holds the result of earlier work (:data:`RESULTS`) and the command was not given ``--replace``.
+- holds the result of earlier work (:data:`RESULTS`) and the command was not given ``--replace``, or holds something
+  else (``Output.foreign``: another command's result), which ``--replace`` never moves aside.
 
 What an output does with what it finds there is its ``keeps``:
 
@@ -27,6 +28,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from runtime.errors import UsageError
 
@@ -66,6 +68,9 @@ class Output:
     model : Path, optional
         The model directory this output belongs to (its artifact folder, or the model a command trains): the one
         model directory it may lie in.
+    foreign : Callable[[Path], str | None], optional
+        For :data:`RESULTS`: what a file of ``held`` is when it is not such a result (another command's), or None;
+        such a file is refused even with ``--replace``, which would move it aside.
     """
 
     path: Path
@@ -76,6 +81,7 @@ class Output:
     what: str = "results"
     replace: bool = False
     model: Path | None = None
+    foreign: Callable[[Path], str | None] | None = None
 
     def refuse(self, problem: str) -> UsageError:
         return UsageError(f"{self.flag} {self.path}: {problem}")
@@ -129,4 +135,8 @@ def check(outputs: list[Output]) -> None:
     for output in outputs:
         if output.keeps == RESULTS:
             held = output.held or ((output.path,) if output.kind == FILE else ())
+            for path in held:  # another command's result: never moved aside, --replace or not
+                problem = output.foreign(path) if output.foreign is not None and path.is_file() else None
+                if problem:
+                    raise output.refuse(problem)
             check_replaceable(output.path, list(held), output.what, output.replace)

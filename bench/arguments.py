@@ -124,6 +124,8 @@ def options(text: str) -> dict:
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
             raise argparse.ArgumentTypeError(f"expected key=value pairs separated by commas, got {pair!r}")
+        if key.strip() in parsed:
+            raise argparse.ArgumentTypeError(f"option {key.strip()!r} is given twice in {text!r}; give it once")
         parsed[key.strip()] = value.strip()  # text: each press or allocator types it by its field
     return parsed
 

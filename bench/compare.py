@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Sequence
 
 from tqdm import tqdm
 
@@ -22,7 +23,7 @@ from .completeness import check_stores
 from .execution import ContextJob, in_processes, in_ray, in_this_process
 from .harness import Harness
 from .plan import RunPlan, plan
-from .row_fields import KEY_FIELDS, shard_contexts
+from .row_fields import KEY_FIELDS
 from .settings import CompareSettings
 from .store import ResultStore
 
@@ -65,26 +66,68 @@ def run_rows(store: ResultStore, settings: CompareSettings | RunPlan,
               "code": run.code, "length": run.length, "profile": run.profile, "seed": run.seed, "engine": run.engine,
               "dtype": run.dtype, "device": run.device}
     children = {(method.press.label, method.allocator.label, float(p)) for method, p in run.children}
-    contexts = set(contexts_of(run))
+    contexts = contexts_of(run)
     return [r for r in store.rows if all(r.get(k) == v for k, v in wanted.items())
             and (r["task"], r["item"]) in contexts
             and r.get("haystack", tasks.GENERATED) == tasks.haystack_of(r["task"], run.haystack)
             and (r["press"], r["allocator"], float(r["keep_fraction"])) in children]
 
 
-def _jobs(run: RunPlan, store: ResultStore) -> list[ContextJob]:
+def _jobs(run: RunPlan, store: ResultStore) -> Sequence[ContextJob]:
+    """The context of every job with the keys the store holds of it, made as each is read."""
     done_by_context: dict[tuple, set] = {}
     task_at, item_at = KEY_FIELDS.index("task"), KEY_FIELDS.index("item")
     for key in store.done:
         done_by_context.setdefault((key[task_at], key[item_at]), set()).add(key)
-    return [ContextJob(task, index, frozenset(done_by_context.get((task, index), ())))
-            for task, index in contexts_of(run)]
+    return _Jobs(contexts_of(run), done_by_context)
 
 
-def contexts_of(run: RunPlan) -> list[tuple[str, int]]:
+class _Jobs(Sequence):
+    """:class:`ContextJob` of each context, in order, made when read (a run of many contexts starts at once)."""
+
+    def __init__(self, contexts: Sequence[tuple[str, int]], done_by_context: dict[tuple, set]):
+        self.contexts, self.done_by_context = contexts, done_by_context
+
+    def __len__(self) -> int:
+        return len(self.contexts)
+
+    def __getitem__(self, index: int) -> ContextJob:
+        task, item = self.contexts[index]
+        return ContextJob(task, item, frozenset(self.done_by_context.get((task, item), ())))
+
+
+class Contexts(Sequence):
+    """``(task, item)`` of every context of a shard, in order, computed from its position when read: the list
+    :func:`bench.row_fields.shard_contexts` makes, without holding it (``--n 100000000`` starts at once).
+
+    Parameters
+    ----------
+    run : dict
+        The run its rows name (:attr:`RunPlan.run`): ``tasks``, ``n``, ``shard`` k of ``shards`` N; its contexts are
+        the positions k, k + N, ... of the list of every task's items 0 … n − 1.
+    """
+
+    def __init__(self, run: dict):
+        self.tasks, self.n = list(run["tasks"]), run["n"]
+        self.positions = range(run["shard"], len(self.tasks) * self.n, run["shards"])
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+    def __getitem__(self, index: int) -> tuple[str, int]:
+        position = self.positions[index]  # an IndexError past the end ends iteration
+        return self.tasks[position // self.n], position % self.n
+
+    def __contains__(self, context) -> bool:
+        task, item = context
+        return isinstance(item, int) and 0 <= item < self.n and any(
+            name == task and at * self.n + item in self.positions for at, name in enumerate(self.tasks))
+
+
+def contexts_of(run: RunPlan) -> Contexts:
     """``(task, index)`` of every context the run answers, in order; a shard ``k/n`` takes positions k, k + n, ...
-    (:func:`bench.row_fields.shard_contexts` of the run its rows name)."""
-    return shard_contexts(run.run)
+    (:class:`Contexts` of the run its rows name)."""
+    return Contexts(run.run)
 
 
 def _run(run: RunPlan, identity: loading.ModelIdentity, store: ResultStore, show_progress: bool) -> None:

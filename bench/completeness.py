@@ -101,9 +101,10 @@ def check_one_value(stores: list[ResultStore], copies: bool = False) -> None:
 
 def check_one_split(stores: list[ResultStore]) -> None:
     """``UsageError`` naming a store that holds a part of a sharded run (not every shard of it) and another store of
-    its setting group that is not a shard of that run and split (:func:`check_shards_alike`). Together the two may
-    hold every context their runs name — shard 0/2 and shard 1/3 of a run of two contexts do — but ``bench merge``
-    refuses to join them, and a store holds the rows of one split."""
+    its setting group that is not a shard of that run and split, or holds other methods (:func:`check_shards_alike`,
+    as ``bench merge`` compares them). Together the two may hold every context their runs name — shard 0/2 and shard
+    1/3 of a run of two contexts do, and so do shard 0/2 of one press and shard 1/2 of another — but ``bench merge``
+    refuses to join them, and a store holds the rows of one split of one run."""
     groups: dict[tuple, dict[ResultStore, list[dict]]] = defaultdict(lambda: defaultdict(list))
     for store in stores:
         for row in store.rows:
@@ -112,7 +113,14 @@ def check_one_split(stores: list[ResultStore]) -> None:
         part = next((store for store, rows in held.items() if _is_part(rows)), None)
         for other, rows in held.items():
             if part is not None and other is not part:
-                check_shards_alike(part, run_settings(held[part]), other, run_settings(rows))
+                check_shards_alike(part, shard_settings(held[part]), other, shard_settings(rows))
+
+
+def shard_settings(rows: list[dict]) -> dict[str, list[str]]:
+    """What the shards of one run share beside their setting group, as ``bench merge`` compares them (in this
+    order): the methods (press/allocator at each p) and each field of their run but the shard
+    (:func:`run_settings`)."""
+    return {"methods": sorted({method_at(row) for row in rows}), **run_settings(rows)}
 
 
 def run_settings(rows: list[dict]) -> dict[str, list[str]]:

@@ -87,6 +87,10 @@ def run_cost(model_path, press_names: list[str], lengths: list[int], out: Path, 
     if not press_names or not lengths:
         raise UsageError("give at least one press and one length")
     for name in press_names:
+        if "[" in name:  # the registry's message speaks to a library caller; this is the command's
+            raise UsageError(f"--press {name!r}: bench cost times each press with its default options; name it "
+                             f"alone ({name.split('[', 1)[0]!r}) — options in brackets are bench compare's --press "
+                             "syntax")
         presses.get(name)  # unknown names fail here, before the model loads
     limit = loading.position_limit(model_path)
     bad = [n for n in lengths if n < 2 or (limit is not None and n > limit)]

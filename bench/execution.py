@@ -11,7 +11,7 @@ from __future__ import annotations
 import multiprocessing
 import queue
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -75,7 +75,7 @@ def _serve(run: RunPlan, identity: loading.ModelIdentity, jobs, results) -> None
         results.put(("error", None, error))
 
 
-def in_processes(run: RunPlan, identity: loading.ModelIdentity, jobs: list[ContextJob],
+def in_processes(run: RunPlan, identity: loading.ModelIdentity, jobs: Iterable[ContextJob],
                  workers: int) -> Iterator[list[dict]]:
     """The rows of every job, context by context as workers finish them, from ``workers`` spawned processes.
 
@@ -84,15 +84,27 @@ def in_processes(run: RunPlan, identity: loading.ModelIdentity, jobs: list[Conte
     """
     context = multiprocessing.get_context("spawn")
     pending, results = context.Queue(), context.Queue()
-    for job in jobs:
-        pending.put(job)
     processes = [context.Process(target=_serve, args=(run, identity, pending, results), daemon=True)
                  for _ in range(workers)]
     for process in processes:
-        pending.put(None)
         process.start()
+    feed, ahead, fed = iter(jobs), 0, False
+
+    def top_up() -> None:  # a few jobs ahead of the workers: the others are made as they are taken (any --n)
+        nonlocal ahead, fed
+        while not fed and ahead < 2 * workers:
+            job = next(feed, None)
+            if job is None:
+                fed = True
+                for _ in processes:
+                    pending.put(None)
+            else:
+                pending.put(job)
+                ahead += 1
+
+    top_up()
     try:
-        for _ in jobs:
+        while ahead:
             while True:
                 try:
                     kind, _, payload = results.get(timeout=1.0)
@@ -104,6 +116,8 @@ def in_processes(run: RunPlan, identity: loading.ModelIdentity, jobs: list[Conte
                                            "finishing its context; rerun to resume") from None
             if kind == "error":
                 raise payload
+            ahead -= 1
+            top_up()
             yield payload
     finally:
         for process in processes:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import io
+import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -31,11 +32,14 @@ from .report import (
     summary_markdown,
 )
 from .stats import PairedBootstrap
-from .store import ResultStore
+from .store import open_stores
 
 MARKDOWN = "leaderboard.md"
 MANIFEST = "leaderboard.sha256"
 """Beside the leaderboard: ``<sha256>  <file>`` for every file it wrote, in ``sha256sum``'s format."""
+PUBLISHED = re.compile(r"leaderboard(-[^/]*)?\.(csv|png)")
+"""The names of a leaderboard's tables and images (``leaderboard-2.png``, …): the only files a new build removes
+(those its manifest listed and it no longer writes), and those ``bench verify --docs`` refuses unlisted."""
 
 
 def sha256_of(path: Path) -> str:
@@ -98,7 +102,7 @@ def needle_recall_markdown(rows: list[dict], resamples: int = RESAMPLES) -> list
 def write_leaderboard(stores: list[Path], out: Path, resamples: int = RESAMPLES) -> Path:
     """``leaderboard.md``, ``leaderboard.csv``, one PNG per setting group and their :data:`MANIFEST`, from one or
     more result stores; returns the path of ``leaderboard.md``."""
-    opened = [ResultStore(directory, readonly=True) for directory in stores]
+    opened = open_stores(stores)
     # a report never shows a NaN as a blank cell, nor a fraction above 1, nor stops on a value that is not a number;
     # nor a section of an unfinished run, nor the mean of two rows that contradict each other, nor a row counted twice
     check_stores(opened)
@@ -138,5 +142,20 @@ def write_leaderboard(stores: list[Path], out: Path, resamples: int = RESAMPLES)
                  summary_markdown([{**r, "score": r["score_official"]} for r in official], resamples=resamples)]
     cells = write_text(out / "leaderboard.csv", table.getvalue())
     markdown = write_text(out / MARKDOWN, "\n".join(text))
-    write_text(out / MANIFEST, "".join(f"{sha256_of(path)}  {path.name}\n" for path in [markdown, cells, *images]))
+    earlier = _listed(out / MANIFEST)
+    written = [markdown, cells, *images]
+    write_text(out / MANIFEST, "".join(f"{sha256_of(path)}  {path.name}\n" for path in written))
+    for name in sorted(earlier - {path.name for path in written}):  # an image of a group this build does not have
+        (out / name).unlink(missing_ok=True)
     return markdown
+
+
+def _listed(manifest: Path) -> set[str]:
+    """The files of an earlier build that its :data:`MANIFEST` lists, by the names a leaderboard publishes
+    (:data:`PUBLISHED`; a manifest edited to name any other file names nothing): none if there is no manifest or
+    it cannot be read."""
+    try:
+        names = read_manifest(manifest)
+    except UsageError:
+        return set()
+    return {name for name in names if PUBLISHED.fullmatch(name)}

@@ -23,18 +23,17 @@ from .completeness import (
     check_not_cut,
     check_one_value,
     check_shards_alike,
-    run_settings,
+    shard_settings,
 )
-from .row_fields import SHARED_FIELDS, method_at
-from .store import ResultStore
+from .row_fields import SHARED_FIELDS
+from .store import ResultStore, open_stores
 
 
 def _settings_of(store: ResultStore) -> dict[str, list[str]]:
-    """What every shard of one run shares: each field's values, the methods (press/allocator at each p), and each
-    field of the run the rows name but the shard (:func:`~bench.completeness.run_settings`)."""
+    """What every shard of one run shares: each field's values, the methods and each field of the run the rows name
+    but the shard (:func:`~bench.completeness.shard_settings`)."""
     shared = {field: sorted({str(row.get(field)) for row in store.rows}) for field in SHARED_FIELDS}
-    shared["methods"] = sorted({method_at(row) for row in store.rows})
-    return {**shared, **run_settings(store.rows)}
+    return {**shared, **shard_settings(store.rows)}
 
 
 def merge_stores(sources: list[Path], out: Path) -> int:
@@ -48,7 +47,7 @@ def merge_stores(sources: list[Path], out: Path) -> int:
         row two sources hold with other values, a shard of the run that neither the sources nor ``out`` hold
         (:func:`bench.completeness.check_complete`), or an ``out`` that holds results of other settings.
     """
-    stores = [ResultStore(source, readonly=True) for source in sources]
+    stores = open_stores(sources)
     check_given_once(stores)
     for store in stores:
         store.check_rows()

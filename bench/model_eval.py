@@ -17,6 +17,9 @@ from runtime.errors import UsageError
 from workloads.metrics import METRICS
 from workloads.tasks import Config, generate
 
+from .legacy_rows import read_row
+from .row_fields import RUN
+
 
 @torch.no_grad()
 def bits_per_byte(model, tokenizer, documents_per_source: int = 10, window: int = 1024) -> dict[str, float]:
@@ -35,9 +38,41 @@ def bits_per_byte(model, tokenizer, documents_per_source: int = 10, window: int 
     return out
 
 
+ROW_FIELDS = ("model", "weights", "press", "allocator", "keep_fraction", "task", "item", "question", "score")
+"""The fields of each row of an evaluation: one JSON line per answered question."""
+
+
 def rows_output(path: Path, replace: bool = False) -> Output:
-    """``--rows``: the rows of an evaluation, a result never replaced unasked (:mod:`artifacts.outputs`)."""
-    return Output(path, "--rows", FILE, RESULTS, what="the rows of a model evaluation", replace=replace)
+    """``--rows``: the rows of an evaluation, a result never replaced unasked, and a file of other rows never
+    replaced (:mod:`artifacts.outputs`)."""
+    return Output(path, "--rows", FILE, RESULTS, what="the rows of a model evaluation", replace=replace,
+                  foreign=not_evaluation_rows)
+
+
+def not_evaluation_rows(path: Path) -> str | None:
+    """What the file ``path`` is when it is not the rows of a model evaluation (each line a JSON object of
+    :data:`ROW_FIELDS`): a ``bench compare`` (or ``bench merge``) result store, or another file; None for the rows of
+    an evaluation or an empty file."""
+    other = "never replaced, with --replace or not; give --rows a file of its own"
+    try:
+        lines = path.read_bytes().decode("utf-8").splitlines()
+    except UnicodeDecodeError:
+        return f"is not text, not the rows of a model evaluation: {other}"
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError:
+            value = None
+        if isinstance(value, dict) and set(value) == set(ROW_FIELDS):
+            continue
+        if isinstance(value, dict) and read_row(dict(value)) is not None:
+            record = " and a run record" if RUN in value else ""
+            return (f"is a bench compare result store (line {number} is one of its rows: press, allocator and "
+                    f"keep_fraction fields{record}), not the rows of a model evaluation: {other}")
+        return f"line {number} is not a row of a model evaluation ({', '.join(ROW_FIELDS)}): {other}"
+    return None
 
 
 def evaluate_model(model_path, tasks: list[str], lengths: list[int], n: int, seed: int = 0,

@@ -9,6 +9,7 @@ its own options, typed by their fields) whose labels are what rows record; nothi
 from __future__ import annotations
 
 import importlib.util
+import numbers
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -16,6 +17,7 @@ from pathlib import Path
 import allocators
 import presses
 from artifacts.outputs import Output, check
+from presses.registry import KVPRESS_PREFIX
 from presses.selection import check_pair
 from pretrained import loading
 from runtime.errors import UsageError
@@ -119,6 +121,9 @@ def _spec(kind, text: str, flag: str, every: dict, registry):
         raise UsageError(f"{flag} {text!r}: option {both[0]!r} is given in its brackets and in {flag}-options too; "
                          "give it once")
     options = {**every, **own}
+    if name.startswith(KVPRESS_PREFIX) and "compression_ratio" in options:
+        raise UsageError(f"{flag} {text!r}: compression_ratio is kvpress's budget, which --keep-fractions (or "
+                         "--compression-ratios) sets for every method here; leave it out")
     if name == BASELINE:
         if own:
             raise UsageError(f"{flag} {text!r}: no prune ({BASELINE}) takes no options")
@@ -146,21 +151,36 @@ def _methods(settings: CompareSettings) -> tuple[Method, ...]:
             if parse_item(press_text, "--methods")[0] == BASELINE:
                 raise UsageError(f"--methods {pair!r}: no prune ({BASELINE}) always runs; name compacting methods only")
             methods.append(Method(press(press_text, "--methods"), allocator(allocator_text, "--methods")))
-            if methods[-1] in methods[:-1]:
-                first = settings.pairs[methods.index(methods[-1])]
-                raise UsageError(f"--methods names {methods[-1].label} twice: {first!r} and {pair!r}")
+        _refuse_same_setting(methods, settings.pairs, "--methods", lambda m: (_built(m.press), _built(m.allocator)))
         return tuple(methods)
     _nonempty(settings.presses, "--press", ", ".join(presses.available() + [BASELINE]))
     _nonempty(settings.allocators, "--alloc", ", ".join(allocators.available()))
     press_specs = [press(text, "--press") for text in settings.presses]
     allocator_specs = [allocator(text, "--alloc") for text in settings.allocators]
-    for flag, specs, texts in (("--press", press_specs, settings.presses),
-                               ("--alloc", allocator_specs, settings.allocators)):
-        twice = next((spec for spec in specs if specs.count(spec) > 1), None)
-        if twice is not None:
-            given = " and ".join(repr(text) for text, spec in zip(texts, specs) if spec == twice)
-            raise UsageError(f"{flag} names {twice.label} twice: {given}")
+    _refuse_same_setting(press_specs, settings.presses, "--press", _built)
+    _refuse_same_setting(allocator_specs, settings.allocators, "--alloc", _built)
     return tuple(Method(p, a) for p in press_specs if p.name != BASELINE for a in allocator_specs)
+
+
+def _built(spec: PressSpec | AllocatorSpec):
+    """What ``spec`` builds, options and defaults together (no prune: its name)."""
+    if spec.name == BASELINE:
+        return BASELINE
+    registry = presses if isinstance(spec, PressSpec) else allocators
+    return registry.get(spec.name, **spec.kwargs)
+
+
+def _refuse_same_setting(items: list, texts: list[str], flag: str, setting) -> None:
+    """One setting named twice — the same item, or one written with an option at its default value
+    (``snapkv`` and ``snapkv[window=32]``) — would run twice under two labels: refused, naming both."""
+    built = [setting(item) for item in items]
+    for later in range(len(items)):
+        first = next((k for k in range(later) if built[k] == built[later]), None)
+        if first is not None:
+            why = "" if items[first].label == items[later].label else (
+                " (an option at its default value is that setting itself)")
+            raise UsageError(f"{flag} names one setting twice: {texts[first]!r} and {texts[later]!r}{why}; give it "
+                             "once")
 
 
 def _names(settings: CompareSettings) -> tuple[list[str], list[str]]:
@@ -193,11 +213,32 @@ def _check_served_options(methods: tuple[Method, ...]) -> None:
                          "them the same options, or run them apart")
 
 
+def _check_types(settings: CompareSettings) -> None:
+    """What a library caller gives in the wrong type, refused first naming the field (a string where a list belongs
+    would otherwise be read as its characters)."""
+    lists = {"presses": "snapkv", "allocators": "flat", "tasks": "niah_single_1", "pairs": "snapkv/flat",
+             "keep_fractions": 0.5}
+    for name, example in lists.items():
+        value = getattr(settings, name)
+        if not isinstance(value, (list, tuple)):
+            kind = "numbers" if name == "keep_fractions" else "names"
+            raise UsageError(f"{name} must be a list of {kind}, e.g. [{example!r}], got {value!r}")
+    for fraction in settings.keep_fractions:
+        if isinstance(fraction, bool) or not isinstance(fraction, numbers.Real):
+            raise UsageError(f"keep_fractions must hold numbers in (0, 1], got {fraction!r} in "
+                             f"{list(settings.keep_fractions)!r}")
+    for name in ("n", "length", "seed"):
+        value = getattr(settings, name)
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise UsageError(f"{name} must be an integer, got {value!r} ({type(value).__name__})")
+
+
 def plan(settings: CompareSettings | RunPlan) -> RunPlan:
     """The :class:`RunPlan` of ``settings``, every error knowable before the model loads raised first; a plan is
     returned as it is (its code version kept)."""
     if isinstance(settings, RunPlan):
         return settings
+    _check_types(settings)
     if settings.engine == "vllm":  # first: what the engine cannot run (kvpress presses) is refused with its reason
         _check_served(settings)
     methods = _methods(settings)
@@ -218,6 +259,12 @@ def plan(settings: CompareSettings | RunPlan) -> RunPlan:
     tasks.check(settings.tasks, settings.profile, settings.haystack, settings.scbench_data)
     for fraction in settings.keep_fractions:
         allocators.check_keep_fraction(fraction, "keep fraction")
+    shown = [f"{fraction:g}" for fraction in settings.keep_fractions]
+    twice = next((text for text in shown if shown.count(text) > 1), None)
+    if twice is not None:
+        given = ", ".join(repr(f) for f, text in zip(settings.keep_fractions, shown) if text == twice)
+        raise UsageError(f"kept fractions {given} are one fraction where reports show them (p = {twice}); give "
+                         "each once, distinct at 6 significant digits")
     _positive_int(settings.jobs, "jobs", "worker processes")
     _positive_int(settings.batch, "batch", "children answered together")
     if settings.n < 1:

@@ -14,8 +14,8 @@ from runtime.errors import UsageError
 
 from .arguments import Command
 from .completeness import check_given_once, check_stores
-from .leaderboard import MANIFEST, MARKDOWN, read_manifest, sha256_of, write_leaderboard
-from .store import ResultStore
+from .leaderboard import MANIFEST, MARKDOWN, PUBLISHED, read_manifest, sha256_of, write_leaderboard
+from .store import open_stores
 
 DIFF_LINES = 20
 """How much of a stale leaderboard's diff the error shows."""
@@ -27,7 +27,8 @@ def verify_stores(stores: list[Path], docs: Path | None = None, report: Callable
     context's size, the shards of one run and split only, every run whole — every shard of it — with the rows of
     every method in every context, one value per row key) and, given ``docs``, that every file ``bench leaderboard``
     publishes there is what the stores rebuild: ``leaderboard.md`` and ``.csv`` to the byte, each image as
-    ``leaderboard.sha256`` recorded it when it was drawn with those tables.
+    ``leaderboard.sha256`` recorded it when it was drawn with those tables, and no other table or image
+    (``leaderboard-*.png``, :data:`~bench.leaderboard.PUBLISHED`) there.
 
     Parameters
     ----------
@@ -41,11 +42,13 @@ def verify_stores(stores: list[Path], docs: Path | None = None, report: Callable
     Raises
     ------
     ValueError
-        A store given twice, no rows at all, a row that is not a valid result (by file and line), an unfinished
+        A store argument that is no store or is being written (:func:`bench.store.open_stores`), a store given
+        twice, no rows at all, a row that is not a valid result (by file and line), an unfinished
         store or run, a key held twice, a missing ``docs`` or one without a leaderboard, or a published file that
-        is missing or differs from the rebuilt one (a text file with the start of the diff).
+        is missing or differs from the rebuilt one (a text file with the start of the diff), or a table or image
+        there that its manifest does not list.
     """
-    opened = [ResultStore(directory, readonly=True) for directory in stores]
+    opened = open_stores(stores)
     check_given_once(opened)
     rows = [row for store in opened for row in store.rows]
     if not rows:
@@ -71,6 +74,11 @@ def verify_stores(stores: list[Path], docs: Path | None = None, report: Callable
                 _check_text(docs / name, (Path(scratch) / name).read_text())
                 report(f"{docs / name} is exactly what the store rebuilds")
     recorded = read_manifest(docs / MANIFEST)
+    unlisted = sorted(path.name for path in docs.iterdir() if PUBLISHED.fullmatch(path.name) and
+                      path.name not in recorded)
+    if unlisted:
+        raise UsageError(f"{docs / unlisted[0]} is not in {docs / MANIFEST}: it is no part of this leaderboard (left "
+                         "by an earlier build, or put there by hand), and a reader would take it for one; remove it")
     texts = {name: digest for name, digest in rebuilt.items() if not name.endswith(".png")}
     if set(recorded) != set(rebuilt) or any(recorded[name] != digest for name, digest in texts.items()):
         raise UsageError(f"{docs / MANIFEST} was not written with these tables (or lists other files); run "

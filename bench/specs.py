@@ -29,10 +29,16 @@ def frozen_options(options: dict) -> Options:
     return tuple(sorted((key, tuple(value) if isinstance(value, list) else value) for key, value in options.items()))
 
 
+def _number(value) -> str:
+    """A list entry as labels show it: every digit it has (two settings never share a label), integers without a
+    fraction (``1.0`` is ``1``)."""
+    return repr(float(value)).removesuffix(".0")
+
+
 def _label(name: str, options: Options) -> str:
     if not options:
         return name
-    shown = ",".join(f"{key}={';'.join(f'{x:g}' for x in value) if isinstance(value, tuple) else value}"
+    shown = ",".join(f"{key}={';'.join(map(_number, value)) if isinstance(value, tuple) else value}"
                      for key, value in options)
     return f"{name}({shown})"
 

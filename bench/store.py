@@ -152,6 +152,22 @@ class ResultStore:
         handle.flush()
         self._lock = handle
 
+    @staticmethod
+    def writer(directory: Path) -> str | None:
+        """The pid (as its lock file holds it, ``unknown`` if none) of the process writing the store in
+        ``directory``, or None when none holds its lock (a lock file a killed writer left is no lock)."""
+        try:
+            handle = (Path(directory) / ".lock").open("r")
+        except FileNotFoundError:
+            return None
+        with handle:
+            try:  # a shared lock is refused while a writer holds its exclusive one; released at once
+                fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return handle.read().strip() or "unknown"
+            fcntl.flock(handle, fcntl.LOCK_UN)
+            return None
+
     def close(self) -> None:
         """Release the writer's lock (also released when the process ends) and remove its file; a directory this
         writer created and left empty (a run refused before its first row) is removed too."""
@@ -215,3 +231,32 @@ class ResultStore:
         self.line_numbers.append(self._next_line)
         self._next_line += 1
         self.done.add(key)
+
+
+def open_stores(directories: list[Path]) -> list[ResultStore]:
+    """The stores a command reads (``bench verify``, ``leaderboard`` and ``merge``), read-only, each checked first:
+    an existing directory (not the ``results.jsonl`` in it) that holds ``results.jsonl`` or ``results.jsonl.gz``
+    and that no writer holds (its rows would be read half written).
+
+    Raises
+    ------
+    UsageError
+        Naming the first store that is not one: no such directory, a file, a directory without rows, or one being
+        written by another process (the pid in its lock file).
+    """
+    for directory in map(Path, directories):
+        if directory.is_file():
+            raise UsageError(f"{directory} is a file: give the store's directory, here {directory.parent}")
+        # the --out of an empty shard (more shards than the run has contexts) is neither: it wrote no rows
+        empty_shard = "an empty shard of compare --shard K/N writes none: leave it out"
+        if not directory.is_dir():
+            raise UsageError(f"{directory}: no such directory (a store is the --out of bench compare or merge; "
+                             f"{empty_shard})")
+        if not any((directory / name).exists() for name in ("results.jsonl", "results.jsonl.gz")):
+            raise UsageError(f"{directory} holds no results.jsonl (nor results.jsonl.gz): it is not a result store "
+                             f"({empty_shard})")
+        writer = ResultStore.writer(directory)
+        if writer is not None:
+            raise UsageError(f"{directory} is being written by another process (pid {writer}); wait for it to "
+                             "finish, then read it")
+    return [ResultStore(directory, readonly=True) for directory in directories]

@@ -145,19 +145,32 @@ class GateSightEstimator:
         )
 
 
+def _load_estimator(directory: Path) -> GateSightEstimator:
+    """The estimator saved in ``directory`` (a :class:`~runtime.errors.UsageError` naming it if there is none)."""
+    if not directory.is_dir():
+        raise UsageError(f"estimator={str(directory)!r}: no such directory (give the directory a GateSight estimator "
+                         "was saved to, e.g. <model dir>/gatesight)")
+    missing = [name for name in ("gatesight.json", "gatesight.safetensors") if not (directory / name).is_file()]
+    if missing:
+        raise UsageError(f"estimator={str(directory)!r}: no GateSight estimator there (no {' or '.join(missing)}); "
+                         "train one with `bench label --model MODEL` then `bench train --model MODEL`")
+    return GateSightEstimator.load(directory)
+
+
 @dataclass
 class GateSightPress(Press):
     """Scores = predicted utility (sigmoid of each head's MLP) from the GDN signals of the preceding layers.
 
     Parameters
     ----------
-    estimator : GateSightEstimator, optional
+    estimator : GateSightEstimator or str or Path, optional
+        The estimator, or the directory it was saved to (as the CLI's ``gatesight[estimator=DIR]`` gives it).
         Default: loaded from ``<model dir>/gatesight/``.
     signal_dtype : str
         ``float32`` or ``bfloat16``: how prefill stores the GDN signals (bfloat16 halves the evidence memory).
     """
 
-    estimator: GateSightEstimator | None = None
+    estimator: GateSightEstimator | str | Path | None = None
     signal_dtype: str = "float32"
     name = "gatesight"
     runs_in_engine = True
@@ -169,6 +182,11 @@ class GateSightPress(Press):
     def __post_init__(self):
         if self.signal_dtype not in ("float32", "bfloat16"):
             raise UsageError(f"signal_dtype={self.signal_dtype!r}: choose float32 or bfloat16")
+        if isinstance(self.estimator, (str, Path)):
+            self.estimator = _load_estimator(Path(self.estimator))
+        elif self.estimator is not None and not isinstance(self.estimator, GateSightEstimator):
+            raise UsageError(f"estimator={self.estimator!r}: give a GateSightEstimator or the directory it was "
+                             "saved to")
 
     def evidence(self, adapter) -> EvidenceRequest:
         return EvidenceRequest(recurrent_signals=True, signal_dtype=getattr(torch, self.signal_dtype))

@@ -223,6 +223,16 @@ def check_positions(model, context_tokens: int, questions_ids: list[torch.Tensor
     (:func:`runtime.session.decode_budget`) for the longest question: an integer >= 1, and the context, the longest
     question and its answer within the model's positions."""
     longest = max(len(ids) for ids in questions_ids)
+    limit = getattr(model.config, "max_position_embeddings", None)
+    # no max_new_tokens helps then: say what is too long, not an answer budget below 1
+    if limit is not None and context_tokens >= limit:
+        raise UsageError(f"the context alone takes {context_tokens} tokens of the model's {limit} positions "
+                         "(max_position_embeddings), leaving none for a question and its answer: give a shorter "
+                         "context")
+    if limit is not None and context_tokens + longest >= limit:
+        raise UsageError(f"the context ({context_tokens} tokens) and the longest question ({longest}) take "
+                         f"{context_tokens + longest} of the model's {limit} positions (max_position_embeddings), "
+                         "leaving none for an answer: give a shorter context or question")
     return decode_budget(max_new_tokens, model.config, context_tokens, longest, "the longest question")
 
 

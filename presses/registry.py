@@ -72,6 +72,11 @@ def get(name: str, **kwargs) -> Press:
         raise UsageError(f"name the kvpress scorer to wrap: {KVPRESS_PREFIX}<ClassName>, "
                          f"e.g. {KVPRESS_PREFIX}KnormPress")
     if name not in PRESSES:
+        if "[" in name and name.split("[", 1)[0] in PRESSES:
+            base = name.split("[", 1)[0]
+            raise UsageError(f"press {name!r}: options in brackets are bench compare's --press syntax; here name "
+                             f"the press alone and give its options as keywords, presses.get({base!r}, key=value), "
+                             f"or pass a Press instance, {PRESSES[base].__name__}(key=value)")
         raise UsageError(f"unknown press {name!r}; available: {', '.join(available())}")
     return build_with_options(PRESSES[name], name, kwargs)
 

@@ -10,13 +10,14 @@ max over the GQA group. The mean over δ is linear, so it folds into one complex
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
 from runtime.errors import UsageError
 
 from .base import Press, Scores, ScoringContext, group_reduce
-from .calibration import Calibration, band_frequencies, query_bands
+from .calibration import FILE, Calibration, band_frequencies, query_bands
 
 
 def geometric_offsets(max_offset: int = 65536) -> torch.Tensor:
@@ -51,9 +52,11 @@ def trig_preference(centre: torch.Tensor, key_bands: torch.Tensor, omega: torch.
 
 @dataclass
 class TriAttentionPress(Press):
-    """Parameters: ``calibration`` (default: loaded from the model's directory), ``max_offset``, ``gqa`` ("max")."""
+    """Parameters: ``calibration`` (a :class:`Calibration`, or the model directory holding one, as the CLI's
+    ``triattention[calibration=DIR]`` gives it; default: loaded from the model's directory), ``max_offset``, ``gqa``
+    ("max")."""
 
-    calibration: Calibration | None = None
+    calibration: Calibration | str | Path | None = None
     max_offset: int = 65536
     gqa: str = "max"
     normalize: bool = True
@@ -65,6 +68,18 @@ class TriAttentionPress(Press):
             raise UsageError(f"gqa={self.gqa!r}: choose 'mean' or 'max'")
         if isinstance(self.max_offset, bool) or not isinstance(self.max_offset, int) or self.max_offset < 1:
             raise UsageError(f"max_offset={self.max_offset!r}: expected an integer >= 1")
+        if isinstance(self.calibration, (str, Path)):
+            directory = Path(self.calibration)
+            if not directory.is_dir():
+                raise UsageError(f"calibration={str(directory)!r}: no such directory (give the model directory "
+                                 "`bench calibrate --model DIR` wrote its calibration into)")
+            if not Calibration.exists(directory):
+                raise UsageError(f"calibration={str(directory)!r}: no calibration there (no {directory / FILE}); "
+                                 f"run `bench calibrate --model {directory}`")
+            self.calibration = Calibration.load(directory)
+        elif self.calibration is not None and not isinstance(self.calibration, Calibration):
+            raise UsageError(f"calibration={self.calibration!r}: give a Calibration or the model directory holding "
+                             "one")
 
     def bind(self, model_dir) -> None:
         if self.calibration is None and model_dir is not None and Calibration.exists(model_dir):

@@ -62,7 +62,7 @@ def test_verify_stores_reports_each_check_and_refuses_a_stale_leaderboard(small_
     (docs / "leaderboard.md").write_text("# edited by hand\n")
     with pytest.raises(ValueError, match="is not what the store says; run `bench leaderboard` again"):
         verify_stores([store], docs, report=lines.append)
-    with pytest.raises(ValueError, match="no results in"):
+    with pytest.raises(ValueError, match="empty: no such directory"):
         verify_stores([tmp_path / "empty"])
 
 

@@ -262,14 +262,47 @@ def test_cost_replace_keeps_the_old_table(model_dir, tmp_path):
     assert json.loads((out / "cost.json").read_text()) == rows
 
 
+EVALUATION_ROW = {"model": "m", "weights": "0123456789ab", "press": "none", "allocator": "none", "keep_fraction": 1.0,
+                  "task": "niah_single_1@300", "item": 0, "question": 0, "score": 1.0}
+"""A row ``bench model-eval --rows`` writes."""
+
+
 def test_model_eval_never_replaces_rows_unasked(model_dir, tmp_path, capsys, no_model_load):
     rows = tmp_path / "rows.jsonl"
-    rows.write_text('{"earlier": 1}\n')
+    rows.write_text(json.dumps(EVALUATION_ROW) + "\n")
     code = main(["model-eval", "--model", str(model_dir), "--tasks", "niah_single_1", "--lengths", "300", "--n", "1",
                  "--rows", str(rows)])
     err = capsys.readouterr().err
     assert code == 2 and f"{rows} holds the rows of a model evaluation that this run did not write" in err, err
-    assert rows.read_text() == '{"earlier": 1}\n'
+    assert rows.read_text() == json.dumps(EVALUATION_ROW) + "\n"
+
+
+@pytest.mark.parametrize("held, named", [
+    ("compare", "is a bench compare result store (line 1 is one of its rows: press, allocator and keep_fraction "
+                "fields and a run record), not the rows of a model evaluation"),
+    ("notes", "line 2 is not a row of a model evaluation (model, weights, press, allocator, keep_fraction, task, "
+              "item, question, score)"),
+])
+def test_model_eval_never_replaces_a_file_of_other_rows_even_with_replace(model_dir, tmp_path, capsys,
+                                                                         no_model_load, held, named):
+    """--replace moves aside the rows of an earlier evaluation only: a result store of bench compare (or merge) or
+    any other file under --rows is refused, naming what it is, and stays byte for byte."""
+    store = tmp_path / "store"
+    store.mkdir()
+    rows = store / "results.jsonl"
+    compare_row = {"schema": 2, **EVALUATION_ROW, "press": "keydiff", "allocator": "flat", "keep_fraction": 0.5,
+                   "task": "niah_single_1", "length": 300,
+                   "run": {"tasks": ["niah_single_1"], "n": 1, "haystack": "generated", "shard": 0, "shards": 1}}
+    lines = [compare_row] if held == "compare" else [EVALUATION_ROW, {"note": "mine"}]
+    rows.write_bytes(b"".join(json.dumps(line).encode() + b"\n" for line in lines))
+    before = _files(tmp_path)
+    for replace in ([], ["--replace"]):
+        code = main(["model-eval", "--model", str(model_dir), "--tasks", "niah_single_1", "--lengths", "300", "--n",
+                     "1", "--rows", str(rows), *replace])
+        err = capsys.readouterr().err
+        assert code == 2 and err.count("\n") == 1, err
+        assert f"--rows {rows}: {named}: never replaced, with --replace or not" in err, err
+        assert _files(tmp_path) == before
 
 
 def test_a_replaced_result_file_is_kept_aside(tmp_path):

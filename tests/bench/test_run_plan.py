@@ -2,8 +2,11 @@
 rows name each method by its specs' labels (the format of the committed stores); every bad item is one clear error
 naming it and what is allowed, before any model loads."""
 
+import re
+
 import pytest
 
+from bench.cli import main
 from bench.compare import plan
 from bench.specs import AllocatorSpec, Method, PressSpec, parse_item, parse_pair, split_items
 from bench.store import ResultStore
@@ -65,9 +68,9 @@ def test_each_press_takes_its_own_options_typed_by_its_fields(model_dir, tmp_pat
      "option 'window' is given in its brackets and in --press-options too"),
     (dict(presses=["none[window=8]"]), "no prune (none) takes no options"),
     (dict(presses=["snapkv[window=8]", "snapkv[window=08]"]),
-     "--press names snapkv(window=8) twice: 'snapkv[window=8]' and 'snapkv[window=08]'"),
+     "--press names one setting twice: 'snapkv[window=8]' and 'snapkv[window=08]'"),
     (dict(pairs=["snapkv[window=8]/flat", "snapkv[window=08]/flat"]),
-     "--methods names snapkv(window=8)/flat twice: 'snapkv[window=8]/flat' and 'snapkv[window=08]/flat'"),
+     "--methods names one setting twice: 'snapkv[window=8]/flat' and 'snapkv[window=08]/flat'"),
     (dict(pairs=["snapkv[window=8]/perlayer[weights=1/3"]), "a '[' is not closed"),
     (dict(pairs=["snapkv/"]), "expected press/allocator"),
 ])
@@ -109,3 +112,28 @@ def test_bad_items_are_refused_before_the_model_loads(model_dir, tmp_path, capsy
     code, err = run_cli(capsys, "compare", "--model", model_dir, "--out", tmp_path / "out", *argv)
     assert code == 2 and message in err, err
     assert not (tmp_path / "out" / "results.jsonl").exists()
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--press", "snapkv,snapkv[window=32]"], "--press names one setting twice: 'snapkv' and 'snapkv\\[window=32\\]'"),
+    (["--methods", "snapkv[window=32]/flat,snapkv/flat"],
+     "--methods names one setting twice: 'snapkv\\[window=32\\]/flat' and 'snapkv/flat'"),
+    (["--press", "snapkv", "--alloc", "flat,flat"], "--alloc names one setting twice: 'flat' and 'flat'"),
+    (["--press", "kvpress:KnormPress[compression_ratio=0.9]"], "compression_ratio is kvpress's budget"),
+    (["--press", "snapkv", "--press-options", "window=64,window=32"], "option 'window' is given twice"),
+    (["--press", "snapkv", "--keep-fractions", "0.5,0.5000000001"],
+     "kept fractions 0.5, 0.5000000001 are one fraction where reports show them \\(p = 0.5\\)"),
+])
+def test_one_setting_is_named_once(model_dir, tmp_path, capsys, no_model_load, argv, message):
+    """Two names for one setting ran twice under two labels, or showed two columns no reader could tell apart."""
+    code = main(["compare", "--model", str(model_dir), "--out", str(tmp_path / "out"), *argv])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and re.search(message, err), err
+    assert not (tmp_path / "out").exists()
+
+
+def test_list_options_are_labelled_with_every_digit():
+    """perlayer[weights=1.0000001/2] and perlayer[weights=1/2] are two settings: two labels (a store of one no
+    longer resumes the other's rows); whole numbers stay as the committed stores show them."""
+    assert AllocatorSpec("perlayer", (("weights", (1.0000001, 2.0)),)).label == "perlayer(weights=1.0000001;2)"
+    assert AllocatorSpec("perlayer", (("weights", (1.0, 8.0)),)).label == "perlayer(weights=1;8)"

@@ -8,6 +8,8 @@ import os
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -60,21 +62,28 @@ def test_a_run_summarises_only_its_own_settings(model_dir, tmp_path):
     assert {r["length"] for r in own} == {300} and len(own) == len(first.rows)
 
 
-def test_a_second_writer_is_refused_at_once(tmp_path):
+@contextmanager
+def held_by_a_writer(directory: Path) -> Iterator[int]:
+    """While the context lasts, another process (its pid given) holds the store in ``directory`` as its writer."""
     holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
-        import sys, time
+        import time
         from bench.store import ResultStore
-        store = ResultStore({str(tmp_path)!r})
+        store = ResultStore({str(directory)!r})
         print("locked", flush=True)
         time.sleep(30)
     """)], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "locked"
-        with pytest.raises(ValueError, match=f"being written by another process \\(pid {holder.pid}\\)"):
-            ResultStore(tmp_path)
+        yield holder.pid
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_a_second_writer_is_refused_at_once(tmp_path):
+    with held_by_a_writer(tmp_path) as pid:
+        with pytest.raises(ValueError, match=f"being written by another process \\(pid {pid}\\)"):
+            ResultStore(tmp_path)
     ResultStore(tmp_path).close()  # the lock died with its process
 
 

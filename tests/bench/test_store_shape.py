@@ -283,3 +283,18 @@ def test_an_empty_docs_folder_is_one_clear_error(runs, tmp_path, capsys):
     assert err.startswith(f"bench verify: error: --docs {docs} holds no published leaderboard")
     assert f"`bench leaderboard STORES --out {docs}` writes" in err
     assert list(docs.iterdir()) == []
+
+
+def test_verify_names_shards_of_other_methods_as_merge_does(runs, tmp_path, capsys):
+    """Shard 0/2 of one press and shard 1/2 of another, of otherwise one run, hold every context of it: ``bench
+    verify`` refuses them with the line ``bench merge`` refuses them with (their methods differ), not as a run that
+    stopped."""
+    z0 = _store_of([{**row, "press": "snapkv"} if row["press"] == "keydiff" else row for row in _lines(runs / "0of2")],
+                   tmp_path / "z0")
+    z1k = runs / "1of2"
+    expected = (f"{z0 / 'results.jsonl'} and {z1k / 'results.jsonl'} are not shards of one run: their methods "
+                "differ (none p=1, snapkv/flat p=0.5 against keydiff/flat p=0.5, none p=1)")
+    for argv in (["merge", z0, z1k, "--out", tmp_path / "merged"], ["verify", z0, z1k]):
+        code, err = run_cli(capsys, *argv)
+        assert code == 2 and expected in err and "rerun" not in err, err
+    assert not (tmp_path / "merged" / "results.jsonl").exists()

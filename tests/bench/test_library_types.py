@@ -1,0 +1,67 @@
+"""What a library caller hands ``run_compare`` in the wrong type is one clear error naming the field, before any
+model loads; a run of very many contexts starts at once, its contexts read from their positions as the full list
+(:func:`bench.row_fields.shard_contexts`) has them."""
+
+import pytest
+
+import bench.compare as compare
+from bench.compare import Contexts, contexts_of, execute, plan, run_compare
+from bench.row_fields import shard_contexts
+from runtime.errors import UsageError
+from tests.helpers import compare_settings, run_cli
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"n": 1.5}, "n must be an integer, got 1.5 (float)"),
+    ({"n": True}, "n must be an integer, got True (bool)"),
+    ({"length": "384"}, "length must be an integer, got '384' (str)"),
+    ({"seed": 0.0}, "seed must be an integer, got 0.0 (float)"),
+    ({"keep_fractions": [0.5, "0.1"]}, "keep_fractions must hold numbers in (0, 1], got '0.1' in [0.5, '0.1']"),
+    ({"keep_fractions": 0.5}, "keep_fractions must be a list of numbers, e.g. [0.5], got 0.5"),
+    ({"presses": "snapkv"}, "presses must be a list of names, e.g. ['snapkv'], got 'snapkv'"),
+    ({"tasks": "niah_single_1"}, "tasks must be a list of names, e.g. ['niah_single_1'], got 'niah_single_1'"),
+    ({"allocators": "flat"}, "allocators must be a list of names, e.g. ['flat'], got 'flat'"),
+    ({"pairs": "snapkv/flat"}, "pairs must be a list of names, e.g. ['snapkv/flat'], got 'snapkv/flat'"),
+])
+def test_a_field_of_the_wrong_type_is_named(model_dir, tmp_path, no_model_load, change, message):
+    with pytest.raises(UsageError) as error:
+        run_compare(compare_settings(model_dir, tmp_path / "out", **change), show_progress=False)
+    assert str(error.value) == message
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("tasks, n, shards", [
+    (["niah_single_1"], 5, 1), (["niah_single_1", "niah_single_2", "vt"], 4, 3), (["a", "b"], 3, 7),
+    (["a", "b", "c"], 1, 2)])
+def test_contexts_are_the_shard_list_of_the_run(tasks, n, shards):
+    for k in range(shards):
+        run = {"tasks": tasks, "n": n, "haystack": "generated", "shard": k, "shards": shards}
+        expected = shard_contexts(run)
+        contexts = Contexts(run)
+        assert list(contexts) == expected and len(contexts) == len(expected) and bool(contexts) == bool(expected)
+        others = [(t, i) for t in tasks + ["other"] for i in range(-1, n + 1)]
+        assert [c for c in others if c in contexts] == [c for c in others if c in expected]
+
+
+def test_a_run_of_very_many_contexts_starts_at_once(model_dir, tmp_path, monkeypatch):
+    """``--n 100000000``: the first context is answered with the progress total of every fork, no list built."""
+    seen = {}
+
+    def first_job(harness, jobs, is_done, emit):
+        seen["first"], seen["count"] = (jobs[0].task, jobs[0].index, jobs[0].done), len(jobs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(compare, "in_this_process", first_job)
+    run = plan(compare_settings(model_dir, tmp_path / "out", n=10**8, tasks=["niah_single_1", "niah_single_2"]))
+    with pytest.raises(KeyboardInterrupt):
+        execute(run, show_progress=False)
+    assert seen == {"first": ("niah_single_1", 0, frozenset()), "count": 2 * 10**8}
+    assert contexts_of(run)[-1] == ("niah_single_2", 10**8 - 1)
+
+
+@pytest.mark.parametrize("option", ["--press=gatesight[estimator={missing}]", "--press-options=estimator={missing}"])
+def test_a_cli_estimator_directory_without_one_is_named(model_dir, tmp_path, capsys, no_model_load, option):
+    missing = tmp_path / "nowhere"
+    code, err = run_cli(capsys, "compare", "--model", model_dir, *option.format(missing=missing).split("=", 1),
+                        "--alloc", "flat", "--out", tmp_path / "out")
+    assert code == 2 and f"estimator={str(missing)!r}: no such directory" in err, err
