@@ -114,11 +114,13 @@ def _positive_int(value, what: str, meaning: str) -> None:
 
 def _spec(kind, text: str, flag: str, every: dict, registry):
     """The spec of one ``name[options]`` item, its options those in brackets and ``every`` (``--press-options`` or
-    ``--alloc-options``) typed by the registry's fields; a key given both ways is refused."""
+    ``--alloc-options``) typed by the registry's fields; a key given both ways is refused. An option at its default
+    value is left out: one setting, one label, however it is written."""
     name, own = parse_item(text, flag)
+    every_flag = "--press-options" if kind is PressSpec else "--alloc-options"
     both = sorted(set(own) & set(every))
     if both:
-        raise UsageError(f"{flag} {text!r}: option {both[0]!r} is given in its brackets and in {flag}-options too; "
+        raise UsageError(f"{flag} {text!r}: option {both[0]!r} is given in its brackets and in {every_flag} too; "
                          "give it once")
     options = {**every, **own}
     if name.startswith(KVPRESS_PREFIX) and "compression_ratio" in options:
@@ -129,11 +131,22 @@ def _spec(kind, text: str, flag: str, every: dict, registry):
             raise UsageError(f"{flag} {text!r}: no prune ({BASELINE}) takes no options")
         return kind(BASELINE)
     try:
-        return kind(name, frozen_options(registry.options_of(name, options)))
+        typed = registry.options_of(name, options)
     except UsageError as error:
         if not options:  # an unknown name says so itself
             raise
         raise UsageError(f"{flag} {text!r}: {error}") from None  # an option, named with the item it came from
+    return kind(name, frozen_options({key: value for key, value in typed.items()
+                                      if not _at_default(registry, name, key, value)}))
+
+
+def _at_default(registry, name: str, key: str, value) -> bool:
+    """Whether ``name`` built with ``key=value`` alone is ``name`` as built by default (False where it has no
+    default: a required option)."""
+    try:
+        return registry.get(name, **{key: value}) == registry.get(name)
+    except ValueError:
+        return False
 
 
 def _methods(settings: CompareSettings) -> tuple[Method, ...]:

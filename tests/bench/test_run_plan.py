@@ -39,15 +39,15 @@ def test_a_malformed_item_is_named(text, message):
 
 def test_each_press_takes_its_own_options_typed_by_its_fields(model_dir, tmp_path):
     run = plan(compare_settings(model_dir, tmp_path, presses=["gatesight", "snapkv[window=8]",
-                                                              "keydiff[normalized_anchor=no]", "none"],
+                                                              "keydiff[normalized_anchor=yes]", "none"],
                                 allocators=["flat", "perlayer[weights=1/3]"]))
-    snapkv, keydiff = PressSpec("snapkv", (("window", 8),)), PressSpec("keydiff", (("normalized_anchor", False),))
+    snapkv, keydiff = PressSpec("snapkv", (("window", 8),)), PressSpec("keydiff", (("normalized_anchor", True),))
     assert run.presses == (PressSpec("gatesight"), snapkv, keydiff)
     assert run.allocators == (AllocatorSpec("flat"), AllocatorSpec("perlayer", (("weights", (1.0, 3.0)),)))
     assert [m.label for m in run.methods] == [
         "gatesight/flat", "gatesight/perlayer(weights=1;3)", "snapkv(window=8)/flat",
-        "snapkv(window=8)/perlayer(weights=1;3)", "keydiff(normalized_anchor=False)/flat",
-        "keydiff(normalized_anchor=False)/perlayer(weights=1;3)"]
+        "snapkv(window=8)/perlayer(weights=1;3)", "keydiff(normalized_anchor=True)/flat",
+        "keydiff(normalized_anchor=True)/perlayer(weights=1;3)"]
     assert run.children[0][0].label == "none" and len(run.children) == 1 + 6 * len(run.keep_fractions)
     # one press twice, configured two ways, is two methods
     two = plan(compare_settings(model_dir, tmp_path, presses=["snapkv[window=8]", "snapkv[window=16]"]))
@@ -137,3 +137,23 @@ def test_list_options_are_labelled_with_every_digit():
     longer resumes the other's rows); whole numbers stay as the committed stores show them."""
     assert AllocatorSpec("perlayer", (("weights", (1.0000001, 2.0)),)).label == "perlayer(weights=1.0000001;2)"
     assert AllocatorSpec("perlayer", (("weights", (1.0, 8.0)),)).label == "perlayer(weights=1;8)"
+
+
+def test_an_option_at_its_default_is_the_setting_itself(model_dir, tmp_path):
+    """snapkv[window=32] (SnapKV's default window) is snapkv: one label, so a store of one resumes the other's rows;
+    a required option (perlayer's weights) stays."""
+    def label(**change):
+        return plan(compare_settings(model_dir, tmp_path, **change)).methods[0].label
+
+    assert label(presses=["snapkv[window=32]"]) == label(presses=["snapkv"]) == "snapkv/flat"
+    assert label(presses=["snapkv"], press_options={"window": "32"}) == "snapkv/flat"
+    assert label(presses=["snapkv[window=8]"]) == "snapkv(window=8)/flat"
+    assert label(pairs=["snapkv/perlayer[weights=1/2]"]) == "snapkv/perlayer(weights=1;2)"
+
+
+def test_an_option_given_twice_names_the_options_flag(model_dir, tmp_path):
+    with pytest.raises(UsageError, match="given in its brackets and in --press-options too"):
+        plan(compare_settings(model_dir, tmp_path, pairs=["snapkv[window=64]/flat"], press_options={"window": "64"}))
+    with pytest.raises(UsageError, match="given in its brackets and in --alloc-options too"):
+        plan(compare_settings(model_dir, tmp_path, pairs=["snapkv/perlayer[weights=1/2]"],
+                              alloc_options={"weights": "1/2"}))

@@ -50,15 +50,15 @@ def test_options_are_typed_by_their_fields():
 
 
 def test_typed_options_name_the_rows(model_dir, tmp_path):
-    settings = compare_settings(model_dir, tmp_path, press_options={"normalized_anchor": "no"},
+    settings = compare_settings(model_dir, tmp_path, press_options={"normalized_anchor": "yes"},
                                 allocators=["perlayer"], alloc_options={"weights": "1/3"})
     run = compare.plan(settings)
     [method] = run.methods
-    assert method.press.label == "keydiff(normalized_anchor=False)"
+    assert method.press.label == "keydiff(normalized_anchor=True)"
     assert method.allocator.label == "perlayer(weights=1;3)" and method.allocator.kwargs == {"weights": [1.0, 3.0]}
-    assert method.label == "keydiff(normalized_anchor=False)/perlayer(weights=1;3)"
+    assert method.label == "keydiff(normalized_anchor=True)/perlayer(weights=1;3)"
     # the settings planned are not changed: their options stay as given
-    assert settings.press_options == {"normalized_anchor": "no"} and settings.alloc_options == {"weights": "1/3"}
+    assert settings.press_options == {"normalized_anchor": "yes"} and settings.alloc_options == {"weights": "1/3"}
 
 
 def test_jobs_are_capped_at_the_contexts_and_warned_above_the_cores(model_dir, tmp_path, capsys, monkeypatch):
