@@ -136,17 +136,12 @@ def _spec(kind, text: str, flag: str, every: dict, registry):
         if not options:  # an unknown name says so itself
             raise
         raise UsageError(f"{flag} {text!r}: {error}") from None  # an option, named with the item it came from
-    return kind(name, frozen_options({key: value for key, value in typed.items()
-                                      if not _at_default(registry, name, key, value)}))
-
-
-def _at_default(registry, name: str, key: str, value) -> bool:
-    """Whether ``name`` built with ``key=value`` alone is ``name`` as built by default (False where it has no
-    default: a required option)."""
     try:
-        return registry.get(name, **{key: value}) == registry.get(name)
-    except ValueError:
-        return False
+        default = registry.get(name)
+    except ValueError:  # a required option (perlayer's weights): no default build to compare with
+        default = None
+    return kind(name, frozen_options({key: value for key, value in typed.items()
+                                      if default is None or registry.get(name, **{key: value}) != default}))
 
 
 def _methods(settings: CompareSettings) -> tuple[Method, ...]:
@@ -164,36 +159,25 @@ def _methods(settings: CompareSettings) -> tuple[Method, ...]:
             if parse_item(press_text, "--methods")[0] == BASELINE:
                 raise UsageError(f"--methods {pair!r}: no prune ({BASELINE}) always runs; name compacting methods only")
             methods.append(Method(press(press_text, "--methods"), allocator(allocator_text, "--methods")))
-        _refuse_same_setting(methods, settings.pairs, "--methods", lambda m: (_built(m.press), _built(m.allocator)))
+        _refuse_twice(methods, settings.pairs, "--methods")
         return tuple(methods)
     _nonempty(settings.presses, "--press", ", ".join(presses.available() + [BASELINE]))
     _nonempty(settings.allocators, "--alloc", ", ".join(allocators.available()))
     press_specs = [press(text, "--press") for text in settings.presses]
     allocator_specs = [allocator(text, "--alloc") for text in settings.allocators]
-    _refuse_same_setting(press_specs, settings.presses, "--press", _built)
-    _refuse_same_setting(allocator_specs, settings.allocators, "--alloc", _built)
+    _refuse_twice(press_specs, settings.presses, "--press")
+    _refuse_twice(allocator_specs, settings.allocators, "--alloc")
     return tuple(Method(p, a) for p in press_specs if p.name != BASELINE for a in allocator_specs)
 
 
-def _built(spec: PressSpec | AllocatorSpec):
-    """What ``spec`` builds, options and defaults together (no prune: its name)."""
-    if spec.name == BASELINE:
-        return BASELINE
-    registry = presses if isinstance(spec, PressSpec) else allocators
-    return registry.get(spec.name, **spec.kwargs)
-
-
-def _refuse_same_setting(items: list, texts: list[str], flag: str, setting) -> None:
-    """One setting named twice — the same item, or one written with an option at its default value
-    (``snapkv`` and ``snapkv[window=32]``) — would run twice under two labels: refused, naming both."""
-    built = [setting(item) for item in items]
-    for later in range(len(items)):
-        first = next((k for k in range(later) if built[k] == built[later]), None)
+def _refuse_twice(items: list, texts: list[str], flag: str) -> None:
+    """One setting named twice — the same item, or one written with an option at its default value, which its
+    spec leaves out (``snapkv`` and ``snapkv[window=32]``) — is refused, naming both."""
+    for later, item in enumerate(items):
+        first = next((k for k in range(later) if items[k] == item), None)
         if first is not None:
-            why = "" if items[first].label == items[later].label else (
-                " (an option at its default value is that setting itself)")
-            raise UsageError(f"{flag} names one setting twice: {texts[first]!r} and {texts[later]!r}{why}; give it "
-                             "once")
+            raise UsageError(f"{flag} names one setting twice: {texts[first]!r} and {texts[later]!r} (both are "
+                             f"{item.label}); give it once")
 
 
 def _names(settings: CompareSettings) -> tuple[list[str], list[str]]:
