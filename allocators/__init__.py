@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from runtime.errors import UsageError
-from runtime.options import build_with_options, register_in, typed_options
+from runtime.options import build_with_options, check_name, register_in, typed_options
 
 from .adakv import AdaKVAllocator
 from .base import Allocator, BudgetRequest, check_keep_fraction
@@ -40,17 +40,19 @@ def available() -> list[str]:
 
 def get(name: str, **kwargs) -> Allocator:
     """An allocator by registry name, its options typed by their fields (text such as ``"1/2/3"`` is parsed:
-    :mod:`runtime.options`); unknown names and options, and ill-typed values, raise ``ValueError`` saying what
-    is allowed."""
+    :mod:`runtime.options`); a name that is not text, unknown names and options, and ill-typed values raise a
+    :class:`~runtime.errors.UsageError` saying what is allowed."""
+    check_name(name, ALLOCATORS, Allocator, "--alloc", "allocators.get", available())
     if name not in ALLOCATORS:
         raise UsageError(f"unknown allocator {name!r}; available: {', '.join(ALLOCATORS)}")
     return build_with_options(ALLOCATORS[name], name, kwargs)
 
 
 def options_of(name: str, options: dict) -> dict:
-    """``options`` of the allocator ``name`` typed by its fields, as :func:`get` builds it with them."""
-    get(name, **options)
-    return typed_options(ALLOCATORS[name], name, options)
+    """``options`` of the allocator ``name`` as :func:`get` builds it with them: typed by its fields and read back
+    from the built allocator, which holds one form of each setting (perlayer's ``weights=2/4`` is ``1/2``)."""
+    built = get(name, **options)
+    return {key: getattr(built, key) for key in typed_options(ALLOCATORS[name], name, options)}
 
 
 __all__ = ["ALLOCATORS", "Allocator", "BudgetRequest", "available", "check_keep_fraction", "get", "largest_remainder",

@@ -16,18 +16,23 @@ from .integerize import split_by_layer_weights
 @dataclass
 class PerLayerAllocator(Allocator):
     """Parameters: ``weights``, one non-negative number per attention layer in depth order (their scale does not
-    matter: layer ℓ keeps B · w_ℓ / Σw, capped at the body and re-spread)."""
+    matter: layer ℓ keeps B · w_ℓ / Σw, capped at the body and re-spread). They are held divided by the smallest
+    positive one, so that one setting has one form (``2/4`` is ``1/2``)."""
 
     weights: list[float] = field(default_factory=list)
     name = "perlayer"
     runs_in_engine = True
 
     def __post_init__(self):
+        if not self.weights:
+            raise UsageError("perlayer needs its weights, one per attention layer: perlayer[weights=1/2/3] on the "
+                             "command line, allocators.get('perlayer', weights=[1, 2, 3]) in the library")
         weights = [float(w) for w in self.weights]
-        if not weights or not all(math.isfinite(w) and w >= 0 for w in weights) or sum(weights) <= 0:
+        if not all(math.isfinite(w) and w >= 0 for w in weights) or sum(weights) <= 0:
             raise UsageError(f"perlayer weights={self.weights!r}: give one finite, non-negative weight per attention "
                              "layer, with a positive sum (e.g. weights=1/2/3)")
-        self.weights = weights
+        smallest = min(w for w in weights if w > 0)
+        self.weights = [w / smallest for w in weights]
 
     def check_layers(self, count: int) -> None:
         if len(self.weights) != count:

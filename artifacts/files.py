@@ -48,11 +48,12 @@ def write_text(path: Path, text: str) -> Path:
 
 def write_result(path: Path, text: str, log: Callable[[str], None] = print) -> Path:
     """``path.write_text(text)``, atomically; a file already there (a result :func:`check_replaceable` let this run
-    replace) is moved aside to ``<path>.backup-<time>`` first, once the new text is written whole."""
+    replace) is moved aside to ``<path>.backup-<time>`` first, once the new text is written whole (an empty file,
+    which holds nothing, is written over)."""
     path = Path(path)
     with atomic_path(path) as scratch:
         scratch.write_text(text)
-        if path.exists():
+        if path.exists() and not _empty_file(path):
             backup = backup_path(path)
             os.replace(path, backup)
             log(f"moved the previous {path.name} to {backup}")
@@ -71,8 +72,9 @@ def backup_path(path: Path) -> Path:
 
 
 def check_replaceable(target: Path, held: list[Path], what: str, replace: bool) -> None:
-    """``ValueError`` before any work if one of ``held`` exists and ``replace`` (``--replace``) was not given: a
-    derived artifact (an estimator, a calibration) that this run did not write is never written over unasked.
+    """``ValueError`` before any work if one of ``held`` exists (an empty file holds nothing) and ``replace``
+    (``--replace``) was not given: a derived artifact (an estimator, a calibration) that this run did not write is
+    never written over unasked.
 
     Parameters
     ----------
@@ -85,10 +87,15 @@ def check_replaceable(target: Path, held: list[Path], what: str, replace: bool) 
     replace : bool
         Whether the run was told to replace it (it is then moved aside by :func:`install`).
     """
-    present = next((path for path in held if path.exists()), None)
+    present = next((path for path in held if path.exists() and not _empty_file(path)), None)
     if present is not None and not replace:
         raise UsageError(f"{present} holds {what} that this run did not write; pass --replace to write a new one "
                          f"(the old one is first moved aside to {target}.backup-<time>)")
+
+
+def _empty_file(path: Path) -> bool:
+    """An empty file (``touch rows.jsonl`` before the run) holds no result: nothing to keep aside."""
+    return path.is_file() and path.stat().st_size == 0
 
 
 def install(written: list[Path], target: Path, superseded: list[Path] = (),

@@ -17,7 +17,8 @@ What an output does with what it finds there is its ``keeps``:
 - :data:`APPENDS`: it adds to it (a result store, label shards, a checkpoint folder, the model cache); nothing there
   is replaced;
 - :data:`DERIVED`: it rebuilds it whole from inputs that stay (a leaderboard from its stores, a summary, an analysis
-  of label shards), written over atomically;
+  of label shards), written over atomically — but not over a file it did not write (``Output.foreign``: a
+  leaderboard.md written or edited by hand);
 - :data:`RESULTS`: the result of work that its inputs do not give back (timings, evaluated rows, a trained estimator,
   a calibration): refused unless ``--replace``, and then moved aside to ``<path>.backup-<time>`` when the new one is
   written (:func:`artifacts.files.install`, :func:`artifacts.files.write_result`), never lost.
@@ -69,8 +70,8 @@ class Output:
         The model directory this output belongs to (its artifact folder, or the model a command trains): the one
         model directory it may lie in.
     foreign : Callable[[Path], str | None], optional
-        For :data:`RESULTS`: what a file of ``held`` is when it is not such a result (another command's), or None;
-        such a file is refused even with ``--replace``, which would move it aside.
+        What a file of ``held`` is when this command did not write it (another command's result, a file written by
+        hand), or None; such a file is refused, even with ``--replace`` (which would move it aside).
     """
 
     path: Path
@@ -133,10 +134,10 @@ def check(outputs: list[Output]) -> None:
     for output in outputs:
         check_place(output)
     for output in outputs:
+        held = output.held or ((output.path,) if output.kind == FILE else ())
+        for path in held:  # another command's result, or a file written by hand: never moved aside nor rebuilt over
+            problem = output.foreign(path) if output.foreign is not None and path.is_file() else None
+            if problem:
+                raise output.refuse(problem)
         if output.keeps == RESULTS:
-            held = output.held or ((output.path,) if output.kind == FILE else ())
-            for path in held:  # another command's result: never moved aside, --replace or not
-                problem = output.foreign(path) if output.foreign is not None and path.is_file() else None
-                if problem:
-                    raise output.refuse(problem)
             check_replaceable(output.path, list(held), output.what, output.replace)

@@ -161,7 +161,7 @@ def check_model_name(name: str | None) -> None:
 
 def model_spec(args: argparse.Namespace) -> ModelSpec:
     """The model the flags of :func:`add_model_arguments` name, checked as it is built: its name (near misses of
-    the catalogue named), device and dtype, and that its directory holds weights."""
+    the catalogue named), device and dtype, and that its directory holds weights and a tokenizer's vocabulary."""
     check_model_name(args.model)
     spec = ModelSpec(args.model, args.device, args.dtype, args.allow_download)
     directory = loading.resolve(spec)
@@ -169,4 +169,5 @@ def model_spec(args: argparse.Namespace) -> ModelSpec:
     if not any(path.is_file() and path not in derived for pattern in MODEL_WEIGHTS for path in directory.glob(pattern)):
         raise UsageError(f"--model {directory}: no weight file ({' or '.join(MODEL_WEIGHTS)}) beside its config.json; "
                          "the bench loads a model from its weights: copy them there, or give the model's own directory")
+    loading.check_tokenizer_files(directory)
     return spec

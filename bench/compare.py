@@ -23,7 +23,7 @@ from .completeness import check_stores
 from .execution import ContextJob, in_processes, in_ray, in_this_process
 from .harness import Harness
 from .plan import RunPlan, plan
-from .row_fields import KEY_FIELDS
+from .row_fields import KEY_FIELDS, ShardContexts, shard_contexts
 from .settings import CompareSettings
 from .store import ResultStore
 
@@ -96,38 +96,10 @@ class _Jobs(Sequence):
         return ContextJob(task, item, frozenset(self.done_by_context.get((task, item), ())))
 
 
-class Contexts(Sequence):
-    """``(task, item)`` of every context of a shard, in order, computed from its position when read: the list
-    :func:`bench.row_fields.shard_contexts` makes, without holding it (``--n 100000000`` starts at once).
-
-    Parameters
-    ----------
-    run : dict
-        The run its rows name (:attr:`RunPlan.run`): ``tasks``, ``n``, ``shard`` k of ``shards`` N; its contexts are
-        the positions k, k + N, ... of the list of every task's items 0 … n − 1.
-    """
-
-    def __init__(self, run: dict):
-        self.tasks, self.n = list(run["tasks"]), run["n"]
-        self.positions = range(run["shard"], len(self.tasks) * self.n, run["shards"])
-
-    def __len__(self) -> int:
-        return len(self.positions)
-
-    def __getitem__(self, index: int) -> tuple[str, int]:
-        position = self.positions[index]  # an IndexError past the end ends iteration
-        return self.tasks[position // self.n], position % self.n
-
-    def __contains__(self, context) -> bool:
-        task, item = context
-        return isinstance(item, int) and 0 <= item < self.n and any(
-            name == task and at * self.n + item in self.positions for at, name in enumerate(self.tasks))
-
-
-def contexts_of(run: RunPlan) -> Contexts:
+def contexts_of(run: RunPlan) -> ShardContexts:
     """``(task, index)`` of every context the run answers, in order; a shard ``k/n`` takes positions k, k + n, ...
-    (:class:`Contexts` of the run its rows name)."""
-    return Contexts(run.run)
+    (:func:`bench.row_fields.shard_contexts` of the run its rows name)."""
+    return shard_contexts(run.run)
 
 
 def _run(run: RunPlan, identity: loading.ModelIdentity, store: ResultStore, show_progress: bool) -> None:

@@ -18,6 +18,7 @@ context only.
 from __future__ import annotations
 
 from collections import defaultdict
+from itertools import islice
 from pathlib import Path
 
 from runtime.errors import UsageError
@@ -131,13 +132,18 @@ def run_settings(rows: list[dict]) -> dict[str, list[str]]:
 
 
 def check_shards_alike(first: ResultStore, mine: dict[str, list[str]], other: ResultStore,
-                       theirs: dict[str, list[str]]) -> None:
+                       theirs: dict[str, list[str]], other_methods: bool = False) -> None:
     """``UsageError`` naming ``first`` and ``other`` and the first of the settings they hold (``mine`` and
     ``theirs``: ``{setting: its values}``, the same settings in the same order) whose values differ, as stores
     that are not shards of one run: a store that lacks some of the other's methods, stores of two splits of one run
-    (``run shards``), or of two runs or settings."""
+    (``run shards``), or of two runs or settings. With ``other_methods``, stores that each hold methods the other
+    lacks pass where both hold whole runs, not parts of sharded ones (``bench merge`` joins runs of other methods on
+    the same contexts)."""
     for field, values in mine.items():
         if theirs[field] == values:
+            continue
+        if (field == "methods" and other_methods and set(values) - set(theirs[field])
+                and set(theirs[field]) - set(values) and not _is_part(first.rows) and not _is_part(other.rows)):
             continue
         only_mine, only_theirs = set(values) - set(theirs[field]), set(theirs[field]) - set(values)
         if field == "methods" and not (only_mine and only_theirs):  # one shard holds a part of the other's
@@ -240,27 +246,38 @@ def _missing_context(held: list[Entry], every_shard: bool) -> Gap | None:
         run, count = rows[0][0][RUN], rows[0][0][RUN]["shards"]
         held_shards = sorted({row[RUN]["shard"] for row, _, _ in rows})
         wanted = range(count) if every_shard else held_shards
-        missing = [(k, task, item) for k in wanted for task, item in shard_contexts({**run, "shard": k})
-                   if (task, haystack_of(task, run["haystack"]), item) not in present]
-        if not missing:
+        haystacks = {task: haystack_of(task, run["haystack"]) for task in run["tasks"]}
+        missing = next(((k, task, item) for k in wanted for task, item in shard_contexts({**run, "shard": k})
+                        if (task, haystacks[task], item) not in present), None)
+        if missing is None:
             continue
-        k, task, item = missing[0]
+        k, task, item = missing
         splits = _splits(held, run)
         if len(splits) > 1:
             named = " and ".join(f"{_where(split)} (shard {_shards(split)})" for split in splits.values())
             return (f"mixes {len(splits)} splits of one run: {named}; task {task}, item {item} is in neither",
                     "the shards of one run are of one --shard K/N split (one N): merge or give the stores of one split")
-        lost = [(shard, task, item) for shard, task, item in missing if shard not in held_shards]
-        if lost:
-            k = lost[0][0]
-            gone = [f"task {task}, item {item}" for shard, task, item in lost if shard == k]
-            return (f"holds shard {_shards(rows)} of a run of {count} shards; shard {k}/{count} is missing: no row "
-                    f"holds {listed(gone)}", "give the stores of every shard (bench compare --shard K/N writes each), "
-                                             "or bench merge them into one")
+        lost = next((shard for shard in wanted if shard not in held_shards
+                     and shard_contexts({**run, "shard": shard})), None)
+        if lost is not None:
+            return (f"holds shard {_shards(rows)} of a run of {count} shards; shard {lost}/{count} is missing: no row "
+                    f"holds {_lost_contexts(run, lost, present, haystacks)}",
+                    "give the stores of every shard (bench compare --shard K/N writes each), or bench merge them "
+                    "into one")
         shard = f" (shard {k}/{count})" if count > 1 else ""
         return (f"is incomplete: no row holds task {task}, item {item}{shard} of its run (items 0 … {run['n'] - 1} of "
                 f"{listed(run['tasks'])})", RERUN)
     return None
+
+
+def _lost_contexts(run: dict, shard: int, present: set, haystacks: dict) -> str:
+    """The first :data:`SHOWN` contexts of ``run``'s ``shard`` no row holds, and how many more: counted, not listed
+    (a run of ``--n 100000000`` names them at once)."""
+    contexts = shard_contexts({**run, "shard": shard})
+    held = sum(1 for task, haystack, item in present if haystacks.get(task) == haystack and (task, item) in contexts)
+    gone = islice((f"task {task}, item {item}" for task, item in contexts
+                   if (task, haystacks[task], item) not in present), SHOWN)
+    return listed(list(gone), len(contexts) - held)
 
 
 def _splits(held: list[Entry], run: dict) -> dict[int, list[Entry]]:
@@ -279,9 +296,11 @@ def _shards(rows: list[Entry]) -> str:
     return ", ".join(f"{k}/{count}" for k, count in held)
 
 
-def listed(values: list[str]) -> str:
-    """The first :data:`SHOWN` of ``values``, in their order, for a message; how many more there are."""
-    return ", ".join(values[:SHOWN]) + (f", … ({len(values) - SHOWN} more)" if len(values) > SHOWN else "")
+def listed(values: list[str], total: int | None = None) -> str:
+    """The first :data:`SHOWN` of ``values``, in their order, for a message; how many more there are (of ``total``,
+    where ``values`` are its first ones only)."""
+    total = len(values) if total is None else total
+    return ", ".join(values[:SHOWN]) + (f", … ({total - SHOWN} more)" if total > SHOWN else "")
 
 
 def _where(entries: list[Entry]) -> str:

@@ -13,6 +13,7 @@ import queue
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from itertools import islice
 
 import torch
 
@@ -135,7 +136,7 @@ def in_this_process(harness: Harness, jobs: list[ContextJob], is_done: Callable[
         yield None
 
 
-def in_ray(run: RunPlan, identity: loading.ModelIdentity, jobs: list[ContextJob],
+def in_ray(run: RunPlan, identity: loading.ModelIdentity, jobs: Iterable[ContextJob],
            workers: int) -> Iterator[list[dict]]:
     """The rows of every job from ``workers`` Ray actors, each a :class:`ContextWorker` (one CPU each), context by
     context as they finish: on the cluster at ``run.address``, or on a Ray instance started here for the run."""
@@ -148,12 +149,24 @@ def in_ray(run: RunPlan, identity: loading.ModelIdentity, jobs: list[ContextJob]
     try:
         actor = ray.remote(num_cpus=1)(_RayWorker)
         pool = ActorPool([actor.remote(run, identity) for _ in range(workers)])
-        yield from pool.map_unordered(lambda worker, job: worker.rows.remote(job), jobs)
+        feed = iter(jobs)  # submitted a few ahead of the actors (ActorPool.map would queue every job of any --n)
+        for job in islice(feed, 2 * workers):
+            pool.submit(_rows_of, job)
+        while pool.has_next():
+            rows = pool.get_next_unordered()
+            for job in islice(feed, 1):
+                pool.submit(_rows_of, job)
+            yield rows
     except ray.exceptions.RayError as error:
         raise _worker_error(error) from None
     finally:
         if started:
             ray.shutdown()
+
+
+def _rows_of(worker, job: ContextJob):
+    """The call an actor of the pool makes for ``job``: its rows, as a Ray object reference."""
+    return worker.rows.remote(job)
 
 
 class _RayWorker:

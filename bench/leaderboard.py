@@ -35,6 +35,7 @@ from .stats import PairedBootstrap
 from .store import open_stores
 
 MARKDOWN = "leaderboard.md"
+CELLS = "leaderboard.csv"
 MANIFEST = "leaderboard.sha256"
 """Beside the leaderboard: ``<sha256>  <file>`` for every file it wrote, in ``sha256sum``'s format."""
 PUBLISHED = re.compile(r"leaderboard(-[^/]*)?\.(csv|png)")
@@ -140,7 +141,7 @@ def write_leaderboard(stores: list[Path], out: Path, resamples: int = RESAMPLES)
     if official:
         text += ["## SCBench under the official scorers (sensitivity; the tables above use the revised scorers)", "",
                  summary_markdown([{**r, "score": r["score_official"]} for r in official], resamples=resamples)]
-    cells = write_text(out / "leaderboard.csv", table.getvalue())
+    cells = write_text(out / CELLS, table.getvalue())
     markdown = write_text(out / MARKDOWN, "\n".join(text))
     earlier = _listed(out / MANIFEST)
     written = [markdown, cells, *images]

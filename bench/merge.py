@@ -1,11 +1,15 @@
-"""``bench merge``: the stores of one run's shards (``bench compare --shard K/N``) joined into one store.
+"""``bench merge``: the stores of one run's shards (``bench compare --shard K/N``), or of runs of other methods on
+the same contexts, joined into one store.
 
 Shards of one run share every setting: the group fields (model, weights, artifacts, profile, length, code
 version, engine, dtype, device), the seed, the methods, and the run their rows name (its tasks, n and haystack, and
-one split into N shards). Before anything is written, each shard is checked whole (no last line cut short, every
-context of its shard with the rows of every method and question), the shards against each other, and what the
-merged store would hold: every shard of the run. What is wrong is named with the store: a damaged or unfinished
-shard, stores of other settings or of two splits, a missing shard, or a row two stores hold with other values.
+one split into N shards). Runs of other methods share all of them but the methods (each holds some the other lacks;
+their no-prune rows, answered alike, are kept once): reports read the rows of one run from one store.
+
+Before anything is written, each store is checked whole (no last line cut short, every context of its shard with
+the rows of every method and question), the stores against each other, and what the merged store would hold: every
+shard of the run. What is wrong is named with the store: a damaged or unfinished shard, stores of other settings or
+of two splits, a missing shard, or a row two stores hold with other values.
 """
 
 from __future__ import annotations
@@ -58,7 +62,7 @@ def merge_stores(sources: list[Path], out: Path) -> int:
         check_complete([store], every_shard=False)
     first = _settings_of(stores[0])
     for store in stores[1:]:
-        check_shards_alike(stores[0], first, store, _settings_of(store))
+        check_shards_alike(stores[0], first, store, _settings_of(store), other_methods=True)
     check_one_value(stores, copies=True)
     target = ResultStore(out)
     try:
@@ -77,7 +81,8 @@ def merge_stores(sources: list[Path], out: Path) -> int:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("stores", nargs="+", help="result directories of the shards (bench compare --shard K/N)")
+    parser.add_argument("stores", nargs="+", help="result directories of the shards (bench compare --shard K/N), or "
+                                                  "of runs of other methods on the same contexts")
     parser.add_argument("--out", required=True, help="the merged store's directory")
 
 
@@ -86,6 +91,7 @@ def run(args) -> None:
     print(f"{added} rows added to {Path(args.out) / 'results.jsonl'}")
 
 
-MERGE = Command("merge", "join the stores of one run's shards (compare --shard K/N) into one", add_arguments, run,
+MERGE = Command("merge", "join the stores of one run's shards (compare --shard K/N), or of runs of other methods, "
+                "into one", add_arguments, run,
                 loads_models=False,
                 outputs=lambda args: [Output(Path(args.out), "--out")])

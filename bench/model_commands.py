@@ -66,7 +66,9 @@ def run_train_model(args: argparse.Namespace) -> None:
 
 def add_model_eval_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser)
-    parser.add_argument("--tasks", type=names, default=list(TRAIN_TASKS))
+    parser.add_argument("--tasks", type=names, default=list(TRAIN_TASKS),
+                        help="generated tasks, comma-separated, or the groups ruler, niah, haystack "
+                             "(default: %(default)s)")
     parser.add_argument("--lengths", type=ints, default=[1024, 2048, 4096])
     parser.add_argument("--n", type=count, default=20)
     parser.add_argument("--seed", type=natural, default=0)
@@ -143,7 +145,10 @@ def _layer_list(text: str) -> tuple[int, ...]:
         layers = ()
     if not layers or min(layers) < 0:
         raise argparse.ArgumentTypeError(f"{text!r}: expected a comma list of layer indices >= 0, e.g. 7,14,21")
-    return layers
+    twice = next((layer for layer in layers if layers.count(layer) > 1), None)
+    if twice is not None:
+        raise argparse.ArgumentTypeError(f"{text!r}: layer {twice} is named twice; name each attention layer once")
+    return tuple(sorted(layers))
 
 
 def _delta_in_the_way(out: Path, cfg: dict, step: int | None = None) -> str | None:

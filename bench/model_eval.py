@@ -82,6 +82,7 @@ def evaluate_model(model_path, tasks: list[str], lengths: list[int], n: int, see
     file already there is refused before any work unless ``replace``, and then moved aside when the new rows are
     written."""
     from workloads.tasks import TASKS
+    from workloads.tasks.registry import GROUPS, expand
 
     from .stats import PairedBootstrap
 
@@ -91,9 +92,12 @@ def evaluate_model(model_path, tasks: list[str], lengths: list[int], n: int, see
         raise UsageError(f"--n {n}: give at least 1 item per task")
     if not tasks or not lengths:
         raise UsageError("give at least one task and one length")
-    unknown = [task for task in tasks if task not in TASKS]
+    groups = [name for name, members in GROUPS.items() if set(members) <= set(TASKS)]
+    unknown = [task for task in tasks if task not in TASKS and task not in groups]
     if unknown:
-        raise UsageError(f"unknown task {unknown[0]!r}; available: {', '.join(TASKS)}")
+        raise UsageError(f"--tasks {unknown[0]!r}: model-eval answers the generated tasks {', '.join(TASKS)} (or the "
+                         f"groups {', '.join(groups)})")
+    tasks = expand(tasks)
     limit = loading.position_limit(model_path)
     bad = [length for length in lengths if length < 1 or (limit is not None and length > limit)]
     if bad:

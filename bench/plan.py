@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import numbers
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -140,8 +141,12 @@ def _spec(kind, text: str, flag: str, every: dict, registry):
         default = registry.get(name)
     except ValueError:  # a required option (perlayer's weights): no default build to compare with
         default = None
-    return kind(name, frozen_options({key: value for key, value in typed.items()
-                                      if default is None or registry.get(name, **{key: value}) != default}))
+    kept = {key: value for key, value in typed.items()
+            if default is None or registry.get(name, **{key: value}) != default}
+    reads = presses.PRESSES[name].artifact_files if kind is PressSpec and name in presses.PRESSES else {}
+    fingerprints = {key: loading.files_fingerprint(Path(value), reads[key]) for key, value in kept.items()
+                    if key in reads and isinstance(value, (str, Path))}
+    return kind(name, frozen_options(kept), frozen_options(fingerprints))
 
 
 def _methods(settings: CompareSettings) -> tuple[Method, ...]:
@@ -228,6 +233,10 @@ def _check_types(settings: CompareSettings) -> None:
         value = getattr(settings, name)
         if isinstance(value, bool) or not isinstance(value, numbers.Integral):
             raise UsageError(f"{name} must be an integer, got {value!r} ({type(value).__name__})")
+    for name, example in {"press_options": {"window": 64}, "alloc_options": {"weights": [1, 2]}}.items():
+        value = getattr(settings, name)
+        if not isinstance(value, Mapping):  # 'window=64' is the CLI's form (--press-options), not the library's
+            raise UsageError(f"{name} must be a dict of option values by name, e.g. {example!r}, got {value!r}")
 
 
 def plan(settings: CompareSettings | RunPlan) -> RunPlan:
@@ -254,9 +263,10 @@ def plan(settings: CompareSettings | RunPlan) -> RunPlan:
         for allocator in built.values():
             allocator.check_layers(layers)
     tasks.check(settings.tasks, settings.profile, settings.haystack, settings.scbench_data)
-    for fraction in settings.keep_fractions:
-        allocators.check_keep_fraction(fraction, "keep fraction")
-    shown = [f"{fraction:g}" for fraction in settings.keep_fractions]
+    # numpy's numbers as Python's: rows are written as JSON
+    keep_fractions = tuple(allocators.check_keep_fraction(fraction, "keep fraction") for fraction in
+                           settings.keep_fractions)
+    shown = [f"{fraction:g}" for fraction in keep_fractions]
     twice = next((text for text in shown if shown.count(text) > 1), None)
     if twice is not None:
         given = ", ".join(repr(f) for f, text in zip(settings.keep_fractions, shown) if text == twice)
@@ -283,7 +293,7 @@ def plan(settings: CompareSettings | RunPlan) -> RunPlan:
                          "microsoft/SCBench)")
     check([Output(Path(settings.out), "--out")])
     return RunPlan(
-        methods=methods, keep_fractions=tuple(settings.keep_fractions), tasks=tuple(tasks.expand(settings.tasks)),
+        methods=methods, keep_fractions=keep_fractions, tasks=tuple(tasks.expand(settings.tasks)),
         n=settings.n, length=settings.length, profile=settings.profile, seed=settings.seed, haystack=settings.haystack,
         scbench_data=settings.scbench_data, model=settings.model, model_dir=loading.resolve(settings.model),
         dtype=loading.dtype_name(settings.model), device=loading.device_name(settings.model), engine=settings.engine,

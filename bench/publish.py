@@ -14,7 +14,7 @@ from runtime.errors import UsageError
 
 from .arguments import Command
 from .completeness import check_given_once, check_stores
-from .leaderboard import MANIFEST, MARKDOWN, PUBLISHED, read_manifest, sha256_of, write_leaderboard
+from .leaderboard import CELLS, MANIFEST, MARKDOWN, PUBLISHED, read_manifest, sha256_of, write_leaderboard
 from .store import open_stores
 
 DIFF_LINES = 20
@@ -123,8 +123,26 @@ def run_verify(args: argparse.Namespace) -> None:
     verify_stores([Path(store) for store in args.stores], Path(args.docs) if args.docs else None)
 
 
+def _not_built_here(path: Path) -> str | None:
+    """What a file a leaderboard rebuilds is when no earlier build wrote it as it is now (its SHA-256 is not the
+    one the folder's :data:`MANIFEST` records): written or edited by hand, which a rebuild would lose."""
+    try:
+        recorded = read_manifest(path.parent / MANIFEST)
+    except UsageError:
+        recorded = {}
+    if recorded.get(path.name) == sha256_of(path):
+        return None
+    return (f"{path.name} there was not written by bench leaderboard as it is now (its SHA-256 is not in "
+            f"{MANIFEST}: written or edited by hand), and a leaderboard is rebuilt whole; move it, or give another "
+            "--out")
+
+
+def _leaderboard_outputs(args: argparse.Namespace) -> list[Output]:
+    out = Path(args.out)
+    return [Output(out, "--out", keeps=DERIVED, held=(out / MARKDOWN, out / CELLS), foreign=_not_built_here)]
+
+
 LEADERBOARD = Command("leaderboard", "leaderboard.md, CSV and PNG from result stores", add_leaderboard_arguments,
-                      run_leaderboard, loads_models=False,
-                      outputs=lambda args: [Output(Path(args.out), "--out", keeps=DERIVED)])
+                      run_leaderboard, loads_models=False, outputs=_leaderboard_outputs)
 VERIFY = Command("verify", "check the fidelity invariants of stores (and that a leaderboard matches them)",
                  add_verify_arguments, run_verify, loads_models=False)

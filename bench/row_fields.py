@@ -7,6 +7,8 @@ within one group of settings (:data:`GROUP_FIELDS`), and each names the run (and
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 KEY_FIELDS = ("model", "weights", "artifacts", "press", "allocator", "keep_fraction", "task", "profile", "length",
               "item", "question", "seed", "code", "engine", "dtype", "device", "haystack")
 GROUP_FIELDS = ("model", "weights", "artifacts", "profile", "length", "code", "engine", "dtype", "device")
@@ -37,11 +39,37 @@ def row_key(row: dict) -> tuple:
     return tuple(row.get(field) for field in KEY_FIELDS)
 
 
-def shard_contexts(run: dict) -> list[tuple[str, int]]:
-    """``(task, item)`` of every context of the shard ``run`` (:data:`RUN`) names, in order: its positions k, k + N,
-    … of the run's list."""
-    contexts = [(task, item) for task in run["tasks"] for item in range(run["n"])]
-    return contexts[run["shard"]::run["shards"]]
+class ShardContexts(Sequence):
+    """``(task, item)`` of every context of the shard a run (:data:`RUN`) names, in order, computed from its position
+    when read: its positions k, k + N, … of the list of every task's items 0 … n − 1, without holding that list
+    (``--n 100000000`` is as cheap as ``--n 1``).
+
+    Parameters
+    ----------
+    run : dict
+        ``tasks``, ``n``, ``shard`` k of ``shards`` N.
+    """
+
+    def __init__(self, run: dict):
+        self.tasks, self.n = list(run["tasks"]), run["n"]
+        self.positions = range(run["shard"], len(self.tasks) * self.n, run["shards"])
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+    def __getitem__(self, index: int) -> tuple[str, int]:
+        position = self.positions[index]  # an IndexError past the end ends iteration
+        return self.tasks[position // self.n], position % self.n
+
+    def __contains__(self, context) -> bool:
+        task, item = context
+        return isinstance(item, int) and 0 <= item < self.n and any(
+            name == task and at * self.n + item in self.positions for at, name in enumerate(self.tasks))
+
+
+def shard_contexts(run: dict) -> ShardContexts:
+    """``(task, item)`` of every context of the shard ``run`` (:data:`RUN`) names, in order (lazily)."""
+    return ShardContexts(run)
 
 
 def method_of(row: dict) -> str:

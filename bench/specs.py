@@ -8,7 +8,10 @@ brackets, so that a bracket may hold several options (``snapkv[window=64,kernel=
 
 A spec's :attr:`~PressSpec.label` is the name rows record, computed once: the name alone without options, else
 ``name(key=value,...)`` with the typed values, keys sorted, lists joined by ``;`` (so that a row's method
-``press/allocator`` holds exactly one ``/``). No prune is :data:`BASELINE_METHOD`, ``none``/``none``.
+``press/allocator`` holds exactly one ``/``); an option that names a directory the press reads (GateSight's
+``estimator``, TriAttention's ``calibration``) is shown by those files' content fingerprint, not by its path, so that
+the label changes with what the press reads. A spec is its label: two specs of one label are one setting. No prune
+is :data:`BASELINE_METHOD`, ``none``/``none``.
 """
 
 from __future__ import annotations
@@ -35,25 +38,33 @@ def _number(value) -> str:
     return repr(float(value)).removesuffix(".0")
 
 
-def _label(name: str, options: Options) -> str:
+def _label(name: str, options: Options, fingerprints: Options) -> str:
     if not options:
         return name
-    shown = ",".join(f"{key}={';'.join(map(_number, value)) if isinstance(value, tuple) else value}"
-                     for key, value in options)
-    return f"{name}({shown})"
+    shown = dict(options) | dict(fingerprints)
+    return name + "(" + ",".join(f"{key}={';'.join(map(_number, value)) if isinstance(value, tuple) else value}"
+                                 for key, value in sorted(shown.items())) + ")"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Spec:
-    """A registry name and its options, typed (``()`` for none)."""
+    """A registry name and its options, typed (``()`` for none); ``fingerprints`` are ``((key, content
+    fingerprint), ...)`` of the options that name a directory the press reads (shown in the label instead)."""
 
     name: str
     options: Options = ()
+    fingerprints: Options = ()
 
     @cached_property
     def label(self) -> str:
-        """The name rows record (``snapkv(window=64)``)."""
-        return _label(self.name, self.options)
+        """The name rows record (``snapkv(window=64)``, ``gatesight(estimator=3f2a9c01d4e7)``)."""
+        return _label(self.name, self.options, self.fingerprints)
+
+    def __eq__(self, other) -> bool:
+        return type(other) is type(self) and other.label == self.label
+
+    def __hash__(self) -> int:
+        return hash((type(self), self.label))
 
     @property
     def kwargs(self) -> dict:
@@ -61,12 +72,12 @@ class Spec:
         return {key: list(value) if isinstance(value, tuple) else value for key, value in self.options}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class PressSpec(Spec):
     """A press of :func:`presses.available` with its options."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class AllocatorSpec(Spec):
     """An allocator of :func:`allocators.available` with its options."""
 

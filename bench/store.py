@@ -13,6 +13,7 @@ import gzip
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 from artifacts.files import atomic_path
@@ -22,6 +23,23 @@ from runtime.errors import UsageError
 from .legacy_rows import read_row
 from .row_checks import verify_rows
 from .row_fields import FIDELITY_FIELDS, SCHEMA, row_key
+
+LOCK_WAIT_SECONDS = 1.0
+"""How long a writer waits for a store's lock before it refuses: :meth:`ResultStore.writer` (verify asking whether
+a store is being written) holds it for microseconds, a writer for its whole run."""
+
+
+def _lock_within(handle, seconds: float) -> None:
+    """An exclusive lock on ``handle`` within ``seconds``; ``BlockingIOError`` if another holds it that long."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.01)
 
 
 class ResultStore:
@@ -133,7 +151,7 @@ class ResultStore:
         while True:
             handle = path.open("a+")
             try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                _lock_within(handle, LOCK_WAIT_SECONDS)
             except BlockingIOError:
                 handle.seek(0)
                 owner = handle.read().strip() or "unknown"

@@ -174,6 +174,7 @@ class GateSightPress(Press):
     signal_dtype: str = "float32"
     name = "gatesight"
     runs_in_engine = True
+    artifact_files = {"estimator": ("gatesight.json", "gatesight.safetensors")}
     # not comparable across layers: the labels are max-normalised per (document, layer, KV head), so a predicted
     # utility says how an entry ranks within its head, not what it is worth against another layer's entries (a
     # global top-B kept nothing of the first attention layer); GateSight's own allocation is the output gate's

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from runtime.errors import UsageError
-from runtime.options import build_with_options, register_in, typed_options
+from runtime.options import build_with_options, check_name, register_in, typed_options
 
 from .base import Press
 from .gatesight import GateSightPress
@@ -65,18 +65,15 @@ def _kvpress_scorer(name: str, options: dict):
 def get(name: str, **kwargs) -> Press:
     """A press by registry name, or ``kvpress:<ClassName>`` for any kvpress ``ScorerPress`` (built with its
     defaults), its options typed by their fields (:mod:`runtime.options`: ``"no"`` for a boolean is False);
-    unknown names and options, and ill-typed values, raise ``ValueError`` saying what is allowed."""
+    a name that is not text, unknown names and options, and ill-typed values raise a
+    :class:`~runtime.errors.UsageError` saying what is allowed."""
+    check_name(name, PRESSES, Press, "--press", "presses.get", available())
     if name.startswith(KVPRESS_PREFIX):
         return KvpressScorer(press=_kvpress_scorer(name.removeprefix(KVPRESS_PREFIX), kwargs))
     if name == KvpressScorer.name and "press" not in kwargs:
         raise UsageError(f"name the kvpress scorer to wrap: {KVPRESS_PREFIX}<ClassName>, "
                          f"e.g. {KVPRESS_PREFIX}KnormPress")
     if name not in PRESSES:
-        if "[" in name and name.split("[", 1)[0] in PRESSES:
-            base = name.split("[", 1)[0]
-            raise UsageError(f"press {name!r}: options in brackets are bench compare's --press syntax; here name "
-                             f"the press alone and give its options as keywords, presses.get({base!r}, key=value), "
-                             f"or pass a Press instance, {PRESSES[base].__name__}(key=value)")
         raise UsageError(f"unknown press {name!r}; available: {', '.join(available())}")
     return build_with_options(PRESSES[name], name, kwargs)
 

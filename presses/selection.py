@@ -12,25 +12,45 @@ import time
 import allocators
 from allocators import Allocator, BudgetRequest, check_keep_fraction
 from runtime import Child, KeepPlan, Parent
-from runtime.errors import UsageError
+from runtime.errors import ArgumentTypeError, UsageError, describe
 
 from .base import Press, Scores
 from .calibration import Calibration
 from .preparation import prepare
-from .registry import PRESSES
+from .registry import PRESSES, available
 
 
 def keep_fraction_from(keep_fraction: float | None, compression_ratio: float | None) -> float:
-    """Accept either the kept fraction p or kvpress's ``compression_ratio`` = 1 − p (exactly one)."""
+    """Accept either the kept fraction p or kvpress's ``compression_ratio`` = 1 − p (exactly one); a
+    :class:`~runtime.errors.UsageError` naming the value otherwise, as :func:`allocators.check_keep_fraction`'s."""
     if (keep_fraction is None) == (compression_ratio is None):
-        raise ValueError("give exactly one of keep_fraction (p) or compression_ratio (1 - p)")
+        raise UsageError("give exactly one of keep_fraction (p) or compression_ratio (1 - p)")
     if keep_fraction is not None:
         return check_keep_fraction(keep_fraction)
-    if isinstance(compression_ratio, bool) or not isinstance(compression_ratio, numbers.Real) or not (
-        0 <= compression_ratio < 1
-    ):
-        raise ValueError(f"compression_ratio {compression_ratio!r} is outside [0, 1) (it is 1 - kept fraction)")
+    if isinstance(compression_ratio, bool) or not isinstance(compression_ratio, numbers.Real):
+        raise UsageError(f"compression_ratio must be a number in [0, 1), got {compression_ratio!r} "
+                         f"({type(compression_ratio).__name__})")
+    if not 0 <= compression_ratio < 1:
+        raise UsageError(f"compression_ratio {compression_ratio!r} is outside [0, 1) (it is 1 - kept fraction)")
     return 1.0 - float(compression_ratio)
+
+
+def check_press(press) -> None:
+    """Refuse a ``press`` that is neither a :class:`Press` nor a registry name, naming what is allowed."""
+    if not isinstance(press, (Press, str)):
+        raise ArgumentTypeError(f"press must be a Press instance or a press name ({', '.join(available())}), got "
+                                f"{describe(press)}")
+
+
+def allocator_of(allocator: Allocator | str) -> Allocator:
+    """``allocator`` itself, or the registry's allocator of that name; anything else is refused naming what is
+    allowed."""
+    if isinstance(allocator, str):
+        return allocators.get(allocator)
+    if not isinstance(allocator, Allocator):
+        raise ArgumentTypeError(f"allocator must be an Allocator instance or an allocator name "
+                                f"({', '.join(allocators.available())}), got {describe(allocator)}")
+    return allocator
 
 
 def check_pair(press: Press, allocator: Allocator) -> None:
@@ -86,6 +106,7 @@ class Selection:
 
     def __init__(self, parent: Parent, press: Press | str, layer_weights: dict[int, float] | None = None):
         self.parent = parent
+        check_press(press)
         self.press = prepare(press, parent.adapter)
         check_evidence(parent, self.press)
         self.layer_weights = layer_weights
@@ -107,7 +128,7 @@ class Selection:
 
     def plan(self, allocator: Allocator | str, keep_fraction: float) -> KeepPlan:
         """The keep plan of ``allocator``'s counts filled with each head's top-scoring body entries."""
-        allocator = allocators.get(allocator) if isinstance(allocator, str) else allocator
+        allocator, keep_fraction = allocator_of(allocator), check_keep_fraction(keep_fraction)  # before scoring
         check_pair(self.press, allocator)
         weights = self.layer_weights
         if allocator.needs_layer_weights and weights is None:
@@ -146,4 +167,6 @@ def compress(
     >>> child = compress(parent, "snapkv", "pyramid", keep_fraction=0.2)
     """
     p = keep_fraction_from(keep_fraction, compression_ratio)
+    check_press(press)
+    allocator = allocator_of(allocator)  # before the press is prepared: every bad argument is refused before work
     return Selection(parent, press, layer_weights).fork(allocator, p)

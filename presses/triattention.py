@@ -17,7 +17,7 @@ import torch
 from runtime.errors import UsageError
 
 from .base import Press, Scores, ScoringContext, group_reduce
-from .calibration import FILE, Calibration, band_frequencies, query_bands
+from .calibration import FILE, LEGACY_FILE, Calibration, band_frequencies, query_bands
 
 
 def geometric_offsets(max_offset: int = 65536) -> torch.Tensor:
@@ -62,6 +62,7 @@ class TriAttentionPress(Press):
     normalize: bool = True
     name = "triattention"
     runs_in_engine = True
+    artifact_files = {"calibration": (FILE.as_posix(), LEGACY_FILE)}
 
     def __post_init__(self):
         if self.gqa not in ("mean", "max"):

@@ -202,9 +202,7 @@ def load(model: str | ModelSpec | None = None):
     read_config(directory)
     for path in _matching(directory, ("*.safetensors",), exclude=ARTIFACTS):
         check_safetensors(path)
-    if not _matching(directory, TOKENIZER_FILES):
-        raise FileNotFoundError(f"{directory}: no tokenizer files (tokenizer.json, tokenizer_config.json, …); the "
-                                "bench reads the tokenizer from the model directory")
+    check_tokenizer_files(directory)
     dtype = "auto" if spec.dtype == "auto" else DTYPES[spec.dtype]
     loaded = AutoModelForCausalLM.from_pretrained(directory, dtype=dtype, local_files_only=True)
     try:
@@ -215,6 +213,19 @@ def load(model: str | ModelSpec | None = None):
     return loaded.to(spec.torch_device()).eval(), tokenizer, directory
 
 
+def check_tokenizer_files(directory: Path) -> None:
+    """``UsageError`` naming ``directory`` unless it holds a tokenizer's vocabulary (:data:`VOCABULARY_FILES`): the
+    bench reads the tokenizer from the model directory, and its settings alone (tokenizer_config.json) are not one."""
+    if not _matching(Path(directory), VOCABULARY_FILES):
+        settings = " (its tokenizer_config.json alone holds the settings, not the vocabulary)" if _matching(
+            Path(directory), TOKENIZER_FILES) else ""
+        raise UsageError(f"{directory}: no tokenizer vocabulary — tokenizer.json, or vocab.json with merges.txt, "
+                         f"a SentencePiece *.model or a *.tiktoken file{settings}; copy it from where the model came "
+                         "from")
+
+
+VOCABULARY_FILES = ("tokenizer.json", "vocab.*", "*.model", "*.tiktoken")
+"""What holds a tokenizer's vocabulary: transformers builds a tokenizer from one of these."""
 TOKENIZER_FILES = ("tokenizer*", "special_tokens_map.json", "added_tokens.json", "vocab.*", "merges.txt", "*.model",
                    "*.tiktoken")
 MODEL_PARTS = {
@@ -275,6 +286,11 @@ def identity(directory: Path) -> ModelIdentity:
     parts = {part: _digest(directory, _matching(directory, patterns, exclude=ARTIFACTS))
              for part, patterns in MODEL_PARTS.items()}
     return ModelIdentity(parts, _digest(directory, _matching(directory, ARTIFACTS)))
+
+
+def files_fingerprint(directory: Path, patterns) -> str:
+    """Content hash of the files of ``directory`` matching ``patterns`` (globs), with their relative names."""
+    return _digest(Path(directory), _matching(Path(directory), patterns))
 
 
 def fingerprint(directory: Path, pattern: str | None = None) -> str:

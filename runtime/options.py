@@ -13,7 +13,7 @@ import types
 import typing
 from dataclasses import MISSING, fields
 
-from .errors import UsageError
+from .errors import ArgumentTypeError, UsageError, describe
 
 BOOLEANS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
 
@@ -159,3 +159,38 @@ def register_in(registry: dict, cls, base: type, kind: str, reserved: tuple[str,
         raise UsageError(f"{kind} name {cls.name!r} is taken by {registry[cls.name].__name__}")
     registry[cls.name] = cls
     return cls
+
+
+def check_name(name, registry: dict, base: type, flag: str, call: str, available: list[str]) -> None:
+    """Refuse, before any look-up, a name ``call`` (``presses.get``, ``allocators.get``: ``registry`` of ``base``
+    classes) cannot take: one that is not text, and one with bench compare's ``flag`` options in brackets
+    (``perlayer[weights=1/2]``), shown as ``call`` takes them (``allocators.get('perlayer', weights=[1, 2])``)."""
+    kind, article = base.__name__.lower(), "an" if base.__name__[0] in "AEIOU" else "a"
+    if not isinstance(name, str):
+        raise ArgumentTypeError(f"{call} takes {article} {kind} name (text), one of: {', '.join(available)}; got "
+                                f"{describe(name)}")
+    head, bracket, body = name.partition("[")
+    if not bracket or name in registry or head not in registry:
+        return
+    keywords = _as_keywords(body)
+    these = f": for these options, {call}({head!r}, {keywords})" if keywords else ""
+    raise UsageError(f"{kind} {name!r}: options in brackets are bench compare's {flag} syntax; here name the {kind} "
+                     f"alone and give its options as keywords, {call}({head!r}, key=value), or pass {article} "
+                     f"{base.__name__} instance, {registry[head].__name__}(key=value){these}")
+
+
+def _as_keywords(body: str) -> str | None:
+    """Bracket options ``window=64,weights=1/2]`` as the keywords of a call, ``window=64, weights=[1, 2]``
+    (numbers bare, a '/' list of numbers a list, other text quoted); None where they are not ``key=value`` pairs."""
+    pairs = [pair.partition("=") for pair in body.removesuffix("]").split(",")]
+    if not body.endswith("]") or any(not sep or not key.strip().isidentifier() for key, sep, _ in pairs):
+        return None
+    return ", ".join(f"{key.strip()}={_literal(value.strip())}" for key, _, value in pairs)
+
+
+def _literal(text: str) -> str:
+    """An option's text as the Python a keyword takes: ``64``, ``[1, 2]`` (``1/2``), else ``'text'``."""
+    items = [item.strip() for item in text.split("/")]
+    if not all(isinstance(number := _from_text(item, float), float) and math.isfinite(number) for item in items):
+        return repr(text)
+    return items[0] if len(items) == 1 else f"[{', '.join(items)}]"

@@ -52,10 +52,12 @@ def decode_budget(max_new_tokens, config, context_tokens: int, question_tokens: 
     limit = getattr(config, "max_position_embeddings", None)
     needed = context_tokens + question_tokens + count
     if limit is not None and needed > limit:
+        room = limit - context_tokens - question_tokens
+        advice = (f"give max_new_tokens <= {room} or a shorter context" if room >= 1 else
+                  f"the context and {question} leave no position for an answer: give a shorter context or question")
         raise UsageError(f"the context ({context_tokens} tokens), {question} ({question_tokens}) and "
                          f"max_new_tokens={count} need {needed} positions; the model has {limit} "
-                         f"(max_position_embeddings): give max_new_tokens <= "
-                         f"{max(limit - context_tokens - question_tokens, 0)} or a shorter context")
+                         f"(max_position_embeddings): {advice}")
     return count
 
 

@@ -106,7 +106,8 @@ def test_bad_options_are_refused_before_the_model_loads(model_dir, tmp_path, cap
      "gatesight.safetensors: not a complete safetensors file"),
     (lambda d: truncate(d / "calibration" / "calibration.safetensors"),
      "calibration.safetensors: not a complete safetensors file"),
-    (lambda d: [p.unlink() for p in d.glob("tokenizer*")], "no tokenizer files"),
+    (lambda d: [p.unlink() for p in d.glob("tokenizer*")], "no tokenizer vocabulary — tokenizer.json"),
+    (lambda d: (d / "tokenizer.json").unlink(), "tokenizer_config.json alone holds the settings, not the vocabulary"),
     (lambda d: (d / "config.json").write_text("{not json"), "config.json: not valid JSON"),
 ])
 def test_a_damaged_model_directory_is_named(model_dir, tmp_path, capsys, damage, message):
@@ -176,3 +177,16 @@ def test_verify_docs_that_is_a_file_is_not_offered_as_a_place_to_write(tmp_path,
     code, err = run_cli(capsys, "verify", store, "--docs", docs)
     assert code == 2 and "\n" not in err and f"--docs {docs} is a file" in err and "writes it" not in err
     assert docs.read_text() == "mine\n"
+
+
+def test_model_eval_takes_the_groups_of_generated_tasks(model_dir, capsys, monkeypatch):
+    """``--tasks niah`` is every needle task (as bench compare reads it); a group of tasks model-eval cannot generate
+    (scbench) is named with what it takes."""
+    import runtime
+
+    monkeypatch.setattr(runtime.Parent, "answer", lambda *a, **k: pytest.fail("answered before the refusal"))
+    code, err = run_cli(capsys, "model-eval", "--model", model_dir, "--tasks", "niah", "--lengths", "100", "--n", "1")
+    assert code == 2 and "task 'niah_single_1' at length 100: length 100 is too short" in err, err
+    code, err = run_cli(capsys, "model-eval", "--model", model_dir, "--tasks", "scbench", "--n", "1")
+    assert code == 2 and "--tasks 'scbench': model-eval answers the generated tasks niah_single_1" in err, err
+    assert "(or the groups ruler, niah, haystack)" in err

@@ -72,6 +72,28 @@ def test_ray_actors_give_the_rows_of_one_process(model_dir, tmp_path, one_thread
     assert _rows(tmp_path / "ray") == _rows(tmp_path / "one")
 
 
+@pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="Ray is the optional 'ray' extra")
+def test_ray_actors_are_given_jobs_a_few_ahead(model_dir, tmp_path, one_thread):
+    """A run of ``--n 100000000`` on Ray: the first rows come back with a few jobs taken, not every job queued."""
+    from itertools import count
+
+    from bench.compare import plan
+    from bench.execution import ContextJob, in_ray
+    from pretrained import loading
+
+    run = plan(_settings(model_dir, tmp_path / "ray", executor="ray", jobs=2, n=10**8))
+    taken = []
+
+    def jobs():
+        for index in count():
+            taken.append(index)
+            yield ContextJob("niah_single_1", index)
+
+    rows = in_ray(run, loading.identity(model_dir), jobs(), workers=2)
+    assert next(rows) and len(taken) <= 2 * 2 + 1
+    rows.close()
+
+
 @pytest.mark.parametrize("executor", ["local", pytest.param("ray", marks=pytest.mark.skipif(
     importlib.util.find_spec("ray") is None, reason="Ray is the optional 'ray' extra"))])
 def test_a_worker_that_cannot_load_the_model_is_one_error_whatever_runs_it(model_dir, tmp_path, capsys, executor):

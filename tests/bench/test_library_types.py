@@ -2,10 +2,11 @@
 model loads; a run of very many contexts starts at once, its contexts read from their positions as the full list
 (:func:`bench.row_fields.shard_contexts`) has them."""
 
+import numpy as np
 import pytest
 
 import bench.compare as compare
-from bench.compare import Contexts, contexts_of, execute, plan, run_compare
+from bench.compare import contexts_of, execute, plan, run_compare
 from bench.row_fields import shard_contexts
 from runtime.errors import UsageError
 from tests.helpers import compare_settings, run_cli
@@ -36,8 +37,8 @@ def test_a_field_of_the_wrong_type_is_named(model_dir, tmp_path, no_model_load, 
 def test_contexts_are_the_shard_list_of_the_run(tasks, n, shards):
     for k in range(shards):
         run = {"tasks": tasks, "n": n, "haystack": "generated", "shard": k, "shards": shards}
-        expected = shard_contexts(run)
-        contexts = Contexts(run)
+        expected = [(task, item) for task in tasks for item in range(n)][k::shards]
+        contexts = shard_contexts(run)
         assert list(contexts) == expected and len(contexts) == len(expected) and bool(contexts) == bool(expected)
         others = [(t, i) for t in tasks + ["other"] for i in range(-1, n + 1)]
         assert [c for c in others if c in contexts] == [c for c in others if c in expected]
@@ -65,3 +66,28 @@ def test_a_cli_estimator_directory_without_one_is_named(model_dir, tmp_path, cap
     code, err = run_cli(capsys, "compare", "--model", model_dir, *option.format(missing=missing).split("=", 1),
                         "--alloc", "flat", "--out", tmp_path / "out")
     assert code == 2 and f"estimator={str(missing)!r}: no such directory" in err, err
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"press_options": "window=64"}, "press_options must be a dict of option values by name, e.g. {'window': 64}, "
+                                     "got 'window=64'"),
+    ({"press_options": [("window", 64)]}, "press_options must be a dict of option values by name, e.g. "
+                                          "{'window': 64}, got [('window', 64)]"),
+    ({"alloc_options": "weights=1/2"}, "alloc_options must be a dict of option values by name, e.g. "
+                                       "{'weights': [1, 2]}, got 'weights=1/2'"),
+])
+def test_options_that_are_not_a_dict_are_named(model_dir, tmp_path, no_model_load, change, message):
+    with pytest.raises(UsageError) as error:
+        run_compare(compare_settings(model_dir, tmp_path / "out", **change), show_progress=False)
+    assert str(error.value) == message
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("fraction", [np.float32(0.5), np.float64(0.5)])
+def test_numpy_kept_fractions_are_written_as_plain_floats(model_dir, tmp_path, fraction):
+    run = plan(compare_settings(model_dir, tmp_path / "out", keep_fractions=[fraction]))
+    assert run.keep_fractions == (0.5,) and type(run.keep_fractions[0]) is float
+    rows = run_compare(run, show_progress=False).rows
+    compacted = [row for row in rows if row["press"] != "none"]
+    assert compacted and {row["keep_fraction"] for row in compacted} == {0.5}
+    assert all(type(row["keep_fraction"]) is float for row in rows)

@@ -312,3 +312,14 @@ def test_a_replaced_result_file_is_kept_aside(tmp_path):
     write_result(rows, "new\n", log=lines.append)
     [backup] = tmp_path.glob("rows.jsonl.backup-*")
     assert backup.read_text() == "earlier\n" and rows.read_text() == "new\n" and str(backup) in lines[0]
+
+
+def test_an_empty_rows_file_is_written_without_a_backup(model_dir, tmp_path):
+    """``touch rows.jsonl`` before ``bench model-eval --rows rows.jsonl``: an empty file holds no result, so it is
+    neither refused as one nor moved aside."""
+    from bench.model_eval import evaluate_model
+
+    rows = tmp_path / "rows.jsonl"
+    rows.touch()
+    evaluate_model(str(model_dir), ["niah_single_1"], [300], 1, rows_out=rows)
+    assert rows.read_text().count("\n") == 1 and [p.name for p in tmp_path.iterdir()] == ["rows.jsonl"]

@@ -2,7 +2,9 @@
 rows name each method by its specs' labels (the format of the committed stores); every bad item is one clear error
 naming it and what is allowed, before any model loads."""
 
+import json
 import re
+import shutil
 
 import pytest
 
@@ -10,6 +12,7 @@ from bench.cli import main
 from bench.compare import plan
 from bench.specs import AllocatorSpec, Method, PressSpec, parse_item, parse_pair, split_items
 from bench.store import ResultStore
+from pretrained import loading
 from runtime.errors import UsageError
 from tests.helpers import compare_settings, run_cli
 
@@ -157,3 +160,46 @@ def test_an_option_given_twice_names_the_options_flag(model_dir, tmp_path):
     with pytest.raises(UsageError, match="given in its brackets and in --alloc-options too"):
         plan(compare_settings(model_dir, tmp_path, pairs=["snapkv/perlayer[weights=1/2]"],
                               alloc_options={"weights": "1/2"}))
+
+
+def test_an_estimator_given_by_path_is_named_by_its_content(model_dir, tmp_path):
+    """gatesight[estimator=DIR]: rows name the estimator's files by their fingerprint, not DIR, so that a store
+    resumed after the files changed does not pass the old rows for the new estimator, and one estimator under two
+    paths is one setting."""
+    first, second = tmp_path / "first", tmp_path / "second"
+    shutil.copytree(model_dir / "gatesight", first)
+    shutil.copytree(model_dir / "gatesight", second)
+
+    def label(directory):
+        return plan(compare_settings(model_dir, tmp_path / "out", presses=[f"gatesight[estimator={directory}]"])
+                    ).methods[0].label
+
+    fingerprint = loading.files_fingerprint(first, ("gatesight.json", "gatesight.safetensors"))
+    assert label(first) == label(second) == f"gatesight(estimator={fingerprint})/flat"
+    with pytest.raises(UsageError, match="names one setting twice"):
+        plan(compare_settings(model_dir, tmp_path / "out",
+                              presses=[f"gatesight[estimator={first}]", f"gatesight[estimator={second}]"]))
+    config = json.loads((second / "gatesight.json").read_text())
+    (second / "gatesight.json").write_text(json.dumps(config, indent=1))  # other bytes, one estimator
+    assert label(second) != label(first)
+
+
+def test_perlayer_weights_of_one_ratio_are_one_setting(model_dir, tmp_path):
+    """weights=1/2 and weights=2/4 split the budget alike: one label, and naming both is refused."""
+    def label(weights):
+        return plan(compare_settings(model_dir, tmp_path, pairs=[f"snapkv/perlayer[weights={weights}]"])
+                    ).methods[0].label
+
+    assert label("2/4") == label("1/2") == label("0.5/1") == "snapkv/perlayer(weights=1;2)"
+    assert label("0/3") == "snapkv/perlayer(weights=0;1)"
+    with pytest.raises(UsageError, match="names one setting twice: 'snapkv/perlayer\\[weights=1/2\\]' and"):
+        plan(compare_settings(model_dir, tmp_path, pairs=["snapkv/perlayer[weights=1/2]",
+                                                          "snapkv/perlayer[weights=2/4]"]))
+
+
+def test_perlayer_without_weights_says_how_to_give_them(model_dir, tmp_path, capsys, no_model_load):
+    code = main(["compare", "--model", str(model_dir), "--out", str(tmp_path / "out"), "--press", "snapkv",
+                 "--alloc", "perlayer"])
+    err = capsys.readouterr().err
+    assert code == 2 and "perlayer needs its weights, one per attention layer: perlayer[weights=1/2/3]" in err, err
+    assert "weights=[]" not in err

@@ -44,8 +44,8 @@ def test_options_are_typed_by_their_fields():
         allocators.get("adakv", safeguard="abc")
     with pytest.raises(ValueError, match=r"perlayer option weights='abc': expected numbers separated by '/'"):
         allocators.get("perlayer", weights="abc")
-    assert allocators.get("perlayer", weights="5").weights == [5.0]
-    assert allocators.get("perlayer", weights="1/2").weights == [1.0, 2.0]
+    assert allocators.get("perlayer", weights="5").weights == [1.0]  # held divided by the smallest weight
+    assert allocators.get("perlayer", weights="2/4").weights == [1.0, 2.0]
     assert presses.get("kvpress:SnapKVPress", window_size="16").press.window_size == 16
 
 

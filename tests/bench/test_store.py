@@ -87,6 +87,22 @@ def test_a_second_writer_is_refused_at_once(tmp_path):
     ResultStore(tmp_path).close()  # the lock died with its process
 
 
+def test_a_writer_starting_while_verify_asks_about_the_store_is_not_refused(tmp_path):
+    """``ResultStore.writer`` (verify asking whether a store is being written) holds a shared lock for an instant; a
+    writer starting in that instant waits it out instead of being refused as if a run held the store."""
+    import fcntl
+    import threading
+
+    ResultStore(tmp_path).close()
+    (tmp_path / ".lock").touch()
+    with (tmp_path / ".lock").open("r") as probe:
+        fcntl.flock(probe, fcntl.LOCK_SH)
+        threading.Timer(0.2, fcntl.flock, (probe, fcntl.LOCK_UN)).start()
+        store = ResultStore(tmp_path)  # refused before: the probe's lock was taken for a writer's
+    assert (tmp_path / ".lock").read_text() == str(os.getpid())
+    store.close()
+
+
 def test_a_writer_leaves_no_lock_file_and_no_empty_directory_of_its_own(tmp_path):
     fresh = tmp_path / "fresh"
     ResultStore(fresh).close()  # a run refused before its first row: nothing of it is left

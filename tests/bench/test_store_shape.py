@@ -120,6 +120,24 @@ def test_a_missing_shard_is_named(runs, tmp_path, capsys, command):
     assert not (tmp_path / "merged" / "results.jsonl").exists()
 
 
+@pytest.mark.parametrize("command", ["merge", "verify", "leaderboard"])
+def test_a_run_of_very_many_contexts_is_checked_without_listing_them(runs, tmp_path, capsys, command):
+    """Rows of a run of ``--n 100000000`` (stopped early) are named incomplete at once: the missing contexts are
+    counted, not listed (listing them took 24 GB)."""
+    rows = [{**row, "run": {**row["run"], "n": 10**8}} for row in _lines(runs / "0of2")]
+    store = _store_of(rows, tmp_path / "huge")
+    argv = {"merge": ["merge", store, "--out", tmp_path / "merged"], "verify": ["verify", store],
+            "leaderboard": ["leaderboard", store, "--out", tmp_path / "docs"]}[command]
+    code, err = run_cli(capsys, *argv)
+    if command == "merge":  # merge checks the shards it is given: shard 0 stopped after item 2
+        expected = "no row holds task niah_single_1, item 4 (shard 0/2) of its run (items 0 … 99999999 of"
+    else:
+        expected = (f"shard 1/2 is missing: no row holds task niah_single_1, item 1, task niah_single_1, item 3, task "
+                    f"niah_single_1, item 5, task niah_single_1, item 7, task niah_single_1, item 9, … "
+                    f"({10**8 // 2 - 5} more)")
+    assert code == 2 and expected in err, err
+
+
 def test_a_store_of_two_splits_names_the_missing_shard_and_both_splits(runs, tmp_path, capsys):
     mixed = _store_of(_lines(runs / "0of2") + _lines(runs / "0of3"), tmp_path / "mixed")
     path, first = mixed / "results.jsonl", len(_lines(runs / "0of2"))
@@ -298,3 +316,41 @@ def test_verify_names_shards_of_other_methods_as_merge_does(runs, tmp_path, caps
         code, err = run_cli(capsys, *argv)
         assert code == 2 and expected in err and "rerun" not in err, err
     assert not (tmp_path / "merged" / "results.jsonl").exists()
+
+
+def test_runs_of_other_methods_on_the_same_contexts_merge(runs, model_dir, tmp_path, capsys):
+    """The leaderboard of two runs of other methods on one set of contexts refuses their shared no-prune rows and
+    advises bench merge; merge joins them, keeping those rows once, and the merged store verifies."""
+    other = tmp_path / "snapkv"
+    run_compare(_settings(model_dir, other, n=2, presses=["snapkv", "none"]), show_progress=False)
+    code, err = run_cli(capsys, "leaderboard", runs / "whole", other, "--out", tmp_path / "docs")
+    assert code == 2 and "bench merge joins stores, keeping one" in err, err
+    code, err = run_cli(capsys, "merge", runs / "whole", other, "--out", tmp_path / "merged")
+    assert code == 0, err
+    merged, whole, snap = _lines(tmp_path / "merged"), _lines(runs / "whole"), _lines(other)
+    baseline = [row for row in whole if row["press"] == "none"]
+    assert len(merged) == len(whole) + len(snap) - len(baseline)
+    assert sorted(row["press"] for row in merged if row["press"] == "none") == ["none"] * len(baseline)
+    code, err = run_cli(capsys, "verify", tmp_path / "merged")
+    assert code == 0, err
+    unfinished = _store_of([row for row in snap if row["item"] == 0], tmp_path / "unfinished")
+    code, err = run_cli(capsys, "merge", runs / "whole", unfinished, "--out", tmp_path / "merged2")
+    assert code == 2 and "is incomplete" in err, err
+
+
+@pytest.mark.parametrize("change", ["hand-written", "edited"])
+def test_a_leaderboard_is_never_rebuilt_over_a_file_it_did_not_write(runs, tmp_path, capsys, change):
+    """``bench leaderboard --out DIR`` rebuilds leaderboard.md whole: over a file written (or edited since) by hand
+    it would lose the words; it is refused, and a folder it built itself is rebuilt as before."""
+    docs = tmp_path / "docs"
+    if change == "hand-written":
+        docs.mkdir()
+        (docs / "leaderboard.md").write_text("# Our notes\n")
+    else:
+        assert run_cli(capsys, "leaderboard", runs / "whole", "--out", docs)[0] == 0
+        assert run_cli(capsys, "leaderboard", runs / "whole", "--out", docs)[0] == 0  # its own build: rebuilt
+        (docs / "leaderboard.md").write_text((docs / "leaderboard.md").read_text() + "\nOur notes.\n")
+    kept = (docs / "leaderboard.md").read_text()
+    code, err = run_cli(capsys, "leaderboard", runs / "whole", "--out", docs)
+    assert code == 2 and "leaderboard.md there was not written by bench leaderboard as it is now" in err, err
+    assert (docs / "leaderboard.md").read_text() == kept

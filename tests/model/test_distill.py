@@ -682,6 +682,8 @@ def test_the_cli_moves_the_attention_of_a_delta_and_trains_the_new_gdn_layers_fi
               "--init-from", str(delta)]
     with pytest.raises(ValueError, match="the teacher has layers 0..7"):
         run_distill(parser.parse_args([*common, "--attention-layers", "3,8"]))
+    with pytest.raises(SystemExit):  # argparse's own error line: a layer named twice
+        parser.parse_args([*common, "--attention-layers", "3,3"])
     with pytest.raises(ValueError, match="trains no attention transfer"):
         run_distill(parser.parse_args([*common, "--attention-layers", "3,7"]))
     run_distill(parser.parse_args([*common, "--attention-layers", "2,3", "--out", str(out), "--replace"]))

@@ -192,7 +192,8 @@ def test_wrappers_translate_to_their_allocators(tiny):
     assert ada.allocator == AdaKVAllocator(safeguard=0.1) and ada.keep_fraction == pytest.approx(0.7)
     assert ada.press.press == KnormPress(compression_ratio=0.3) and ada.wrapper == "AdaKVPress"
     per_layer = translate(PerLayerCompressionPress(KnormPress(), compression_ratios=[0.9, 0.2, 0.9, 0.6]), adapter)
-    assert per_layer.allocator.weights == pytest.approx([0.8, 0.4])  # the attention layers' 1 − r; GDN's unused
+    assert per_layer.allocator.weights == pytest.approx([2.0, 1.0])  # the attention layers' 1 − r (0.8, 0.4), held
+    # divided by the smallest; GDN's unused
     assert per_layer.keep_fraction == pytest.approx(0.6)
     with pytest.raises(ValueError, match="has 2 compression ratios; Qwen3_5MoeForCausalLM has 4 layers"):
         translate(PerLayerCompressionPress(KnormPress(), compression_ratios=[0.5, 0.5]), adapter)

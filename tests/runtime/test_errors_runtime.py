@@ -122,6 +122,11 @@ def test_the_answer_may_use_every_position_and_not_one_more(parent, monkeypatch)
     assert len(child.answer(torch.arange(3), 5).tokens) == 5  # no end of sequence given: all five decoded
     with pytest.raises(UsageError, match="need 69 positions; the model has 68 .*: give max_new_tokens <= 5"):
         child.answer(torch.arange(3), 6)
+    monkeypatch.setattr(parent.adapter.config, "max_position_embeddings", 60 + 3)  # no room for one token
+    with pytest.raises(UsageError, match="the question leave no position for an answer: give a shorter context or "
+                                         "question") as refused:
+        child.answer(torch.arange(3), 1)
+    assert "max_new_tokens <= 0" not in str(refused.value)
 
 
 @pytest.mark.parametrize("count", [2.5, 2.0, "2", None, True, torch.tensor(2)])

@@ -1,0 +1,119 @@
+"""What a library caller hands the registries and :func:`presses.compress` of the wrong kind — a name that is not
+text, bench compare's bracket options, a budget out of range — is one :class:`~runtime.errors.UsageError` naming the
+value and what is allowed, raised before the press is prepared or scores anything."""
+
+from dataclasses import dataclass
+
+import pytest
+import torch
+
+import allocators
+import presses
+from allocators.flat import FlatAllocator
+from presses.keydiff import KeyDiffPress
+from runtime import prefill
+from runtime.errors import UsageError
+
+PRESS_NAMES = ", ".join(presses.available())
+ALLOCATOR_NAMES = ", ".join(allocators.available())
+
+
+@dataclass
+class _MustNotRun(presses.Press):
+    """A press that fails the test if it is prepared or scores: a refusal must come before either."""
+
+    name = "must-not-run"
+
+    def bind(self, model_dir):
+        pytest.fail("the press was prepared before the bad argument was refused")
+
+    def score(self, context):
+        pytest.fail("the press scored before the bad argument was refused")
+
+
+@pytest.fixture
+def parent(tiny):
+    torch.manual_seed(0)
+    return prefill(tiny("qwen3_5"), torch.randint(0, 97, (40,)), protected=4)
+
+
+@pytest.mark.parametrize("name, shown", [(3, "int 3"), (None, "NoneType None"), (["snapkv"], "list ['snapkv']")])
+def test_a_name_that_is_not_text_is_refused_naming_the_names(name, shown):
+    with pytest.raises(UsageError) as error:
+        presses.get(name)
+    assert str(error.value) == f"presses.get takes a press name (text), one of: {PRESS_NAMES}; got {shown}"
+    with pytest.raises(UsageError) as error:
+        allocators.get(name)
+    assert str(error.value) == f"allocators.get takes an allocator name (text), one of: {ALLOCATOR_NAMES}; got {shown}"
+
+
+@pytest.mark.parametrize("name, keywords", [
+    ("perlayer[weights=1/2]", "weights=[1, 2]"),
+    ("pyramid[beta=4]", "beta=4"),
+])
+def test_an_allocator_with_bracket_options_says_how_the_library_takes_them(name, keywords):
+    head = name.split("[")[0]
+    cls = allocators.ALLOCATORS[head].__name__
+    with pytest.raises(UsageError) as error:
+        allocators.get(name)
+    assert str(error.value) == (
+        f"allocator {name!r}: options in brackets are bench compare's --alloc syntax; here name the allocator alone "
+        f"and give its options as keywords, allocators.get({head!r}, key=value), or pass an Allocator instance, "
+        f"{cls}(key=value): for these options, allocators.get({head!r}, {keywords})")
+
+
+def test_a_press_with_bracket_options_shows_them_as_keywords():
+    with pytest.raises(UsageError, match=r": for these options, presses.get\('snapkv', window=64, kernel=5\)$"):
+        presses.get("snapkv[window=64,kernel=5]")
+    with pytest.raises(UsageError, match=r"SnapKVPress\(key=value\)$"):  # not key=value pairs: no example
+        presses.get("snapkv[window]")
+
+
+@pytest.mark.parametrize("press, shown", [
+    (3, "int 3"), (None, "NoneType None"), (KeyDiffPress, "the class KeyDiffPress")])
+def test_compress_refuses_a_press_that_is_neither_a_press_nor_a_name(parent, press, shown):
+    with pytest.raises(UsageError) as error:
+        presses.compress(parent, press, "flat", keep_fraction=0.5)
+    assert str(error.value) == f"press must be a Press instance or a press name ({PRESS_NAMES}), got {shown}"
+
+
+@pytest.mark.parametrize("allocator, message", [
+    (3, f"allocator must be an Allocator instance or an allocator name ({ALLOCATOR_NAMES}), got int 3"),
+    (FlatAllocator, f"allocator must be an Allocator instance or an allocator name ({ALLOCATOR_NAMES}), got the "
+                    "class FlatAllocator"),
+    ("perlayer[weights=1/2]", "allocator 'perlayer[weights=1/2]': options in brackets are bench compare's --alloc "
+                              "syntax; here name the allocator alone and give its options as keywords, "
+                              "allocators.get('perlayer', key=value), or pass an Allocator instance, "
+                              "PerLayerAllocator(key=value): for these options, allocators.get('perlayer', "
+                              "weights=[1, 2])"),
+])
+def test_compress_refuses_a_bad_allocator_before_the_press_is_prepared(parent, allocator, message):
+    with pytest.raises(UsageError) as error:
+        presses.compress(parent, _MustNotRun(), allocator, keep_fraction=0.5)
+    assert str(error.value) == message
+
+
+@pytest.mark.parametrize("budget, message", [
+    ({"compression_ratio": 1.0}, "compression_ratio 1.0 is outside [0, 1) (it is 1 - kept fraction)"),
+    ({"compression_ratio": -0.1}, "compression_ratio -0.1 is outside [0, 1) (it is 1 - kept fraction)"),
+    ({"compression_ratio": float("nan")}, "compression_ratio nan is outside [0, 1) (it is 1 - kept fraction)"),
+    ({"compression_ratio": "0.5"}, "compression_ratio must be a number in [0, 1), got '0.5' (str)"),
+    ({"keep_fraction": 0.0}, "keep fraction 0.0 is outside (0, 1]"),
+    ({"keep_fraction": 1.5}, "keep fraction 1.5 is outside (0, 1]"),
+    ({}, "give exactly one of keep_fraction (p) or compression_ratio (1 - p)"),
+    ({"keep_fraction": 0.5, "compression_ratio": 0.5}, "give exactly one of keep_fraction (p) or compression_ratio "
+                                                       "(1 - p)"),
+])
+def test_a_budget_out_of_range_is_named_with_its_range(parent, budget, message):
+    with pytest.raises(UsageError) as error:
+        presses.compress(parent, _MustNotRun(), "flat", **budget)
+    assert str(error.value) == message
+
+
+def test_a_selection_refuses_a_bad_plan_before_scoring(parent):
+    selection = presses.Selection(parent, "keydiff")
+    with pytest.raises(UsageError, match=r"^keep fraction 2 is outside \(0, 1\]$"):
+        selection.plan("flat", 2)
+    with pytest.raises(UsageError, match=r"^allocator must be an Allocator instance or an allocator name"):
+        selection.plan(None, 0.5)
+    assert selection.score_seconds is None  # nothing was scored
