@@ -32,7 +32,11 @@ class PerLayerAllocator(Allocator):
             raise UsageError(f"perlayer weights={self.weights!r}: give one finite, non-negative weight per attention "
                              "layer, with a positive sum (e.g. weights=1/2/3)")
         smallest = min(w for w in weights if w > 0)
-        self.weights = [w / smallest for w in weights]
+        held = [w / smallest for w in weights]
+        if not all(math.isfinite(w) for w in held):
+            raise UsageError(f"perlayer weights={self.weights!r}: the largest is more than 1e308 times the smallest "
+                             "positive one; give weights of a smaller spread (0 for a layer that keeps nothing)")
+        self.weights = held
 
     def check_layers(self, count: int) -> None:
         if len(self.weights) != count:

@@ -30,8 +30,18 @@ class OneLineParser(argparse.ArgumentParser):
     """argparse's parser, its errors one line as every other error of the bench (``bench CMD: error: ...``), without
     the usage block: ``bench CMD --help`` lists the flags."""
 
+    commands: dict[str, argparse.ArgumentParser] = {}
+    """The command's parsers by name (the top-level parser's): a flag no command takes is named by the command."""
+
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message} (`{self.prog} --help` lists the flags)\n")
+
+    def parse_args(self, args=None, namespace=None):
+        parsed, extra = self.parse_known_args(args, namespace)
+        if extra:  # argparse names the top-level parser, whose --help lists no command's flags
+            self.commands.get(getattr(parsed, "command", None), self).error(
+                f"unrecognized arguments: {' '.join(extra)}")
+        return parsed
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -44,6 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--debug", action="store_true",
                        help="show the traceback of a usage error too (every other error shows its own)")
         p.set_defaults(command_entry=command)
+    parser.commands = dict(sub.choices)
     return parser
 
 

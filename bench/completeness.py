@@ -136,16 +136,18 @@ def check_shards_alike(first: ResultStore, mine: dict[str, list[str]], other: Re
     """``UsageError`` naming ``first`` and ``other`` and the first of the settings they hold (``mine`` and
     ``theirs``: ``{setting: its values}``, the same settings in the same order) whose values differ, as stores
     that are not shards of one run: a store that lacks some of the other's methods, stores of two splits of one run
-    (``run shards``), or of two runs or settings. With ``other_methods``, stores that each hold methods the other
-    lacks pass where both hold whole runs, not parts of sharded ones (``bench merge`` joins runs of other methods on
-    the same contexts)."""
+    (``run shards``), or of two runs or settings. With ``other_methods``, two stores that each hold whole runs (not
+    parts of sharded ones) may differ in their methods and splits: ``bench merge`` joins runs of other methods on
+    the same contexts (the rows both hold must agree: :func:`check_one_value`)."""
+    whole = other_methods and not _is_part(first.rows) and not _is_part(other.rows)
     for field, values in mine.items():
-        if theirs[field] == values:
-            continue
-        if (field == "methods" and other_methods and set(values) - set(theirs[field])
-                and set(theirs[field]) - set(values) and not _is_part(first.rows) and not _is_part(other.rows)):
+        if theirs[field] == values or (whole and field in ("methods", "run shards")):
             continue
         only_mine, only_theirs = set(values) - set(theirs[field]), set(theirs[field]) - set(values)
+        if field == "methods" and other_methods and _is_part(first.rows) != _is_part(other.rows):
+            raise UsageError(f"{first.path} and {other.path} hold other methods, and "
+                             f"{first.path if _is_part(first.rows) else other.path} is one shard of a sharded run: "
+                             "merge the shards of each run first (bench merge SHARDS --out RUN), then merge the runs")
         if field == "methods" and not (only_mine and only_theirs):  # one shard holds a part of the other's
             small, large, lacking = (first, other, only_theirs) if not only_mine else (other, first, only_mine)
             raise UsageError(f"{small.path} holds no rows of {listed(sorted(lacking))}, which {large.path} holds: "

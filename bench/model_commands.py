@@ -10,7 +10,7 @@ from pathlib import Path
 
 from artifacts.outputs import Output
 from hybridmodel.data import TRAIN_TASKS
-from hybridmodel.distill_config import PHASE_DEFAULTS, TEACHER_SAMPLES, DistillConfig
+from hybridmodel.distill_config import PHASE_DEFAULTS, TEACHER_SAMPLES, DistillConfig, config_difference
 from pretrained.loading import ModelSpec
 from runtime.errors import UsageError
 
@@ -166,7 +166,8 @@ def _delta_in_the_way(out: Path, cfg: dict, step: int | None = None) -> str | No
     except (TypeError, ValueError):
         same = False
     if not same:
-        return f"--out {out} holds the delta of another distillation ({theirs}); this run is {cfg}"
+        return (f"--out {out} holds the delta of another distillation "
+                f"({config_difference(theirs, DistillConfig.from_dict(cfg))})")
     if step is not None and step < training.get("step", 0):
         return (f"--out {out} holds this run's delta at step {training['step']}, ahead of this one (step {step}): "
                 "its --checkpoints go on from there")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import numbers
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
@@ -21,7 +22,7 @@ from artifacts.outputs import Output, check
 from presses.registry import KVPRESS_PREFIX
 from presses.selection import check_pair
 from pretrained import loading
-from runtime.errors import UsageError
+from runtime.errors import UsageError, describe
 from workloads.tasks import registry as tasks
 
 from .code_version import code_version
@@ -113,10 +114,11 @@ def _positive_int(value, what: str, meaning: str) -> None:
         raise UsageError(f"{what} must be an integer >= 1 ({meaning}), got {value!r}")
 
 
-def _spec(kind, text: str, flag: str, every: dict, registry):
+def _spec(kind, text: str, flag: str, every: dict, registry, model=None):
     """The spec of one ``name[options]`` item, its options those in brackets and ``every`` (``--press-options`` or
     ``--alloc-options``) typed by the registry's fields; a key given both ways is refused. An option at its default
-    value is left out: one setting, one label, however it is written."""
+    value is left out, and so is an artifact option naming the model's own files (``gatesight[estimator=<model
+    dir>/gatesight]`` is ``gatesight``): one setting, one label, however it is written."""
     name, own = parse_item(text, flag)
     every_flag = "--press-options" if kind is PressSpec else "--alloc-options"
     both = sorted(set(own) & set(every))
@@ -144,15 +146,20 @@ def _spec(kind, text: str, flag: str, every: dict, registry):
     kept = {key: value for key, value in typed.items()
             if default is None or registry.get(name, **{key: value}) != default}
     reads = presses.PRESSES[name].artifact_files if kind is PressSpec and name in presses.PRESSES else {}
-    fingerprints = {key: loading.files_fingerprint(Path(value), reads[key]) for key, value in kept.items()
-                    if key in reads and isinstance(value, (str, Path))}
+    fingerprints = {}
+    for key, (folder, patterns) in reads.items():
+        if isinstance(kept.get(key), (str, Path)):
+            fingerprints[key] = loading.files_fingerprint(Path(kept[key]), patterns)
+            own = loading.files_fingerprint(loading.resolve(model) / folder, patterns)
+            if fingerprints[key] == own:  # the model's own files, which the press reads when not told: the default
+                del kept[key], fingerprints[key]
     return kind(name, frozen_options(kept), frozen_options(fingerprints))
 
 
 def _methods(settings: CompareSettings) -> tuple[Method, ...]:
     """The compacting methods: the ``--methods`` pairs, or every press with every allocator."""
     def press(text: str, flag: str) -> PressSpec:
-        return _spec(PressSpec, text, flag, settings.press_options, presses)
+        return _spec(PressSpec, text, flag, settings.press_options, presses, settings.model)
 
     def allocator(text: str, flag: str) -> AllocatorSpec:
         return _spec(AllocatorSpec, text, flag, settings.alloc_options, allocators)
@@ -225,6 +232,10 @@ def _check_types(settings: CompareSettings) -> None:
         if not isinstance(value, (list, tuple)):
             kind = "numbers" if name == "keep_fractions" else "names"
             raise UsageError(f"{name} must be a list of {kind}, e.g. [{example!r}], got {value!r}")
+        others = [item for item in value if not isinstance(item, str)]
+        if name != "keep_fractions" and others:
+            raise UsageError(f"{name} must hold names (text), e.g. [{example!r}], got {others[0]!r} in "
+                             f"{list(value)!r}")
     for fraction in settings.keep_fractions:
         if isinstance(fraction, bool) or not isinstance(fraction, numbers.Real):
             raise UsageError(f"keep_fractions must hold numbers in (0, 1], got {fraction!r} in "
@@ -233,6 +244,18 @@ def _check_types(settings: CompareSettings) -> None:
         value = getattr(settings, name)
         if isinstance(value, bool) or not isinstance(value, numbers.Integral):
             raise UsageError(f"{name} must be an integer, got {value!r} ({type(value).__name__})")
+    if settings.seed < 0:  # as the CLI's --seed (bench.arguments.natural)
+        raise UsageError(f"seed must be an integer >= 0, got {settings.seed!r}")
+    if settings.model is not None and not isinstance(settings.model, (str, Path, loading.ModelSpec)):
+        raise UsageError(f"model must be a model directory or hub id (str or Path), a pretrained.loading.ModelSpec "
+                         f"or None (the shipped model), got {describe(settings.model)}")
+    shard = settings.shard
+    if shard is not None and not (isinstance(shard, (tuple, list)) and len(shard) == 2 and all(
+            isinstance(part, numbers.Integral) and not isinstance(part, bool) for part in shard)
+            and 0 <= shard[0] < shard[1]):
+        raise UsageError(f"shard must be a (k, n) tuple of integers with 0 <= k < n, e.g. (0, 2), got {shard!r}")
+    if not isinstance(settings.out, (str, os.PathLike)):
+        raise UsageError(f"out must be a directory path (str or Path), got {describe(settings.out)}")
     for name, example in {"press_options": {"window": 64}, "alloc_options": {"weights": [1, 2]}}.items():
         value = getattr(settings, name)
         if not isinstance(value, Mapping):  # 'window=64' is the CLI's form (--press-options), not the library's
@@ -266,6 +289,8 @@ def plan(settings: CompareSettings | RunPlan) -> RunPlan:
     # numpy's numbers as Python's: rows are written as JSON
     keep_fractions = tuple(allocators.check_keep_fraction(fraction, "keep fraction") for fraction in
                            settings.keep_fractions)
+    n, length, seed = int(settings.n), int(settings.length), int(settings.seed)
+    shard = None if settings.shard is None else tuple(int(part) for part in settings.shard)
     shown = [f"{fraction:g}" for fraction in keep_fractions]
     twice = next((text for text in shown if shown.count(text) > 1), None)
     if twice is not None:
@@ -283,10 +308,6 @@ def plan(settings: CompareSettings | RunPlan) -> RunPlan:
         raise UsageError(f"length {settings.length} is longer than the model's position limit "
                          f"(max_position_embeddings = {limit}): a context, its question and the answer budget "
                          f"(max new tokens) together take --length positions; give --length <= {limit}")
-    if settings.shard is not None:
-        k, n = settings.shard
-        if isinstance(k, bool) or not isinstance(k, int) or not isinstance(n, int) or not 0 <= k < n:
-            raise UsageError(f"shard {k}/{n}: expected k/n with 0 <= k < n")
     _check_executor(settings)
     if settings.scbench_data is not None and not Path(settings.scbench_data).exists():
         raise UsageError(f"--scbench-data {settings.scbench_data}: no such file or directory (a local copy of "
@@ -294,11 +315,11 @@ def plan(settings: CompareSettings | RunPlan) -> RunPlan:
     check([Output(Path(settings.out), "--out")])
     return RunPlan(
         methods=methods, keep_fractions=keep_fractions, tasks=tuple(tasks.expand(settings.tasks)),
-        n=settings.n, length=settings.length, profile=settings.profile, seed=settings.seed, haystack=settings.haystack,
+        n=n, length=length, profile=settings.profile, seed=seed, haystack=settings.haystack,
         scbench_data=settings.scbench_data, model=settings.model, model_dir=loading.resolve(settings.model),
         dtype=loading.dtype_name(settings.model), device=loading.device_name(settings.model), engine=settings.engine,
         code=code_version(settings.engine), out=Path(settings.out), jobs=settings.jobs, batch=settings.batch,
-        shard=settings.shard, executor=settings.executor, address=settings.address)
+        shard=shard, executor=settings.executor, address=settings.address)
 
 
 def _check_executor(settings: CompareSettings) -> None:

@@ -14,7 +14,7 @@ from runtime.errors import UsageError
 
 from .arguments import Command
 from .completeness import check_given_once, check_stores
-from .leaderboard import CELLS, MANIFEST, MARKDOWN, PUBLISHED, read_manifest, sha256_of, write_leaderboard
+from .leaderboard import MANIFEST, MARKDOWN, PUBLISHED, read_manifest, sha256_of, write_leaderboard
 from .store import open_stores
 
 DIFF_LINES = 20
@@ -54,7 +54,8 @@ def verify_stores(stores: list[Path], docs: Path | None = None, report: Callable
     if not rows:
         raise UsageError(f"no results in {', '.join(map(str, stores))}")
     check_stores(opened)
-    report(f"{len(rows)} rows complete, every value of its type and range; every no-prune row has ΔNLL = KL = 0")
+    report(f"{len(rows)} rows complete, every value of its type and range; every no-prune row has ΔNLL = KL = 0, "
+           "every child's ΔNLL its NLL − the full cache's")
     if docs is None:
         return
     docs = Path(docs)
@@ -95,12 +96,16 @@ def verify_stores(stores: list[Path], docs: Path | None = None, report: Callable
 
 
 def _check_text(published: Path, rebuilt: str) -> None:
-    """``ValueError`` with the start of the diff unless ``published`` holds exactly ``rebuilt``."""
+    """``ValueError`` with the start of the diff unless ``published`` holds exactly ``rebuilt``; the advice is the
+    one that works: a file edited by hand (which a rebuild refuses to write over) is first moved aside."""
     current = published.read_text() if published.exists() else ""
     if rebuilt != current:
         diff = "".join(list(difflib.unified_diff(current.splitlines(True), rebuilt.splitlines(True), str(published),
                                                  "rebuilt from the store"))[:DIFF_LINES])
-        raise UsageError(f"{published} is not what the store says; run `bench leaderboard` again:\n{diff}")
+        edited = published.exists() and _not_built_here(published) is not None
+        advice = ("it was edited by hand since it was built: move it aside (keep the words you want elsewhere), then "
+                  "run `bench leaderboard` again" if edited else "run `bench leaderboard` again")
+        raise UsageError(f"{published} is not what the store says; {advice}:\n{diff}")
 
 
 def add_leaderboard_arguments(parser: argparse.ArgumentParser) -> None:
@@ -138,8 +143,12 @@ def _not_built_here(path: Path) -> str | None:
 
 
 def _leaderboard_outputs(args: argparse.Namespace) -> list[Output]:
+    """``--out``: rebuilt whole, but never over a file of a leaderboard's names (its markdown, tables and images,
+    ``leaderboard-2.png`` among them) that no earlier build wrote as it is now."""
     out = Path(args.out)
-    return [Output(out, "--out", keeps=DERIVED, held=(out / MARKDOWN, out / CELLS), foreign=_not_built_here)]
+    names = [path for path in sorted(out.glob("leaderboard*")) if path.name == MARKDOWN or PUBLISHED.fullmatch(
+        path.name)] if out.is_dir() else []
+    return [Output(out, "--out", keeps=DERIVED, held=tuple(names), foreign=_not_built_here)]
 
 
 LEADERBOARD = Command("leaderboard", "leaderboard.md, CSV and PNG from result stores", add_leaderboard_arguments,

@@ -1,7 +1,8 @@
 """Paired bootstrap over items: intervals for every cell, task average and difference between methods.
 
-The unit of resampling is the item (one context): its questions are averaged first, so a task with several
-questions per context does not count its contexts several times. Every method and kept fraction is evaluated on
+The unit of resampling is the item (one context, named by its seed and index: item 0 of seed 1 is another context
+than item 0 of seed 0): its questions are averaged first, so a task with several questions per context does not
+count its contexts several times. Every method and kept fraction is evaluated on
 the *same* resample of items, so differences between methods are paired and their intervals are much narrower
 than the intervals of the two cells they come from.
 """
@@ -63,15 +64,15 @@ class PairedBootstrap:
     """
 
     def __init__(self, rows: list[dict], field: str, resamples: int = 1000, seed: int = 0, level: float = 0.95):
-        per_item: dict[tuple, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+        per_item: dict[tuple, dict[tuple, list[float]]] = defaultdict(lambda: defaultdict(list))
         for row in rows:
             if row.get(field) is not None:
-                per_item[(task_of(row), method_of(row), float(row["keep_fraction"]))][row["item"]].append(
-                    float(row[field]))
+                per_item[(task_of(row), method_of(row), float(row["keep_fraction"]))][
+                    (row.get("seed", 0), row["item"])].append(float(row[field]))
         self.field, self.level = field, level
         self.tasks = sorted({task for task, _, _ in per_item})
         self.cells = sorted({(m, r) for _, m, r in per_item})
-        self.items: dict[str, list[int]] = {}
+        self.items: dict[str, list[tuple]] = {}  # task -> its contexts, (seed, item)
         self.values: dict[str, np.ndarray] = {}  # task -> [cells, items], NaN where a cell lacks an item
         self.draws: dict[str, np.ndarray] = {}  # task -> [resamples, items] indices
         for task in self.tasks:

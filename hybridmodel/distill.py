@@ -57,7 +57,7 @@ import torch.nn.functional as F
 from runtime.errors import UsageError
 from workloads.corpus import SOURCES, documents
 
-from .distill_config import TEACHER_SAMPLES, DistillConfig
+from .distill_config import TEACHER_SAMPLES, DistillConfig, config_difference
 from .hybrid_delta import MIXERS, mixer_state
 from .linear_regime import LinearRegimeSteps
 from .recall_windows import RecallWindows
@@ -417,9 +417,9 @@ def distill(teacher, tokenizer, student, cfg: DistillConfig, checkpoint_dir: Pat
     if last.exists():
         state = torch.load(last, map_location="cpu", weights_only=False)
         if not _same_config(state["config"], cfg):
-            raise UsageError(f"{last} was written by another distillation config (phase "
-                             f"{state['config'].get('phase', 1)}: {state['config']}); this run's is (phase "
-                             f"{cfg.phase}) {asdict(cfg)}: give another --checkpoints directory or the same settings")
+            raise UsageError(f"{last} was written by another distillation config "
+                             f"({config_difference(state['config'], cfg)}): give another --checkpoints directory or "
+                             "the same settings")
         student.load_state_dict(state["mixers"], strict=False)
         step, seconds, teacher_ppl = state["step"], state["seconds"], state["teacher_ppl"]
         teacher_probe, origin = state.get("teacher_probe"), state.get("origin")

@@ -21,7 +21,7 @@ so their checkpoints and deltas still resume.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass, fields
 
 from runtime.errors import UsageError
 
@@ -194,3 +194,24 @@ samples, 20 % plain text; phase 2's held-out windows, probe and teacher pool. Es
 layers quadratic), so a step ≈ 1.3 × phase 3's (≈ 55-80 s on one thread) and 480 steps ≈ 9 core-hours with the
 evaluations — the log's ``train_seconds`` of the first steps say. The peak rate is lower than phase 3's: the delta
 is distilled already."""
+
+
+def config_difference(saved: dict | None, cfg: DistillConfig) -> str:
+    """The settings in which a recorded distillation config ``saved`` differs from ``cfg``, as a message names
+    them (``attention_layers 3, 7 there, 3, 6 here; phase 1 there, 3 here``), not the two whole configs."""
+    if saved is None:
+        return "it records no config"
+    mine = asdict(cfg)
+    try:
+        theirs = asdict(DistillConfig.from_dict(saved))
+    except (TypeError, ValueError):  # a config of another version: compared as recorded
+        theirs = dict(saved)
+
+    def shown(value) -> str:
+        return ", ".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
+
+    fields = [key for key in dict.fromkeys([*mine, *theirs]) if theirs.get(key) != mine.get(key)
+              and not (isinstance(theirs.get(key), (list, tuple)) and isinstance(mine.get(key), (list, tuple))
+                       and list(theirs[key]) == list(mine[key]))]
+    return "; ".join(f"{key} {shown(theirs.get(key, '(none)'))} there, {shown(mine.get(key, '(none)'))} here"
+                     for key in fields) or "the same settings in another form"

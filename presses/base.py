@@ -87,9 +87,11 @@ class Press(ABC):
     comparable_scale: ClassVar[bool] = False
     #: :meth:`score` runs passes after the context (``BranchingContext.logits``), not only reads the prefill
     runs_after_context: ClassVar[bool] = False
-    #: ``{option: file patterns}`` of the options that name a directory this press reads files from (an estimator,
-    #: a calibration): results name such an option by those files' content, not by the path (:mod:`bench.specs`)
-    artifact_files: ClassVar[dict[str, tuple[str, ...]]] = {}
+    #: ``{option: (folder, file patterns)}`` of the options that name a directory this press reads files from (an
+    #: estimator, a calibration), with the folder of the model directory :meth:`bind` reads them from when the
+    #: option is not given: results name such an option by those files' content, not by its path, and leave it out
+    #: where it names the model's own files (:mod:`bench.specs`)
+    artifact_files: ClassVar[dict[str, tuple[str, tuple[str, ...]]]] = {}
 
     def evidence(self, adapter: ModelAdapter) -> EvidenceRequest:
         """What the prefill must record for this press (nothing beyond the KV cache by default)."""

@@ -23,6 +23,7 @@ from runtime.errors import UsageError
 from .base import Press, Scores, ScoringContext
 
 ARTIFACT_DIR = "gatesight"
+ESTIMATOR_FILES = ("gatesight.json", "gatesight.safetensors")
 SIGNALS = ("beta", "g", "vnorm")
 AGE_FEATURES = ("i/n", "(n-i)/n", "log(1+n-i)/log(1+n)")
 
@@ -150,7 +151,11 @@ def _load_estimator(directory: Path) -> GateSightEstimator:
     if not directory.is_dir():
         raise UsageError(f"estimator={str(directory)!r}: no such directory (give the directory a GateSight estimator "
                          "was saved to, e.g. <model dir>/gatesight)")
-    missing = [name for name in ("gatesight.json", "gatesight.safetensors") if not (directory / name).is_file()]
+    missing = [name for name in ESTIMATOR_FILES if not (directory / name).is_file()]
+    if missing and all((directory / ARTIFACT_DIR / name).is_file() for name in ESTIMATOR_FILES):
+        raise UsageError(f"estimator={str(directory)!r}: no GateSight estimator there, but its {ARTIFACT_DIR}/ "
+                         f"folder holds one: give estimator={str(directory / ARTIFACT_DIR)!r} (or nothing: a model's "
+                         "own estimator is read from its directory)")
     if missing:
         raise UsageError(f"estimator={str(directory)!r}: no GateSight estimator there (no {' or '.join(missing)}); "
                          "train one with `bench label --model MODEL` then `bench train --model MODEL`")
@@ -174,7 +179,7 @@ class GateSightPress(Press):
     signal_dtype: str = "float32"
     name = "gatesight"
     runs_in_engine = True
-    artifact_files = {"estimator": ("gatesight.json", "gatesight.safetensors")}
+    artifact_files = {"estimator": (ARTIFACT_DIR, ESTIMATOR_FILES)}
     # not comparable across layers: the labels are max-normalised per (document, layer, KV head), so a predicted
     # utility says how an entry ranks within its head, not what it is worth against another layer's entries (a
     # global top-B kept nothing of the first attention layer); GateSight's own allocation is the output gate's

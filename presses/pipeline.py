@@ -27,7 +27,7 @@ from .kvpress_adapter import KvpressScorer
 from .kvpress_names import NAMES, kvpress_object
 from .kvpress_wrappers import is_kvpress_press, translate
 from .registry import KVPRESS_PREFIX, get
-from .selection import Selection, keep_fraction_from
+from .selection import Selection, check_layer_weights, keep_fraction_from
 
 
 def frame(tokenizer, context: str, enable_thinking: bool = False) -> tuple[str, str, str]:
@@ -172,9 +172,7 @@ class CompressedContextPipeline:
         kept), compact once, answer every question greedily from the one child. A request that cannot fit the
         model's positions is refused first (:func:`check_positions`)."""
         max_new_tokens = check_positions(self.model, len(context_ids), questions_ids, self.max_new_tokens)
-        if layer_weights is not None and not isinstance(layer_weights, dict):
-            raise ArgumentTypeError(f"layer_weights must be a dict {{attention layer: weight}} or None, got "
-                                    f"{describe_argument(layer_weights)}")
+        check_layer_weights(layer_weights)  # before the prefill
         press = compression.press
         evidence = press.evidence(adapter_for(self.model)) if press is not None else None
         parent = prefill(self.model, context_ids, protected=protected, tokenizer=self.tokenizer,

@@ -14,7 +14,7 @@ from allocators import Allocator, BudgetRequest, check_keep_fraction
 from runtime import Child, KeepPlan, Parent
 from runtime.errors import ArgumentTypeError, UsageError, describe
 
-from .base import Press, Scores
+from .base import Press, Scores, ScoringContext
 from .calibration import Calibration
 from .preparation import prepare
 from .registry import PRESSES, available
@@ -51,6 +51,27 @@ def allocator_of(allocator: Allocator | str) -> Allocator:
         raise ArgumentTypeError(f"allocator must be an Allocator instance or an allocator name "
                                 f"({', '.join(allocators.available())}), got {describe(allocator)}")
     return allocator
+
+
+def check_parent(parent) -> None:
+    """Refuse a ``parent`` a :class:`Selection` cannot score, naming what is allowed: anything but a
+    :class:`~runtime.Parent` or another :class:`~presses.base.ScoringContext` (the served context inside vLLM), and a
+    :class:`~runtime.Child`, which holds no evidence and is compacted already."""
+    if isinstance(parent, Child):
+        raise ArgumentTypeError("parent must be a runtime.Parent (the cache prefill returns), got a Child: a Child "
+                                "cannot be compressed again; compress the parent it was forked from at the kept "
+                                "fraction wanted")
+    if not isinstance(parent, Parent) and not all(hasattr(parent, name) for name in ScoringContext.__annotations__):
+        raise ArgumentTypeError(f"parent must be a runtime.Parent (the cache prefill returns), got "
+                                f"{describe(parent)}")
+
+
+def check_layer_weights(layer_weights) -> None:
+    """Refuse ``layer_weights`` that are neither None nor a dict (a list would read as weights by position, where
+    the allocators look them up by attention layer)."""
+    if layer_weights is not None and not isinstance(layer_weights, dict):
+        raise ArgumentTypeError(f"layer_weights must be a dict {{attention layer: weight}} or None, got "
+                                f"{describe(layer_weights)}")
 
 
 def check_pair(press: Press, allocator: Allocator) -> None:
@@ -97,7 +118,8 @@ class Selection:
     Parameters
     ----------
     parent : Parent
-        Prefilled with the evidence ``press`` asks for.
+        Prefilled with the evidence ``press`` asks for (or another :class:`~presses.base.ScoringContext`, scored but
+        not forked: the served context inside vLLM); a :class:`~runtime.Child` is refused.
     press : Press or str
         Bound to the model's directory here if it reads artifacts from it (:meth:`Press.bind`).
     layer_weights : dict[int, float], optional
@@ -105,8 +127,10 @@ class Selection:
     """
 
     def __init__(self, parent: Parent, press: Press | str, layer_weights: dict[int, float] | None = None):
-        self.parent = parent
+        check_parent(parent)
         check_press(press)
+        check_layer_weights(layer_weights)
+        self.parent = parent
         self.press = prepare(press, parent.adapter)
         check_evidence(parent, self.press)
         self.layer_weights = layer_weights
@@ -166,7 +190,9 @@ def compress(
 
     >>> child = compress(parent, "snapkv", "pyramid", keep_fraction=0.2)
     """
+    check_parent(parent)
     p = keep_fraction_from(keep_fraction, compression_ratio)
     check_press(press)
+    check_layer_weights(layer_weights)
     allocator = allocator_of(allocator)  # before the press is prepared: every bad argument is refused before work
     return Selection(parent, press, layer_weights).fork(allocator, p)

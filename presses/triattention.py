@@ -62,7 +62,7 @@ class TriAttentionPress(Press):
     normalize: bool = True
     name = "triattention"
     runs_in_engine = True
-    artifact_files = {"calibration": (FILE.as_posix(), LEGACY_FILE)}
+    artifact_files = {"calibration": (".", (FILE.as_posix(), LEGACY_FILE))}
 
     def __post_init__(self):
         if self.gqa not in ("mean", "max"):

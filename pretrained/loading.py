@@ -289,8 +289,13 @@ def identity(directory: Path) -> ModelIdentity:
 
 
 def files_fingerprint(directory: Path, patterns) -> str:
-    """Content hash of the files of ``directory`` matching ``patterns`` (globs), with their relative names."""
-    return _digest(Path(directory), _matching(Path(directory), patterns))
+    """Content hash of the files of ``directory`` matching ``patterns`` (globs), with their file names (not their
+    folders: a calibration read from ``DIR/calibration/`` or from ``DIR`` as the older layout kept it is one)."""
+    digest = hashlib.sha256()
+    for path in _matching(Path(directory), patterns):
+        digest.update(path.name.encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:12]
 
 
 def fingerprint(directory: Path, pattern: str | None = None) -> str:

@@ -24,7 +24,7 @@ from .gdn import RecurrentState
 from .kv import LayerKV
 from .options import whole
 from .plan import KeepPlan
-from .session import Answer, CachedContext, Parent, _as_ids, decode_budget, stop_tokens
+from .session import Answer, CachedContext, Parent, _as_ids, chosen_token, decode_budget, stop_tokens
 
 DEFAULT_MEMORY_BUDGET = 256 * 2**20
 """Bytes a group of children answered together may hold by default (:func:`groups_within`): about a fifth of
@@ -270,8 +270,8 @@ class PaddedBatch:
             last = logits[:, -1]
             chosen = last.argmax(-1)
             if choose is not None:  # a member that has stopped draws nothing more from its chooser
-                chosen = torch.tensor([int(choose[b](last[b])) if not done[b] else int(chosen[b])
-                                       for b in range(count)], device=chosen.device)
+                chosen = torch.tensor([chosen_token(choose[b](last[b]), last.shape[-1]) if not done[b]
+                                       else int(chosen[b]) for b in range(count)], device=chosen.device)
             for b, token in enumerate(chosen.tolist()):
                 if not done[b]:
                     tokens[b].append(token)

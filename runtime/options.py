@@ -104,11 +104,24 @@ def parse_option(value, kind):
             raise UsageError("expected text")
         return value
     _, element = kind
-    items = value.split("/") if isinstance(value, str) else value if isinstance(value, (list, tuple)) else [value]
-    parsed = [_number(item, element) for item in items]
+    parsed = [_number(item, element) for item in _items(value)]
     if not parsed or any(item is None for item in parsed):  # finiteness and ranges: the class's own checks
-        raise UsageError(f"expected {'integers' if element is int else 'numbers'} separated by '/' (e.g. 1/2/3)")
+        numbers_ = "integers" if element is int else "numbers"  # in the form it was given: the CLI's, the library's
+        raise UsageError(f"expected {numbers_} separated by '/' (e.g. 1/2/3)" if isinstance(value, str) else
+                         f"expected a list of {numbers_} (e.g. [1, 2, 3])")
     return parsed
+
+
+def _items(value) -> list:
+    """The items of a list option's value: text split at '/', a 1-D sequence or array (numpy's, torch's) as its
+    items, a lone number as a list of one; ``[value]`` (refused by the caller) for anything else."""
+    if isinstance(value, str):
+        return value.split("/")
+    if isinstance(value, (list, tuple, range)):
+        return list(value)
+    if getattr(value, "ndim", None) == 1 and callable(getattr(value, "tolist", None)):  # numpy and torch arrays
+        return value.tolist()
+    return [value]
 
 
 def typed_options(cls, name: str, options: dict) -> dict:

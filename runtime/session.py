@@ -72,6 +72,21 @@ def stop_tokens(eos_token_id) -> set[int]:
     return {int(i) for i in ids}
 
 
+def chosen_token(value, vocab: int) -> int:
+    """What a ``choose`` hook returned (:meth:`CachedContext.answer`) as a token id: an integer of Python or numpy,
+    or a one-element integer tensor, in ``[0, vocab)`` (fed back, another id would index past the embeddings); a
+    :class:`~runtime.errors.UsageError` naming the value otherwise (a float is never rounded to an id)."""
+    if isinstance(value, torch.Tensor) and value.numel() == 1 and not (
+            value.is_floating_point() or value.is_complex() or value.dtype == torch.bool):
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ArgumentTypeError(f"choose must return a token id (an integer, or a one-element integer tensor), got "
+                                f"{describe(value)}")
+    if not 0 <= value < vocab:
+        raise UsageError(f"choose returned {value}, not a token id of this model: ids must be in [0, {vocab})")
+    return int(value)
+
+
 def _as_ids(ids, adapter: ModelAdapter, what: str) -> torch.Tensor:
     """``[L]`` int64 token ids on the model's device; ``ValueError`` naming the first id outside the vocabulary."""
     try:
@@ -213,10 +228,8 @@ class CachedContext:
             logits = forward_chunk(self.adapter, state, ids)
             tokens: list[int] = []
             while True:
-                token = int(logits[-1].argmax()) if choose is None else int(choose(logits[-1]))
-                if not 0 <= token < logits.shape[-1]:  # fed back, it would index past the embeddings
-                    raise UsageError(f"choose returned {token}, not a token id of this model: ids must be in "
-                                     f"[0, {logits.shape[-1]})")
+                token = int(logits[-1].argmax()) if choose is None else chosen_token(choose(logits[-1]),
+                                                                                      logits.shape[-1])
                 tokens.append(token)
                 if token in stop or len(tokens) >= max_new_tokens:
                     break

@@ -112,3 +112,29 @@ def copy_model(model_dir: Path, tmp_path: Path) -> Path:
 def truncate(path: Path) -> None:
     """Cut ``path`` to half its size, as an interrupted copy leaves it."""
     path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+def stored_rows(directory) -> list[dict]:
+    """The rows of the store in ``directory`` (its ``results.jsonl``), in order."""
+    import json
+
+    return [json.loads(line) for line in (Path(directory) / "results.jsonl").read_text().splitlines()]
+
+
+def store_of(rows: list[dict], directory) -> Path:
+    """A new store in ``directory`` holding ``rows`` (altered copies of a real run's, in tests of the checks)."""
+    import json
+
+    directory = Path(directory)
+    directory.mkdir()
+    (directory / "results.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return directory
+
+
+def assert_reports_refuse(capsys, store: Path, docs: Path, message: str) -> None:
+    """``bench verify`` and ``bench leaderboard`` of ``store`` both refuse it with ``message``, and no leaderboard
+    is written to ``docs``."""
+    for argv in (["verify", store], ["leaderboard", store, "--out", docs]):
+        code, err = run_cli(capsys, *argv)
+        assert code == 2 and message in err, err
+    assert not (Path(docs) / "leaderboard.md").exists()

@@ -125,6 +125,9 @@ def test_perlayer_is_proportional_and_checks_its_weights():
         allocators.get("perlayer", weights=[1, 2]).allocate(_request(0.2, 1000, (3, 7, 11)))
     with pytest.raises(ValueError, match="give one finite, non-negative weight per attention layer"):
         allocators.get("perlayer", weights=[1, float("nan")])
+    with pytest.raises(ValueError, match=r"perlayer weights=\[1e-320, 1(\.0)?\]: the largest is more than 1e308 times"):
+        allocators.get("perlayer", weights=[1e-320, 1])  # divided by the smallest: infinite
+    assert allocators.get("perlayer", weights=[0, 4, 2]).weights == [0.0, 2.0, 1.0]
 
 
 def test_adakv_children_are_ragged_and_exact(tiny):

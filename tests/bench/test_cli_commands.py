@@ -53,14 +53,16 @@ def test_verify_stores_reports_each_check_and_refuses_a_stale_leaderboard(small_
     store, count = small_store
     lines = []
     verify_stores([store], report=lines.append)
-    assert lines == [f"{count} rows complete, every value of its type and range; every no-prune row has ΔNLL = KL = 0"]
+    assert lines == [f"{count} rows complete, every value of its type and range; every no-prune row has ΔNLL = KL = 0, "
+                     "every child's ΔNLL its NLL − the full cache's"]
     docs = tmp_path / "docs"
     write_leaderboard([store], docs)
     lines.clear()
     verify_stores([store], docs, report=lines.append)
     assert lines[1] == f"{docs / 'leaderboard.md'} is exactly what the store rebuilds"
     (docs / "leaderboard.md").write_text("# edited by hand\n")
-    with pytest.raises(ValueError, match="is not what the store says; run `bench leaderboard` again"):
+    with pytest.raises(ValueError, match="is not what the store says; it was edited by hand since it was built: move "
+                                         "it aside"):
         verify_stores([store], docs, report=lines.append)
     with pytest.raises(ValueError, match="empty: no such directory"):
         verify_stores([tmp_path / "empty"])

@@ -190,3 +190,11 @@ def test_model_eval_takes_the_groups_of_generated_tasks(model_dir, capsys, monke
     code, err = run_cli(capsys, "model-eval", "--model", model_dir, "--tasks", "scbench", "--n", "1")
     assert code == 2 and "--tasks 'scbench': model-eval answers the generated tasks niah_single_1" in err, err
     assert "(or the groups ruler, niah, haystack)" in err
+
+
+def test_a_flag_the_command_does_not_take_is_named_by_the_command(model_dir, capsys, no_model_load):
+    """``bench compare --replace``: the command's own line and --help (argparse named the top-level ``bench``,
+    whose --help lists no command's flags)."""
+    code, err = run_cli(capsys, "compare", "--model", model_dir, "--replace")
+    assert code == 2 and err.startswith("bench compare: error: unrecognized arguments: --replace (`bench compare "
+                                        "--help` lists the flags)"), err

@@ -52,7 +52,7 @@ def test_stores_of_other_settings_are_not_merged(model_dir, tmp_path):
 
 @pytest.mark.parametrize("shard", [(2, 2), (-1, 2)])
 def test_a_shard_outside_its_count_is_refused(model_dir, tmp_path, shard):
-    with pytest.raises(ValueError, match="expected k/n with 0 <= k < n"):
+    with pytest.raises(ValueError, match=r"shard must be a \(k, n\) tuple of integers with 0 <= k < n"):
         run_compare(_settings(model_dir, tmp_path, shard=shard), show_progress=False)
 
 

@@ -2,6 +2,8 @@
 model loads; a run of very many contexts starts at once, its contexts read from their positions as the full list
 (:func:`bench.row_fields.shard_contexts`) has them."""
 
+import json
+
 import numpy as np
 import pytest
 
@@ -91,3 +93,45 @@ def test_numpy_kept_fractions_are_written_as_plain_floats(model_dir, tmp_path, f
     compacted = [row for row in rows if row["press"] != "none"]
     assert compacted and {row["keep_fraction"] for row in compacted} == {0.5}
     assert all(type(row["keep_fraction"]) is float for row in rows)
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"presses": ["keydiff", 3]}, "presses must hold names (text), e.g. ['snapkv'], got 3 in ['keydiff', 3]"),
+    ({"allocators": [None]}, "allocators must hold names (text), e.g. ['flat'], got None in [None]"),
+    ({"tasks": ["niah_single_1", 1]}, "tasks must hold names (text), e.g. ['niah_single_1'], got 1 in "
+                                      "['niah_single_1', 1]"),
+    ({"pairs": ["keydiff/flat", ("snapkv", "flat")]}, "pairs must hold names (text), e.g. ['snapkv/flat'], got "
+                                                      "('snapkv', 'flat') in ['keydiff/flat', ('snapkv', 'flat')]"),
+    ({"seed": -1}, "seed must be an integer >= 0, got -1"),
+    ({"model": 3}, "model must be a model directory or hub id (str or Path), a pretrained.loading.ModelSpec or None "
+                   "(the shipped model), got int 3"),
+    ({"shard": "0/2"}, "shard must be a (k, n) tuple of integers with 0 <= k < n, e.g. (0, 2), got '0/2'"),
+    ({"shard": (0, 1, 2)}, "shard must be a (k, n) tuple of integers with 0 <= k < n, e.g. (0, 2), got (0, 1, 2)"),
+    ({"shard": (0.0, 2)}, "shard must be a (k, n) tuple of integers with 0 <= k < n, e.g. (0, 2), got (0.0, 2)"),
+    ({"shard": (True, 2)}, "shard must be a (k, n) tuple of integers with 0 <= k < n, e.g. (0, 2), got (True, 2)"),
+    ({"shard": (2, 2)}, "shard must be a (k, n) tuple of integers with 0 <= k < n, e.g. (0, 2), got (2, 2)"),
+    ({"shard": (-1, 2)}, "shard must be a (k, n) tuple of integers with 0 <= k < n, e.g. (0, 2), got (-1, 2)"),
+    ({"out": None}, "out must be a directory path (str or Path), got NoneType None"),
+    ({"out": 3}, "out must be a directory path (str or Path), got int 3"),
+])
+def test_a_field_of_the_wrong_kind_or_range_is_named_before_the_model(model_dir, tmp_path, no_model_load, change,
+                                                                      message):
+    settings = compare_settings(model_dir, tmp_path / "out")
+    for name, value in change.items():
+        setattr(settings, name, value)
+    with pytest.raises(UsageError) as error:
+        run_compare(settings, show_progress=False)
+    assert str(error.value) == message
+    assert not (tmp_path / "out").exists()
+
+
+def test_numpy_integers_are_planned_and_written_as_plain_ints(model_dir, tmp_path):
+    numpy = {"n": np.int64(1), "length": np.int32(300), "seed": np.int64(3), "shard": (np.int64(0), np.int64(1))}
+    run = plan(compare_settings(model_dir, tmp_path / "out", **numpy))
+    planned = {"n": run.n, "length": run.length, "seed": run.seed, "shard": run.shard}
+    assert planned == {"n": 1, "length": 300, "seed": 3, "shard": (0, 1)}
+    assert all(type(value) is int for value in (run.n, run.length, run.seed, *run.shard))
+    rows = run_compare(run, show_progress=False).rows
+    written = [json.loads(line) for line in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
+    assert rows and len(written) == len(rows)
+    assert {(row["length"], row["seed"], row["item"]) for row in written} == {(300, 3, 0)}

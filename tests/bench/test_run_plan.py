@@ -165,10 +165,12 @@ def test_an_option_given_twice_names_the_options_flag(model_dir, tmp_path):
 def test_an_estimator_given_by_path_is_named_by_its_content(model_dir, tmp_path):
     """gatesight[estimator=DIR]: rows name the estimator's files by their fingerprint, not DIR, so that a store
     resumed after the files changed does not pass the old rows for the new estimator, and one estimator under two
-    paths is one setting."""
+    paths is one setting; the model's own estimator named by its path is the default, ``gatesight``."""
     first, second = tmp_path / "first", tmp_path / "second"
     shutil.copytree(model_dir / "gatesight", first)
-    shutil.copytree(model_dir / "gatesight", second)
+    config = json.loads((first / "gatesight.json").read_text())
+    (first / "gatesight.json").write_text(json.dumps(config, indent=1))  # other bytes than the model's own
+    shutil.copytree(first, second)
 
     def label(directory):
         return plan(compare_settings(model_dir, tmp_path / "out", presses=[f"gatesight[estimator={directory}]"])
@@ -179,9 +181,35 @@ def test_an_estimator_given_by_path_is_named_by_its_content(model_dir, tmp_path)
     with pytest.raises(UsageError, match="names one setting twice"):
         plan(compare_settings(model_dir, tmp_path / "out",
                               presses=[f"gatesight[estimator={first}]", f"gatesight[estimator={second}]"]))
-    config = json.loads((second / "gatesight.json").read_text())
-    (second / "gatesight.json").write_text(json.dumps(config, indent=1))  # other bytes, one estimator
+    (second / "gatesight.json").write_text(json.dumps(config, indent=3))
     assert label(second) != label(first)
+    assert label(model_dir / "gatesight") == "gatesight/flat"
+    with pytest.raises(UsageError, match="names one setting twice"):
+        plan(compare_settings(model_dir, tmp_path / "out",
+                              presses=["gatesight", f"gatesight[estimator={model_dir}/gatesight]"]))
+
+
+def test_a_calibration_given_by_path_is_named_by_its_content(model_dir, tmp_path):
+    """triattention[calibration=DIR] where DIR is the model's own directory, or the calibration folder in it (the
+    older layout's place), is the default setting; another calibration is named by its content."""
+    def label(directory):
+        return plan(compare_settings(model_dir, tmp_path / "out", presses=[f"triattention[calibration={directory}]"])
+                    ).methods[0].label
+
+    assert label(model_dir) == label(model_dir / "calibration") == "triattention/flat"
+    other = tmp_path / "other"
+    shutil.copytree(model_dir / "calibration", other / "calibration")
+    (other / "calibration" / "calibration.safetensors").write_bytes(
+        (other / "calibration" / "calibration.safetensors").read_bytes())
+    assert label(other) == "triattention/flat"  # the same bytes: the same calibration
+    with pytest.raises(UsageError, match="names one setting twice"):
+        plan(compare_settings(model_dir, tmp_path / "out",
+                              presses=["triattention", f"triattention[calibration={other}]"]))
+
+
+def test_an_estimator_option_naming_the_model_directory_points_to_its_folder(model_dir, tmp_path):
+    with pytest.raises(UsageError, match=f"its gatesight/ folder holds one: give estimator='{model_dir}/gatesight'"):
+        plan(compare_settings(model_dir, tmp_path / "out", presses=[f"gatesight[estimator={model_dir}]"]))
 
 
 def test_perlayer_weights_of_one_ratio_are_one_setting(model_dir, tmp_path):

@@ -50,6 +50,15 @@ def test_questions_of_one_item_count_once():
     assert PairedBootstrap(rows, "score").cell("a/flat", 0.5, "t").mean == pytest.approx((0.5 + 0.0) / 2)
 
 
+def test_items_of_two_seeds_are_two_contexts():
+    """Item 0 of seed 0 and item 0 of seed 1 are other contexts: a store of both seeds counts two items, not one
+    item with the two contexts' questions averaged."""
+    rows = _rows({("a", "flat", 0.5): [1.0]}, seed=0) + _rows({("a", "flat", 0.5): [0.0]}, seed=1)
+    boot = PairedBootstrap(rows, "score")
+    assert boot.n_items("t") == 2 and boot.items["t"] == [(0, 0), (1, 0)]
+    assert sorted(boot.values["t"][0].tolist()) == [0.0, 1.0]
+
+
 def test_accuracy_average_leaves_out_tasks_the_model_cannot_do():
     rows = []
     for task, base in (("easy", [1.0] * 4), ("hard", [0.0] * 4)):

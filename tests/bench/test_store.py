@@ -216,7 +216,7 @@ GOOD_ROW = {"schema": 2, "model": "m", "weights": "w", "artifacts": "a", "press"
 ])
 def test_verify_and_the_leaderboard_refuse_impossible_rows(tmp_path, capsys, change, message):
     compacted = {**GOOD_ROW, "press": "keydiff", "allocator": "flat", "keep_fraction": 0.5, "delta_nll": 0.3, "kl": 0.1,
-                 "agree": False}
+                 "agree": False, "answer_nll": GOOD_ROW["answer_nll"] + 0.3}
     lines = [GOOD_ROW, compacted, {**compacted, "item": 1, **change}]
     (tmp_path / "results.jsonl").write_text("".join(json.dumps(row) + "\n" for row in lines))
     for argv in (["verify", tmp_path], ["leaderboard", tmp_path, "--out", tmp_path / "docs"]):

@@ -4,7 +4,6 @@ another run by their lines; every writer resumes a committed (compressed) store;
 [0, 1]; ``bench compare``'s own summary passes the checks ``bench verify`` applies."""
 
 import gzip
-import json
 import shutil
 
 import pytest
@@ -15,7 +14,7 @@ from bench.compare import CompareSettings, run_compare, run_rows
 from bench.project_modules import ROOT
 from bench.store import ResultStore
 from pretrained import loading
-from tests.helpers import run_cli
+from tests.helpers import assert_reports_refuse, run_cli, store_of, stored_rows
 
 SETTINGS = dict(presses=["keydiff", "none"], allocators=["flat"], keep_fractions=[0.5], tasks=["niah_single_1"],
                 length=300)
@@ -46,28 +45,20 @@ def runs(model_dir, tmp_path_factory):
     return root
 
 
-def _lines(directory) -> list[dict]:
-    return [json.loads(line) for line in (directory / "results.jsonl").read_text().splitlines()]
-
-
-def _store_of(rows, directory):
-    directory.mkdir()
-    (directory / "results.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
-    return directory
 
 
 def test_every_row_records_its_run(runs):
-    rows = _lines(runs / "1of2")
+    rows = stored_rows(runs / "1of2")
     assert rows and all(row["run"] == {**RUN, "n": 4, "shard": 1, "shards": 2} for row in rows)
     assert {row["item"] for row in rows} == {1, 3}  # positions 1 and 3 of the run's four contexts
-    assert all(row["run"] == {**RUN, "n": 2, "shard": 0, "shards": 1} for row in _lines(runs / "whole"))
+    assert all(row["run"] == {**RUN, "n": 2, "shard": 0, "shards": 1} for row in stored_rows(runs / "whole"))
 
 
 def test_rows_written_now_name_the_recurrent_state_bytes(runs):
     """Each row records its child's attention cache (``kv_bytes``) and recurrent state (``recurrent_bytes``: GDN and
     Mamba2 layers alike; ``gdn_bytes`` only in stores written before, read under the new name): the state is copied
     whole into every child, so it is the full cache's in every row of a context, while a child keeps fewer entries."""
-    rows = _lines(runs / "whole")
+    rows = stored_rows(runs / "whole")
     assert rows and not any("gdn_bytes" in row for row in rows)
     for item in {row["item"] for row in rows}:
         own = [row for row in rows if row["item"] == item]
@@ -124,8 +115,8 @@ def test_a_missing_shard_is_named(runs, tmp_path, capsys, command):
 def test_a_run_of_very_many_contexts_is_checked_without_listing_them(runs, tmp_path, capsys, command):
     """Rows of a run of ``--n 100000000`` (stopped early) are named incomplete at once: the missing contexts are
     counted, not listed (listing them took 24 GB)."""
-    rows = [{**row, "run": {**row["run"], "n": 10**8}} for row in _lines(runs / "0of2")]
-    store = _store_of(rows, tmp_path / "huge")
+    rows = [{**row, "run": {**row["run"], "n": 10**8}} for row in stored_rows(runs / "0of2")]
+    store = store_of(rows, tmp_path / "huge")
     argv = {"merge": ["merge", store, "--out", tmp_path / "merged"], "verify": ["verify", store],
             "leaderboard": ["leaderboard", store, "--out", tmp_path / "docs"]}[command]
     code, err = run_cli(capsys, *argv)
@@ -139,31 +130,31 @@ def test_a_run_of_very_many_contexts_is_checked_without_listing_them(runs, tmp_p
 
 
 def test_a_store_of_two_splits_names_the_missing_shard_and_both_splits(runs, tmp_path, capsys):
-    mixed = _store_of(_lines(runs / "0of2") + _lines(runs / "0of3"), tmp_path / "mixed")
-    path, first = mixed / "results.jsonl", len(_lines(runs / "0of2"))
+    mixed = store_of(stored_rows(runs / "0of2") + stored_rows(runs / "0of3"), tmp_path / "mixed")
+    path, first = mixed / "results.jsonl", len(stored_rows(runs / "0of2"))
     code, err = run_cli(capsys, "verify", mixed)
     assert code == 2 and f"{path}:1-{first} (shard 0/2) and {path}:{first + 1}-{2 * first} (shard 0/3)" in err, err
     assert "task niah_single_1, item 1 is in neither" in err and "one --shard K/N split" in err
 
 
 def test_a_row_outside_its_shard_is_named_by_its_line(runs, tmp_path, capsys):
-    rows = _lines(runs / "0of2")
+    rows = stored_rows(runs / "0of2")
     rows[2]["run"] = {**rows[2]["run"], "shard": 1}
-    bad = _store_of(rows, tmp_path / "bad")
+    bad = store_of(rows, tmp_path / "bad")
     code, err = run_cli(capsys, "verify", bad)
     assert code == 2 and f"{bad / 'results.jsonl'}:3: task niah_single_1, item {rows[2]['item']} (position " \
                          f"{rows[2]['item']} of its run) is not a context of shard 1/2" in err, err
 
 
 def test_a_row_of_another_code_version_is_named_by_its_line_even_after_a_rerun(runs, model_dir, tmp_path, capsys):
-    rows = _lines(runs / "whole")
+    rows = stored_rows(runs / "whole")
     at = next(i for i, row in enumerate(rows) if row["press"] != "none" and row["item"] == 1)
     rows[at]["code"] = "0ther0c0de00"
-    store = _store_of(rows, tmp_path / "store")
+    store = store_of(rows, tmp_path / "store")
     for rerun in (False, True):
         if rerun:  # the gap the odd row left in its run is filled: the odd row stays odd
             run_compare(_settings(model_dir, store, n=2), show_progress=False)
-            assert len(_lines(store)) == len(rows) + 1
+            assert len(stored_rows(store)) == len(rows) + 1
         expected = f"{store / 'results.jsonl'}:{at + 1} (1 row of code 0ther0c0de00; the other " \
                    f"{len(rows) - 1 + rerun} rows are of code c0dec0dec0de)"
         code, err = run_cli(capsys, "verify", store)
@@ -176,12 +167,12 @@ def test_a_row_of_another_code_version_is_named_by_its_line_even_after_a_rerun(r
 def test_rows_without_their_run_are_checked_as_before(runs, tmp_path, capsys):
     """Rows written before runs were recorded (every committed store) are checked context by context, alone or
     beside rows that record theirs."""
-    rows = _lines(runs / "whole")
+    rows = stored_rows(runs / "whole")
     legacy = [{k: v for k, v in row.items() if k != "run"} for row in rows]
     for name, stored in (("legacy", legacy), ("mixed", legacy[: len(rows) // 2] + rows[len(rows) // 2:])):
-        code, err = run_cli(capsys, "verify", _store_of(stored, tmp_path / name))
+        code, err = run_cli(capsys, "verify", store_of(stored, tmp_path / name))
         assert code == 0, err
-    holed = _store_of(legacy[:-1], tmp_path / "holed")
+    holed = store_of(legacy[:-1], tmp_path / "holed")
     code, err = run_cli(capsys, "verify", holed)
     assert code == 2 and f"{holed / 'results.jsonl'} is incomplete: task niah_single_1, item 1 lacks" in err, err
 
@@ -213,7 +204,7 @@ def test_compare_resumes_a_committed_compressed_store(runs, model_dir, tmp_path,
     live = (committed / "results.jsonl").read_bytes()
     assert (committed / "results.jsonl.gz").read_bytes() == packed and live.startswith(gzip.decompress(packed))
     rows = ResultStore(committed, readonly=True).rows
-    assert {row["item"] for row in rows} == {0, 1, 2} and len(rows) == 3 * len(_lines(runs / "whole")) // 2
+    assert {row["item"] for row in rows} == {0, 1, 2} and len(rows) == 3 * len(stored_rows(runs / "whole")) // 2
     assert "Items per task: niah_single_1 3." in (committed / "summary.md").read_text()
     assert run_cli(capsys, "verify", committed)[0] == 0
 
@@ -238,9 +229,9 @@ def test_a_store_beside_a_committed_one_that_does_not_continue_it_is_refused(run
 ])
 def test_compare_refuses_to_resume_a_store_verify_refuses(runs, model_dir, tmp_path, capsys, monkeypatch, copy,
                                                           message):
-    rows = _lines(runs / "whole")
+    rows = stored_rows(runs / "whole")
     at = next(i for i, row in enumerate(rows) if row["press"] != "none")
-    store = _store_of([*rows, copy(rows[at])], tmp_path / "store")
+    store = store_of([*rows, copy(rows[at])], tmp_path / "store")
     monkeypatch.setattr(loading, "load", lambda *a, **k: pytest.fail("loaded the model before checking the store"))
     code, err = run_cli(capsys, "compare", "--model", model_dir, "--out", store, "--press", "keydiff",
                         "--keep-fractions", "0.5", "--tasks", "niah_single_1", "--length", "300", "--n", "2")
@@ -260,14 +251,11 @@ def test_compare_refuses_to_resume_a_store_verify_refuses(runs, model_dir, tmp_p
     ({"answer_rank_layers": [0.5]}, "answer_rank_layers=[0.5] (expected {layer: [a number in [0, 1] per head]})"),
 ])
 def test_every_stored_fraction_is_checked(runs, tmp_path, capsys, change, message):
-    rows = _lines(runs / "whole")
+    rows = stored_rows(runs / "whole")
     at = next(i for i, row in enumerate(rows) if row.get("answer_recall") is not None)
     rows[at] = {**rows[at], **change}
-    bad = _store_of(rows, tmp_path / "bad")
-    for argv in (["verify", bad], ["leaderboard", bad, "--out", tmp_path / "docs"]):
-        code, err = run_cli(capsys, *argv)
-        assert code == 2 and f"{bad / 'results.jsonl'}:{at + 1}: {message}" in err, err
-    assert not (tmp_path / "docs" / "leaderboard.md").exists()
+    bad = store_of(rows, tmp_path / "bad")
+    assert_reports_refuse(capsys, bad, tmp_path / "docs", f"{bad / 'results.jsonl'}:{at + 1}: {message}")
 
 
 def test_a_store_given_twice_is_one_clear_error(runs, tmp_path, capsys):
@@ -307,8 +295,8 @@ def test_verify_names_shards_of_other_methods_as_merge_does(runs, tmp_path, caps
     """Shard 0/2 of one press and shard 1/2 of another, of otherwise one run, hold every context of it: ``bench
     verify`` refuses them with the line ``bench merge`` refuses them with (their methods differ), not as a run that
     stopped."""
-    z0 = _store_of([{**row, "press": "snapkv"} if row["press"] == "keydiff" else row for row in _lines(runs / "0of2")],
-                   tmp_path / "z0")
+    renamed = [{**row, "press": "snapkv"} if row["press"] == "keydiff" else row for row in stored_rows(runs / "0of2")]
+    z0 = store_of(renamed, tmp_path / "z0")
     z1k = runs / "1of2"
     expected = (f"{z0 / 'results.jsonl'} and {z1k / 'results.jsonl'} are not shards of one run: their methods "
                 "differ (none p=1, snapkv/flat p=0.5 against keydiff/flat p=0.5, none p=1)")
@@ -327,30 +315,54 @@ def test_runs_of_other_methods_on_the_same_contexts_merge(runs, model_dir, tmp_p
     assert code == 2 and "bench merge joins stores, keeping one" in err, err
     code, err = run_cli(capsys, "merge", runs / "whole", other, "--out", tmp_path / "merged")
     assert code == 0, err
-    merged, whole, snap = _lines(tmp_path / "merged"), _lines(runs / "whole"), _lines(other)
+    merged, whole, snap = stored_rows(tmp_path / "merged"), stored_rows(runs / "whole"), stored_rows(other)
     baseline = [row for row in whole if row["press"] == "none"]
     assert len(merged) == len(whole) + len(snap) - len(baseline)
     assert sorted(row["press"] for row in merged if row["press"] == "none") == ["none"] * len(baseline)
     code, err = run_cli(capsys, "verify", tmp_path / "merged")
     assert code == 0, err
-    unfinished = _store_of([row for row in snap if row["item"] == 0], tmp_path / "unfinished")
+    unfinished = store_of([row for row in snap if row["item"] == 0], tmp_path / "unfinished")
     code, err = run_cli(capsys, "merge", runs / "whole", unfinished, "--out", tmp_path / "merged2")
     assert code == 2 and "is incomplete" in err, err
 
 
-@pytest.mark.parametrize("change", ["hand-written", "edited"])
+@pytest.mark.parametrize("change", ["hand-written", "edited", "an image of its name"])
 def test_a_leaderboard_is_never_rebuilt_over_a_file_it_did_not_write(runs, tmp_path, capsys, change):
-    """``bench leaderboard --out DIR`` rebuilds leaderboard.md whole: over a file written (or edited since) by hand
-    it would lose the words; it is refused, and a folder it built itself is rebuilt as before."""
+    """``bench leaderboard --out DIR`` rebuilds leaderboard.md (and its tables and images) whole: over a file written
+    (or edited since) by hand it would lose it; it is refused, and a folder it built itself is rebuilt as before."""
     docs = tmp_path / "docs"
-    if change == "hand-written":
-        docs.mkdir()
-        (docs / "leaderboard.md").write_text("# Our notes\n")
-    else:
+    name = "leaderboard-2.png" if change == "an image of its name" else "leaderboard.md"
+    if change == "edited":
         assert run_cli(capsys, "leaderboard", runs / "whole", "--out", docs)[0] == 0
         assert run_cli(capsys, "leaderboard", runs / "whole", "--out", docs)[0] == 0  # its own build: rebuilt
-        (docs / "leaderboard.md").write_text((docs / "leaderboard.md").read_text() + "\nOur notes.\n")
-    kept = (docs / "leaderboard.md").read_text()
+        (docs / name).write_text((docs / name).read_text() + "\nOur notes.\n")
+    else:
+        docs.mkdir()
+        (docs / name).write_text("# Our notes\n")
+    kept = (docs / name).read_text()
     code, err = run_cli(capsys, "leaderboard", runs / "whole", "--out", docs)
-    assert code == 2 and "leaderboard.md there was not written by bench leaderboard as it is now" in err, err
-    assert (docs / "leaderboard.md").read_text() == kept
+    assert code == 2 and f"{name} there was not written by bench leaderboard as it is now" in err, err
+    assert (docs / name).read_text() == kept
+    if change == "edited":  # verify's advice is the one that works: move it aside first
+        code = main(["verify", str(runs / "whole"), "--docs", str(docs)])  # the error ends with the diff's lines
+        err = capsys.readouterr().err
+        assert code == 2 and "edited by hand since it was built: move it aside" in err, err
+
+
+def test_a_sharded_run_merges_with_a_run_of_other_methods_once_its_shards_are_merged(runs, model_dir, tmp_path,
+                                                                                      capsys):
+    """Shards 0/2 and 1/2 of one method and a whole run of another on the same contexts: merging all three at once
+    says to merge the shards first; then the merged shards and the other run merge (their splits differ), and a
+    finished run whose methods are among the other's merges too (it is not called unfinished)."""
+    other = tmp_path / "snapkv"
+    run_compare(_settings(model_dir, other, n=4, presses=["snapkv", "none"]), show_progress=False)
+    code, err = run_cli(capsys, "merge", runs / "0of2", runs / "1of2", other, "--out", tmp_path / "all")
+    assert code == 2 and "merge the shards of each run first (bench merge SHARDS --out RUN), then merge the runs" \
+        in err, err
+    assert run_cli(capsys, "merge", runs / "0of2", runs / "1of2", "--out", tmp_path / "keydiff")[0] == 0
+    code, err = run_cli(capsys, "merge", tmp_path / "keydiff", other, "--out", tmp_path / "both")
+    assert code == 0, err
+    assert run_cli(capsys, "verify", tmp_path / "both")[0] == 0
+    code, err = run_cli(capsys, "merge", tmp_path / "both", other, "--out", tmp_path / "again")
+    assert code == 0 and "did not finish" not in err, err
+    assert len(stored_rows(tmp_path / "again")) == len(stored_rows(tmp_path / "both"))

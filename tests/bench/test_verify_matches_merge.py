@@ -1,7 +1,6 @@
 """``bench verify`` applies every check ``bench merge`` applies (one key, one value; counts within the context's
 size) and checks every file ``bench leaderboard`` publishes, the CSV and the images included."""
 
-import json
 import shutil
 
 import pytest
@@ -11,6 +10,7 @@ from bench.compare import CompareSettings, run_compare
 from bench.leaderboard import MANIFEST, write_leaderboard
 from bench.merge import merge_stores
 from bench.publish import verify_stores
+from tests.helpers import store_of, stored_rows
 
 
 @pytest.fixture(scope="module")
@@ -23,14 +23,6 @@ def store(model_dir, tmp_path_factory):
     return out
 
 
-def _rows(directory) -> list[dict]:
-    return [json.loads(line) for line in (directory / "results.jsonl").read_text().splitlines()]
-
-
-def _store_of(rows, directory):
-    directory.mkdir()
-    (directory / "results.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
-    return directory
 
 
 def _cli(capsys, *argv) -> tuple[int, str]:
@@ -44,10 +36,10 @@ def _compacted(rows) -> int:
 
 
 def test_a_key_held_twice_with_other_values_fails_verify_as_it_fails_merge(store, tmp_path, capsys):
-    rows = _rows(store)
+    rows = stored_rows(store)
     at = _compacted(rows)
     flipped = {**rows[at], "score": 1.0 - rows[at]["score"]}
-    bad = _store_of([*rows, flipped], tmp_path / "bad")
+    bad = store_of([*rows, flipped], tmp_path / "bad")
     for argv in (["verify", bad], ["merge", bad, "--out", tmp_path / "merged"],
                  ["leaderboard", bad, "--out", tmp_path / "docs"]):
         code, err = _cli(capsys, *argv)
@@ -58,8 +50,8 @@ def test_a_key_held_twice_with_other_values_fails_verify_as_it_fails_merge(store
 
 
 def test_a_copy_of_a_row_fails_verify_and_merge_keeps_one(store, tmp_path, capsys):
-    rows = _rows(store)
-    copied = _store_of([*rows, rows[_compacted(rows)]], tmp_path / "copied")
+    rows = stored_rows(store)
+    copied = store_of([*rows, rows[_compacted(rows)]], tmp_path / "copied")
     code, err = _cli(capsys, "verify", copied)
     assert code == 2 and "a report would count it twice" in err, err
     assert merge_stores([copied], tmp_path / "merged") == len(rows)
@@ -72,17 +64,17 @@ def test_a_copy_of_a_row_fails_verify_and_merge_keeps_one(store, tmp_path, capsy
     (lambda row: {"n_context": -3}, "n_context=-3 (expected an integer >= 0)"),
 ])
 def test_counts_beyond_the_context_fail_verify_and_merge(store, tmp_path, capsys, change, message):
-    rows = _rows(store)
+    rows = stored_rows(store)
     at = _compacted(rows)
     rows[at] = {**rows[at], **change(rows[at])}
-    bad = _store_of(rows, tmp_path / "bad")
+    bad = store_of(rows, tmp_path / "bad")
     for argv in (["verify", bad], ["merge", bad, "--out", tmp_path / "merged"]):
         code, err = _cli(capsys, *argv)
         assert code == 2 and f"{bad / 'results.jsonl'}:{at + 1}: " in err and message in err, err
 
 
 def test_every_row_records_the_entries_its_press_chose_among(store):
-    rows = _rows(store)
+    rows = stored_rows(store)
     kept = [row for row in rows if row["press"] != "none"]
     assert kept and all(0 < row["kept_entries"] <= row["body_entries"] for row in kept)
     # the tiny model: 2 attention layers of 2 KV heads; p = 0.5 keeps about half of each head's entries

@@ -692,7 +692,7 @@ def test_the_cli_moves_the_attention_of_a_delta_and_trains_the_new_gdn_layers_fi
     log = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
     assert [r.get("stage") for r in log if r.get("phase") == 3][1:] == ["transfer", "transfer", "kd"]
     assert attention_layers_of(hybrid_delta.build(out, teacher)) == (2, 3)
-    with pytest.raises(ValueError, match="another distillation config"):
+    with pytest.raises(ValueError, match=r"another distillation config \(attention_layers 2, 3 there, 2, 4 here\)"):
         run_distill(parser.parse_args([*common, "--attention-layers", "2,4"]))
 
 

@@ -4,6 +4,7 @@ value and what is allowed, raised before the press is prepared or scores anythin
 
 from dataclasses import dataclass
 
+import numpy as np
 import pytest
 import torch
 
@@ -117,3 +118,64 @@ def test_a_selection_refuses_a_bad_plan_before_scoring(parent):
     with pytest.raises(UsageError, match=r"^allocator must be an Allocator instance or an allocator name"):
         selection.plan(None, 0.5)
     assert selection.score_seconds is None  # nothing was scored
+
+
+@pytest.mark.parametrize("given, shown", [
+    (3, "int 3"), (None, "NoneType None"),
+    ("a child", "a Child: a Child cannot be compressed again; compress the parent it was forked from at the kept "
+                "fraction wanted")])
+def test_compress_refuses_what_is_not_a_parent_before_the_press_is_prepared(parent, given, shown):
+    if given == "a child":
+        given = presses.compress(parent, "keydiff", "flat", keep_fraction=0.5)
+    message = f"parent must be a runtime.Parent (the cache prefill returns), got {shown}"
+    with pytest.raises(UsageError) as error:
+        presses.compress(given, _MustNotRun(), "flat", keep_fraction=0.5)
+    assert str(error.value) == message
+    with pytest.raises(UsageError) as error:
+        presses.Selection(given, _MustNotRun())
+    assert str(error.value) == message
+
+
+@pytest.mark.parametrize("weights, shown", [([1.0, 2.0], "list [1.0, 2.0]"), (np.array([1.0, 2.0]),
+                                                                               "ndarray array([1., 2.])")])
+def test_layer_weights_that_are_not_a_dict_are_refused_naming_the_form(parent, weights, shown):
+    message = f"layer_weights must be a dict {{attention layer: weight}} or None, got {shown}"
+    with pytest.raises(UsageError) as error:
+        presses.compress(parent, _MustNotRun(), "gate", keep_fraction=0.5, layer_weights=weights)
+    assert str(error.value) == message
+    with pytest.raises(UsageError) as error:
+        presses.Selection(parent, _MustNotRun(), weights)
+    assert str(error.value) == message
+
+
+@pytest.mark.parametrize("weights", [np.array([1, 2]), np.array([1.0, 2.0]), (1, 2), torch.tensor([1.0, 2.0]),
+                                     range(1, 3), [np.int64(1), np.float32(2.0)]])
+def test_perlayer_weights_take_any_one_dimensional_sequence_of_numbers(weights):
+    built = allocators.get("perlayer", weights=weights)
+    assert built == allocators.get("perlayer", weights=[1.0, 2.0])
+    assert all(type(weight) is float for weight in built.weights)
+
+
+@pytest.mark.parametrize("weights, shown", [(np.array([[1, 2]]), "array([[1, 2]])"), (["1", None], "['1', None]")])
+def test_perlayer_weights_that_are_not_a_list_of_numbers_name_the_list(weights, shown):
+    with pytest.raises(UsageError) as error:
+        allocators.get("perlayer", weights=weights)
+    assert str(error.value) == f"perlayer option weights={shown}: expected a list of numbers (e.g. [1, 2, 3])"
+
+
+@pytest.mark.parametrize("returned, shown", [("a", "str 'a'"), (None, "NoneType None"), (2.5, "float 2.5"),
+                                             (torch.tensor([1, 2]), "Tensor tensor([1, 2])")])
+def test_a_chooser_that_returns_no_token_id_is_named(parent, returned, shown):
+    child = presses.compress(parent, "keydiff", "flat", keep_fraction=0.5)
+    with pytest.raises(UsageError) as error:
+        child.answer(torch.tensor([1, 2]), 2, choose=lambda logits: returned)
+    assert str(error.value) == (f"choose must return a token id (an integer, or a one-element integer tensor), "
+                                f"got {shown}")
+
+
+@pytest.mark.parametrize("chooser", [lambda logits: logits.argmax(), lambda logits: int(logits.argmax()),
+                                     lambda logits: np.int64(logits.argmax()), lambda logits: logits.argmax()[None]])
+def test_a_chooser_may_return_any_integer_form_of_the_argmax(parent, chooser):
+    child = presses.compress(parent, "keydiff", "flat", keep_fraction=0.5)
+    question = torch.tensor([1, 2])
+    assert child.answer(question, 3, choose=chooser).tokens == child.answer(question, 3).tokens

@@ -68,3 +68,15 @@ def test_bad_task_and_profile():
         generate("vt", 0, 0, Config(profile="tiny"))
     with pytest.raises(ValueError, match="too short"):
         generate("qa_2", 0, 0, Config(length=40))
+
+
+@pytest.mark.parametrize("task", ["niah_single_1", "niah_multikey_1", "vt"])
+def test_a_length_too_short_names_about_the_least_that_fits(task):
+    """The refusal says about how many tokens one haystack unit needs (the words drawn depend on the length, so the
+    least length is not one number), and a little more is enough."""
+    import re
+
+    with pytest.raises(ValueError, match="too short") as refused:
+        generate(task, 0, 0, Config(length=60))
+    about = int(re.search(r"it needs about (\d+) tokens", str(refused.value)).group(1))
+    assert about > 60 and generate(task, 0, 0, Config(length=about + 64)).questions

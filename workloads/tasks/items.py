@@ -98,7 +98,10 @@ def fit_units(
         return cfg.count_tokens(context) + longest <= cfg.length
 
     if not fits(1):
-        raise UsageError(f"length {cfg.length} is too short for even one haystack unit of this task")
+        least = cfg.count_tokens(CONTEXT_TEMPLATE.format(header=header, body=render(1))) + longest
+        raise UsageError(f"length {cfg.length} is too short for even one haystack unit of this task: it needs about "
+                         f"{least} tokens (the framing, one unit, the longest question and its answer; the words "
+                         "drawn differ a little from one length to another)")
     low, high = 1, 2
     while fits(high):
         low, high = high, (grow(high) if grow else high * 2)
