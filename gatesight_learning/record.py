@@ -9,7 +9,9 @@ Two kinds of future are labelled from the same prefill (paper Eq. 2 for both, on
 
 One safetensors shard per window (``<corpus>--<doc>.safetensors``): ``signals.<recurrent layer>`` ``[n, Hv, 3]``
 (float16), ``labels.<attention layer>`` and (unless labelled with ``--futures labels``) ``reconstruction.<attention
-layer>`` ``[H_kv, n]`` (max-normalised), for the n context tokens after the chat prefix; metadata: corpus, document,
+layer>`` ``[H_kv, n]`` (max-normalised), for the n context tokens after the chat prefix, with ``scale.<kind>.<attention
+layer>`` ``[H_kv]`` the normaliser of each (label kind, KV head) — the raw utility's maximum, so that the raw
+utilities (one scale across layers: a change of the residual stream) are label × scale; metadata: corpus, document,
 checks, weights (fingerprint of the model that produced them), settings (:func:`label_settings`, JSON: the dtype
 the model computed in among them), seconds. Existing shards of the same weights and settings are skipped, so a
 killed run resumes; shards of other weights or settings are refused, and so is a label directory that mixes them
@@ -121,9 +123,10 @@ def label_windows(model, tokenizer, texts: list[str], continuations: int = 4, ma
 
     Returns
     -------
-    list[tuple[dict, dict, LabelChecks]]
+    list[tuple[dict, dict, dict, LabelChecks]]
         Per document: signals ``{gdn layer: [n, Hv, 3]}`` (β, g, ‖v‖), max-normalised labels of each future kind
-        labelled ``{kind: {attention layer: [H_kv, n]}}``, and the worst checks of them.
+        labelled ``{kind: {attention layer: [H_kv, n]}}``, their normalisers ``{kind: {attention layer: [H_kv]}}``
+        (the raw utility's maximum per KV head), and the worst checks of them.
     """
     encode = lambda s: encode_text(tokenizer, s)  # noqa: E731
     prefix, suffix = encode(CHAT_PREFIX), encode(CHATML_ASSISTANT_TURN)
@@ -142,16 +145,17 @@ def label_windows(model, tokenizer, texts: list[str], continuations: int = 4, ma
         context = slice(len(prefix), n_all)
         reconstruction = torch.tensor(encode(RECONSTRUCTION_REQUEST) + body)
         own = sampled[k * continuations : (k + 1) * continuations]
-        labels, checks = {}, []
+        labels, scales, checks = {}, {}, []
         for kind, tokens in zip(FUTURES, (own, [reconstruction])):
             if kind not in wanted:
                 continue
             raw, check = utility_labels(parent, tokens, n_all, check_entries=check_entries, seed=seed)
-            labels[kind] = max_normalise({layer: u[:, context] for layer, u in raw.items()})
+            raw = {layer: u[:, context] for layer, u in raw.items()}
+            labels[kind], scales[kind] = max_normalise(raw), {layer: u.amax(-1) for layer, u in raw.items()}
             checks.append(check)
         signals = {layer: s[context] for layer, s in parent.evidence.recurrent_signals.items()}
         parent.release()
-        out.append((signals, labels, LabelChecks(max(c.max_closed_form_error for c in checks),
+        out.append((signals, labels, scales, LabelChecks(max(c.max_closed_form_error for c in checks),
                                                  max(c.max_reconstruction_error for c in checks),
                                                  all(c.covered for c in checks))))
     return out
@@ -227,12 +231,14 @@ def record_corpus(model, tokenizer, out: Path, limit: int | None = None, tokens:
             results = label_windows(model, tokenizer, [text for (_, _, text), _ in group], continuations,
                                    max_new_tokens, seed, futures=futures)
             seconds = (time.perf_counter() - started) / len(group)  # the group's time, shared by its windows
-            for ((corpus, doc, _), path), (signals, labels, checks) in zip(group, results):
+            for ((corpus, doc, _), path), (signals, labels, scales, checks) in zip(group, results):
                 if checks.max_closed_form_error > CLOSED_FORM_TOLERANCE or not checks.covered:
                     raise RuntimeError(f"label checks failed on {corpus}/{doc}: {checks}")
                 worst = max(worst, checks.max_closed_form_error)
                 tensors = {f"signals.{k}": v.half().contiguous() for k, v in signals.items()}
                 tensors |= {f"{kind}.{k}": v.float().contiguous() for kind in labels for k, v in labels[kind].items()}
+                tensors |= {f"scale.{kind}.{k}": v.float().contiguous() for kind in scales
+                            for k, v in scales[kind].items()}
                 meta = {"corpus": corpus, "document": doc, "checks": json.dumps(checks.__dict__), "weights": weights,
                         "settings": json.dumps(recorded["settings"]), "seconds": f"{seconds:.3f}"}
                 save_file(tensors, str(path.with_suffix(".tmp")), metadata=meta)
@@ -338,11 +344,14 @@ def check_shards(paths: list[Path], expected: dict | None = None) -> None:
 
 
 def load_shard(path: Path, futures: str = "labels") -> dict:
-    """``{"corpus", "document", "seconds", "signals": {layer: [n, Hv, 3] float32}, "labels": {layer: [H_kv, n]}}``.
+    """``{"corpus", "document", "seconds", "signals": {layer: [n, Hv, 3] float32}, "labels": {layer: [H_kv, n]},
+    "utilities": {layer: [H_kv, n]} or None}``.
 
     ``futures`` chooses what ``labels`` holds: ``labels`` (the paper's sampled continuations), ``reconstruction``,
     or ``both`` (their element-wise maximum: an entry is useful if either future needs it). Shards written before
-    the reconstruction future have only ``labels``.
+    the reconstruction future have only ``labels``. ``utilities`` are the same futures' raw utilities (label ×
+    scale; for ``both`` the maximum of the two raw ones), on one scale across layers and heads; None for shards
+    written before they recorded their scales.
     """
     if futures not in FUTURES + ("both",):
         raise UsageError(f"futures={futures!r}: choose {', '.join(FUTURES)} or both")
@@ -351,6 +360,8 @@ def load_shard(path: Path, futures: str = "labels") -> dict:
         signals = {int(k.split(".")[1]): f.get_tensor(k).float() for k in f.keys() if k.startswith("signals.")}
         kinds = {kind: {int(k.split(".")[1]): f.get_tensor(k) for k in f.keys() if k.startswith(kind + ".")}
                  for kind in FUTURES}
+        scales = {kind: {int(k.split(".")[2]): f.get_tensor(k) for k in f.keys() if k.startswith(f"scale.{kind}.")}
+                  for kind in FUTURES}
     if "corpus" not in meta or "document" not in meta or not kinds["labels"]:
         raise UsageError(f"{path}: not a label shard (no corpus, document or labels recorded in it); keep only "
                          "`bench label`'s shards in a label directory")
@@ -362,5 +373,10 @@ def load_shard(path: Path, futures: str = "labels") -> dict:
                          "new --out directory, or train with --futures labels")
     labels = kinds[futures] if futures != "both" else {
         layer: torch.maximum(u, kinds["reconstruction"][layer]) for layer, u in kinds["labels"].items()}
+    chosen = FUTURES if futures == "both" else (futures,)
+    utilities = None
+    if all(set(scales[kind]) == set(kinds[kind]) for kind in chosen):
+        raw = [{layer: u * scales[kind][layer][:, None] for layer, u in kinds[kind].items()} for kind in chosen]
+        utilities = {layer: torch.stack([r[layer] for r in raw]).amax(0) for layer in raw[0]}
     return {"corpus": meta["corpus"], "document": meta["document"], "seconds": float(meta.get("seconds", "nan")),
-            "signals": signals, "labels": labels}
+            "signals": signals, "labels": labels, "utilities": utilities}

@@ -28,6 +28,11 @@ def test_label_train_analyze(model_dir, tmp_path, capsys):
                        for v in labelled.values())
         both, sampled, rebuilt = (load_shard(path, f)["labels"] for f in ("both", "labels", "reconstruction"))
         assert all(torch.equal(both[k], torch.maximum(sampled[k], rebuilt[k])) for k in both)
+        # raw utilities: each future's labels times its normaliser (the maximum of its row), both futures' maximum
+        raw = {f: load_shard(path, f)["utilities"] for f in ("both", "labels", "reconstruction")}
+        for k, u in raw["labels"].items():
+            assert torch.allclose(u / u.amax(-1, keepdim=True), sampled[k], atol=1e-6)
+            assert torch.equal(raw["both"][k], torch.maximum(u, raw["reconstruction"][k]))
         assert shard["seconds"] > 0
     artifact = tmp_path / "artifact"
     assert main(["train", *args, "--labels", str(labels), "--out", str(artifact), "--epochs", "1",

@@ -103,15 +103,15 @@ def test_reconstruction_future_is_the_window_asked_back(model_dir):
     other = "Sphinx of black quartz, judge my vow; a longer second document labelled in the same batch."
     together = label_windows(model, tokenizer, [text, other], continuations=2, max_new_tokens=5, seed=1,
                              check_entries=16)
-    for (signals, labels, _), alone_text in zip(together, (text, other)):
-        [(signals_alone, labels_alone, _)] = label_windows(model, tokenizer, [alone_text], continuations=2,
+    for (signals, labels, _, _), alone_text in zip(together, (text, other)):
+        [(signals_alone, labels_alone, _, _)] = label_windows(model, tokenizer, [alone_text], continuations=2,
                                                            max_new_tokens=5, seed=1, check_entries=16)
         for layer, s in signals_alone.items():
             assert torch.allclose(signals[layer], s, atol=1e-6)
         for kind in labels_alone:
             for layer, u in labels_alone[kind].items():
                 assert torch.allclose(labels[kind][layer], u, atol=1e-5), (kind, layer)
-    signals, labels, checks = together[0]
+    signals, labels, scales, checks = together[0]
     assert set(labels) == {"labels", "reconstruction"} and checks.covered
     assert checks.max_closed_form_error < 1e-9, checks  # float64 attention: rounding only
     encode = lambda s: encode_text(tokenizer, s)  # noqa: E731
@@ -122,4 +122,7 @@ def test_reconstruction_future_is_the_window_asked_back(model_dir):
     expected = max_normalise({layer: u[:, len(prefix):] for layer, u in raw.items()})
     for layer, u in expected.items():
         assert torch.allclose(labels["reconstruction"][layer], u, atol=1e-6)
+        # label × scale is the raw utility: one scale across layers and heads (a change of the residual stream)
+        assert torch.allclose(labels["reconstruction"][layer] * scales["reconstruction"][layer][:, None],
+                              raw[layer][:, len(prefix):], rtol=1e-5, atol=1e-9)
         assert not torch.allclose(labels["labels"][layer], u, atol=1e-3)  # a different future, different labels
