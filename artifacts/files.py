@@ -4,6 +4,7 @@ artifact the run did not write unless told to (the old one is then moved aside, 
 
 from __future__ import annotations
 
+import hashlib
 import os
 import tempfile
 import time
@@ -57,6 +58,26 @@ def write_result(path: Path, text: str, log: Callable[[str], None] = print) -> P
             backup = backup_path(path)
             os.replace(path, backup)
             log(f"moved the previous {path.name} to {backup}")
+    return path
+
+
+def write_rebuilt(path: Path, text: str, log: Callable[[str], None] = print) -> Path:
+    """``path.write_text(text)``, atomically, for a file a command rebuilds whole on every run (``bench compare``'s
+    summary.md): written over when it is what the command wrote last (its SHA-256 is kept beside it, in
+    ``.<name>.sha256``); else — edited by hand, or written before such records — moved aside to
+    ``<path>.backup-<time>`` first, never lost."""
+    path = Path(path)
+    record = path.with_name(f".{path.name}.sha256")
+    with atomic_path(path) as scratch:
+        scratch.write_text(text)
+        if path.exists() and not _empty_file(path):
+            written = record.read_text().strip() if record.is_file() else None
+            if hashlib.sha256(path.read_bytes()).hexdigest() != written:
+                backup = backup_path(path)
+                os.replace(path, backup)
+                log(f"{path.name} was not as the last run wrote it (edited by hand?): moved it to {backup}")
+        digest = hashlib.sha256(scratch.read_bytes()).hexdigest()
+    write_text(record, digest + "\n")
     return path
 
 

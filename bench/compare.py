@@ -12,18 +12,20 @@ from __future__ import annotations
 
 import os
 import sys
+from collections import defaultdict
 from collections.abc import Sequence
 
 from tqdm import tqdm
 
 from pretrained import loading
+from runtime.errors import UsageError
 from workloads.tasks import registry as tasks
 
 from .completeness import check_stores
 from .execution import ContextJob, in_processes, in_ray, in_this_process
 from .harness import Harness
 from .plan import RunPlan, plan
-from .row_fields import KEY_FIELDS, ShardContexts, shard_contexts
+from .row_fields import KEY_FIELDS, ShardContexts, shard_contexts, shown_fraction
 from .settings import CompareSettings
 from .store import ResultStore
 
@@ -42,6 +44,7 @@ def execute(run: RunPlan, show_progress: bool = True) -> tuple[ResultStore, load
     try:
         store.check_schema()
         check_stores([store], complete=False)  # what verify would refuse, refused before any work
+        _check_fractions_resume(run, store)
         if not contexts_of(run):  # an empty shard (more shards than contexts): no model to load
             return store, None
         identity = loading.identity(run.model_dir)
@@ -50,6 +53,22 @@ def execute(run: RunPlan, show_progress: bool = True) -> tuple[ResultStore, load
     finally:
         store.close()
     return store, identity
+
+
+def _check_fractions_resume(run: RunPlan, store: ResultStore) -> None:
+    """``UsageError`` naming a kept fraction of ``run`` that differs from one ``store`` holds of the same method but
+    is shown alike (:func:`~bench.row_fields.shown_fraction`: 0.3000001 and 0.3): its rows would be a second setting
+    that reports show as the stored one. The stored fraction, given as stored, resumes it."""
+    stored: dict[tuple[str, str], set[float]] = defaultdict(set)
+    for row in store.rows:
+        stored[(row["press"], row["allocator"])].add(row["keep_fraction"])
+    for method, p in run.children:
+        held = next((f for f in sorted(stored[(method.press.label, method.allocator.label)])
+                     if f != p and shown_fraction(f) == shown_fraction(p)), None)
+        if held is not None:
+            raise UsageError(f"kept fraction {p!r} (--keep-fractions) of {method.label}: {store.path} holds its rows "
+                             f"at {held!r}, one fraction where reports show them (p={shown_fraction(p)}); give "
+                             f"{held!r} to resume them, or write to another --out")
 
 
 def run_rows(store: ResultStore, settings: CompareSettings | RunPlan,

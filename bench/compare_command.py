@@ -167,7 +167,7 @@ def methods_of(args: argparse.Namespace) -> tuple[list[str], list[str], list[str
 
 
 def run(args) -> None:
-    from artifacts.files import write_text
+    from artifacts.files import write_rebuilt
 
     from .compare import CompareSettings, execute, plan, run_rows
     from .report import headline_markdown, plot_curves, summary_markdown
@@ -191,7 +191,7 @@ def run(args) -> None:
         return
     # the rows of the model as the run fingerprinted it when it began, whatever is written into its directory since
     rows = run_rows(store, run, identity)
-    write_text(run.out / "summary.md", summary_markdown(rows))
+    write_rebuilt(run.out / "summary.md", summary_markdown(rows))
     png = plot_curves(rows, run.out / "curves.png",
                       f"{len(run.methods)} method(s) · {', '.join(run.tasks)} · {run.length} tokens · "
                       f"n = {run.n} per task")

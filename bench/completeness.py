@@ -24,12 +24,24 @@ from pathlib import Path
 from runtime.errors import UsageError
 from workloads.tasks.registry import haystack_of
 
-from .row_fields import RUN, SHARED_FIELDS, describe_row, method_at, row_key, shard_contexts
+from .row_fields import (
+    QUESTIONS,
+    RUN,
+    SHARED_FIELDS,
+    describe_row,
+    method_at,
+    method_of,
+    row_key,
+    shard_contexts,
+    shown_fraction,
+)
 from .store import ResultStore
 
 RERUN = "its bench compare stopped before finishing; rerun it (it resumes)"
 RERUN_THOSE = "their bench compare stopped before finishing; rerun it with those settings (it resumes)"
 """The advice for the rows of a group beside others: their run's settings are what set them apart."""
+NOT_WRITTEN = "no run writes such a row: remove its line, or restore the store from its run's own copy"
+"""The advice for a row that contradicts its own context (a question past those it has)."""
 SHOWN = 5
 """How many missing rows or methods a message lists."""
 RUN_SHARED = ("tasks", "n", "haystack", "shards")
@@ -190,6 +202,8 @@ def check_complete(stores: list[ResultStore], every_shard: bool = True) -> None:
     groups: dict[tuple, list[Entry]] = defaultdict(list)
     for entry in entries:
         groups[_group_of(entry[0])].append(entry)
+    for held in groups.values():  # first: a method's rows are told apart by its fractions as shown
+        check_one_fraction_shown(held)
     for group, held in sorted(groups.items(), key=lambda item: (len(item[1]), item[0])):
         gap = _missing_context(held, every_shard) or _missing_rows(held)
         if gap is None:
@@ -201,6 +215,23 @@ def check_complete(stores: list[ResultStore], every_shard: bool = True) -> None:
         raise UsageError(f"{_where(held)} ({_apart(group, held, groups)}) {lacks}. If {were} written here by "
                          f"mistake, remove {them} (or keep {them} in another store); else "
                          f"{RERUN_THOSE if advice == RERUN else advice}")
+
+
+def check_one_fraction_shown(held: list[Entry]) -> None:
+    """``UsageError`` naming the lines of two kept fractions of one method in ``held`` (the rows of one setting
+    group) that differ but are shown alike (:func:`~bench.row_fields.shown_fraction`: 0.3 and 0.3000001): a report
+    would show one setting twice, each with its own rows."""
+    fractions: dict[tuple, dict[float, list[Entry]]] = defaultdict(lambda: defaultdict(list))
+    for entry in held:
+        row = entry[0]
+        fractions[(method_of(row), shown_fraction(row["keep_fraction"]))][row["keep_fraction"]].append(entry)
+    for (method, shown), by_value in fractions.items():
+        if len(by_value) > 1:
+            (first, there), (second, here) = islice(sorted(by_value.items()), 2)
+            raise UsageError(f"{_where(there)} and {_where(here)} hold {method} at kept fractions {first!r} and "
+                             f"{second!r}, one fraction where reports show them (p={shown}): a report would show "
+                             "it twice. Keep the rows of one (remove the other's lines, or write them to another "
+                             "store); bench compare resumes a fraction given as stored")
 
 
 def _apart(group: tuple, held: list[Entry], groups: dict[tuple, list[Entry]]) -> str:
@@ -220,17 +251,35 @@ def _rows(count: int) -> str:
 
 
 def _missing_rows(held: list[Entry]) -> Gap | None:
-    """A context of the group without the rows of every method and question the group holds."""
+    """A context of the group without the rows of every method of the group and every question of the context: its
+    questions 0 … n − 1 where its rows record their count n (:data:`~bench.row_fields.QUESTIONS`), else those its
+    rows hold; or a row of a question its context does not have."""
     contexts: dict[tuple, set] = defaultdict(set)
-    for row, _, _ in held:
-        contexts[(row["task"], row["haystack"], row["item"])].add((method_at(row), row["question"]))
-    methods = {method for answered in contexts.values() for method, _ in answered}
-    for (task, _, item), answered in contexts.items():
-        questions = {question for _, question in answered}
-        missing = {(method, question) for method in methods for question in questions} - answered
+    counts: dict[tuple, int] = {}
+    for row, store, line in held:
+        context = (row["task"], row["haystack"], row["item"])
+        contexts[context].add((method_at(row), row["question"]))
+        count = row.get(QUESTIONS)
+        if count is None:
+            continue
+        where = f"{store.path}:{line}"
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            return (f"names {QUESTIONS}={count!r} at {where} (expected how many questions task {row['task']}, item "
+                    f"{row['item']} has: an integer >= 1)", NOT_WRITTEN)
+        if row["question"] >= count:
+            return (f"holds question {row['question']} of task {row['task']}, item {row['item']} at {where}, which "
+                    f"has {count} question(s), 0 … {count - 1}", NOT_WRITTEN)
+        counts[context] = max(count, counts.get(context, 0))
+    methods = sorted({method for answered in contexts.values() for method, _ in answered})
+    for context, answered in contexts.items():
+        # a range, never listed: a count is not bounded by the rows that hold it
+        questions = range(counts[context]) if context in counts else sorted({q for _, q in answered})
+        missing = len(methods) * len(questions) - len(answered)  # every row held is of a method and a question here
         if missing:
-            return (f"is incomplete: task {task}, item {item} lacks the rows of "
-                    f"{listed(sorted(f'{method} question {q}' for method, q in missing))}", RERUN)
+            gone = islice((f"{method} question {q}" for method in methods for q in questions
+                           if (method, q) not in answered), SHOWN)
+            return (f"is incomplete: task {context[0]}, item {context[2]} lacks the rows of "
+                    f"{listed(list(gone), missing)}", RERUN)
     return None
 
 

@@ -1,7 +1,9 @@
 """Rows written before some of today's fields existed, read as rows of today.
 
 A field added to the rows leaves the rows already written (every committed store) without it: they are read with
-what they ran with, under today's names, and never rewritten. A field renamed is read under its new name.
+what they ran with, under today's names, and never rewritten. A field renamed is read under its new name. A field
+that no default stands for — the run a row names (:data:`bench.row_fields.RUN`), how many questions its context has
+(:data:`bench.row_fields.QUESTIONS`) — stays absent, and readers check such rows as before it existed.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ from runtime.errors import UsageError, describe
 from workloads.tasks import registry as tasks
 
 from .code_version import code_version
-from .row_fields import BASELINE
+from .row_fields import BASELINE, shown_fraction
 from .settings import ENGINES, EXECUTORS, KEEP_FRACTION_GRIDS, MIN_LENGTH, CompareSettings, check_ray_address
 from .specs import (
     BASELINE_METHOD,
@@ -110,7 +110,7 @@ def _nonempty(values: list, what: str, allowed: str) -> None:
 
 
 def _positive_int(value, what: str, meaning: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
         raise UsageError(f"{what} must be an integer >= 1 ({meaning}), got {value!r}")
 
 
@@ -260,6 +260,12 @@ def _check_types(settings: CompareSettings) -> None:
         value = getattr(settings, name)
         if not isinstance(value, Mapping):  # 'window=64' is the CLI's form (--press-options), not the library's
             raise UsageError(f"{name} must be a dict of option values by name, e.g. {example!r}, got {value!r}")
+        keys = [key for key in value if not isinstance(key, str)]
+        if keys:
+            raise UsageError(f"{name} must name each option by text, e.g. {example!r}, got the key {keys[0]!r}")
+    if settings.scbench_data is not None and not isinstance(settings.scbench_data, (str, os.PathLike)):
+        raise UsageError(f"scbench_data must be a directory path (str or Path) or None, got "
+                         f"{describe(settings.scbench_data)}")
 
 
 def plan(settings: CompareSettings | RunPlan) -> RunPlan:
@@ -291,7 +297,7 @@ def plan(settings: CompareSettings | RunPlan) -> RunPlan:
                            settings.keep_fractions)
     n, length, seed = int(settings.n), int(settings.length), int(settings.seed)
     shard = None if settings.shard is None else tuple(int(part) for part in settings.shard)
-    shown = [f"{fraction:g}" for fraction in keep_fractions]
+    shown = [shown_fraction(fraction) for fraction in keep_fractions]
     twice = next((text for text in shown if shown.count(text) > 1), None)
     if twice is not None:
         given = ", ".join(repr(f) for f, text in zip(settings.keep_fractions, shown) if text == twice)
@@ -318,7 +324,7 @@ def plan(settings: CompareSettings | RunPlan) -> RunPlan:
         n=n, length=length, profile=settings.profile, seed=seed, haystack=settings.haystack,
         scbench_data=settings.scbench_data, model=settings.model, model_dir=loading.resolve(settings.model),
         dtype=loading.dtype_name(settings.model), device=loading.device_name(settings.model), engine=settings.engine,
-        code=code_version(settings.engine), out=Path(settings.out), jobs=settings.jobs, batch=settings.batch,
+        code=code_version(settings.engine), out=Path(settings.out), jobs=int(settings.jobs), batch=int(settings.batch),
         shard=shard, executor=settings.executor, address=settings.address)
 
 

@@ -1,6 +1,7 @@
-"""Whether a row is a valid result: each value of its type and range, the context's counts within its size, the row
-a context of its run's shard, a no-prune row exactly at zero ΔNLL and KL, and a child's ΔNLL its NLL minus the
-no-prune row's.
+"""Whether a row is a valid result: each value of its type and range, its score the task's metric of its prediction,
+the context's counts within its size and a child's kept entries its allocator's budget, the row a context of its run's
+shard, a no-prune row exactly at zero ΔNLL and KL, and a child's ΔNLL its NLL minus the no-prune row's, its attention
+cache no larger than the full cache and its agreement with the full cache's answer borne out by its prediction.
 
 Every reader checks rows before it reports on them (``bench verify``, reports, ``bench merge``), so that no report
 shows a value no run could have written.
@@ -11,7 +12,10 @@ from __future__ import annotations
 import math
 import reprlib
 
-from workloads.tasks.registry import haystack_of
+from allocators.integerize import round_half_up
+from workloads.metrics import METRICS
+from workloads.tasks.registry import ALL_TASKS, haystack_of
+from workloads.tasks.ruler import METRIC, PROFILES
 
 from .legacy_rows import OPTIONAL_FIELDS
 from .row_fields import (
@@ -22,7 +26,9 @@ from .row_fields import (
     PER_LAYER_FRACTION_FIELDS,
     RUN,
     RUN_FIELDS,
+    SCHEMA,
 )
+from .settings import ENGINES
 
 KL_TOLERANCE = 1e-6
 """KL below 0 by at most this much is float rounding of a child almost equal to the full cache."""
@@ -48,13 +54,72 @@ def _count(value) -> bool:
     return _integer(value) and value >= 0
 
 
+def _text(value) -> bool:
+    return isinstance(value, str)
+
+
+NUMBER_KEY_FIELDS = {"keep_fraction": (lambda v: _number(v) and 0 < v <= 1, "a number in (0, 1]"),
+                     "length": (lambda v: _integer(v) and v >= 1, "an integer >= 1"),
+                     "item": (_count, "an integer >= 0"), "question": (_count, "an integer >= 0"),
+                     "seed": (_count, "an integer >= 0")}
+"""The key fields that hold numbers, each valid value and what is allowed (the CLI's and the library's ranges); every
+other key field holds text."""
+
+
+def key_problem(row: dict) -> str | None:
+    """What is wrong with the key of ``row`` (:data:`~bench.row_fields.KEY_FIELDS`), or None: each number of its
+    type and range (:data:`NUMBER_KEY_FIELDS`), every other key field text (``artifacts`` absent from rows written
+    before it). A row's key is hashed and compared only once it has none: a list or a dict there is named, not
+    hashed."""
+    for field in KEY_FIELDS:
+        value = row.get(field)
+        if value is None and field in OPTIONAL_FIELDS:
+            continue
+        valid, allowed = NUMBER_KEY_FIELDS.get(field, (_text, "text"))
+        if not valid(value):
+            return f"{field}={reprlib.repr(value)} (expected {allowed})"
+    return None
+
+
+def _setting_problem(row: dict) -> str | None:
+    """The first key value no run writes, of a key of its types: a task no family builds, a template profile or
+    engine the CLI refuses, or a no-prune row (press and allocator ``none``) at another kept fraction than 1 or beside
+    a compacting press or allocator."""
+    for field, known in (("task", ALL_TASKS), ("profile", PROFILES), ("engine", ENGINES)):
+        if row[field] not in known:
+            return f"{field}={reprlib.repr(row[field])} (expected one of {', '.join(known)})"
+    press, allocator = row["press"], row["allocator"]
+    if (press == BASELINE) != (allocator == BASELINE):
+        return (f"press={press!r} with allocator={allocator!r} (expected both {BASELINE!r}, no prune, or neither: "
+                "a press compacts with an allocator)")
+    if press == BASELINE and row["keep_fraction"] != 1:
+        return (f"keep_fraction={row['keep_fraction']!r} (expected 1 in a no-prune row: the full cache keeps every "
+                "entry)")
+    return None
+
+
+def _score_problem(row: dict) -> str | None:
+    """A score that is not its task's metric of its prediction and answers, where the metric reads those alone
+    (RULER's, :data:`workloads.tasks.ruler.METRIC`); SCBench's scorers read the turn's label and options, which rows
+    do not hold."""
+    metric = METRIC.get(row["task"])
+    if metric is None or row.get("prediction") is None or row.get("answers") is None:
+        return None
+    expected = METRICS[metric](row["prediction"], row["answers"])
+    if row["score"] != expected:
+        return (f"score={row['score']!r} (expected {expected!r}: {metric} of its prediction "
+                f"{reprlib.repr(row['prediction'])} and answers {reprlib.repr(row['answers'])})")
+    return None
+
+
 def _count_problem(row: dict) -> str | None:
-    """The context's and the child's sizes, where a row records them: ``n_context`` tokens, ``protected`` of them
-    kept by every method, ``body_entries`` attention entries a press chooses among, the ``kept_entries`` of a
-    compacted child (at most all of them), and the child's ``kv_bytes`` of attention cache and ``recurrent_bytes`` of
-    recurrent state."""
-    bounds = [("n_context", None), ("protected", "n_context"), ("body_entries", None), ("kept_entries", "body_entries"),
-              ("kv_bytes", None), ("recurrent_bytes", None)]
+    """The context's and the child's sizes, where a row records them: ``n_context`` tokens (at most the row's
+    ``length``: an item is fitted so that its context, its longest question and that answer's budget take at most
+    ``length`` tokens), ``protected`` of them kept by every method, ``body_entries`` attention entries a press chooses
+    among, the ``kept_entries`` of a compacted child (at most all of them), and the child's ``kv_bytes`` of attention
+    cache and ``recurrent_bytes`` of recurrent state."""
+    bounds = [("n_context", "length"), ("protected", "n_context"), ("body_entries", None),
+              ("kept_entries", "body_entries"), ("kv_bytes", None), ("recurrent_bytes", None)]
     for field, bound in bounds:
         value, limit = row.get(field), row.get(bound) if bound else None
         if value is None:
@@ -62,6 +127,26 @@ def _count_problem(row: dict) -> str | None:
         if not _count(value) or (_count(limit) and value > limit):
             within = f" at most {bound} = {limit}" if _count(limit) else ""
             return f"{field}={value!r} (expected an integer >= 0{within})"
+    return None
+
+
+def _budget_problem(row: dict) -> str | None:
+    """A compacted child's ``kept_entries`` that is not its allocator's exact budget, where its row records the
+    context's ``body_entries``: each allocator's counts sum to ``heads · round(p · (n_context − protected))``
+    (:attr:`allocators.base.BudgetRequest.total`), ``heads`` the attention heads ``body_entries`` counts entries of
+    (``body_entries`` is ``heads · (n_context − protected)``)."""
+    kept, body = row.get("kept_entries"), row.get("body_entries")
+    if kept is None or body is None:
+        return None
+    n_body = row["n_context"] - row["protected"]
+    if n_body < 1 or body % n_body:
+        return (f"body_entries={body} (expected a multiple of n_context − protected = {n_body} >= 1: that many "
+                "entries of each attention head a press chooses among)")
+    heads, per_head = body // n_body, round_half_up(row["keep_fraction"] * n_body)
+    if kept != heads * per_head:
+        return (f"kept_entries={kept} (expected {heads * per_head}: round(p · (n_context − protected)) = "
+                f"round({row['keep_fraction']:g} · {n_body}) = {per_head} entries for each of the {heads} attention "
+                "heads of body_entries, the allocator's exact budget)")
     return None
 
 
@@ -109,31 +194,38 @@ def _run_problem(row: dict) -> str | None:
 
 
 def row_problem(row: dict) -> str | None:
-    """What is wrong with one row, or None: every key and fidelity field present; its length an integer >= 1, its
-    item and question integers >= 0, its seed an integer; every fraction (:data:`FRACTION_FIELDS`,
-    :data:`PER_LAYER_FRACTION_FIELDS`) in [0, 1]; keep_fraction in (0, 1]; answer_nll (a negative log-likelihood) and
-    kl finite numbers >= 0, delta_nll a finite number; agree a boolean; every time (``*_seconds``) a finite number >= 0;
-    the context's counts within its size and the child's bytes integers >= 0 (:func:`_count_problem`); its context
-    one of its run's shard (:func:`_run_problem`); and a no-prune row — the full cache compared with itself — at
-    exactly zero ΔNLL and KL, agreeing."""
+    """What is wrong with one row, or None: every key and fidelity field present; its key of its types and ranges
+    (:func:`key_problem`) and settings a run writes (:func:`_setting_problem`); its schema one this version reads;
+    every fraction (:data:`FRACTION_FIELDS`, :data:`PER_LAYER_FRACTION_FIELDS`) in [0, 1]; answer_nll (a negative
+    log-likelihood) and kl finite numbers >= 0, delta_nll a finite number; agree a boolean; every time
+    (``*_seconds``) a finite number >= 0; its prediction text and its answers a non-empty list of text, its score
+    their metric's (:func:`_score_problem`); the context's counts within its size and the child's bytes integers
+    >= 0 (:func:`_count_problem`), a child's kept entries its allocator's budget (:func:`_budget_problem`); its
+    context one of its run's shard (:func:`_run_problem`); and a no-prune row — the full cache compared with
+    itself — at exactly zero ΔNLL and KL, agreeing."""
     missing = [f for f in (*KEY_FIELDS, "score", *FIDELITY_FIELDS) if row.get(f) is None and f not in OPTIONAL_FIELDS]
     if missing:
         return f"missing {', '.join(missing)}"
+    problem = key_problem(row) or _setting_problem(row)
+    if problem:
+        return problem
     seconds = [field for field in row if field.endswith(SECONDS)]
-    checks = [("length", lambda v: _integer(v) and v >= 1, "an integer >= 1"),
-              *((field, _count, "an integer >= 0") for field in ("item", "question")),
-              ("seed", _integer, "an integer"),
+    checks = [("schema", lambda v: v is None or (_integer(v) and 1 <= v <= SCHEMA),
+               f"an integer in 1 … {SCHEMA}: this version writes {SCHEMA}, rows written before it less"),
               *((field, lambda v: v is None or _fraction(v), "a number in [0, 1]") for field in FRACTION_FIELDS),
-              ("keep_fraction", lambda v: _number(v) and 0 < v <= 1, "a number in (0, 1]"),
               ("answer_nll", lambda v: _number(v) and v >= 0, "a finite number >= 0"),
               ("delta_nll", _number, "a finite number"),
               ("kl", lambda v: _number(v) and v >= -KL_TOLERANCE, "a finite number >= 0"),
               ("agree", lambda v: isinstance(v, bool), "true or false"),
-              *((field, lambda v: v is None or (_number(v) and v >= 0), "a finite number >= 0") for field in seconds)]
+              *((field, lambda v: v is None or (_number(v) and v >= 0), "a finite number >= 0") for field in seconds),
+              ("prediction", lambda v: v is None or _text(v), "text"),
+              ("answers", lambda v: v is None or (isinstance(v, list) and v and all(map(_text, v))),
+               "a non-empty list of text")]
     for field, valid, allowed in checks:
         if not valid(row.get(field)):
-            return f"{field}={row.get(field)!r} (expected {allowed})"
-    problem = _per_layer_problem(row) or _count_problem(row) or _run_problem(row)
+            return f"{field}={reprlib.repr(row.get(field))} (expected {allowed})"
+    problem = (_score_problem(row) or _per_layer_problem(row) or _count_problem(row) or _budget_problem(row)
+               or _run_problem(row))
     if problem:
         return problem
     if row["press"] == BASELINE and (row["delta_nll"] != 0 or row["kl"] != 0 or row["agree"] is not True):
@@ -147,10 +239,33 @@ def _question_of(row: dict) -> tuple:
     return tuple(row.get(field) for field in KEY_FIELDS if field not in CHILD_FIELDS)
 
 
-def _delta_problems(rows: list[dict], valid: list[bool], where) -> dict[int, str]:
-    """By index, the valid rows whose ``delta_nll`` is not their ``answer_nll`` minus that of the no-prune row of
-    their question (within :data:`DELTA_NLL_TOLERANCE`). A question without a no-prune row among ``rows`` (a run of
-    compacted children alone) is not checked."""
+def _child_problem(row: dict, full: dict, there: str) -> str | None:
+    """What is wrong with a valid child ``row`` beside the valid no-prune row ``full`` of its question (at
+    ``there``): its ``delta_nll`` not its ``answer_nll`` minus the full cache's (within
+    :data:`DELTA_NLL_TOLERANCE`), its ``kv_bytes`` more than the full cache's (a child keeps some of its entries),
+    or ``agree`` true (the same greedy tokens as the full cache) with a prediction other than the full cache's (the
+    same tokens decode to the same text). ``agree`` false with the same prediction is no problem: two token
+    sequences may decode to one text."""
+    nll, full_nll = row["answer_nll"], full["answer_nll"]
+    tolerance = DELTA_NLL_TOLERANCE * max(1.0, abs(nll), abs(full_nll))
+    if abs(row["delta_nll"] - (nll - full_nll)) > tolerance:
+        return (f"delta_nll={row['delta_nll']!r} (expected answer_nll {nll!r} minus the no-prune row's answer_nll "
+                f"{full_nll!r} ({there}) = {nll - full_nll!r}, within {tolerance:.3g})")
+    kv_bytes, full_kv_bytes = row.get("kv_bytes"), full.get("kv_bytes")
+    if kv_bytes is not None and full_kv_bytes is not None and kv_bytes > full_kv_bytes:
+        return (f"kv_bytes={kv_bytes} (expected at most the no-prune row's {full_kv_bytes} ({there}): a child keeps "
+                "some of the full cache's entries)")
+    if row["agree"] and row.get("prediction") != full.get("prediction"):
+        return (f"agree=True with prediction {reprlib.repr(row['prediction'])}, not the no-prune row's "
+                f"{reprlib.repr(full['prediction'])} ({there}) (expected false: the full cache's greedy answer "
+                "decodes to its prediction)")
+    return None
+
+
+def _child_problems(rows: list[dict], valid: list[bool], where) -> dict[int, str]:
+    """By index, the valid children of a question with a valid no-prune row among ``rows`` that do not match it
+    (:func:`_child_problem`). A question without a no-prune row among ``rows`` (a run of compacted children alone)
+    is not checked."""
     baselines: dict[tuple, int] = {}
     for index, row in enumerate(rows):
         if valid[index] and row["press"] == BASELINE:
@@ -158,21 +273,16 @@ def _delta_problems(rows: list[dict], valid: list[bool], where) -> dict[int, str
     problems = {}
     for index, row in enumerate(rows):
         full = baselines.get(_question_of(row)) if valid[index] else None
-        if full is None or index == full:
-            continue
-        nll, full_nll = row["answer_nll"], rows[full]["answer_nll"]
-        tolerance = DELTA_NLL_TOLERANCE * max(1.0, abs(nll), abs(full_nll))
-        if abs(row["delta_nll"] - (nll - full_nll)) > tolerance:
-            problems[index] = (f"delta_nll={row['delta_nll']!r} (expected answer_nll {nll!r} minus the no-prune row's "
-                               f"answer_nll {full_nll!r} ({where(full)}) = {nll - full_nll!r}, within {tolerance:.3g})")
+        if full is not None and index != full and (problem := _child_problem(row, rows[full], where(full))):
+            problems[index] = problem
     return problems
 
 
 def verify_rows(rows: list[dict], where=None) -> list[str]:
     """What is wrong with ``rows`` (empty if nothing), in their order, each problem prefixed by ``where(index)``
-    (default ``row N``): each row's own (:func:`row_problem`), and a valid child's ΔNLL against the no-prune row of
-    its question (:func:`_delta_problems`)."""
+    (default ``row N``): each row's own (:func:`row_problem`), and a valid child's against the no-prune row of its
+    question (:func:`_child_problems`)."""
     where = where or (lambda index: f"row {index + 1}")
     problems = {index: problem for index, row in enumerate(rows) if (problem := row_problem(row))}
-    problems.update(_delta_problems(rows, [index not in problems for index in range(len(rows))], where))
+    problems.update(_child_problems(rows, [index not in problems for index in range(len(rows))], where))
     return [f"{where(index)}: {problems[index]}" for index in sorted(problems)]

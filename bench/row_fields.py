@@ -18,7 +18,9 @@ SHARED_FIELDS = (*GROUP_FIELDS, "seed")
 BASELINE = "none"
 """The no-prune method's name in rows (its press and its allocator)."""
 SCHEMA = 2
-"""Version of a row's fields; 2 added the fidelity metrics (answer_nll, delta_nll, kl, agree)."""
+"""Version of a row's fields; 2 added the fidelity metrics (answer_nll, delta_nll, kl, agree). Fields added since
+without changing what the others mean (:data:`RUN`, :data:`QUESTIONS`) leave it as it is: rows written before them
+lack them and are read, checked and compared with new rows as before (:mod:`bench.legacy_rows`)."""
 FIDELITY_FIELDS = ("answer_nll", "delta_nll", "kl", "agree")
 FRACTION_FIELDS = ("score", "score_official", "needle_recall", "answer_recall")
 """Fields that hold one fraction in [0, 1] (accuracy, the share of the needle's entries kept); ``score`` is
@@ -32,6 +34,10 @@ The run answers items 0 … n − 1 of each task, in that order (its contexts, a
 its shard ``k/N`` took the positions k, k + N, … (an unsharded run is shard 0/1). Rows written before it lack it
 (every committed store): their stores are checked context by context only (:mod:`bench.completeness`)."""
 RUN_FIELDS = ("tasks", "n", "haystack", "shard", "shards")
+QUESTIONS = "questions"
+"""The field by which a row records how many questions its context has: its questions are 0 … questions − 1, and
+a context is whole when each of its methods holds the row of each (:mod:`bench.completeness`). Rows written before
+it lack it (every committed store): their contexts are checked on the questions their rows hold."""
 
 
 def row_key(row: dict) -> tuple:
@@ -77,12 +83,18 @@ def method_of(row: dict) -> str:
     return BASELINE if row["press"] == BASELINE else f"{row['press']}/{row['allocator']}"
 
 
+def shown_fraction(fraction: float) -> str:
+    """A kept fraction as reports and messages show it: 6 significant digits (``0.3`` for 0.3 and 0.3000001). Two
+    fractions shown alike are one setting to a reader, so a run and a store hold at most one of them."""
+    return f"{fraction:g}"
+
+
 def method_at(row: dict) -> str:
     """A row's method at its kept fraction (``gatesight/flat p=0.1``), as messages name it."""
-    return f"{method_of(row)} p={row['keep_fraction']:g}"
+    return f"{method_of(row)} p={shown_fraction(row['keep_fraction'])}"
 
 
 def describe_row(row: dict) -> str:
     """A row as messages name it: its method, kept fraction, task, item and question."""
-    return (f"{method_of(row)} at p={row['keep_fraction']:g}, task {row['task']}, item {row['item']}, question "
-            f"{row['question']}")
+    return (f"{method_of(row)} at p={shown_fraction(row['keep_fraction'])}, task {row['task']}, item {row['item']}, "
+            f"question {row['question']}")

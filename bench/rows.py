@@ -19,17 +19,18 @@ from workloads.tasks.items import Item, Question
 from .fidelity import FullCacheReference, fidelity, reference_text
 from .needles import mean_over_heads, needle_positions, needle_recall
 from .plan import RunPlan
-from .row_fields import RUN, SCHEMA
+from .row_fields import QUESTIONS, RUN, SCHEMA
 from .specs import Method
 
 
 def base_row(run: RunPlan, identity: ModelIdentity, task: str, item: Item, question_index: int) -> dict:
     """The fields every row of one question of one context shares, whatever the method: the run's (``run``), the
-    model's (``identity``: its fingerprints, computed once) and the question's."""
+    model's (``identity``: its fingerprints, computed once), the question's and how many the context has
+    (:data:`~bench.row_fields.QUESTIONS`)."""
     return {"schema": SCHEMA, "model": str(run.model_dir.name), **identity.row_fields(), "task": task,
             "profile": run.profile, "length": run.length, "item": item.index, "question": question_index,
-            "seed": run.seed, "code": run.code, "engine": run.engine, "dtype": run.dtype, "device": run.device,
-            "haystack": item.haystack, RUN: run.run}
+            QUESTIONS: len(item.questions), "seed": run.seed, "code": run.code, "engine": run.engine,
+            "dtype": run.dtype, "device": run.device, "haystack": item.haystack, RUN: run.run}
 
 
 def method_fields(method: Method, keep_fraction: float, common: dict, kv_bytes: int, recurrent_bytes: int,

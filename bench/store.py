@@ -21,7 +21,7 @@ from artifacts.outputs import Output, check_place
 from runtime.errors import UsageError
 
 from .legacy_rows import read_row
-from .row_checks import verify_rows
+from .row_checks import key_problem, verify_rows
 from .row_fields import FIDELITY_FIELDS, SCHEMA, row_key
 
 LOCK_WAIT_SECONDS = 1.0
@@ -88,7 +88,7 @@ class ResultStore:
             if not raw.strip():
                 continue
             try:
-                value = json.loads(raw.decode("utf-8"))
+                value = json.loads(raw.decode("utf-8-sig" if number == 1 else "utf-8"))
             except (UnicodeDecodeError, json.JSONDecodeError):
                 value = None
             row = read_row(value)
@@ -105,7 +105,7 @@ class ResultStore:
             shown = ", ".join(map(str, self.skipped[:10])) + (" …" if len(self.skipped) > 10 else "")
             print(f"warning: {self.path}: skipped {len(self.skipped)} line(s) that are not result rows "
                   f"(line {shown}); the file is left as it is", file=sys.stderr)
-        self.done = {row_key(r) for r in self.rows}
+        self.done = {row_key(r) for r in self.rows if key_problem(r) is None}  # a bad key is check_rows' to name
 
     @staticmethod
     def _read(path: Path) -> bytes:

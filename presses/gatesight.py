@@ -189,6 +189,9 @@ class GateSightPress(Press):
         if self.signal_dtype not in ("float32", "bfloat16"):
             raise UsageError(f"signal_dtype={self.signal_dtype!r}: choose float32 or bfloat16")
         if isinstance(self.estimator, (str, Path)):
+            if not str(self.estimator).strip():  # Path('') is '.', the current directory: never meant
+                raise UsageError("estimator='' is empty: give the directory a GateSight estimator was saved to, or "
+                                 "leave the option out (a model's own estimator is read from its directory)")
             self.estimator = _load_estimator(Path(self.estimator))
         elif self.estimator is not None and not isinstance(self.estimator, GateSightEstimator):
             raise UsageError(f"estimator={self.estimator!r}: give a GateSightEstimator or the directory it was "

@@ -72,6 +72,10 @@ def check_layer_weights(layer_weights) -> None:
     if layer_weights is not None and not isinstance(layer_weights, dict):
         raise ArgumentTypeError(f"layer_weights must be a dict {{attention layer: weight}} or None, got "
                                 f"{describe(layer_weights)}")
+    keys = [key for key in layer_weights or {} if isinstance(key, bool) or not isinstance(key, numbers.Integral)]
+    if keys:
+        raise ArgumentTypeError(f"layer_weights must be keyed by attention layer index (an integer, e.g. {{3: 1.0}}), "
+                                f"got the key {keys[0]!r}")
 
 
 def check_pair(press: Press, allocator: Allocator) -> None:

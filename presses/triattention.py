@@ -70,6 +70,9 @@ class TriAttentionPress(Press):
         if isinstance(self.max_offset, bool) or not isinstance(self.max_offset, int) or self.max_offset < 1:
             raise UsageError(f"max_offset={self.max_offset!r}: expected an integer >= 1")
         if isinstance(self.calibration, (str, Path)):
+            if not str(self.calibration).strip():  # Path('') is '.', the current directory: never meant
+                raise UsageError("calibration='' is empty: give the model directory holding a calibration, or leave "
+                                 "the option out (a model's own calibration is read from its directory)")
             directory = Path(self.calibration)
             if not directory.is_dir():
                 raise UsageError(f"calibration={str(directory)!r}: no such directory (give the model directory "

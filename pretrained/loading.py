@@ -14,7 +14,7 @@ import torch
 
 import pretrained
 from runtime import adapters
-from runtime.errors import UsageError
+from runtime.errors import MissingFileError, UsageError
 
 MODEL_ENV = "HYBRIDPRESS_MODEL"
 """Where the default model is looked up first: a non-editable install has no source checkout beside it."""
@@ -80,7 +80,7 @@ def resolve(model: str | ModelSpec | None) -> Path:
     spec = _spec(model)
     if spec.path is None:
         if not (DEFAULT_MODEL_DIR / "config.json").exists():
-            raise FileNotFoundError(f"no model at {DEFAULT_MODEL_DIR}: the default model ships with the source "
+            raise MissingFileError(f"no model at {DEFAULT_MODEL_DIR}: the default model ships with the source "
                                     f"checkout (models/hybrid-byte-12l); set {MODEL_ENV} to its directory, or pass "
                                     "--model")
         return DEFAULT_MODEL_DIR
@@ -91,7 +91,7 @@ def resolve(model: str | ModelSpec | None) -> Path:
     if (directory / "config.json").exists():
         return directory
     if directory.exists() or spec.path.count("/") != 1 or spec.path.startswith((".", "/", "~")):
-        raise FileNotFoundError(f"no model at {spec.path}: expected a local HF model directory (with config.json) "
+        raise MissingFileError(f"no model at {spec.path}: expected a local HF model directory (with config.json) "
                                 "or a hub id such as Qwen/Qwen3.5-0.8B")
     from huggingface_hub import constants, snapshot_download
     from huggingface_hub.constants import HF_HUB_CACHE
@@ -106,12 +106,12 @@ def resolve(model: str | ModelSpec | None) -> Path:
         remedy = ("the hub is offline because HF_HUB_OFFLINE is set: unset it to let --allow-download fetch it, or "
                   "download it there first") if constants.HF_HUB_OFFLINE else (
                   "download it there first, or pass --allow-download")
-        raise FileNotFoundError(
+        raise MissingFileError(
             f"no model at {spec.path}: it is not a local directory, and the hub id is not in the local Hugging Face "
             f"cache ({HF_HUB_CACHE}); {remedy}"
         ) from None
     except Exception as error:  # the hub's own errors (unknown repository, gated model, no network)
-        raise FileNotFoundError(f"could not fetch {spec.path} from the Hugging Face hub: {error}") from None
+        raise MissingFileError(f"could not fetch {spec.path} from the Hugging Face hub: {error}") from None
 
 
 def read_config(directory: Path) -> dict:

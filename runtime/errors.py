@@ -13,6 +13,11 @@ class ArgumentTypeError(UsageError, TypeError):
     a ``TypeError`` as Python's own are, and a :class:`UsageError`, so that ``bench`` shows it as one line."""
 
 
+class MissingFileError(UsageError, FileNotFoundError):
+    """A file or directory the user named that is not there (a model, a store): a :class:`UsageError`, shown as one
+    line, and a ``FileNotFoundError`` for callers that catch that."""
+
+
 def describe(value) -> str:
     """A wrong argument as an error message names it: its type and (shortened) value, or for a class that it is one."""
     if isinstance(value, type):

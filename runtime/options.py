@@ -186,7 +186,13 @@ def check_name(name, registry: dict, base: type, flag: str, call: str, available
     if not bracket or name in registry or head not in registry:
         return
     keywords = _as_keywords(body)
-    these = f": for these options, {call}({head!r}, {keywords})" if keywords else ""
+    valid = [f.name for f in fields(registry[head]) if f.init]
+    unknown = [pair.partition("=")[0].strip() for pair in body.removesuffix("]").split(",")
+               if pair.partition("=")[0].strip() not in valid]
+    if keywords and unknown:  # the call shown would fail: say so instead
+        these = f"; {head} has no option {unknown[0]!r} (its options: {', '.join(valid) or 'none'})"
+    else:
+        these = f": for these options, {call}({head!r}, {keywords})" if keywords else ""
     raise UsageError(f"{kind} {name!r}: options in brackets are bench compare's {flag} syntax; here name the {kind} "
                      f"alone and give its options as keywords, {call}({head!r}, key=value), or pass {article} "
                      f"{base.__name__} instance, {registry[head].__name__}(key=value){these}")

@@ -113,6 +113,8 @@ def test_numpy_kept_fractions_are_written_as_plain_floats(model_dir, tmp_path, f
     ({"shard": (-1, 2)}, "shard must be a (k, n) tuple of integers with 0 <= k < n, e.g. (0, 2), got (-1, 2)"),
     ({"out": None}, "out must be a directory path (str or Path), got NoneType None"),
     ({"out": 3}, "out must be a directory path (str or Path), got int 3"),
+    ({"press_options": {3: 4}}, "press_options must name each option by text, e.g. {'window': 64}, got the key 3"),
+    ({"scbench_data": 3}, "scbench_data must be a directory path (str or Path) or None, got int 3"),
 ])
 def test_a_field_of_the_wrong_kind_or_range_is_named_before_the_model(model_dir, tmp_path, no_model_load, change,
                                                                       message):
@@ -126,12 +128,33 @@ def test_a_field_of_the_wrong_kind_or_range_is_named_before_the_model(model_dir,
 
 
 def test_numpy_integers_are_planned_and_written_as_plain_ints(model_dir, tmp_path):
-    numpy = {"n": np.int64(1), "length": np.int32(300), "seed": np.int64(3), "shard": (np.int64(0), np.int64(1))}
+    numpy = {"n": np.int64(1), "length": np.int32(300), "seed": np.int64(3), "shard": (np.int64(0), np.int64(1)),
+             "batch": np.int64(2), "jobs": np.int64(1)}
     run = plan(compare_settings(model_dir, tmp_path / "out", **numpy))
-    planned = {"n": run.n, "length": run.length, "seed": run.seed, "shard": run.shard}
-    assert planned == {"n": 1, "length": 300, "seed": 3, "shard": (0, 1)}
-    assert all(type(value) is int for value in (run.n, run.length, run.seed, *run.shard))
+    planned = {"n": run.n, "length": run.length, "seed": run.seed, "shard": run.shard, "batch": run.batch,
+               "jobs": run.jobs}
+    assert planned == {"n": 1, "length": 300, "seed": 3, "shard": (0, 1), "batch": 2, "jobs": 1}
+    assert all(type(value) is int for value in (run.n, run.length, run.seed, *run.shard, run.batch, run.jobs))
     rows = run_compare(run, show_progress=False).rows
     written = [json.loads(line) for line in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
     assert rows and len(written) == len(rows)
     assert {(row["length"], row["seed"], row["item"]) for row in written} == {(300, 3, 0)}
+
+
+def test_a_model_that_is_a_file_is_one_usage_error(model_dir, tmp_path):
+    """A path to a file where a model directory belongs: a UsageError (also a FileNotFoundError) naming it."""
+    from runtime.errors import MissingFileError
+
+    afile = tmp_path / "model.bin"
+    afile.write_text("not a model")
+    with pytest.raises(MissingFileError, match=f"no model at {afile}: expected a local HF model directory"):
+        run_compare(compare_settings(model_dir, tmp_path / "out", model=str(afile)), show_progress=False)
+    assert issubclass(MissingFileError, UsageError) and issubclass(MissingFileError, FileNotFoundError)
+
+
+@pytest.mark.parametrize("press, option", [("gatesight", "estimator"), ("triattention", "calibration")])
+def test_an_empty_directory_option_is_named_as_empty(model_dir, tmp_path, capsys, no_model_load, press, option):
+    """``gatesight[estimator=]`` was reported as ``estimator='.'`` (the current directory)."""
+    code, err = run_cli(capsys, "compare", "--model", model_dir, "--out", tmp_path / "out", "--press",
+                        f"{press}[{option}=]")
+    assert code == 2 and f"{option}='' is empty" in err and "'.'" not in err, err

@@ -334,3 +334,21 @@ def test_model_eval_names_the_tasks_its_mean_averages(model_dir):
     assert "| **mean of niah_single_1, niah_single_2** |" in two and "NIAH×8" not in two
     one = evaluate_model(str(model_dir), ["niah_single_1"], [400], 1)
     assert "mean" not in one.split("full cache, greedy.", 1)[1]
+
+
+def test_a_summary_edited_by_hand_is_kept_aside_when_compare_rebuilds_it(model_dir, tmp_path, capsys):
+    """summary.md is rebuilt on every run; one the last run did not write as it is (notes added by hand) is moved
+    aside, not lost; one it wrote is written over without a backup."""
+    from tests.helpers import run_cli
+
+    argv = ["compare", "--model", model_dir, "--press", "keydiff", "--keep-fractions", "0.5", "--n", "1",
+            "--tasks", "niah_single_1", "--length", "300", "--out", tmp_path / "out"]
+    assert run_cli(capsys, *argv)[0] == 0
+    assert run_cli(capsys, *argv)[0] == 0  # its own summary: rebuilt, no backup
+    assert not list((tmp_path / "out").glob("summary.md.backup-*"))
+    summary = tmp_path / "out" / "summary.md"
+    notes = summary.read_text() + "\nMY NOTES\n"
+    summary.write_text(notes)
+    assert run_cli(capsys, *argv)[0] == 0
+    [backup] = (tmp_path / "out").glob("summary.md.backup-*")
+    assert backup.read_text() == notes and "MY NOTES" not in summary.read_text()

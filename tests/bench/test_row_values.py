@@ -1,13 +1,18 @@
 """``bench verify`` refuses a row whose values no run could have written — a negative NLL, byte count or time, a
-count or key field of the wrong type, a ΔNLL that is not the row's NLL minus the no-prune row's — naming its file,
-line, field and what is allowed; a real run's rows pass, and rows written before a field existed still do."""
+count or key field of the wrong type, a setting no run has, a score that is not its prediction's, more kept entries
+than the allocator's budget, a ΔNLL that is not the row's NLL minus the no-prune row's — naming its file, line,
+field and what is allowed; a real run's rows pass, and rows written before a field existed still do."""
 
+import reprlib
 
 import pytest
 
+from allocators.integerize import round_half_up
 from bench.compare import run_compare
 from bench.row_checks import DELTA_NLL_TOLERANCE
+from bench.row_fields import SCHEMA
 from tests.helpers import assert_reports_refuse, compare_settings, run_cli, store_of, stored_rows
+from workloads.metrics import string_match_all
 
 QUESTION_FIELDS = ("task", "item", "question", "haystack")
 """What names one question of one context within a run's rows."""
@@ -50,8 +55,25 @@ def _baseline_of(rows, row) -> dict:
     ({"question": "0"}, "question='0' (expected an integer >= 0)"),
     ({"question": -1}, "question=-1 (expected an integer >= 0)"),
     ({"question": True}, "question=True (expected an integer >= 0)"),
-    ({"seed": "0"}, "seed='0' (expected an integer)"),
-    ({"seed": 0.5}, "seed=0.5 (expected an integer)"),
+    ({"seed": "0"}, "seed='0' (expected an integer >= 0)"),
+    ({"seed": 0.5}, "seed=0.5 (expected an integer >= 0)"),
+    ({"seed": -1}, "seed=-1 (expected an integer >= 0)"),
+    ({"press": 3}, "press=3 (expected text)"),
+    ({"allocator": ["flat"]}, "allocator=['flat'] (expected text)"),
+    ({"task": 3}, "task=3 (expected text)"),
+    ({"model": {"name": "tiny"}}, "model={'name': 'tiny'} (expected text)"),
+    ({"weights": 5}, "weights=5 (expected text)"),
+    ({"task": "foo_task"}, "task='foo_task' (expected one of niah_single_1, "),
+    ({"profile": "zzz"}, "profile='zzz' (expected one of faithful, compact)"),
+    ({"engine": "trt"}, "engine='trt' (expected one of hf, vllm)"),
+    ({"schema": SCHEMA + 7}, f"schema={SCHEMA + 7} (expected an integer in 1 … {SCHEMA}: this version writes "),
+    ({"schema": str(SCHEMA)}, f"schema='{SCHEMA}' (expected an integer in 1 … {SCHEMA}"),
+    ({"prediction": 5}, "prediction=5 (expected text)"),
+    ({"answers": "8379"}, "answers='8379' (expected a non-empty list of text)"),
+    ({"answers": []}, "answers=[] (expected a non-empty list of text)"),
+    ({"answers": [8379]}, "answers=[8379] (expected a non-empty list of text)"),
+    ({"prediction": "", "score": 1.0}, "score=1.0 (expected 0.0: string_match_all of its prediction '' and answers"),
+    ({"n_context": 100000}, "n_context=100000 (expected an integer >= 0 at most length = 300)"),
 ])
 def test_a_value_no_run_writes_is_named_by_its_line(run, tmp_path, capsys, press, change, message):
     """Each value altered by hand in one row, of a compacted child or of the full cache, is named with its line and
@@ -61,6 +83,84 @@ def test_a_value_no_run_writes_is_named_by_its_line(run, tmp_path, capsys, press
     rows[at] = {**rows[at], **change}
     bad = store_of(rows, tmp_path / "bad")
     assert_reports_refuse(capsys, bad, tmp_path / "docs", f"{bad / 'results.jsonl'}:{at + 1}: {message}")
+
+
+@pytest.mark.parametrize("press, change, message", [
+    ("none", {"keep_fraction": 0.5}, "keep_fraction=0.5 (expected 1 in a no-prune row: the full cache keeps every "),
+    ("none", {"allocator": "flat"}, "press='none' with allocator='flat' (expected both 'none', no prune, or neither"),
+    ("keydiff", {"allocator": "none"}, "press='keydiff' with allocator='none' (expected both 'none', no prune, or "),
+])
+def test_a_no_prune_row_is_the_full_cache_alone(run, tmp_path, capsys, press, change, message):
+    """No prune keeps every entry (p = 1) with no allocator, and a press always has one: a no-prune row at another
+    fraction, or press and allocator of which one alone is ``none``, is no setting a rerun writes (not incomplete)."""
+    rows = stored_rows(run)
+    at = next(i for i, row in enumerate(rows) if row["press"] == press)
+    rows[at] = {**rows[at], **change}
+    bad = store_of(rows, tmp_path / "bad")
+    assert_reports_refuse(capsys, bad, tmp_path / "docs", f"{bad / 'results.jsonl'}:{at + 1}: {message}")
+
+
+def test_a_key_that_cannot_be_hashed_is_named_by_merge_too(run, tmp_path, capsys):
+    """A list where text belongs is named by ``bench merge`` as by verify (never a raw ``TypeError``), and nothing
+    is merged."""
+    rows = stored_rows(run)
+    rows[0]["allocator"] = ["none"]
+    bad = store_of(rows, tmp_path / "bad")
+    code, err = run_cli(capsys, "merge", bad, "--out", tmp_path / "merged")
+    assert code == 2 and f"{bad / 'results.jsonl'}:1: allocator=['none'] (expected text)" in err, err
+    assert not (tmp_path / "merged").exists()
+
+
+@pytest.mark.parametrize("kept", ["every body entry", "one more per head", "one fewer"])
+def test_kept_entries_other_than_the_allocators_budget_are_named(run, tmp_path, capsys, kept):
+    """A child keeps exactly heads · round(p · (n_context − protected)) entries (the allocator's budget): more, or
+    fewer, is named with that budget."""
+    rows = stored_rows(run)
+    at = next(i for i, row in enumerate(rows) if row["press"] != "none")
+    row = rows[at]
+    heads = row["body_entries"] // (row["n_context"] - row["protected"])
+    budget = row["kept_entries"]
+    row["kept_entries"] = {"every body entry": row["body_entries"], "one more per head": budget + heads,
+                           "one fewer": budget - 1}[kept]
+    bad = store_of(rows, tmp_path / "bad")
+    assert_reports_refuse(capsys, bad, tmp_path / "docs",
+                          f"{bad / 'results.jsonl'}:{at + 1}: kept_entries={row['kept_entries']} (expected {budget}: ")
+
+
+@pytest.mark.parametrize("change", ["kv_bytes", "agree"])
+def test_a_child_is_held_to_its_full_cache_row(run, tmp_path, capsys, change):
+    """A child that holds more attention cache than the full cache, or that agrees with the full cache's greedy
+    answer while its prediction differs (the same tokens decode to the same text), is named with the no-prune row's
+    line."""
+    rows = stored_rows(run)
+    at = next(i for i, row in enumerate(rows) if row["press"] != "none")
+    full = next(i for i, row in enumerate(rows) if row is _baseline_of(rows, rows[at]))
+    path = tmp_path / "bad" / "results.jsonl"
+    if change == "kv_bytes":
+        rows[at]["kv_bytes"] = rows[full]["kv_bytes"] + 1
+        message = (f"kv_bytes={rows[at]['kv_bytes']} (expected at most the no-prune row's {rows[full]['kv_bytes']} "
+                   f"({path}:{full + 1})")
+    else:
+        rows[at].update(prediction="zz", agree=True, score=0.0)
+        message = (f"agree=True with prediction 'zz', not the no-prune row's {reprlib.repr(rows[full]['prediction'])} "
+                   f"({path}:{full + 1}) (expected false")
+    bad = store_of(rows, tmp_path / "bad")
+    assert_reports_refuse(capsys, bad, tmp_path / "docs", f"{path}:{at + 1}: {message}")
+
+
+def test_every_row_of_a_run_meets_the_checks_of_sizes_score_and_agreement(run):
+    """The invariants the checks hold rows to, on a real run: each context within its length, each child's kept
+    entries its allocator's exact budget and its attention cache within the full cache's, each score RULER's
+    string_match_all of its prediction, and a child that agrees with the full cache's answer predicting its text."""
+    rows = stored_rows(run)
+    children = [row for row in rows if row["press"] != "none"]
+    assert children and all(row["n_context"] <= row["length"] for row in rows)
+    assert all(row["score"] == string_match_all(row["prediction"], row["answers"]) for row in rows)
+    for row in children:
+        full, body = _baseline_of(rows, row), row["n_context"] - row["protected"]
+        assert row["kept_entries"] == row["body_entries"] // body * round_half_up(row["keep_fraction"] * body)
+        assert row["kv_bytes"] <= full["kv_bytes"]
+        assert not row["agree"] or row["prediction"] == full["prediction"]
 
 
 def test_every_delta_nll_of_a_run_is_its_nll_minus_the_full_cache_nll(run, capsys):

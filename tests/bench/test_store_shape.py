@@ -224,7 +224,7 @@ def test_a_store_beside_a_committed_one_that_does_not_continue_it_is_refused(run
 
 
 @pytest.mark.parametrize("copy, message", [
-    (lambda row: {**row, "score": 1.0 - row["score"]}, "with other values: one key, one value"),
+    (lambda row: {**row, "kl": row["kl"] + 0.25}, "with other values: one key, one value"),
     (lambda row: dict(row), "a report would count it twice"),
 ])
 def test_compare_refuses_to_resume_a_store_verify_refuses(runs, model_dir, tmp_path, capsys, monkeypatch, copy,

@@ -38,7 +38,7 @@ def _compacted(rows) -> int:
 def test_a_key_held_twice_with_other_values_fails_verify_as_it_fails_merge(store, tmp_path, capsys):
     rows = stored_rows(store)
     at = _compacted(rows)
-    flipped = {**rows[at], "score": 1.0 - rows[at]["score"]}
+    flipped = {**rows[at], "kl": rows[at]["kl"] + 0.25}
     bad = store_of([*rows, flipped], tmp_path / "bad")
     for argv in (["verify", bad], ["merge", bad, "--out", tmp_path / "merged"],
                  ["leaderboard", bad, "--out", tmp_path / "docs"]):
@@ -61,7 +61,7 @@ def test_a_copy_of_a_row_fails_verify_and_merge_keeps_one(store, tmp_path, capsy
     (lambda row: {"kept_entries": 1e9}, "kept_entries=1000000000.0 (expected an integer >= 0 at most body_entries"),
     (lambda row: {"kept_entries": row["body_entries"] + 1}, "at most body_entries"),
     (lambda row: {"protected": row["n_context"] + 1}, "protected="),
-    (lambda row: {"n_context": -3}, "n_context=-3 (expected an integer >= 0)"),
+    (lambda row: {"n_context": -3}, "n_context=-3 (expected an integer >= 0 at most length = "),
 ])
 def test_counts_beyond_the_context_fail_verify_and_merge(store, tmp_path, capsys, change, message):
     rows = stored_rows(store)

@@ -148,6 +148,13 @@ def test_layer_weights_that_are_not_a_dict_are_refused_naming_the_form(parent, w
     assert str(error.value) == message
 
 
+def test_layer_weights_keyed_by_text_are_refused_naming_the_key(parent):
+    """{'1': 1.0, '3': 2.0} said "no entry for attention layers [1, 3]" though both were given."""
+    with pytest.raises(UsageError, match=r"layer_weights must be keyed by attention layer index \(an integer, e\.g\. "
+                                         r"\{3: 1\.0\}\), got the key '1'"):
+        presses.compress(parent, _MustNotRun(), "gate", keep_fraction=0.5, layer_weights={"1": 1.0, "3": 2.0})
+
+
 @pytest.mark.parametrize("weights", [np.array([1, 2]), np.array([1.0, 2.0]), (1, 2), torch.tensor([1.0, 2.0]),
                                      range(1, 3), [np.int64(1), np.float32(2.0)]])
 def test_perlayer_weights_take_any_one_dimensional_sequence_of_numbers(weights):
@@ -179,3 +186,17 @@ def test_a_chooser_may_return_any_integer_form_of_the_argmax(parent, chooser):
     child = presses.compress(parent, "keydiff", "flat", keep_fraction=0.5)
     question = torch.tensor([1, 2])
     assert child.answer(question, 3, choose=chooser).tokens == child.answer(question, 3).tokens
+
+
+@pytest.mark.parametrize("get, name, message", [
+    ("allocators", "flat[x=1]", "; flat has no option 'x' (its options: none)"),
+    ("presses", "snapkv[foo=2]", "; snapkv has no option 'foo' (its options: window, kernel, gqa)"),
+])
+def test_a_bracket_name_with_an_unknown_option_says_so_instead_of_a_call_that_fails(get, name, message):
+    import allocators
+    import presses
+
+    registry = {"allocators": allocators, "presses": presses}[get]
+    with pytest.raises(UsageError) as refused:
+        registry.get(name)
+    assert str(refused.value).endswith(message) and "for these options" not in str(refused.value)

@@ -39,6 +39,10 @@ GENERATED = "generated"
 PROFILES = ("faithful", "compact")
 MAX_NEW_TOKENS = {"niah": 128, "vt": 30, "cwe": 120, "fwe": 50, "qa": 32}
 COMPACT_MAX_NEW_TOKENS = {"niah": 24, "vt": 32, "cwe": 96, "fwe": 32, "qa": 24}
+METRIC = {**dict.fromkeys((*NIAH, "vt", "cwe", "fwe"), "string_match_all"),
+          **dict.fromkeys(("qa_1", "qa_2"), "string_match_part")}
+"""Each task's metric (:data:`workloads.metrics.METRICS`), as RULER's ``evaluate.py`` scores it: a function of the
+prediction and the references alone."""
 
 
 @dataclass(frozen=True)
@@ -176,7 +180,7 @@ def _niah(task: str, rng: random.Random, cfg: Config) -> Item:
         return (" " if real else "\n").join(lines)
 
     body = fit_units(render, header, questions, cfg)
-    return Item(task, header, body, questions, "string_match_all",
+    return Item(task, header, body, questions, METRIC[task],
                 haystack=cfg.haystack if haystack == "essay" else GENERATED)
 
 
@@ -226,7 +230,7 @@ def _vt(rng: random.Random, cfg: Config) -> Item:
             lines.insert(depth + offset, line)
         return "\n".join(lines)
 
-    return Item("vt", header, fit_units(render, header, questions, cfg), questions, "string_match_all")
+    return Item("vt", header, fit_units(render, header, questions, cfg), questions, METRIC["vt"])
 
 
 # ---- common and frequent words -------------------------------------------------------------------------
@@ -251,7 +255,7 @@ def _cwe(rng: random.Random, cfg: Config) -> Item:
         local.shuffle(words)
         return " ".join(f"{i + 1}. {w}" for i, w in enumerate(words))
 
-    return Item("cwe", header, fit_units(render, header, questions, cfg), questions, "string_match_all")
+    return Item("cwe", header, fit_units(render, header, questions, cfg), questions, METRIC["cwe"])
 
 
 def _fwe(rng: random.Random, cfg: Config) -> Item:
@@ -283,7 +287,7 @@ def _fwe(rng: random.Random, cfg: Config) -> Item:
         return " ".join(words)
 
     return Item("fwe", header, fit_units(render, header, questions, cfg, grow=lambda u: u + max(8, u // 8)),
-                questions, "string_match_all")
+                questions, METRIC["fwe"])
 
 
 # ---- question answering ---------------------------------------------------------------------------------
@@ -309,7 +313,7 @@ def _qa(task: str, rng: random.Random, cfg: Config) -> Item:
         random.Random(len(docs)).shuffle(docs)  # RULER re-seeds its shuffle by list length
         return "\n\n".join(f"Document {i + 1}:\n{d}" for i, d in enumerate(docs))
 
-    return Item(task, header, fit_units(render, header, questions, cfg), questions, "string_match_part")
+    return Item(task, header, fit_units(render, header, questions, cfg), questions, METRIC[task])
 
 
 def generate(task: str, index: int, seed: int = 0, config: Config = Config()) -> Item:
