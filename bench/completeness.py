@@ -169,8 +169,11 @@ def check_shards_alike(first: ResultStore, mine: dict[str, list[str]], other: Re
             raise UsageError(f"{first.path} holds shard {_shards_held(first)} and {other.path} shard "
                              f"{_shards_held(other)}: the shards of one run are of one --shard K/N split (one N); "
                              "merge the stores of one split")
-        raise UsageError(f"{first.path} and {other.path} are not shards of one run: their {field} differ "
-                         f"({', '.join(values)} against {', '.join(theirs[field])})")
+        other_contexts = ("; merge joins the shards, or the runs of other methods, of one set of contexts: keep each "
+                          "in its own store (bench leaderboard and bench verify read several)"
+                          if field in ("seed", "run tasks", "run n", "run haystack", "length", "profile") else "")
+        raise UsageError(f"{first.path} and {other.path} are not shards of one run: they differ in {field} "
+                         f"({', '.join(values)} against {', '.join(theirs[field])}){other_contexts}")
 
 
 def _shards_held(store: ResultStore) -> str:

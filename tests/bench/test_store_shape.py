@@ -86,7 +86,7 @@ def test_merge_refuses_shards_of_two_splits(runs, tmp_path, capsys):
 @pytest.mark.parametrize("first, second, differ", [
     ((2, (0, 2)), (2, (1, 3)), "{a} holds shard 0/2 and {b} shard 1/3: the shards of one run are of one --shard K/N "
                                "split (one N); merge the stores of one split"),
-    ((3, (0, 2)), (2, (1, 2)), "{a} and {b} are not shards of one run: their run n differ (3 against 2)"),
+    ((3, (0, 2)), (2, (1, 2)), "{a} and {b} are not shards of one run: they differ in run n (3 against 2)"),
 ])
 def test_verify_refuses_the_shards_merge_refuses_as_merge_does(model_dir, tmp_path, capsys, first, second, differ):
     """Shards that together hold every context of each run they name, so that no context is missing: of two splits
@@ -298,8 +298,8 @@ def test_verify_names_shards_of_other_methods_as_merge_does(runs, tmp_path, caps
     renamed = [{**row, "press": "snapkv"} if row["press"] == "keydiff" else row for row in stored_rows(runs / "0of2")]
     z0 = store_of(renamed, tmp_path / "z0")
     z1k = runs / "1of2"
-    expected = (f"{z0 / 'results.jsonl'} and {z1k / 'results.jsonl'} are not shards of one run: their methods "
-                "differ (none p=1, snapkv/flat p=0.5 against keydiff/flat p=0.5, none p=1)")
+    expected = (f"{z0 / 'results.jsonl'} and {z1k / 'results.jsonl'} are not shards of one run: they differ in methods "
+                "(none p=1, snapkv/flat p=0.5 against keydiff/flat p=0.5, none p=1)")
     for argv in (["merge", z0, z1k, "--out", tmp_path / "merged"], ["verify", z0, z1k]):
         code, err = run_cli(capsys, *argv)
         assert code == 2 and expected in err and "rerun" not in err, err
