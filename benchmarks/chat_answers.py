@@ -34,6 +34,23 @@ QUESTIONS = (
 )
 """General questions, none about the text any model here was distilled or evaluated on."""
 
+NEW_QUESTIONS = (
+    "What colour is a ripe banana?",
+    "Name an animal that lives in the ocean.",
+    "What is the first month of the year?",
+    "How many legs does a spider have?",
+    "Write a short greeting for a friend's birthday.",
+    "What do you use an umbrella for?",
+    "Which is bigger, an elephant or a mouse?",
+    "What is 10 minus 3?",
+    "Suggest a name for a pet dog.",
+    "What season comes after winter?",
+)
+"""Ten more, written down (issue 48) before any model answered them. An answer counts as sensible when it answers
+the question on topic and correctly, in words a reader would accept, without looping or echoing the question."""
+
+SETS = {"committed": QUESTIONS, "new": NEW_QUESTIONS}
+
 
 def answers(name: str, questions, max_new_tokens: int) -> list[str]:
     """The greedy answer of the model ``name`` to each question (one user turn, its chat template)."""
@@ -67,15 +84,18 @@ def main() -> None:
     parser.add_argument("--models", default="smollm2-135m-instruct,smollm2-135m-hybrid",
                         help="comma-separated model names or directories; the first is the reference")
     parser.add_argument("--tokens", type=int, default=40, help="new tokens at most per answer")
+    parser.add_argument("--questions", choices=sorted(SETS), default="committed",
+                        help="the ten committed questions or the ten written down later")
     parser.add_argument("--out", default=None, help="markdown file to write (default: print)")
     args = parser.parse_args()
     models = [m for m in args.models.split(",") if m]
     if not models or args.tokens < 1:
         parser.error(f"--models {args.models!r} --tokens {args.tokens}: give at least one model and one token")
     torch.set_num_threads(1)
-    columns = [answers(model, QUESTIONS, args.tokens) for model in models]
+    questions = SETS[args.questions]
+    columns = [answers(model, questions, args.tokens) for model in models]
     text = (f"Greedy answers, at most {args.tokens} new tokens, one user turn in each model's chat template "
-            f"(`benchmarks/chat_answers.py`).\n\n" + table(models, QUESTIONS, columns))
+            f"(`benchmarks/chat_answers.py --questions {args.questions}`).\n\n" + table(models, questions, columns))
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(text)
