@@ -11,7 +11,7 @@ from gatesight_learning.calibrate import calibrate_model
 from gatesight_learning.estimator import TrainSettings
 from gatesight_learning.steps import ESTIMATOR_FILES, analyze, label, train
 from presses.calibration import FILE, LEGACY_FILE
-from presses.gatesight import ARTIFACT_DIR
+from presses.gatesight import ARTIFACT_DIR, SCALES
 from pretrained import loading
 
 from .arguments import Command, add_model_arguments, count, model_spec, natural, part, positive
@@ -54,6 +54,10 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--slow-threshold", type=positive, default=64.0,
                         help="half-life (tokens) of a slow GDN head")
     parser.add_argument("--seed", type=natural, default=0)
+    parser.add_argument("--scale", default="head", choices=SCALES,
+                        help="head (default, the paper's): utilities relative to each (layer, KV head)'s largest, "
+                             "ranked within a head; one: relative to one constant per document, in log space, so the "
+                             "scores rank across layers (--alloc global); needs shards that record their scales")
     parser.add_argument("--replace", action="store_true",
                         help="--out holds an estimator: train a new one (the old one is moved aside to "
                              "<out>.backup-<time>); refused otherwise")
@@ -72,7 +76,7 @@ def estimator_output(args: argparse.Namespace) -> Output:
 
 def run_train(args: argparse.Namespace) -> None:
     train(model_spec(args), Path(args.labels), Path(args.out) if args.out else None, args.slow_threshold,
-          TrainSettings(epochs=args.epochs, seed=args.seed), args.futures, args.replace)
+          TrainSettings(epochs=args.epochs, seed=args.seed, scale=args.scale), args.futures, args.replace)
 
 
 def add_analyze_arguments(parser: argparse.ArgumentParser) -> None:

@@ -283,10 +283,13 @@ def plan(settings: CompareSettings | RunPlan) -> RunPlan:
               "kept fractions in (0, 1], or a grid name: " + ", ".join(KEEP_FRACTION_GRIDS))
     _nonempty(settings.tasks, "--tasks", f"task names or the groups {', '.join(tasks.GROUPS)}")
     built = {spec: allocators.get(spec.name, **spec.kwargs) for spec in dict.fromkeys(m.allocator for m in methods)}
-    # e.g. the global allocator with a press of no one scale; each press built once here, unbound
+    # e.g. the global allocator with a press of no one scale; each press built once here
     press_built = {spec: presses.get(spec.name, **spec.kwargs) for spec in dict.fromkeys(m.press for m in methods)}
     for method in methods:
-        check_pair(press_built[method.press], built[method.allocator])
+        press, allocator = press_built[method.press], built[method.allocator]
+        if allocator.compares_layers:  # whether GateSight's scores share one scale is its estimator's to say
+            _bind(press, settings.model)
+        check_pair(press, allocator)
     layers = loading.attention_layer_count(settings.model)
     if layers is not None:
         for allocator in built.values():
@@ -326,6 +329,17 @@ def plan(settings: CompareSettings | RunPlan) -> RunPlan:
         dtype=loading.dtype_name(settings.model), device=loading.device_name(settings.model), engine=settings.engine,
         code=code_version(settings.engine), out=Path(settings.out), jobs=int(settings.jobs), batch=int(settings.batch),
         shard=shard, executor=settings.executor, address=settings.address)
+
+
+def _bind(press: presses.Press, model) -> None:
+    """``press`` bound to the model's directory as the run will bind it (:func:`presses.preparation.prepare`), so
+    that what is checked before the model loads is the estimator the run reads: the model's own where no option
+    names another. Its artifacts are small files: the model itself is not loaded."""
+    directory = loading.resolve(model)
+    try:
+        press.bind(directory)
+    except (ValueError, FileNotFoundError) as error:
+        raise UsageError(f"press {press.name!r} cannot run on {directory}: {error}") from None
 
 
 def _check_executor(settings: CompareSettings) -> None:

@@ -15,7 +15,7 @@ from pretrained import loading
 from runtime import adapter_for
 from runtime.errors import UsageError
 
-from .estimator import TrainSettings, train_estimator
+from .estimator import TrainSettings, train_estimator, training_targets
 from .evaluate import evaluate, heuristic_predictors, learned_predictors_loco, single_head_oracle
 from .record import check_shards, check_together, label_settings, load_shard, record_corpus, shard_settings
 
@@ -88,9 +88,9 @@ def _table(rows: dict[str, dict[str, float]]) -> str:
 
 def train(model_path, labels_dir: Path, out: Path | None, slow_threshold: float, settings: TrainSettings,
           futures: str = "both", replace: bool = False) -> str:
-    """Fit the estimator on the labels of ``futures`` (:func:`gatesight_learning.record.load_shard`), evaluate it and
-    the heuristics leave-one-corpus-out, and save it with its record into ``out`` (default: the model's
-    ``gatesight/``).
+    """Fit the estimator on the labels of ``futures`` (:func:`gatesight_learning.record.load_shard`) on the scale of
+    ``settings.scale`` (:mod:`gatesight_learning.estimator`), evaluate it and the heuristics leave-one-corpus-out,
+    and save it with its record into ``out`` (default: the model's ``gatesight/``).
 
     An estimator already in ``out`` is refused before any work unless ``replace``; it is then moved aside to
     ``<out>.backup-<time>`` when the new one is saved (:func:`artifacts.files.install`).
@@ -102,6 +102,7 @@ def train(model_path, labels_dir: Path, out: Path | None, slow_threshold: float,
     weights = _weights(model_path)
     shards = _shards(labels_dir, weights, futures)
     _check_enough(shards, labels_dir, "train")
+    training_targets(shards, settings.scale, labels_dir)  # shards without raw utilities refused before the model loads
     model, _, _ = loading.load(model_path)
     adapter = adapter_for(model)
     windows = {layer: gdn_window(adapter, layer, settings.window) for layer in adapter.attention_layers}

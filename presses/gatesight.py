@@ -5,6 +5,12 @@ layers' analogues (write strength Δ·‖B‖, log-decay A·Δ, ‖x‖; :func:`
 The estimator artifact is a directory with ``gatesight.safetensors`` (weights and input statistics) and
 ``gatesight.json`` (geometry, GDN window, layer gate weights); it lives in ``<model dir>/gatesight/`` and is
 trained by ``bench label`` + ``bench train``.
+
+An estimator is on one of two scales (:data:`SCALES`, ``bench train --scale``; :mod:`gatesight_learning.estimator`
+says how each is trained): ``head``, the paper's, predicts an entry's utility relative to its own (layer, KV head)'s
+largest, so its scores rank entries within a head only; ``one`` predicts the log of the utility relative to one
+constant of the document, the same for every layer and head, so its scores can be ranked across layers (the
+``global`` allocator).
 """
 
 from __future__ import annotations
@@ -25,6 +31,9 @@ from .base import Press, Scores, ScoringContext
 ARTIFACT_DIR = "gatesight"
 ESTIMATOR_FILES = ("gatesight.json", "gatesight.safetensors")
 SIGNALS = ("beta", "g", "vnorm")
+SCALES = ("head", "one")
+"""What an estimator's predictions are relative to: each (layer, KV head)'s largest utility, or one constant per
+document; an estimator saved before estimators recorded it is ``head``."""
 AGE_FEATURES = ("i/n", "(n-i)/n", "log(1+n-i)/log(1+n)")
 
 
@@ -83,7 +92,7 @@ class GateSightEstimator:
         ``w2`` ``[H_kv, hidden]``, ``b2`` ``[H_kv]``.
     gdn_layers : dict[int, list[int]]
     meta : dict
-        Free-form training record (corpus, epochs, metrics).
+        Training record (corpus, epochs, metrics); ``meta["scale"]`` is the scale it was trained on (:attr:`scale`).
     """
 
     window: int
@@ -104,10 +113,23 @@ class GateSightEstimator:
                              **init_mlp(heads, dims, hidden, generator)}
         return cls(window, layers, windows)
 
+    @property
+    def scale(self) -> str:
+        """``head`` or ``one`` (:data:`SCALES`): what the predictions are relative to; ``head`` when not recorded."""
+        return self.meta.get("scale", "head")
+
     def logits(self, layer: int, features: torch.Tensor) -> torch.Tensor:
-        """``[N, F]`` features -> ``[H_kv, N]`` pre-sigmoid utilities of every KV head's MLP (one batched pass)."""
+        """``[N, F]`` features -> ``[H_kv, N]`` raw outputs of every KV head's MLP (one batched pass): the logit of
+        the max-normalised utility (scale ``head``), or the log of the one-scale utility (scale ``one``)."""
         p = self.layers[layer]
         return mlp_logits((features - p["mean"]) / p["std"], p)
+
+    def utility(self, layer: int, features: torch.Tensor) -> torch.Tensor:
+        """``[N, F]`` features -> ``[H_kv, N]`` predicted utilities on the estimator's scale, increasing in
+        :meth:`logits`: the sigmoid of them (``head``, in (0, 1) per head), or their exponential (``one``, the
+        utility as a fraction of the document's largest, in every layer and head alike)."""
+        logits = self.logits(layer, features)
+        return torch.exp(logits) if self.scale == "one" else torch.sigmoid(logits)
 
     def to(self, device) -> "GateSightEstimator":
         """The same estimator with its tensors on ``device`` (itself if they already are)."""
@@ -162,9 +184,19 @@ def _load_estimator(directory: Path) -> GateSightEstimator:
     return GateSightEstimator.load(directory)
 
 
+class _EstimatorScale:
+    """GateSight's ``comparable_scale``: False on the class, which registries read to list the presses whose scores
+    always share one scale, and on a press whether its estimator was trained on one scale (``bench train --scale
+    one``); a press without an estimator yet (not bound) is not."""
+
+    def __get__(self, press: "GateSightPress | None", owner=None) -> bool:
+        return press is not None and isinstance(press.estimator, GateSightEstimator) and press.estimator.scale == "one"
+
+
 @dataclass
 class GateSightPress(Press):
-    """Scores = predicted utility (sigmoid of each head's MLP) from the GDN signals of the preceding layers.
+    """Scores = predicted utility (:meth:`GateSightEstimator.utility`) from the GDN signals of the preceding layers:
+    on one scale across layers and heads (:attr:`comparable_scale`) when the estimator was trained on one.
 
     Parameters
     ----------
@@ -180,10 +212,11 @@ class GateSightPress(Press):
     name = "gatesight"
     runs_in_engine = True
     artifact_files = {"estimator": (ARTIFACT_DIR, ESTIMATOR_FILES)}
-    # not comparable across layers: the labels are max-normalised per (document, layer, KV head), so a predicted
-    # utility says how an entry ranks within its head, not what it is worth against another layer's entries (a
-    # global top-B kept nothing of the first attention layer); GateSight's own allocation is the output gate's
-    comparable_scale = False
+    # the paper's labels are max-normalised per (document, layer, KV head), so such an estimator's predicted utility
+    # says how an entry ranks within its head, not what it is worth against another layer's entries (a global top-B
+    # kept nothing of the first attention layer; GateSight's own allocation is the output gate's); an estimator
+    # trained on one scale per document compares across layers: the answer is the estimator's, not the class's
+    comparable_scale = _EstimatorScale()
 
     def __post_init__(self):
         if self.signal_dtype not in ("float32", "bfloat16"):
@@ -230,8 +263,6 @@ class GateSightPress(Press):
         estimator = self.estimator.to(device)
         positions = torch.arange(context.protected, context.n, device=device)
         return {
-            layer: torch.sigmoid(
-                estimator.logits(layer, build_features(signals, estimator.gdn_layers[layer], context.n, positions))
-            )
+            layer: estimator.utility(layer, build_features(signals, estimator.gdn_layers[layer], context.n, positions))
             for layer in context.adapter.attention_layers
         }

@@ -16,6 +16,7 @@ from runtime.errors import ArgumentTypeError, UsageError, describe
 
 from .base import Press, Scores, ScoringContext
 from .calibration import Calibration
+from .gatesight import GateSightPress
 from .preparation import prepare
 from .registry import PRESSES, available
 
@@ -79,12 +80,18 @@ def check_layer_weights(layer_weights) -> None:
 
 
 def check_pair(press: Press, allocator: Allocator) -> None:
-    """Refuse combinations that are not meaningful before any work starts."""
+    """Refuse combinations that are not meaningful before any work starts (a press bound already: GateSight's scale
+    is its estimator's)."""
     if allocator.compares_layers and not press.comparable_scale:
         comparable = [name for name, cls in PRESSES.items() if cls.comparable_scale]  # as each press declares
+        remedy = ""
+        if isinstance(press, GateSightPress):  # on one scale with an estimator trained on one
+            has = "none" if press.estimator is None else f"one trained on scale {press.estimator.scale!r}"
+            remedy = (f", or GateSight with an estimator trained on one scale (it has {has}): `bench train --scale "
+                      "one`, into the model's gatesight/ or a directory given as gatesight[estimator=DIR]")
         raise UsageError(
             f"the {allocator.name!r} allocator ranks scores across layers, but {press.name!r} scores are not on one "
-            f"scale across layers; use it with a press whose scores are: {', '.join(comparable)}"
+            f"scale across layers; use it with a press whose scores are: {', '.join(comparable)}{remedy}"
         )
 
 

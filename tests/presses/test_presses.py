@@ -169,6 +169,43 @@ def test_gatesight_artifact_reloads_to_identical_scores(tiny, tmp_path):
         assert torch.all((scores[layer] > 0) & (scores[layer] < 1))
 
 
+def test_gatesight_compares_layers_exactly_when_its_estimator_is_on_one_scale(tiny, tmp_path):
+    """comparable_scale is the estimator's answer (the class's stays False, so registries list only the presses
+    whose every instance compares layers); the scores are the estimator's predictions on its scale: the sigmoid of
+    the raw output per head, its exponential (a share of the document's largest utility) on one scale; an
+    estimator saved before estimators recorded their scale is a per-head one."""
+    import json
+
+    from presses.selection import check_pair
+
+    model = tiny("qwen3_5")
+    adapter = __import__("runtime").adapter_for(model)
+    head = GateSightEstimator.random(adapter, seed=2)
+    one = GateSightEstimator(head.window, head.layers, head.gdn_layers, {"scale": "one"})
+    assert GateSightPress.comparable_scale is False and "gatesight" not in [
+        name for name, cls in presses.PRESSES.items() if cls.comparable_scale]
+    assert not GateSightPress().comparable_scale and not GateSightPress(estimator=head).comparable_scale
+    assert GateSightPress(estimator=one).comparable_scale
+    parent = _parent(model, press=GateSightPress())
+    per_head, shared = GateSightPress(estimator=head).score(parent), GateSightPress(estimator=one).score(parent)
+    positions = torch.arange(parent.protected, parent.n)
+    for layer in adapter.attention_layers:
+        raw = head.logits(layer, build_features(parent.evidence.recurrent_signals, head.gdn_layers[layer], parent.n,
+                                                positions))
+        assert torch.equal(per_head[layer], torch.sigmoid(raw)) and torch.equal(shared[layer], torch.exp(raw))
+    one.save(tmp_path / "one")
+    assert GateSightPress(estimator=str(tmp_path / "one")).comparable_scale
+    config = json.loads((tmp_path / "one" / "gatesight.json").read_text())
+    del config["meta"]["scale"]  # as estimators were saved before they recorded it
+    (tmp_path / "one" / "gatesight.json").write_text(json.dumps(config))
+    assert GateSightEstimator.load(tmp_path / "one").scale == "head"
+    check_pair(GateSightPress(estimator=one), allocators.get("global"))
+    for press, has in ((GateSightPress(), "none"), (GateSightPress(estimator=head), "one trained on scale 'head'")):
+        with pytest.raises(ValueError) as refused:
+            check_pair(press, allocators.get("global"))
+        assert f"(it has {has}): `bench train --scale one`" in str(refused.value)
+
+
 def test_gatesight_refuses_models_it_cannot_run_on(tiny):
     with pytest.raises(ValueError, match="has no GDN layers"):
         GateSightPress().check(_parent(tiny("qwen3")).adapter)
