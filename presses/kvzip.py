@@ -3,8 +3,8 @@
 The context body is split into chunks; for each chunk the model is teacher-forced on
 ``[repeat prompt | chat suffix | chunk]`` against the full context cache, and each layer's queries of those tokens
 attend over ``[protected | chunk | repeat tokens (causal)]`` only. An entry's score is the max over queries and
-over the query heads of its group. The pass runs on a branch of the context, so the context (GDN states included)
-is exactly as before scoring.
+over the query heads of its group; the pass's own attention computes it (:func:`runtime.kv.attend_with_key_max`).
+The pass runs on a branch of the context, so the context (GDN states included) is exactly as before scoring.
 """
 
 from __future__ import annotations
@@ -21,21 +21,28 @@ from .base import BranchingContext, Press, Scores
 
 
 class _ReconstructionAttention:
+    """Scores one chunk's entries from a reconstruction pass: the forward attends through
+    :func:`runtime.kv.attend_with_key_max` over ``restricted_keys`` and hands each layer's maxima to
+    :meth:`on_attention`."""
+
     wants_recurrent_signals = False
 
     def __init__(self, context: BranchingContext, start: int, end: int, scores: Scores):
         self.context, self.start, self.end, self.scores = context, start, end, scores
+        self.restricted_keys = (context.protected, start, end)
         # nothing after the last attention layer's mixer feeds a score: the pass stops there (forward_chunk)
         self.last_layer = max(context.adapter.attention_layers)
 
-    def on_attention(self, layer, hidden, query, gate, keys, values, output):
+    def on_attention(self, layer, hidden, query, gate, keys, values, output, restricted_max=None):
         context, g = self.context, self.context.adapter.geometry
-        stored = context.kv[layer].keys
-        restricted = torch.cat([stored[:, : context.protected], stored[:, self.start : self.end], keys], dim=1)
-        # softmax in the model dtype, as the official implementation does
-        best = max_attention(query, restricted, context.adapter.attention_module(layer).scaling,
-                             causal_tail=query.shape[1])
-        chunk = best[:, context.protected : context.protected + self.end - self.start]  # [H, c]
+        if restricted_max is None:  # the vLLM engine's replay (serving.worker.Passes): its queries and keys only
+            stored = context.kv[layer].keys
+            restricted = torch.cat([stored[:, : context.protected], stored[:, self.start : self.end], keys], dim=1)
+            # softmax in the model dtype, as the official implementation does (the runtime's pass: float32 below
+            # it, so that its output stays as accurate as the fused kernel's)
+            restricted_max = max_attention(query, restricted, context.adapter.attention_module(layer).scaling,
+                                           causal_tail=query.shape[1])
+        chunk = restricted_max[:, context.protected : context.protected + self.end - self.start]  # [H, c]
         chunk = chunk.view(g.num_kv_heads, g.group_size, -1).amax(1)
         body = slice(self.start - context.protected, self.end - context.protected)
         self.scores[layer][:, body] = chunk.float()

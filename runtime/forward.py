@@ -15,7 +15,7 @@ import torch
 
 from .adapters import ModelAdapter, apply_rope
 from .gdn import RecurrentState, gdn_forward
-from .kv import LayerKV, attend
+from .kv import LayerKV, attend, attend_with_key_max
 from .mamba2 import mamba2_forward
 
 
@@ -25,6 +25,12 @@ class ForwardObserver(Protocol):
     An observer may also declare ``last_layer`` (an int): it reads nothing computed after that layer's mixer, so
     :func:`forward_chunk` stops there (KVzip's reconstruction pass: on a hybrid whose last layers are recurrent,
     those layers, every MLP after the last attention and the output head never run).
+
+    It may declare ``restricted_keys``, ``(protected, start, end)``: each attention layer then attends through
+    :func:`runtime.kv.attend_with_key_max`, and ``on_attention`` gets ``restricted_max`` ``[H, |R|]``, each key of
+    ``R`` (stored entries ``[0, protected)`` and ``[start, end)``, then the chunk's own) its largest probability
+    under a softmax over ``R`` alone (KVzip's score), computed from the pass's own logits instead of a second QK
+    product. It needs a dense stored cache, as a prefilled context has.
     """
 
     wants_recurrent_signals: bool
@@ -86,9 +92,21 @@ def _attention(adapter: ModelAdapter, state: SequenceState, layer_idx: int, x: t
         keys_all, values_all = keys, values
     state.tail[layer_idx] = (keys_all, values_all)
     scale = adapter.attention_module(layer_idx).scaling
-    attn = attend(query, state.base.get(layer_idx), keys_all, values_all, scale)
+    base = state.base.get(layer_idx)
+    restricted = getattr(observer, "restricted_keys", None)
+    if restricted is None:
+        attn = attend(query, base, keys_all, values_all, scale)
+    else:
+        if base is None or base.ragged or base.valid is not None:
+            layout = "nothing" if base is None else "a ragged cache" if base.ragged else "a padded batch cache"
+            raise ValueError(f"layer {layer_idx}: restricted_keys={restricted!r} needs a dense stored cache, the "
+                             f"layer holds {layout}")
+        attn, restricted_max = attend_with_key_max(query, base.keys, base.values, keys_all, values_all, scale,
+                                                   restricted)
     out = adapter.output(layer_idx, attn, gate)
-    if observer is not None:
+    if observer is not None and restricted is not None:
+        observer.on_attention(layer_idx, x, query, gate, keys, values, out, restricted_max=restricted_max)
+    elif observer is not None:
         observer.on_attention(layer_idx, x, query, gate, keys, values, out)
     return out
 
