@@ -8,12 +8,14 @@ and float32, on the whole window and on the last ``--target`` tokens alone; the 
 per model and the ratio model / teacher with a bootstrap 95 % interval over windows (windows resampled, both
 models on the same windows).
 
-Sources default to two kinds of text that no distillation phase reads: manual pages (``manpages``, a haystack
-source) and Perl's POD documentation (``perl-pod``, a labelling source; distillation reads ``python-stdlib``,
-``licenses`` and ``package-docs`` only).
+A source is ``NAME`` (every document) or ``NAME:heldout`` (the documents of its held-out split: for a source the
+distillation reads, text it never read). Sources default to two kinds of text that no distillation phase reads:
+manual pages (``manpages``, a haystack source) and Perl's POD documentation (``perl-pod``, a labelling source;
+distillation reads ``python-stdlib``, ``licenses`` and ``package-docs`` only).
 
     OMP_NUM_THREADS=1 python benchmarks/long_context_ppl.py --models smollm2-135m-instruct,smollm2-135m-hybrid \
         --out docs/hybrid/long-context-ppl.json
+    OMP_NUM_THREADS=1 python benchmarks/long_context_ppl.py --sources python-stdlib:heldout,licenses:heldout ...
 """
 
 from __future__ import annotations
@@ -33,11 +35,11 @@ from pretrained.loading import load
 from workloads.corpus import documents
 
 
-def windows_of(tokenizer, source: str, count: int, length: int) -> list[tuple[str, torch.Tensor]]:
-    """``(path, ids [1, length])`` of the first ``count`` documents of ``source`` (all splits, path order) that
+def windows_of(tokenizer, source: str, split: str, count: int, length: int) -> list[tuple[str, torch.Tensor]]:
+    """``(path, ids [1, length])`` of the first ``count`` documents of ``source``'s ``split`` (path order) that
     hold ``length`` tokens."""
     out = []
-    for path, text in sorted(documents(source, "all")):
+    for path, text in sorted(documents(source, split)):
         ids = tokenizer(text)["input_ids"]
         if len(ids) >= length:
             out.append((path, torch.tensor(ids[:length])[None]))
@@ -85,7 +87,8 @@ def main() -> None:
         install_fast_kernel(model)
         losses[name] = {}
         for source in args.sources.split(","):
-            windows = windows_of(tokenizer, source, args.windows, length)
+            name_of_source, _, split = source.partition(":")
+            windows = windows_of(tokenizer, name_of_source, split or "all", args.windows, length)
             paths[source] = [path for path, _ in windows]
             rows = []
             for _, ids in windows:
