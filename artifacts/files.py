@@ -62,14 +62,23 @@ def write_result(path: Path, text: str, log: Callable[[str], None] = print) -> P
 
 
 def write_rebuilt(path: Path, text: str, log: Callable[[str], None] = print) -> Path:
-    """``path.write_text(text)``, atomically, for a file a command rebuilds whole on every run (``bench compare``'s
-    summary.md): written over when it is what the command wrote last (its SHA-256 is kept beside it, in
-    ``.<name>.sha256``); else — edited by hand, or written before such records — moved aside to
-    ``<path>.backup-<time>`` first, never lost."""
+    """``path.write_text(text)`` for a file a command rebuilds whole on every run (:func:`rebuilt_path`)."""
+    with rebuilt_path(path, log) as scratch:
+        scratch.write_text(text)
+    return Path(path)
+
+
+@contextmanager
+def rebuilt_path(path: Path, log: Callable[[str], None] = print):
+    """A temporary path beside ``path`` to write a file a command rebuilds whole on every run (``bench compare``'s
+    summary.md and curves.png, ``bench analyze``'s observations): it replaces ``path`` atomically when the block
+    ends without an error. The file there is written over when it is what the command wrote last (its SHA-256 is
+    kept beside it, in ``.<name>.sha256``); else — edited or replaced by hand, or written before such records — it
+    is moved aside to ``<path>.backup-<time>`` first, never lost."""
     path = Path(path)
     record = path.with_name(f".{path.name}.sha256")
     with atomic_path(path) as scratch:
-        scratch.write_text(text)
+        yield scratch
         if path.exists() and not _empty_file(path):
             written = record.read_text().strip() if record.is_file() else None
             if hashlib.sha256(path.read_bytes()).hexdigest() != written:
@@ -78,7 +87,6 @@ def write_rebuilt(path: Path, text: str, log: Callable[[str], None] = print) -> 
                 log(f"{path.name} was not as the last run wrote it (edited by hand?): moved it to {backup}")
         digest = hashlib.sha256(scratch.read_bytes()).hexdigest()
     write_text(record, digest + "\n")
-    return path
 
 
 def backup_path(path: Path) -> Path:

@@ -35,6 +35,8 @@ class Command:
         Whether it loads a model: transformers' progress bars and fast-path warnings are silenced for those only.
     outputs : Callable[[argparse.Namespace], list[Output]]
         Where it writes (:mod:`artifacts.outputs`), checked by :func:`bench.cli.main` before ``run`` starts.
+    interrupted : Callable[[argparse.Namespace], str]
+        What Ctrl-C leaves, as :func:`bench.cli.main` says it: what is kept and whether a rerun resumes.
     """
 
     name: str
@@ -43,6 +45,9 @@ class Command:
     run: Callable[[argparse.Namespace], None]
     loads_models: bool = True
     outputs: Callable[[argparse.Namespace], list[Output]] = lambda args: []
+    interrupted: Callable[[argparse.Namespace], str] = lambda args: (
+        "each file it writes is written whole, so none is left half-written; it does not resume: run it again to "
+        "start over")
 
 
 def names(text: str) -> list[str]:

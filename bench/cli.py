@@ -114,9 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         check_outputs(command.outputs(args))
         command.run(args)
     except KeyboardInterrupt:
-        where = f" in {args.out}" if getattr(args, "out", None) else ""
-        print(f"\nbench {args.command}: interrupted; what was finished is kept{where} — run the same command again "
-              "to resume", file=sys.stderr)
+        print(f"\nbench {args.command}: interrupted; {command.interrupted(args)}", file=sys.stderr)
         return 130
     except Exception as error:
         message = _usage_error(error, args)

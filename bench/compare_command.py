@@ -116,8 +116,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "positions a question takes, at most the model's max_position_embeddings")
     add_model_arguments(p)
     p.add_argument("--seed", type=natural, default=0)
-    p.add_argument("--out", default="results", help="the result store's directory: a rerun resumes it (rows are "
-                                                    "appended); summary.md and curves.png are rebuilt from it")
+    p.add_argument("--out", default="results",
+                   help="the result store's directory: a rerun resumes it (rows are appended); summary.md and "
+                        "curves.png are rebuilt from it (one edited or replaced by hand since is first moved aside to "
+                        "<name>.backup-<time>)")
     p.add_argument("--profile", default="compact", help="RULER template profile: compact or faithful")
     p.add_argument("--haystack", default="generated",
                    help="the essay haystack of the tasks that read one (group 'haystack'): generated, or real text "
@@ -167,7 +169,7 @@ def methods_of(args: argparse.Namespace) -> tuple[list[str], list[str], list[str
 
 
 def run(args) -> None:
-    from artifacts.files import write_rebuilt
+    from artifacts.files import rebuilt_path, write_rebuilt
 
     from .compare import CompareSettings, execute, plan, run_rows
     from .report import headline_markdown, plot_curves, summary_markdown
@@ -192,13 +194,16 @@ def run(args) -> None:
     # the rows of the model as the run fingerprinted it when it began, whatever is written into its directory since
     rows = run_rows(store, run, identity)
     write_rebuilt(run.out / "summary.md", summary_markdown(rows))
-    png = plot_curves(rows, run.out / "curves.png",
-                      f"{len(run.methods)} method(s) · {', '.join(run.tasks)} · {run.length} tokens · "
-                      f"n = {run.n} per task")
+    png = run.out / "curves.png"
+    with rebuilt_path(png) as scratch:
+        plot_curves(rows, scratch, f"{len(run.methods)} method(s) · {', '.join(run.tasks)} · {run.length} tokens · "
+                                   f"n = {run.n} per task")
     print(headline_markdown(rows))
     print(f"results: {store.path}\nsummary: {run.out / 'summary.md'} (pairwise tables, per-task cells, needle "
           f"recall per layer)\nplot:    {png}")
 
 
 COMPARE = Command("compare", "score, fork and answer: presses × allocators × kept fractions", add_arguments, run,
-                  outputs=lambda args: [Output(Path(args.out), "--out")])
+                  outputs=lambda args: [Output(Path(args.out), "--out")],
+                  interrupted=lambda args: f"what was finished is kept in {args.out} — run the same command again "
+                                           "to resume")

@@ -25,6 +25,7 @@ from runtime.errors import UsageError
 from workloads.corpus import SOURCES, documents
 
 from .arguments import Command, add_model_arguments, ints, model_spec, names
+from .specs import press_name
 
 TABLES = ("cost.json", "cost.md")
 """What ``bench cost`` writes into its ``--out``."""
@@ -92,6 +93,12 @@ def run_cost(model_path, press_names: list[str], lengths: list[int], out: Path, 
                              f"alone ({name.split('[', 1)[0]!r}) — options in brackets are bench compare's --press "
                              "syntax")
         presses.get(name)  # unknown names fail here, before the model loads
+    settings = [press_name(name) for name in press_names]  # kvpress:knorm is kvpress:KnormPress
+    twice = next((k for k, setting in enumerate(settings) if setting in settings[:k]), None)
+    if twice is not None:
+        first = press_names[settings.index(settings[twice])]
+        raise UsageError(f"--press names one press twice: {first!r} and {press_names[twice]!r} (both are "
+                         f"{settings[twice]}); give it once")
     limit = loading.position_limit(model_path)
     bad = [n for n in lengths if n < 2 or (limit is not None and n > limit)]
     if bad:

@@ -83,7 +83,8 @@ def add_analyze_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser)
     parser.add_argument("--labels", default="results/labels")
     parser.add_argument("--out", default="results/analysis",
-                        help="where the tables and plots go; rebuilt from the labels on each run")
+                        help="where the tables and plots go; rebuilt from the labels on each run (a file of them "
+                             "edited or replaced by hand since is first moved aside to <name>.backup-<time>)")
     parser.add_argument("--slow-threshold", type=positive, default=64.0)
 
 
@@ -92,9 +93,14 @@ def run_analyze(args: argparse.Namespace) -> None:
 
 
 LABEL = Command("label", "GateSight utility labels (Eq. 2) and GDN signals on held-out generic text",
-                add_label_arguments, run_label, outputs=lambda args: [Output(Path(args.out), "--out")])
+                add_label_arguments, run_label, outputs=lambda args: [Output(Path(args.out), "--out")],
+                interrupted=lambda args: f"the windows labelled are kept in {args.out} — run the same command again "
+                                         "to resume")
 TRAIN = Command("train", "train the GateSight estimator (+ ridge, leave-one-corpus-out evaluation)",
-                add_train_arguments, run_train, outputs=lambda args: [estimator_output(args)])
+                add_train_arguments, run_train, outputs=lambda args: [estimator_output(args)],
+                interrupted=lambda args: f"nothing was written: {estimator_output(args).path} holds what it held "
+                                         "before (the estimator is saved whole once trained); it does not resume: "
+                                         "run it again to start over")
 ANALYZE = Command("analyze", "the paper's observations 1-2 on this model, tables and PNGs", add_analyze_arguments,
                   run_analyze, outputs=lambda args: [Output(Path(args.out), "--out", keeps=DERIVED)])
 
@@ -122,4 +128,7 @@ def calibration_output(args: argparse.Namespace) -> Output:
 
 
 CALIBRATE = Command("calibrate", "TriAttention query statistics and layer gate weights, stored with the model",
-                    add_calibrate_arguments, run_calibrate, outputs=lambda args: [calibration_output(args)])
+                    add_calibrate_arguments, run_calibrate, outputs=lambda args: [calibration_output(args)],
+                    interrupted=lambda args: f"nothing was written: {calibration_output(args).path} holds what it "
+                                             "held before (the calibration is saved whole once measured); it does "
+                                             "not resume: run it again to start over")

@@ -89,10 +89,23 @@ TRAIN_MODEL = Command("train-model", "train the default hybrid from scratch (res
                                      "never written over unless --resume or --replace says so (the old directory is "
                                      "then moved aside to <out>.backup-<time>)", add_train_model_arguments,
                       run_train_model, outputs=lambda args: [Output(Path(args.out), "--out", model=Path(args.out)),
-                                                             Output(Path(args.checkpoints), "--checkpoints")])
+                                                             Output(Path(args.checkpoints), "--checkpoints")],
+                      interrupted=lambda args: f"the checkpoints written are kept in {args.checkpoints} — rerun "
+                                               "with --resume to continue from the last one (none yet if it "
+                                               "stopped before its first: run it again as it was)")
+
+
+def _model_eval_interrupted(args: argparse.Namespace) -> str:
+    if not args.rows:
+        return "nothing was kept (without --rows the rows are not written); it does not resume: run it again"
+    return (f"the rows of the tasks it finished are kept in {args.rows}; it does not resume: a rerun evaluates "
+            "every task again (with --replace, which moves these rows aside, or another --rows)")
+
+
 MODEL_EVAL = Command("model-eval", "full-cache accuracy of a model on held-out task items", add_model_eval_arguments,
                      run_model_eval, outputs=lambda args: [rows_output(Path(args.rows), args.replace)] if args.rows
-                     else [])
+                     else [], interrupted=_model_eval_interrupted)
+
 
 
 def add_distill_arguments(parser: argparse.ArgumentParser) -> None:
@@ -151,10 +164,23 @@ def _layer_list(text: str) -> tuple[int, ...]:
     return tuple(sorted(layers))
 
 
-def _delta_in_the_way(out: Path, cfg: dict, step: int | None = None) -> str | None:
+def _default_attention_layers(teacher: str) -> tuple[int, ...]:
+    """Where the hybrid of ``teacher`` has attention when ``--attention-layers`` is not given, or ``()`` if the
+    teacher's config cannot be read (not fetched yet)."""
+    from hybridmodel.from_teacher import attention_placement
+    from pretrained.loading import read_config, resolve
+
+    try:
+        return attention_placement(read_config(resolve(ModelSpec(teacher)))["num_hidden_layers"])
+    except (FileNotFoundError, ValueError, KeyError):
+        return ()
+
+
+def _delta_in_the_way(out: Path, cfg: dict, step: int | None = None, teacher: str | None = None) -> str | None:
     """Why the delta in ``out`` is not this run's to update, or None (no delta there, or this run's — the same
     config — at a step this run's delta reaches, ``step`` where known): the result of more work is replaced only
-    with ``--replace``."""
+    with ``--replace``. A difference in the default attention placement is shown as ``teacher``'s layers (where
+    given)."""
     from hybridmodel.hybrid_delta import MANIFEST_FILE, manifest
 
     if not (out / MANIFEST_FILE).exists():
@@ -166,8 +192,9 @@ def _delta_in_the_way(out: Path, cfg: dict, step: int | None = None) -> str | No
     except (TypeError, ValueError):
         same = False
     if not same:
+        default_layers = _default_attention_layers(teacher) if teacher else ()
         return (f"--out {out} holds the delta of another distillation "
-                f"({config_difference(theirs, DistillConfig.from_dict(cfg))})")
+                f"({config_difference(theirs, DistillConfig.from_dict(cfg), default_layers)})")
     if step is not None and step < training.get("step", 0):
         return (f"--out {out} holds this run's delta at step {training['step']}, ahead of this one (step {step}): "
                 "its --checkpoints go on from there")
@@ -195,7 +222,7 @@ def run_distill(args: argparse.Namespace) -> None:
         raise UsageError(f"--teacher {args.teacher!r}{did_you_mean(args.teacher, packaged)}: choose a packaged "
                          f"pretrained model ({', '.join(packaged)}); the delta records its file's hash")
     out = Path(args.out) if args.out else None
-    in_the_way = _delta_in_the_way(out, asdict(cfg)) if out is not None else None
+    in_the_way = _delta_in_the_way(out, asdict(cfg), teacher=args.teacher) if out is not None else None
     if in_the_way and not args.replace:
         raise UsageError(f"{in_the_way}: give another --out, or --replace to write over it (the old delta is moved "
                          f"aside to {out}.backup-<time>)")
@@ -249,7 +276,7 @@ def run_distill(args: argparse.Namespace) -> None:
         if record["step"] == 0:
             raise UsageError(f"no delta written: the run stopped before its first step (--hours {args.hours}); "
                              "rerun with more --hours")
-        in_the_way = _delta_in_the_way(out, asdict(cfg), record["step"])
+        in_the_way = _delta_in_the_way(out, asdict(cfg), record["step"], args.teacher)
         if in_the_way and not args.replace:
             raise UsageError(f"no delta written: {in_the_way}; this run's training is kept in {args.checkpoints} "
                              "(rerun to go on), or give another --out, or --replace")
@@ -312,7 +339,9 @@ DISTILL = Command("distill", "distil a pretrained Llama-architecture teacher (Sm
                              "GDN hybrid: attention transfer, then end-to-end distillation (resumable, one thread)",
                   add_distill_arguments, run_distill,
                   outputs=lambda args: [Output(Path(args.checkpoints), "--checkpoints")]
-                  + ([Output(Path(args.out), "--out")] if args.out else []))
+                  + ([Output(Path(args.out), "--out")] if args.out else []),
+                  interrupted=lambda args: f"the checkpoints written are kept in {args.checkpoints} — run the same "
+                                           "command again to go on from the last one")
 
 
 def _distilled() -> list[str]:

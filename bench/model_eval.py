@@ -9,7 +9,7 @@ from statistics import mean
 
 import torch
 
-from artifacts.files import write_result
+from artifacts.files import write_result, write_text
 from artifacts.outputs import FILE, RESULTS, Output, check
 from pretrained import loading
 from runtime import encode_text, prefill
@@ -78,9 +78,9 @@ def not_evaluation_rows(path: Path) -> str | None:
 def evaluate_model(model_path, tasks: list[str], lengths: list[int], n: int, seed: int = 0,
                    rows_out: Path | None = None, replace: bool = False) -> str:
     """Markdown table: accuracy (%) per task and length with 95 % bootstrap intervals over items, no eviction,
-    greedy; items = evaluation seeds. ``rows_out``: one JSON line per item (for paired comparisons of models); a
-    file already there is refused before any work unless ``replace``, and then moved aside when the new rows are
-    written."""
+    greedy; items = evaluation seeds. ``rows_out``: one JSON line per item (for paired comparisons of models),
+    written as each task finishes (an interrupted run keeps the finished tasks' rows); a file already there is
+    refused before any work unless ``replace``, and then moved aside when the first rows are written."""
     from workloads.tasks import TASKS
     from workloads.tasks.registry import GROUPS, expand
 
@@ -104,6 +104,7 @@ def evaluate_model(model_path, tasks: list[str], lengths: list[int], n: int, see
         raise UsageError(f"length {bad[0]} is not allowed: lengths must be in [1, {limit}] tokens for this model")
     model, tokenizer, directory = loading.load(model_path)
     rows: list[dict] = []
+    written = False
     encode = lambda text: torch.tensor(encode_text(tokenizer, text))  # noqa: E731
     count = lambda text: len(encode_text(tokenizer, text))  # noqa: E731
     table: dict[tuple[str, int], float] = {}
@@ -128,8 +129,13 @@ def evaluate_model(model_path, tasks: list[str], lengths: list[int], n: int, see
                 parent.release()
             table[(task, length)] = 100 * mean(r["score"] for r in rows if r["task"] == f"{task}@{length}")
             print(f"{task:>16} @ {length}: {table[(task, length)]:.1f}", flush=True)
-    if rows_out is not None:
-        write_result(rows_out, "".join(json.dumps(r) + "\n" for r in rows))
+            if rows_out is not None:  # each task's rows as it finishes, so that an interrupted run keeps them
+                text = "".join(json.dumps(r) + "\n" for r in rows)
+                if written:  # this run's rows so far, written over whole
+                    write_text(rows_out, text)
+                else:  # an earlier evaluation's rows (--replace) are moved aside first
+                    write_result(rows_out, text)
+                    written = True
     boot = PairedBootstrap(rows, "score")
     head = "| task | " + " | ".join(f"{length}" for length in lengths) + " |"
     lines = [f"Accuracy (%), mean [95 % bootstrap interval over {n} items], full cache, greedy.", "", head,

@@ -36,6 +36,7 @@ from .specs import (
     frozen_options,
     parse_item,
     parse_pair,
+    press_name,
 )
 
 
@@ -120,6 +121,8 @@ def _spec(kind, text: str, flag: str, every: dict, registry, model=None):
     value is left out, and so is an artifact option naming the model's own files (``gatesight[estimator=<model
     dir>/gatesight]`` is ``gatesight``): one setting, one label, however it is written."""
     name, own = parse_item(text, flag)
+    if kind is PressSpec:  # kvpress:knorm and kvpress:KnormPress: one setting, one label
+        name = press_name(name)
     every_flag = "--press-options" if kind is PressSpec else "--alloc-options"
     both = sorted(set(own) & set(every))
     if both:
@@ -285,11 +288,10 @@ def plan(settings: CompareSettings | RunPlan) -> RunPlan:
     built = {spec: allocators.get(spec.name, **spec.kwargs) for spec in dict.fromkeys(m.allocator for m in methods)}
     # e.g. the global allocator with a press of no one scale; each press built once here
     press_built = {spec: presses.get(spec.name, **spec.kwargs) for spec in dict.fromkeys(m.press for m in methods)}
+    for press in press_built.values():  # what each reads (an estimator of other weights is refused), and whether
+        _bind(press, settings.model)     # GateSight's scores share one scale, is its artifacts' to say
     for method in methods:
-        press, allocator = press_built[method.press], built[method.allocator]
-        if allocator.compares_layers:  # whether GateSight's scores share one scale is its estimator's to say
-            _bind(press, settings.model)
-        check_pair(press, allocator)
+        check_pair(press_built[method.press], built[method.allocator])
     layers = loading.attention_layer_count(settings.model)
     if layers is not None:
         for allocator in built.values():
@@ -334,8 +336,10 @@ def plan(settings: CompareSettings | RunPlan) -> RunPlan:
 def _bind(press: presses.Press, model) -> None:
     """``press`` bound to the model's directory as the run will bind it (:func:`presses.preparation.prepare`), so
     that what is checked before the model loads is the estimator the run reads: the model's own where no option
-    names another. Its artifacts are small files: the model itself is not loaded."""
+    names another. Its artifacts are small files; the weight files are hashed (an estimator records the weights
+    it was trained on), not loaded."""
     directory = loading.resolve(model)
+    loading.check_artifacts(directory)  # a damaged artifact named by its file, before a press reads it
     try:
         press.bind(directory)
     except (ValueError, FileNotFoundError) as error:

@@ -19,6 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
+from presses.kvpress_names import class_alias
+from presses.registry import KVPRESS_PREFIX
 from runtime.errors import UsageError
 
 from .row_fields import BASELINE
@@ -30,6 +32,14 @@ Options = tuple[tuple[str, object], ...]
 def frozen_options(options: dict) -> Options:
     """``options`` (typed by their fields) as :data:`Options`."""
     return tuple(sorted((key, tuple(value) if isinstance(value, list) else value) for key, value in options.items()))
+
+
+def press_name(name: str) -> str:
+    """The one name of the press setting ``name`` names: a kvpress short name that is another name of a kvpress
+    class (:func:`presses.kvpress_names.class_alias`: ``kvpress:knorm``) is that class's (``kvpress:KnormPress``),
+    so that a run labels both alike and sees them as one setting; any other name is itself."""
+    alias = class_alias(name.removeprefix(KVPRESS_PREFIX)) if name.startswith(KVPRESS_PREFIX) else None
+    return name if alias is None else KVPRESS_PREFIX + alias
 
 
 def _number(value) -> str:

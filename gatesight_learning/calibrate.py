@@ -41,7 +41,7 @@ def calibrate_model(model, tokens: int, chunk: int, replace: bool = False) -> tu
     ------
     ValueError
         ``tokens`` or ``chunk`` below 1 (named by their flags), or a calibration already there without ``replace``,
-        before the model loads.
+        before the model loads; ``tokens`` beyond what the recording corpus holds, before calibrating.
     """
     for flag, value in (("--tokens", tokens), ("--chunk", chunk)):
         if value < 1:
@@ -52,6 +52,10 @@ def calibrate_model(model, tokens: int, chunk: int, replace: bool = False) -> tu
     check_replaceable(target, held, "a calibration", replace)
     model, tokenizer, directory = loading.load(model)
     chunks, sources = recording_chunks(tokenizer, tokens, chunk)
+    held_tokens = sum(c.numel() for c in chunks)
+    if held_tokens < tokens:  # before the hours of calibration, not in its last line
+        raise UsageError(f"--tokens {tokens}: the recording corpus holds {held_tokens:,} tokens for this tokenizer; "
+                         f"give --tokens {held_tokens} or fewer")
     with tqdm(total=sum(c.numel() for c in chunks), unit="tok", desc="calibrate") as bar:
         result = calibrate(model, chunks, sources, progress=bar.update)
     with tempfile.TemporaryDirectory(dir=directory) as scratch:

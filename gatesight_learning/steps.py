@@ -9,8 +9,8 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from artifacts.files import check_replaceable, install
-from presses.gatesight import ARTIFACT_DIR, gdn_window
+from artifacts.files import check_replaceable, install, rebuilt_path, write_rebuilt
+from presses.gatesight import ARTIFACT_DIR, WEIGHT_FILES, gdn_window
 from pretrained import loading
 from runtime import adapter_for
 from runtime.errors import UsageError
@@ -27,22 +27,32 @@ MIN_CORPORA = 2
 """Fewest corpora ``bench train`` reads: it evaluates the estimator with one corpus held out, trained on the rest."""
 
 
-def _shards(labels_dir: Path, weights: str, futures: str = "labels") -> list[dict]:
+def _label_command(model_path, out) -> str:
+    """``bench label`` of the model ``model_path`` (a :class:`~pretrained.loading.ModelSpec`, a path or None: the
+    default model) into ``out``, as advice shows it: labels of another model would not do."""
+    spec = model_path if isinstance(model_path, loading.ModelSpec) else loading.ModelSpec(model_path)
+    flags = ([f"--model {spec.path}"] if spec.path is not None else []) + (
+        [f"--dtype {spec.dtype}"] if spec.dtype != loading.ModelSpec.dtype else [])
+    return " ".join(["bench label", *flags, f"--out {out}"])
+
+
+def _shards(labels_dir: Path, weights: str, model_path, futures: str = "labels") -> list[dict]:
     """The label shards of ``labels_dir``, refused if there are none, if they were labelled with different weights
-    or settings (:func:`gatesight_learning.record.check_shards`), or by weights other than ``weights`` (the
-    fingerprint of the model they are read for: labels of other weights describe another model)."""
+    or settings (:func:`gatesight_learning.record.check_shards`), or by weights other than ``weights``, those of the
+    model ``model_path`` they are read for (labels of other weights describe another model)."""
     paths = sorted(Path(labels_dir).glob("*.safetensors"))
     if not paths:
-        raise FileNotFoundError(f"no label shards in {labels_dir}: run `bench label --out {labels_dir}` first")
+        raise FileNotFoundError(f"no label shards in {labels_dir}: run `{_label_command(model_path, labels_dir)}` "
+                                "first")
     check_shards(paths)
     labelled = shard_settings(paths[0])["weights"]
     if labelled != weights:
         raise UsageError(f"{labels_dir} was labelled by model weights {labelled}, not this model's ({weights}): "
-                         f"label this model into a new directory (`bench label --out DIR`)")
+                         f"label this model into a new directory (`{_label_command(model_path, 'DIR')}`)")
     return [load_shard(p, futures) for p in tqdm(paths, desc="read labels", unit="shard", leave=False)]
 
 
-def _check_enough(shards: list[dict], labels_dir: Path, command: str) -> None:
+def _check_enough(shards: list[dict], labels_dir: Path, command: str, model_path) -> None:
     """A :class:`~runtime.errors.UsageError` unless ``shards`` are enough windows for ``command`` (``train`` also
     needs them from enough corpora), naming the minimum: fewer leave a statistic of nothing."""
     corpora = len({s["corpus"] for s in shards})
@@ -52,13 +62,13 @@ def _check_enough(shards: list[dict], labels_dir: Path, command: str) -> None:
     if len(shards) < MIN_WINDOWS or (command == "train" and corpora < MIN_CORPORA):
         windows = f"{len(shards)} labelled window{'s' * (len(shards) != 1)}"
         raise UsageError(f"{labels_dir} holds {windows} (of {corpora} {'corpus' if corpora == 1 else 'corpora'}); "
-                         f"{command} needs {needs}: label more into it (`bench label --out {labels_dir}`, with a "
-                         "larger --limit or none)")
+                         f"{command} needs {needs}: label more into it (`{_label_command(model_path, labels_dir)}`,"
+                         " with a larger --limit or none)")
 
 
 def _weights(model_path) -> str:
     """The fingerprint of the model's weight files: what label shards and an estimator record of the model."""
-    return loading.fingerprint(loading.resolve(model_path), "model*.safetensors")
+    return loading.fingerprint(loading.resolve(model_path), WEIGHT_FILES)
 
 
 def label(model_path, out: Path, limit, tokens: int, continuations: int, max_new_tokens: int, seed: int,
@@ -100,8 +110,8 @@ def train(model_path, labels_dir: Path, out: Path | None, slow_threshold: float,
     target = Path(out or loading.resolve(model_path) / ARTIFACT_DIR)
     check_replaceable(target, [target / name for name in ESTIMATOR_FILES], "a GateSight estimator", replace)
     weights = _weights(model_path)
-    shards = _shards(labels_dir, weights, futures)
-    _check_enough(shards, labels_dir, "train")
+    shards = _shards(labels_dir, weights, model_path, futures)
+    _check_enough(shards, labels_dir, "train", model_path)
     training_targets(shards, settings.scale, labels_dir)  # shards without raw utilities refused before the model loads
     model, _, _ = loading.load(model_path)
     adapter = adapter_for(model)
@@ -133,7 +143,9 @@ def train(model_path, labels_dir: Path, out: Path | None, slow_threshold: float,
 
 def analyze(model_path, labels_dir: Path, out: Path, slow_threshold: float) -> None:
     """Write the paper's observations on this model into ``out``: ``observations.md`` (tables beside the paper's
-    figures), ``observations.json`` and the half-life PNGs; observation 3 reads the model's GateSight artifact."""
+    figures), ``observations.json`` and the half-life PNGs, each rebuilt whole (one edited or replaced by hand since
+    the last run is first moved aside: :func:`artifacts.files.rebuilt_path`); observation 3 reads the model's
+    GateSight artifact."""
     from .analyze import (
         PAPER,
         observation_1,
@@ -144,15 +156,17 @@ def analyze(model_path, labels_dir: Path, out: Path, slow_threshold: float) -> N
         slow_heads_by_layer,
     )
 
-    shards = _shards(labels_dir, _weights(model_path))
-    _check_enough(shards, labels_dir, "analyze")
+    shards = _shards(labels_dir, _weights(model_path), model_path)
+    _check_enough(shards, labels_dir, "analyze", model_path)
     model, _, directory = loading.load(model_path)
     adapter = adapter_for(model)
     out.mkdir(parents=True, exist_ok=True)
     windows = {layer: gdn_window(adapter, layer) for layer in adapter.attention_layers}
     obs1 = observation_1(shards, model, slow_threshold)
-    plot_half_lives(obs1["medians"], slow_threshold, out / "half_lives.png")
-    plot_half_life_histogram(obs1["medians"], slow_threshold, out / "half_life_histogram.png")
+    with rebuilt_path(out / "half_lives.png") as scratch:
+        plot_half_lives(obs1["medians"], slow_threshold, scratch)
+    with rebuilt_path(out / "half_life_histogram.png") as scratch:
+        plot_half_life_histogram(obs1["medians"], slow_threshold, scratch)
     obs2 = observation_2(shards, windows, slow_heads_by_layer(obs1["slow"]))
     lives = sorted(obs1["medians"].values())
     lines = [f"Documents: {len(shards)} held-out labelling windows. Paper: Qwen3.8-27B (§3, Table 1, Figure 2).", "",
@@ -194,8 +208,8 @@ def analyze(model_path, labels_dir: Path, out: Path, slow_threshold: float) -> N
         lines += ["", f"- the MLP is ahead of ridge in {ahead['ov@10']} of {obs3['layers']} attention layers on Ov@10, "
                   f"{ahead['cov@10']} on Cov@10 and {ahead['rho']} on ρ (paper: all 16 on Ov@10 and Cov@10)"]
     text = "\n".join(lines) + "\n"
-    (out / "observations.md").write_text(text)
-    (out / "observations.json").write_text(json.dumps(
+    write_rebuilt(out / "observations.md", text)
+    write_rebuilt(out / "observations.json", json.dumps(
         {k: v for k, v in obs1.items() if k not in ("medians", "slow")} | {"lift": [obs2["top-decile lift"],
                                                                                      obs2["bottom-decile lift"]]},
         indent=2))

@@ -196,9 +196,11 @@ evaluations — the log's ``train_seconds`` of the first steps say. The peak rat
 is distilled already."""
 
 
-def config_difference(saved: dict | None, cfg: DistillConfig) -> str:
+def config_difference(saved: dict | None, cfg: DistillConfig, default_layers: tuple[int, ...] = ()) -> str:
     """The settings in which a recorded distillation config ``saved`` differs from ``cfg``, as a message names
-    them (``attention_layers 3, 7 there, 3, 6 here; phase 1 there, 3 here``), not the two whole configs."""
+    them (``attention_layers 3, 7 there, 3, 6 here; phase 1 there, 3 here``), not the two whole configs. An empty
+    ``attention_layers`` (the default placement) is shown as ``default_layers``, the layers it resolves to on the
+    teacher, where given."""
     if saved is None:
         return "it records no config"
     mine = asdict(cfg)
@@ -207,11 +209,13 @@ def config_difference(saved: dict | None, cfg: DistillConfig) -> str:
     except (TypeError, ValueError):  # a config of another version: compared as recorded
         theirs = dict(saved)
 
-    def shown(value) -> str:
+    def shown(value, key: str = "") -> str:
+        if key == "attention_layers" and isinstance(value, (list, tuple)) and not value:
+            return f"{shown(default_layers)} (the default)" if default_layers else "the default (every fourth from 3)"
         return ", ".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
 
     fields = [key for key in dict.fromkeys([*mine, *theirs]) if theirs.get(key) != mine.get(key)
               and not (isinstance(theirs.get(key), (list, tuple)) and isinstance(mine.get(key), (list, tuple))
                        and list(theirs[key]) == list(mine[key]))]
-    return "; ".join(f"{key} {shown(theirs.get(key, '(none)'))} there, {shown(mine.get(key, '(none)'))} here"
+    return "; ".join(f"{key} {shown(theirs.get(key, '(none)'), key)} there, {shown(mine.get(key, '(none)'), key)} here"
                      for key in fields) or "the same settings in another form"

@@ -30,7 +30,7 @@ from artifacts.files import backup_path, write_text
 from presses.gatesight import ARTIFACT_DIR
 from pretrained.catalog import DELTA_ARTIFACTS, MIXERS_FILE
 from pretrained.loading import fingerprint
-from pretrained.model_cache import SOURCE_FILE, installed, sha256_of, source_hash
+from pretrained.model_cache import CACHE_ENV, SOURCE_FILE, cache_dir, installed, sha256_of, source_hash
 from runtime.errors import UsageError
 
 from .from_teacher import carry_over
@@ -290,9 +290,12 @@ def ship_artifacts(checkpoint, root: Path, log=print) -> list[Path]:
     import filecmp
 
     directory = installed(checkpoint, Path(root))
-    if directory is None:
+    if directory is None:  # the commands for the cache given: --cache to fetch, the variable for the others
+        cache = "" if Path(root) == cache_dir() else f" --cache {Path(root).parent}"
+        env = "" if not cache else f"{CACHE_ENV}={Path(root).parent} "
         raise FileNotFoundError(f"{checkpoint.name} is not rebuilt from {checkpoint.delta_dir} in {root}: run "
-                                f"`bench fetch-model {checkpoint.name}`, then `bench train` / `bench calibrate` on it")
+                                f"`bench fetch-model {checkpoint.name}{cache}`, then `{env}bench train --model "
+                                f"{checkpoint.name}` / `{env}bench calibrate --model {checkpoint.name}` on it")
     present = [folder for folder in DELTA_ARTIFACTS if any(p.is_file() for p in (directory / folder).glob("*"))]
     if not present:
         raise UsageError(f"{directory} holds no GateSight estimator nor calibration: run `bench train --model "

@@ -34,6 +34,8 @@ SIGNALS = ("beta", "g", "vnorm")
 SCALES = ("head", "one")
 """What an estimator's predictions are relative to: each (layer, KV head)'s largest utility, or one constant per
 document; an estimator saved before estimators recorded it is ``head``."""
+WEIGHT_FILES = "model*.safetensors"
+"""The model's weight files, whose fingerprint an estimator records (``meta["weights"]``)."""
 AGE_FEATURES = ("i/n", "(n-i)/n", "log(1+n-i)/log(1+n)")
 
 
@@ -92,13 +94,17 @@ class GateSightEstimator:
         ``w2`` ``[H_kv, hidden]``, ``b2`` ``[H_kv]``.
     gdn_layers : dict[int, list[int]]
     meta : dict
-        Training record (corpus, epochs, metrics); ``meta["scale"]`` is the scale it was trained on (:attr:`scale`).
+        Training record (corpus, epochs, metrics); ``meta["scale"]`` is the scale it was trained on (:attr:`scale`),
+        ``meta["weights"]`` the fingerprint of the model weights it was trained on (``bench train`` records it).
+    directory : Path, optional
+        Where it was loaded from (:meth:`load`), as refusals name it; None for one built in memory.
     """
 
     window: int
     layers: dict[int, dict[str, torch.Tensor]]
     gdn_layers: dict[int, list[int]]
     meta: dict = field(default_factory=dict)
+    directory: Path | None = field(default=None, compare=False)
 
     @classmethod
     def random(cls, adapter: ModelAdapter, hidden: int = 64, window: int = 6, seed: int = 0) -> "GateSightEstimator":
@@ -137,7 +143,7 @@ class GateSightEstimator:
         if all(t.device == device for p in self.layers.values() for t in p.values()):
             return self
         layers = {layer: {k: v.to(device) for k, v in p.items()} for layer, p in self.layers.items()}
-        return GateSightEstimator(self.window, layers, self.gdn_layers, self.meta)
+        return GateSightEstimator(self.window, layers, self.gdn_layers, self.meta, self.directory)
 
     def save(self, directory) -> Path:
         directory = Path(directory)
@@ -164,7 +170,7 @@ class GateSightEstimator:
             layers.setdefault(int(layer), {})[key] = tensor
         return cls(
             config["window"], layers, {int(k): v for k, v in config["gdn_layers"].items()},
-            config.get("meta", {}),
+            config.get("meta", {}), directory,
         )
 
 
@@ -182,6 +188,26 @@ def _load_estimator(directory: Path) -> GateSightEstimator:
         raise UsageError(f"estimator={str(directory)!r}: no GateSight estimator there (no {' or '.join(missing)}); "
                          "train one with `bench label --model MODEL` then `bench train --model MODEL`")
     return GateSightEstimator.load(directory)
+
+
+def _check_weights(estimator: GateSightEstimator, model_dir: Path) -> None:
+    """``ValueError`` if ``estimator`` records the weights it was trained on (``meta["weights"]``, the fingerprint
+    of the weight files, as ``bench train`` records it) and ``model_dir``'s weight files are others; an estimator
+    saved before estimators recorded them, or a directory holding no weight files, is not checked."""
+    from pretrained import loading
+
+    trained_on = estimator.meta.get("weights")
+    if trained_on is None or not any(model_dir.glob(WEIGHT_FILES)):
+        return
+    weights = loading.fingerprint(model_dir, WEIGHT_FILES)
+    if trained_on == weights:
+        return
+    shown = "the GateSight estimator given" if estimator.directory is None else str(estimator.directory)
+    own = estimator.directory is not None and estimator.directory.resolve() == (model_dir / ARTIFACT_DIR).resolve()
+    out = "--replace" if own else "--out NEW_DIR (then give estimator=NEW_DIR)"
+    raise ValueError(f"{shown} was trained on model weights {trained_on}, not this model's ({weights}): train one on "
+                     f"this model (`bench label --model {model_dir} --out LABELS`, then `bench train --model "
+                     f"{model_dir} --labels LABELS {out}`)")
 
 
 class _EstimatorScale:
@@ -234,9 +260,13 @@ class GateSightPress(Press):
         return EvidenceRequest(recurrent_signals=True, signal_dtype=getattr(torch, self.signal_dtype))
 
     def bind(self, model_dir: Path | None) -> None:
+        """Load the model's own estimator where none was given; refuse (``ValueError``) an estimator trained on
+        other model weights than those in ``model_dir``: its features describe another model's signals."""
         artifact = None if model_dir is None else Path(model_dir) / ARTIFACT_DIR
         if self.estimator is None and artifact is not None and (artifact / "gatesight.json").exists():
             self.estimator = GateSightEstimator.load(artifact)
+        if self.estimator is not None and model_dir is not None:
+            _check_weights(self.estimator, Path(model_dir))
 
     def check(self, adapter: ModelAdapter) -> None:
         if not adapter.signal_layers:

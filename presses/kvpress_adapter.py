@@ -21,6 +21,7 @@ after scoring) are refused everywhere, each with its reason, when the press is b
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 
 import torch
@@ -111,11 +112,19 @@ def _layer_inputs(recorded: torch.Tensor | None, n: int, width: int, dtype: torc
     return hidden[None]
 
 
-def _refusal(press) -> str | None:
-    for cls in type(press).__mro__:
-        reason = OFFLINE_REFUSALS.get(cls.__name__) or RATIO_DEPENDENT.get(cls.__name__)
+def _class_refusal(cls: type) -> str | None:
+    """Why presses of the kvpress class ``cls`` cannot run here (along its bases), or None."""
+    for base in cls.__mro__:
+        reason = OFFLINE_REFUSALS.get(base.__name__) or RATIO_DEPENDENT.get(base.__name__)
         if reason:
-            return f"kvpress {type(press).__name__} cannot run here: {reason}"
+            return f"kvpress {cls.__name__} cannot run here: {reason}"
+    return None
+
+
+def _refusal(press) -> str | None:
+    reason = _class_refusal(type(press))
+    if reason:
+        return reason
     inner = getattr(press, "press", None)  # wrappers (CriticalKVPress) carry the press they score with
     return _refusal(inner) if inner is not None else None
 
@@ -181,8 +190,22 @@ class KvpressScorer(Press):
 
     @staticmethod
     def build(class_name: str, **options):
-        """A kvpress ``ScorerPress`` subclass by class name, with ``options`` (its dataclass fields, typed)."""
-        return build_with_options(KvpressScorer.scorer_class(class_name), f"kvpress:{class_name}", options)
+        """A kvpress ``ScorerPress`` subclass by class name, with ``options`` (its dataclass fields, typed); a
+        wrapper of another press (``CriticalKVPress(press)``), which options cannot give, is refused saying so."""
+        import kvpress
+
+        cls = KvpressScorer.scorer_class(class_name)
+        wrapped = [p.name for p in inspect.signature(cls).parameters.values() if p.default is p.empty
+                   and isinstance(p.annotation, type) and issubclass(p.annotation, kvpress.BasePress)]
+        if wrapped:
+            reason = _class_refusal(cls)
+            anyway = f" (nor could it run: {reason.split(': ', 1)[1]})" if reason else ""
+            raise UsageError(f"kvpress:{class_name} wraps another press (its argument {wrapped[0]!r}), which options "
+                             f"here cannot give{anyway}. The kvpress wrappers that run here are budget rules: "
+                             "AdaKVPress, PerLayerCompressionPress and PyramidKVPress, as the allocators adakv, "
+                             "perlayer and pyramid with the press they wrap (kvpress:<Class> with --alloc), or as "
+                             "kvpress press objects in the library")
+        return build_with_options(cls, f"kvpress:{class_name}", options)
 
     def evidence(self, adapter) -> EvidenceRequest:
         return EvidenceRequest(window=rows_read(self.press))

@@ -73,3 +73,17 @@ def kvpress_object(name: str):
     import kvpress
 
     return NAMES[name](kvpress)
+
+
+def class_alias(name: str) -> str | None:
+    """The kvpress class of which the short name ``name`` is another name: ``KnormPress`` for ``knorm``, whose
+    press is ``KnormPress()``, the class built with its defaults (the two then name one setting); None for a name
+    that builds anything else (a wrapper, a press with other fields) or that :data:`NAMES` lacks."""
+    if name not in NAMES:
+        return None
+    press = kvpress_object(name)
+    try:
+        default = type(press)()
+    except TypeError:  # a wrapper (CriticalKVPress(press)): no default build to be
+        return None
+    return type(press).__name__ if press == default else None

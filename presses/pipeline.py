@@ -27,7 +27,7 @@ from .kvpress_adapter import KvpressScorer
 from .kvpress_names import NAMES, kvpress_object
 from .kvpress_wrappers import is_kvpress_press, translate
 from .registry import KVPRESS_PREFIX, get
-from .selection import Selection, check_layer_weights, keep_fraction_from
+from .selection import Selection, check_layer_weights, check_layer_weights_read, keep_fraction_from
 
 
 def frame(tokenizer, context: str, enable_thinking: bool = False) -> tuple[str, str, str]:
@@ -164,6 +164,7 @@ class CompressedContextPipeline:
 
     def __post_init__(self):
         self.max_new_tokens = whole(self.max_new_tokens, "max_new_tokens", 1, text=False)
+        check_tokenizer(self.tokenizer)
 
     def answer(self, context_ids: torch.Tensor, protected: int, questions_ids: list[torch.Tensor],
                compression: Compression, layer_weights: dict[int, float] | None = None,
@@ -172,7 +173,8 @@ class CompressedContextPipeline:
         kept), compact once, answer every question greedily from the one child. A request that cannot fit the
         model's positions is refused first (:func:`check_positions`)."""
         max_new_tokens = check_positions(self.model, len(context_ids), questions_ids, self.max_new_tokens)
-        check_layer_weights(layer_weights)  # before the prefill
+        check_layer_weights(layer_weights, tuple(adapter_for(self.model).attention_layers))  # before the prefill
+        check_layer_weights_read(layer_weights, compression.allocator)
         press = compression.press
         evidence = press.evidence(adapter_for(self.model)) if press is not None else None
         parent = prefill(self.model, context_ids, protected=protected, tokenizer=self.tokenizer,
@@ -232,6 +234,21 @@ def check_positions(model, context_tokens: int, questions_ids: list[torch.Tensor
                          f"{context_tokens + longest} of the model's {limit} positions (max_position_embeddings), "
                          "leaving none for an answer: give a shorter context or question")
     return decode_budget(max_new_tokens, model.config, context_tokens, longest, "the longest question")
+
+
+TOKENIZER_NEEDS = ("chat_template", "bos_token", "apply_chat_template", "decode", "__call__")
+"""What the pipeline reads of a tokenizer: its chat template frames the context (:func:`frame`), calling it encodes
+(:func:`runtime.encode_text`), ``decode`` gives the answers' text."""
+
+
+def check_tokenizer(tokenizer) -> None:
+    """An error naming ``tokenizer`` unless it is a transformers tokenizer (what the pipeline reads of one:
+    :data:`TOKENIZER_NEEDS`)."""
+    missing = [name for name in TOKENIZER_NEEDS if not hasattr(tokenizer, name)]
+    if missing:
+        raise ArgumentTypeError(f"tokenizer must be the model's transformers tokenizer (AutoTokenizer.from_pretrained"
+                                f"; it frames the context with its chat template and decodes the answers), got "
+                                f"{describe_argument(tokenizer)}, which has no {', '.join(missing)}")
 
 
 def check_text(name: str, value, what: str | None = None) -> None:

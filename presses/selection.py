@@ -6,6 +6,7 @@ A :class:`Selection` scores a parent with one press once and forks children for 
 
 from __future__ import annotations
 
+import math
 import numbers
 import time
 
@@ -67,9 +68,10 @@ def check_parent(parent) -> None:
                                 f"{describe(parent)}")
 
 
-def check_layer_weights(layer_weights) -> None:
+def check_layer_weights(layer_weights, layers: tuple[int, ...] | None = None) -> None:
     """Refuse ``layer_weights`` that are neither None nor a dict (a list would read as weights by position, where
-    the allocators look them up by attention layer)."""
+    the allocators look them up by attention layer), a key that is not an integer or, given the model's attention
+    ``layers``, not one of them, and a weight that is not a finite number >= 0, naming it and what is allowed."""
     if layer_weights is not None and not isinstance(layer_weights, dict):
         raise ArgumentTypeError(f"layer_weights must be a dict {{attention layer: weight}} or None, got "
                                 f"{describe(layer_weights)}")
@@ -77,6 +79,27 @@ def check_layer_weights(layer_weights) -> None:
     if keys:
         raise ArgumentTypeError(f"layer_weights must be keyed by attention layer index (an integer, e.g. {{3: 1.0}}), "
                                 f"got the key {keys[0]!r}")
+    for layer, weight in (layer_weights or {}).items():
+        if isinstance(weight, bool) or not isinstance(weight, numbers.Real):
+            raise ArgumentTypeError(f"layer_weights[{layer}] must be a number >= 0, got {describe(weight)}")
+        if not math.isfinite(weight) or weight < 0:
+            raise UsageError(f"layer_weights[{layer}] = {weight!r}: a layer's weight must be a finite number >= 0 "
+                             "(its share of the budget)")
+    others = sorted(set(layer_weights or {}) - set(layers)) if layers is not None else []
+    if others:
+        raise UsageError(f"layer_weights name layers {others} that are not attention layers of this model (its "
+                         f"attention layers: {', '.join(map(str, layers))})")
+
+
+def check_layer_weights_read(layer_weights, allocator: Allocator | None) -> None:
+    """Refuse ``layer_weights`` that ``allocator`` would ignore (one that does not read them, or None: nothing is
+    compressed), naming the allocators that read them."""
+    if layer_weights is None or (allocator is not None and allocator.needs_layer_weights):
+        return
+    readers = [name for name, cls in allocators.ALLOCATORS.items() if cls.needs_layer_weights]
+    which = "no allocator (nothing is compressed)" if allocator is None else f"the {allocator.name!r} allocator"
+    raise UsageError(f"layer_weights would be ignored: {which} does not read them; they split the budget across "
+                     f"layers for the allocators {', '.join(readers)}: leave them out, or use one of those")
 
 
 def check_pair(press: Press, allocator: Allocator) -> None:
@@ -140,7 +163,7 @@ class Selection:
     def __init__(self, parent: Parent, press: Press | str, layer_weights: dict[int, float] | None = None):
         check_parent(parent)
         check_press(press)
-        check_layer_weights(layer_weights)
+        check_layer_weights(layer_weights, tuple(parent.adapter.attention_layers))
         self.parent = parent
         self.press = prepare(press, parent.adapter)
         check_evidence(parent, self.press)
@@ -204,6 +227,7 @@ def compress(
     check_parent(parent)
     p = keep_fraction_from(keep_fraction, compression_ratio)
     check_press(press)
-    check_layer_weights(layer_weights)
+    check_layer_weights(layer_weights, tuple(parent.adapter.attention_layers))
     allocator = allocator_of(allocator)  # before the press is prepared: every bad argument is refused before work
+    check_layer_weights_read(layer_weights, allocator)
     return Selection(parent, press, layer_weights).fork(allocator, p)

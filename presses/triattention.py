@@ -14,6 +14,7 @@ from pathlib import Path
 
 import torch
 
+from artifacts.outputs import MODEL_CONFIG
 from runtime.errors import UsageError
 
 from .base import Press, Scores, ScoringContext, group_reduce
@@ -50,6 +51,16 @@ def trig_preference(centre: torch.Tensor, key_bands: torch.Tensor, omega: torch.
     return torch.einsum("hnf,hf->hn", key_bands.conj(), coefficient).real
 
 
+def _calibration_advice(directory: Path) -> str:
+    """How to get a calibration where ``calibration=directory`` found none: ``bench calibrate`` measures one for a
+    model and writes it into that model's directory, so it is the advice only where ``directory`` is a model's."""
+    if (directory / MODEL_CONFIG).is_file():
+        return f"run `bench calibrate --model {directory}`"
+    return ("it is not a model directory either: name the directory of a model that `bench calibrate --model DIR` "
+            "has calibrated, or leave the option out (the run's model's own calibration is read from its directory; "
+            "`bench calibrate --model MODEL` writes it)")
+
+
 @dataclass
 class TriAttentionPress(Press):
     """Parameters: ``calibration`` (a :class:`Calibration`, or the model directory holding one, as the CLI's
@@ -79,7 +90,7 @@ class TriAttentionPress(Press):
                                  "`bench calibrate --model DIR` wrote its calibration into)")
             if not Calibration.exists(directory):
                 raise UsageError(f"calibration={str(directory)!r}: no calibration there (no {directory / FILE}); "
-                                 f"run `bench calibrate --model {directory}`")
+                                 + _calibration_advice(directory))
             self.calibration = Calibration.load(directory)
         elif self.calibration is not None and not isinstance(self.calibration, Calibration):
             raise UsageError(f"calibration={self.calibration!r}: give a Calibration or the model directory holding "

@@ -18,6 +18,11 @@ class MissingFileError(UsageError, FileNotFoundError):
     line, and a ``FileNotFoundError`` for callers that catch that."""
 
 
+class ReleasedError(UsageError, RuntimeError):
+    """A parent or child cache used after its ``release()``: a :class:`UsageError`, shown as one line, and a
+    ``RuntimeError`` for callers that catch that."""
+
+
 def describe(value) -> str:
     """A wrong argument as an error message names it: its type and (shortened) value, or for a class that it is one."""
     if isinstance(value, type):

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from .adapters import ModelAdapter, adapter_for
-from .errors import ArgumentTypeError, UsageError, describe
+from .errors import ArgumentTypeError, ReleasedError, UsageError, describe
 from .evidence import Evidence, EvidenceRecorder, EvidenceRequest
 from .forward import ForwardObserver, SequenceState, forward_chunk
 from .kv import LayerKV
@@ -138,7 +138,7 @@ class CachedContext:
 
     def _live_state(self) -> SequenceState:
         if self._state is None:
-            raise RuntimeError(f"this {type(self).__name__.lower()} was released; {self._after_release}")
+            raise ReleasedError(f"this {type(self).__name__.lower()} was released; {self._after_release}")
         return self._state
 
     @property
@@ -341,6 +341,10 @@ def prefill(
     if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, numbers.Integral)
                                    or chunk_size < 1):
         raise UsageError(f"chunk_size={chunk_size!r} must be a positive integer (tokens per prefill pass) or None")
+    if not isinstance(evidence, EvidenceRequest):
+        raise ArgumentTypeError(f"evidence must be an EvidenceRequest (what the presses in use read besides the KV "
+                                f"cache: press.evidence(adapter), or presses.preparation.evidence_for(presses, "
+                                f"adapter) for several), got {describe(evidence)}")
     recorder = EvidenceRecorder(evidence)
     state = SequenceState()
     step = int(chunk_size or ids.numel())

@@ -5,6 +5,7 @@ import json
 import shutil
 
 import pytest
+import torch
 
 import allocators
 import presses
@@ -73,6 +74,21 @@ def test_calibrate_model_refuses_empty_work_before_loading(monkeypatch):
     for tokens, chunk, flag in ((0, 128, "--tokens 0"), (300, 0, "--chunk 0")):
         with pytest.raises(ValueError, match=f"{flag}: give a positive number of tokens"):
             calibrate_model(None, tokens, chunk)
+
+
+def test_calibrate_model_refuses_more_tokens_than_the_corpus_holds(model_dir, tmp_path, monkeypatch):
+    import gatesight_learning.calibrate as calibrate_module
+
+    corpus = [torch.arange(100), torch.arange(50)]
+    monkeypatch.setattr(calibrate_module, "recording_chunks", lambda tokenizer, tokens, chunk: (corpus, ["a"]))
+    monkeypatch.setattr(calibrate_module, "calibrate", lambda *a, **k: pytest.fail("calibrated before checking"))
+    copy = tmp_path / "model"
+    shutil.copytree(model_dir, copy)
+    before = sorted(p.name for p in copy.rglob("*"))
+    with pytest.raises(ValueError, match="--tokens 300: the recording corpus holds 150 tokens for this tokenizer; "
+                                         "give --tokens 150 or fewer"):
+        calibrate_model(str(copy), 300, 128, replace=True)
+    assert sorted(p.name for p in copy.rglob("*")) == before
 
 
 def test_calibrate_model_stores_the_calibration_with_the_model(model_dir, tmp_path):

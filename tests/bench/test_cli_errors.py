@@ -60,6 +60,15 @@ def test_cost_refuses_bad_lengths_before_work(model_dir, tmp_path, capsys, no_mo
     assert "length 0 is not allowed" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("given", [["kvpress:knorm", "kvpress:KnormPress"], ["snapkv", "snapkv"]])
+def test_cost_refuses_one_press_named_twice(model_dir, tmp_path, capsys, no_model_load, given):
+    """A kvpress short name and its class name are one press: timed twice, its row would show twice."""
+    code, err = run_cli(capsys, "cost", "--model", model_dir, "--press", ",".join(given), "--lengths", 16,
+                        "--out", tmp_path / "out")
+    assert code == 2 and f"--press names one press twice: {given[0]!r} and {given[1]!r}" in err, err
+    assert not (tmp_path / "out").exists()
+
+
 def test_ctrl_c_says_how_to_resume(model_dir, tmp_path, capsys, monkeypatch):
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
@@ -67,6 +76,53 @@ def test_ctrl_c_says_how_to_resume(model_dir, tmp_path, capsys, monkeypatch):
     assert main(["compare", "--model", str(model_dir), "--out", str(tmp_path)]) == 130
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "interrupted" in err and "resume" in err and str(tmp_path) in err
+
+
+def test_model_eval_interrupted_keeps_the_rows_of_the_tasks_it_finished_and_says_so(model_dir, tmp_path, capsys,
+                                                                                    monkeypatch):
+    """Ctrl-C during the second task: the first task's rows are in --rows, as the message says (they were lost)."""
+    import json
+
+    from bench import model_eval
+
+    calls = []
+
+    def generate(task, index, seed, config):
+        calls.append(task)
+        if task == "niah_single_2" and calls.count(task) > 1:  # its first call checks it fits, before any answer
+            raise KeyboardInterrupt
+        return real(task, index, seed, config)
+
+    real = model_eval.generate
+    monkeypatch.setattr(model_eval, "generate", generate)
+    rows = tmp_path / "rows.jsonl"
+    code, err = run_cli(capsys, "model-eval", "--model", model_dir, "--tasks", "niah_single_1,niah_single_2",
+                        "--lengths", "300", "--n", "2", "--rows", rows)
+    assert code == 130 and f"interrupted; the rows of the tasks it finished are kept in {rows}" in err, err
+    assert {json.loads(line)["task"] for line in rows.read_text().splitlines()} == {"niah_single_1@300"}
+    assert len(rows.read_text().splitlines()) == 2
+
+
+@pytest.mark.parametrize("command, argv, says", [
+    ("train", ["--labels", "{tmp}/labels", "--out", "{tmp}/est"], "nothing was written: {tmp}/est holds what it held "
+                                                                  "before"),
+    ("calibrate", [], "nothing was written: {model}/calibration holds what it held before"),
+])
+def test_ctrl_c_says_what_each_command_keeps(model_dir, tmp_path, capsys, monkeypatch, command, argv, says):
+    """Only compare and label resume; train and calibrate write their result whole at the end."""
+    import shutil
+
+    import bench.learning_commands
+
+    model = shutil.copytree(model_dir, tmp_path / "model", ignore=shutil.ignore_patterns("calibration*"))
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(bench.learning_commands, {"train": "train", "calibrate": "calibrate_model"}[command],
+                        interrupted)
+    code, err = run_cli(capsys, command, "--model", model, *(a.format(tmp=tmp_path) for a in argv))
+    assert code == 130 and says.format(tmp=tmp_path, model=model) in err and "it does not resume" in err, err
 
 
 def test_press_and_allocator_options_from_the_cli(model_dir, tmp_path, capsys):

@@ -134,6 +134,17 @@ def test_the_cache_flag_and_the_environment_name_one_place(command, tmp_path, mo
     assert roots[0] == roots[-1] == tmp_path / "cache" / "models"
 
 
+def test_ship_artifacts_advises_the_cache_it_was_given(tmp_path, capsys, monkeypatch):
+    """Advice without --cache would fetch into the default cache, where ship-artifacts with --cache never looks."""
+    from tests.helpers import run_cli
+
+    monkeypatch.delenv(CACHE_ENV, raising=False)
+    (tmp_path / "cache").mkdir()
+    code, err = run_cli(capsys, "ship-artifacts", "smollm2-135m-hybrid", "--cache", tmp_path / "cache")
+    assert code == 2 and f"`bench fetch-model smollm2-135m-hybrid --cache {tmp_path / 'cache'}`, then " \
+        f"`{CACHE_ENV}={tmp_path / 'cache'} bench train --model smollm2-135m-hybrid`" in err, err
+
+
 @pytest.mark.parametrize("case", ["a file where a directory is expected", "unwritable"])
 def test_calibrate_checks_its_model_folder(case, model_dir, tmp_path, capsys, guarded):
     model = shutil.copytree(model_dir, tmp_path / "model")
@@ -214,6 +225,22 @@ def test_distill_refuses_the_delta_of_another_run_before_work(tmp_path, capsys, 
     err = capsys.readouterr().err
     assert code == 2 and "holds the delta of another distillation" in err and "--replace" in err, err
     assert _files(tmp_path / "dB") == held
+
+
+def test_distill_shows_the_default_attention_layers_it_differs_in(tmp_path, capsys, guarded):
+    """The default placement (no --attention-layers) was shown as nothing: "attention_layers 7, 8 there,  here"."""
+    from hybridmodel.distill_config import config_difference
+
+    _delta(tmp_path / "dB", step=4, attention_layers=(7, 8))
+    code = main(["distill", "--checkpoints", str(tmp_path / "ck"), "--hours", "0.01", *T, "--out",
+                 str(tmp_path / "dB")])
+    err = capsys.readouterr().err
+    assert code == 2 and "attention_layers 7, 8 there, " in err and " (the default) here" in err, err
+    saved = asdict(DistillConfig(attention_layers=(7, 8)))
+    assert config_difference(saved, DistillConfig(), (3, 7, 11)) == "attention_layers 7, 8 there, 3, 7, 11 (the " \
+                                                                    "default) here"
+    assert config_difference(saved, DistillConfig()) == "attention_layers 7, 8 there, the default (every fourth " \
+                                                        "from 3) here"
 
 
 @pytest.mark.parametrize("init", ["a-file", "a-folder"])
@@ -337,18 +364,22 @@ def test_model_eval_names_the_tasks_its_mean_averages(model_dir):
 
 
 def test_a_summary_edited_by_hand_is_kept_aside_when_compare_rebuilds_it(model_dir, tmp_path, capsys):
-    """summary.md is rebuilt on every run; one the last run did not write as it is (notes added by hand) is moved
-    aside, not lost; one it wrote is written over without a backup."""
+    """summary.md and curves.png are rebuilt on every run; one the last run did not write as it is (notes added by
+    hand, a figure of one's own) is moved aside, not lost; one it wrote is written over without a backup."""
     from tests.helpers import run_cli
 
     argv = ["compare", "--model", model_dir, "--press", "keydiff", "--keep-fractions", "0.5", "--n", "1",
             "--tasks", "niah_single_1", "--length", "300", "--out", tmp_path / "out"]
     assert run_cli(capsys, *argv)[0] == 0
     assert run_cli(capsys, *argv)[0] == 0  # its own summary: rebuilt, no backup
-    assert not list((tmp_path / "out").glob("summary.md.backup-*"))
+    assert not list((tmp_path / "out").glob("*.backup-*"))
     summary = tmp_path / "out" / "summary.md"
     notes = summary.read_text() + "\nMY NOTES\n"
     summary.write_text(notes)
+    (tmp_path / "out" / "curves.png").write_bytes(b"my figure")
     assert run_cli(capsys, *argv)[0] == 0
     [backup] = (tmp_path / "out").glob("summary.md.backup-*")
     assert backup.read_text() == notes and "MY NOTES" not in summary.read_text()
+    [figure] = (tmp_path / "out").glob("curves.png.backup-*")
+    assert figure.read_bytes() == b"my figure"
+    assert (tmp_path / "out" / "curves.png").read_bytes().startswith(b"\x89PNG")

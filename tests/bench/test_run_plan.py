@@ -122,6 +122,10 @@ def test_bad_items_are_refused_before_the_model_loads(model_dir, tmp_path, capsy
     (["--methods", "snapkv[window=32]/flat,snapkv/flat"],
      "--methods names one setting twice: 'snapkv\\[window=32\\]/flat' and 'snapkv/flat'"),
     (["--press", "snapkv", "--alloc", "flat,flat"], "--alloc names one setting twice: 'flat' and 'flat'"),
+    (["--press", "kvpress:snapkv,kvpress:SnapKVPress"],
+     "--press names one setting twice: 'kvpress:snapkv' and 'kvpress:SnapKVPress' \\(both are kvpress:SnapKVPress\\)"),
+    (["--methods", "kvpress:KnormPress/flat,kvpress:knorm/flat"],
+     "--methods names one setting twice: 'kvpress:KnormPress/flat' and 'kvpress:knorm/flat'"),
     (["--press", "kvpress:KnormPress[compression_ratio=0.9]"], "compression_ratio is kvpress's budget"),
     (["--press", "snapkv", "--press-options", "window=64,window=32"], "option 'window' is given twice"),
     (["--press", "snapkv", "--keep-fractions", "0.5,0.5000000001"],
@@ -187,6 +191,16 @@ def test_an_estimator_given_by_path_is_named_by_its_content(model_dir, tmp_path)
     with pytest.raises(UsageError, match="names one setting twice"):
         plan(compare_settings(model_dir, tmp_path / "out",
                               presses=["gatesight", f"gatesight[estimator={model_dir}/gatesight]"]))
+
+
+def test_a_kvpress_short_name_is_labelled_by_the_class_it_names(model_dir, tmp_path):
+    """kvpress:knorm is KnormPress() as its class builds it: one setting, labelled by the class, options too."""
+    def label(press):
+        return plan(compare_settings(model_dir, tmp_path, presses=[press])).methods[0].label
+
+    assert label("kvpress:knorm") == label("kvpress:KnormPress") == "kvpress:KnormPress/flat"
+    assert label("kvpress:snapkv[window_size=8]") == label("kvpress:SnapKVPress[window_size=8]") \
+        == "kvpress:SnapKVPress(window_size=8)/flat"
 
 
 def test_a_calibration_given_by_path_is_named_by_its_content(model_dir, tmp_path):

@@ -280,7 +280,8 @@ def test_a_full_disk_is_one_error_and_a_rerun_resumes(model_dir, tmp_path, capsy
     monkeypatch.undo()
     assert code == 2 and "No space left on device" in err
     assert (out / "summary.md").read_text() == summary and sorted(p.name for p in out.iterdir()) == [
-        ".summary.md.sha256", "curves.png", "results.jsonl", "summary.md"]  # the record of the summary it wrote
+        ".curves.png.sha256", ".summary.md.sha256", "curves.png", "results.jsonl", "summary.md"]  # the records of
+    # the summary and curves it wrote
 
 
 def test_a_read_only_leaderboard_out_is_one_error(tmp_path, capsys, monkeypatch):

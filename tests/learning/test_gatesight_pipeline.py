@@ -56,6 +56,20 @@ def test_label_train_analyze(model_dir, tmp_path, capsys):
     assert (tmp_path / "analysis" / "half_life_histogram.png").exists()
     assert (tmp_path / "analysis" / "half_lives.png").exists()
     assert "static vs measured spearman" in (tmp_path / "analysis" / "observations.md").read_text()
+    # rebuilt on each run: what it wrote itself is written over, a file edited or replaced by hand is moved aside
+    analysis = tmp_path / "analysis"
+    assert main(["analyze", *args, "--labels", str(labels), "--out", str(analysis)]) == 0
+    assert not list(analysis.glob("*.backup-*"))
+    notes = (analysis / "observations.md").read_text() + "MY NOTES\n"
+    (analysis / "observations.md").write_text(notes)
+    (analysis / "half_lives.png").write_bytes(b"my figure")
+    assert main(["analyze", *args, "--labels", str(labels), "--out", str(analysis)]) == 0
+    [kept_notes] = analysis.glob("observations.md.backup-*")
+    [kept_figure] = analysis.glob("half_lives.png.backup-*")
+    assert kept_notes.read_text() == notes and kept_figure.read_bytes() == b"my figure"
+    assert "MY NOTES" not in (analysis / "observations.md").read_text()
+    assert (analysis / "half_lives.png").read_bytes().startswith(b"\x89PNG")
+    assert sorted(p.name for p in analysis.glob("*.backup-*")) == sorted([kept_notes.name, kept_figure.name])
 
     # labels of a retrained model must not mix with these: refused before any work, nothing overwritten
     retrained = tmp_path / "retrained"

@@ -233,3 +233,12 @@ def test_label_refuses_windows_it_cannot_label_instead_of_labelling_none(model_d
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1, err
     assert not (tmp_path / "labels").exists()
+
+
+@pytest.mark.parametrize("command", ["train", "analyze"])
+def test_missing_labels_advise_labelling_the_model_given(model_dir, tmp_path, capsys, command):
+    """The advice named no --model: followed, it labelled the default model, whose labels this run then refuses."""
+    (tmp_path / "empty").mkdir()
+    code, err = run_cli(capsys, command, "--model", model_dir, "--labels", tmp_path / "empty", "--out",
+                        tmp_path / "out")
+    assert code == 2 and f"run `bench label --model {model_dir} --out {tmp_path / 'empty'}` first" in err, err

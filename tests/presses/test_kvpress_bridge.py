@@ -1,6 +1,8 @@
 """Every kvpress ScorerPress through the bridge: it scores and forks on every tiny model, or it is refused with
 its reason when built or checked; on the dense models its scores equal kvpress's own (its forward hooks)."""
 
+import re
+
 import kvpress
 import pytest
 import torch
@@ -47,6 +49,20 @@ def test_scores_and_forks_or_is_refused_with_its_reason(tiny, family, name):
     assert all(s.shape == (parent.adapter.geometry.num_kv_heads, 296) for s in selection.scores.values())
     child = selection.fork("flat", 0.3)
     assert child.answer(token_ids(3, 1), 2).tokens
+
+
+@pytest.mark.parametrize("name", [name for name in SCORERS if "press" in __import__("inspect").signature(
+    getattr(kvpress, name)).parameters])
+def test_a_scorer_that_wraps_another_press_says_so_by_name(model_dir, tmp_path, capsys, no_model_load, name):
+    """kvpress:CriticalKVPress said "missing 1 required positional argument: 'press'", which no option gives."""
+    from tests.helpers import run_cli
+
+    message = f"kvpress:{name} wraps another press (its argument 'press'), which options here cannot give"
+    with pytest.raises(ValueError, match=re.escape(message)):
+        presses.get(f"kvpress:{name}")
+    code, err = run_cli(capsys, "compare", "--model", model_dir, "--press", f"kvpress:{name}", "--alloc", "flat",
+                        "--out", tmp_path / "out")
+    assert code == 2 and message in err and "as the allocators adakv, perlayer and pyramid" in err, err
 
 
 def _kvpress_reference(model, name, ids):

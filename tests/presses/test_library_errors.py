@@ -2,6 +2,7 @@
 text, bench compare's bracket options, a budget out of range — is one :class:`~runtime.errors.UsageError` naming the
 value and what is allowed, raised before the press is prepared or scores anything."""
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -153,6 +154,33 @@ def test_layer_weights_keyed_by_text_are_refused_naming_the_key(parent):
     with pytest.raises(UsageError, match=r"layer_weights must be keyed by attention layer index \(an integer, e\.g\. "
                                          r"\{3: 1\.0\}\), got the key '1'"):
         presses.compress(parent, _MustNotRun(), "gate", keep_fraction=0.5, layer_weights={"1": 1.0, "3": 2.0})
+
+
+@pytest.mark.parametrize("allocator, weights, message", [
+    ("flat", {3: 1.0, 7: 9.0}, "layer_weights would be ignored: the 'flat' allocator does not read them; they split "
+                               "the budget across layers for the allocators gate: leave them out, or use one of "
+                               "those"),
+    ("gate", {3: -1.0, 7: 1.0}, "layer_weights[3] = -1.0: a layer's weight must be a finite number >= 0"),
+    ("gate", {3: float("nan"), 7: 1.0}, "layer_weights[3] = nan: a layer's weight must be a finite number >= 0"),
+    ("gate", {3: float("inf"), 7: 1.0}, "layer_weights[3] = inf: a layer's weight must be a finite number >= 0"),
+    ("gate", {3: 1.0, 7: 1.0, 9: 1.0, 0: 1.0}, "layer_weights name layers [0, 9] that are not attention layers of "
+                                               "this model (its attention layers: 3, 7)"),
+])
+def test_layer_weights_nothing_reads_or_no_allocation_can_use_are_refused(parent, allocator, weights, message):
+    """Each was ignored, or ran: a weight below zero or NaN, a layer the model does not have."""
+    with pytest.raises(UsageError) as error:
+        presses.compress(parent, _MustNotRun(), allocator, keep_fraction=0.5, layer_weights=weights)
+    assert str(error.value).startswith(message), error.value
+    if allocator == "gate":  # a Selection serves any allocator: the weights alone are checked there
+        with pytest.raises(UsageError, match=re.escape(message)):
+            presses.Selection(parent, _MustNotRun(), weights)
+
+
+def test_layer_weights_the_gate_allocator_reads_are_taken(parent):
+    """Layer 7 at three times layer 3's weight keeps three times its entries (the 36 body entries at p = 0.5 are
+    18 per layer, 36 in all: 9 and 27)."""
+    child = presses.compress(parent, "keydiff", "gate", keep_fraction=0.5, layer_weights={3: 1.0, 7: 3.0})
+    assert {layer: child.kv[layer].lengths()[0] - parent.protected for layer in (3, 7)} == {3: 9, 7: 27}
 
 
 @pytest.mark.parametrize("weights", [np.array([1, 2]), np.array([1.0, 2.0]), (1, 2), torch.tensor([1.0, 2.0]),

@@ -3,6 +3,8 @@
 bracket options given to the library, a kept fraction given as text and a context longer than the model's positions
 are each one error saying what to do instead."""
 
+import shutil
+
 import pytest
 import torch
 
@@ -45,6 +47,21 @@ def test_a_directory_without_the_artifact_is_named(tmp_path, press, option, what
         press(**{option: 5})
 
 
+def test_a_calibration_directory_without_one_advises_what_works(model_dir, tmp_path, capsys):
+    """`bench calibrate --model DIR` writes into a model directory DIR: advised for one, not for an empty folder
+    (where it fails: no model there)."""
+    from bench.cli import main
+
+    with pytest.raises(UsageError, match="it is not a model directory either: name the directory of a model that "
+                                         "`bench calibrate --model DIR` has calibrated, or leave the option out"):
+        TriAttentionPress(calibration=str(tmp_path))
+    assert main(["calibrate", "--model", str(tmp_path)]) == 2  # the advice it gave before
+    uncalibrated = tmp_path / "model"
+    shutil.copytree(model_dir, uncalibrated, ignore=shutil.ignore_patterns("calibration*"))
+    with pytest.raises(UsageError, match=f"run `bench calibrate --model {uncalibrated}`"):
+        TriAttentionPress(calibration=str(uncalibrated))
+
+
 @pytest.mark.parametrize("item", ["triattention[calibration={dir}]", "gatesight[estimator={dir}]"])
 def test_the_cli_refuses_a_missing_artifact_directory_before_the_model_loads(model_dir, tmp_path, capsys,
                                                                             no_model_load, item):
@@ -82,3 +99,46 @@ def test_a_context_beyond_the_models_positions_says_so(model_dir, monkeypatch):
         pipe("Some facts.", "\nWhat?", press="snapkv[window=64]", keep_fraction=0.5)
     with pytest.raises(UsageError, match="the context alone takes \\d+ tokens of the model's 256 positions"):
         pipe("x" * 400, "\nWhat?", press="keydiff", keep_fraction=0.5)
+
+
+def _trained_on(model_dir, out, weights: str):
+    """The model's estimator, saved in ``out`` as recording that it was trained on the weights ``weights``."""
+    estimator = GateSightEstimator.load(model_dir / "gatesight")
+    estimator.meta["weights"] = weights
+    return estimator.save(out)
+
+
+def test_an_estimator_of_other_weights_is_refused_where_a_press_is_prepared(model_dir, tmp_path):
+    """An estimator reads the signals of the weights it was trained on; prepare (and bind) refuse another's, naming
+    both fingerprints, and take one trained on these weights."""
+    from presses.preparation import prepare
+    from pretrained import loading
+    from runtime import adapter_for
+
+    adapter = adapter_for(loading.load(model_dir)[0])
+    weights = loading.fingerprint(model_dir, "model*.safetensors")
+    other = _trained_on(model_dir, tmp_path / "other", "0" * 12)
+    for press in (GateSightPress(estimator=other), GateSightPress(estimator=GateSightEstimator.load(other))):
+        with pytest.raises(UsageError, match=f"{other} was trained on model weights 000000000000, not this "
+                                             f"model's \\({weights}\\): train one on this model"):
+            prepare(press, adapter)
+    own = _trained_on(model_dir, tmp_path / "own", weights)
+    assert prepare(GateSightPress(estimator=own), adapter).estimator.meta["weights"] == weights
+
+
+@pytest.mark.parametrize("own", [False, True])
+def test_compare_refuses_an_estimator_of_other_weights_before_the_model_loads(model_dir, tmp_path, capsys,
+                                                                             no_model_load, own):
+    """Given as estimator=DIR, or the model's own gatesight/ copied from another model (then trained again there,
+    with --replace)."""
+    import shutil
+
+    model = tmp_path / "model"
+    shutil.copytree(model_dir, model)
+    estimator = _trained_on(model_dir, model / "gatesight" if own else tmp_path / "other", "0" * 12)
+    item = "gatesight" if own else f"gatesight[estimator={estimator}]"
+    code, err = run_cli(capsys, "compare", "--model", model, "--press", item, "--alloc", "flat", "--out",
+                        tmp_path / "out")
+    assert code == 2 and f"{estimator} was trained on model weights 000000000000, not this model's" in err, err
+    assert f"bench train --model {model} --labels LABELS {'--replace' if own else '--out NEW_DIR'}" in err
+    assert not (tmp_path / "out").exists()

@@ -3,6 +3,7 @@ character by character, an empty list is no question), the budget a number, and 
 and ``max_new_tokens`` within the model's positions (a model that never emits EOS would decode for as long as it
 is told to)."""
 
+import re
 import sys
 
 import numpy as np
@@ -101,6 +102,30 @@ def test_the_library_pipelines_other_arguments_are_checked(pipe, no_prefill, arg
                                                      **arguments)
     with pytest.raises(UsageError, match="max_new_tokens must be an integer >= 1, got 2.5"):
         presses.pipeline(pipe.model, pipe.tokenizer, max_new_tokens=2.5)
+
+
+@pytest.mark.parametrize("press, allocator, weights, message", [
+    ("keydiff", "flat", {1: 1.0, 3: 1.0}, "layer_weights would be ignored: the 'flat' allocator does not read them"),
+    (None, None, {1: 1.0, 3: 1.0}, "layer_weights would be ignored: no allocator \\(nothing is compressed\\)"),
+    ("keydiff", "gate", {1: -1.0, 3: 1.0}, "layer_weights\\[1\\] = -1.0: a layer's weight must be a finite number"),
+    ("keydiff", "gate", {1: 1.0, 3: 1.0, 9: 1.0}, "layer_weights name layers \\[9\\] that are not attention layers"),
+])
+def test_layer_weights_that_would_be_ignored_or_cannot_split_are_refused_before_the_prefill(
+        pipe, no_prefill, press, allocator, weights, message):
+    budget = {"compression_ratio": 0.5} if press is not None else {}
+    with pytest.raises(UsageError, match=message):
+        presses.pipeline(pipe.model, pipe.tokenizer)(CONTEXT, QUESTION, press=press, allocator=allocator,
+                                                     layer_weights=weights, **budget)
+
+
+@pytest.mark.parametrize("tokenizer, shown", [(None, "NoneType None, which has no chat_template, bos_token, "
+                                                     "apply_chat_template, decode, __call__"),
+                                               ("gpt2", "str 'gpt2', which has no chat_template")])
+def test_a_pipeline_without_a_tokenizer_names_it(pipe, tokenizer, shown):
+    with pytest.raises(ArgumentTypeError, match=re.escape(
+            f"tokenizer must be the model's transformers tokenizer (AutoTokenizer.from_pretrained; it frames the "
+            f"context with its chat template and decodes the answers), got {shown}")):
+        presses.pipeline(pipe.model, tokenizer)
 
 
 def test_the_context_is_cut_to_max_context_length_tokens(pipe):

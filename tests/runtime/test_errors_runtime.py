@@ -77,6 +77,31 @@ def test_wrong_hash_released_and_batched_questions(parent):
         child.answer(torch.arange(3), 2)
 
 
+def test_a_released_cache_is_a_usage_error_and_still_a_runtime_error(tiny):
+    """Used after release(): one line in the bench (a UsageError), and a RuntimeError as before for callers that
+    catch that; answer, fork and compress alike."""
+    import presses
+    from runtime.errors import ReleasedError
+
+    parent = prefill(tiny("qwen3_5"), torch.arange(20), protected=2)
+    parent.release()
+    calls = [lambda: parent.answer(torch.arange(3), 2), lambda: parent.fork(parent.keep_all_plan()),
+             lambda: presses.compress(parent, "keydiff", "flat", keep_fraction=0.5)]
+    for call in calls:
+        with pytest.raises(ReleasedError, match="this parent was released; its cache and evidence are gone") as error:
+            call()
+        assert isinstance(error.value, UsageError) and isinstance(error.value, RuntimeError)
+
+
+@pytest.mark.parametrize("evidence", ["attention", {"recurrent_signals": True}, None])
+def test_evidence_that_is_not_a_request_is_named(tiny, evidence):
+    with pytest.raises(ArgumentTypeError, match=re.escape(
+            f"evidence must be an EvidenceRequest (what the presses in use read besides the KV cache: "
+            f"press.evidence(adapter), or presses.preparation.evidence_for(presses, adapter) for several), got "
+            f"{type(evidence).__name__}")):
+        prefill(tiny("qwen3_5"), torch.arange(20), evidence=evidence)
+
+
 def test_reentrant_question_is_refused(parent):
     child = parent.fork(parent.keep_all_plan())
 

@@ -87,6 +87,20 @@ def test_loading_and_truncation(scbench_dir):
         load_rows("summary", scbench_dir / "empty")
 
 
+@pytest.mark.parametrize("line, problem", [
+    ("{bad", "not JSON \\(Expecting property name enclosed in double quotes at column 2\\)"),
+    ('{"id": 1, "context": "abc"}', 'not an SCBench row \\({"id": 1, "context": "abc"}\\)'),
+    ('{"context": "abc", "multi_turns": [{"input": "q"}]}', "not an SCBench row"),
+    ("[1, 2]", "not an SCBench row \\(\\[1, 2\\]\\)"),
+])
+def test_a_malformed_row_is_named_by_its_file_and_line(tmp_path, line, problem):
+    good = json.dumps({"id": 0, "context": "abc", "multi_turns": [{"input": "q", "answer": "a"}]})
+    (tmp_path / "scbench_kv.jsonl").write_text(f"{good}\n\n{line}\n")
+    with pytest.raises(ValueError, match=f"{tmp_path / 'scbench_kv.jsonl'}, line 3: {problem}.*each line holds "
+                                         '.*"multi_turns": \\[{"input"'):
+        load_rows("kv", tmp_path)
+
+
 def test_compare_on_scbench_fixture(model_dir, scbench_dir, tmp_path):
     settings = CompareSettings(presses=["snapkv"], keep_fractions=[0.5], tasks=["scbench_kv", "scbench_choice_eng"],
                                n=2, length=700, model=str(model_dir), out=tmp_path, scbench_data=scbench_dir)
@@ -96,3 +110,13 @@ def test_compare_on_scbench_fixture(model_dir, scbench_dir, tmp_path):
     assert all("score_official" in r for r in store.rows)
     with pytest.raises(ValueError, match="--scbench-data"):
         run_compare(CompareSettings(presses=["snapkv"], tasks=["scbench"], model=str(model_dir), out=tmp_path))
+
+
+def test_scbench_data_without_an_scbench_task_is_refused(scbench_dir):
+    """It was ignored, where --haystack without a task that reads one is refused."""
+    from workloads.tasks import registry
+
+    with pytest.raises(ValueError, match=f"--scbench-data {scbench_dir}: none of the tasks reads SCBench; those "
+                                         "that do: scbench_kv, .* \\(the group 'scbench'\\)"):
+        registry.check(["niah_single_1", "vt"], "compact", "generated", scbench_dir)
+    registry.check(["niah_single_1", "scbench_kv"], "compact", "generated", scbench_dir)

@@ -152,6 +152,9 @@ def check(names: list[str], profile: str, haystack: str, scbench_data: Path | No
         if not any(reads_haystack(task) for task in tasks):
             raise UsageError(f"--haystack {haystack}: none of the tasks reads a haystack; those that do: "
                              f"{', '.join(HAYSTACK_TASKS)} (the group 'haystack')")
+    if scbench_data is not None and ScbenchFamily.name not in by_family:
+        raise UsageError(f"--scbench-data {scbench_data}: none of the tasks reads SCBench; those that do: "
+                         f"{', '.join(ScbenchFamily.tasks)} (the group 'scbench')")
     if profile not in PROFILES:
         raise UsageError(f"unknown template profile {profile!r}; choose from {', '.join(PROFILES)}")
 

@@ -39,7 +39,8 @@ def load_rows(task: str, data: str | Path) -> list[dict]:
         raise UsageError(f"unknown SCBench task {task!r}; choose from {', '.join(SCBENCH_TASKS)}")
     path = Path(data) / f"scbench_{task}.jsonl"
     if path.exists():
-        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        return [_row(path, number, line) for number, line in enumerate(path.read_text().splitlines(), 1)
+                if line.strip()]
     os.environ["HF_DATASETS_OFFLINE"] = "1"  # a cache lookup only: never a download
     try:
         import datasets
@@ -49,6 +50,31 @@ def load_rows(task: str, data: str | Path) -> list[dict]:
         raise FileNotFoundError(
             f"SCBench task {task!r} not found locally in {data} (expected {path.name} or a datasets cache): {error}"
         ) from None
+
+
+ROW = ('{"context": "<the shared context>", "multi_turns": [{"input": "<a question>", "answer": "<its answer>"}, '
+       '...]}')
+"""What one line of an SCBench JSONL file holds (:func:`to_item` reads these keys; the dataset's others pass)."""
+
+
+def _row(path: Path, number: int, line: str) -> dict:
+    """The SCBench row on line ``number`` of ``path``; a :class:`~runtime.errors.UsageError` naming the file, the
+    line and what a row holds if it is not one."""
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as error:
+        raise UsageError(f"{path}, line {number}: not JSON ({error.msg} at column {error.colno}); each line holds "
+                         f"one SCBench row, {ROW}") from None
+    turns = row.get("multi_turns") if isinstance(row, dict) else None
+    if not (isinstance(row, dict) and "context" in row and isinstance(turns, list) and turns
+            and all(isinstance(turn, dict) and {"input", "answer"} <= set(turn) for turn in turns)):
+        raise UsageError(f"{path}, line {number}: not an SCBench row ({_shown(row)}); each line holds one, {ROW}")
+    return row
+
+
+def _shown(value) -> str:
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def middle_truncate(ids: list[int], limit: int) -> list[int]:
