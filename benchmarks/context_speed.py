@@ -4,7 +4,9 @@ Each measurement is a fresh process running :class:`bench.context_run.ContextRun
 in memory), with the source tree named on the command line first on ``sys.path`` — so the same workload is timed
 on, say, the commit before an optimisation and the working tree, alternating ``--rounds`` times, and the ratio of
 the two is read from one run. Parts: the prefill and each press's scoring as the rows record them, and the rest of
-the context (forks, answering every child, the full-cache reference, needle ranks, rows).
+the context (forks, answering every child, the full-cache reference, needle ranks, rows). Between two trees it
+says whether the rows agree: the same answers and scores (:data:`ROW_KEYS`), bit for bit, and the largest
+difference of their measured values (:data:`ROW_VALUES`).
 
     git worktree add /tmp/before <commit>
     OMP_NUM_THREADS=1 python benchmarks/context_speed.py --tree before=/tmp/before --tree after=. --rounds 2
@@ -23,6 +25,11 @@ import time
 from pathlib import Path
 
 METHODS = "snapkv/flat,keydiff/flat,kvzip/flat,kvzip/global,kvpress:KnormPress/flat"
+ROW_KEYS = ("press", "allocator", "keep_fraction", "question", "prediction", "score")
+"""What identifies a row and what it answered: equal between trees for the same work."""
+ROW_VALUES = ("answer_nll", "delta_nll", "kl", "kv_bytes")
+"""The row's measured values: compared between trees by their largest difference (a batch of another size rounds
+a reduction differently)."""
 
 
 def measure(args) -> dict:
@@ -57,7 +64,7 @@ def measure(args) -> dict:
     prefill = rows[0]["prefill_seconds"]
     return {"context_s": round(total, 2), "prefill_s": prefill, "scoring_s": scoring,
             "rest_s": round(total - prefill - sum(scoring.values()), 2), "rows": len(rows),
-            "answers": [row.get("answer") for row in rows],
+            "rows_seen": [{key: row.get(key) for key in ROW_KEYS + ROW_VALUES} for row in rows],
             "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}
 
 
@@ -96,12 +103,18 @@ def main(argv: list[str] | None = None) -> int:
                        "scoring_s": {press: statistics.median(r["scoring_s"][press] for r in runs)
                                      for press in runs[0]["scoring_s"]},
                        "peak_rss_mib": max(r["peak_rss_mib"] for r in runs),
-                       "same_answers_every_round": all(r["answers"] == runs[0]["answers"] for r in runs)}
+                       "same_rows_every_round": all(r["rows_seen"] == runs[0]["rows_seen"] for r in runs)}
                for label, runs in results.items()}
     labels = list(trees)
     if len(labels) == 2:
         first, second = (summary[label] for label in labels)
-        summary["answers_equal"] = results[labels[0]][0]["answers"] == results[labels[1]][0]["answers"]
+        a, b = (results[label][0]["rows_seen"] for label in labels)
+        summary["rows_same_answers"] = len(a) == len(b) and all(
+            [x[k] for k in ROW_KEYS] == [y[k] for k in ROW_KEYS] for x, y in zip(a, b))
+        summary["rows_bit_equal"] = a == b
+        summary["rows_max_value_difference"] = max(
+            (abs(x[k] - y[k]) for x, y in zip(a, b) for k in ROW_VALUES if x[k] is not None and y[k] is not None),
+            default=0.0)
         summary["ratio_context"] = round(first["context_s"] / second["context_s"], 2)
         summary["ratio_rest"] = round(first["rest_s"] / second["rest_s"], 2)
     text = json.dumps({"args": {k: v for k, v in vars(args).items() if k not in ("inner", "out")}, **summary})
