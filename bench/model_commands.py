@@ -133,8 +133,8 @@ def add_distill_arguments(parser: argparse.ArgumentParser) -> None:
                              "the phase-1 delta (--init-from); 3: phase 2's text with the attention moved where the "
                              "teacher retrieves (--attention-layers), from a phase-2 delta; 4: recall windows, "
                              "the attention layers converted afresh (q/k in the norms' linear regime), from a "
-                             "phase-3 delta; the settings below "
-                             "default to the phase's "
+                             "phase-3 delta; 5: chat (plain requests among the teacher samples) and recall, from the "
+                             "phase-4 delta; the settings below default to the phase's "
                              "(hybridmodel/distill_config.py PHASE_DEFAULTS)")
     for flag, kind in (("transfer-steps", natural), ("kd-steps", count), ("length", count), ("kd-lr", positive),
                        ("warmup", natural), ("eval-every", count), ("copy-fraction", share), ("chat-fraction", share),

@@ -60,7 +60,7 @@ from workloads.corpus import SOURCES, documents
 from .distill_config import TEACHER_SAMPLES, DistillConfig, config_difference
 from .hybrid_delta import MIXERS, mixer_state
 from .linear_regime import LinearRegimeSteps
-from .recall_windows import RecallWindows
+from .recall_windows import RecallWindows, vocabulary
 from .train import install_fast_kernel
 
 
@@ -136,11 +136,26 @@ CHAT_INSTRUCTIONS = ("Summarise this text in two or three sentences.", "Explain 
                      "What does this code or text do?", "Continue this text.", "What is this about?")
 """The user turns of the teacher samples: one of these over a training-source snippet."""
 
+GENERAL_INSTRUCTIONS = ("In two sentences, what is meant by {topic}?",
+                        "Describe {topic} to someone who has never heard of it.",
+                        "Give a short, friendly explanation of {topic}.",
+                        "Why would a person care about {topic}? Keep it brief.",
+                        "Suggest one practical tip that involves {topic}.",
+                        "Write a polite two-line message to a colleague that mentions {topic}.",
+                        "What do people often get wrong about {topic}?",
+                        "Compare {topic} and {other} in a few words.")
+"""User turns of the teacher samples that carry no snippet (``general_fraction``): a question about a word of the
+training documents, so that the hybrid learns how the teacher answers a plain request — briefly, and without
+repeating itself — as well as how it treats a quoted text. Their wording shares no four words with the benchmark
+tasks nor with the chat check's questions (tests/model/test_distill.py)."""
+
 
 class TeacherSamples:
     """The teacher's own ChatML conversations: conversation ``i`` is a user turn (one of :data:`CHAT_INSTRUCTIONS`
-    over a snippet of 48-200 tokens of a training-split document, both drawn from ``(seed, i)``) and the teacher's
-    answer, sampled (temperature 0.7, top-p 0.9, torch seeded from ``(seed, i)``) up to ``max_new_tokens``.
+    over a snippet of 48-200 tokens of a training-split document, both drawn from ``(seed, i)``; or, with
+    probability ``general_fraction`` drawn apart from ``(seed, i)``, one of :data:`GENERAL_INSTRUCTIONS` about
+    words of the training documents) and the teacher's answer, sampled (temperature 0.7, top-p 0.9, torch seeded
+    from ``(seed, i)``) up to ``max_new_tokens``.
 
     A conversation is generated the first time a window needs it and appended to ``cache`` (JSON lines), which a
     resumed run reads back; lines of another seed, answer length or teacher are ignored. Calling with a step packs
@@ -148,13 +163,17 @@ class TeacherSamples:
     time spent so far (cached lines included)."""
 
     def __init__(self, teacher, tokenizer, split: str, seed: int, pool: int, max_new_tokens: int, length: int,
-                 cache: Path | None = None):
+                 cache: Path | None = None, general_fraction: float = 0.0):
         self.teacher, self.tokenizer, self.seed, self.pool = teacher, tokenizer, seed, pool
         self.max_new_tokens, self.length, self.cache = max_new_tokens, length, cache
         self.docs = Windows(tokenizer, split, 64, seed).docs
+        self.general_fraction = general_fraction
+        self.topics = vocabulary(self.docs, tokenizer) if general_fraction else []
         c = teacher.config
         self.key = {"seed": seed, "max_new_tokens": max_new_tokens,
                     "teacher": [c.model_type, c.vocab_size, c.hidden_size, c.num_hidden_layers]}
+        if general_fraction:  # a pool without general turns keeps the key its cached conversations were written with
+            self.key["general_fraction"] = general_fraction
         self.samples: dict[int, dict] = {}
         if cache is not None and Path(cache).exists():
             for line in Path(cache).read_text().splitlines():
@@ -167,13 +186,21 @@ class TeacherSamples:
     def seconds(self) -> float:
         return sum(sample["seconds"] for sample in self.samples.values())
 
-    def prompt(self, index: int) -> list[int]:
+    def message(self, index: int) -> str:
+        """The user turn of conversation ``index``."""
+        general = random.Random(f"chat-general:{self.seed}:{index}")
+        if general.random() < self.general_fraction:
+            topic, other = general.sample(self.topics, 2)
+            return general.choice(GENERAL_INSTRUCTIONS).format(topic=topic, other=other)
         rng = random.Random(f"chat:{self.seed}:{index}")
         doc = rng.choice(self.docs)
         count = rng.randint(48, 200)
         start = rng.randrange(max(1, len(doc) - count))
         snippet = self.tokenizer.decode(doc[start:start + count]).strip()
-        message = f"{rng.choice(CHAT_INSTRUCTIONS)}\n\n{snippet}"
+        return f"{rng.choice(CHAT_INSTRUCTIONS)}\n\n{snippet}"
+
+    def prompt(self, index: int) -> list[int]:
+        message = self.message(index)
         ids = self.tokenizer.apply_chat_template([{"role": "user", "content": message}], add_generation_prompt=True,
                                                  tokenize=True)
         return list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
@@ -409,7 +436,7 @@ def distill(teacher, tokenizer, student, cfg: DistillConfig, checkpoint_dir: Pat
     probe = CopyWindows(tokenizer, "heldout", cfg.length, shared + 2) if cfg.probe_windows else None
     probe_windows = [probe(k) for k in range(cfg.probe_windows)] if probe else []
     chats = (TeacherSamples(teacher, tokenizer, "train", shared, cfg.chat_pool, cfg.chat_tokens, cfg.length,
-                            checkpoint_dir / TEACHER_SAMPLES) if cfg.chat_fraction else None)
+                            checkpoint_dir / TEACHER_SAMPLES, cfg.chat_general_fraction) if cfg.chat_fraction else None)
     recalls = RecallWindows(tokenizer, train_windows, seed) if cfg.recall_fraction else None
     step, optimizer, stage, record, seconds, offset, base_tokens = 0, None, None, {}, 0.0, 0, 0
     beginning = False  # a phase begun from a delta by this call: the delta is evaluated first

@@ -59,6 +59,9 @@ class DistillConfig:
         Teacher conversations generated (lazily, cached beside the checkpoint) and drawn from.
     chat_tokens : int
         New tokens at most per teacher answer.
+    chat_general_fraction : float
+        Share of the pool's conversations whose user turn is a plain request about a word of the training
+        documents (:data:`hybridmodel.distill.GENERAL_INSTRUCTIONS`) instead of an instruction over a snippet.
     recall_lengths : tuple of int
         The lengths a recall window takes, one drawn per window (empty: ``length``).
     fresh_attention : bool
@@ -86,6 +89,7 @@ class DistillConfig:
     chat_fraction: float = 0.0
     chat_pool: int = 0
     chat_tokens: int = 160
+    chat_general_fraction: float = 0.0
     probe_windows: int = 0
     attention_layers: tuple[int, ...] = ()
     recall_fraction: float = 0.0
@@ -114,6 +118,8 @@ class DistillConfig:
         for name in shares:
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise UsageError(f"{name}={getattr(self, name)!r}: expected a share in [0, 1]")
+        if not 0.0 <= self.chat_general_fraction <= 1.0:
+            raise UsageError(f"chat_general_fraction={self.chat_general_fraction!r}: expected a share in [0, 1]")
         if sum(getattr(self, name) for name in shares) > 1.0:
             raise UsageError(f"{' + '.join(shares)} = {sum(getattr(self, name) for name in shares)}: over 1")
         if self.recall_fraction > 0 and not self.recall_lengths and self.length < MIN_RECALL:
@@ -194,6 +200,16 @@ samples, 20 % plain text; phase 2's held-out windows, probe and teacher pool. Es
 layers quadratic), so a step ≈ 1.3 × phase 3's (≈ 55-80 s on one thread) and 480 steps ≈ 9 core-hours with the
 evaluations — the log's ``train_seconds`` of the first steps say. The peak rate is lower than phase 3's: the delta
 is distilled already."""
+PHASE_DEFAULTS[5] = {**PHASE_DEFAULTS[4], "kd_steps": 240, "kd_lr": 5e-5, "copy_fraction": 0.1, "chat_fraction": 0.25,
+                     "chat_pool": 400, "chat_general_fraction": 0.75, "fresh_attention": False}
+"""Phase 5 — chat and recall, from the phase-4 delta (step 1619, ``models/in-progress/smollm2-135m-hybrid-phase4``;
+its attention kept). Phase 4 left one needle found as the teacher finds it but chat looping and four needles of one
+form often confused (model card): a quarter of the windows are teacher samples, from a pool of 400 of which three
+in four are plain requests about a word (:data:`hybridmodel.distill.GENERAL_INSTRUCTIONS`) rather than
+instructions over a snippet; recall windows keep their 45 % (several facts of one form among their layouts), copy
+windows drop to 10 %, plain text 20 %. Planned cost: the pool ≈ 80 min of the teacher's generation on one thread
+(≈ 12 s a conversation), 240 steps ≈ 4 core-hours."""
+
 
 
 def config_difference(saved: dict | None, cfg: DistillConfig, default_layers: tuple[int, ...] = ()) -> str:

@@ -542,6 +542,48 @@ def test_teacher_samples_are_seeded_and_cached(teacher, fake_corpus, tmp_path):
     assert not set(other.samples)  # another seed's conversations are not read back
 
 
+def test_general_requests_take_their_share_of_the_pool_and_leave_the_rest_as_it_was(teacher, fake_corpus):
+    """``general_fraction`` turns about that share of the pool into plain requests about a training word; every
+    other conversation's user turn is the one a pool without them has (so is its cache key), and a share outside
+    [0, 1] is refused."""
+    from hybridmodel.distill import GENERAL_INSTRUCTIONS
+
+    tokenizer = build_tokenizer()
+    plain = TeacherSamples(teacher, tokenizer, "train", 7, pool=200, max_new_tokens=5, length=64)
+    mixed = TeacherSamples(teacher, tokenizer, "train", 7, pool=200, max_new_tokens=5, length=64,
+                           general_fraction=0.75)
+    openings = tuple(template.split("{")[0] for template in GENERAL_INSTRUCTIONS)
+    general = [i for i in range(200) if mixed.message(i) != plain.message(i)]
+    assert 120 <= len(general) <= 180
+    assert all(mixed.message(i).startswith(openings) and "\n" not in mixed.message(i) for i in general)
+    assert all(any(word in mixed.message(i) for word in mixed.topics) for i in general)
+    assert "general_fraction" not in plain.key and mixed.key["general_fraction"] == 0.75
+    assert DistillConfig.for_phase(5).chat_general_fraction == 0.75
+    assert DistillConfig.for_phase(4).chat_general_fraction == 0.0  # phase 4's pool as it was generated
+    with pytest.raises(ValueError, match="chat_general_fraction=1.5: expected a share in \\[0, 1\\]"):
+        DistillConfig.for_phase(5, chat_general_fraction=1.5)
+
+
+def test_general_requests_share_no_four_words_with_the_benchmarks_or_the_chat_check():
+    """The plain requests are written apart from what the hybrid is judged on: the benchmark tasks' strings and the
+    chat check's twenty questions (benchmarks/chat_answers.py)."""
+    import importlib.util
+
+    from bench.project_modules import ROOT
+    from hybridmodel.distill import GENERAL_INSTRUCTIONS
+    from tests.model.test_recall_windows import _benchmark_grams, _grams
+
+    spec = importlib.util.spec_from_file_location("chat_answers", ROOT / "benchmarks" / "chat_answers.py")
+    chat = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(chat)
+    judged = _benchmark_grams() | _grams(list(chat.QUESTIONS + chat.NEW_QUESTIONS))
+    assert len(_grams(list(chat.QUESTIONS + chat.NEW_QUESTIONS))) > 20  # the questions were read
+    for template in GENERAL_INSTRUCTIONS:
+        pieces = template.replace("{topic}", "|").replace("{other}", "|").split("|")
+        assert not _grams(pieces) & judged, template
+        assert not _grams(pieces, 3) & _grams(list(chat.QUESTIONS + chat.NEW_QUESTIONS), 3), template
+
+
 def test_phase_two_begins_from_a_delta_records_it_and_refuses_other_configs(teacher, student, fake_corpus,
                                                                            tmp_path):
     import hashlib
