@@ -12,12 +12,16 @@ from runtime.errors import UsageError
 from .base import Allocator, BudgetRequest
 from .integerize import split_by_layer_weights
 
+SIGNIFICANT_DIGITS = 12
+"""The precision weights are held to: ``0.3 / 0.1`` is 2.9999999999999996 in floats, one setting with ``3``."""
+
 
 @dataclass
 class PerLayerAllocator(Allocator):
     """Parameters: ``weights``, one non-negative number per attention layer in depth order (their scale does not
     matter: layer ℓ keeps B · w_ℓ / Σw, capped at the body and re-spread). They are held divided by the smallest
-    positive one, so that one setting has one form (``2/4`` is ``1/2``)."""
+    positive one and rounded to :data:`SIGNIFICANT_DIGITS`, so that one setting has one form (``2/4`` and
+    ``0.1/0.2`` are ``1/2``)."""
 
     weights: list[float] = field(default_factory=list)
     name = "perlayer"
@@ -36,7 +40,7 @@ class PerLayerAllocator(Allocator):
         if not all(math.isfinite(w) for w in held):
             raise UsageError(f"perlayer weights={self.weights!r}: the largest is more than 1e308 times the smallest "
                              "positive one; give weights of a smaller spread (0 for a layer that keeps nothing)")
-        self.weights = held
+        self.weights = [float(f"{w:.{SIGNIFICANT_DIGITS}g}") for w in held]
 
     def check_layers(self, count: int) -> None:
         if len(self.weights) != count:

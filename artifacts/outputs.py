@@ -10,7 +10,9 @@ one line that names the flag and the path, a place that
   command trains): a file dropped there changes the model's fingerprint (an estimator at its top level counts as a
   weight shard);
 - holds the result of earlier work (:data:`RESULTS`) and the command was not given ``--replace``, or holds something
-  else (``Output.foreign``: another command's result), which ``--replace`` never moves aside.
+  else (``Output.foreign``: another command's result), which ``--replace`` never moves aside;
+- is a folder that holds what another command writes (:data:`KINDS`: label shards beside a result store, an
+  estimator among label shards, …): one folder holds one command's files, or each reads the other's as its own.
 
 What an output does with what it finds there is its ``keeps``:
 
@@ -47,6 +49,40 @@ MODEL_WEIGHTS = ("*.safetensors", "*.bin")
 
 
 @dataclass(frozen=True)
+class Kind:
+    """What one command writes into a folder of its own, known by its files.
+
+    Attributes
+    ----------
+    name : str
+        As a refusal names it (``"label shards"``).
+    files : tuple[str, ...]
+        Glob patterns of its files: one match means the folder holds it.
+    not_files : tuple[str, ...]
+        Names the patterns match that are another kind's (an estimator's ``gatesight.safetensors`` is no shard).
+    """
+
+    name: str
+    files: tuple[str, ...]
+    not_files: tuple[str, ...] = ()
+
+    def found_in(self, folder: Path) -> Path | None:
+        """A file of this kind in ``folder``, or None."""
+        return next((path for pattern in self.files for path in sorted(folder.glob(pattern))
+                     if path.is_file() and path.name not in self.not_files), None)
+
+
+ESTIMATOR = Kind("a GateSight estimator (bench train)", ("gatesight.safetensors", "gatesight.json"))
+LABEL_SHARDS = Kind("label shards (bench label)", ("*.safetensors",), not_files=ESTIMATOR.files)
+RESULT_STORE = Kind("a result store (bench compare, bench merge)", ("results.jsonl", "results.jsonl.gz"))
+ANALYSIS = Kind("an analysis of label shards (bench analyze)", ("observations.md", "observations.json"))
+COST_TABLE = Kind("a cost table (bench cost)", ("cost.json", "cost.md"))
+KINDS = (ESTIMATOR, LABEL_SHARDS, RESULT_STORE, ANALYSIS, COST_TABLE)
+"""The folders of one command each: a command that reads one (``bench train --labels``, a store) takes every file of
+its kind there as its own, so another command's files beside them make it unusable."""
+
+
+@dataclass(frozen=True)
 class Output:
     """One place a command writes.
 
@@ -72,6 +108,8 @@ class Output:
     foreign : Callable[[Path], str | None], optional
         What a file of ``held`` is when this command did not write it (another command's result, a file written by
         hand), or None; such a file is refused, even with ``--replace`` (which would move it aside).
+    kind_of : Kind, optional
+        What this output is, of :data:`KINDS`: a folder holding another kind is refused.
     """
 
     path: Path
@@ -83,6 +121,7 @@ class Output:
     replace: bool = False
     model: Path | None = None
     foreign: Callable[[Path], str | None] | None = None
+    kind_of: Kind | None = None
 
     def refuse(self, problem: str) -> UsageError:
         return UsageError(f"{self.flag} {self.path}: {problem}")
@@ -139,5 +178,11 @@ def check(outputs: list[Output]) -> None:
             problem = output.foreign(path) if output.foreign is not None and path.is_file() else None
             if problem:
                 raise output.refuse(problem)
+        if output.kind_of is not None and output.path.is_dir():
+            for other in KINDS:
+                found = other.found_in(output.path) if other != output.kind_of else None
+                if found is not None:
+                    raise output.refuse(f"holds {other.name} ({found.name}), not {output.kind_of.name}: one folder "
+                                        "holds one command's files; give a folder of its own")
         if output.keeps == RESULTS:
             check_replaceable(output.path, list(held), output.what, output.replace)

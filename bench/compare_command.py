@@ -12,7 +12,7 @@ from pathlib import Path
 
 import allocators
 import presses
-from artifacts.outputs import Output
+from artifacts.outputs import RESULT_STORE, Output
 from runtime.errors import UsageError
 from workloads.tasks import registry as tasks
 
@@ -169,10 +169,9 @@ def methods_of(args: argparse.Namespace) -> tuple[list[str], list[str], list[str
 
 
 def run(args) -> None:
-    from artifacts.files import rebuilt_path, write_rebuilt
 
     from .compare import CompareSettings, execute, plan, run_rows
-    from .report import headline_markdown, plot_curves, summary_markdown
+    from .report import headline_markdown, write_reports
 
     fractions = args.compression_ratios if args.compression_ratios is not None else args.keep_fractions
     chosen_presses, chosen_allocators, pairs = methods_of(args)
@@ -193,17 +192,14 @@ def run(args) -> None:
         return
     # the rows of the model as the run fingerprinted it when it began, whatever is written into its directory since
     rows = run_rows(store, run, identity)
-    write_rebuilt(run.out / "summary.md", summary_markdown(rows))
-    png = run.out / "curves.png"
-    with rebuilt_path(png) as scratch:
-        plot_curves(rows, scratch, f"{len(run.methods)} method(s) · {', '.join(run.tasks)} · {run.length} tokens · "
-                                   f"n = {run.n} per task")
+    png = write_reports(run.out, rows, f"{len(run.methods)} method(s) · {', '.join(run.tasks)} · {run.length} "
+                                       f"tokens · n = {run.n} per task")
     print(headline_markdown(rows))
     print(f"results: {store.path}\nsummary: {run.out / 'summary.md'} (pairwise tables, per-task cells, needle "
           f"recall per layer)\nplot:    {png}")
 
 
 COMPARE = Command("compare", "score, fork and answer: presses × allocators × kept fractions", add_arguments, run,
-                  outputs=lambda args: [Output(Path(args.out), "--out")],
+                  outputs=lambda args: [Output(Path(args.out), "--out", kind_of=RESULT_STORE)],
                   interrupted=lambda args: f"what was finished is kept in {args.out} — run the same command again "
                                            "to resume")

@@ -16,7 +16,7 @@ import torch
 
 import presses
 from artifacts.files import install
-from artifacts.outputs import RESULTS, Output, check
+from artifacts.outputs import COST_TABLE, RESULTS, Output, check
 from presses.preparation import evidence_for, prepare
 from presses.selection import Selection
 from pretrained import loading
@@ -27,8 +27,12 @@ from workloads.corpus import SOURCES, documents
 from .arguments import Command, add_model_arguments, ints, model_spec, names
 from .specs import press_name
 
-TABLES = ("cost.json", "cost.md")
+TABLES = COST_TABLE.files
 """What ``bench cost`` writes into its ``--out``."""
+ARTIFACT_COMMANDS = {"estimator": "`bench label --model {model} --out LABELS` then `bench train --model {model} "
+                                  "--labels LABELS`",
+                     "calibration": "`bench calibrate --model {model}`"}
+"""What writes each artifact a press reads (``Press.artifact_files``, by its option) into the model's own folder."""
 
 
 def median_seconds(fn, repeats: int = 3) -> float:
@@ -54,7 +58,7 @@ def _context(tokenizer, length: int) -> torch.Tensor:
 def cost_output(out: Path, replace: bool = False) -> Output:
     """``--out``: the timings, a result never replaced unasked (:mod:`artifacts.outputs`)."""
     return Output(out, "--out", keeps=RESULTS, held=tuple(out / name for name in TABLES), what="a cost table",
-                  replace=replace)
+                  replace=replace, kind_of=COST_TABLE)
 
 
 def run_cost(model_path, press_names: list[str], lengths: list[int], out: Path, replace: bool = False) -> list[dict]:
@@ -104,6 +108,7 @@ def run_cost(model_path, press_names: list[str], lengths: list[int], out: Path, 
     if bad:
         raise UsageError(f"length {bad[0]} is not allowed: lengths must be in [2, {limit}] tokens for this model")
     check([cost_output(out, replace)])
+    _check_artifacts(press_names, loading.resolve(model_path))
     model, tokenizer, directory = loading.load(model_path)
     loading.check_artifacts(directory)
     adapter = adapter_for(model)
@@ -136,6 +141,20 @@ def run_cost(model_path, press_names: list[str], lengths: list[int], out: Path, 
         install(sorted(Path(scratch).iterdir()), out)
     print("\n".join(table))
     return rows
+
+
+def _check_artifacts(press_names: list[str], directory: Path) -> None:
+    """A :class:`~runtime.errors.UsageError` before the model loads for a press whose artifact (GateSight's estimator,
+    TriAttention's calibration) the model's folder ``directory`` lacks: cost takes no press options, so it reads
+    them from there alone, and the advice says what writes them there."""
+    for name in press_names:
+        reads = presses.PRESSES[name].artifact_files if name in presses.PRESSES else {}
+        for option, (folder, patterns) in reads.items():
+            if not any(path.is_file() for pattern in patterns for path in (directory / folder).glob(pattern)):
+                raise UsageError(f"--press {name}: bench cost times it with its default options, which read its "
+                                 f"{option} from the model's own folder, {(directory / folder).resolve()}, and none "
+                                 f"is there; write one there first: "
+                                 f"{ARTIFACT_COMMANDS[option].format(model=directory)}")
 
 
 def add_cost_arguments(parser: argparse.ArgumentParser) -> None:

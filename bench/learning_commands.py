@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from artifacts.outputs import DERIVED, RESULTS, Output
+from artifacts.outputs import ANALYSIS, DERIVED, ESTIMATOR, LABEL_SHARDS, RESULTS, Output
 from gatesight_learning.calibrate import calibrate_model
 from gatesight_learning.estimator import TrainSettings
 from gatesight_learning.steps import ESTIMATOR_FILES, analyze, label, train
@@ -71,7 +71,7 @@ def estimator_output(args: argparse.Namespace) -> Output:
     own = target.resolve() == (model / ARTIFACT_DIR).resolve()
     return Output(target, "--out" if args.out else f"the {ARTIFACT_DIR}/ of --model", keeps=RESULTS,
                   held=tuple(target / name for name in ESTIMATOR_FILES), what="a GateSight estimator",
-                  replace=args.replace, model=model if own else None)
+                  replace=args.replace, model=model if own else None, kind_of=ESTIMATOR)
 
 
 def run_train(args: argparse.Namespace) -> None:
@@ -93,7 +93,8 @@ def run_analyze(args: argparse.Namespace) -> None:
 
 
 LABEL = Command("label", "GateSight utility labels (Eq. 2) and GDN signals on held-out generic text",
-                add_label_arguments, run_label, outputs=lambda args: [Output(Path(args.out), "--out")],
+                add_label_arguments, run_label,
+                outputs=lambda args: [Output(Path(args.out), "--out", kind_of=LABEL_SHARDS)],
                 interrupted=lambda args: f"the windows labelled are kept in {args.out} — run the same command again "
                                          "to resume")
 TRAIN = Command("train", "train the GateSight estimator (+ ridge, leave-one-corpus-out evaluation)",
@@ -102,7 +103,8 @@ TRAIN = Command("train", "train the GateSight estimator (+ ridge, leave-one-corp
                                          "before (the estimator is saved whole once trained); it does not resume: "
                                          "run it again to start over")
 ANALYZE = Command("analyze", "the paper's observations 1-2 on this model, tables and PNGs", add_analyze_arguments,
-                  run_analyze, outputs=lambda args: [Output(Path(args.out), "--out", keeps=DERIVED)])
+                  run_analyze, outputs=lambda args: [Output(Path(args.out), "--out", keeps=DERIVED,
+                                                     kind_of=ANALYSIS)])
 
 
 def add_calibrate_arguments(parser: argparse.ArgumentParser) -> None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from artifacts.outputs import Output
+from artifacts.outputs import RESULT_STORE, Output
 from runtime.errors import UsageError
 
 from .arguments import Command
@@ -29,6 +29,7 @@ from .completeness import (
     check_shards_alike,
     shard_settings,
 )
+from .report import REPORTS, write_reports
 from .row_fields import SHARED_FIELDS
 from .store import ResultStore, open_stores
 
@@ -75,9 +76,20 @@ def merge_stores(sources: list[Path], out: Path) -> int:
         for store in stores:
             for row in store.rows:
                 target.append(row)  # a key already there (another copy of the row) is skipped
+        if any((out / name).exists() for name in REPORTS):  # they showed the rows before the merge
+            _rebuild_reports(out, target.rows)
         return len(target.rows) - before
     finally:
         target.close()
+
+
+def _rebuild_reports(out: Path, rows: list[dict]) -> None:
+    """The summary and curves that ``bench compare`` wrote into ``out`` (:data:`~bench.report.REPORTS`), rebuilt
+    from every row the merged store holds."""
+    methods = {(row["press"], row["allocator"]) for row in rows}
+    tasks = sorted({row["task"] for row in rows})
+    lengths = sorted({str(row["length"]) for row in rows})
+    write_reports(out, rows, f"{len(methods)} method(s) · {', '.join(tasks)} · {'/'.join(lengths)} tokens")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -94,4 +106,4 @@ def run(args) -> None:
 MERGE = Command("merge", "join the stores of one run's shards (compare --shard K/N), or of runs of other methods, "
                 "into one", add_arguments, run,
                 loads_models=False,
-                outputs=lambda args: [Output(Path(args.out), "--out")])
+                outputs=lambda args: [Output(Path(args.out), "--out", kind_of=RESULT_STORE)])

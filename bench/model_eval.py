@@ -97,6 +97,9 @@ def evaluate_model(model_path, tasks: list[str], lengths: list[int], n: int, see
     if unknown:
         raise UsageError(f"--tasks {unknown[0]!r}: model-eval answers the generated tasks {', '.join(TASKS)} (or the "
                          f"groups {', '.join(groups)})")
+    twice = sorted({task for task in tasks if tasks.count(task) > 1})
+    if twice:  # as --lengths refuses a length given twice: it would be answered and reported twice
+        raise UsageError(f"--tasks {', '.join(twice)} given more than once in {','.join(tasks)}; give each task once")
     tasks = expand(tasks)
     limit = loading.position_limit(model_path)
     bad = [length for length in lengths if length < 1 or (limit is not None and length > limit)]
@@ -108,11 +111,18 @@ def evaluate_model(model_path, tasks: list[str], lengths: list[int], n: int, see
     encode = lambda text: torch.tensor(encode_text(tokenizer, text))  # noqa: E731
     count = lambda text: len(encode_text(tokenizer, text))  # noqa: E731
     table: dict[tuple[str, int], float] = {}
+    misfits: dict[str, tuple[int, ValueError]] = {}
     for length, task in ((length, task) for length in lengths for task in tasks):
         try:  # every task's first item before any is answered: one that cannot fit its length says so at once
             generate(task, 0, seed, Config(length=length, count_tokens=count))
         except ValueError as error:
-            raise UsageError(f"task {task!r} at length {length}: {error}") from None
+            misfits.setdefault(task, (length, error))
+    if misfits:
+        task, (length, error) = next(iter(misfits.items()))
+        fit = [t for t in tasks if t not in misfits]
+        advice = (f"; leave out {', '.join(misfits)}: --tasks {','.join(fit)} fit every length given" if fit else
+                  "; give longer --lengths")
+        raise UsageError(f"task {task!r} at length {length}: {error}{advice}")
     for length in lengths:
         cfg = Config(length=length, count_tokens=count)
         for task in tasks:

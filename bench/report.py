@@ -11,7 +11,7 @@ import textwrap
 from collections import defaultdict
 from pathlib import Path
 
-from artifacts.files import atomic_path
+from artifacts.files import atomic_path, rebuilt_path, write_rebuilt
 
 from .needles import needle_markdown
 from .row_fields import BASELINE, GROUP_FIELDS, method_of
@@ -185,6 +185,21 @@ def headline_markdown(rows: list[dict], resamples: int = RESAMPLES) -> str:
         if needles:
             sections += [needles]
     return "\n".join(sections) + "\n"
+
+
+REPORTS = ("summary.md", "curves.png")
+"""What ``bench compare`` writes beside a store's results.jsonl (:func:`write_reports`)."""
+
+
+def write_reports(out: Path, rows: list[dict], title: str) -> Path:
+    """``out``'s :data:`REPORTS` of ``rows``: the summary (:func:`summary_markdown`) and the curves
+    (:func:`plot_curves`, headed ``title``), each rebuilt whole (:func:`artifacts.files.rebuilt_path`); returns the
+    plot's path."""
+    summary, png = (Path(out) / name for name in REPORTS)
+    write_rebuilt(summary, summary_markdown(rows))
+    with rebuilt_path(png) as scratch:
+        plot_curves(rows, scratch, title)
+    return png
 
 
 def plot_curves(rows: list[dict], path: Path, title: str = "", resamples: int = RESAMPLES) -> Path:

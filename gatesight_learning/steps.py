@@ -4,26 +4,32 @@ run them; their flags are in :mod:`bench.learning_commands`)."""
 from __future__ import annotations
 
 import json
+import math
 import tempfile
 from pathlib import Path
 
 from tqdm import tqdm
 
 from artifacts.files import check_replaceable, install, rebuilt_path, write_rebuilt
+from artifacts.outputs import ESTIMATOR
 from presses.gatesight import ARTIFACT_DIR, WEIGHT_FILES, gdn_window
 from pretrained import loading
 from runtime import adapter_for
 from runtime.errors import UsageError
 
 from .estimator import TrainSettings, train_estimator, training_targets
-from .evaluate import evaluate, heuristic_predictors, learned_predictors_loco, single_head_oracle
+from .evaluate import FRACTIONS, evaluate, heuristic_predictors, learned_predictors_loco, single_head_oracle
 from .record import check_shards, check_together, label_settings, load_shard, record_corpus, shard_settings
 
-ESTIMATOR_FILES = ("gatesight.safetensors", "gatesight.json")
+ESTIMATOR_FILES = ESTIMATOR.files
 """What holds a trained estimator in its directory (:meth:`presses.gatesight.GateSightEstimator.save`)."""
 MIN_WINDOWS = 2
 """Fewest labelled windows ``bench train`` and ``bench analyze`` read: observation 1 correlates documents in pairs."""
 MIN_CORPORA = 2
+MIN_TOKENS = 2 * math.ceil(1 / min(FRACTIONS))
+"""Fewest ``tokens`` per labelling window: the shortest window kept (half of one, :func:`~gatesight_learning.record.
+corpus_windows`) must hold a token in the smallest top fraction the estimator is ranked by (Ov@5, Cov@5), else
+every ranking metric compares the whole window with itself."""
 """Fewest corpora ``bench train`` reads: it evaluates the estimator with one corpus held out, trained on the rest."""
 
 
@@ -79,6 +85,10 @@ def label(model_path, out: Path, limit, tokens: int, continuations: int, max_new
     damaged one, and a ``together`` below 1, are refused before the model loads, a model without recurrent layers
     before any window is labelled."""
     check_together(together)
+    if tokens < MIN_TOKENS:
+        raise UsageError(f"--tokens {tokens}: give at least {MIN_TOKENS} tokens per window (a window may be cut to "
+                         f"half, and the smallest fraction the labels are ranked by, {min(FRACTIONS):.0%}, of it must "
+                         "hold a token)")
     weights = _weights(model_path)
     check_shards(sorted(out.glob("*.safetensors")), label_settings(weights, tokens, continuations, max_new_tokens,
                                                                     seed, futures, loading.dtype_name(model_path)))
@@ -94,6 +104,15 @@ def _table(rows: dict[str, dict[str, float]]) -> str:
         cells = [f"{metrics['rho']:+.3f}"] + [f"{100 * metrics[k]:.1f}" for k in keys[1:]]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def _evaluation_heading(scale: str) -> str:
+    """What ``evaluation.md`` measures, naming the estimator's scale (:data:`presses.gatesight.SCALES`): the table is
+    the same for both, ranked within each (layer, KV head), so a ``one`` estimator's ranking across layers (what it
+    is trained for) is not in it."""
+    across = "; its ranking across layers (--alloc global) is not measured here" if scale == "one" else ""
+    return (f"# GateSight estimator on scale `{scale}`: leave-one-corpus-out evaluation\n\nEvery metric ranks the "
+            f"entries within each (attention layer, KV head), then averages heads, windows and layers{across}.\n\n")
 
 
 def train(model_path, labels_dir: Path, out: Path | None, slow_threshold: float, settings: TrainSettings,
@@ -134,7 +153,7 @@ def train(model_path, labels_dir: Path, out: Path | None, slow_threshold: float,
     target.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target) as scratch:  # each file written whole, then moved into place
         estimator.save(scratch)
-        (Path(scratch) / "evaluation.md").write_text(table + "\n")
+        (Path(scratch) / "evaluation.md").write_text(_evaluation_heading(settings.scale) + table + "\n")
         install(sorted(Path(scratch).iterdir()), target)
     print(table)
     print(f"estimator saved to {target}")

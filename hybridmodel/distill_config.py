@@ -29,6 +29,9 @@ TEACHER_SAMPLES = "teacher_samples.jsonl"
 """The teacher's generated conversations: beside a run's checkpoint, and beside the delta it saves."""
 MIN_RECALL = 256
 """The shortest recall window (its facts, questions and replies take at most half of it)."""
+MIN_COPY = 2 * 2 + 4
+"""The shortest copy window (:class:`hybridmodel.distill.CopyWindows`): two copies of a span of at least 2 tokens
+and the 4 separators around them."""
 
 
 @dataclass(frozen=True)
@@ -125,6 +128,10 @@ class DistillConfig:
         if self.recall_fraction > 0 and not self.recall_lengths and self.length < MIN_RECALL:
             raise UsageError(f"recall windows of length {self.length}: give recall_lengths of at least {MIN_RECALL} "
                              "tokens")
+        if (self.copy_fraction > 0 or self.probe_windows > 0) and self.length < MIN_COPY:
+            uses = "copy windows (copy_fraction)" if self.copy_fraction > 0 else "the retrieval probe (probe_windows)"
+            raise UsageError(f"length={self.length}: {uses} needs windows of at least {MIN_COPY} tokens (two copies "
+                             "of a span of 2 or more, and 4 separators)")
         if not isinstance(self.fresh_attention, bool):
             raise UsageError(f"fresh_attention={self.fresh_attention!r}: expected true or false")
         if self.chat_fraction > 0 and self.chat_pool < 1:

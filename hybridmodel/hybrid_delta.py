@@ -30,7 +30,16 @@ from artifacts.files import backup_path, write_text
 from presses.gatesight import ARTIFACT_DIR
 from pretrained.catalog import DELTA_ARTIFACTS, MIXERS_FILE
 from pretrained.loading import fingerprint
-from pretrained.model_cache import CACHE_ENV, SOURCE_FILE, cache_dir, installed, sha256_of, source_hash
+from pretrained.model_cache import (
+    CACHE_ENV,
+    SOURCE_FILE,
+    cache_dir,
+    conversion_problem,
+    file_records,
+    installed,
+    sha256_of,
+    source_hash,
+)
 from runtime.errors import UsageError
 
 from .from_teacher import carry_over
@@ -225,9 +234,13 @@ def rebuild(checkpoint, root: Path, log=print) -> Path:
         raise UsageError(f"{delta / MANIFEST_FILE} records no digest of its teacher's converted weights "
                          "(teacher_weights): save the delta again with hybridmodel.hybrid_delta.save(..., "
                          "teacher_weights=weights_digest(TEACHER_DIR))")
-    teacher_dir = installed(checkpoint.teacher, root)
-    if teacher_dir is None:
-        raise FileNotFoundError(f"{checkpoint.teacher.name} is not in {root}: fetch it first")
+    teacher_dir = root / checkpoint.teacher.name
+    problem = conversion_problem(checkpoint.teacher, root)
+    if problem is not None and problem.startswith("is damaged"):
+        raise UsageError(f"the teacher {checkpoint.teacher.name} in {teacher_dir} {problem}: run `bench fetch-model "
+                         f"{checkpoint.teacher.name}` to convert it again")
+    if problem is not None:
+        raise FileNotFoundError(f"{checkpoint.teacher.name} is not in {root} ({problem}): fetch it first")
     done = installed(checkpoint, root)
     if done is not None:
         log(f"{checkpoint.name}: already rebuilt from this delta in {done}")
@@ -253,9 +266,13 @@ def rebuild(checkpoint, root: Path, log=print) -> Path:
                 shutil.copytree(delta / folder, staged / folder)
         _check_estimator_weights(staged, fingerprint(staged, "model*.safetensors"),
                                  f"the model rebuilt from {delta}")
+        # the model's files, checked as a conversion's are; not the artifacts, which bench train and bench
+        # calibrate replace in place
+        files = {name: record for name, record in file_records(staged).items()
+                 if name.split("/")[0] not in DELTA_ARTIFACTS}
         (staged / SOURCE_FILE).write_text(json.dumps(
             {"name": checkpoint.name, "sha256": source_hash(checkpoint), "teacher_sha256": wanted,
-             "delta": str(delta)}, indent=2) + "\n")
+             "delta": str(delta), "files": files}, indent=2) + "\n")
         if target.exists():
             aside = backup_path(target)
             target.rename(aside)

@@ -104,6 +104,10 @@ class Press(ABC):
     def check(self, adapter: ModelAdapter) -> None:
         """Raise ``ValueError`` if this press cannot run on the model behind ``adapter`` (loads nothing)."""
 
+    def check_context(self, n: int) -> None:
+        """Raise ``UsageError`` if this press cannot score a context of ``n`` tokens (called before its prefill,
+        once the length is known); a no-op by default."""
+
     @abstractmethod
     def score(self, context: ScoringContext) -> Scores:
         """Scores ``[H_kv, n_body]`` per attention layer for the body of ``context``."""

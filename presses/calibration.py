@@ -24,12 +24,24 @@ FILE = Path("calibration") / "calibration.safetensors"
 """Where a model directory holds its calibration: in a subfolder, because engines such as vLLM load every
 ``*.safetensors`` at a model directory's root as a weight shard."""
 LEGACY_FILE = "calibration.safetensors"  # the root location written before; still read
+WEIGHT_FILES = "model*.safetensors"
+"""The model's weight files, whose fingerprint a calibration and a GateSight estimator record (``weights``)."""
 
 
 def calibration_path(directory) -> Path:
     """The calibration file of a model directory: :data:`FILE`, or the root file older versions wrote."""
     legacy = Path(directory) / LEGACY_FILE
     return legacy if legacy.exists() and not (Path(directory) / FILE).exists() else Path(directory) / FILE
+
+
+def weights_fingerprint(model_dir) -> str | None:
+    """The content hash of ``model_dir``'s weight files (:data:`WEIGHT_FILES`), or None where there is no directory
+    or it holds none (a model built in memory): what a calibration or an estimator was measured on."""
+    from pretrained import loading
+
+    if model_dir is None or not any(Path(model_dir).glob(WEIGHT_FILES)):
+        return None
+    return loading.fingerprint(Path(model_dir), WEIGHT_FILES)
 
 
 def query_bands(query: torch.Tensor, rotary_dim: int) -> torch.Tensor:
@@ -52,13 +64,16 @@ def band_frequencies(adapter: ModelAdapter) -> torch.Tensor:
 @dataclass
 class Calibration:
     """Attributes: ``centres`` / ``magnitudes`` ``{layer: [H, d/2]}`` (complex / real), ``gate_weights`` ``{layer: w}``,
-    ``tokens``: how many calibration tokens were read, ``sources``: what text."""
+    ``tokens``: how many calibration tokens were read, ``sources``: what text, ``weights``: the fingerprint of the
+    model weights it was measured on (:func:`weights_fingerprint`; None for a model built in memory, and for a
+    calibration saved before calibrations recorded it)."""
 
     centres: dict[int, torch.Tensor]
     magnitudes: dict[int, torch.Tensor]
     gate_weights: dict[int, float]
     tokens: int
     sources: list[str]
+    weights: str | None = None
 
     def save(self, directory: Path) -> Path:
         tensors = {}
@@ -67,7 +82,8 @@ class Calibration:
             tensors[f"centre_imag.{layer}"] = self.centres[layer].imag.contiguous()
             tensors[f"magnitude.{layer}"] = self.magnitudes[layer].contiguous()
         meta = {"gate_weights": json.dumps({str(k): v for k, v in self.gate_weights.items()}),
-                "tokens": str(self.tokens), "sources": json.dumps(self.sources)}
+                "tokens": str(self.tokens), "sources": json.dumps(self.sources),
+                **({"weights": self.weights} if self.weights is not None else {})}
         path = Path(directory) / FILE
         path.parent.mkdir(parents=True, exist_ok=True)
         save_file(tensors, str(path), metadata=meta)
@@ -91,6 +107,7 @@ class Calibration:
             gate_weights={int(k): v for k, v in json.loads(meta["gate_weights"]).items()},
             tokens=int(meta["tokens"]),
             sources=json.loads(meta["sources"]),
+            weights=meta.get("weights"),
         )
 
     @staticmethod
@@ -104,7 +121,20 @@ class Calibration:
                 "the model was not loaded from a local directory, so its calibration cannot be found: "
                 "pass the layer weights explicitly or run `bench calibrate --model PATH`"
             )
-        return cls.load(adapter.model_dir)
+        calibration = cls.load(adapter.model_dir)
+        calibration.check_weights(adapter.model_dir, f"the calibration in {adapter.model_dir}")
+        return calibration
+
+    def check_weights(self, model_dir, shown: str) -> None:
+        """``ValueError`` if this calibration (``shown``: it, as the message names it) records the weights it was
+        measured on and ``model_dir``'s weight files are others: its query statistics and gate weights are another
+        model's. One that records none (saved before calibrations did), or a directory without weight files, passes.
+        """
+        here = weights_fingerprint(model_dir)
+        if self.weights is None or here is None or self.weights == here:
+            return
+        raise ValueError(f"{shown} was measured on model weights {self.weights}, not this "
+                         f"model's ({here}): run `bench calibrate --model {model_dir}` to measure this model's")
 
 
 class _Statistics:
@@ -152,4 +182,5 @@ def calibrate(model, token_chunks: list[torch.Tensor], sources: list[str], progr
         gate_weights=gate_weights,
         tokens=tokens,
         sources=sources,
+        weights=weights_fingerprint(adapter.model_dir),
     )

@@ -24,9 +24,10 @@ from safetensors.torch import load_file, save_file
 
 from runtime import EvidenceRequest
 from runtime.adapters import ModelAdapter
-from runtime.errors import UsageError
+from runtime.errors import MissingFileError, UsageError
 
 from .base import Press, Scores, ScoringContext
+from .calibration import WEIGHT_FILES, weights_fingerprint  # noqa: F401 - WEIGHT_FILES: read from here as well
 
 ARTIFACT_DIR = "gatesight"
 ESTIMATOR_FILES = ("gatesight.json", "gatesight.safetensors")
@@ -34,8 +35,6 @@ SIGNALS = ("beta", "g", "vnorm")
 SCALES = ("head", "one")
 """What an estimator's predictions are relative to: each (layer, KV head)'s largest utility, or one constant per
 document; an estimator saved before estimators recorded it is ``head``."""
-WEIGHT_FILES = "model*.safetensors"
-"""The model's weight files, whose fingerprint an estimator records (``meta["weights"]``)."""
 AGE_FEATURES = ("i/n", "(n-i)/n", "log(1+n-i)/log(1+n)")
 
 
@@ -159,7 +158,7 @@ class GateSightEstimator:
     def load(cls, directory) -> "GateSightEstimator":
         directory = Path(directory)
         if not (directory / "gatesight.json").exists():
-            raise FileNotFoundError(
+            raise MissingFileError(
                 f"no GateSight estimator in {directory}: train one with `bench label --model MODEL` then "
                 "`bench train --model MODEL`"
             )
@@ -194,13 +193,8 @@ def _check_weights(estimator: GateSightEstimator, model_dir: Path) -> None:
     """``ValueError`` if ``estimator`` records the weights it was trained on (``meta["weights"]``, the fingerprint
     of the weight files, as ``bench train`` records it) and ``model_dir``'s weight files are others; an estimator
     saved before estimators recorded them, or a directory holding no weight files, is not checked."""
-    from pretrained import loading
-
-    trained_on = estimator.meta.get("weights")
-    if trained_on is None or not any(model_dir.glob(WEIGHT_FILES)):
-        return
-    weights = loading.fingerprint(model_dir, WEIGHT_FILES)
-    if trained_on == weights:
+    trained_on, weights = estimator.meta.get("weights"), weights_fingerprint(model_dir)
+    if trained_on is None or weights is None or trained_on == weights:
         return
     shown = "the GateSight estimator given" if estimator.directory is None else str(estimator.directory)
     own = estimator.directory is not None and estimator.directory.resolve() == (model_dir / ARTIFACT_DIR).resolve()

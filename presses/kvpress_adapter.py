@@ -66,6 +66,26 @@ scorers read none (their scores are functions of the keys and values); SnapKV's 
 asserts), TOVA's the last one (``compute_window_attention(..., 1, ...)``). A press, subclasses included
 (PyramidKVPress scores with SnapKV's methods), gets the count only while those methods are the listed class's
 own: one that overrides any of them, and any press not listed, reads every row (:data:`ALL_TOKENS`)."""
+SIZES = {"window_size": 1, "kernel_size": 1, "local_window_size": 1, "lag_size": 1, "chunk_size": 1,
+         "sketch_dimension": 1, "beta": 1, "n_future_positions": 1, "n_sink": 0, "num_sinks": 0,
+         "sink_size_start": 0, "sink_size_end": 0}
+"""The integer fields of kvpress 0.5.5's scorers that count tokens, rows or dimensions, and their least value
+(sinks may be none; a window, kernel, chunk or sketch of no rows slices, pools or projects nothing, and a negative
+one slices from the start): kvpress checks none of them and fails deep in its scoring instead."""
+ODD = ("kernel_size",)
+"""Fields kvpress pools with ``padding = size // 2`` at stride 1: an even size returns one score too many."""
+
+
+def check_fields(press) -> None:
+    """``UsageError`` naming the first field of :data:`SIZES` that ``press`` (a kvpress press) holds out of range,
+    before anything is loaded or prefilled."""
+    for field, least in SIZES.items():
+        if not hasattr(press, field):
+            continue
+        value = getattr(press, field)
+        allowed = f"an integer >= {least}" + (", odd (kvpress pools with padding size // 2)" if field in ODD else "")
+        if isinstance(value, bool) or not isinstance(value, int) or value < least or (field in ODD and value % 2 == 0):
+            raise UsageError(f"kvpress {type(press).__name__} {field}={value!r}: expected {allowed}")
 
 
 def scorer_names() -> list[str]:
@@ -172,6 +192,7 @@ class KvpressScorer(Press):
         reason = _refusal(self.press)
         if reason:
             raise UsageError(reason)
+        check_fields(self.press)
         self._initialised_for = None
 
     @staticmethod
@@ -210,6 +231,13 @@ class KvpressScorer(Press):
     def evidence(self, adapter) -> EvidenceRequest:
         return EvidenceRequest(window=rows_read(self.press))
 
+    def check_context(self, n: int) -> None:
+        window = getattr(self.press, "window_size", None)
+        if window is not None and rows_read(self.press) != ALL_TOKENS and window >= n:
+            # kvpress's window queries score the keys before the window: it asserts n > window_size
+            raise UsageError(f"kvpress {type(self.press).__name__} window_size={window}: expected below the "
+                             f"context's length, {n} tokens here (its window scores the keys before it)")
+
     def check(self, adapter) -> None:
         partial = adapter.geometry.rotary_dim < adapter.geometry.head_dim
         if partial and any(c.__name__ in FULL_ROPE_ONLY for c in type(self.press).__mro__):
@@ -220,6 +248,7 @@ class KvpressScorer(Press):
     def score(self, context: ScoringContext) -> Scores:
         adapter = context.adapter
         self.check(adapter)
+        self.check_context(context.n)
         model = adapter.model
         if self._initialised_for is not model:
             self.press.post_init_from_model(model)

@@ -26,7 +26,7 @@ from .base import Press
 from .kvpress_adapter import KvpressScorer
 from .kvpress_names import NAMES, kvpress_object
 from .kvpress_wrappers import is_kvpress_press, translate
-from .registry import KVPRESS_PREFIX, get
+from .registry import KVPRESS_PREFIX, check_library_name, get
 from .selection import Selection, check_layer_weights, check_layer_weights_read, keep_fraction_from
 
 
@@ -114,6 +114,7 @@ def resolve(model, press, allocator=None, compression_ratio: float | None = None
     named = isinstance(press, str) and press.startswith(KVPRESS_PREFIX)
     if named or is_kvpress_press(press):
         if named:  # built with its defaults; the budget comes from the arguments
+            check_library_name(press)
             short = press.removeprefix(KVPRESS_PREFIX)
             translation = translate(kvpress_object(short) if short in NAMES else KvpressScorer.build(short),
                                     adapter_for(model))
@@ -176,6 +177,8 @@ class CompressedContextPipeline:
         check_layer_weights(layer_weights, tuple(adapter_for(self.model).attention_layers))  # before the prefill
         check_layer_weights_read(layer_weights, compression.allocator)
         press = compression.press
+        if press is not None:
+            press.check_context(len(context_ids))
         evidence = press.evidence(adapter_for(self.model)) if press is not None else None
         parent = prefill(self.model, context_ids, protected=protected, tokenizer=self.tokenizer,
                          **({"evidence": evidence} if evidence is not None else {}))

@@ -62,12 +62,18 @@ def _kvpress_scorer(name: str, options: dict):
     return dataclasses.replace(press, **typed_options(type(press), f"{KVPRESS_PREFIX}{name}", options))
 
 
+def check_library_name(name) -> None:
+    """Refuse a press name the library cannot take (not text; bench compare's bracket options) before any look-up
+    (:func:`runtime.options.check_name`), ``kvpress:`` names included."""
+    check_name(name, PRESSES, Press, "--press", "presses.get", available(), open_prefix=KVPRESS_PREFIX)
+
+
 def get(name: str, **kwargs) -> Press:
     """A press by registry name, or ``kvpress:<ClassName>`` for any kvpress ``ScorerPress`` (built with its
     defaults), its options typed by their fields (:mod:`runtime.options`: ``"no"`` for a boolean is False);
     a name that is not text, unknown names and options, and ill-typed values raise a
     :class:`~runtime.errors.UsageError` saying what is allowed."""
-    check_name(name, PRESSES, Press, "--press", "presses.get", available())
+    check_library_name(name)
     if name.startswith(KVPRESS_PREFIX):
         return KvpressScorer(press=_kvpress_scorer(name.removeprefix(KVPRESS_PREFIX), kwargs))
     if name == KvpressScorer.name and "press" not in kwargs:

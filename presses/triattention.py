@@ -76,6 +76,7 @@ class TriAttentionPress(Press):
     artifact_files = {"calibration": (".", (FILE.as_posix(), LEGACY_FILE))}
 
     def __post_init__(self):
+        self._source = None  # the directory calibration= named, which a mismatch names
         if self.gqa not in ("mean", "max"):
             raise UsageError(f"gqa={self.gqa!r}: choose 'mean' or 'max'")
         if isinstance(self.max_offset, bool) or not isinstance(self.max_offset, int) or self.max_offset < 1:
@@ -91,14 +92,21 @@ class TriAttentionPress(Press):
             if not Calibration.exists(directory):
                 raise UsageError(f"calibration={str(directory)!r}: no calibration there (no {directory / FILE}); "
                                  + _calibration_advice(directory))
-            self.calibration = Calibration.load(directory)
+            self.calibration, self._source = Calibration.load(directory), directory
         elif self.calibration is not None and not isinstance(self.calibration, Calibration):
             raise UsageError(f"calibration={self.calibration!r}: give a Calibration or the model directory holding "
                              "one")
 
     def bind(self, model_dir) -> None:
-        if self.calibration is None and model_dir is not None and Calibration.exists(model_dir):
+        """Load the model's own calibration where none was given; refuse (``ValueError``) a calibration measured on
+        other model weights than those in ``model_dir``: its query statistics are another model's."""
+        given = self.calibration is not None
+        if not given and model_dir is not None and Calibration.exists(model_dir):
             self.calibration = Calibration.load(model_dir)
+        if self.calibration is not None and model_dir is not None:
+            source = self._source if given else model_dir
+            shown = "the Calibration given" if source is None else f"the calibration in {source}"
+            self.calibration.check_weights(model_dir, shown)
 
     def check(self, adapter) -> None:
         if self.calibration is None:

@@ -66,6 +66,12 @@ def source_hash(checkpoint: PackagedCheckpoint | DistilledCheckpoint) -> str | N
     return digest.hexdigest()
 
 
+ESSENTIAL_FILES = {"config.json": "config.json", "tokenizer.json": "tokenizer.json",
+                   "model.safetensors": "model*.safetensors"}
+"""The files (name shown: pattern) without which a converted model directory cannot load: checked where its
+conversion recorded no files (converted or rebuilt before conversions recorded them)."""
+
+
 def file_records(directory: Path) -> dict[str, dict]:
     """``{path relative to directory: {"size": bytes, "sha256": hex}}`` of every file under ``directory``: what a
     conversion records of what it wrote, so that a file damaged later (a truncated copy, a full disk) is found."""
@@ -112,6 +118,10 @@ def conversion_problem(checkpoint: PackagedCheckpoint | DistilledCheckpoint, roo
     if expected is None or source.get("sha256") != expected:
         return f"was made from another file (SHA-256 {source.get('sha256')}, not {expected})"
     if "files" not in source:
+        # nothing recorded to compare: the files every model directory needs must be there all the same
+        missing = next((name for name, pattern in ESSENTIAL_FILES.items() if not any(directory.glob(pattern))), None)
+        if missing is not None:
+            return f"is damaged: {missing} is missing"
         return "records no file hashes (converted before conversions recorded them)" if hashes else None
     reason = damage(directory, source["files"], hashes)
     return None if reason is None else f"is damaged: {reason}"

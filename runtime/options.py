@@ -174,18 +174,26 @@ def register_in(registry: dict, cls, base: type, kind: str, reserved: tuple[str,
     return cls
 
 
-def check_name(name, registry: dict, base: type, flag: str, call: str, available: list[str]) -> None:
+def check_name(name, registry: dict, base: type, flag: str, call: str, available: list[str],
+               open_prefix: str = "") -> None:
     """Refuse, before any look-up, a name ``call`` (``presses.get``, ``allocators.get``: ``registry`` of ``base``
     classes) cannot take: one that is not text, and one with bench compare's ``flag`` options in brackets
-    (``perlayer[weights=1/2]``), shown as ``call`` takes them (``allocators.get('perlayer', weights=[1, 2])``)."""
+    (``perlayer[weights=1/2]``), shown as ``call`` takes them (``allocators.get('perlayer', weights=[1, 2])``).
+    Names that start with ``open_prefix`` (``kvpress:``) name classes outside ``registry``: their bracket options
+    are refused the same way, without the fields only the resolved class knows."""
     kind, article = base.__name__.lower(), "an" if base.__name__[0] in "AEIOU" else "a"
     if not isinstance(name, str):
         raise ArgumentTypeError(f"{call} takes {article} {kind} name (text), one of: {', '.join(available)}; got "
                                 f"{describe(name)}")
     head, bracket, body = name.partition("[")
-    if not bracket or name in registry or head not in registry:
+    prefixed = bool(open_prefix) and head.startswith(open_prefix)
+    if not bracket or name in registry or (head not in registry and not prefixed):
         return
     keywords = _as_keywords(body)
+    if prefixed:
+        these = f": for these options, {call}({head!r}, {keywords})" if keywords else ""
+        raise UsageError(f"{kind} {name!r}: options in brackets are bench compare's {flag} syntax; here name the "
+                         f"{kind} alone and give its options as keywords, {call}({head!r}, key=value){these}")
     valid = [f.name for f in fields(registry[head]) if f.init]
     unknown = [pair.partition("=")[0].strip() for pair in body.removesuffix("]").split(",")
                if pair.partition("=")[0].strip() not in valid]

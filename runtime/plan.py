@@ -6,7 +6,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .errors import ArgumentTypeError, describe
+from .errors import ArgumentTypeError, UsageError, describe
+from .options import whole
 
 
 @dataclass
@@ -53,6 +54,13 @@ class KeepPlan:
 
     @classmethod
     def keep_all(cls, n: int, protected: int, attention_layers, num_kv_heads: int) -> "KeepPlan":
+        """Every body entry ``[protected, n)`` in every KV head of every attention layer."""
+        n = whole(n, "n (the context's tokens)", 1, text=False)
+        protected = whole(protected, "protected", 0, text=False)
+        whole(num_kv_heads, "num_kv_heads", 1, text=False)
+        if protected >= n:
+            raise UsageError(f"protected={protected} is not allowed: it must be in [0, n - 1] = [0, {n - 1}] "
+                             "(a keep plan keeps the body after the protected prefix)")
         body = torch.arange(protected, n)
         return cls({layer: [body.clone() for _ in range(num_kv_heads)] for layer in attention_layers})
 

@@ -116,6 +116,17 @@ def _as_ids(ids, adapter: ModelAdapter, what: str) -> torch.Tensor:
     return ids.long()
 
 
+def _check_observer(observer) -> None:
+    """``ArgumentTypeError`` unless ``observer`` has what :func:`forward_chunk` reads of a
+    :class:`~runtime.forward.ForwardObserver`: ``wants_recurrent_signals``, ``on_attention``, and ``on_recurrent``
+    where it wants the signals."""
+    if isinstance(observer, type) or not (
+            hasattr(observer, "wants_recurrent_signals") and callable(getattr(observer, "on_attention", None))
+            and (not observer.wants_recurrent_signals or callable(getattr(observer, "on_recurrent", None)))):
+        raise ArgumentTypeError(f"observer must be a ForwardObserver (wants_recurrent_signals, on_attention, and "
+                                f"on_recurrent where it wants the signals: runtime.forward), got {describe(observer)}")
+
+
 class CachedContext:
     """A prefilled context that answers questions without ever changing its own state."""
 
@@ -168,6 +179,10 @@ class CachedContext:
     # ---- questions -----------------------------------------------------------------------------------
     def _check_question(self, question_ids, expected_hash: str | None) -> torch.Tensor:
         self._live_state()
+        if expected_hash is not None and not isinstance(expected_hash, str):
+            raise ArgumentTypeError(f"context_hash must be the hash of the context asked about (text: "
+                                    f"runtime.context_hash(ids), or a cache's .context_hash) or None, got "
+                                    f"{describe(expected_hash)}")
         if expected_hash is not None and expected_hash != self.context_hash:
             raise ValueError(
                 f"context hash mismatch: this cache holds context {self.context_hash[:12]}…, "
@@ -180,6 +195,8 @@ class CachedContext:
     def logits(self, question_ids, observer: ForwardObserver | None = None, context_hash: str | None = None):
         """Logits ``[L, V]`` of every question token, continuing from the cached context; the cache is unchanged."""
         ids = self._check_question(question_ids, context_hash)
+        if observer is not None:
+            _check_observer(observer)
         self._busy = True
         try:
             return forward_chunk(self.adapter, self._state.branch(), ids, observer, all_logits=True)
@@ -194,6 +211,7 @@ class CachedContext:
         """Run ``ids`` ``[L]`` after the cached context for what ``observer`` sees (KVzip's reconstruction pass); no
         logits are computed beyond the last token's, and the cache is unchanged."""
         ids = self._check_question(ids, context_hash)
+        _check_observer(observer)
         self._busy = True
         try:
             forward_chunk(self.adapter, self._state.branch(), ids, observer)
@@ -324,6 +342,9 @@ def prefill(
     """
     adapter = adapter_for(model)
     ids = _as_ids(context_ids, adapter, "context_ids")
+    if tokenizer is not None and (isinstance(tokenizer, type) or not callable(getattr(tokenizer, "decode", None))):
+        raise ArgumentTypeError(f"tokenizer must be a tokenizer (it decodes answers: tokenizer.decode) or None, got "
+                                f"{describe(tokenizer)}")
     if isinstance(protected, bool) or not isinstance(protected, numbers.Integral):
         raise UsageError(f"protected={protected!r} must be an integer number of leading tokens")
     protected = int(protected)

@@ -130,6 +130,14 @@ def test_perlayer_is_proportional_and_checks_its_weights():
     assert allocators.get("perlayer", weights=[0, 4, 2]).weights == [0.0, 2.0, 1.0]
 
 
+def test_perlayer_weights_of_one_ratio_are_one_setting():
+    """Weights in one ratio are one setting, in one form whatever floats their division gives (0.3 / 0.1 is
+    2.9999999999999996): one label, so that a run refuses the two as one setting given twice."""
+    forms = ([0.1, 0.3], [1, 3], [1 / 3, 1], [0.7, 2.1])
+    assert {tuple(allocators.options_of("perlayer", {"weights": w})["weights"]) for w in forms} == {(1.0, 3.0)}
+    assert {tuple(allocators.get("perlayer", weights=w).weights) for w in forms} == {(1.0, 3.0)}
+
+
 def test_adakv_children_are_ragged_and_exact(tiny):
     import presses
     from runtime import prefill

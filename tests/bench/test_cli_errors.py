@@ -211,6 +211,28 @@ def test_model_eval_names_the_task_and_length_that_cannot_fit_before_answering(m
     assert "task 'niah_single_1' at length 100: length 100 is too short" in err
 
 
+def test_model_eval_of_a_group_names_its_tasks_that_fit(model_dir, capsys, monkeypatch):
+    """A group with a task too long for a length is refused with the tasks that fit every length, as --tasks to give
+    instead (ruler's cwe needs about 844 byte tokens; the others fit 512); nothing is answered."""
+    import runtime
+    from workloads.tasks.registry import expand
+
+    monkeypatch.setattr(runtime.Parent, "answer", lambda *a, **k: pytest.fail("answered before the refusal"))
+    code, err = run_cli(capsys, "model-eval", "--model", model_dir, "--tasks", "ruler", "--lengths", "512", "--n", "1")
+    fit = [task for task in expand(["ruler"]) if task != "cwe"]
+    assert code == 2 and "\n" not in err, err
+    assert "task 'cwe' at length 512: length 512 is too short" in err
+    assert err.endswith(f"; leave out cwe: --tasks {','.join(fit)} fit every length given"), err
+
+
+@pytest.mark.parametrize("tasks", ["niah_single_1,niah_single_1", "vt,niah_single_1,vt"])
+def test_model_eval_refuses_a_task_given_twice(tasks, model_dir, capsys, no_model_load):
+    """As a length given twice: the task would be answered and reported twice."""
+    code, err = run_cli(capsys, "model-eval", "--model", model_dir, "--tasks", tasks, "--lengths", "512", "--n", "1")
+    twice = "vt" if tasks.startswith("vt") else "niah_single_1"
+    assert code == 2 and "\n" not in err and f"--tasks {twice} given more than once in {tasks}" in err, err
+
+
 def test_fetch_model_gguf_that_is_a_directory_names_the_file_to_give(tmp_path, capsys):
     code, err = run_cli(capsys, "fetch-model", "smollm2-135m-instruct", "--gguf", tmp_path,
                         "--cache", tmp_path / "cache")

@@ -383,3 +383,73 @@ def test_a_summary_edited_by_hand_is_kept_aside_when_compare_rebuilds_it(model_d
     [figure] = (tmp_path / "out").glob("curves.png.backup-*")
     assert figure.read_bytes() == b"my figure"
     assert (tmp_path / "out" / "curves.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_a_merge_into_a_store_rebuilds_its_summary_and_curves(model_dir, tmp_path, capsys):
+    """A store's summary.md and curves.png describe every row it holds: a merge that adds rows to a compare's store
+    rebuilds them (they would show the rows before the merge)."""
+    from tests.helpers import run_cli
+
+    for press in ("snapkv", "keydiff"):
+        assert run_cli(capsys, "compare", "--model", model_dir, "--press", press, "--alloc", "flat",
+                       "--keep-fractions", "0.5", "--n", "1", "--tasks", "niah_single_1", "--length", "300",
+                       "--out", tmp_path / press)[0] == 0
+    curves = (tmp_path / "snapkv" / "curves.png").read_bytes()
+    assert "keydiff" not in (tmp_path / "snapkv" / "summary.md").read_text()
+    assert run_cli(capsys, "merge", tmp_path / "snapkv", tmp_path / "keydiff", "--out", tmp_path / "snapkv")[0] == 0
+    summary = (tmp_path / "snapkv" / "summary.md").read_text()
+    assert "keydiff/flat" in summary and "snapkv/flat" in summary
+    assert (tmp_path / "snapkv" / "curves.png").read_bytes() != curves
+
+
+def _folder_of(kind: str, tmp: Path) -> Path:
+    """A folder holding what one command writes (its files' names and a byte: the check reads names alone)."""
+    folder = tmp / kind.replace(" ", "-")
+    folder.mkdir()
+    names = {"label shards": ["web-0.safetensors"], "an estimator": ["gatesight.safetensors", "gatesight.json"],
+             "a result store": ["results.jsonl"], "an analysis": ["observations.md", "observations.json"],
+             "a cost table": ["cost.json", "cost.md"]}[kind]
+    for name in names:
+        (folder / name).write_bytes(b"x")
+    return folder
+
+
+MIXES = [("train", "label shards"), ("train", "a result store"), ("train", "an analysis"),
+         ("label", "a result store"), ("label", "an estimator"), ("label", "an analysis"),
+         ("analyze", "a result store"), ("analyze", "label shards"), ("analyze", "an estimator"),
+         ("compare", "label shards"), ("compare", "an estimator"), ("merge", "label shards"),
+         ("cost", "a result store"), ("cost", "label shards")]
+"""Writing commands pointed at a folder of another command's files."""
+
+
+@pytest.mark.parametrize("command, there", MIXES)
+def test_a_folder_of_another_commands_files_is_refused(command, there, model_dir, tmp_path, capsys, guarded):
+    """One folder holds one command's files: an estimator among label shards is read as a shard (and the shards
+    then refused), label shards beside a store's rows are another run's; refused before any work, naming what is
+    there, even with --replace, and nothing there is changed."""
+    model = shutil.copytree(model_dir, tmp_path / "model")
+    (tmp_path / "store").mkdir()
+    place = _folder_of(there, tmp_path)
+    before = _files(tmp_path)
+    argv = _base(command, "--out", place, model, tmp_path)
+    code = main(argv + (["--replace"] if command in ("train", "cost") else []))
+    err = capsys.readouterr().err
+    named = {"label shards": "label shards (bench label)", "an estimator": "a GateSight estimator",
+             "a result store": "a result store", "an analysis": "an analysis of label shards",
+             "a cost table": "a cost table"}[there]
+    assert code == 2 and err.count("\n") == 1 and f"--out {place}: holds {named}" in err, err
+    assert _files(tmp_path) == before
+
+
+@pytest.mark.parametrize("command, there", [("label", "label shards"), ("train", "an estimator"),
+                                            ("compare", "a result store"), ("analyze", "an analysis")])
+def test_a_folder_of_the_commands_own_files_is_not_refused_as_mixed(command, there, model_dir, tmp_path):
+    """What a command adds to (its label shards, its store) or replaces (an estimator, with --replace) is its own."""
+    model = shutil.copytree(model_dir, tmp_path / "model")
+    place = _folder_of(there, tmp_path)
+    command_ = next(c for c in COMMANDS if c.name == command)
+    from bench.cli import build_parser
+
+    args = build_parser().parse_args(_base(command, "--out", place, model, tmp_path)
+                                     + (["--replace"] if command == "train" else []))
+    check(command_.outputs(args))

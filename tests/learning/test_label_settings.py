@@ -242,3 +242,14 @@ def test_missing_labels_advise_labelling_the_model_given(model_dir, tmp_path, ca
     code, err = run_cli(capsys, command, "--model", model_dir, "--labels", tmp_path / "empty", "--out",
                         tmp_path / "out")
     assert code == 2 and f"run `bench label --model {model_dir} --out {tmp_path / 'empty'}` first" in err, err
+
+
+@pytest.mark.parametrize("tokens", ["1", "39"])
+def test_windows_too_short_to_rank_are_refused_before_the_model_loads(tokens, model_dir, tmp_path, capsys,
+                                                                       no_model_load):
+    """Under 40 tokens a window cut to half holds no token of the top 5 % the labels are ranked by: every Ov/Cov
+    would compare the whole window with itself (100 %), so label refuses it, naming the minimum."""
+    assert _label(model_dir, tmp_path / "labels", "--tokens", tokens) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"--tokens {tokens}: give at least 40 tokens per window" in err, err
+    assert not (tmp_path / "labels").exists()

@@ -69,6 +69,16 @@ def test_head_is_the_default_and_unchanged(trained):
     assert omitted.meta["settings"] == head.meta["settings"]
 
 
+def test_the_evaluation_names_the_estimators_scale(trained):
+    """evaluation.md heads its table with the scale of the estimator beside it: the per-head table of a ``one``
+    estimator would otherwise read as a ``head`` one's (and it does not measure ranking across layers)."""
+    for name, scale in (("omitted", "head"), ("head", "head"), ("one", "one")):
+        first = (trained[name] / "evaluation.md").read_text().splitlines()[0]
+        assert first == f"# GateSight estimator on scale `{scale}`: leave-one-corpus-out evaluation", first
+    assert "not measured here" in (trained["one"] / "evaluation.md").read_text()
+    assert "not measured here" not in (trained["head"] / "evaluation.md").read_text()
+
+
 def test_the_scale_round_trips_in_the_meta(trained, tmp_path):
     one = GateSightEstimator.load(trained["one"])
     assert one.scale == one.meta["scale"] == one.meta["settings"]["scale"] == "one"

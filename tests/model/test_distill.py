@@ -5,6 +5,7 @@ of the recorded hash only."""
 import copy
 import json
 import math
+import re
 import shutil
 
 import pytest
@@ -22,10 +23,11 @@ from hybridmodel.distill import (
     mixer_parameters,
     retrieval_probe,
 )
-from hybridmodel.distill_config import TEACHER_SAMPLES
+from hybridmodel.distill_config import MIN_COPY, TEACHER_SAMPLES
 from hybridmodel.from_teacher import attention_layers_of, from_teacher, resplit
 from hybridmodel.linear_regime import LinearRegimeSteps
 from hybridmodel.tokenizer import build_tokenizer
+from runtime.errors import UsageError
 
 TINY = DistillConfig(transfer_steps=2, kd_steps=2, length=64, eval_every=2, eval_windows=1, warmup=1)
 
@@ -247,14 +249,16 @@ def catalogued(teacher, student, tmp_path, monkeypatch):
     cache (a teacher entry of the hash the delta records)."""
     import dataclasses
 
-    from pretrained.model_cache import SOURCE_FILE
+    from pretrained.model_cache import SOURCE_FILE, file_records
 
     fake_teacher = dataclasses.replace(pretrained.catalog.SMOLLM2_135M_INSTRUCT, sha256="f" * 64)
     checkpoint = pretrained.DistilledCheckpoint("smollm2-135m-hybrid", fake_teacher)
     monkeypatch.setattr(pretrained.catalog, "SHIPPED_DELTAS", tmp_path / "models")
     root = tmp_path / "cache"
     teacher.save_pretrained(root / fake_teacher.name)
-    (root / fake_teacher.name / SOURCE_FILE).write_text(json.dumps({"sha256": "f" * 64}))
+    # recorded as a conversion records what it wrote (the stand-in has no tokenizer.json)
+    files = file_records(root / fake_teacher.name)
+    (root / fake_teacher.name / SOURCE_FILE).write_text(json.dumps({"sha256": "f" * 64, "files": files}))
     hybrid_delta.save(student, checkpoint.delta_dir, "f" * 64, {"step": 0},
                       teacher_weights=hybrid_delta.weights_digest(root / fake_teacher.name))
     return checkpoint, root
@@ -300,6 +304,34 @@ def test_shipped_artifacts_travel_with_the_delta_into_every_rebuild(catalogued, 
     [aside] = checkpoint.delta_dir.glob("calibration.backup-*")
     assert (aside / "calibration.safetensors").read_bytes() == b"calibration"  # moved aside, never written over
     assert (checkpoint.delta_dir / "calibration" / "calibration.safetensors").read_bytes() == b"a new calibration"
+
+
+
+@pytest.mark.parametrize("lost", ["tokenizer.json", "model.safetensors"])
+@pytest.mark.parametrize("recorded", [True, False], ids=["recorded", "rebuilt-before-records"])
+def test_a_damaged_rebuild_is_not_reported_rebuilt_but_rebuilt_again(catalogued, lost, recorded):
+    """A rebuilt hybrid missing a file it needs is found damaged, as a conversion is, whether its rebuild recorded
+    its files or not (rebuilt before rebuilds did), and the next rebuild makes it again, the damaged one aside."""
+    from pretrained.model_cache import SOURCE_FILE, installed, locate
+
+    checkpoint, root = catalogued
+    build_tokenizer().save_pretrained(root / checkpoint.teacher.name)  # the tokenizer a rebuild takes over
+    rebuilt = hybrid_delta.rebuild(checkpoint, root)
+    source = json.loads((rebuilt / SOURCE_FILE).read_text())
+    assert "model.safetensors" in source["files"] and installed(checkpoint, root) == rebuilt
+    if not recorded:
+        del source["files"]
+        (rebuilt / SOURCE_FILE).write_text(json.dumps(source))
+    (rebuilt / lost).unlink()
+    assert installed(checkpoint, root) is None
+    with pytest.raises(UsageError, match=re.escape(f"in {rebuilt} is damaged: {lost} is missing; run `bench "
+                                                   f"fetch-model {checkpoint.name}`")):
+        locate(checkpoint.name, root)
+    logged = []
+    assert hybrid_delta.rebuild(checkpoint, root, log=logged.append) == rebuilt
+    assert (rebuilt / lost).is_file() and not any("already rebuilt" in line for line in logged)
+    [aside] = root.glob(f"{checkpoint.name}.backup-*")
+    assert not (aside / lost).exists()
 
 
 def test_new_mixers_move_the_artifacts_of_the_old_ones_aside(catalogued, student):
@@ -358,7 +390,8 @@ def test_a_rebuild_on_a_damaged_teacher_file_says_so(catalogued):
     checkpoint, root = catalogued
     weights = root / checkpoint.teacher.name / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:-1000])  # truncated
-    with pytest.raises(ValueError, match=f"the weights in {root / checkpoint.teacher.name} are damaged"):
+    with pytest.raises(ValueError, match=f"the teacher {checkpoint.teacher.name} in {root / checkpoint.teacher.name} "
+                                         "is damaged: .*model.safetensors.*bench fetch-model"):
         hybrid_delta.rebuild(checkpoint, root)
     assert sorted(p.name for p in root.iterdir()) == [checkpoint.teacher.name]
 
@@ -520,6 +553,20 @@ def test_recall_settings_are_checked():
         DistillConfig(length=64, recall_fraction=0.5)
     assert DistillConfig.from_dict({**vars(DistillConfig.for_phase(4)), "recall_lengths": [4096, 2048]}) == \
         DistillConfig.for_phase(4)  # as a JSON log writes it
+
+
+@pytest.mark.parametrize("uses", [{"copy_fraction": 0.5}, {"probe_windows": 1}])
+def test_copy_windows_shorter_than_two_spans_and_separators_are_refused(uses, fake_corpus):
+    """A copy window holds two copies of a span of 2 tokens or more and 4 separators: the shortest that does is
+    made for every step (the copies equal), one shorter is refused by the config, naming the minimum."""
+    for length in range(1, MIN_COPY):
+        with pytest.raises(ValueError, match=f"length={length}: .* needs windows of at least {MIN_COPY} tokens"):
+            DistillConfig(length=length, **uses)
+    DistillConfig(length=MIN_COPY, **uses)
+    for step in range(5):
+        ids, first, repeat = CopyWindows(build_tokenizer(), "train", MIN_COPY, seed=0)(step)
+        assert ids.shape == (1, MIN_COPY) and first[1] - first[0] == repeat[1] - repeat[0] >= 2
+        assert torch.equal(ids[0, first[0]:first[1]], ids[0, repeat[0]:repeat[1]])
 
 
 def test_teacher_samples_are_seeded_and_cached(teacher, fake_corpus, tmp_path):

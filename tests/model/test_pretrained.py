@@ -109,8 +109,9 @@ FAKE = pretrained.PackagedCheckpoint(name="fake-model", package="fake", version=
 
 @pytest.fixture
 def fake_fetch(tmp_path, monkeypatch):
-    """``fetch(FAKE)`` from a local GGUF, converted by a stand-in that writes a weights file and a config (counted
-    in ``converted``; ``fail`` makes the next conversion fail half-way); the cache root."""
+    """``fetch(FAKE)`` from a local GGUF, converted by a stand-in that writes a weights file, a config and a tokenizer
+    (the files every converted model has; counted in ``converted``; ``fail`` makes the next conversion fail
+    half-way); the cache root."""
     gguf = tmp_path / "fake.gguf"
     gguf.write_bytes(GGUF)
     state = {"converted": 0, "fail": False}
@@ -121,6 +122,7 @@ def fake_fetch(tmp_path, monkeypatch):
         if state["fail"]:
             raise OSError("the disk filled up")
         (out / "config.json").write_text('{"model_type": "fake"}')
+        (out / "tokenizer.json").write_text("{}")
         state["converted"] += 1
 
     monkeypatch.setattr(fetch_module, "convert", convert)
@@ -136,7 +138,7 @@ def test_a_conversion_records_the_hash_and_size_of_every_file(fake_fetch):
     files = json.loads((directory / "source.json").read_text())["files"]
     assert files == {path.name: {"size": path.stat().st_size, "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
                      for path in directory.iterdir() if path.name != "source.json"}
-    assert set(files) == {"model.safetensors", "config.json"}
+    assert set(files) == {"model.safetensors", "config.json", "tokenizer.json"}
 
 
 def test_a_truncated_conversion_is_refused_on_load_and_converted_again_by_fetch(fake_fetch, capsys):

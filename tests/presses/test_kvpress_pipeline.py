@@ -4,6 +4,7 @@ pipeline's for the same press; kvpress wrappers become allocators or are refused
 short names name its presses."""
 
 import re
+import sys
 
 import kvpress
 import pytest
@@ -28,8 +29,10 @@ from presses.kvpress_adapter import KvpressScorer
 from presses.kvpress_names import NAMES, kvpress_object
 from presses.kvpress_wrappers import REFUSALS, translate
 from presses.pipeline import encode_context, frame, resolve
-from runtime import CHATML_ASSISTANT_TURN, Parent, adapter_for, encode_text, prefill
+from presses.selection import compress
+from runtime import CHATML_ASSISTANT_TURN, EvidenceRequest, Parent, adapter_for, encode_text, prefill
 from runtime.adapters.tiny import QWEN3_5_ROPE, gdn_common
+from runtime.errors import UsageError
 from testing.tiny_models import perturbed
 from tests.helpers import save_model
 
@@ -344,3 +347,48 @@ def test_keydiff_answers_equal_kvpress_pipelines_on_smollm2(smollm2, context, qu
         expected = theirs(context, question=question, press=KeyDiffPress(compression_ratio=ratio), max_new_tokens=10)
         assert ours(context, question=question, press=KeyDiffPress(compression_ratio=ratio),
                     max_new_tokens=10) == expected, ratio
+
+
+
+@pytest.mark.parametrize("build, message", [
+    (lambda: presses.get("kvpress:snapkv", window_size=-4), "SnapKVPress window_size=-4: expected an integer >= 1"),
+    (lambda: presses.get("kvpress:SnapKVPress", window_size=0), "window_size=0: expected an integer >= 1"),
+    (lambda: presses.get("kvpress:snapkv", kernel_size=4),
+     "SnapKVPress kernel_size=4: expected an integer >= 1, odd (kvpress pools with padding size // 2)"),
+    (lambda: presses.get("kvpress:PyramidKVPress", kernel_size=0), "PyramidKVPress kernel_size=0: expected an"),
+    (lambda: presses.get("kvpress:LagKVPress", lag_size=0), "LagKVPress lag_size=0: expected an integer >= 1"),
+    (lambda: presses.get("kvpress:CURPress", num_sinks=-1), "CURPress num_sinks=-1: expected an integer >= 0"),
+    (lambda: KvpressScorer(press=SnapKVPress(0.5, window_size=-4)), "window_size=-4: expected an integer >= 1"),
+])
+def test_a_kvpress_size_out_of_range_is_refused_when_the_press_is_built(build, message):
+    with pytest.raises(UsageError, match=re.escape(message)):
+        build()
+
+
+def test_a_kvpress_window_not_below_the_context_is_refused_before_the_prefill(hybrid_dir, monkeypatch):
+    pipe = pipeline(TASK, model=hybrid_dir, device="cpu")
+    monkeypatch.setattr(sys.modules["presses.pipeline"], "prefill",
+                        lambda *a, **k: pytest.fail("prefilled before the window was refused"))
+    with pytest.raises(UsageError, match=r"SnapKVPress window_size=60: expected below the context's length, 60 "):
+        pipe(CONTEXT, question=QUESTION, press=SnapKVPress(0.5, window_size=60))
+
+
+def test_a_kvpress_window_not_below_a_prefilled_context_is_refused_before_kvpress_scores(tiny):
+    parent = prefill(tiny("qwen3_5"), torch.arange(1, 41), evidence=EvidenceRequest(window=64))
+    with pytest.raises(UsageError, match=r"window_size=40: expected below the context's length, 40 tokens"):
+        compress(parent, presses.get("kvpress:snapkv", window_size=40), "flat", 0.5)
+    assert compress(parent, presses.get("kvpress:snapkv", window_size=39), "flat", 0.5).n == 40
+
+
+def test_kvpress_names_with_bracket_options_say_the_library_takes_keywords(hybrid_dir):
+    expected = ("press 'kvpress:snapkv[window_size=-4]': options in brackets are bench compare's --press syntax; here "
+                "name the press alone and give its options as keywords, presses.get('kvpress:snapkv', key=value): "
+                "for these options, presses.get('kvpress:snapkv', window_size=-4)")
+    with pytest.raises(UsageError) as refused:
+        presses.get("kvpress:snapkv[window_size=-4]")
+    assert str(refused.value) == expected
+    task = pipeline(TASK, model=hybrid_dir, device="cpu")
+    pipe = presses.pipeline(task.model, task.tokenizer)
+    with pytest.raises(UsageError) as refused:
+        pipe(CONTEXT, QUESTION, press="kvpress:snapkv[window_size=-4]", compression_ratio=0.5)
+    assert str(refused.value) == expected

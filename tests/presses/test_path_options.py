@@ -3,6 +3,7 @@
 bracket options given to the library, a kept fraction given as text and a context longer than the model's positions
 are each one error saying what to do instead."""
 
+import re
 import shutil
 
 import pytest
@@ -14,7 +15,7 @@ from presses.calibration import Calibration
 from presses.gatesight import GateSightEstimator, GateSightPress
 from presses.triattention import TriAttentionPress
 from runtime import prefill
-from runtime.errors import UsageError
+from runtime.errors import MissingFileError, UsageError
 from tests.helpers import run_cli
 
 
@@ -142,3 +143,43 @@ def test_compare_refuses_an_estimator_of_other_weights_before_the_model_loads(mo
     assert code == 2 and f"{estimator} was trained on model weights 000000000000, not this model's" in err, err
     assert f"bench train --model {model} --labels LABELS {'--replace' if own else '--out NEW_DIR'}" in err
     assert not (tmp_path / "out").exists()
+
+
+def test_loading_an_estimator_from_a_directory_without_one_is_a_missing_file_usage_error(tmp_path):
+    with pytest.raises(MissingFileError, match=re.escape(f"no GateSight estimator in {tmp_path / 'none'}: train")):
+        GateSightEstimator.load(tmp_path / "none")
+
+
+def test_a_calibration_of_other_model_weights_is_refused_and_one_without_the_record_passes(model_dir, tmp_path):
+    """A calibration records the weights it was measured on; bound to a model with other weights it is refused
+    naming both, as a GateSight estimator is; one saved before calibrations recorded them passes."""
+    from transformers import AutoModelForCausalLM
+
+    from presses.calibration import calibrate, weights_fingerprint
+    from presses.preparation import prepare
+    from runtime import adapter_for
+    from tests.helpers import save_model
+
+    mine, other = tmp_path / "mine", tmp_path / "other"
+    shutil.copytree(model_dir, mine)
+    model = AutoModelForCausalLM.from_pretrained(mine).eval()
+    calibration = calibrate(model, [torch.arange(64)], ["bytes"])
+    assert calibration.weights == weights_fingerprint(mine) is not None
+    calibration.save(mine)
+    assert Calibration.load(mine).weights == calibration.weights
+    with torch.no_grad():
+        model.model.embed_tokens.weight.mul_(1.5)
+    save_model(model, other)
+    theirs = adapter_for(AutoModelForCausalLM.from_pretrained(other).eval())
+    with pytest.raises(UsageError, match=re.escape(f"the calibration in {mine} was measured on model weights "
+                                                   f"{calibration.weights}, not this model's (")):
+        prepare("triattention", theirs, calibration=str(mine))
+    calibration.save(other)  # a stale calibration in the model's own directory
+    with pytest.raises(UsageError, match=re.escape(f"the calibration in {other} was measured on model weights")):
+        prepare("triattention", theirs)
+    with pytest.raises(ValueError, match=re.escape(f"the calibration in {other} was measured on model weights")):
+        Calibration.for_model(theirs)
+    assert prepare("triattention", adapter_for(model), mine).calibration.weights == calibration.weights
+    calibration.weights = None  # as calibrations were saved before they recorded the weights
+    calibration.save(mine)
+    assert prepare("triattention", theirs, calibration=str(mine)).calibration.weights is None

@@ -206,3 +206,40 @@ def test_stop_tokens_and_the_chooser_are_checked(parent):
 def test_a_keep_plan_of_other_things_is_named(layers, message):
     with pytest.raises(ArgumentTypeError, match=message):
         KeepPlan(layers)
+
+
+@pytest.mark.parametrize("n, protected, heads, message", [
+    (5, 10, 2, "protected=10 is not allowed: it must be in [0, n - 1] = [0, 4]"),
+    (5, 5, 2, "protected=5 is not allowed: it must be in [0, n - 1] = [0, 4]"),
+    (0, 0, 2, "n (the context's tokens)"),
+    (5, -1, 2, "protected"),
+    (5, 1, 0, "num_kv_heads"),
+])
+def test_a_keep_all_plan_of_an_impossible_context_is_refused_naming_the_value(n, protected, heads, message):
+    with pytest.raises(UsageError, match=re.escape(message)):
+        KeepPlan.keep_all(n, protected, [1, 3], heads)
+    assert KeepPlan.keep_all(5, 4, [1, 3], 2).layers[3][1].tolist() == [4]
+
+
+@pytest.mark.parametrize("call, shown", [
+    (lambda cache, q: cache.logits(q, observer=3), "int 3"),
+    (lambda cache, q: cache.observe(q, observer="x"), "str 'x'"),
+    (lambda cache, q: cache.observe(q, observer=None), "NoneType None"),
+])
+def test_an_observer_that_is_not_one_is_named_before_the_model_runs(parent, no_decoding, call, shown):
+    with pytest.raises(ArgumentTypeError, match=re.escape("observer must be a ForwardObserver") + ".*got " +
+                       re.escape(shown)):
+        call(parent, torch.tensor([1, 2]))
+
+
+def test_a_context_hash_that_is_not_text_is_named_before_the_model_runs(parent, no_decoding):
+    with pytest.raises(ArgumentTypeError, match=r"context_hash must be the hash of the context .* got int 3$"):
+        parent.answer(torch.tensor([1, 2]), 2, context_hash=3)
+
+
+def test_a_tokenizer_that_cannot_decode_is_refused_at_the_prefill(tiny, monkeypatch):
+    import runtime.session
+
+    monkeypatch.setattr(runtime.session, "forward_chunk", lambda *a, **k: pytest.fail("prefilled a bad tokenizer"))
+    with pytest.raises(ArgumentTypeError, match=r"tokenizer must be a tokenizer .* or None, got str 'tok'$"):
+        prefill(tiny("qwen3_5"), torch.arange(10), tokenizer="tok")
