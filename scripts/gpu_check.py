@@ -12,7 +12,17 @@ from runtime import adapter_for, prefill
 from testing.offline import REGISTERED_PRESSES, offline_press
 from testing.tiny_models import MODELS
 
-lines = ["# GPU check", "", f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}", ""]
+report, lines = Path(sys.argv[1]), []
+
+
+def record(*rows: str) -> None:
+    """Append ``rows`` to the report, printed and written at once: a run cut short keeps what it measured."""
+    lines.extend(rows)
+    print(*rows, sep="\n", flush=True)
+    report.write_text("\n".join(lines) + "\n")
+
+
+record("# GPU check", "", f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}", "")
 
 
 def seconds(fn):
@@ -24,9 +34,9 @@ def seconds(fn):
 
 
 # 1. invariants on the GPU: keep-all fork = transformers' forward; every press scores and compacts
-lines += ["## Invariants on cuda", "",
-          "| family | dtype | max abs logit diff, keep-all child vs forward | greedy equal |",
-          "|---|---|---|---|"]
+record("## Invariants on cuda", "",
+       "| family | dtype | max abs logit diff, keep-all child vs forward | greedy equal |",
+       "|---|---|---|---|")
 for family, build in MODELS.items():
     for dtype in (torch.float32, torch.bfloat16):
         model = build().to("cuda", dtype)
@@ -36,17 +46,17 @@ for family, build in MODELS.items():
         ours = child.logits(question).float()
         with torch.no_grad():
             fresh = model(torch.cat([ids, question])[None]).logits[0, 300:].float()
-        lines.append(f"| {family} | {dtype} | {(ours - fresh).abs().max().item():.2e} | "
-                     f"{bool((ours.argmax(-1) == fresh.argmax(-1)).all())} |")
+        record(f"| {family} | {dtype} | {(ours - fresh).abs().max().item():.2e} | "
+               f"{bool((ours.argmax(-1) == fresh.argmax(-1)).all())} |")
 model = MODELS["qwen3_5"]().to("cuda")
 adapter = adapter_for(model)
-lines += ["", "| press | scores on | child bytes at p = 0.1 |", "|---|---|---|"]
+record("", "| press | scores on | child bytes at p = 0.1 |", "|---|---|---|")
 for name in REGISTERED_PRESSES:
     press = offline_press(name, model)
     parent = prefill(model, torch.randint(0, 97, (500,), device="cuda"), protected=4, evidence=press.evidence(adapter))
     selection = presses.Selection(parent, press)
     device = next(iter(selection.scores.values())).device
-    lines.append(f"| {name} | {device} | {selection.fork('flat', 0.1).kv_nbytes} |")
+    record(f"| {name} | {device} | {selection.fork('flat', 0.1).kv_nbytes} |")
 
 # 2. timings at real geometry (random weights): prefill, GateSight scoring, decode step of a p = 0.1 child
 from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig  # noqa: E402
@@ -61,9 +71,9 @@ config = Qwen3_5TextConfig(
 big = Qwen3_5ForCausalLM(config).to("cuda", torch.bfloat16).eval()
 adapter = adapter_for(big)
 press = presses.get("gatesight", estimator=GateSightEstimator.random(adapter))
-lines += ["", "## 0.8B geometry, random weights, bfloat16", "",
-          "| tokens | prefill s | GateSight scoring s (× prefill) | decode step full / p = 0.1 (ms) | peak GiB |",
-          "|---|---|---|---|---|"]
+record("", "## 0.8B geometry, random weights, bfloat16", "",
+       "| tokens | prefill s | GateSight scoring s (× prefill) | decode step full / p = 0.1 (ms) | peak GiB |",
+       "|---|---|---|---|---|")
 for n in (16384, 65536):
     torch.cuda.reset_peak_memory_stats()
     ids = torch.randint(0, 32768, (n,), device="cuda")
@@ -75,10 +85,8 @@ for n in (16384, 65536):
     token = torch.tensor([1], device="cuda")
     full_s, _ = seconds(lambda: [parent.logits(token) for _ in range(10)])
     child_s, _ = seconds(lambda: [child.logits(token) for _ in range(10)])
-    lines.append(f"| {n} | {prefill_s:.2f} | {score_s:.4f} ({score_s / prefill_s:.2%}) | "
-                 f"{full_s * 100:.1f} / {child_s * 100:.1f} | {torch.cuda.max_memory_allocated() / 2**30:.1f} |")
+    record(f"| {n} | {prefill_s:.2f} | {score_s:.4f} ({score_s / prefill_s:.2%}) | "
+           f"{full_s * 100:.1f} / {child_s * 100:.1f} | {torch.cuda.max_memory_allocated() / 2**30:.1f} |")
     parent.release()
     child.release()
 
-Path(sys.argv[1]).write_text("\n".join(lines) + "\n")
-print("\n".join(lines))

@@ -89,7 +89,8 @@ class ModelAdapter(ABC):
                              f"{', '.join(sorted(set(self.layer_kinds)))}): it has no KV cache to compress")
         attn = self.layers[self.attention_layers[0]].self_attn
         head_dim = attn.head_dim
-        cos, _ = self.rope(torch.zeros(1, dtype=self.dtype), torch.zeros(1, dtype=torch.long))
+        cos, _ = self.rope(torch.zeros(1, dtype=self.dtype, device=self.device),
+                          torch.zeros(1, dtype=torch.long, device=self.device))
         self.geometry = AttentionGeometry(
             num_heads=self.config.num_attention_heads,
             num_kv_heads=self.config.num_key_value_heads,
