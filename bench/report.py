@@ -73,8 +73,12 @@ class GroupReport:
         return [r for r in self.keep_fractions if self._ran(method, r)]
 
     def items_line(self) -> str:
+        """How many items each task has; where the rows' contexts were drawn with several ``--seed``, which (their
+        items are pooled: each is paired across methods within its own context)."""
         counts = ", ".join(f"{t} {self.boot['score'].n_items(t)}" for t in self.boot["score"].tasks)
-        return f"Items per task: {counts}."
+        seeds = sorted({row["seed"] for row in self.rows if row.get("seed") is not None})
+        drawn = f" (contexts drawn with seeds {', '.join(map(str, seeds))}, pooled)" if len(seeds) > 1 else ""
+        return f"Items per task: {counts}{drawn}."
 
     def averages_markdown(self, field: str) -> list[str]:
         label, scale, digits = METRICS[field]

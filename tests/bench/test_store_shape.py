@@ -366,3 +366,20 @@ def test_a_sharded_run_merges_with_a_run_of_other_methods_once_its_shards_are_me
     code, err = run_cli(capsys, "merge", tmp_path / "both", other, "--out", tmp_path / "again")
     assert code == 0 and "did not finish" not in err, err
     assert len(stored_rows(tmp_path / "again")) == len(stored_rows(tmp_path / "both"))
+
+
+def test_a_store_of_two_seeds_says_its_items_pool_both(runs, model_dir, tmp_path, capsys):
+    """Runs of one setting with --seed 0 and --seed 1 in one store: their contexts differ, so the leaderboard pools
+    their items (each paired across methods within its own context) and says which seeds it pools; compare's own
+    summary describes its run alone (``bench.compare.run_rows``)."""
+    store = tmp_path / "seeds"
+    shutil.copytree(runs / "whole", store)
+    code, err = run_cli(capsys, "compare", "--model", model_dir, "--out", store, "--press", "keydiff",
+                        "--keep-fractions", "0.5", "--tasks", "niah_single_1", "--length", "300", "--n", "2",
+                        "--seed", "1")
+    assert code == 0, err
+    assert {row["seed"] for row in ResultStore(store, readonly=True).rows} == {0, 1}
+    assert "Items per task: niah_single_1 2." in (store / "summary.md").read_text()
+    assert run_cli(capsys, "leaderboard", store, "--out", tmp_path / "board")[0] == 0
+    board = (tmp_path / "board" / "leaderboard.md").read_text()
+    assert "Items per task: niah_single_1 4 (contexts drawn with seeds 0, 1, pooled)." in board, board
