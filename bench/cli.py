@@ -38,10 +38,34 @@ class OneLineParser(argparse.ArgumentParser):
 
     def parse_args(self, args=None, namespace=None):
         parsed, extra = self.parse_known_args(args, namespace)
+        command = self.commands.get(getattr(parsed, "command", None), self)
         if extra:  # argparse names the top-level parser, whose --help lists no command's flags
-            self.commands.get(getattr(parsed, "command", None), self).error(
-                f"unrecognized arguments: {' '.join(extra)}")
+            command.error(f"unrecognized arguments: {' '.join(extra)}")
+        twice = repeated_flag(command, sys.argv[1:] if args is None else list(map(str, args)))
+        if twice is not None:
+            command.error(f"{twice} is given twice: give it once (only the last would count)")
         return parsed
+
+
+def repeated_flag(parser: argparse.ArgumentParser, argv: list[str]) -> str | None:
+    """The first flag of ``parser`` that ``argv`` gives twice, by its name, a prefix argparse accepts for it, or
+    ``--flag=value``; None if none is."""
+    options = parser._option_string_actions
+    seen = set()
+    for token in argv:
+        if token == "--":  # what follows is positional
+            break
+        if not token.startswith("--"):
+            continue
+        name = token.split("=", 1)[0]
+        actions = [options[name]] if name in options else list({id(action): action for option, action in
+                                                                  options.items() if option.startswith(name)}.values())
+        if len(actions) != 1:
+            continue  # argparse has refused it already, or it is a value
+        if actions[0].dest in seen:
+            return max(actions[0].option_strings, key=len)
+        seen.add(actions[0].dest)
+    return None
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -40,6 +40,10 @@ from .store import ResultStore
 RERUN = "its bench compare stopped before finishing; rerun it (it resumes)"
 RERUN_THOSE = "their bench compare stopped before finishing; rerun it with those settings (it resumes)"
 """The advice for the rows of a group beside others: their run's settings are what set them apart."""
+OTHER_CONTEXTS = ("a report compares methods on the same contexts: run the methods with the same --tasks and --n "
+                  "into one store (bench compare resumes a store and adds methods to it), or report each store "
+                  "alone (bench leaderboard STORE --out DIR, bench verify STORE)")
+"""The advice for stores of runs on other contexts pooled in one setting group."""
 NOT_WRITTEN = "no run writes such a row: remove its line, or restore the store from its run's own copy"
 """The advice for a row that contradicts its own context (a question past those it has)."""
 SHOWN = 5
@@ -171,7 +175,9 @@ def check_shards_alike(first: ResultStore, mine: dict[str, list[str]], other: Re
                              "merge the stores of one split")
         other_contexts = ("; merge joins the shards, or the runs of other methods, of one set of contexts: keep each "
                           "in its own store (bench leaderboard and bench verify read several)"
-                          if field in ("seed", "run tasks", "run n", "run haystack", "length", "profile") else "")
+                          if field in ("seed", "length", "profile") else
+                          f"; merge joins the shards, or the runs of other methods, of one set of contexts: "
+                          f"{OTHER_CONTEXTS}" if field in ("run tasks", "run n", "run haystack") else "")
         raise UsageError(f"{first.path} and {other.path} are not shards of one run: they differ in {field} "
                          f"({', '.join(values)} against {', '.join(theirs[field])}){other_contexts}")
 
@@ -274,16 +280,42 @@ def _missing_rows(held: list[Entry]) -> Gap | None:
                     f"has {count} question(s), 0 … {count - 1}", NOT_WRITTEN)
         counts[context] = max(count, counts.get(context, 0))
     methods = sorted({method for answered in contexts.values() for method, _ in answered})
+    runs_of = _runs_by(held)
     for context, answered in contexts.items():
         # a range, never listed: a count is not bounded by the rows that hold it
         questions = range(counts[context]) if context in counts else sorted({q for _, q in answered})
         missing = len(methods) * len(questions) - len(answered)  # every row held is of a method and a question here
         if missing:
+            lacking = [method for method in methods if any((method, q) not in answered for q in questions)]
+            unrun = next((method for method in lacking
+                          if runs_of[method] and not runs_of[method] & runs_of[("context", context)]), None)
+            if unrun is not None:  # two runs of other contexts pooled, not a run that stopped
+                return (f"holds runs of other contexts: {unrun} was run on {_runs_named(runs_of[unrun])}, not on "
+                        f"task {context[0]}, item {context[2]}, which a run of "
+                        f"{_runs_named(runs_of[('context', context)])} holds", OTHER_CONTEXTS)
             gone = islice((f"{method} question {q}" for method in methods for q in questions
                            if (method, q) not in answered), SHOWN)
             return (f"is incomplete: task {context[0]}, item {context[2]} lacks the rows of "
                     f"{listed(list(gone), missing)}", RERUN)
     return None
+
+
+def _runs_by(held: list[Entry]) -> dict:
+    """The runs (:data:`RUN_SHARED` of :data:`~bench.row_fields.RUN`, as a tuple) the rows of each method name, and
+    of each context under the key ``("context", context)``; rows written before runs were recorded name none."""
+    runs: dict = defaultdict(set)
+    for row, _, _ in held:
+        if RUN in row:
+            run = tuple(tuple(value) if isinstance(value, list) else value
+                        for value in (row[RUN][field] for field in RUN_SHARED))
+            runs[method_at(row)].add(run)
+            runs[("context", (row["task"], row["haystack"], row["item"]))].add(run)
+    return runs
+
+
+def _runs_named(runs: set) -> str:
+    """``tasks niah_single_1, n 2`` of each run in ``runs`` (see :func:`_runs_by`), joined by "or"."""
+    return " or ".join(f"tasks {', '.join(run[0])}, n {run[1]}" for run in sorted(runs, key=repr))
 
 
 def _missing_context(held: list[Entry], every_shard: bool) -> Gap | None:

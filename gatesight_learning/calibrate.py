@@ -16,6 +16,9 @@ from runtime.errors import UsageError
 
 from .record import recording_chunks
 
+MIN_TOKENS = 128
+"""The fewest tokens a calibration reads: its centres and magnitudes are means over them."""
+
 
 def calibrate_model(model, tokens: int, chunk: int, replace: bool = False) -> tuple[Calibration, Path]:
     """Calibrate a model on the first ``tokens`` tokens of the recording corpus and store the result in its directory.
@@ -40,12 +43,16 @@ def calibrate_model(model, tokens: int, chunk: int, replace: bool = False) -> tu
     Raises
     ------
     ValueError
-        ``tokens`` or ``chunk`` below 1 (named by their flags), or a calibration already there without ``replace``,
+        ``tokens`` below :data:`MIN_TOKENS` or ``chunk`` below 1 (named by their flags), or a calibration already there without ``replace``,
         before the model loads; ``tokens`` beyond what the recording corpus holds, before calibrating.
     """
     for flag, value in (("--tokens", tokens), ("--chunk", chunk)):
         if value < 1:
             raise UsageError(f"{flag} {value}: give a positive number of tokens")
+    if tokens < MIN_TOKENS:
+        raise UsageError(f"--tokens {tokens}: give at least {MIN_TOKENS} (the calibration's statistics are means "
+                         f"over the tokens read: over fewer, their error, about 1/sqrt(tokens) of a band's "
+                         f"magnitude, passes 9 %)")
     directory = loading.resolve(model)
     target = (directory / FILE).parent
     held = [directory / FILE, directory / LEGACY_FILE]  # a root file of older versions is superseded too

@@ -288,9 +288,11 @@ def label_settings(weights: str, tokens: int, continuations: int, max_new_tokens
     continuations, the futures labelled (``bench label``'s flags of the same names), and the dtype the model
     computed in (``--dtype``: bfloat16 samples other continuations and rounds the utilities otherwise)."""
     labelled_futures(futures)
-    if tokens < 1 or continuations < 1 or max_new_tokens < 2:
-        raise UsageError(f"tokens={tokens}, continuations={continuations}, max_new_tokens={max_new_tokens}: a window "
-                         "of at least 1 token, at least 1 continuation of at least 2 tokens")
+    for flag, value, least in (("--tokens", tokens, 1), ("--continuations", continuations, 1),
+                               ("--max-new-tokens", max_new_tokens, 2)):
+        if value < least:
+            raise UsageError(f"{flag} {value}: give at least {least} (a window of at least 1 token, at least 1 "
+                             "continuation of at least 2 tokens)")
     return {"weights": weights, "settings": {"tokens": tokens, "continuations": continuations,
                                              "max_new_tokens": max_new_tokens, "seed": seed, "futures": futures,
                                              "dtype": dtype}}

@@ -165,6 +165,7 @@ class CompressedContextPipeline:
 
     def __post_init__(self):
         self.max_new_tokens = whole(self.max_new_tokens, "max_new_tokens", 1, text=False)
+        check_model(self.model)
         check_tokenizer(self.tokenizer)
 
     def answer(self, context_ids: torch.Tensor, protected: int, questions_ids: list[torch.Tensor],
@@ -242,6 +243,14 @@ def check_positions(model, context_tokens: int, questions_ids: list[torch.Tensor
 TOKENIZER_NEEDS = ("chat_template", "bos_token", "apply_chat_template", "decode", "__call__")
 """What the pipeline reads of a tokenizer: its chat template frames the context (:func:`frame`), calling it encodes
 (:func:`runtime.encode_text`), ``decode`` gives the answers' text."""
+
+
+def check_model(model) -> None:
+    """An error naming ``model`` unless it is a torch module with a transformers config (which family it is, and
+    whether the runtime supports it, :func:`runtime.adapter_for` says when it is first used)."""
+    if not isinstance(model, torch.nn.Module) or not hasattr(model, "config"):
+        raise ArgumentTypeError(f"model must be a transformers causal LM (AutoModelForCausalLM.from_pretrained) of "
+                                f"a family the runtime supports, got {describe_argument(model)}")
 
 
 def check_tokenizer(tokenizer) -> None:

@@ -59,7 +59,14 @@ def _kvpress_scorer(name: str, options: dict):
         raise UsageError(refusal(press))
     if not options:  # as built: replace() would rebuild it, which some presses' own fields do not allow
         return press
-    return dataclasses.replace(press, **typed_options(type(press), f"{KVPRESS_PREFIX}{name}", options))
+    return dataclasses.replace(press, **typed_options(type(press), f"{KVPRESS_PREFIX}{name}", options,
+                                                      KVPRESS_RESERVED))
+
+
+KVPRESS_RESERVED = {"compression_ratio": "kvpress's budget, which the run sets for every method (keep_fraction or "
+                                        "compression_ratio where the press is used, --keep-fractions on the "
+                                        "command line): leave it out"}
+"""The fields of a kvpress scorer that are not its options here, and why."""
 
 
 def check_library_name(name) -> None:
@@ -90,6 +97,6 @@ def options_of(name: str, options: dict) -> dict:
     if name.startswith(KVPRESS_PREFIX):
         short = name.removeprefix(KVPRESS_PREFIX)
         cls = type(_kvpress_scorer(short, {})) if short in NAMES else KvpressScorer.scorer_class(short)
-        return typed_options(cls, name, options)
+        return typed_options(cls, name, options, KVPRESS_RESERVED)
     get(name, **options)  # unknown names and the bare "kvpress" fail as get's do
     return typed_options(PRESSES[name], name, options)

@@ -124,10 +124,15 @@ def _items(value) -> list:
     return [value]
 
 
-def typed_options(cls, name: str, options: dict) -> dict:
+def typed_options(cls, name: str, options: dict, reserved: dict[str, str] | None = None) -> dict:
     """``options`` for the dataclass ``cls`` (shown as ``name``), each parsed by its field's declared type.
-    An unknown option, or a value its field's type does not allow, is a ``ValueError`` naming it."""
-    init_fields = {f.name: f for f in fields(cls) if f.init}
+    An unknown option, or a value its field's type does not allow, is a ``ValueError`` naming it; so is a field of
+    ``reserved`` (``{field: why it is not an option here}``), which the valid options leave out."""
+    reserved = reserved or {}
+    given = next((key for key in options if key in reserved), None)
+    if given is not None:
+        raise UsageError(f"{name}: {given} is {reserved[given]}")
+    init_fields = {f.name: f for f in fields(cls) if f.init and f.name not in reserved}
     unknown = [key for key in options if key not in init_fields]
     if unknown:
         raise UsageError(f"{name} has no option {unknown[0]!r}; valid: {', '.join(init_fields) or 'none'}")

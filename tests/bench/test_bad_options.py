@@ -207,3 +207,25 @@ def test_a_length_given_twice_is_refused_not_measured_twice(command, tmp_path, c
     err = capsys.readouterr().err
     assert "argument --lengths: 300 given more than once" in err and err.count("\n") == 1, err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_flag_given_twice_is_refused_by_every_command():
+    """argparse keeps the last of a flag given twice without a word (`--keep-fractions 0.5 … --keep-fractions 0.25`
+    ran 0.25 alone): every command refuses it, by its name, a prefix argparse accepts or `--flag=value`."""
+    from bench.cli import repeated_flag
+
+    for name, parser in build_parser().commands.items():
+        assert repeated_flag(parser, ["--debug", "x", "--debug"]) == "--debug", name
+        assert repeated_flag(parser, ["--debug"]) is None, name
+    compare = build_parser().commands["compare"]
+    assert repeated_flag(compare, ["--keep", "0.5", "--n", "2", "--keep-fractions=0.25"]) == "--keep-fractions"
+    assert repeated_flag(compare, ["--keep-fractions", "0.5", "--", "--keep-fractions"]) is None
+
+
+def test_compare_with_keep_fractions_twice_is_refused_before_any_work(tmp_path, capsys, no_model_load):
+    from tests.helpers import run_cli
+
+    code, err = run_cli(capsys, "compare", "--keep-fractions", "0.5", "--press", "snapkv", "--keep-fractions", "0.25",
+                        "--out", tmp_path / "out")
+    assert code == 2 and "--keep-fractions is given twice: give it once (only the last would count)" in err, err
+    assert not (tmp_path / "out").exists()

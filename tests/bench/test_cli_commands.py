@@ -74,6 +74,9 @@ def test_calibrate_model_refuses_empty_work_before_loading(monkeypatch):
     for tokens, chunk, flag in ((0, 128, "--tokens 0"), (300, 0, "--chunk 0")):
         with pytest.raises(ValueError, match=f"{flag}: give a positive number of tokens"):
             calibrate_model(None, tokens, chunk)
+    for tokens in (1, 127):  # statistics of a handful of tokens: refused, the minimum named
+        with pytest.raises(ValueError, match=f"--tokens {tokens}: give at least 128 "):
+            calibrate_model(None, tokens, 128)
 
 
 def test_calibrate_model_refuses_more_tokens_than_the_corpus_holds(model_dir, tmp_path, monkeypatch):

@@ -383,3 +383,25 @@ def test_a_store_of_two_seeds_says_its_items_pool_both(runs, model_dir, tmp_path
     assert run_cli(capsys, "leaderboard", store, "--out", tmp_path / "board")[0] == 0
     board = (tmp_path / "board" / "leaderboard.md").read_text()
     assert "Items per task: niah_single_1 4 (contexts drawn with seeds 0, 1, pooled)." in board, board
+
+
+def test_runs_of_other_contexts_are_named_as_such_with_advice_that_works(runs, model_dir, tmp_path, capsys):
+    """A run of snapkv on 1 context beside the keydiff run of 2: both whole, but a report compares methods on the
+    same contexts. merge, verify and leaderboard say so (not "stopped before finishing; rerun it", which changes
+    nothing), and what they advise works: each store reported alone, or snapkv run into the other run's store."""
+    other = tmp_path / "snapkv"
+    run_compare(_settings(model_dir, other, presses=["snapkv", "none"], n=1), show_progress=False)
+    said = "holds runs of other contexts: snapkv/flat p=0.5 was run on tasks niah_single_1, n 1, not on task " \
+           "niah_single_1, item 1, which a run of tasks niah_single_1, n 2 holds; a report compares methods on " \
+           "the same contexts: run the methods with the same --tasks and --n into one store"
+    for argv in (["verify", other, runs / "whole"], ["leaderboard", other, runs / "whole", "--out", tmp_path / "lb"]):
+        code, err = run_cli(capsys, *argv)
+        assert code == 2 and said in err and "stopped before finishing" not in err, err
+    code, err = run_cli(capsys, "merge", other, runs / "whole", "--out", tmp_path / "merged")
+    assert code == 2 and "differ in run n" in err and "a report compares methods on the same contexts" in err, err
+    assert run_cli(capsys, "verify", other)[0] == 0 and run_cli(capsys, "verify", runs / "whole")[0] == 0
+    both = tmp_path / "both"
+    shutil.copytree(runs / "whole", both)
+    run_compare(_settings(model_dir, both, presses=["snapkv", "none"], n=2), show_progress=False)
+    code, err = run_cli(capsys, "verify", both)
+    assert code == 0, err

@@ -191,5 +191,5 @@ def test_label_the_sampled_futures_alone(model_dir, tmp_path, capsys):
     meta["settings"] = json.dumps({k: v for k, v in json.loads(meta["settings"]).items() if k != "futures"})
     save_file(tensors, str(tmp_path / "old.safetensors"), metadata=meta)
     assert shard_settings(tmp_path / "old.safetensors")["settings"]["futures"] == "labels"
-    assert main(["label", *common, "--out", str(tmp_path / "bad"), "--max-new-tokens", "1"]) == 2
-    assert "max_new_tokens=1" in capsys.readouterr().err and not (tmp_path / "bad").exists()
+    assert main(["label", *common[:-2], "--out", str(tmp_path / "bad"), "--max-new-tokens", "1"]) == 2
+    assert "--max-new-tokens 1: give at least 2" in capsys.readouterr().err and not (tmp_path / "bad").exists()

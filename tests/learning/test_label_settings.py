@@ -20,7 +20,10 @@ SMALL = ["--limit", "2", "--continuations", "1", "--max-new-tokens", "4"]
 
 
 def _label(model_dir, out, *argv) -> int:
-    return main(["label", "--model", str(model_dir), "--out", str(out), *SMALL, *argv])
+    """``bench label`` with :data:`SMALL`'s settings, a flag ``argv`` gives in place of SMALL's (a flag given twice
+    is refused)."""
+    small = [part for flag, value in zip(SMALL[::2], SMALL[1::2]) if flag not in argv for part in (flag, value)]
+    return main(["label", "--model", str(model_dir), "--out", str(out), *small, *argv])
 
 
 def test_shards_record_their_settings_and_a_resume_under_others_is_refused(model_dir, tmp_path, capsys,
@@ -252,4 +255,11 @@ def test_windows_too_short_to_rank_are_refused_before_the_model_loads(tokens, mo
     assert _label(model_dir, tmp_path / "labels", "--tokens", tokens) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"--tokens {tokens}: give at least 40 tokens per window" in err, err
+    assert not (tmp_path / "labels").exists()
+
+
+def test_a_label_setting_below_its_minimum_is_named_by_its_flag(model_dir, tmp_path, capsys, no_model_load):
+    assert _label(model_dir, tmp_path / "labels", "--max-new-tokens", "1") == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--max-new-tokens 1: give at least 2 " in err, err
     assert not (tmp_path / "labels").exists()

@@ -260,8 +260,14 @@ def test_short_names_take_options_and_reach_the_cli(tmp_path, capsys, hybrid_dir
     assert presses.get("kvpress:knorm").press == presses.get("kvpress:KnormPress").press == KnormPress()
     assert presses.get("kvpress:snapkv", window_size="16").press == SnapKVPress(window_size=16)
     assert presses.options_of("kvpress:snapkv", {"window_size": "16"}) == {"window_size": 16}
-    with pytest.raises(ValueError, match="kvpress:snapkv has no option 'window'"):
+    with pytest.raises(ValueError, match="kvpress:snapkv has no option 'window'; valid: window_size, kernel_size$"):
         presses.get("kvpress:snapkv", window="16")
+    # the budget is the run's, never a press option: refused, and not offered among the valid ones
+    for build in (lambda: presses.get("kvpress:snapkv", compression_ratio=0.9),
+                  lambda: presses.options_of("kvpress:snapkv", {"compression_ratio": 0.9})):
+        with pytest.raises(ValueError, match="kvpress:snapkv: compression_ratio is kvpress's budget, which the run "
+                                             "sets for every method .*: leave it out"):
+            build()
     # the CLI validates --press through the registry before any model loads
     code = main(["compare", "--model", hybrid_dir, "--out", str(tmp_path), "--press", "kvpress:adakv_snapkv"])
     assert code == 2 and re.search("is AdaKVPress\\(SnapKVPress\\(\\)\\).*allocator adakv", capsys.readouterr().err)

@@ -128,6 +128,18 @@ def test_a_pipeline_without_a_tokenizer_names_it(pipe, tokenizer, shown):
         presses.pipeline(pipe.model, tokenizer)
 
 
+@pytest.mark.parametrize("model, shown", [(None, "NoneType None"), ("Qwen/Qwen3-0.6B", "str 'Qwen/Qwen3-0.6B'")])
+def test_a_pipeline_without_a_model_names_it(pipe, model, shown):
+    from presses.pipeline import CompressedContextPipeline
+
+    for build in (lambda: presses.pipeline(model, pipe.tokenizer),
+                  lambda: CompressedContextPipeline(model, pipe.tokenizer)):
+        with pytest.raises(ArgumentTypeError, match=re.escape(
+                f"model must be a transformers causal LM (AutoModelForCausalLM.from_pretrained) of a family the "
+                f"runtime supports, got {shown}")):
+            build()
+
+
 def test_the_context_is_cut_to_max_context_length_tokens(pipe):
     ids = pipe.preprocess(CONTEXT, questions=[QUESTION], answer_prefix="", max_context_length=5,
                           enable_thinking=False, protected=0)
