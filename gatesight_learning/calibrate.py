@@ -43,8 +43,9 @@ def calibrate_model(model, tokens: int, chunk: int, replace: bool = False) -> tu
     Raises
     ------
     ValueError
-        ``tokens`` below :data:`MIN_TOKENS` or ``chunk`` below 1 (named by their flags), or a calibration already there without ``replace``,
-        before the model loads; ``tokens`` beyond what the recording corpus holds, before calibrating.
+        ``tokens`` below :data:`MIN_TOKENS` or ``chunk`` below 1 (named by their flags), or a calibration already
+        there without ``replace``, before the model loads; ``tokens`` beyond what the recording corpus holds, before
+        calibrating.
     """
     for flag, value in (("--tokens", tokens), ("--chunk", chunk)):
         if value < 1:
