@@ -49,10 +49,27 @@ def execute(run: RunPlan, show_progress: bool = True) -> tuple[ResultStore, load
             return store, None
         identity = loading.identity(run.model_dir)
         store.check_model(run.model_dir.name, identity.row_fields())
+        _say_other_code_rows(run, identity, store)
         _run(run, identity, store, show_progress)
     finally:
         store.close()
     return store, identity
+
+
+def _say_other_code_rows(run: RunPlan, identity: loading.ModelIdentity, store: ResultStore) -> None:
+    """A line on stderr where ``store`` holds rows of this run's model and settings under another code version:
+    a row records the code that computed it, so they are not resumed; the run starts anew beside them (after a
+    ``git pull``, a resumed run would otherwise redo its finished contexts without a word)."""
+    mine = {"model": run.model_dir.name, "weights": identity.weights, "artifacts": identity.artifacts,
+            "length": run.length, "profile": run.profile, "seed": run.seed, "engine": run.engine, "dtype": run.dtype,
+            "device": run.device}
+    other = sorted({row["code"] for row in store.rows
+                    if row.get("code") != run.code and all(row.get(k) == v for k, v in mine.items())})
+    if other:
+        count = sum(1 for row in store.rows if row.get("code") in other)
+        print(f"note: {store.path} holds {count} rows of this model and settings computed by another code version "
+              f"({', '.join(other)}): they are kept, and reported apart from this run's; this run (code "
+              f"{run.code}) does not resume them and starts anew", file=sys.stderr)
 
 
 def _check_fractions_resume(run: RunPlan, store: ResultStore) -> None:

@@ -405,3 +405,19 @@ def test_runs_of_other_contexts_are_named_as_such_with_advice_that_works(runs, m
     run_compare(_settings(model_dir, both, presses=["snapkv", "none"], n=2), show_progress=False)
     code, err = run_cli(capsys, "verify", both)
     assert code == 0, err
+
+
+def test_a_rerun_under_another_code_version_says_it_starts_anew(runs, model_dir, tmp_path, capsys, monkeypatch):
+    """After a code change a rerun cannot resume the rows the older code wrote (a row records its code): it says so
+    before it redoes the contexts, and a run of the same code says nothing."""
+    store = tmp_path / "store"
+    shutil.copytree(runs / "whole", store)
+    run_compare(_settings(model_dir, store, n=2), show_progress=False)  # nothing left to run, same code
+    assert "note:" not in capsys.readouterr().err
+    monkeypatch.setattr(bench.plan, "code_version", lambda engine="hf": "0ther0c0de00")
+    run_compare(_settings(model_dir, store, n=2), show_progress=False)
+    count = len(stored_rows(runs / "whole"))
+    assert f"note: {store / 'results.jsonl'} holds {count} rows of this model and settings computed by another code " \
+           f"version (c0dec0dec0de): they are kept, and reported apart from this run's; this run (code " \
+           f"0ther0c0de00) does not resume them and starts anew" in capsys.readouterr().err
+    assert len(stored_rows(store)) == 2 * count
