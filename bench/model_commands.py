@@ -8,7 +8,7 @@ import shutil
 from dataclasses import asdict
 from pathlib import Path
 
-from artifacts.outputs import Output
+from artifacts.outputs import CHECKPOINTS, DISTILLED_DELTA, TRAINED_MODEL, Output
 from hybridmodel.data import TRAIN_TASKS
 from hybridmodel.distill_config import PHASE_DEFAULTS, TEACHER_SAMPLES, DistillConfig, config_difference
 from pretrained.loading import ModelSpec
@@ -27,7 +27,7 @@ from .arguments import (
     positive,
     share,
 )
-from .fetch_command import CACHE_HELP, cache_output
+from .fetch_command import CACHE_HELP, cache_outputs
 from .model_eval import rows_output
 
 
@@ -88,8 +88,10 @@ def run_model_eval(args: argparse.Namespace) -> None:
 TRAIN_MODEL = Command("train-model", "train the default hybrid from scratch (resumable); a trained model in --out is "
                                      "never written over unless --resume or --replace says so (the old directory is "
                                      "then moved aside to <out>.backup-<time>)", add_train_model_arguments,
-                      run_train_model, outputs=lambda args: [Output(Path(args.out), "--out", model=Path(args.out)),
-                                                             Output(Path(args.checkpoints), "--checkpoints")],
+                      run_train_model, outputs=lambda args: [Output(Path(args.out), "--out", model=Path(args.out),
+                                                                    kind_of=TRAINED_MODEL),
+                                                             Output(Path(args.checkpoints), "--checkpoints",
+                                                                    kind_of=CHECKPOINTS)],
                       interrupted=lambda args: f"the checkpoints written are kept in {args.checkpoints} — rerun "
                                                "with --resume to continue from the last one (none yet if it "
                                                "stopped before its first: run it again as it was)")
@@ -338,8 +340,8 @@ def _start_from(init: Path, cfg: DistillConfig) -> tuple[dict | None, dict | Non
 DISTILL = Command("distill", "distil a pretrained Llama-architecture teacher (SmolLM2-135M-Instruct) into a Qwen3.5 "
                              "GDN hybrid: attention transfer, then end-to-end distillation (resumable, one thread)",
                   add_distill_arguments, run_distill,
-                  outputs=lambda args: [Output(Path(args.checkpoints), "--checkpoints")]
-                  + ([Output(Path(args.out), "--out")] if args.out else []),
+                  outputs=lambda args: [Output(Path(args.checkpoints), "--checkpoints", kind_of=CHECKPOINTS)]
+                  + ([Output(Path(args.out), "--out", kind_of=DISTILLED_DELTA)] if args.out else []),
                   interrupted=lambda args: f"the checkpoints written are kept in {args.checkpoints} — run the same "
                                            "command again to go on from the last one")
 
@@ -378,4 +380,5 @@ SHIP_ARTIFACTS = Command("ship-artifacts", "copy the GateSight estimator and cal
                                            "hybrid into its delta (models/<name>/), so that every rebuild carries "
                                            "them", add_ship_artifacts_arguments, run_ship_artifacts,
                          outputs=lambda args: [Output(_distilled_checkpoint(args.name).delta_dir,
-                                                      f"the delta of {args.name}"), cache_output(args.cache)])
+                                                      f"the delta of {args.name}", kind_of=DISTILLED_DELTA),
+                                               *cache_outputs(args.cache)])

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import allocators
 import presses
-from artifacts.outputs import Output, check
+from artifacts.outputs import RESULT_STORE, Output, check
 from presses.registry import KVPRESS_PREFIX
 from presses.selection import check_pair
 from pretrained import loading
@@ -323,7 +323,7 @@ def plan(settings: CompareSettings | RunPlan) -> RunPlan:
     if settings.scbench_data is not None and not Path(settings.scbench_data).exists():
         raise UsageError(f"--scbench-data {settings.scbench_data}: no such file or directory (a local copy of "
                          "microsoft/SCBench)")
-    check([Output(Path(settings.out), "--out")])
+    check([Output(Path(settings.out), "--out", kind_of=RESULT_STORE)])  # as the CLI: a library caller too
     return RunPlan(
         methods=methods, keep_fractions=keep_fractions, tasks=tuple(tasks.expand(settings.tasks)),
         n=n, length=length, profile=settings.profile, seed=seed, haystack=settings.haystack,

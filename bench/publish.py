@@ -9,7 +9,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
-from artifacts.outputs import DERIVED, Output
+from artifacts.outputs import DERIVED, LEADERBOARD_PAGE, Output
 from runtime.errors import UsageError
 
 from .arguments import Command
@@ -148,7 +148,7 @@ def _leaderboard_outputs(args: argparse.Namespace) -> list[Output]:
     out = Path(args.out)
     names = [path for path in sorted(out.glob("leaderboard*")) if path.name == MARKDOWN or PUBLISHED.fullmatch(
         path.name)] if out.is_dir() else []
-    return [Output(out, "--out", keeps=DERIVED, held=tuple(names), foreign=_not_built_here)]
+    return [Output(out, "--out", keeps=DERIVED, held=tuple(names), foreign=_not_built_here, kind_of=LEADERBOARD_PAGE)]
 
 
 LEADERBOARD = Command("leaderboard", "leaderboard.md, CSV and PNG from result stores", add_leaderboard_arguments,

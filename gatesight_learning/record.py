@@ -35,6 +35,7 @@ from safetensors.torch import save_file
 from tqdm import tqdm
 
 from artifacts.files import set_default_mode
+from artifacts.outputs import LABEL_SHARDS
 from runtime import CHATML_ASSISTANT_TURN, EvidenceRequest, adapter_for, encode_text, prefill
 from runtime.batch import PaddedBatch
 from runtime.errors import UsageError
@@ -46,6 +47,11 @@ CHAT_PREFIX = "<|im_start|>user\n"
 RECONSTRUCTION_REQUEST = "<|im_end|>\n<|im_start|>user\nRepeat the text above word for word." + CHATML_ASSISTANT_TURN
 FUTURES = ("labels", "reconstruction")
 """The label kinds of a shard: sampled continuations (the paper's), the reconstruction future."""
+
+SHARD_FILES = LABEL_SHARDS.files[0]
+"""The names of label shards, ``<corpus>--<doc>.safetensors`` (one per window, :func:`record_corpus` writes
+them): what readers glob, so that no other safetensors file beside them (a delta's ``mixers.safetensors``) is
+read as one."""
 
 
 def _document_name(path: str) -> str:
@@ -211,7 +217,7 @@ def record_corpus(model, tokenizer, out: Path, limit: int | None = None, tokens:
     check_recurrent(adapter)
     recorded = label_settings(weights, tokens, continuations, max_new_tokens, seed, futures,
                               str(adapter.dtype).removeprefix("torch."))
-    check_shards(sorted(out.glob("*.safetensors")), recorded)
+    check_shards(sorted(out.glob(SHARD_FILES)), recorded)
     limit_positions = getattr(adapter.config, "max_position_embeddings", None)
     if limit_positions is not None and tokens + max_new_tokens > limit_positions:
         raise UsageError(f"--tokens {tokens} and --max-new-tokens {max_new_tokens} need {tokens + max_new_tokens} "

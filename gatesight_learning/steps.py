@@ -19,7 +19,15 @@ from runtime.errors import UsageError
 
 from .estimator import TrainSettings, train_estimator, training_targets
 from .evaluate import FRACTIONS, evaluate, heuristic_predictors, learned_predictors_loco, single_head_oracle
-from .record import check_shards, check_together, label_settings, load_shard, record_corpus, shard_settings
+from .record import (
+    SHARD_FILES,
+    check_shards,
+    check_together,
+    label_settings,
+    load_shard,
+    record_corpus,
+    shard_settings,
+)
 
 ESTIMATOR_FILES = ESTIMATOR.files
 """What holds a trained estimator in its directory (:meth:`presses.gatesight.GateSightEstimator.save`)."""
@@ -46,7 +54,7 @@ def _shards(labels_dir: Path, weights: str, model_path, futures: str = "labels")
     """The label shards of ``labels_dir``, refused if there are none, if they were labelled with different weights
     or settings (:func:`gatesight_learning.record.check_shards`), or by weights other than ``weights``, those of the
     model ``model_path`` they are read for (labels of other weights describe another model)."""
-    paths = sorted(Path(labels_dir).glob("*.safetensors"))
+    paths = sorted(Path(labels_dir).glob(SHARD_FILES))
     if not paths:
         raise FileNotFoundError(f"no label shards in {labels_dir}: run `{_label_command(model_path, labels_dir)}` "
                                 "first")
@@ -90,7 +98,7 @@ def label(model_path, out: Path, limit, tokens: int, continuations: int, max_new
                          f"half, and the smallest fraction the labels are ranked by, {min(FRACTIONS):.0%}, of it must "
                          "hold a token)")
     weights = _weights(model_path)
-    check_shards(sorted(out.glob("*.safetensors")), label_settings(weights, tokens, continuations, max_new_tokens,
+    check_shards(sorted(out.glob(SHARD_FILES)), label_settings(weights, tokens, continuations, max_new_tokens,
                                                                     seed, futures, loading.dtype_name(model_path)))
     model, tokenizer, _ = loading.load(model_path)
     record_corpus(model, tokenizer, out, limit, tokens, continuations, max_new_tokens, seed, weights=weights,

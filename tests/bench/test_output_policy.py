@@ -17,8 +17,11 @@ from artifacts.files import write_result
 from artifacts.outputs import Output, check
 from bench.arguments import Command
 from bench.cli import COMMANDS, main
+from bench.compare import run_compare
 from hybridmodel.distill_config import DistillConfig
 from pretrained import CACHE_ENV, loading
+from runtime.errors import UsageError
+from tests.helpers import compare_settings
 
 WRITERS = {"compare": ["--out"], "merge": ["--out"], "leaderboard": ["--out"], "cost": ["--out"],
            "model-eval": ["--rows"], "label": ["--out"], "train": ["--out"], "analyze": ["--out"],
@@ -402,47 +405,85 @@ def test_a_merge_into_a_store_rebuilds_its_summary_and_curves(model_dir, tmp_pat
     assert (tmp_path / "snapkv" / "curves.png").read_bytes() != curves
 
 
+FOLDERS = {"label shards": ["web--doc-0.safetensors"], "an estimator": ["gatesight.safetensors", "gatesight.json"],
+           "a result store": ["results.jsonl"], "an analysis": ["observations.md", "observations.json"],
+           "a cost table": ["cost.json", "cost.md"], "a distilled delta": ["hybrid.json", "mixers.safetensors"],
+           "checkpoints": ["last.pt", "log.jsonl"], "a leaderboard": ["leaderboard.md", "leaderboard.csv"],
+           "a trained model": ["config.json", "model.safetensors"]}
+"""What each command writes into a folder of its own, by name (label shards: ``<corpus>--<doc>.safetensors``)."""
+NAMED = {"label shards": "label shards (bench label)", "an estimator": "a GateSight estimator",
+         "a result store": "a result store", "an analysis": "an analysis of label shards",
+         "a cost table": "a cost table", "a distilled delta": "a distilled hybrid's delta (bench distill --out)",
+         "checkpoints": "training checkpoints", "a leaderboard": "a leaderboard (bench leaderboard)"}
+"""How a refusal names each of :data:`FOLDERS`."""
+
+
 def _folder_of(kind: str, tmp: Path) -> Path:
     """A folder holding what one command writes (its files' names and a byte: the check reads names alone)."""
     folder = tmp / kind.replace(" ", "-")
     folder.mkdir()
-    names = {"label shards": ["web-0.safetensors"], "an estimator": ["gatesight.safetensors", "gatesight.json"],
-             "a result store": ["results.jsonl"], "an analysis": ["observations.md", "observations.json"],
-             "a cost table": ["cost.json", "cost.md"]}[kind]
-    for name in names:
+    for name in FOLDERS[kind]:
         (folder / name).write_bytes(b"x")
     return folder
 
 
-MIXES = [("train", "label shards"), ("train", "a result store"), ("train", "an analysis"),
-         ("label", "a result store"), ("label", "an estimator"), ("label", "an analysis"),
-         ("analyze", "a result store"), ("analyze", "label shards"), ("analyze", "an estimator"),
-         ("compare", "label shards"), ("compare", "an estimator"), ("merge", "label shards"),
-         ("cost", "a result store"), ("cost", "label shards")]
+MIXES = [("train", "--out", "label shards"), ("train", "--out", "a result store"), ("train", "--out", "an analysis"),
+         ("label", "--out", "a result store"), ("label", "--out", "an estimator"), ("label", "--out", "an analysis"),
+         ("analyze", "--out", "a result store"), ("analyze", "--out", "label shards"),
+         ("analyze", "--out", "an estimator"), ("compare", "--out", "label shards"),
+         ("compare", "--out", "an estimator"), ("merge", "--out", "label shards"), ("cost", "--out", "a result store"),
+         ("cost", "--out", "label shards"),
+         ("train-model", "--out", "a result store"), ("train-model", "--out", "label shards"),
+         ("train-model", "--checkpoints", "a result store"), ("distill", "--out", "a result store"),
+         ("distill", "--out", "label shards"), ("distill", "--checkpoints", "a result store"),
+         ("compare", "--out", "a distilled delta"), ("label", "--out", "a distilled delta"),
+         ("train", "--out", "a distilled delta"), ("analyze", "--out", "a distilled delta"),
+         ("leaderboard", "--out", "an estimator"), ("leaderboard", "--out", "a result store"),
+         ("fetch-model", "--cache", "a result store"), ("ship-artifacts", "--cache", "label shards")]
 """Writing commands pointed at a folder of another command's files."""
 
 
-@pytest.mark.parametrize("command, there", MIXES)
-def test_a_folder_of_another_commands_files_is_refused(command, there, model_dir, tmp_path, capsys, guarded):
+@pytest.mark.parametrize("command, flag, there", MIXES)
+def test_a_folder_of_another_commands_files_is_refused(command, flag, there, model_dir, tmp_path, capsys, guarded):
     """One folder holds one command's files: an estimator among label shards is read as a shard (and the shards
-    then refused), label shards beside a store's rows are another run's; refused before any work, naming what is
-    there, even with --replace, and nothing there is changed."""
+    then refused), label shards beside a store's rows are another run's, a trained model or a distilled delta
+    written over a store moves it aside; refused before any work, naming what is there, even with --replace, and
+    nothing there is changed."""
     model = shutil.copytree(model_dir, tmp_path / "model")
     (tmp_path / "store").mkdir()
     place = _folder_of(there, tmp_path)
     before = _files(tmp_path)
-    argv = _base(command, "--out", place, model, tmp_path)
-    code = main(argv + (["--replace"] if command in ("train", "cost") else []))
+    argv = _base(command, flag, place, model, tmp_path)
+    code = main(argv + (["--replace"] if command in ("train", "cost", "train-model") else []))
     err = capsys.readouterr().err
-    named = {"label shards": "label shards (bench label)", "an estimator": "a GateSight estimator",
-             "a result store": "a result store", "an analysis": "an analysis of label shards",
-             "a cost table": "a cost table"}[there]
-    assert code == 2 and err.count("\n") == 1 and f"--out {place}: holds {named}" in err, err
+    assert code == 2 and err.count("\n") == 1 and f"{flag} {place}: holds {NAMED[there]}" in err, err
     assert _files(tmp_path) == before
 
 
+def test_a_library_compare_refuses_a_folder_of_another_commands_files(model_dir, tmp_path, no_model_load):
+    """``run_compare`` checks its ``out`` as ``bench compare --out`` does: no rows beside label shards."""
+    place = _folder_of("label shards", tmp_path)
+    with pytest.raises(UsageError, match="holds label shards"):
+        run_compare(compare_settings(model_dir, place), show_progress=False)
+    assert sorted(path.name for path in place.iterdir()) == FOLDERS["label shards"]
+
+
+def test_published_pages_share_their_folder(model_dir, tmp_path):
+    """A leaderboard and a cost table are both published into ``docs/`` (``scripts/rebuild_default_model.sh``,
+    ``scripts/full_sweep.sh``): neither refuses the other's folder."""
+    model = shutil.copytree(model_dir, tmp_path / "model")
+    (tmp_path / "store").mkdir()
+    from bench.cli import build_parser
+
+    for command, there in (("leaderboard", "a cost table"), ("cost", "a leaderboard")):
+        place = _folder_of(there, tmp_path)
+        args = build_parser().parse_args(_base(command, "--out", place, model, tmp_path))
+        check(next(c for c in COMMANDS if c.name == command).outputs(args))
+
+
 @pytest.mark.parametrize("command, there", [("label", "label shards"), ("train", "an estimator"),
-                                            ("compare", "a result store"), ("analyze", "an analysis")])
+                                            ("compare", "a result store"), ("analyze", "an analysis"),
+                                            ("distill", "a distilled delta"), ("train-model", "a trained model")])
 def test_a_folder_of_the_commands_own_files_is_not_refused_as_mixed(command, there, model_dir, tmp_path):
     """What a command adds to (its label shards, its store) or replaces (an estimator, with --replace) is its own."""
     model = shutil.copytree(model_dir, tmp_path / "model")

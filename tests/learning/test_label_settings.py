@@ -263,3 +263,15 @@ def test_a_label_setting_below_its_minimum_is_named_by_its_flag(model_dir, tmp_p
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--max-new-tokens 1: give at least 2 " in err, err
     assert not (tmp_path / "labels").exists()
+
+
+@pytest.mark.parametrize("command", ["train", "analyze"])
+def test_a_distilled_delta_is_not_read_as_label_shards(command, model_dir, tmp_path, capsys, no_model_load):
+    """A folder `bench distill --out` wrote (hybrid.json, mixers.safetensors) given as --labels: no shard there
+    (shards are <corpus>--<doc>.safetensors), not "labelled by model weights unknown"."""
+    delta = tmp_path / "delta"
+    delta.mkdir()
+    (delta / "hybrid.json").write_text("{}")
+    save_file({"w": torch.zeros(2)}, str(delta / "mixers.safetensors"))
+    code, err = run_cli(capsys, command, "--model", model_dir, "--labels", delta, "--out", tmp_path / "out")
+    assert code == 2 and f"no label shards in {delta}" in err and "unknown" not in err, err
