@@ -87,8 +87,9 @@ COST_TABLE = Kind("a cost table (bench cost)", ("cost.json",), page=True)  # cos
 TRAINED_MODEL = Kind("a model (bench train-model, bench fetch-model)", (MODEL_CONFIG,))
 CHECKPOINTS = Kind("training checkpoints (bench train-model, bench distill --checkpoints)", ("last.pt",))
 LEADERBOARD_PAGE = Kind("a leaderboard (bench leaderboard)", ("leaderboard.md", "leaderboard.csv"), page=True)
-MODEL_CACHE = Kind("the model cache (bench fetch-model)", ())
-"""A folder whose files are folders (``models/<name>/``): known by no file, it refuses every other kind."""
+MODEL_CACHE = Kind("the model cache (bench fetch-model)", ("models/*/source.json", "*/source.json"))
+"""The cache's root or its ``models/`` folder: known by the record each converted model holds
+(``<name>/source.json``, :data:`pretrained.model_cache.SOURCE_FILE`)."""
 KINDS = (ESTIMATOR, DISTILLED_DELTA, LABEL_SHARDS, RESULT_STORE, ANALYSIS, COST_TABLE, TRAINED_MODEL, CHECKPOINTS,
          LEADERBOARD_PAGE, MODEL_CACHE)
 """The folders of one command each: a command that reads one (``bench train --labels``, a store) takes every file of

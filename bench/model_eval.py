@@ -97,10 +97,7 @@ def evaluate_model(model_path, tasks: list[str], lengths: list[int], n: int, see
     if unknown:
         raise UsageError(f"--tasks {unknown[0]!r}: model-eval answers the generated tasks {', '.join(TASKS)} (or the "
                          f"groups {', '.join(groups)})")
-    twice = sorted({task for task in tasks if tasks.count(task) > 1})
-    if twice:  # as --lengths refuses a length given twice: it would be answered and reported twice
-        raise UsageError(f"--tasks {', '.join(twice)} given more than once in {','.join(tasks)}; give each task once")
-    tasks = expand(tasks)
+    tasks = expand(tasks)  # a task named twice, as a length given twice, is refused
     limit = loading.position_limit(model_path)
     bad = [length for length in lengths if length < 1 or (limit is not None and length > limit)]
     if bad:

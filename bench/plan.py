@@ -168,6 +168,13 @@ def _methods(settings: CompareSettings) -> tuple[Method, ...]:
         return _spec(AllocatorSpec, text, flag, settings.alloc_options, allocators)
 
     if settings.pairs:
+        ignored = [f"{name}={value!r}" for name, value in (("presses", settings.presses),
+                                                           ("allocators", settings.allocators))
+                   if value and value != (["flat"] if name == "allocators" else [])]  # flat: the default
+        if ignored:  # as the CLI refuses --methods beside --press/--alloc
+            raise UsageError(f"pairs={settings.pairs!r} name the press and allocator of each method; "
+                             f"{' and '.join(ignored)} would be ignored: give pairs with presses=[], or presses and "
+                             "allocators without pairs")
         methods = []
         for pair in settings.pairs:
             press_text, allocator_text = parse_pair(pair)

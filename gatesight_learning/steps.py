@@ -11,7 +11,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from artifacts.files import check_replaceable, install, rebuilt_path, write_rebuilt
-from artifacts.outputs import ESTIMATOR
+from artifacts.outputs import ESTIMATOR, KINDS, LABEL_SHARDS
 from presses.gatesight import ARTIFACT_DIR, WEIGHT_FILES, gdn_window
 from pretrained import loading
 from runtime import adapter_for
@@ -55,6 +55,11 @@ def _shards(labels_dir: Path, weights: str, model_path, futures: str = "labels")
     or settings (:func:`gatesight_learning.record.check_shards`), or by weights other than ``weights``, those of the
     model ``model_path`` they are read for (labels of other weights describe another model)."""
     paths = sorted(Path(labels_dir).glob(SHARD_FILES))
+    other = next(((kind, found) for kind in KINDS if kind is not LABEL_SHARDS
+                  for found in [kind.found_in(Path(labels_dir))] if found is not None), None) if not paths else None
+    if other is not None:  # the advice below would be refused: label --out never writes into another kind
+        raise UsageError(f"--labels {labels_dir}: holds {other[0].name} ({other[1].name}), not label shards: give "
+                         "the folder a `bench label --out` wrote")
     if not paths:
         raise FileNotFoundError(f"no label shards in {labels_dir}: run `{_label_command(model_path, labels_dir)}` "
                                 "first")

@@ -137,8 +137,9 @@ class DistillConfig:
         if self.chat_fraction > 0 and self.chat_pool < 1:
             raise UsageError("chat_fraction > 0 needs a chat_pool of at least one conversation")
         if self.phase > 1 and self.transfer_steps and not self.attention_layers:
-            raise UsageError(f"phase {self.phase} starts from a converted delta: transfer_steps must be 0 unless the "
-                             "phase moves its attention (attention_layers), which makes new GDN layers")
+            raise UsageError(f"--transfer-steps {self.transfer_steps} (transfer_steps): phase {self.phase} starts "
+                             "from a converted delta, so give --transfer-steps 0, unless the phase moves its "
+                             "attention (--attention-layers), which makes new GDN layers to convert")
 
     @classmethod
     def from_dict(cls, saved: dict) -> "DistillConfig":

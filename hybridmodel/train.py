@@ -211,10 +211,12 @@ def check_target(out_dir: Path, checkpoint_dir: Path, existing: str = "refuse") 
     if existing == "resume" and not checkpoint.exists():
         raise UsageError(f"--resume: no checkpoint at {checkpoint} to continue from; pass the run's --checkpoints")
     if existing == "refuse" and (Path(out_dir) / "model.safetensors").exists():
-        raise UsageError(f"{out_dir} holds a trained model (model.safetensors); pass --resume to continue training "
-                         f"it from {checkpoint}, or --replace to train anew (either way the old directory, its "
-                         "gatesight/ and calibration/ included, is moved aside to a timestamped backup first), or "
-                         "write to another --out")
+        # --resume only where it would work: a checkpoint to continue from
+        resume = (f"pass --resume to continue training it from {checkpoint}, or " if checkpoint.exists() else
+                  f"--checkpoints {checkpoint_dir} holds no checkpoint to continue it from (last.pt); pass ")
+        raise UsageError(f"{out_dir} holds a trained model (model.safetensors); {resume}--replace to train anew "
+                         "(either way the old directory, its gatesight/ and calibration/ included, is moved aside "
+                         "to a timestamped backup first), or write to another --out")
 
 
 def train(out_dir: Path, checkpoint_dir: Path, cfg: TrainConfig = TrainConfig(), log=print,

@@ -129,9 +129,15 @@ def test_train_model_never_writes_over_a_trained_model(tmp_path, capsys, monkeyp
                          "--checkpoints", checkpoints)
         assert code == 2 and f"--steps {steps}: give a positive number of training steps" in err
     code, err = run_cli(capsys, "train-model", "--steps", 5, "--out", out, "--checkpoints", checkpoints)
-    assert code == 2 and f"{out} holds a trained model (model.safetensors); pass --resume" in err and "--replace" in err
+    # no checkpoint there: --resume is not offered (followed, it was refused)
+    assert code == 2 and f"{out} holds a trained model (model.safetensors); --checkpoints {checkpoints} holds no " \
+                         "checkpoint to continue it from (last.pt); pass --replace" in err and "--resume" not in err
     code, err = run_cli(capsys, "train-model", "--resume", "--out", out, "--checkpoints", checkpoints)
     assert code == 2 and f"--resume: no checkpoint at {checkpoints / 'last.pt'}" in err
+    checkpoints.mkdir()
+    (checkpoints / "last.pt").write_bytes(b"a checkpoint")
+    code, err = run_cli(capsys, "train-model", "--steps", 5, "--out", out, "--checkpoints", checkpoints)
+    assert code == 2 and f"pass --resume to continue training it from {checkpoints / 'last.pt'}, or --replace" in err
     assert (out / "model.safetensors").read_bytes() == b"trained"
     with pytest.raises(ValueError, match="steps=0: expected an integer >= 1"):
         training.TrainConfig(steps=0)

@@ -225,12 +225,18 @@ def test_model_eval_of_a_group_names_its_tasks_that_fit(model_dir, capsys, monke
     assert err.endswith(f"; leave out cwe: --tasks {','.join(fit)} fit every length given"), err
 
 
-@pytest.mark.parametrize("tasks", ["niah_single_1,niah_single_1", "vt,niah_single_1,vt"])
-def test_model_eval_refuses_a_task_given_twice(tasks, model_dir, capsys, no_model_load):
-    """As a length given twice: the task would be answered and reported twice."""
-    code, err = run_cli(capsys, "model-eval", "--model", model_dir, "--tasks", tasks, "--lengths", "512", "--n", "1")
-    twice = "vt" if tasks.startswith("vt") else "niah_single_1"
-    assert code == 2 and "\n" not in err and f"--tasks {twice} given more than once in {tasks}" in err, err
+@pytest.mark.parametrize("command", ["model-eval", "compare"])
+@pytest.mark.parametrize("tasks, said", [("niah_single_1,niah_single_1", "niah_single_1 is named twice"),
+                                         ("vt,niah_single_1,vt", "vt is named twice"),
+                                         ("niah,niah_single_1", "niah_single_1 is named by 'niah' and by "
+                                                                "'niah_single_1'")])
+def test_a_task_named_twice_is_refused(command, tasks, said, model_dir, tmp_path, capsys, no_model_load):
+    """As a length given twice: the task would be answered and reported twice, or one naming dropped silently
+    (a group and one of its tasks)."""
+    out = ["--rows", tmp_path / "rows.jsonl"] if command == "model-eval" else ["--out", tmp_path / "out"]
+    lengths = ["--lengths", "512"] if command == "model-eval" else ["--length", "512"]
+    code, err = run_cli(capsys, command, "--model", model_dir, "--tasks", tasks, *lengths, "--n", "1", *out)
+    assert code == 2 and "\n" not in err and f"--tasks {tasks}: {said}; name each task once" in err, err
 
 
 def test_fetch_model_gguf_that_is_a_directory_names_the_file_to_give(tmp_path, capsys):

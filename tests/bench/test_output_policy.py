@@ -409,12 +409,16 @@ FOLDERS = {"label shards": ["web--doc-0.safetensors"], "an estimator": ["gatesig
            "a result store": ["results.jsonl"], "an analysis": ["observations.md", "observations.json"],
            "a cost table": ["cost.json", "cost.md"], "a distilled delta": ["hybrid.json", "mixers.safetensors"],
            "checkpoints": ["last.pt", "log.jsonl"], "a leaderboard": ["leaderboard.md", "leaderboard.csv"],
-           "a trained model": ["config.json", "model.safetensors"]}
+           "a trained model": ["config.json", "model.safetensors"],
+           "the model cache": ["models/a-model/source.json", "models/a-model/config.json"],
+           "the cache's models": ["a-model/source.json", "a-model/config.json"]}
 """What each command writes into a folder of its own, by name (label shards: ``<corpus>--<doc>.safetensors``)."""
 NAMED = {"label shards": "label shards (bench label)", "an estimator": "a GateSight estimator",
          "a result store": "a result store", "an analysis": "an analysis of label shards",
          "a cost table": "a cost table", "a distilled delta": "a distilled hybrid's delta (bench distill --out)",
-         "checkpoints": "training checkpoints", "a leaderboard": "a leaderboard (bench leaderboard)"}
+         "checkpoints": "training checkpoints", "a leaderboard": "a leaderboard (bench leaderboard)",
+         "the model cache": "the model cache (bench fetch-model)",
+         "the cache's models": "the model cache (bench fetch-model)"}
 """How a refusal names each of :data:`FOLDERS`."""
 
 
@@ -423,6 +427,7 @@ def _folder_of(kind: str, tmp: Path) -> Path:
     folder = tmp / kind.replace(" ", "-")
     folder.mkdir()
     for name in FOLDERS[kind]:
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
         (folder / name).write_bytes(b"x")
     return folder
 
@@ -439,7 +444,9 @@ MIXES = [("train", "--out", "label shards"), ("train", "--out", "a result store"
          ("compare", "--out", "a distilled delta"), ("label", "--out", "a distilled delta"),
          ("train", "--out", "a distilled delta"), ("analyze", "--out", "a distilled delta"),
          ("leaderboard", "--out", "an estimator"), ("leaderboard", "--out", "a result store"),
-         ("fetch-model", "--cache", "a result store"), ("ship-artifacts", "--cache", "label shards")]
+         ("fetch-model", "--cache", "a result store"), ("ship-artifacts", "--cache", "label shards"),
+         ("compare", "--out", "the model cache"), ("cost", "--out", "the model cache"),
+         ("leaderboard", "--out", "the model cache"), ("label", "--out", "the cache's models")]
 """Writing commands pointed at a folder of another command's files."""
 
 

@@ -55,7 +55,7 @@ def test_each_press_takes_its_own_options_typed_by_its_fields(model_dir, tmp_pat
     # one press twice, configured two ways, is two methods
     two = plan(compare_settings(model_dir, tmp_path, presses=["snapkv[window=8]", "snapkv[window=16]"]))
     assert [m.press.label for m in two.methods] == ["snapkv(window=8)", "snapkv(window=16)"]
-    pairs = plan(compare_settings(model_dir, tmp_path, pairs=["snapkv[window=8]/perlayer[weights=1/3]",
+    pairs = plan(compare_settings(model_dir, tmp_path, presses=[], pairs=["snapkv[window=8]/perlayer[weights=1/3]",
                                                               "gatesight/gate"]))
     assert pairs.methods == (Method(snapkv, AllocatorSpec("perlayer", (("weights", (1.0, 3.0)),))),
                              Method(PressSpec("gatesight"), AllocatorSpec("gate")))
@@ -72,10 +72,10 @@ def test_each_press_takes_its_own_options_typed_by_its_fields(model_dir, tmp_pat
     (dict(presses=["none[window=8]"]), "no prune (none) takes no options"),
     (dict(presses=["snapkv[window=8]", "snapkv[window=08]"]),
      "--press names one setting twice: 'snapkv[window=8]' and 'snapkv[window=08]'"),
-    (dict(pairs=["snapkv[window=8]/flat", "snapkv[window=08]/flat"]),
+    (dict(presses=[], pairs=["snapkv[window=8]/flat", "snapkv[window=08]/flat"]),
      "--methods names one setting twice: 'snapkv[window=8]/flat' and 'snapkv[window=08]/flat'"),
-    (dict(pairs=["snapkv[window=8]/perlayer[weights=1/3"]), "a '[' is not closed"),
-    (dict(pairs=["snapkv/"]), "expected press/allocator"),
+    (dict(presses=[], pairs=["snapkv[window=8]/perlayer[weights=1/3"]), "a '[' is not closed"),
+    (dict(presses=[], pairs=["snapkv/"]), "expected press/allocator"),
 ])
 def test_a_bad_option_is_refused_naming_it(model_dir, tmp_path, change, message):
     with pytest.raises(UsageError) as refused:
@@ -155,14 +155,15 @@ def test_an_option_at_its_default_is_the_setting_itself(model_dir, tmp_path):
     assert label(presses=["snapkv[window=32]"]) == label(presses=["snapkv"]) == "snapkv/flat"
     assert label(presses=["snapkv"], press_options={"window": "32"}) == "snapkv/flat"
     assert label(presses=["snapkv[window=8]"]) == "snapkv(window=8)/flat"
-    assert label(pairs=["snapkv/perlayer[weights=1/2]"]) == "snapkv/perlayer(weights=1;2)"
+    assert label(presses=[], pairs=["snapkv/perlayer[weights=1/2]"]) == "snapkv/perlayer(weights=1;2)"
 
 
 def test_an_option_given_twice_names_the_options_flag(model_dir, tmp_path):
     with pytest.raises(UsageError, match="given in its brackets and in --press-options too"):
-        plan(compare_settings(model_dir, tmp_path, pairs=["snapkv[window=64]/flat"], press_options={"window": "64"}))
+        plan(compare_settings(model_dir, tmp_path, presses=[], pairs=["snapkv[window=64]/flat"],
+                              press_options={"window": "64"}))
     with pytest.raises(UsageError, match="given in its brackets and in --alloc-options too"):
-        plan(compare_settings(model_dir, tmp_path, pairs=["snapkv/perlayer[weights=1/2]"],
+        plan(compare_settings(model_dir, tmp_path, presses=[], pairs=["snapkv/perlayer[weights=1/2]"],
                               alloc_options={"weights": "1/2"}))
 
 
@@ -229,13 +230,13 @@ def test_an_estimator_option_naming_the_model_directory_points_to_its_folder(mod
 def test_perlayer_weights_of_one_ratio_are_one_setting(model_dir, tmp_path):
     """weights=1/2 and weights=2/4 split the budget alike: one label, and naming both is refused."""
     def label(weights):
-        return plan(compare_settings(model_dir, tmp_path, pairs=[f"snapkv/perlayer[weights={weights}]"])
+        return plan(compare_settings(model_dir, tmp_path, presses=[], pairs=[f"snapkv/perlayer[weights={weights}]"])
                     ).methods[0].label
 
     assert label("2/4") == label("1/2") == label("0.5/1") == "snapkv/perlayer(weights=1;2)"
     assert label("0/3") == "snapkv/perlayer(weights=0;1)"
     with pytest.raises(UsageError, match="names one setting twice: 'snapkv/perlayer\\[weights=1/2\\]' and"):
-        plan(compare_settings(model_dir, tmp_path, pairs=["snapkv/perlayer[weights=1/2]",
+        plan(compare_settings(model_dir, tmp_path, presses=[], pairs=["snapkv/perlayer[weights=1/2]",
                                                           "snapkv/perlayer[weights=2/4]"]))
 
 
@@ -245,3 +246,15 @@ def test_perlayer_without_weights_says_how_to_give_them(model_dir, tmp_path, cap
     err = capsys.readouterr().err
     assert code == 2 and "perlayer needs its weights, one per attention layer: perlayer[weights=1/2/3]" in err, err
     assert "weights=[]" not in err
+
+
+def test_pairs_beside_presses_are_refused_as_the_cli_refuses_them(model_dir, tmp_path):
+    """The library dropped ``presses`` silently when ``pairs`` were given (the CLI refuses --methods beside
+    --press): refused, naming what would be ignored; the default allocators (flat) are no conflict."""
+    with pytest.raises(UsageError, match="pairs=\\['snapkv/flat'\\] name the press and allocator of each method; "
+                                         "presses=\\['keydiff'\\] would be ignored"):
+        plan(compare_settings(model_dir, tmp_path, presses=["keydiff"], pairs=["snapkv/flat"]))
+    with pytest.raises(UsageError, match="allocators=\\['gate'\\] would be ignored"):
+        plan(compare_settings(model_dir, tmp_path, presses=[], allocators=["gate"], pairs=["snapkv/flat"]))
+    assert [m.label for m in plan(compare_settings(model_dir, tmp_path, presses=[], pairs=["snapkv/flat"])).methods] \
+        == ["snapkv/flat"]

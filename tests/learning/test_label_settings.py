@@ -268,10 +268,21 @@ def test_a_label_setting_below_its_minimum_is_named_by_its_flag(model_dir, tmp_p
 @pytest.mark.parametrize("command", ["train", "analyze"])
 def test_a_distilled_delta_is_not_read_as_label_shards(command, model_dir, tmp_path, capsys, no_model_load):
     """A folder `bench distill --out` wrote (hybrid.json, mixers.safetensors) given as --labels: no shard there
-    (shards are <corpus>--<doc>.safetensors), not "labelled by model weights unknown"."""
+    (shards are <corpus>--<doc>.safetensors) but a delta, not "labelled by model weights unknown"."""
     delta = tmp_path / "delta"
     delta.mkdir()
     (delta / "hybrid.json").write_text("{}")
     save_file({"w": torch.zeros(2)}, str(delta / "mixers.safetensors"))
     code, err = run_cli(capsys, command, "--model", model_dir, "--labels", delta, "--out", tmp_path / "out")
-    assert code == 2 and f"no label shards in {delta}" in err and "unknown" not in err, err
+    assert code == 2 and f"--labels {delta}: holds a distilled hybrid's delta" in err and "unknown" not in err, err
+
+
+@pytest.mark.parametrize("command", ["train", "analyze"])
+def test_labels_that_are_another_commands_folder_are_named_so(command, model_dir, tmp_path, capsys, no_model_load):
+    """--labels a result store: "run bench label --out STORE first" would be refused (one folder, one command's
+    files), so the error says what the folder holds instead."""
+    store = tmp_path / "store"
+    store.mkdir()
+    (store / "results.jsonl").write_text("")
+    code, err = run_cli(capsys, command, "--model", model_dir, "--labels", store, "--out", tmp_path / "out")
+    assert code == 2 and f"--labels {store}: holds a result store" in err and "bench label --model" not in err, err

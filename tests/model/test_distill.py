@@ -470,7 +470,8 @@ def test_old_phase_one_configs_still_compare_equal():
     assert DistillConfig.from_dict({**old, "kd_steps": 3}) != DistillConfig()
     with pytest.raises(ValueError, match="unknown fields"):
         DistillConfig.from_dict({**old, "mystery": 1})
-    with pytest.raises(ValueError, match="transfer_steps must be 0"):
+    with pytest.raises(ValueError, match="--transfer-steps 5 \\(transfer_steps\\): phase 2 starts from a converted "
+                                         "delta, so give --transfer-steps 0, unless .*--attention-layers"):
         DistillConfig.for_phase(2, transfer_steps=5)
 
 

@@ -122,12 +122,19 @@ def family_of(task: str) -> TaskFamily:
 
 
 def expand(names: list[str]) -> list[str]:
-    """Task names with groups expanded, in order, each once."""
+    """Task names with groups expanded, in order; a task named twice (itself twice, or itself and a group that
+    holds it) is a :class:`~runtime.errors.UsageError`, as a length given twice is: it would be run and reported
+    twice, or one of the two namings silently dropped."""
     out: list[str] = []
+    named_by: dict[str, str] = {}
     for name in names:
         for task in GROUPS.get(name, (name,)):
-            if task not in out:
-                out.append(task)
+            if task in named_by:
+                how = "twice" if named_by[task] == name == task else \
+                    f"by {' and by '.join(repr(n) for n in (named_by[task], name))}"
+                raise UsageError(f"--tasks {','.join(names)}: {task} is named {how}; name each task once")
+            named_by[task] = name
+            out.append(task)
     return out
 
 
