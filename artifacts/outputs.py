@@ -83,7 +83,7 @@ DISTILLED_DELTA = Kind("a distilled hybrid's delta (bench distill --out)", ("hyb
 LABEL_SHARDS = Kind("label shards (bench label)", ("*--*.safetensors",))  # one per window: <corpus>--<doc>
 RESULT_STORE = Kind("a result store (bench compare, bench merge)", ("results.jsonl", "results.jsonl.gz"))
 ANALYSIS = Kind("an analysis of label shards (bench analyze)", ("observations.md", "observations.json"))
-COST_TABLE = Kind("a cost table (bench cost)", ("cost.json",), page=True)  # cost.md alone may be prose
+COST_TABLE = Kind("a cost table (bench cost)", ("cost.json", "cost.md"), page=True)
 TRAINED_MODEL = Kind("a model (bench train-model, bench fetch-model)", (MODEL_CONFIG,))
 CHECKPOINTS = Kind("training checkpoints (bench train-model, bench distill --checkpoints)", ("last.pt",))
 LEADERBOARD_PAGE = Kind("a leaderboard (bench leaderboard)", ("leaderboard.md", "leaderboard.csv"), page=True)
@@ -94,6 +94,21 @@ KINDS = (ESTIMATOR, DISTILLED_DELTA, LABEL_SHARDS, RESULT_STORE, ANALYSIS, COST_
          LEADERBOARD_PAGE, MODEL_CACHE)
 """The folders of one command each: a command that reads one (``bench train --labels``, a store) takes every file of
 its kind there as its own, so another command's files beside them make it unusable."""
+
+
+def other_kind(folder: Path, kind: Kind) -> str | None:
+    """What ``folder`` holds of a kind of :data:`KINDS` other than ``kind``, named with the file that shows it
+    (``a result store (bench compare, bench merge) (results.jsonl)``), or None; pages beside a page are no other
+    kind (they share ``docs/``)."""
+    if not folder.is_dir():
+        return None
+    for other in KINDS:
+        if other == kind or other.page and kind.page:
+            continue
+        found = other.found_in(folder)
+        if found is not None:
+            return f"{other.name} ({found.name})"
+    return None
 
 
 @dataclass(frozen=True)
@@ -192,12 +207,9 @@ def check(outputs: list[Output]) -> None:
             problem = output.foreign(path) if output.foreign is not None and path.is_file() else None
             if problem:
                 raise output.refuse(problem)
-        if output.kind_of is not None and output.path.is_dir():
-            for other in KINDS:
-                beside = other == output.kind_of or other.page and output.kind_of.page
-                found = other.found_in(output.path) if not beside else None
-                if found is not None:
-                    raise output.refuse(f"holds {other.name} ({found.name}), not {output.kind_of.name}: one folder "
-                                        "holds one command's files; give a folder of its own")
+        other = other_kind(output.path, output.kind_of) if output.kind_of is not None else None
+        if other is not None:
+            raise output.refuse(f"holds {other}, not {output.kind_of.name}: one folder holds one command's files; "
+                                "give a folder of its own")
         if output.keeps == RESULTS:
             check_replaceable(output.path, list(held), output.what, output.replace)

@@ -11,8 +11,9 @@ from pathlib import Path
 from tqdm import tqdm
 
 from artifacts.files import check_replaceable, install, rebuilt_path, write_rebuilt
-from artifacts.outputs import ESTIMATOR, KINDS, LABEL_SHARDS
-from presses.gatesight import ARTIFACT_DIR, WEIGHT_FILES, gdn_window
+from artifacts.outputs import ESTIMATOR, LABEL_SHARDS, other_kind
+from presses.calibration import WEIGHT_FILES
+from presses.gatesight import ARTIFACT_DIR, gdn_window
 from pretrained import loading
 from runtime import adapter_for
 from runtime.errors import UsageError
@@ -34,11 +35,11 @@ ESTIMATOR_FILES = ESTIMATOR.files
 MIN_WINDOWS = 2
 """Fewest labelled windows ``bench train`` and ``bench analyze`` read: observation 1 correlates documents in pairs."""
 MIN_CORPORA = 2
+"""Fewest corpora ``bench train`` reads: it evaluates the estimator with one corpus held out, trained on the rest."""
 MIN_TOKENS = 2 * math.ceil(1 / min(FRACTIONS))
 """Fewest ``tokens`` per labelling window: the shortest window kept (half of one, :func:`~gatesight_learning.record.
 corpus_windows`) must hold a token in the smallest top fraction the estimator is ranked by (Ov@5, Cov@5), else
 every ranking metric compares the whole window with itself."""
-"""Fewest corpora ``bench train`` reads: it evaluates the estimator with one corpus held out, trained on the rest."""
 
 
 def _label_command(model_path, out) -> str:
@@ -55,11 +56,10 @@ def _shards(labels_dir: Path, weights: str, model_path, futures: str = "labels")
     or settings (:func:`gatesight_learning.record.check_shards`), or by weights other than ``weights``, those of the
     model ``model_path`` they are read for (labels of other weights describe another model)."""
     paths = sorted(Path(labels_dir).glob(SHARD_FILES))
-    other = next(((kind, found) for kind in KINDS if kind is not LABEL_SHARDS
-                  for found in [kind.found_in(Path(labels_dir))] if found is not None), None) if not paths else None
+    other = other_kind(Path(labels_dir), LABEL_SHARDS) if not paths else None
     if other is not None:  # the advice below would be refused: label --out never writes into another kind
-        raise UsageError(f"--labels {labels_dir}: holds {other[0].name} ({other[1].name}), not label shards: give "
-                         "the folder a `bench label --out` wrote")
+        raise UsageError(f"--labels {labels_dir}: holds {other}, not label shards: give the folder a `bench label "
+                         "--out` wrote")
     if not paths:
         raise FileNotFoundError(f"no label shards in {labels_dir}: run `{_label_command(model_path, labels_dir)}` "
                                 "first")

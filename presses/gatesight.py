@@ -27,7 +27,7 @@ from runtime.adapters import ModelAdapter
 from runtime.errors import MissingFileError, UsageError
 
 from .base import Press, Scores, ScoringContext
-from .calibration import WEIGHT_FILES, weights_fingerprint  # noqa: F401 - WEIGHT_FILES: read from here as well
+from .calibration import weights_fingerprint
 
 ARTIFACT_DIR = "gatesight"
 ESTIMATOR_FILES = ("gatesight.json", "gatesight.safetensors")

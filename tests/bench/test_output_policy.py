@@ -278,6 +278,10 @@ def test_cost_never_replaces_a_table_unasked(model_dir, tmp_path, capsys, no_mod
     err = capsys.readouterr().err
     assert code == 2 and f"{out / 'cost.json'} holds a cost table that this run did not write" in err, err
     assert "pass --replace" in err and (out / "cost.md").read_text() == "| earlier |\n"
+    (out / "cost.json").unlink()  # the page alone (docs/cost.md is committed without its JSON): kept all the same
+    code = main(["cost", "--model", str(model_dir), "--press", "keydiff", "--lengths", "64", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2 and "pass --replace" in err and (out / "cost.md").read_text() == "| earlier |\n", err
 
 
 def test_cost_replace_keeps_the_old_table(model_dir, tmp_path):
