@@ -141,17 +141,19 @@ def contexts_of(run: RunPlan) -> ShardContexts:
 def _run(run: RunPlan, identity: loading.ModelIdentity, store: ResultStore, show_progress: bool) -> None:
     jobs = _jobs(run, store)
     per_context = len(run.children)
-    bar = tqdm(total=len(jobs) * per_context, disable=not show_progress, unit="fork", desc="compare")
     # a worker answers one context at a time and loads its own model: workers beyond the contexts only cost memory
     workers = min(run.jobs, len(jobs))
+    # in this process, the model is loaded and every press checked on it before the progress bar starts
+    harness = Harness(run, identity) if run.executor == "local" and workers <= 1 else None
+    bar = tqdm(total=len(jobs) * per_context, disable=not show_progress, unit="fork", desc="compare")
     if workers < run.jobs:
         print(f"note: --jobs {run.jobs} capped at {workers}: the run has {len(jobs)} context(s)", file=sys.stderr)
     if run.executor == "local" and workers > (os.cpu_count() or 1):
         print(f"warning: {workers} worker processes on {os.cpu_count()} CPU core(s): each loads the model and "
               "wants a core of its own; they will compete", file=sys.stderr)
     try:
-        if run.executor == "local" and workers <= 1:
-            for _ in in_this_process(Harness(run, identity), jobs, store.has, store.append):
+        if harness is not None:
+            for _ in in_this_process(harness, jobs, store.has, store.append):
                 bar.update(per_context)
         else:
             # only this process writes the store, whoever answers the contexts; it loads no model itself

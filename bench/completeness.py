@@ -25,6 +25,7 @@ from runtime.errors import UsageError
 from workloads.tasks.registry import haystack_of
 
 from .row_fields import (
+    BATCH,
     QUESTIONS,
     RUN,
     SHARED_FIELDS,
@@ -88,19 +89,27 @@ def check_not_cut(stores: list[ResultStore]) -> None:
             raise UsageError(f"{store.path}: line {store.cut_line}, the last, is cut short: {RERUN}")
 
 
-def _same_values(a: dict, b: dict) -> bool:
+def _values(row: dict) -> dict:
     # the timings of one context are measured where it ran, and the run that wrote it is where the row comes from,
-    # not a value of it: two copies of a row may differ in them alone
-    def values(row: dict) -> dict:
-        return {k: v for k, v in row.items() if not k.endswith("_seconds") and k != RUN}
-    return values(a) == values(b)
+    # and the batch that answered it is how it was computed: not values of it, so two copies of a row may differ in
+    # them alone
+    return {k: v for k, v in row.items() if not k.endswith("_seconds") and k not in (RUN, BATCH)}
 
 
-def check_one_value(stores: list[ResultStore], copies: bool = False) -> None:
-    """``ValueError`` naming (by file and line) the first row key that two rows of ``stores`` hold with other values:
+def _other_batches(a: dict, b: dict) -> bool:
+    """Whether two rows of one key were answered in other padded batches (:data:`~bench.row_fields.BATCH`), where
+    their values may differ in the last digits; rows that do not record it could have come from one batch."""
+    return a.get(BATCH) is not None and b.get(BATCH) is not None and a[BATCH] != b[BATCH]
+
+
+def check_one_value(stores: list[ResultStore], copies: bool = False) -> int:
+    """``UsageError`` naming (by file and line) the first row key that two rows of ``stores`` hold with other values:
     one key, one value. With ``copies`` False, also a key held twice with the same values, which a report would
-    count twice (``bench merge`` passes True: it keeps one copy)."""
+    count twice. ``bench merge`` passes True: it keeps the first copy of a key, and two copies may also hold other
+    values where each was answered in another padded batch (a method held by two runs of other methods); returns
+    how many such keys ``stores`` hold."""
     seen: dict[tuple, tuple[dict, str]] = {}
+    other_batches = 0
     for store in stores:
         for row, line in zip(store.rows, store.line_numbers):
             key, where = row_key(row), f"{store.path}:{line}"
@@ -108,12 +117,15 @@ def check_one_value(stores: list[ResultStore], copies: bool = False) -> None:
                 seen[key] = (row, where)
                 continue
             first, there = seen[key]
-            if not _same_values(first, row):
+            same = _values(first) == _values(row)
+            if not same and not _other_batches(first, row):
                 raise UsageError(f"{there} and {where} hold the row of {describe_row(row)} with other values: one "
                                  "key, one value (shards of one run agree on every row they share)")
             if not copies:
                 raise UsageError(f"{there} and {where} both hold the row of {describe_row(row)}: a report would count "
                                  "it twice; keep one copy (bench merge joins stores, keeping one)")
+            other_batches += not same
+    return other_batches
 
 
 def check_one_split(stores: list[ResultStore]) -> None:

@@ -13,7 +13,7 @@ from typing import Callable
 from .engine import Child, ChildGroup, HeldContext
 from .harness import Harness
 from .row_fields import row_key
-from .rows import QuestionReference, answered_row, base_row, method_fields, needle_fields
+from .rows import QuestionReference, answered_row, base_row, batch_digest, method_fields, needle_fields
 from .specs import BASELINE_METHOD
 
 
@@ -98,7 +98,8 @@ class ContextRun:
             if not which:
                 continue
             answers, log_probs = group.answer(q, which)
+            batch = batch_digest(methods, [methods[i] for i in which])
             for i, answer, child_log_probs in zip(which, answers, log_probs):
                 c = group.members[i]
                 needles = needle_fields(q, c.plan, lambda c=c: c.rank(q))
-                self.emit(answered_row(self.item, q, row, methods[i], answer, child_log_probs, needles))
+                self.emit(answered_row(self.item, q, row, {**methods[i], **batch}, answer, child_log_probs, needles))

@@ -4,18 +4,21 @@ the same contexts, joined into one store.
 Shards of one run share every setting: the group fields (model, weights, artifacts, profile, length, code
 version, engine, dtype, device), the seed, the methods, and the run their rows name (its tasks, n and haystack, and
 one split into N shards). Runs of other methods share all of them but the methods (each holds some the other lacks;
-their no-prune rows, answered alike, are kept once): reports read the rows of one run from one store.
+their no-prune rows, answered alike, are kept once, and so are the rows of a method both hold: answered in other
+padded batches, they may differ in their last digits, :data:`~bench.row_fields.BATCH`, and the first copy is kept):
+reports read the rows of one run from one store.
 
 Before anything is written, each store is checked whole (no last line cut short, every context of its shard with
 the rows of every method and question), the stores against each other, and what the merged store would hold: every
 shard of the run. What is wrong is named with the store: a damaged or unfinished shard, stores of other settings or
-of two splits, a missing shard, or a row two stores hold with other values.
+of two splits, a missing shard, or a row two stores hold with other values from one batch.
 """
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import NamedTuple
 
 from artifacts.outputs import RESULT_STORE, Output
 from runtime.errors import UsageError
@@ -41,16 +44,28 @@ def _settings_of(store: ResultStore) -> dict[str, list[str]]:
     return {**shared, **shard_settings(store.rows)}
 
 
-def merge_stores(sources: list[Path], out: Path) -> int:
+class Merged(NamedTuple):
+    """What :func:`merge_stores` did."""
+
+    added: int
+    """Rows added to the merged store."""
+    other_batches: int
+    """Rows held twice (by two sources, or by a source and the merged store) with other values, each answered in
+    another padded batch (:data:`~bench.row_fields.BATCH`): the first copy is kept (the merged store's, else the
+    first source's)."""
+
+
+def merge_stores(sources: list[Path], out: Path) -> Merged:
     """Append every row of ``sources`` to the store in ``out`` (created if need be; a committed ``.gz`` there is
-    resumed, :class:`~bench.store.ResultStore`); returns the rows added.
+    resumed, :class:`~bench.store.ResultStore`), one copy of each row key.
 
     Raises
     ------
     ValueError
-        A source given twice, an empty, damaged or unfinished source, sources of different settings or splits, a
-        row two sources hold with other values, a shard of the run that neither the sources nor ``out`` hold
-        (:func:`bench.completeness.check_complete`), or an ``out`` that holds results of other settings.
+        A source given twice, an empty, damaged or unfinished source, sources of different settings or splits, a row two
+        sources (or a source and ``out``) hold with other values from one batch, a shard of the run that neither the
+        sources nor ``out`` hold (:func:`bench.completeness.check_complete`), or an ``out`` that holds results of other
+        settings.
     """
     stores = open_stores(sources)
     check_given_once(stores)
@@ -72,13 +87,14 @@ def merge_stores(sources: list[Path], out: Path) -> int:
         if any(held[field] != first[field] for field in SHARED_FIELDS):
             raise UsageError(f"{target.path} holds results of other settings; merge into a new directory")
         check_complete([*stores, target])  # every shard of the run, here or in the sources
+        other_batches = check_one_value([target, *stores], copies=True)  # the copy kept first
         before = len(target.rows)
         for store in stores:
             for row in store.rows:
                 target.append(row)  # a key already there (another copy of the row) is skipped
         if any((out / name).exists() for name in REPORTS):  # they showed the rows before the merge
             _rebuild_reports(out, target.rows)
-        return len(target.rows) - before
+        return Merged(len(target.rows) - before, other_batches)
     finally:
         target.close()
 
@@ -99,8 +115,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> None:
-    added = merge_stores([Path(s) for s in args.stores], Path(args.out))
-    print(f"{added} rows added to {Path(args.out) / 'results.jsonl'}")
+    merged = merge_stores([Path(s) for s in args.stores], Path(args.out))
+    if merged.other_batches:
+        print(f"{merged.other_batches} rows held twice differ in their last digits, each answered in another padded "
+              "batch: the first copy is kept (the merged store's, else the first store's given)")
+    print(f"{merged.added} rows added to {Path(args.out) / 'results.jsonl'}")
 
 
 MERGE = Command("merge", "join the stores of one run's shards (compare --shard K/N), or of runs of other methods, "

@@ -20,6 +20,7 @@ from workloads.tasks.ruler import METRIC, PROFILES
 from .legacy_rows import OPTIONAL_FIELDS
 from .row_fields import (
     BASELINE,
+    BATCH,
     FIDELITY_FIELDS,
     FRACTION_FIELDS,
     KEY_FIELDS,
@@ -195,14 +196,14 @@ def _run_problem(row: dict) -> str | None:
 
 def row_problem(row: dict) -> str | None:
     """What is wrong with one row, or None: every key and fidelity field present; its key of its types and ranges
-    (:func:`key_problem`) and settings a run writes (:func:`_setting_problem`); its schema one this version reads;
-    every fraction (:data:`FRACTION_FIELDS`, :data:`PER_LAYER_FRACTION_FIELDS`) in [0, 1]; answer_nll (a negative
-    log-likelihood) and kl finite numbers >= 0, delta_nll a finite number; agree a boolean; every time
-    (``*_seconds``) a finite number >= 0; its prediction text and its answers a non-empty list of text, its score
-    their metric's (:func:`_score_problem`); the context's counts within its size and the child's bytes integers
-    >= 0 (:func:`_count_problem`), a child's kept entries its allocator's budget (:func:`_budget_problem`); its
-    context one of its run's shard (:func:`_run_problem`); and a no-prune row — the full cache compared with
-    itself — at exactly zero ΔNLL and KL, agreeing."""
+    (:func:`key_problem`) and settings a run writes (:func:`_setting_problem`); its schema one this version reads; every
+    fraction (:data:`FRACTION_FIELDS`, :data:`PER_LAYER_FRACTION_FIELDS`) in [0, 1]; answer_nll (a negative
+    log-likelihood) and kl finite numbers >= 0, delta_nll a finite number; agree a boolean; every time (``*_seconds``) a
+    finite number >= 0; its batch a digest (:data:`BATCH`); its prediction text and its answers a non-empty list of
+    text, its score their metric's (:func:`_score_problem`); the context's counts within its size and the child's bytes
+    integers >= 0 (:func:`_count_problem`), a child's kept entries its allocator's budget (:func:`_budget_problem`); its
+    context one of its run's shard (:func:`_run_problem`); and a no-prune row — the full cache compared with itself — at
+    exactly zero ΔNLL and KL, agreeing."""
     missing = [f for f in (*KEY_FIELDS, "score", *FIDELITY_FIELDS) if row.get(f) is None and f not in OPTIONAL_FIELDS]
     if missing:
         return f"missing {', '.join(missing)}"
@@ -219,6 +220,8 @@ def row_problem(row: dict) -> str | None:
               ("agree", lambda v: isinstance(v, bool), "true or false"),
               *((field, lambda v: v is None or (_number(v) and v >= 0), "a finite number >= 0") for field in seconds),
               ("prediction", lambda v: v is None or _text(v), "text"),
+              (BATCH, lambda v: v is None or (_text(v) and len(v) == 16 and set(v) <= set("0123456789abcdef")),
+               "16 hexadecimal digits, a digest of the padded batch that answered it"),
               ("answers", lambda v: v is None or (isinstance(v, list) and v and all(map(_text, v))),
                "a non-empty list of text")]
     for field, valid, allowed in checks:

@@ -19,8 +19,9 @@ BASELINE = "none"
 """The no-prune method's name in rows (its press and its allocator)."""
 SCHEMA = 2
 """Version of a row's fields; 2 added the fidelity metrics (answer_nll, delta_nll, kl, agree). Fields added since
-without changing what the others mean (:data:`RUN`, :data:`QUESTIONS`) leave it as it is: rows written before them
-lack them and are read, checked and compared with new rows as before (:mod:`bench.legacy_rows`)."""
+without changing what the others mean (:data:`RUN`, :data:`QUESTIONS`, :data:`BATCH`) leave it as it is: rows
+written before them lack them and are read, checked and compared with new rows as before
+(:mod:`bench.legacy_rows`)."""
 FIDELITY_FIELDS = ("answer_nll", "delta_nll", "kl", "agree")
 FRACTION_FIELDS = ("score", "score_official", "needle_recall", "answer_recall")
 """Fields that hold one fraction in [0, 1] (accuracy, the share of the needle's entries kept); ``score`` is
@@ -34,6 +35,13 @@ The run answers items 0 … n − 1 of each task, in that order (its contexts, a
 its shard ``k/N`` took the positions k, k + N, … (an unsharded run is shard 0/1). Rows written before it lack it
 (every committed store): their stores are checked context by context only (:mod:`bench.completeness`)."""
 RUN_FIELDS = ("tasks", "n", "haystack", "shard", "shards")
+BATCH = "batch"
+"""The field by which a compacted child's row names the padded batch that answered its question: a digest of the
+children forked into that batch and of those answered in that pass (their methods at their kept fractions,
+:func:`bench.rows.batch_digest`). A method's values depend, in their last digits, on what shares its batch (other
+shapes, other sums), so two runs that both hold a method may hold its rows with other values; ``bench merge`` keeps
+one copy of each where the batches differ, and refuses two values from one batch. No-prune rows (answered alone)
+and rows written before it lack it."""
 QUESTIONS = "questions"
 """The field by which a row records how many questions its context has: its questions are 0 … questions − 1, and
 a context is whole when each of its methods holds the row of each (:mod:`bench.completeness`). Rows written before

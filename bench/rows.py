@@ -7,6 +7,8 @@ tasks, which answer-bearing entries the child kept (:func:`needle_fields`).
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Callable
 
 import torch
@@ -19,7 +21,7 @@ from workloads.tasks.items import Item, Question
 from .fidelity import FullCacheReference, fidelity, reference_text
 from .needles import mean_over_heads, needle_positions, needle_recall
 from .plan import RunPlan
-from .row_fields import QUESTIONS, RUN, SCHEMA
+from .row_fields import BATCH, QUESTIONS, RUN, SCHEMA
 from .specs import Method
 
 
@@ -48,6 +50,16 @@ def method_fields(method: Method, keep_fraction: float, common: dict, kv_bytes: 
         fields["score_seconds"] = round(score_seconds, 4)
         fields["kept_entries"] = kept_entries
     return {**fields, "kv_bytes": kv_bytes, "recurrent_bytes": recurrent_bytes}
+
+
+def batch_digest(forked: list[dict], answered: list[dict]) -> dict:
+    """The :data:`~bench.row_fields.BATCH` field of the rows of one padded batch's pass over a question: a digest of
+    the children ``forked`` into it (which set its padded shapes) and of those ``answered`` in the pass, each by its
+    :func:`method_fields` (press, allocator, kept fraction)."""
+    def label(method: dict) -> list:
+        return [method["press"], method["allocator"], method["keep_fraction"]]
+    text = json.dumps([sorted(map(label, forked)), sorted(map(label, answered))])
+    return {BATCH: hashlib.sha256(text.encode()).hexdigest()[:16]}
 
 
 class QuestionReference:

@@ -285,6 +285,13 @@ def rebuild(checkpoint, root: Path, log=print) -> Path:
     return target
 
 
+def _new_artifacts(name: str, env: str) -> str:
+    """The commands that make a new estimator and calibration of the rebuilt hybrid ``name`` (``env``: the cache's
+    variable, where it is not the default), replacing those it carries (a rebuild carries what its delta ships)."""
+    return (f"`{env}bench label --model {name} --out LABELS` and `{env}bench train --model {name} --labels LABELS "
+            f"--replace` for an estimator, `{env}bench calibrate --model {name} --replace` for a calibration")
+
+
 def ship_artifacts(checkpoint, root: Path, log=print) -> list[Path]:
     """Copy the GateSight estimator and the calibration of the hybrid rebuilt from ``checkpoint``'s delta (in
     ``root``) into the delta, so that every later rebuild carries them (:data:`pretrained.catalog.DELTA_ARTIFACTS`).
@@ -311,12 +318,12 @@ def ship_artifacts(checkpoint, root: Path, log=print) -> list[Path]:
         cache = "" if Path(root) == cache_dir() else f" --cache {Path(root).parent}"
         env = "" if not cache else f"{CACHE_ENV}={Path(root).parent} "
         raise FileNotFoundError(f"{checkpoint.name} is not rebuilt from {checkpoint.delta_dir} in {root}: run "
-                                f"`bench fetch-model {checkpoint.name}{cache}`, then `{env}bench train --model "
-                                f"{checkpoint.name}` / `{env}bench calibrate --model {checkpoint.name}` on it")
+                                f"`bench fetch-model {checkpoint.name}{cache}` (the rebuild carries what the delta "
+                                f"ships), then {_new_artifacts(checkpoint.name, env)}, then this command again")
     present = [folder for folder in DELTA_ARTIFACTS if any(p.is_file() for p in (directory / folder).glob("*"))]
     if not present:
-        raise UsageError(f"{directory} holds no GateSight estimator nor calibration: run `bench train --model "
-                         f"{checkpoint.name}` and `bench calibrate --model {checkpoint.name}` first")
+        raise UsageError(f"{directory} holds no GateSight estimator nor calibration: "
+                         f"{_new_artifacts(checkpoint.name, '')} first")
     _check_estimator_weights(directory, fingerprint(directory, "model*.safetensors"), str(directory))
     written = []
     for folder in present:

@@ -6,6 +6,9 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .errors import ArgumentTypeError
+from .options import whole
+
 
 @dataclass(frozen=True)
 class EvidenceRequest:
@@ -28,6 +31,17 @@ class EvidenceRequest:
     recurrent_signals: bool = False
     window: int = 0
     signal_dtype: torch.dtype | None = None
+
+    def __post_init__(self):
+        # a press's request is made once and read by every prefill: a wrong one is named where it is made
+        if not isinstance(self.recurrent_signals, bool):
+            raise ArgumentTypeError(f"recurrent_signals must be True or False, got {self.recurrent_signals!r}")
+        object.__setattr__(self, "window", whole(self.window, "window (context tokens whose hidden states are "
+                                                               "recorded; 0: none)", 0, text=False))
+        if self.signal_dtype is not None and not (isinstance(self.signal_dtype, torch.dtype)
+                                                  and self.signal_dtype.is_floating_point):
+            raise ArgumentTypeError(f"signal_dtype must be a floating torch dtype (torch.float32, torch.bfloat16, …) "
+                                    f"or None, got {self.signal_dtype!r}")
 
     def __or__(self, other: "EvidenceRequest") -> "EvidenceRequest":
         return EvidenceRequest(

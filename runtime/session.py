@@ -69,6 +69,9 @@ def stop_tokens(eos_token_id) -> set[int]:
     if any(isinstance(i, bool) or not isinstance(i, numbers.Integral) for i in ids):
         raise ArgumentTypeError(f"eos_token_id must be a token id, a list of them or None, got "
                                 f"{describe(eos_token_id)}")
+    if any(i < 0 for i in ids):
+        raise UsageError(f"eos_token_id must be token ids >= 0 (no answer could stop at another), got "
+                         f"{describe(eos_token_id)}")
     return {int(i) for i in ids}
 
 

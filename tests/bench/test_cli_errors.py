@@ -282,3 +282,13 @@ def test_a_flag_the_command_does_not_take_is_named_by_the_command(model_dir, cap
     code, err = run_cli(capsys, "compare", "--model", model_dir, "--replace")
     assert code == 2 and err.startswith("bench compare: error: unrecognized arguments: --replace (`bench compare "
                                         "--help` lists the flags)"), err
+
+
+def test_a_press_that_cannot_run_on_the_model_is_refused_before_the_progress_bar(model_dir, tmp_path, capsys):
+    """Checked once the model is loaded (what the press reads of it), before any fork is counted."""
+    code = main(["compare", "--model", str(model_dir), "--press", "kvpress:ExpectedAttentionPress", "--tasks",
+                 "niah_single_1", "--n", "1", "--length", "256", "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("bench compare: error: press 'kvpress:ExpectedAttentionPress' cannot run "), err
+    assert "(partial RoPE)" in err and err.count("\n") <= 1 and "fork" not in err, err
+    assert not (tmp_path / "out" / "results.jsonl").exists()

@@ -37,9 +37,34 @@ def test_shards_merged_equal_the_whole_run(model_dir, tmp_path):
     shard_rows = [_rows(tmp_path / f"shard{k}") for k in range(3)]
     assert all(shard_rows) and len({(r["task"], r["item"]) for r in shard_rows[0]}) == 2  # positions 0 and 3
     assert (merge_stores([tmp_path / f"shard{k}" for k in range(3)], tmp_path / "merged")
-            == len(_rows(tmp_path / "whole")))
+            == (len(_rows(tmp_path / "whole")), 0))
     assert _rows(tmp_path / "merged") == _rows(tmp_path / "whole")
-    assert merge_stores([tmp_path / "shard0"], tmp_path / "merged") == 0  # merging again adds nothing
+    assert merge_stores([tmp_path / "shard0"], tmp_path / "merged") == (0, 0)  # merging again adds nothing
+
+
+def _write(directory, rows):
+    (directory / "results.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+
+
+def test_a_method_two_runs_hold_is_kept_once_where_their_batches_differ(model_dir, tmp_path):
+    """Two runs of other methods that share one (flat): each answered flat's children in another padded batch, so
+    its values may differ in their last digits (here made to differ surely); merge keeps the first store's copy.
+    From one batch, other values are a conflict."""
+    run_compare(_settings(model_dir, tmp_path / "a"), show_progress=False)
+    run_compare(_settings(model_dir, tmp_path / "b", allocators=["flat"]), show_progress=False)
+    rows_b = [json.loads(line) for line in (tmp_path / "b" / "results.jsonl").read_text().splitlines()]
+    flat_a = {(r["task"], r["item"], r["question"]): r for r in _rows(tmp_path / "a") if r["allocator"] == "flat"}
+    flat_b = [r for r in rows_b if r["allocator"] == "flat"]
+    assert flat_b and all(r["batch"] != flat_a[(r["task"], r["item"], r["question"])]["batch"] for r in flat_b)
+    assert all("batch" not in r for r in rows_b if r["press"] == "none")  # the full cache is answered alone
+    _write(tmp_path / "b", [{**r, "kl": r["kl"] + 1e-9} if r in flat_b else r for r in rows_b])
+    merged = merge_stores([tmp_path / "a", tmp_path / "b"], tmp_path / "merged")
+    assert merged == (len(_rows(tmp_path / "a")), len(flat_b))  # every row of b is a copy of one of a
+    assert _rows(tmp_path / "merged") == _rows(tmp_path / "a")
+    _write(tmp_path / "b", [{**r, "kl": r["kl"] + 1e-9, "batch": flat_a[(r["task"], r["item"], r["question"])]["batch"]}
+                            if r in flat_b else r for r in rows_b])
+    with pytest.raises(ValueError, match="with other values: one key, one value"):
+        merge_stores([tmp_path / "a", tmp_path / "b"], tmp_path / "merged2")
 
 
 def test_stores_of_other_settings_are_not_merged(model_dir, tmp_path):

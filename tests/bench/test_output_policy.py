@@ -144,8 +144,11 @@ def test_ship_artifacts_advises_the_cache_it_was_given(tmp_path, capsys, monkeyp
     monkeypatch.delenv(CACHE_ENV, raising=False)
     (tmp_path / "cache").mkdir()
     code, err = run_cli(capsys, "ship-artifacts", "smollm2-135m-hybrid", "--cache", tmp_path / "cache")
-    assert code == 2 and f"`bench fetch-model smollm2-135m-hybrid --cache {tmp_path / 'cache'}`, then " \
-        f"`{CACHE_ENV}={tmp_path / 'cache'} bench train --model smollm2-135m-hybrid`" in err, err
+    assert code == 2 and f"`bench fetch-model smollm2-135m-hybrid --cache {tmp_path / 'cache'}`" in err, err
+    for command in ("label --model smollm2-135m-hybrid --out LABELS",
+                    "train --model smollm2-135m-hybrid --labels LABELS --replace",
+                    "calibrate --model smollm2-135m-hybrid --replace"):
+        assert f"`{CACHE_ENV}={tmp_path / 'cache'} bench {command}`" in err, err
 
 
 @pytest.mark.parametrize("case", ["a file where a directory is expected", "unwritable"])

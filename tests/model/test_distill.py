@@ -6,6 +6,7 @@ import copy
 import json
 import math
 import re
+import shlex
 import shutil
 
 import pytest
@@ -273,14 +274,34 @@ def _artifacts(directory, weights: str, calibration: bytes = b"calibration") -> 
     (directory / "calibration" / "calibration.safetensors").write_bytes(calibration)
 
 
+def _parses_every_command(message: str, commands: list[str]) -> None:
+    """The bench commands ``message`` advises (in backquotes, after any variable) are ``commands``, each accepted by
+    the command line as written — with --labels where it trains, and --replace where the rebuild carries what the
+    delta ships already."""
+    from bench.cli import build_parser
+
+    advised = [shlex.split(c.split("bench ", 1)[1]) for c in re.findall(r"`([^`]*bench [^`]*)`", message)]
+    assert [argv[0] for argv in advised] == commands, message
+    for argv in advised:
+        args = build_parser().parse_args([word.replace("LABELS", "labels") for word in argv])
+        if argv[0] in ("train", "calibrate"):
+            assert args.replace
+        if argv[0] == "train":
+            assert "--labels" in argv
+
+
 def test_shipped_artifacts_travel_with_the_delta_into_every_rebuild(catalogued, tmp_path):
     from pretrained.loading import fingerprint
     from pretrained.model_cache import installed
 
     checkpoint, root = catalogued
-    rebuilt = hybrid_delta.rebuild(checkpoint, root)
-    with pytest.raises(ValueError, match="holds no GateSight estimator nor calibration"):
+    with pytest.raises(FileNotFoundError, match="is not rebuilt from") as refused:
         hybrid_delta.ship_artifacts(checkpoint, root)
+    _parses_every_command(str(refused.value), ["fetch-model", "label", "train", "calibrate"])
+    rebuilt = hybrid_delta.rebuild(checkpoint, root)
+    with pytest.raises(ValueError, match="holds no GateSight estimator nor calibration") as refused:
+        hybrid_delta.ship_artifacts(checkpoint, root)
+    _parses_every_command(str(refused.value), ["label", "train", "calibrate"])
     weights = fingerprint(rebuilt, "model*.safetensors")
     _artifacts(rebuilt, weights)
     shipped = hybrid_delta.ship_artifacts(checkpoint, root)

@@ -9,6 +9,7 @@ from transformers import GPT2Config, GPT2LMHeadModel
 
 from runtime import KeepPlan, prefill
 from runtime.errors import ArgumentTypeError, UsageError
+from runtime.evidence import EvidenceRequest
 
 
 @pytest.fixture(scope="module")
@@ -102,6 +103,18 @@ def test_evidence_that_is_not_a_request_is_named(tiny, evidence):
         prefill(tiny("qwen3_5"), torch.arange(20), evidence=evidence)
 
 
+@pytest.mark.parametrize("request_fields, message", [
+    (dict(window=-1), r"window \(context tokens .*\) must be an integer >= 0, got -1"),
+    (dict(window=2.5), r"window .* must be an integer >= 0, got 2.5"),
+    (dict(recurrent_signals=1), "recurrent_signals must be True or False, got 1"),
+    (dict(signal_dtype=torch.int8), "signal_dtype must be a floating torch dtype .*, got torch.int8"),
+    (dict(signal_dtype="float32"), "signal_dtype must be a floating torch dtype .*, got 'float32'")])
+def test_an_evidence_request_of_impossible_fields_is_named_where_it_is_made(request_fields, message):
+    with pytest.raises(ValueError, match=message):
+        EvidenceRequest(**request_fields)
+    assert EvidenceRequest(window=np.int64(3)).window == 3 and EvidenceRequest(window=0).window == 0
+
+
 def test_reentrant_question_is_refused(parent):
     child = parent.fork(parent.keep_all_plan())
 
@@ -186,6 +199,9 @@ def test_text_or_nothing_where_token_ids_belong_is_named(parent, ids, shown):
 def test_stop_tokens_and_the_chooser_are_checked(parent):
     with pytest.raises(ArgumentTypeError, match="eos_token_id must be a token id, a list of them or None, got str 'x'"):
         parent.answer(torch.arange(3), 2, eos_token_id="x")
+    for negative, shown in ((-5, "int -5"), ([0, -1], r"list \[0, -1\]")):
+        with pytest.raises(UsageError, match=rf"eos_token_id must be token ids >= 0 .*, got {shown}"):
+            parent.answer(torch.arange(3), 2, eos_token_id=negative)
     with pytest.raises(ArgumentTypeError, match="choose must map a step's logits to a token"):
         parent.answer(torch.arange(3), 2, choose=3)
     first = parent.answer(torch.arange(3), 1).tokens[0]
