@@ -16,7 +16,7 @@ from runtime.errors import UsageError
 from .arguments import Command
 from .compare_command import COMPARE
 from .cost import COST
-from .fetch_command import FETCH_MODEL
+from .fetch_command import FETCH_MODEL, check_outside_the_cache
 from .learning_commands import ANALYZE, CALIBRATE, LABEL, TRAIN
 from .merge import MERGE
 from .model_commands import DISTILL, MODEL_EVAL, SHIP_ARTIFACTS, TRAIN_MODEL
@@ -41,10 +41,43 @@ class OneLineParser(argparse.ArgumentParser):
         command = self.commands.get(getattr(parsed, "command", None), self)
         if extra:  # argparse names the top-level parser, whose --help lists no command's flags
             command.error(f"unrecognized arguments: {' '.join(extra)}")
-        twice = repeated_flag(command, sys.argv[1:] if args is None else list(map(str, args)))
+        given = sys.argv[1:] if args is None else list(map(str, args))
+        twice = repeated_flag(command, given)
         if twice is not None:
             command.error(f"{twice} is given twice: give it once (only the last would count)")
+        empty = empty_value(command, given, parsed)
+        if empty is not None:
+            command.error(f"{empty} is empty: give a value (a name or a path; '' would mean the current folder)")
         return parsed
+
+
+def empty_value(parser: argparse.ArgumentParser, argv: list[str], parsed: argparse.Namespace) -> str | None:
+    """The first flag of ``parser`` that ``argv`` gives an empty value (``--out ''``, ``--out=``), or positional
+    argument parsed as one; None if there is none. A path, a name or options are never empty (a path read from '' is
+    the current folder). A list typed as '' is left to its command, which names what the list should hold."""
+    options = parser._option_string_actions
+    for at, token in enumerate(argv):
+        if token == "--":
+            break
+        name, given, value = token.partition("=")
+        action = options.get(name)
+        if action is None or action.nargs == 0 or not name.startswith("-") or _a_list(action):
+            continue
+        if (given and not value) or (not given and at + 1 < len(argv) and argv[at + 1] == ""):
+            return max(action.option_strings, key=len)
+    for action in parser._actions:
+        value = getattr(parsed, action.dest, None) if not action.option_strings else None
+        if value == "" or (isinstance(value, list) and "" in value):
+            return action.dest
+    return None
+
+
+def _a_list(action: argparse.Action) -> bool:
+    """Whether the flag's type reads '' as an empty list (``--press``, ``--lengths``)."""
+    try:
+        return callable(action.type) and action.type("") == []
+    except (argparse.ArgumentTypeError, ValueError, TypeError):
+        return False
 
 
 def repeated_flag(parser: argparse.ArgumentParser, argv: list[str]) -> str | None:
@@ -135,7 +168,9 @@ def main(argv: list[str] | None = None) -> int:
     if command.loads_models:
         _quiet_transformers()
     try:
-        check_outputs(command.outputs(args))
+        outputs = command.outputs(args)
+        check_outside_the_cache(outputs)
+        check_outputs(outputs)
         command.run(args)
     except KeyboardInterrupt:
         print(f"\nbench {args.command}: interrupted; {command.interrupted(args)}", file=sys.stderr)

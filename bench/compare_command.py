@@ -37,6 +37,9 @@ def compression_ratios(text: str) -> list[float]:
         except ValueError:
             raise argparse.ArgumentTypeError(f"compression ratio {typed} is outside [0, 1) (the evicted fraction, "
                                              "1 − kept fraction)") from None
+    if not fractions:
+        raise argparse.ArgumentTypeError("no compression ratio given: give kvpress's compression ratios (evicted "
+                                         "fractions) in [0, 1), comma-separated")
     return fractions
 
 

@@ -17,6 +17,7 @@ context only.
 
 from __future__ import annotations
 
+import reprlib
 from collections import defaultdict
 from itertools import islice
 from pathlib import Path
@@ -26,6 +27,7 @@ from workloads.tasks.registry import haystack_of
 
 from .row_fields import (
     BATCH,
+    FIDELITY_FIELDS,
     QUESTIONS,
     RUN,
     SHARED_FIELDS,
@@ -89,6 +91,13 @@ def check_not_cut(stores: list[ResultStore]) -> None:
             raise UsageError(f"{store.path}: line {store.cut_line}, the last, is cut short: {RERUN}")
 
 
+BATCH_TOLERANCE = {"float32": 1e-4, "bfloat16": 0.05, "float16": 0.01}
+"""How far the fidelity values (answer_nll, delta_nll, kl) of one row answered in two padded batches may differ,
+relative to the larger of 1 and their magnitudes, by the dtype the rows ran in: other shapes sum in another order
+(measured in float32: 2e-6 nats at most). Every other value — the prediction, the score, what was kept — is the
+same from any batch."""
+
+
 def _values(row: dict) -> dict:
     # the timings of one context are measured where it ran, and the run that wrote it is where the row comes from,
     # and the batch that answered it is how it was computed: not values of it, so two copies of a row may differ in
@@ -96,20 +105,46 @@ def _values(row: dict) -> dict:
     return {k: v for k, v in row.items() if not k.endswith("_seconds") and k not in (RUN, BATCH)}
 
 
-def _other_batches(a: dict, b: dict) -> bool:
-    """Whether two rows of one key were answered in other padded batches (:data:`~bench.row_fields.BATCH`), where
-    their values may differ in the last digits; rows that do not record it could have come from one batch."""
-    return a.get(BATCH) is not None and b.get(BATCH) is not None and a[BATCH] != b[BATCH]
+def _batch_difference(a: dict, b: dict) -> float | None:
+    """The largest difference of the fidelity values of two copies of one row answered in other padded batches
+    (:data:`~bench.row_fields.BATCH`), where that is all they differ in (:data:`BATCH_TOLERANCE`); None otherwise —
+    also for rows that do not record their batch, which could have come from one."""
+    if a.get(BATCH) is None or b.get(BATCH) is None or a[BATCH] == b[BATCH]:
+        return None
+    va, vb = _values(a), _values(b)
+    if {k: v for k, v in va.items() if k not in FIDELITY_FIELDS} != {
+            k: v for k, v in vb.items() if k not in FIDELITY_FIELDS}:
+        return None
+    tolerance = BATCH_TOLERANCE.get(a.get("dtype"), BATCH_TOLERANCE["float32"])
+    largest = 0.0
+    for field in FIDELITY_FIELDS:
+        x, y = va.get(field), vb.get(field)
+        if isinstance(x, bool) or isinstance(y, bool) or not (
+                isinstance(x, (int, float)) and isinstance(y, (int, float))):
+            if x != y:
+                return None
+            continue
+        if abs(x - y) > tolerance * max(1.0, abs(x), abs(y)):
+            return None
+        largest = max(largest, abs(x - y))
+    return largest
 
 
-def check_one_value(stores: list[ResultStore], copies: bool = False) -> int:
+def _first_difference(a: dict, b: dict) -> str:
+    """The first field two copies of a row hold other values of, as a message shows it."""
+    va, vb = _values(a), _values(b)
+    field = next(k for k in sorted(set(va) | set(vb)) if va.get(k) != vb.get(k))
+    return f"{field} {reprlib.repr(va.get(field))} and {reprlib.repr(vb.get(field))}"
+
+
+def check_one_value(stores: list[ResultStore], copies: bool = False) -> list[float]:
     """``UsageError`` naming (by file and line) the first row key that two rows of ``stores`` hold with other values:
     one key, one value. With ``copies`` False, also a key held twice with the same values, which a report would
-    count twice. ``bench merge`` passes True: it keeps the first copy of a key, and two copies may also hold other
-    values where each was answered in another padded batch (a method held by two runs of other methods); returns
-    how many such keys ``stores`` hold."""
+    count twice. ``bench merge`` passes True: it keeps the first copy of a key, and two copies may also differ where
+    each was answered in another padded batch, in their fidelity values alone and within :data:`BATCH_TOLERANCE`
+    (a method held by two runs of other methods); returns the largest difference of each such key."""
     seen: dict[tuple, tuple[dict, str]] = {}
-    other_batches = 0
+    differences = []
     for store in stores:
         for row, line in zip(store.rows, store.line_numbers):
             key, where = row_key(row), f"{store.path}:{line}"
@@ -118,14 +153,20 @@ def check_one_value(stores: list[ResultStore], copies: bool = False) -> int:
                 continue
             first, there = seen[key]
             same = _values(first) == _values(row)
-            if not same and not _other_batches(first, row):
-                raise UsageError(f"{there} and {where} hold the row of {describe_row(row)} with other values: one "
-                                 "key, one value (shards of one run agree on every row they share)")
+            difference = None if same else _batch_difference(first, row)
+            if not same and difference is None:
+                batches = " (from two padded batches, which change only the last digits of NLL and KL)" if (
+                    first.get(BATCH) is not None and row.get(BATCH) is not None
+                    and first[BATCH] != row[BATCH]) else ""
+                raise UsageError(f"{there} and {where} hold the row of {describe_row(row)} with other values "
+                                 f"({_first_difference(first, row)}){batches}: one key, one value (shards of one run "
+                                 "agree on every row they share)")
             if not copies:
                 raise UsageError(f"{there} and {where} both hold the row of {describe_row(row)}: a report would count "
                                  "it twice; keep one copy (bench merge joins stores, keeping one)")
-            other_batches += not same
-    return other_batches
+            if difference is not None:
+                differences.append(difference)
+    return differences
 
 
 def check_one_split(stores: list[ResultStore]) -> None:

@@ -90,7 +90,8 @@ def run_cost(model_path, press_names: list[str], lengths: list[int], out: Path, 
         table without ``replace``: all before the model loads.
     """
     if not press_names or not lengths:
-        raise UsageError("give at least one press and one length")
+        raise UsageError(f"no {'press' if not press_names else 'length'} given (--"
+                         f"{'press' if not press_names else 'lengths'}): give at least one press and one length")
     for name in press_names:
         if "[" in name:  # the registry's message speaks to a library caller; this is the command's
             raise UsageError(f"--press {name!r}: bench cost times each press with its default options; name it "

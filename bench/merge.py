@@ -11,7 +11,7 @@ reports read the rows of one run from one store.
 Before anything is written, each store is checked whole (no last line cut short, every context of its shard with
 the rows of every method and question), the stores against each other, and what the merged store would hold: every
 shard of the run. What is wrong is named with the store: a damaged or unfinished shard, stores of other settings or
-of two splits, a missing shard, or a row two stores hold with other values from one batch.
+of two splits, a missing shard, or a row two stores hold with other values than another padded batch explains.
 """
 
 from __future__ import annotations
@@ -50,9 +50,11 @@ class Merged(NamedTuple):
     added: int
     """Rows added to the merged store."""
     other_batches: int
-    """Rows held twice (by two sources, or by a source and the merged store) with other values, each answered in
-    another padded batch (:data:`~bench.row_fields.BATCH`): the first copy is kept (the merged store's, else the
-    first source's)."""
+    """Rows held twice (by two sources, or by a source and the merged store) with fidelity values that differ as
+    their padded batches differ (:data:`~bench.row_fields.BATCH`, :data:`~bench.completeness.BATCH_TOLERANCE`):
+    the first copy is kept (the merged store's, else the first source's)."""
+    largest_difference: float
+    """The largest difference of those rows' fidelity values (0 where there are none)."""
 
 
 def merge_stores(sources: list[Path], out: Path) -> Merged:
@@ -63,9 +65,9 @@ def merge_stores(sources: list[Path], out: Path) -> Merged:
     ------
     ValueError
         A source given twice, an empty, damaged or unfinished source, sources of different settings or splits, a row two
-        sources (or a source and ``out``) hold with other values from one batch, a shard of the run that neither the
-        sources nor ``out`` hold (:func:`bench.completeness.check_complete`), or an ``out`` that holds results of other
-        settings.
+        sources (or a source and ``out``) hold with other values than another padded batch explains, a shard of the run
+        that neither the sources nor ``out`` hold (:func:`bench.completeness.check_complete`), or an ``out`` that holds
+        results of other settings.
     """
     stores = open_stores(sources)
     check_given_once(stores)
@@ -87,14 +89,14 @@ def merge_stores(sources: list[Path], out: Path) -> Merged:
         if any(held[field] != first[field] for field in SHARED_FIELDS):
             raise UsageError(f"{target.path} holds results of other settings; merge into a new directory")
         check_complete([*stores, target])  # every shard of the run, here or in the sources
-        other_batches = check_one_value([target, *stores], copies=True)  # the copy kept first
+        differences = check_one_value([target, *stores], copies=True)  # the copy kept first
         before = len(target.rows)
         for store in stores:
             for row in store.rows:
                 target.append(row)  # a key already there (another copy of the row) is skipped
         if any((out / name).exists() for name in REPORTS):  # they showed the rows before the merge
             _rebuild_reports(out, target.rows)
-        return Merged(len(target.rows) - before, other_batches)
+        return Merged(len(target.rows) - before, len(differences), max(differences, default=0.0))
     finally:
         target.close()
 
@@ -117,8 +119,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args) -> None:
     merged = merge_stores([Path(s) for s in args.stores], Path(args.out))
     if merged.other_batches:
-        print(f"{merged.other_batches} rows held twice differ in their last digits, each answered in another padded "
-              "batch: the first copy is kept (the merged store's, else the first store's given)")
+        print(f"{merged.other_batches} rows held twice differ by at most {merged.largest_difference:.2g} in their "
+              "NLL or KL, each answered in another padded batch: the first copy is kept (the merged store's, else "
+              "the first store's given)")
     print(f"{merged.added} rows added to {Path(args.out) / 'results.jsonl'}")
 
 

@@ -91,7 +91,8 @@ def evaluate_model(model_path, tasks: list[str], lengths: list[int], n: int, see
     if n < 1:
         raise UsageError(f"--n {n}: give at least 1 item per task")
     if not tasks or not lengths:
-        raise UsageError("give at least one task and one length")
+        raise UsageError(f"no {'task' if not tasks else 'length'} given (--{'tasks' if not tasks else 'lengths'}): "
+                         "give at least one task and one length")
     groups = [name for name, members in GROUPS.items() if set(members) <= set(TASKS)]
     unknown = [task for task in tasks if task not in TASKS and task not in groups]
     if unknown:

@@ -55,6 +55,9 @@ def _shards(labels_dir: Path, weights: str, model_path, futures: str = "labels")
     """The label shards of ``labels_dir``, refused if there are none, if they were labelled with different weights
     or settings (:func:`gatesight_learning.record.check_shards`), or by weights other than ``weights``, those of the
     model ``model_path`` they are read for (labels of other weights describe another model)."""
+    if Path(labels_dir).is_file():
+        raise UsageError(f"--labels {labels_dir} is a file: give the folder of label shards that `bench label --out` "
+                         f"wrote (here perhaps {Path(labels_dir).parent})")
     paths = sorted(Path(labels_dir).glob(SHARD_FILES))
     other = other_kind(Path(labels_dir), LABEL_SHARDS) if not paths else None
     if other is not None:  # the advice below would be refused: label --out never writes into another kind

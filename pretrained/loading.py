@@ -50,6 +50,9 @@ class ModelSpec:
     allow_download: bool = False
 
     def __post_init__(self):
+        if self.path is not None and not str(self.path).strip():
+            raise UsageError(f"model {self.path!r} is empty: give a model directory, a hub id or a catalogued name "
+                             f"({', '.join(pretrained.CHECKPOINTS)}), or None for the default model")
         if self.dtype != "auto" and self.dtype not in DTYPES:
             raise UsageError(f"unknown dtype {self.dtype!r}; choose auto, {', '.join(DTYPES)}")
         self.torch_device()  # refuses a bad or unavailable device before anything loads

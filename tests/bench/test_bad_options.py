@@ -92,6 +92,8 @@ def _walk() -> list:
             values = _bad_values(action)
             assert values is not None, (f"bench {name} {flag or action.dest}: no bad value known for this option; "
                                         "give it a typed argument (bench/arguments.py) or name it in BY_NAME")
+            if flag is not None and "" not in values:  # never a name nor a path ('' is the current folder)
+                values = [*values, ""]
             cases += [pytest.param(name, flag, value, id=f"{name} {flag or action.dest} {value}") for value in values]
     return cases
 

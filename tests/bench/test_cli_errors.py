@@ -292,3 +292,23 @@ def test_a_press_that_cannot_run_on_the_model_is_refused_before_the_progress_bar
     assert code == 2 and err.startswith("bench compare: error: press 'kvpress:ExpectedAttentionPress' cannot run "), err
     assert "(partial RoPE)" in err and err.count("\n") <= 1 and "fork" not in err, err
     assert not (tmp_path / "out" / "results.jsonl").exists()
+
+
+def test_labels_that_name_a_file_ask_for_the_folder(model_dir, tmp_path, capsys, no_model_load):
+    """The advice is a command that runs: `bench label --out FILE` would be refused."""
+    (tmp_path / "labels").mkdir()
+    (tmp_path / "labels" / "results.jsonl").write_text("{}\n")
+    for command in ("train", "analyze"):
+        code = main([command, "--model", str(model_dir), "--labels", str(tmp_path / "labels" / "results.jsonl"),
+                     "--out", str(tmp_path / command)])
+        err = capsys.readouterr().err
+        assert code == 2 and f"--labels {tmp_path / 'labels' / 'results.jsonl'} is a file: give the folder of label " \
+            f"shards that `bench label --out` wrote (here perhaps {tmp_path / 'labels'})" in err, err
+
+
+@pytest.mark.parametrize("model", ["", "  "])
+def test_an_empty_model_is_named_in_the_library_too(tmp_path, model):
+    with pytest.raises(ValueError, match=f"model {model!r} is empty: give a model directory, a hub id or a "
+                                         "catalogued name"):
+        run_compare(compare_settings(model, tmp_path / "out"), show_progress=False)
+    assert not (tmp_path / "out").exists()

@@ -37,9 +37,9 @@ def test_shards_merged_equal_the_whole_run(model_dir, tmp_path):
     shard_rows = [_rows(tmp_path / f"shard{k}") for k in range(3)]
     assert all(shard_rows) and len({(r["task"], r["item"]) for r in shard_rows[0]}) == 2  # positions 0 and 3
     assert (merge_stores([tmp_path / f"shard{k}" for k in range(3)], tmp_path / "merged")
-            == (len(_rows(tmp_path / "whole")), 0))
+            == (len(_rows(tmp_path / "whole")), 0, 0.0))
     assert _rows(tmp_path / "merged") == _rows(tmp_path / "whole")
-    assert merge_stores([tmp_path / "shard0"], tmp_path / "merged") == (0, 0)  # merging again adds nothing
+    assert merge_stores([tmp_path / "shard0"], tmp_path / "merged") == (0, 0, 0.0)  # merging again adds nothing
 
 
 def _write(directory, rows):
@@ -59,12 +59,21 @@ def test_a_method_two_runs_hold_is_kept_once_where_their_batches_differ(model_di
     assert all("batch" not in r for r in rows_b if r["press"] == "none")  # the full cache is answered alone
     _write(tmp_path / "b", [{**r, "kl": r["kl"] + 1e-9} if r in flat_b else r for r in rows_b])
     merged = merge_stores([tmp_path / "a", tmp_path / "b"], tmp_path / "merged")
-    assert merged == (len(_rows(tmp_path / "a")), len(flat_b))  # every row of b is a copy of one of a
+    assert merged[:2] == (len(_rows(tmp_path / "a")), len(flat_b))  # every row of b is a copy of one of a
+    assert 0 < merged.largest_difference < 1e-4  # the batches themselves: 4e-6 measured
     assert _rows(tmp_path / "merged") == _rows(tmp_path / "a")
-    _write(tmp_path / "b", [{**r, "kl": r["kl"] + 1e-9, "batch": flat_a[(r["task"], r["item"], r["question"])]["batch"]}
-                            if r in flat_b else r for r in rows_b])
-    with pytest.raises(ValueError, match="with other values: one key, one value"):
-        merge_stores([tmp_path / "a", tmp_path / "b"], tmp_path / "merged2")
+    # from one batch, or beyond what another batch gives (an NLL off by a nat, another prediction), a conflict
+    first = flat_b[0]
+    same_batch = {"batch": flat_a[(first["task"], first["item"], first["question"])]["batch"]}
+    a_nat_more = {"answer_nll": first["answer_nll"] + 1.0, "delta_nll": first["delta_nll"] + 1.0}
+    another_answer = {"prediction": first["prediction"] + "!", "agree": False}
+    beyond = r" \(from two padded batches, which change only the last digits of NLL and KL\)"
+    for changed, shown in ((same_batch, r"\w+ [-\d.e]+ and [-\d.e]+\): one key"),
+                           (a_nat_more, f"answer_nll .*{beyond}"),
+                           (another_answer, f"agree True and False\\){beyond}")):
+        _write(tmp_path / "b", [{**r, "kl": r["kl"] + 1e-9, **changed} if r is first else r for r in rows_b])
+        with pytest.raises(ValueError, match=f"with other values \\({shown}"):
+            merge_stores([tmp_path / "a", tmp_path / "b"], tmp_path / "merged2")
 
 
 def test_stores_of_other_settings_are_not_merged(model_dir, tmp_path):

@@ -508,3 +508,28 @@ def test_a_folder_of_the_commands_own_files_is_not_refused_as_mixed(command, the
     args = build_parser().parse_args(_base(command, "--out", place, model, tmp_path)
                                      + (["--replace"] if command == "train" else []))
     check(command_.outputs(args))
+
+
+@pytest.mark.parametrize("command, flag", [(c, f) for c, flags in WRITERS.items() for f in flags
+                                           if c not in ("fetch-model", "ship-artifacts")])
+@pytest.mark.parametrize("where", ["the root", "its models/ folder", "in its models/ folder"])
+def test_the_model_cache_takes_no_other_commands_files(command, flag, where, model_dir, tmp_path, capsys,
+                                                       monkeypatch, guarded):
+    """Even before any model is fetched into it: a result there would make the cache refuse every fetch. (A model
+    trained into a folder of its own in models/ is one of its models.)"""
+    if (command, flag) == ("train-model", "--out") and where == "in its models/ folder":
+        pytest.skip("a model of the cache")
+    model = shutil.copytree(model_dir, tmp_path / "model")
+    cache = tmp_path / "cache"
+    monkeypatch.setenv(CACHE_ENV, str(cache))
+    place = {"the root": cache, "its models/ folder": cache / "models",
+             "in its models/ folder": cache / "models" / "out"}[where]
+    if (command, flag) in FILE_FLAGS:
+        place = cache / "models" / "rows.jsonl"
+    place.parent.mkdir(parents=True, exist_ok=True)
+    before = _files(tmp_path)
+    code = main(_base(command, flag, place, model, tmp_path))
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert f"lies in the model cache, {CACHE_ENV}={cache}, where converted models live; give a folder outside" in err
+    assert _files(tmp_path) == before

@@ -4,6 +4,7 @@ another run by their lines; every writer resumes a committed (compressed) store;
 [0, 1]; ``bench compare``'s own summary passes the checks ``bench verify`` applies."""
 
 import gzip
+import re
 import shutil
 
 import pytest
@@ -224,7 +225,7 @@ def test_a_store_beside_a_committed_one_that_does_not_continue_it_is_refused(run
 
 
 @pytest.mark.parametrize("copy, message", [
-    (lambda row: {**row, "kl": row["kl"] + 0.25}, "with other values: one key, one value"),
+    (lambda row: {**row, "kl": row["kl"] + 0.25}, "with other values (kl "),
     (lambda row: dict(row), "a report would count it twice"),
 ])
 def test_compare_refuses_to_resume_a_store_verify_refuses(runs, model_dir, tmp_path, capsys, monkeypatch, copy,
@@ -237,7 +238,7 @@ def test_compare_refuses_to_resume_a_store_verify_refuses(runs, model_dir, tmp_p
                         "--keep-fractions", "0.5", "--tasks", "niah_single_1", "--length", "300", "--n", "2")
     assert code == 2 and f"{store / 'results.jsonl'}:{at + 1} and {store / 'results.jsonl'}:{len(rows) + 1}" in err
     assert message in err and not (store / "summary.md").exists()
-    with pytest.raises(ValueError, match=message):  # nor does the library's summary read it
+    with pytest.raises(ValueError, match=re.escape(message)):  # nor does the library's summary read it
         run_rows(ResultStore(store, readonly=True), _settings(model_dir, store, n=2))
 
 

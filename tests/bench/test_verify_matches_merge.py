@@ -44,7 +44,7 @@ def test_a_key_held_twice_with_other_values_fails_verify_as_it_fails_merge(store
                  ["leaderboard", bad, "--out", tmp_path / "docs"]):
         code, err = _cli(capsys, *argv)
         assert code == 2 and f"{bad / 'results.jsonl'}:{at + 1} and {bad / 'results.jsonl'}:{len(rows) + 1}" in err
-        assert "with other values: one key, one value" in err, err
+        assert f"with other values (kl {rows[at]['kl']!r} and {flipped['kl']!r}): one key, one value" in err, err
     assert not (tmp_path / "docs" / "leaderboard.md").exists()
     assert not (tmp_path / "merged" / "results.jsonl").exists()
 
@@ -54,7 +54,7 @@ def test_a_copy_of_a_row_fails_verify_and_merge_keeps_one(store, tmp_path, capsy
     copied = store_of([*rows, rows[_compacted(rows)]], tmp_path / "copied")
     code, err = _cli(capsys, "verify", copied)
     assert code == 2 and "a report would count it twice" in err, err
-    assert merge_stores([copied], tmp_path / "merged") == (len(rows), 0)
+    assert merge_stores([copied], tmp_path / "merged") == (len(rows), 0, 0.0)
 
 
 @pytest.mark.parametrize("change, message", [
