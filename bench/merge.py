@@ -32,6 +32,7 @@ from .completeness import (
     check_shards_alike,
     shard_settings,
 )
+from .fetch_command import check_outside_the_cache
 from .report import REPORTS, write_reports
 from .row_fields import SHARED_FIELDS
 from .store import ResultStore, open_stores
@@ -69,7 +70,11 @@ def merge_stores(sources: list[Path], out: Path) -> Merged:
         that neither the sources nor ``out`` hold (:func:`bench.completeness.check_complete`), or an ``out`` that holds
         results of other settings.
     """
-    stores = open_stores(sources)
+    if not sources:
+        raise UsageError("no store to merge: give the stores of one run's shards, or of runs of other methods")
+    out = Path(out)
+    check_outside_the_cache([Output(out, "out", kind_of=RESULT_STORE)])
+    stores = open_stores([Path(source) for source in sources])
     check_given_once(stores)
     for store in stores:
         store.check_rows()

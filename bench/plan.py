@@ -26,6 +26,7 @@ from runtime.errors import UsageError, describe
 from workloads.tasks import registry as tasks
 
 from .code_version import code_version
+from .fetch_command import check_outside_the_cache
 from .row_fields import BASELINE, shown_fraction
 from .settings import ENGINES, EXECUTORS, KEEP_FRACTION_GRIDS, MIN_LENGTH, CompareSettings, check_ray_address
 from .specs import (
@@ -330,7 +331,9 @@ def plan(settings: CompareSettings | RunPlan) -> RunPlan:
     if settings.scbench_data is not None and not Path(settings.scbench_data).exists():
         raise UsageError(f"--scbench-data {settings.scbench_data}: no such file or directory (a local copy of "
                          "microsoft/SCBench)")
-    check([Output(Path(settings.out), "--out", kind_of=RESULT_STORE)])  # as the CLI: a library caller too
+    outputs = [Output(Path(settings.out), "--out", kind_of=RESULT_STORE)]
+    check_outside_the_cache(outputs)  # as the CLI: a library caller too
+    check(outputs)
     return RunPlan(
         methods=methods, keep_fractions=keep_fractions, tasks=tuple(tasks.expand(settings.tasks)),
         n=n, length=length, profile=settings.profile, seed=seed, haystack=settings.haystack,

@@ -9,7 +9,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
-from artifacts.outputs import DERIVED, LEADERBOARD_PAGE, Output
+from artifacts.outputs import DERIVED, LEADERBOARD_PAGE, Output, other_kind
 from runtime.errors import UsageError
 
 from .arguments import Command
@@ -64,6 +64,10 @@ def verify_stores(stores: list[Path], docs: Path | None = None, report: Callable
                          f"of `bench leaderboard`, holding {MARKDOWN} and {MANIFEST})")
     if not docs.is_dir():
         raise UsageError(f"--docs {docs}: no such directory; `bench leaderboard STORES --out {docs}` writes it")
+    other = other_kind(docs, LEADERBOARD_PAGE)
+    if other is not None:
+        raise UsageError(f"--docs {docs} holds {other}, not a published leaderboard: give the folder `bench "
+                         "leaderboard --out` wrote")
     if not any((docs / name).exists() for name in (MARKDOWN, MANIFEST)):
         raise UsageError(f"--docs {docs} holds no published leaderboard (neither {MARKDOWN} nor {MANIFEST}); "
                          f"`bench leaderboard STORES --out {docs}` writes it")

@@ -231,6 +231,9 @@ def row_problem(row: dict) -> str | None:
                or _run_problem(row))
     if problem:
         return problem
+    if row["press"] == BASELINE and row.get(BATCH) is not None:
+        return (f"{BATCH}={row[BATCH]!r} in a no-prune row (expected none: the full cache answers alone, in no "
+                "padded batch)")
     if row["press"] == BASELINE and (row["delta_nll"] != 0 or row["kl"] != 0 or row["agree"] is not True):
         return (f"the no-prune row has delta_nll={row['delta_nll']}, kl={row['kl']}, agree={row['agree']} "
                 "(expected exactly 0, 0, true)")

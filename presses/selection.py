@@ -175,6 +175,7 @@ class Selection:
     def scores(self) -> Scores:
         """``[H_kv, n_body]`` per attention layer, computed on first use (timed in :attr:`score_seconds`)."""
         if self._scores is None:
+            self.parent._live_state()  # a released parent has let its evidence go too: say that, not what it lacks
             t0 = time.perf_counter()
             scores = self.press.score(self.parent)
             self.score_seconds = time.perf_counter() - t0

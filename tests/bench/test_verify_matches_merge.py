@@ -119,3 +119,31 @@ def test_verify_refuses_a_damaged_published_file(store, published, capsys, damag
     assert code == 2 and message in err, err
     if message == "no such directory":
         assert err.count("\n") == 1 and err.startswith("bench verify: error: --docs ")
+
+
+def test_the_library_merge_as_the_command(store, tmp_path, monkeypatch):
+    """Paths as text, no store at all, an out in the model cache: as ``bench merge`` takes or refuses them."""
+    from pretrained import CACHE_ENV
+
+    assert merge_stores([str(store)], str(tmp_path / "text")).added == len(stored_rows(store))
+    with pytest.raises(ValueError, match="no store to merge"):
+        merge_stores([], tmp_path / "none")
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
+    for out in (tmp_path / "cache", tmp_path / "cache" / "models" / "x"):
+        with pytest.raises(ValueError, match="lies in the model cache"):
+            merge_stores([store], out)
+    assert not (tmp_path / "cache").exists()
+
+
+def test_a_no_prune_row_names_no_batch(store, tmp_path, capsys):
+    rows = stored_rows(store)
+    at = next(i for i, row in enumerate(rows) if row["press"] == "none")
+    bad = store_of([{**row, "batch": "0123456789abcdef"} if i == at else row for i, row in enumerate(rows)],
+                   tmp_path / "bad")
+    code, err = _cli(capsys, "verify", bad)
+    assert code == 2 and "batch='0123456789abcdef' in a no-prune row (expected none" in err, err
+
+
+def test_verify_names_docs_that_hold_a_store(store, capsys):
+    code, err = _cli(capsys, "verify", store, "--docs", store)
+    assert code == 2 and f"--docs {store} holds a result store" in err and "not a published leaderboard" in err, err

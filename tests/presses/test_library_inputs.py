@@ -115,6 +115,18 @@ def test_a_selection_without_its_evidence_says_which(tiny):
             presses.Selection(_parent(tiny), presses.get(name))
 
 
+def test_a_selection_of_a_released_parent_says_it_was_released(tiny):
+    """Not that the evidence is missing: it was there, and went with the release."""
+    from runtime.errors import ReleasedError
+
+    press = presses.get("snapkv")
+    parent = _parent(tiny, evidence=press.evidence(None))
+    selection = presses.Selection(parent, press)
+    parent.release()
+    with pytest.raises(ReleasedError, match="this parent was released"):
+        selection.fork("flat", 0.2)
+
+
 @pytest.mark.parametrize("family", HYBRID_FAMILIES)
 def test_a_selection_without_the_recurrent_signals_says_so_on_every_hybrid(tiny, family):
     """GateSight reads the signals of the recurrent layers, GDN or Mamba2: a parent prefilled without them is refused
