@@ -135,6 +135,15 @@ def options(text: str) -> dict:
     return parsed
 
 
+def label_folder(text: str) -> str:
+    """``--labels``: the folder of label shards ``bench label --out`` wrote; a file there is refused as the flag is
+    read, before anything checks what the command would write."""
+    if Path(text).is_file():
+        raise argparse.ArgumentTypeError(f"{text} is a file: give the folder of label shards that `bench label --out` "
+                                         f"wrote (here perhaps {Path(text).parent})")
+    return text
+
+
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     """``--model``, ``--device``, ``--dtype`` and ``--allow-download``: which model a command loads, and how."""
     parser.add_argument("--model", default=None, help="a pretrained model's name (smollm2-135m-instruct; `bench "

@@ -14,7 +14,7 @@ from presses.calibration import FILE, LEGACY_FILE
 from presses.gatesight import ARTIFACT_DIR, SCALES
 from pretrained import loading
 
-from .arguments import Command, add_model_arguments, count, model_spec, natural, part, positive
+from .arguments import Command, add_model_arguments, count, label_folder, model_spec, natural, part, positive
 
 
 def add_label_arguments(parser: argparse.ArgumentParser) -> None:
@@ -44,7 +44,7 @@ def run_label(args: argparse.Namespace) -> None:
 
 def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser)
-    parser.add_argument("--labels", default="results/labels")
+    parser.add_argument("--labels", type=label_folder, default="results/labels")
     parser.add_argument("--out", default=None, help="artifact directory (default: <model>/gatesight)")
     parser.add_argument("--epochs", type=count, default=12)
     parser.add_argument("--futures", default="both", choices=["labels", "reconstruction", "both"],
@@ -81,7 +81,7 @@ def run_train(args: argparse.Namespace) -> None:
 
 def add_analyze_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser)
-    parser.add_argument("--labels", default="results/labels")
+    parser.add_argument("--labels", type=label_folder, default="results/labels")
     parser.add_argument("--out", default="results/analysis",
                         help="where the tables and plots go; rebuilt from the labels on each run (a file of them "
                              "edited or replaced by hand since is first moved aside to <name>.backup-<time>)")

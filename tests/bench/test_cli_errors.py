@@ -302,8 +302,15 @@ def test_labels_that_name_a_file_ask_for_the_folder(model_dir, tmp_path, capsys,
         code = main([command, "--model", str(model_dir), "--labels", str(tmp_path / "labels" / "results.jsonl"),
                      "--out", str(tmp_path / command)])
         err = capsys.readouterr().err
-        assert code == 2 and f"--labels {tmp_path / 'labels' / 'results.jsonl'} is a file: give the folder of label " \
-            f"shards that `bench label --out` wrote (here perhaps {tmp_path / 'labels'})" in err, err
+        assert code == 2 and f"--labels: {tmp_path / 'labels' / 'results.jsonl'} is a file: give the folder of " \
+            f"label shards that `bench label --out` wrote (here perhaps {tmp_path / 'labels'})" in err, err
+    # before what the command would write: a model holding an estimator would have asked for --replace first
+    model = copy_model(model_dir, tmp_path / "with-estimator")
+    (model / "gatesight").mkdir(exist_ok=True)
+    (model / "gatesight" / "gatesight.safetensors").write_bytes(b"kept")
+    code = main(["train", "--model", str(model), "--labels", str(tmp_path / "labels" / "results.jsonl")])
+    err = capsys.readouterr().err
+    assert code == 2 and "is a file: give the folder of label shards" in err and "--replace" not in err, err
 
 
 @pytest.mark.parametrize("model", ["", "  "])
