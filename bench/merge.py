@@ -93,6 +93,8 @@ def merge_stores(sources: list[Path], out: Path) -> Merged:
         held = _settings_of(target) if target.rows else first
         if any(held[field] != first[field] for field in SHARED_FIELDS):
             raise UsageError(f"{target.path} holds results of other settings; merge into a new directory")
+        if target.rows:  # the store merged into is one more source: a shard of one run, or a run of other methods
+            check_shards_alike(target, held, stores[0], first, other_methods=True)
         check_complete([*stores, target])  # every shard of the run, here or in the sources
         differences = check_one_value([target, *stores], copies=True)  # the copy kept first
         before = len(target.rows)

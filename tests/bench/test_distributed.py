@@ -164,3 +164,13 @@ def test_a_press_that_cannot_run_on_the_model_is_one_error_from_the_workers(mode
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert code == 2 and last.startswith("bench compare: error: press 'gatesight' cannot run on")
     assert "GateSight needs an estimator and none was found in" in last and not (tmp_path / "out").exists()
+
+
+def test_a_run_merged_into_one_shards_store_is_told_to_merge_the_shards_first(model_dir, tmp_path):
+    """The store merged into counts as one more source: the advice is the one two sources get."""
+    run_compare(_settings(model_dir, tmp_path / "s0", shard=(0, 2)), show_progress=False)
+    run_compare(_settings(model_dir, tmp_path / "w", allocators=["flat"]), show_progress=False)
+    before = (tmp_path / "s0" / "results.jsonl").read_bytes()
+    with pytest.raises(ValueError, match="is one shard of a sharded run: merge the shards of each run first"):
+        merge_stores([tmp_path / "w"], tmp_path / "s0")
+    assert (tmp_path / "s0" / "results.jsonl").read_bytes() == before
