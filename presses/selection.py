@@ -13,7 +13,7 @@ import time
 import allocators
 from allocators import Allocator, BudgetRequest, check_keep_fraction
 from runtime import Child, KeepPlan, Parent
-from runtime.errors import ArgumentTypeError, UsageError, describe
+from runtime.errors import ArgumentTypeError, ReleasedError, UsageError, describe
 
 from .base import Press, Scores, ScoringContext
 from .calibration import Calibration
@@ -175,7 +175,9 @@ class Selection:
     def scores(self) -> Scores:
         """``[H_kv, n_body]`` per attention layer, computed on first use (timed in :attr:`score_seconds`)."""
         if self._scores is None:
-            self.parent._live_state()  # a released parent has let its evidence go too: say that, not what it lacks
+            if getattr(self.parent, "released", False):  # its evidence went with it: say that, not what it lacks
+                raise ReleasedError("this parent was released, its cache and evidence with it: prefill the context "
+                                    "again")
             t0 = time.perf_counter()
             scores = self.press.score(self.parent)
             self.score_seconds = time.perf_counter() - t0
