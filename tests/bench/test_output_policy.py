@@ -510,15 +510,14 @@ def test_a_folder_of_the_commands_own_files_is_not_refused_as_mixed(command, the
     check(command_.outputs(args))
 
 
-@pytest.mark.parametrize("command, flag", [(c, f) for c, flags in WRITERS.items() for f in flags
-                                           if c not in ("fetch-model", "ship-artifacts")])
-@pytest.mark.parametrize("where", ["the root", "its models/ folder", "in its models/ folder"])
+@pytest.mark.parametrize("command, flag, where", [
+    (c, f, where) for c, flags in WRITERS.items() for f in flags if c not in ("fetch-model", "ship-artifacts")
+    for where in ("the root", "its models/ folder", "in its models/ folder")
+    # a model trained into a folder of its own in models/ is one of the cache's models
+    if (c, f, where) != ("train-model", "--out", "in its models/ folder")])
 def test_the_model_cache_takes_no_other_commands_files(command, flag, where, model_dir, tmp_path, capsys,
                                                        monkeypatch, guarded):
-    """Even before any model is fetched into it: a result there would make the cache refuse every fetch. (A model
-    trained into a folder of its own in models/ is one of its models.)"""
-    if (command, flag) == ("train-model", "--out") and where == "in its models/ folder":
-        pytest.skip("a model of the cache")
+    """Even before any model is fetched into it: a result there would make the cache refuse every fetch."""
     model = shutil.copytree(model_dir, tmp_path / "model")
     cache = tmp_path / "cache"
     monkeypatch.setenv(CACHE_ENV, str(cache))
