@@ -50,6 +50,16 @@ class Command:
         "start over")
 
 
+def kept_in(folder: str | Path, what: str, rerun: str) -> str:
+    """What Ctrl-C leaves in ``folder``, a folder a command fills as it goes: ``what`` kept there and how a
+    ``rerun`` goes on, or that nothing was written where it holds no file yet (a run stopped before its first)."""
+    folder = Path(folder)
+    if not folder.is_dir() or not any(not p.name.startswith(".") for p in folder.iterdir()):
+        return (f"nothing was written yet ({folder} {'holds no file' if folder.is_dir() else 'was not created'}); "
+                "run the same command again to start")
+    return f"{what} kept in {folder} — {rerun}"
+
+
 def names(text: str) -> list[str]:
     """``a, b,,c`` -> ``["a", "b", "c"]``."""
     return [x.strip() for x in text.split(",") if x.strip()]

@@ -16,7 +16,7 @@ from artifacts.outputs import RESULT_STORE, Output
 from runtime.errors import UsageError
 from workloads.tasks import registry as tasks
 
-from .arguments import Command, add_model_arguments, count, floats, model_spec, names, natural, options, part
+from .arguments import Command, add_model_arguments, count, floats, kept_in, model_spec, names, natural, options, part
 from .settings import DEFAULT_KEEP_FRACTIONS, ENGINES, EXECUTORS, KEEP_FRACTION_GRIDS
 from .specs import split_items, split_outside
 
@@ -204,5 +204,5 @@ def run(args) -> None:
 
 COMPARE = Command("compare", "score, fork and answer: presses × allocators × kept fractions", add_arguments, run,
                   outputs=lambda args: [Output(Path(args.out), "--out", kind_of=RESULT_STORE)],
-                  interrupted=lambda args: f"what was finished is kept in {args.out} — run the same command again "
-                                           "to resume")
+                  interrupted=lambda args: kept_in(args.out, "what was finished is",
+                                                   "run the same command again to resume"))

@@ -25,6 +25,7 @@ from pathlib import Path
 from runtime.errors import UsageError
 from workloads.tasks.registry import haystack_of
 
+from .code_version import code_version
 from .row_fields import (
     BATCH,
     FIDELITY_FIELDS,
@@ -42,6 +43,8 @@ from .store import ResultStore
 
 RERUN = "its bench compare stopped before finishing; rerun it (it resumes)"
 RERUN_THOSE = "their bench compare stopped before finishing; rerun it with those settings (it resumes)"
+RERUN_NAMED = ("the bench compare that wrote them stopped before finishing, or a later run into this store gave "
+               "other methods or fractions: rerun one with the methods and fractions named (it resumes)")
 """The advice for the rows of a group beside others: their run's settings are what set them apart."""
 OTHER_CONTEXTS = ("a report compares methods on the same contexts: run the methods with the same --tasks and --n "
                   "into one store (bench compare resumes a store and adds methods to it), or report each store "
@@ -216,7 +219,9 @@ def check_shards_alike(first: ResultStore, mine: dict[str, list[str]], other: Re
         if field == "methods" and other_methods and _is_part(first.rows) != _is_part(other.rows):
             raise UsageError(f"{first.path} and {other.path} hold other methods, and "
                              f"{first.path if _is_part(first.rows) else other.path} is one shard of a sharded run: "
-                             "merge the shards of each run first (bench merge SHARDS --out RUN), then merge the runs")
+                             "merge the shards of each run first (bench merge SHARDS --out RUN), then merge the runs "
+                             "(one call joins the shards of one run, or whole runs of other methods, not both, even "
+                             "with every shard given)")
         if field == "methods" and not (only_mine and only_theirs):  # one shard holds a part of the other's
             small, large, lacking = (first, other, only_theirs) if not only_mine else (other, first, only_mine)
             raise UsageError(f"{small.path} holds no rows of {listed(sorted(lacking))}, which {large.path} holds: "
@@ -271,12 +276,25 @@ def check_complete(stores: list[ResultStore], every_shard: bool = True) -> None:
         if gap is None:
             continue
         lacks, advice = gap
+        if advice in (RERUN, RERUN_NAMED):
+            advice = _rerun_here(held[0][0]) or advice
         if len(groups) == 1:
             raise UsageError(f"{_where(held)} {lacks}; {advice}")
         them, were = ("it", "it was") if len(held) == 1 else ("them", "they were")
         raise UsageError(f"{_where(held)} ({_apart(group, held, groups)}) {lacks}. If {were} written here by "
                          f"mistake, remove {them} (or keep {them} in another store); else "
                          f"{RERUN_THOSE if advice == RERUN else advice}")
+
+
+def _rerun_here(row: dict) -> str | None:
+    """Advice for a run that stopped when its rows are of another code version than this checkout's, or None: a
+    rerun here would start that run anew under this code, never finish those rows."""
+    here = code_version(row.get("engine", "hf"))
+    if row.get("code") in (None, here):
+        return None
+    return (f"its rows are of code {row['code']} and this checkout's code is {here} (code that decides values "
+            "changed since), so a rerun here starts the run anew instead of finishing it: finish it from a checkout "
+            "of that code, or move these rows to another store and rerun")
 
 
 def check_one_fraction_shown(held: list[Entry]) -> None:
@@ -349,7 +367,7 @@ def _missing_rows(held: list[Entry]) -> Gap | None:
             gone = islice((f"{method} question {q}" for method in methods for q in questions
                            if (method, q) not in answered), SHOWN)
             return (f"is incomplete: task {context[0]}, item {context[2]} lacks the rows of "
-                    f"{listed(list(gone), missing)}", RERUN)
+                    f"{listed(list(gone), missing)}", RERUN_NAMED)
     return None
 
 

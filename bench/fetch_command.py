@@ -28,22 +28,6 @@ def cache_outputs(cache: str | None) -> list[Output]:
     return [Output(models, flag, kind_of=MODEL_CACHE), Output(models.parent, flag, kind_of=MODEL_CACHE)]
 
 
-def check_outside_the_cache(outputs: list[Output]) -> None:
-    """A :class:`~runtime.errors.UsageError` for an output that is the model cache (named by
-    :data:`pretrained.CACHE_ENV`, else the default), its ``models/`` folder, or lies in that folder and is no model's
-    (a model's artifacts, a model trained there) — unless it is the cache itself (``bench fetch-model``): a result
-    there sits among the models, and the cache, then holding another command's files, is refused to every fetch."""
-    models = Path(os.path.realpath(cache_dir()))
-    for output in outputs:
-        if output.kind_of is MODEL_CACHE:
-            continue
-        real = Path(os.path.realpath(output.path))
-        if real in (models, models.parent) or (models in real.parents and output.model is None):
-            where = f"{CACHE_ENV}={models.parent}" if os.environ.get(CACHE_ENV) else f"the default ({models.parent})"
-            raise output.refuse(f"lies in the model cache, {where}, where converted models live; give a folder "
-                                "outside it")
-
-
 def add_fetch_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("name", help=f"one of: {', '.join(CHECKPOINTS)}")
     parser.add_argument("--gguf", default=None,

@@ -14,7 +14,7 @@ from presses.calibration import FILE, LEGACY_FILE
 from presses.gatesight import ARTIFACT_DIR, SCALES
 from pretrained import loading
 
-from .arguments import Command, add_model_arguments, count, label_folder, model_spec, natural, part, positive
+from .arguments import Command, add_model_arguments, count, kept_in, label_folder, model_spec, natural, part, positive
 
 
 def add_label_arguments(parser: argparse.ArgumentParser) -> None:
@@ -95,8 +95,8 @@ def run_analyze(args: argparse.Namespace) -> None:
 LABEL = Command("label", "GateSight utility labels (Eq. 2) and GDN signals on held-out generic text",
                 add_label_arguments, run_label,
                 outputs=lambda args: [Output(Path(args.out), "--out", kind_of=LABEL_SHARDS)],
-                interrupted=lambda args: f"the windows labelled are kept in {args.out} — run the same command again "
-                                         "to resume")
+                interrupted=lambda args: kept_in(args.out, "the windows labelled are",
+                                                 "run the same command again to resume"))
 TRAIN = Command("train", "train the GateSight estimator (+ ridge, leave-one-corpus-out evaluation)",
                 add_train_arguments, run_train, outputs=lambda args: [estimator_output(args)],
                 interrupted=lambda args: f"nothing was written: {estimator_output(args).path} holds what it held "

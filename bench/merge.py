@@ -17,10 +17,12 @@ of two splits, a missing shard, or a row two stores hold with other values than 
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 from typing import NamedTuple
 
 from artifacts.outputs import RESULT_STORE, Output
+from pretrained.cache_guard import check_outside_the_cache
 from runtime.errors import UsageError
 
 from .arguments import Command
@@ -32,7 +34,6 @@ from .completeness import (
     check_shards_alike,
     shard_settings,
 )
-from .fetch_command import check_outside_the_cache
 from .report import REPORTS, write_reports
 from .row_fields import SHARED_FIELDS
 from .store import ResultStore, open_stores
@@ -58,7 +59,7 @@ class Merged(NamedTuple):
     """The largest difference of those rows' fidelity values (0 where there are none)."""
 
 
-def merge_stores(sources: list[Path], out: Path) -> Merged:
+def merge_stores(sources: list[str | Path], out: str | Path) -> Merged:
     """Append every row of ``sources`` to the store in ``out`` (created if need be; a committed ``.gz`` there is
     resumed, :class:`~bench.store.ResultStore`), one copy of each row key.
 
@@ -70,8 +71,17 @@ def merge_stores(sources: list[Path], out: Path) -> Merged:
         that neither the sources nor ``out`` hold (:func:`bench.completeness.check_complete`), or an ``out`` that holds
         results of other settings.
     """
+    if isinstance(sources, (str, os.PathLike)):  # iterating one path would read each of its characters as a store
+        raise UsageError(f"sources={str(sources)!r} is one path: give a list of store directories, "
+                         f"[{str(sources)!r}, …]")
+    sources = list(sources)
     if not sources:
         raise UsageError("no store to merge: give the stores of one run's shards, or of runs of other methods")
+    for given in (*sources, out):
+        if not isinstance(given, (str, os.PathLike)) or not str(given).strip():
+            name = "out" if given is out else "a source"
+            raise UsageError(f"{name} {given!r} is not a directory path ('' would mean the current folder): give "
+                             "the store's directory")
     out = Path(out)
     check_outside_the_cache([Output(out, "out", kind_of=RESULT_STORE)])
     stores = open_stores([Path(source) for source in sources])

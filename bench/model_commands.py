@@ -20,6 +20,7 @@ from .arguments import (
     count,
     did_you_mean,
     ints,
+    kept_in,
     model_spec,
     names,
     natural,
@@ -92,9 +93,8 @@ TRAIN_MODEL = Command("train-model", "train the default hybrid from scratch (res
                                                                     kind_of=TRAINED_MODEL),
                                                              Output(Path(args.checkpoints), "--checkpoints",
                                                                     kind_of=CHECKPOINTS)],
-                      interrupted=lambda args: f"the checkpoints written are kept in {args.checkpoints} — rerun "
-                                               "with --resume to continue from the last one (none yet if it "
-                                               "stopped before its first: run it again as it was)")
+                      interrupted=lambda args: kept_in(args.checkpoints, "the checkpoints written are",
+                                                       "rerun with --resume to continue from the last one"))
 
 
 def _model_eval_interrupted(args: argparse.Namespace) -> str:
@@ -342,8 +342,8 @@ DISTILL = Command("distill", "distil a pretrained Llama-architecture teacher (Sm
                   add_distill_arguments, run_distill,
                   outputs=lambda args: [Output(Path(args.checkpoints), "--checkpoints", kind_of=CHECKPOINTS)]
                   + ([Output(Path(args.out), "--out", kind_of=DISTILLED_DELTA)] if args.out else []),
-                  interrupted=lambda args: f"the checkpoints written are kept in {args.checkpoints} — run the same "
-                                           "command again to go on from the last one")
+                  interrupted=lambda args: kept_in(args.checkpoints, "the checkpoints written are",
+                                                   "run the same command again to go on from the last one"))
 
 
 def _distilled() -> list[str]:

@@ -22,11 +22,11 @@ from artifacts.outputs import RESULT_STORE, Output, check
 from presses.registry import KVPRESS_PREFIX
 from presses.selection import check_pair
 from pretrained import loading
+from pretrained.cache_guard import check_outside_the_cache
 from runtime.errors import UsageError, describe
 from workloads.tasks import registry as tasks
 
 from .code_version import code_version
-from .fetch_command import check_outside_the_cache
 from .row_fields import BASELINE, shown_fraction
 from .settings import ENGINES, EXECUTORS, KEEP_FRACTION_GRIDS, MIN_LENGTH, CompareSettings, check_ray_address
 from .specs import (
@@ -267,6 +267,9 @@ def _check_types(settings: CompareSettings) -> None:
         raise UsageError(f"shard must be a (k, n) tuple of integers with 0 <= k < n, e.g. (0, 2), got {shard!r}")
     if not isinstance(settings.out, (str, os.PathLike)):
         raise UsageError(f"out must be a directory path (str or Path), got {describe(settings.out)}")
+    if not str(settings.out).strip():
+        raise UsageError(f"out={str(settings.out)!r} is empty ('' would mean the current folder): give the directory "
+                         "the results go to")
     for name, example in {"press_options": {"window": 64}, "alloc_options": {"weights": [1, 2]}}.items():
         value = getattr(settings, name)
         if not isinstance(value, Mapping):  # 'window=64' is the CLI's form (--press-options), not the library's

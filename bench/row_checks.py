@@ -39,6 +39,9 @@ Both NLLs are float32 sums and ΔNLL their float64 difference, the no-prune row'
 writes it exactly. This allows some 8 float32 ulps of the larger NLL: a full-cache NLL summed in another order."""
 CHILD_FIELDS = ("press", "allocator", "keep_fraction")
 """The key fields that tell apart the children of one question of one context (the no-prune row one of them)."""
+CHILD_ONLY = ("kept_entries", "needle_recall", "needle_recall_layers", "answer_recall", "answer_recall_layers",
+              "answer_rank_layers", "score_seconds")
+"""Fields of a compacted child that a no-prune row never holds: what was kept, and how long the press took."""
 SECONDS = "_seconds"
 """The ending of the fields that hold a time in seconds (``prefill_seconds``, ``score_seconds``)."""
 
@@ -231,6 +234,10 @@ def row_problem(row: dict) -> str | None:
                or _run_problem(row))
     if problem:
         return problem
+    held = next((field for field in CHILD_ONLY if row.get(field) is not None), None)
+    if row["press"] == BASELINE and held is not None:
+        return (f"{held}={reprlib.repr(row[held])} in a no-prune row (expected none: the full cache keeps every entry "
+                "and is scored by no press)")
     if row["press"] == BASELINE and row.get(BATCH) is not None:
         return (f"{BATCH}={row[BATCH]!r} in a no-prune row (expected none: the full cache answers alone, in no "
                 "padded batch)")

@@ -11,6 +11,10 @@ against the first tree's first round; the largest count).
 
     git worktree add /tmp/before <the commit before the change>     # or: git archive <commit> | tar -x -C /tmp/before
     OMP_NUM_THREADS=1 python benchmarks/kvzip_cost.py --tree before=/tmp/before --tree after=. --repeats 3
+
+``--env LABEL:NAME=VALUE`` sets a variable in one tree's processes only, so that one tree under two environments
+is compared the same way (``--tree glibc=. --tree hugepages=. --env hugepages:GLIBC_TUNABLES=glibc.malloc.hugetlb=1``:
+glibc's allocator with and without transparent huge pages for its large blocks).
 """
 
 from __future__ import annotations
@@ -85,7 +89,21 @@ def _trees(entries: list[str], parser) -> dict[str, Path]:
     return trees
 
 
-def compare(model_name: str, length: int, trees: dict[str, Path], repeats: int, scratch: Path) -> dict:
+def _environments(entries: list[str], trees: dict[str, Path], parser) -> dict[str, dict[str, str]]:
+    """``["label:NAME=VALUE", …]`` -> ``{label: {NAME: VALUE}}``, each label one of ``trees``."""
+    environments: dict[str, dict[str, str]] = {label: {} for label in trees}
+    for entry in entries:
+        label, _, assignment = entry.partition(":")
+        name, equals, value = assignment.partition("=")
+        if label not in trees or not name or not equals:
+            parser.error(f"--env {entry!r}: expected LABEL:NAME=VALUE with LABEL one of the trees "
+                         f"({', '.join(trees)})")
+        environments[label][name] = value
+    return environments
+
+
+def compare(model_name: str, length: int, trees: dict[str, Path], repeats: int, scratch: Path,
+            environments: dict[str, dict[str, str]]) -> dict:
     """``repeats`` rounds of one fresh process per tree, alternating, and their summary (see the module's doc)."""
     labels = list(trees)
     runs: dict[str, list[dict]] = {label: [] for label in labels}
@@ -93,7 +111,8 @@ def compare(model_name: str, length: int, trees: dict[str, Path], repeats: int, 
     for round_ in range(repeats):
         for label, path in trees.items():
             out = scratch / f"{model_name}-{length}-{label}-{round_}.pt"
-            env = {**os.environ, "PYTHONPATH": str(path), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+            env = {**os.environ, "PYTHONPATH": str(path), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+                   **environments[label]}
             done = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--inner", model_name, str(length),
                                    str(out)], env=env, check=True, capture_output=True, text=True)
             figures = json.loads(done.stdout.strip().splitlines()[-1])
@@ -123,6 +142,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tree", action="append", default=[], help="label=path of a source tree (repeatable; the "
                         "first two are compared)")
+    parser.add_argument("--env", action="append", default=[], help="LABEL:NAME=VALUE, an environment variable set "
+                        "in that tree's processes only (repeatable)")
     parser.add_argument("--models", nargs="+", default=list(MODELS))
     parser.add_argument("--lengths", nargs="+", type=int, default=[2048, 4096])
     parser.add_argument("--repeats", type=int, default=3, help="rounds of A B per (model, length)")
@@ -133,6 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(measure(args.inner[0], int(args.inner[1]), Path(args.inner[2]))))
         return 0
     trees = _trees(args.tree, parser)
+    environments = _environments(args.env, trees, parser)
     if args.repeats < 1:
         parser.error(f"--repeats {args.repeats}: expected an integer >= 1")
     if any(length < 128 for length in args.lengths):
@@ -149,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as scratch:
         for model_name in args.models:
             for length in args.lengths:
-                summary = compare(model_name, length, trees, args.repeats, Path(scratch))
+                summary = compare(model_name, length, trees, args.repeats, Path(scratch), environments)
                 row = f"| {model_name} | {length} | " + " | ".join(
                     f"{s['prefill_s']} / {s['score_s']} ({s['score_over_prefill']})" for s in map(summary.get, labels))
                 if compared:

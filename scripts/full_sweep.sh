@@ -6,6 +6,8 @@
 # interruption and finished rows are kept; prints its wall time.
 #   N (items per task), LENGTH (tokens), FRACTIONS, TASKS, HAYSTACK_TASKS, METHODS, JOBS, OUT from the environment.
 set -euo pipefail
+# glibc's large blocks on huge pages: 1.14-2x less time on a CPU, the same numbers (docs/profile_realmodel.md)
+export GLIBC_TUNABLES=${GLIBC_TUNABLES:-glibc.malloc.hugetlb=1}
 cd "$(dirname "$0")/.."
 N=${N:-20}
 LENGTH=${LENGTH:-2048}

@@ -12,6 +12,8 @@
 # Cost on this 2-core CPU: labels with both futures take 40 s a window in each of two one-thread processes (twice
 # the sampled futures alone), so 250 windows take about 84 min.
 set -euo pipefail
+# glibc's large blocks on huge pages: 1.14-2x less time on a CPU, the same numbers (docs/profile_realmodel.md)
+export GLIBC_TUNABLES=${GLIBC_TUNABLES:-glibc.malloc.hugetlb=1}
 cd "$(dirname "$0")/.."
 MODEL=${MODEL:-smollm2-135m-hybrid}
 OUT=${OUT:-results/hybrid-both}

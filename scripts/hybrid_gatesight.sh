@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# GateSight on the distilled hybrid (models/smollm2-135m-hybrid): labels by the paper's recipe (Eq. 2 over four
-# sampled continuations of 128 tokens, the sampled futures alone), the estimator with its leave-one-corpus-out
+# GateSight on the distilled hybrid (models/smollm2-135m-hybrid): labels of both futures (Eq. 2 over four sampled
+# continuations of 128 tokens and over the window asked back, docs/hybrid/futures; FUTURES=labels for the paper's
+# sampled futures alone), the estimator with its leave-one-corpus-out
 # evaluation (MLP against ridge and the heuristics), the calibration (layer gate weights, TriAttention's
 # statistics), the observations, then the sweep behind Tables 3 and 4: GateSight under gate / flat / PyramidKV, KVzip
 # under its global allocation and SnapKV, TriAttention, KeyDiff under flat budgets, at 2,048 tokens on the manual-page haystack (no role trains on it), the
@@ -17,8 +18,11 @@
 # the repository); bench train and bench analyze on them 17 min on two threads; the sweep 98 s a context (71
 # forks) on one thread, 33 min for n = 20 on the two cores: 2 h 12 min for the whole script.
 set -euo pipefail
+# glibc's large blocks on huge pages: 1.14-2x less time on a CPU, the same numbers (docs/profile_realmodel.md)
+export GLIBC_TUNABLES=${GLIBC_TUNABLES:-glibc.malloc.hugetlb=1}
 cd "$(dirname "$0")/.."
 MODEL=${MODEL:-smollm2-135m-hybrid}
+FUTURES=${FUTURES:-both}
 OUT=${OUT:-results/hybrid}
 WINDOWS=${WINDOWS:-500}
 N=${N:-20}
@@ -37,13 +41,13 @@ fi
 if [ ! -e "$artifacts/gatesight/gatesight.safetensors" ]; then
   pids=()
   for k in 0 1; do
-    OMP_NUM_THREADS=1 bench label --model "$MODEL" --futures labels --limit "$WINDOWS" --part "$k/2" --together 4 \
+    OMP_NUM_THREADS=1 bench label --model "$MODEL" --futures "$FUTURES" --limit "$WINDOWS" --part "$k/2" --together 4 \
       --out "$OUT/labels" > "$OUT/label$k.log" 2>&1 &
     pids+=($!)
   done
   for pid in "${pids[@]}"; do wait "$pid"; done  # a failed part stops the script (a bare wait would not)
   echo "labels: $(ls "$OUT/labels" | wc -l) windows, $(( $(date +%s) - start )) s wall so far"
-  OMP_NUM_THREADS=2 bench train --model "$MODEL" --labels "$OUT/labels" --futures labels > "$DOCS/train.md"
+  OMP_NUM_THREADS=2 bench train --model "$MODEL" --labels "$OUT/labels" --futures "$FUTURES" > "$DOCS/train.md"
   OMP_NUM_THREADS=2 bench analyze --model "$MODEL" --labels "$OUT/labels" --out "$DOCS/analysis"
   echo "estimator and observations: $(( $(date +%s) - start )) s wall so far"
 fi

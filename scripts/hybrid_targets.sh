@@ -17,6 +17,8 @@
 # 12.4 s a context of 2,048 tokens and 28 s of 4,096 (200 contexts a length: 41 and 95 min a model), 15 min of
 # perplexities, 5 min of chat.
 set -euo pipefail
+# glibc's large blocks on huge pages: 1.14-2x less time on a CPU, the same numbers (docs/profile_realmodel.md)
+export GLIBC_TUNABLES=${GLIBC_TUNABLES:-glibc.malloc.hugetlb=1}
 cd "$(dirname "$0")/.."
 DELTA=${1:?usage: scripts/hybrid_targets.sh DELTA [OUT]}
 OUT=${2:-docs/hybrid/$(basename "$DELTA")}

@@ -7,6 +7,8 @@
 # appended to the committed store. Resumable; prints its wall time (85 min on the two cores here, next to other jobs).
 #   OUT from the environment.
 set -euo pipefail
+# glibc's large blocks on huge pages: 1.14-2x less time on a CPU, the same numbers (docs/profile_realmodel.md)
+export GLIBC_TUNABLES=${GLIBC_TUNABLES:-glibc.malloc.hugetlb=1}
 cd "$(dirname "$0")/.."
 OUT=${OUT:-results/realmodel}
 METHODS=snapkv/flat,snapkv/adakv,triattention/flat,keydiff/flat,keydiff/pyramid,kvzip/global,kvzip/flat

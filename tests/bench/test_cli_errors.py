@@ -73,9 +73,50 @@ def test_ctrl_c_says_how_to_resume(model_dir, tmp_path, capsys, monkeypatch):
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
     monkeypatch.setattr(compare, "execute", interrupted)
+    (tmp_path / "results.jsonl").write_text("")  # rows of an earlier run: kept, and a rerun resumes after them
     assert main(["compare", "--model", str(model_dir), "--out", str(tmp_path)]) == 130
     err = capsys.readouterr().err.strip()
-    assert err.count("\n") == 0 and "interrupted" in err and "resume" in err and str(tmp_path) in err
+    assert err.count("\n") == 0 and f"what was finished is kept in {tmp_path}" in err and "resume" in err, err
+
+
+@pytest.mark.parametrize("made", [False, True])
+def test_ctrl_c_before_the_first_row_says_nothing_was_written(model_dir, tmp_path, capsys, monkeypatch, made):
+    """Stopped before it wrote anything, --out is not said to keep what was finished."""
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(compare, "execute", interrupted)
+    out = tmp_path / "out"
+    if made:
+        out.mkdir()
+    assert main(["compare", "--model", str(model_dir), "--out", str(out)]) == 130
+    err = capsys.readouterr().err.strip()
+    says = "holds no file" if made else "was not created"
+    assert f"nothing was written yet ({out} {says}); run the same command again to start" in err, err
+    assert "kept in" not in err
+
+
+def test_sigterm_is_an_interrupt_that_cleans_up(model_dir, tmp_path, capsys, monkeypatch):
+    """``timeout`` or ``kill`` stop a command as Ctrl-C does: a temporary folder it holds (a model half converted by
+    fetch-model) is removed, and it says so in one line (exit 143)."""
+    import os
+    import signal
+    import tempfile
+    import time
+
+    held = []
+
+    def terminated(*args, **kwargs):
+        with tempfile.TemporaryDirectory(dir=tmp_path) as scratch:
+            held.append(scratch)
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(30)  # the handler raises here
+    monkeypatch.setattr(compare, "execute", terminated)
+    before = signal.getsignal(signal.SIGTERM)
+    assert main(["compare", "--model", str(model_dir), "--out", str(tmp_path / "out")]) == 143
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "bench compare: terminated; nothing was written yet" in err, err
+    assert held and not os.path.exists(held[0])
+    assert signal.getsignal(signal.SIGTERM) is before
 
 
 def test_model_eval_interrupted_keeps_the_rows_of_the_tasks_it_finished_and_says_so(model_dir, tmp_path, capsys,

@@ -113,6 +113,8 @@ def test_numpy_kept_fractions_are_written_as_plain_floats(model_dir, tmp_path, f
     ({"shard": (-1, 2)}, "shard must be a (k, n) tuple of integers with 0 <= k < n, e.g. (0, 2), got (-1, 2)"),
     ({"out": None}, "out must be a directory path (str or Path), got NoneType None"),
     ({"out": 3}, "out must be a directory path (str or Path), got int 3"),
+    ({"out": ""}, "out='' is empty ('' would mean the current folder): give the directory the results go to"),
+    ({"out": " "}, "out=' ' is empty ('' would mean the current folder): give the directory the results go to"),
     ({"press_options": {3: 4}}, "press_options must name each option by text, e.g. {'window': 64}, got the key 3"),
     ({"scbench_data": 3}, "scbench_data must be a directory path (str or Path) or None, got int 3"),
 ])

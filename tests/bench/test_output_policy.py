@@ -21,7 +21,7 @@ from bench.compare import run_compare
 from hybridmodel.distill_config import DistillConfig
 from pretrained import CACHE_ENV, loading
 from runtime.errors import UsageError
-from tests.helpers import compare_settings
+from tests.helpers import compare_settings, run_cli
 
 WRITERS = {"compare": ["--out"], "merge": ["--out"], "leaderboard": ["--out"], "cost": ["--out"],
            "model-eval": ["--rows"], "label": ["--out"], "train": ["--out"], "analyze": ["--out"],
@@ -530,5 +530,22 @@ def test_the_model_cache_takes_no_other_commands_files(command, flag, where, mod
     code = main(_base(command, flag, place, model, tmp_path))
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1, err
-    assert f"lies in the model cache, {CACHE_ENV}={cache}, where converted models live; give a folder outside" in err
+    what = {"the root": "is the model cache's root", "its models/ folder": "is the model cache's models/ folder",
+            "in its models/ folder": "lies in the model cache's models/ folder"}[where]
+    if (command, flag) in FILE_FLAGS:
+        what = "lies in the model cache's models/ folder"
+    assert f"{what} ({CACHE_ENV}={cache}), where converted models live; give a folder outside" in err, err
     assert _files(tmp_path) == before
+
+
+def test_the_checkouts_folder_of_shipped_deltas_takes_no_results(model_dir, tmp_path, capsys, monkeypatch):
+    """``--out models`` in the checkout would put a result store among the deltas; a delta's own folder there is
+    where ``bench distill --out`` writes, so only the folder itself is refused."""
+    import pretrained.cache_guard
+
+    shipped = tmp_path / "checkout" / "models"
+    shipped.mkdir(parents=True)
+    monkeypatch.setattr(pretrained.cache_guard, "SHIPPED_DELTAS", shipped)
+    code, err = run_cli(capsys, "compare", "--model", model_dir, "--out", shipped, "--n", "1")
+    assert code == 2 and f"--out {shipped}: is the source checkout's folder of shipped deltas" in err, err
+    assert list(shipped.iterdir()) == []

@@ -128,22 +128,52 @@ def test_the_library_merge_as_the_command(store, tmp_path, monkeypatch):
     assert merge_stores([str(store)], str(tmp_path / "text")).added == len(stored_rows(store))
     with pytest.raises(ValueError, match="no store to merge"):
         merge_stores([], tmp_path / "none")
+    for alone in (store, str(store)):  # one path, not a list: never read character by character
+        with pytest.raises(ValueError, match=r"is one path: give a list of store directories"):
+            merge_stores(alone, tmp_path / "none")
+    with pytest.raises(ValueError, match=r"out '' is not a directory path \('' would mean the current folder\)"):
+        merge_stores([store], "")
+    with pytest.raises(ValueError, match=r"a source '' is not a directory path"):
+        merge_stores([store, ""], tmp_path / "none")
+    assert not (tmp_path / "none").exists()
     monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
     for out in (tmp_path / "cache", tmp_path / "cache" / "models" / "x"):
-        with pytest.raises(ValueError, match="lies in the model cache"):
+        with pytest.raises(ValueError, match="the model cache's"):
             merge_stores([store], out)
     assert not (tmp_path / "cache").exists()
 
 
-def test_a_no_prune_row_names_no_batch(store, tmp_path, capsys):
+@pytest.mark.parametrize("field, value", [("batch", "0123456789abcdef"), ("needle_recall", 0.5),
+                                          ("answer_recall", 0.5)])
+def test_a_no_prune_row_holds_nothing_of_a_child(store, tmp_path, capsys, field, value):
+    """The full cache answers alone, keeps every entry and is scored by no press: verify and merge refuse it."""
     rows = stored_rows(store)
     at = next(i for i, row in enumerate(rows) if row["press"] == "none")
-    bad = store_of([{**row, "batch": "0123456789abcdef"} if i == at else row for i, row in enumerate(rows)],
-                   tmp_path / "bad")
-    code, err = _cli(capsys, "verify", bad)
-    assert code == 2 and "batch='0123456789abcdef' in a no-prune row (expected none" in err, err
+    bad = store_of([{**row, field: value} if i == at else row for i, row in enumerate(rows)], tmp_path / "bad")
+    for argv in (["verify", bad], ["merge", bad, "--out", tmp_path / "merged"]):
+        code, err = _cli(capsys, *argv)
+        assert code == 2 and f"{field}={value!r} in a no-prune row (expected none" in err, err
+    assert not (tmp_path / "merged" / "results.jsonl").exists()
 
 
 def test_verify_names_docs_that_hold_a_store(store, capsys):
     code, err = _cli(capsys, "verify", store, "--docs", store)
     assert code == 2 and f"--docs {store} holds a result store" in err and "not a published leaderboard" in err, err
+
+
+@pytest.mark.parametrize("code, says", [
+    (None, "the bench compare that wrote them stopped before finishing, or a later run into this store gave other "
+           "methods or fractions: rerun one with the methods and fractions named (it resumes)"),
+    ("0123456789ab", "its rows are of code 0123456789ab and this checkout's code is {here} (code that decides values "
+                     "changed since), so a rerun here starts the run anew instead of finishing it"),
+])
+def test_an_unfinished_run_of_another_code_version_is_not_advised_a_rerun(store, tmp_path, capsys, code, says):
+    """A rerun resumes only rows of this checkout's code version; rows of another would never be finished by it."""
+    from bench.code_version import code_version
+
+    rows = stored_rows(store)
+    at = _compacted(rows)
+    kept = [{**row, "code": code or row["code"]} for i, row in enumerate(rows) if i != at]
+    stopped = store_of(kept, tmp_path / "stopped")
+    exit_code, err = _cli(capsys, "verify", stopped)
+    assert exit_code == 2 and "is incomplete" in err and says.format(here=code_version()) in err, err

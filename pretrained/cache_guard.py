@@ -1,0 +1,35 @@
+"""Where no command writes its results: the model cache, which only ``bench fetch-model`` fills, and the source
+checkout's folder of shipped deltas. A library caller is held to it as the CLI is (:func:`check_outside_the_cache`
+runs in :func:`bench.plan.plan` and :func:`bench.merge.merge_stores` too)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from artifacts.outputs import MODEL_CACHE, Output
+
+from .catalog import SHIPPED_DELTAS
+from .model_cache import CACHE_ENV, cache_dir
+
+
+def check_outside_the_cache(outputs: list[Output]) -> None:
+    """A :class:`~runtime.errors.UsageError` for an output that is the model cache's root (named by
+    :data:`~pretrained.model_cache.CACHE_ENV`, else the default), its ``models/`` folder, or lies in that folder and
+    is no model's (a model's artifacts, a model trained there), unless it is the cache itself (``bench
+    fetch-model``): a result there sits among the models, and the cache, then holding another command's files, is
+    refused to every fetch. The checkout's ``models/`` folder itself is refused alike (a delta is written into a
+    folder of its own inside it)."""
+    models = Path(os.path.realpath(cache_dir()))
+    for output in outputs:
+        if output.kind_of is MODEL_CACHE:
+            continue
+        real = Path(os.path.realpath(output.path))
+        if real in (models, models.parent) or (models in real.parents and output.model is None):
+            where = f"{CACHE_ENV}={models.parent}" if os.environ.get(CACHE_ENV) else f"the default ({models.parent})"
+            what = ("is the model cache's root" if real == models.parent else "is the model cache's models/ folder"
+                    if real == models else "lies in the model cache's models/ folder")
+            raise output.refuse(f"{what} ({where}), where converted models live; give a folder outside it")
+        if real == Path(os.path.realpath(SHIPPED_DELTAS)):
+            raise output.refuse("is the source checkout's folder of shipped deltas (one folder a model); give a "
+                                "folder outside it")
