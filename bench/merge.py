@@ -77,9 +77,8 @@ def merge_stores(sources: list[str | Path], out: str | Path) -> Merged:
     sources = list(sources)
     if not sources:
         raise UsageError("no store to merge: give the stores of one run's shards, or of runs of other methods")
-    for given in (*sources, out):
+    for name, given in [*(("a source", source) for source in sources), ("out", out)]:
         if not isinstance(given, (str, os.PathLike)) or not str(given).strip():
-            name = "out" if given is out else "a source"
             raise UsageError(f"{name} {given!r} is not a directory path ('' would mean the current folder): give "
                              "the store's directory")
     out = Path(out)
