@@ -21,11 +21,11 @@ from pretrained import loading
 from runtime.errors import UsageError
 from workloads.tasks import registry as tasks
 
-from .completeness import check_stores
+from .completeness import check_stores, listed
 from .execution import ContextJob, in_processes, in_ray, in_this_process
 from .harness import Harness
 from .plan import RunPlan, plan
-from .row_fields import KEY_FIELDS, ShardContexts, shard_contexts, shown_fraction
+from .row_fields import KEY_FIELDS, ShardContexts, method_at, shard_contexts, shown_fraction
 from .settings import CompareSettings
 from .store import ResultStore
 
@@ -50,6 +50,7 @@ def execute(run: RunPlan, show_progress: bool = True) -> tuple[ResultStore, load
         identity = loading.identity(run.model_dir)
         store.check_model(run.model_dir.name, identity.row_fields())
         _say_other_code_rows(run, identity, store)
+        _check_run_completes(run, identity, store)
         _run(run, identity, store, show_progress)
     finally:
         store.close()
@@ -60,9 +61,8 @@ def _say_other_code_rows(run: RunPlan, identity: loading.ModelIdentity, store: R
     """A line on stderr where ``store`` holds rows of this run's model and settings under another code version:
     a row records the code that computed it, so they are not resumed; the run starts anew beside them (after a
     ``git pull``, a resumed run would otherwise redo its finished contexts without a word)."""
-    mine = {"model": run.model_dir.name, "weights": identity.weights, "artifacts": identity.artifacts,
-            "length": run.length, "profile": run.profile, "seed": run.seed, "engine": run.engine, "dtype": run.dtype,
-            "device": run.device}
+    mine = _group_fields(run, identity)
+    del mine["code"]
     other = sorted({row["code"] for row in store.rows
                     if row.get("code") != run.code and all(row.get(k) == v for k, v in mine.items())})
     if other:
@@ -70,6 +70,52 @@ def _say_other_code_rows(run: RunPlan, identity: loading.ModelIdentity, store: R
         print(f"note: {store.path} holds {count} rows of this model and settings computed by another code version "
               f"({', '.join(other)}): they are kept, and reported apart from this run's; this run (code "
               f"{run.code}) does not resume them and starts anew", file=sys.stderr)
+
+
+def _group_fields(run: RunPlan, identity: loading.ModelIdentity) -> dict:
+    """``{field: value}`` that every row of ``run`` holds and that sets its setting group apart
+    (:data:`~bench.row_fields.SHARED_FIELDS`): rows of one group are compared on the same contexts."""
+    return {"model": run.model_dir.name, "weights": identity.weights, "artifacts": identity.artifacts,
+            "code": run.code, "length": run.length, "profile": run.profile, "seed": run.seed, "engine": run.engine,
+            "dtype": run.dtype, "device": run.device}
+
+
+def _check_run_completes(run: RunPlan, identity: loading.ModelIdentity, store: ResultStore) -> None:
+    """``UsageError`` where ``store`` holds rows of ``run``'s setting group that the run, once finished, would leave
+    incomplete: a group's every context holds every method at every fraction the group holds (what ``bench
+    verify`` asks), and the run adds its methods to its contexts only. A run of other methods on contexts the store
+    does not hold, or of new methods that leave out contexts the store holds, could never be verified; a resumed
+    run, a larger ``--n`` or another shard of the same methods, and more methods on the same contexts are fine."""
+    group = _group_fields(run, identity)
+    held: dict[tuple, set[str]] = defaultdict(set)
+    for row in store.rows:
+        if all(row.get(k) == v for k, v in group.items()):
+            held[(row["task"], row.get("haystack", tasks.GENERATED), row["item"])].add(method_at(row))
+    if not held:
+        return
+    mine = {method_at({"press": method.press.label, "allocator": method.allocator.label, "keep_fraction": p})
+            for method, p in run.children}
+    contexts = contexts_of(run)
+    stored = set().union(*held.values())
+    answered = {context for context in held
+                if (context[0], context[2]) in contexts and context[1] == tasks.haystack_of(context[0], run.haystack)}
+    only_stored = stored - mine
+    if only_stored and len(answered) < len(contexts):
+        task, item = next(c for c in contexts if (c[0], tasks.haystack_of(c[0], run.haystack), c[1]) not in held)
+        raise UsageError(f"{store.path} holds rows of {listed(sorted(only_stored))} in this setting group, and this "
+                         f"run would answer task {task}, item {item} without them: a report compares methods on "
+                         f"the same contexts, so the store could not be verified. Add them to --methods / "
+                         f"--keep-fractions (the run resumes and adds only what is missing), or write to another "
+                         f"--out")
+    for context, methods in sorted(held.items()):
+        lacking = mine - methods if context not in answered else set()
+        if lacking:
+            raise UsageError(f"{store.path} holds task {context[0]}, item {context[2]}, which this run does not "
+                             f"answer (--tasks {','.join(run.tasks)}, --n {run.n}"
+                             f"{f', --shard {run.shard[0]}/{run.shard[1]}' if run.shard else ''}), and it "
+                             f"would lack the rows of {listed(sorted(lacking))} this run adds: a report compares "
+                             f"methods on the same contexts, so the store could not be verified. Give --tasks and "
+                             f"--n that include it, or write to another --out")
 
 
 def _check_fractions_resume(run: RunPlan, store: ResultStore) -> None:
@@ -98,9 +144,7 @@ def run_rows(store: ResultStore, settings: CompareSettings | RunPlan,
     check_stores([store], complete=False)
     run = plan(settings)
     identity = identity or loading.identity(run.model_dir)
-    wanted = {"model": run.model_dir.name, "weights": identity.weights, "artifacts": identity.artifacts,
-              "code": run.code, "length": run.length, "profile": run.profile, "seed": run.seed, "engine": run.engine,
-              "dtype": run.dtype, "device": run.device}
+    wanted = _group_fields(run, identity)
     children = {(method.press.label, method.allocator.label, float(p)) for method, p in run.children}
     contexts = contexts_of(run)
     return [r for r in store.rows if all(r.get(k) == v for k, v in wanted.items())

@@ -9,6 +9,7 @@ import shutil
 
 import pytest
 
+import bench.compare
 import bench.plan
 from bench.cli import main
 from bench.compare import CompareSettings, run_compare, run_rows
@@ -422,3 +423,38 @@ def test_a_rerun_under_another_code_version_says_it_starts_anew(runs, model_dir,
            f"version (c0dec0dec0de): they are kept, and reported apart from this run's; this run (code " \
            f"0ther0c0de00) does not resume them and starts anew" in capsys.readouterr().err
     assert len(stored_rows(store)) == 2 * count
+
+
+@pytest.mark.parametrize("presses, n, said", [
+    (["snapkv", "none"], 3, "holds rows of keydiff/flat p=0.5 in this setting group, and this run would answer task "
+                            "niah_single_1, item 2 without them"),
+    (["snapkv", "none"], 1, "holds task niah_single_1, item 1, which this run does not answer (--tasks "
+                            "niah_single_1, --n 1), and it would lack the rows of snapkv/flat p=0.5 this run adds"),
+])
+def test_a_run_that_would_leave_its_store_incomplete_is_refused_before_any_work(runs, model_dir, tmp_path, capsys,
+                                                                                monkeypatch, presses, n, said):
+    """A run whose rows, once written, a verify would refuse (every context of a setting group holds every method of
+    it) is refused before the model loads, naming the context and the methods, and the store is left as it was."""
+    store = tmp_path / "store"
+    shutil.copytree(runs / "whole", store)
+    before = (store / "results.jsonl").read_bytes()
+    monkeypatch.setattr(bench.compare, "_run", lambda *args: pytest.fail("the run started"))
+    code, err = run_cli(capsys, "compare", "--model", model_dir, "--methods", ",".join(f"{p}/flat" for p in presses
+                                                                                      if p != "none"),
+                        "--keep-fractions", "0.5", "--tasks", "niah_single_1", "--length", 300, "--n", n,
+                        "--out", store)
+    assert code == 2 and said in err and "or write to another --out" in err, err
+    assert (store / "results.jsonl").read_bytes() == before
+
+
+@pytest.mark.parametrize("presses, n", [(["keydiff", "none"], 3), (["keydiff", "snapkv", "none"], 2),
+                                        (["keydiff", "snapkv", "none"], 3), (["keydiff", "none"], 1)])
+def test_runs_that_keep_their_store_complete_are_not_refused(runs, model_dir, tmp_path, presses, n, monkeypatch):
+    """More contexts of the same methods, more methods on the same contexts or on more, and a part of a finished
+    run (a smaller --n) are fine: the store stays whole."""
+    store = tmp_path / "store"
+    shutil.copytree(runs / "whole", store)
+    started = []
+    monkeypatch.setattr(bench.compare, "_run", lambda *args: started.append(True))
+    run_compare(_settings(model_dir, store, presses=presses, n=n), show_progress=False)
+    assert started
