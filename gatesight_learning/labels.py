@@ -169,20 +169,21 @@ def brute_force_utility(probs, outputs, values, blocks, num_kv_heads: int, entri
     """
     heads = probs.shape[0]
     group = heads // num_kv_heads
-    values_rep = values.repeat_interleave(group, 0)  # [H, N, d]
-    full = torch.einsum("hDd,htd->tD", blocks, outputs)
     result = torch.zeros(num_kv_heads, entries.numel(), dtype=probs.dtype)
     for h in range(num_kv_heads):
-        js = slice(h * group, (h + 1) * group)
+        js = slice(h * group, (h + 1) * group)  # deleting an entry of KV head h changes the outputs of js alone
         for col, i in enumerate(entries.tolist()):
             deleted = probs[js].clone()
             deleted[..., i] = 0
             deleted = deleted / deleted.sum(-1, keepdim=True)
-            changed = outputs.clone()
-            changed[js] = deleted @ values_rep[js]
-            result[h, col] = (torch.einsum("hDd,htd->tD", blocks, changed) - full).norm(dim=-1).max()
+            changed = deleted @ values[h] - outputs[js]  # [G, T, d]
+            result[h, col] = torch.einsum("jDd,jtd->tD", blocks[js], changed).norm(dim=-1).max()
     return result
 
+
+CHECKED_TOKENS = 128
+"""Future length up to which every one of ``check_entries`` is checked (:func:`utility_labels`): the sampled
+futures'. The window asked back (≈ 1,000 tokens) checked eight entries a layer took more time than labelling it."""
 
 CLOSED_FORM_TOLERANCE = 1e-4
 """Largest closed-form error a labelled window may show, in label units (:class:`LabelChecks`). Rounding alone
@@ -230,7 +231,9 @@ def utility_labels(
     n : int
         Context entries labelled.
     check_entries : int
-        With > 0, that many random entries per layer are also scored by brute-force deletion.
+        With > 0, that many random entries per layer are also scored by brute-force deletion in a future of at most
+        :data:`CHECKED_TOKENS` tokens; a future k times as long checks k times fewer (at least one): deletion
+        costs a pass over the whole future per entry, and a wrong closed form is off by order 1 on any entry.
     seed : int
         Which entries are checked.
     block_bytes : int
@@ -252,9 +255,10 @@ def utility_labels(
             captured = capture.layers[layer]
             blocks = _out_proj_blocks(parent, layer)
             n_stored = parent.kv[layer].keys.shape[1]
-            entries = None if not check_entries else torch.randperm(n, generator=generator)[:check_entries]
-            utility = brute = None
             size = continuation.numel()
+            checked = min(check_entries, max(1, check_entries * CHECKED_TOKENS // size))
+            entries = None if not check_entries else torch.randperm(n, generator=generator)[:checked]
+            utility = brute = None
             for rows in token_blocks(size, g.num_heads, g.group_size, n_stored + size, block_bytes):
                 probs, outputs, values = _continuation_attention(parent, layer, captured, rows)
                 gate = None if captured["gate"] is None else captured["gate"][rows]

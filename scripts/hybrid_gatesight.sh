@@ -14,8 +14,9 @@
 #   environment.
 # Cost on this 2-core CPU (SmolLM2's hybrid): four windows labelled together (--together 4, their 16 continuations
 # decoded as one batch) take 19.6 s a window in each of the two one-thread processes (the mean of 500 shards' own
-# timings), so 500 windows take about 82 min on the two cores (≈ 1.2 MB of labels a window: they are not kept in
-# the repository); bench train and bench analyze on them 17 min on two threads; the sweep 98 s a context (71
+# timings), so 500 windows take about 82 min on the two cores; with both futures (the default) 26.4 s a window
+# alone (benchmarks/label_cost.py, 4 windows together, one thread), about 110 min for 500 on the two cores
+# (≈ 1.2 MB of labels a window: they are not kept in the repository); bench train and bench analyze on them 17 min on two threads; the sweep 98 s a context (71
 # forks) on one thread, 33 min for n = 20 on the two cores: 2 h 12 min for the whole script.
 set -euo pipefail
 # glibc's large blocks on huge pages: 1.14-2x less time on a CPU, the same numbers (docs/profile_realmodel.md)

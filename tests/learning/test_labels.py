@@ -126,3 +126,24 @@ def test_reconstruction_future_is_the_window_asked_back(model_dir):
         assert torch.allclose(labels["reconstruction"][layer] * scales["reconstruction"][layer][:, None],
                               raw[layer][:, len(prefix):], rtol=1e-5, atol=1e-9)
         assert not torch.allclose(labels["labels"][layer], u, atol=1e-3)  # a different future, different labels
+
+
+def test_a_longer_future_checks_proportionally_fewer_entries_and_at_least_one(tiny, monkeypatch):
+    """Deletion costs a pass over the whole future per entry: a future k times longer than CHECKED_TOKENS checks k
+    times fewer entries a layer (at least one), a shorter one exactly ``check_entries``; the labels are the same."""
+    import gatesight_learning.labels as labels_module
+
+    parent = prefill(tiny("qwen3_5"), token_ids(60, 4))
+    checked = []
+    real = labels_module.brute_force_utility
+    monkeypatch.setattr(labels_module, "brute_force_utility",
+                        lambda *args: checked.append(args[-1].numel()) or real(*args))
+    monkeypatch.setattr(labels_module, "CHECKED_TOKENS", 10)
+    expected = {5: 8, 10: 8, 20: 4, 40: 2, 200: 1}
+    for size, count in expected.items():
+        checked.clear()
+        labels, checks = utility_labels(parent, [token_ids(size, 5)], n=60, check_entries=8, seed=1)
+        assert set(checked) == {count}, (size, checked)
+        assert checks.max_closed_form_error < 1e-9
+        unchecked, _ = utility_labels(parent, [token_ids(size, 5)], n=60, check_entries=0)
+        assert all(torch.equal(labels[layer], unchecked[layer]) for layer in labels)
