@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import argparse
 import errno
-import signal
 import sys
-import threading
 import traceback
 from pathlib import Path
 
@@ -24,6 +22,7 @@ from .learning_commands import ANALYZE, CALIBRATE, LABEL, TRAIN
 from .merge import MERGE
 from .model_commands import DISTILL, MODEL_EVAL, SHIP_ARTIFACTS, TRAIN_MODEL
 from .publish import LEADERBOARD, VERIFY
+from .stopping import StopOnSignals, stopped
 
 COMMANDS = (COMPARE, MERGE, LEADERBOARD, VERIFY, COST, FETCH_MODEL, CALIBRATE, TRAIN_MODEL, MODEL_EVAL, DISTILL,
             SHIP_ARTIFACTS, LABEL, TRAIN, ANALYZE)
@@ -157,51 +156,37 @@ def _usage_error(error: BaseException, args) -> str | None:
     return None
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM (``timeout``, ``kill``) raised as an interrupt, so that what a command cleans up on Ctrl-C — a
-    half-converted model's temporary folder, a store's lock — is cleaned up on it too."""
-
-
-def _terminate(signum, frame) -> None:
-    raise Terminated
-
-
 def main(argv: list[str] | None = None) -> int:
     """Run ``bench argv``; exit code 0, 2 with a one-line error on stderr for what the user can fix (a flag argparse
     refuses; :class:`~runtime.errors.UsageError`, among them every place the command writes that the output policy
     refuses, :mod:`artifacts.outputs`, checked before the command starts; a file error of a path they named; a full
     or read-only disk; ``--debug``: with its traceback), or 130 when interrupted (143 on SIGTERM, raised as an
-    interrupt: :class:`Terminated`). Any other exception is a bug and propagates with its traceback."""
-    try:
-        args = build_parser().parse_args(argv)
-    except SystemExit as done:  # --help (0), or a flag argparse refused (2, its one line printed)
-        return done.code
-    command: Command = args.command_entry
-    if command.loads_models:
-        _quiet_transformers()
-    # a handler can only be set from the main thread (a caller may run main() in another)
-    previous = (signal.signal(signal.SIGTERM, _terminate) if threading.current_thread() is threading.main_thread()
-                else None)
-    try:
-        outputs = command.outputs(args)
-        check_outside_the_cache(outputs)
-        check_outputs(outputs)
-        command.run(args)
-    except KeyboardInterrupt as stop:
-        how = "terminated" if isinstance(stop, Terminated) else "interrupted"
-        print(f"\nbench {args.command}: {how}; {command.interrupted(args)}", file=sys.stderr)
-        return 143 if isinstance(stop, Terminated) else 130
-    except Exception as error:
-        message = _usage_error(error, args)
-        if message is None:
-            raise
-        if args.debug:
-            traceback.print_exc()
-        print(f"bench {args.command}: error: {message}", file=sys.stderr)
-        return 2
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+    interrupt: :class:`bench.stopping.Terminated`). Any other exception is a bug and propagates with its traceback."""
+    with StopOnSignals():
+        try:
+            args = build_parser().parse_args(argv)
+        except SystemExit as done:  # --help (0), or a flag argparse refused (2, its one line printed)
+            return done.code
+        except KeyboardInterrupt as stop:
+            return stopped(stop, "bench", "it stopped while starting, before any work: nothing was written")
+        command: Command = args.command_entry
+        try:
+            if command.loads_models:
+                _quiet_transformers()
+            outputs = command.outputs(args)
+            check_outside_the_cache(outputs)
+            check_outputs(outputs)
+            command.run(args)
+        except KeyboardInterrupt as stop:
+            return stopped(stop, f"bench {args.command}", command.interrupted(args))
+        except Exception as error:
+            message = _usage_error(error, args)
+            if message is None:
+                raise
+            if args.debug:
+                traceback.print_exc()
+            print(f"bench {args.command}: error: {message}", file=sys.stderr)
+            return 2
     return 0
 
 if __name__ == "__main__":

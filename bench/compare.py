@@ -25,7 +25,7 @@ from .completeness import check_stores, listed
 from .execution import ContextJob, in_processes, in_ray, in_this_process
 from .harness import Harness
 from .plan import RunPlan, plan
-from .row_fields import KEY_FIELDS, ShardContexts, method_at, shard_contexts, shown_fraction
+from .row_fields import KEY_FIELDS, RUN, ShardContexts, method_at, shard_contexts, shown_fraction
 from .settings import CompareSettings
 from .store import ResultStore
 
@@ -84,13 +84,23 @@ def _check_run_completes(run: RunPlan, identity: loading.ModelIdentity, store: R
     """``UsageError`` where ``store`` holds rows of ``run``'s setting group that the run, once finished, would leave
     incomplete: a group's every context holds every method at every fraction the group holds (what ``bench
     verify`` asks), and the run adds its methods to its contexts only. A run of other methods on contexts the store
-    does not hold, or of new methods that leave out contexts the store holds, could never be verified; a resumed
-    run, a larger ``--n`` or another shard of the same methods, and more methods on the same contexts are fine."""
+    does not hold, of new methods that leave out contexts the store holds, or a shard of another ``--shard K/N``
+    split of the same run, could never be verified; a resumed run, a larger ``--n`` or another shard of the same
+    split and methods, and more methods on the same contexts are fine."""
     group = _group_fields(run, identity)
     held: dict[tuple, set[str]] = defaultdict(set)
+    mine_run = {field: run.run[field] for field in ("tasks", "n", "haystack")}
     for row in store.rows:
         if all(row.get(k) == v for k, v in group.items()):
             held[(row["task"], row.get("haystack", tasks.GENERATED), row["item"])].add(method_at(row))
+            other = row.get(RUN)
+            if other and all(other[k] == v for k, v in mine_run.items()) and other["shards"] != run.run["shards"]:
+                split = f"--shard K/{other['shards']}" if other["shards"] > 1 else "no --shard"
+                raise UsageError(f"{store.path} holds shard {other['shard']}/{other['shards']} of this run (same "
+                                 f"--tasks, --n and --haystack), and this one is shard {run.run['shard']}/"
+                                 f"{run.run['shards']}: the shards of one run are of one --shard K/N split (one N), "
+                                 f"or their contexts overlap and some are never run. Give {split}, or write to "
+                                 "another --out")
     if not held:
         return
     mine = {method_at({"press": method.press.label, "allocator": method.allocator.label, "keep_fraction": p})

@@ -234,6 +234,9 @@ def check_shards_alike(first: ResultStore, mine: dict[str, list[str]], other: Re
         other_contexts = ("; merge joins the shards, or the runs of other methods, of one set of contexts: keep each "
                           "in its own store (bench leaderboard and bench verify read several)"
                           if field in ("seed", "length", "profile") else
+                          "; rows of two code versions are two results, reported apart: keep each in its own store "
+                          "(bench leaderboard and bench verify read several), or finish the unfinished one from a "
+                          "checkout of its code" if field == "code" else
                           f"; merge joins the shards, or the runs of other methods, of one set of contexts: "
                           f"{OTHER_CONTEXTS}" if field in ("run tasks", "run n", "run haystack") else "")
         raise UsageError(f"{first.path} and {other.path} are not shards of one run: they differ in {field} "

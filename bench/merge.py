@@ -71,6 +71,8 @@ def merge_stores(sources: list[str | Path], out: str | Path) -> Merged:
         that neither the sources nor ``out`` hold (:func:`bench.completeness.check_complete`), or an ``out`` that holds
         results of other settings.
     """
+    if isinstance(sources, (bytes, bytearray)):  # iterating them would read each byte (a number) as a store
+        raise UsageError(f"sources={sources!r} are bytes: give a list of store directories (str or Path)")
     if isinstance(sources, (str, os.PathLike)):  # iterating one path would read each of its characters as a store
         raise UsageError(f"sources={str(sources)!r} is one path: give a list of store directories, "
                          f"[{str(sources)!r}, …]")
@@ -96,7 +98,7 @@ def merge_stores(sources: list[str | Path], out: str | Path) -> Merged:
     for store in stores[1:]:
         check_shards_alike(stores[0], first, store, _settings_of(store), other_methods=True)
     check_one_value(stores, copies=True)
-    target = ResultStore(out)
+    target = ResultStore(out, named="out")
     try:
         target.check_schema()
         held = _settings_of(target) if target.rows else first

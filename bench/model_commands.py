@@ -100,6 +100,8 @@ TRAIN_MODEL = Command("train-model", "train the default hybrid from scratch (res
 def _model_eval_interrupted(args: argparse.Namespace) -> str:
     if not args.rows:
         return "nothing was kept (without --rows the rows are not written); it does not resume: run it again"
+    if not Path(args.rows).exists():  # no task finished: the rows are written as each does
+        return f"no task finished, so nothing was written yet ({args.rows} was not created); run it again"
     return (f"the rows of the tasks it finished are kept in {args.rows}; it does not resume: a rerun evaluates "
             "every task again (with --replace, which moves these rows aside, or another --rows)")
 

@@ -18,7 +18,7 @@ from workloads.metrics import METRICS
 from workloads.tasks import Config, generate
 
 from .legacy_rows import read_row
-from .row_fields import RUN
+from .row_fields import RUN, check_items
 
 
 @torch.no_grad()
@@ -88,8 +88,7 @@ def evaluate_model(model_path, tasks: list[str], lengths: list[int], n: int, see
 
     if rows_out is not None:
         check([rows_output(rows_out, replace)])
-    if n < 1:
-        raise UsageError(f"--n {n}: give at least 1 item per task")
+    check_items(n)
     if not tasks or not lengths:
         raise UsageError(f"no {'task' if not tasks else 'length'} given (--{'tasks' if not tasks else 'lengths'}): "
                          "give at least one task and one length")

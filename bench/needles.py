@@ -62,12 +62,6 @@ def needle_rank(scores: dict[int, torch.Tensor], positions: torch.Tensor, protec
     return out
 
 
-def mean_over_heads(per_layer: dict[str, list[float]]) -> float:
-    """The mean over every (layer, head) of a per-layer, per-head diagnostic."""
-    values = [v for heads in per_layer.values() for v in heads]
-    return sum(values) / len(values)
-
-
 def needle_markdown(rows: list[dict], per_layer: bool = True) -> str:
     """Needle recall by method and kept fraction: the share of the needle sentences' tokens and of the answers'
     tokens that children keep, per attention layer (mean over heads, questions and items), with the mean

@@ -27,7 +27,7 @@ from runtime.errors import UsageError, describe
 from workloads.tasks import registry as tasks
 
 from .code_version import code_version
-from .row_fields import BASELINE, shown_fraction
+from .row_fields import BASELINE, check_items, shown_fraction
 from .settings import ENGINES, EXECUTORS, KEEP_FRACTION_GRIDS, MIN_LENGTH, CompareSettings, check_ray_address
 from .specs import (
     BASELINE_METHOD,
@@ -321,8 +321,7 @@ def plan(settings: CompareSettings | RunPlan) -> RunPlan:
                          "each once, distinct at 6 significant digits")
     _positive_int(settings.jobs, "jobs", "worker processes")
     _positive_int(settings.batch, "batch", "children answered together")
-    if settings.n < 1:
-        raise UsageError(f"n must be >= 1 (items per task), got {settings.n}")
+    check_items(settings.n, "n")
     if settings.length < MIN_LENGTH:
         raise UsageError(f"length {settings.length} is too short; use at least {MIN_LENGTH} tokens")
     limit = loading.position_limit(settings.model)
@@ -331,10 +330,12 @@ def plan(settings: CompareSettings | RunPlan) -> RunPlan:
                          f"(max_position_embeddings = {limit}): a context, its question and the answer budget "
                          f"(max new tokens) together take --length positions; give --length <= {limit}")
     _check_executor(settings)
-    if settings.scbench_data is not None and not Path(settings.scbench_data).exists():
-        raise UsageError(f"--scbench-data {settings.scbench_data}: no such file or directory (a local copy of "
-                         "microsoft/SCBench)")
-    outputs = [Output(Path(settings.out), "--out", kind_of=RESULT_STORE)]
+    if settings.scbench_data is not None and not Path(settings.scbench_data).is_dir():
+        what = "is a file, not a folder" if Path(settings.scbench_data).exists() else "no such folder"
+        raise UsageError(f"--scbench-data {settings.scbench_data}: {what} (give the folder of a local copy of "
+                         "microsoft/SCBench: its scbench_<task>.jsonl files or a datasets cache)")
+    # the CLI checked --out already; a library caller is named by the argument
+    outputs = [Output(Path(settings.out), "out", kind_of=RESULT_STORE)]
     check_outside_the_cache(outputs)  # as the CLI: a library caller too
     check(outputs)
     return RunPlan(

@@ -28,6 +28,7 @@ from .row_fields import (
     RUN,
     RUN_FIELDS,
     SCHEMA,
+    mean_over_heads,
 )
 from .settings import ENGINES
 
@@ -37,6 +38,9 @@ DELTA_NLL_TOLERANCE = 1e-6
 """How far a child's ΔNLL may be from its NLL minus the no-prune row's, relative to the larger NLL (at least 1 nat).
 Both NLLs are float32 sums and ΔNLL their float64 difference, the no-prune row's NLL the very one subtracted: a run
 writes it exactly. This allows some 8 float32 ulps of the larger NLL: a full-cache NLL summed in another order."""
+MEAN_TOLERANCE = 1e-12
+"""How far a recall may lie from the mean of its per-layer values: float rounding only (a row holds both as
+written, one the mean of the other)."""
 CHILD_FIELDS = ("press", "allocator", "keep_fraction")
 """The key fields that tell apart the children of one question of one context (the no-prune row one of them)."""
 CHILD_ONLY = ("kept_entries", "needle_recall", "needle_recall_layers", "answer_recall", "answer_recall_layers",
@@ -158,19 +162,45 @@ def _fraction(value) -> bool:
     return _number(value) and 0 <= value <= 1
 
 
+RECALL_MEANS = {"needle_recall": "needle_recall_layers", "answer_recall": "answer_recall_layers"}
+"""A recall and the per-layer values it is the mean of, over every (attention layer, KV head)."""
+
+
 def _per_layer_problem(row: dict) -> str | None:
-    """The first value of a :data:`PER_LAYER_FRACTION_FIELDS` field that is not a fraction, or its wrong shape."""
+    """The first value of a :data:`PER_LAYER_FRACTION_FIELDS` field that is not a fraction, or its wrong shape: every
+    such field of a row ``{attention layer index: [one value per KV head]}`` over the same layers and heads; a recall
+    other than the mean of its per-layer values (:data:`RECALL_MEANS`)."""
+    shape, shaped_by = None, None
     for field in PER_LAYER_FRACTION_FIELDS:
         layers = row.get(field)
         if layers is None:
             continue
-        if not isinstance(layers, dict) or not all(isinstance(heads, list) for heads in layers.values()):
-            return f"{field}={reprlib.repr(layers)} (expected {{layer: [a number in [0, 1] per head]}})"
+        if not (isinstance(layers, dict) and layers and all(isinstance(heads, list) and heads
+                                                            for heads in layers.values())):
+            return f"{field}={reprlib.repr(layers)} (expected {{layer: [a number in [0, 1] per head]}}, not empty)"
         for layer, heads in layers.items():
+            if not (isinstance(layer, str) and layer.isdecimal()):
+                return f"{field} has the layer {layer!r} (expected an attention layer's index, e.g. '7')"
             for head, value in enumerate(heads):
                 if not _fraction(value):
                     return f"{field}[{layer!r}][{head}]={value!r} (expected a number in [0, 1])"
+        mine = {layer: len(heads) for layer, heads in layers.items()}
+        if shape is None:
+            shape, shaped_by = mine, field
+        elif mine != shape:
+            return (f"{field} holds layers and heads {_shape(mine)}, and {shaped_by} {_shape(shape)} (expected one "
+                    "value per attention layer and KV head of the model in each)")
+    for field, layers_field in RECALL_MEANS.items():
+        value, layers = row.get(field), row.get(layers_field)
+        if value is not None and layers is not None:
+            mean = mean_over_heads(layers)
+            if abs(value - mean) > MEAN_TOLERANCE:
+                return f"{field}={value!r} (expected the mean of {layers_field} over every layer and head, {mean!r})"
     return None
+
+
+def _shape(layers: dict[str, int]) -> str:
+    return "{" + ", ".join(f"{layer}: {count} head(s)" for layer, count in layers.items()) + "}"
 
 
 def _run_problem(row: dict) -> str | None:
@@ -257,8 +287,8 @@ def _child_problem(row: dict, full: dict, there: str) -> str | None:
     ``there``): its ``delta_nll`` not its ``answer_nll`` minus the full cache's (within
     :data:`DELTA_NLL_TOLERANCE`), its ``kv_bytes`` more than the full cache's (a child keeps some of its entries),
     or ``agree`` true (the same greedy tokens as the full cache) with a prediction other than the full cache's (the
-    same tokens decode to the same text). ``agree`` false with the same prediction is no problem: two token
-    sequences may decode to one text."""
+    same tokens decode to the same text), or ``answers`` other than the full cache's (one question, one reference).
+    ``agree`` false with the same prediction is no problem: two token sequences may decode to one text."""
     nll, full_nll = row["answer_nll"], full["answer_nll"]
     tolerance = DELTA_NLL_TOLERANCE * max(1.0, abs(nll), abs(full_nll))
     if abs(row["delta_nll"] - (nll - full_nll)) > tolerance:
@@ -268,6 +298,9 @@ def _child_problem(row: dict, full: dict, there: str) -> str | None:
     if kv_bytes is not None and full_kv_bytes is not None and kv_bytes > full_kv_bytes:
         return (f"kv_bytes={kv_bytes} (expected at most the no-prune row's {full_kv_bytes} ({there}): a child keeps "
                 "some of the full cache's entries)")
+    if row.get("answers") != full.get("answers"):
+        return (f"answers={reprlib.repr(row.get('answers'))} (expected the no-prune row's "
+                f"{reprlib.repr(full.get('answers'))} ({there}): the children of one question answer the same one)")
     if row["agree"] and row.get("prediction") != full.get("prediction"):
         return (f"agree=True with prediction {reprlib.repr(row['prediction'])}, not the no-prune row's "
                 f"{reprlib.repr(full['prediction'])} ({there}) (expected false: the full cache's greedy answer "

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from runtime.errors import UsageError
+
 KEY_FIELDS = ("model", "weights", "artifacts", "press", "allocator", "keep_fraction", "task", "profile", "length",
               "item", "question", "seed", "code", "engine", "dtype", "device", "haystack")
 GROUP_FIELDS = ("model", "weights", "artifacts", "profile", "length", "code", "engine", "dtype", "device")
@@ -81,6 +83,17 @@ class ShardContexts(Sequence):
             name == task and at * self.n + item in self.positions for at, name in enumerate(self.tasks))
 
 
+MAX_ITEMS = 10**9
+"""Most items a task of one run may ask for (``--n``): a run's contexts are listed lazily, but their count must be
+an index, and a billion contexts is past any benchmark."""
+
+
+def check_items(n: int, flag: str = "--n") -> None:
+    """``UsageError`` naming ``n`` (``flag``) unless it is in [1, :data:`MAX_ITEMS`]."""
+    if not 1 <= n <= MAX_ITEMS:
+        raise UsageError(f"{flag} {n}: give between 1 and {MAX_ITEMS:,} items per task")
+
+
 def shard_contexts(run: dict) -> ShardContexts:
     """``(task, item)`` of every context of the shard ``run`` (:data:`RUN`) names, in order (lazily)."""
     return ShardContexts(run)
@@ -106,3 +119,9 @@ def describe_row(row: dict) -> str:
     """A row as messages name it: its method, kept fraction, task, item and question."""
     return (f"{method_of(row)} at p={shown_fraction(row['keep_fraction'])}, task {row['task']}, item {row['item']}, "
             f"question {row['question']}")
+
+
+def mean_over_heads(per_layer: dict[str, list[float]]) -> float:
+    """The mean over every (layer, head) of a per-layer, per-head diagnostic."""
+    values = [v for heads in per_layer.values() for v in heads]
+    return sum(values) / len(values)

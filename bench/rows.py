@@ -19,9 +19,9 @@ from workloads.metrics import METRICS
 from workloads.tasks.items import Item, Question
 
 from .fidelity import FullCacheReference, fidelity, reference_text
-from .needles import mean_over_heads, needle_positions, needle_recall
+from .needles import needle_positions, needle_recall
 from .plan import RunPlan
-from .row_fields import BATCH, QUESTIONS, RUN, SCHEMA
+from .row_fields import BATCH, QUESTIONS, RUN, SCHEMA, mean_over_heads
 from .specs import Method
 
 

@@ -56,10 +56,13 @@ class ResultStore:
     readonly : bool
         Readers (reports) take no lock; a writer takes an exclusive lock at once and keeps it while it lives,
         so that a second writer on the same directory is refused instead of duplicating rows.
+    named : str
+        How a refused directory is named: the CLI's flag, or a library function's argument.
     """
 
-    def __init__(self, directory, readonly: bool = False):
+    def __init__(self, directory, readonly: bool = False, named: str = "--out"):
         self.directory = Path(directory)
+        self.named = named
         self.live = self.directory / "results.jsonl"
         """Where rows are appended."""
         self.path = self.live
@@ -144,7 +147,7 @@ class ResultStore:
             raise UsageError(f"{len(problems)} row(s) are not valid results: {shown}")
 
     def _acquire(self) -> None:
-        check_place(Output(self.directory, "--out"))  # the one output policy, for a library caller too
+        check_place(Output(self.directory, self.named))  # the one output policy, for a library caller too
         self._created = not self.directory.exists()
         self.directory.mkdir(parents=True, exist_ok=True)
         path = self.directory / ".lock"

@@ -7,10 +7,14 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from artifacts.outputs import MODEL_CACHE, Output
+from artifacts.outputs import DISTILLED_DELTA, MODEL_CACHE, TRAINED_MODEL, Output
 
 from .catalog import SHIPPED_DELTAS
 from .model_cache import CACHE_ENV, cache_dir
+
+IN_SHIPPED = (DISTILLED_DELTA, TRAINED_MODEL)
+"""The outputs written inside the checkout's ``models/`` folder, beside a model's own artifacts (an estimator, a
+calibration: outputs that name their model)."""
 
 
 def check_outside_the_cache(outputs: list[Output]) -> None:
@@ -19,17 +23,21 @@ def check_outside_the_cache(outputs: list[Output]) -> None:
     is no model's (a model's artifacts, a model trained there), unless it is the cache itself (``bench
     fetch-model``): a result there sits among the models, and the cache, then holding another command's files, is
     refused to every fetch. The checkout's ``models/`` folder itself is refused alike (a delta is written into a
-    folder of its own inside it)."""
+    folder of its own inside it), and inside it every output but a model, a delta (:data:`IN_SHIPPED`) and a model's
+    own artifacts: a result or checkpoint there would be committed as part of the model."""
     models = Path(os.path.realpath(cache_dir()))
+    shipped = Path(os.path.realpath(SHIPPED_DELTAS))
     for output in outputs:
-        if output.kind_of is MODEL_CACHE:
-            continue
         real = Path(os.path.realpath(output.path))
-        if real in (models, models.parent) or (models in real.parents and output.model is None):
+        if output.kind_of is not MODEL_CACHE and (real in (models, models.parent) or (
+                models in real.parents and output.model is None)):
             where = f"{CACHE_ENV}={models.parent}" if os.environ.get(CACHE_ENV) else f"the default ({models.parent})"
             what = ("is the model cache's root" if real == models.parent else "is the model cache's models/ folder"
                     if real == models else "lies in the model cache's models/ folder")
             raise output.refuse(f"{what} ({where}), where converted models live; give a folder outside it")
-        if real == Path(os.path.realpath(SHIPPED_DELTAS)):
+        if real == shipped:
             raise output.refuse("is the source checkout's folder of shipped deltas (one folder a model); give a "
                                 "folder outside it")
+        if shipped in real.parents and output.kind_of not in IN_SHIPPED and output.model is None:
+            raise output.refuse(f"lies in the source checkout's folder of shipped deltas ({shipped}), which holds "
+                                "models, their deltas and their own artifacts only; give a folder outside it")

@@ -144,6 +144,28 @@ def test_model_eval_interrupted_keeps_the_rows_of_the_tasks_it_finished_and_says
     assert len(rows.read_text().splitlines()) == 2
 
 
+def test_model_eval_interrupted_before_a_task_finished_says_nothing_was_written(model_dir, tmp_path, capsys,
+                                                                               monkeypatch):
+    """Ctrl-C during the first task: no row is written yet, and the message does not claim any were kept."""
+    from bench import model_eval
+
+    calls = []
+
+    def generate(task, index, seed, config):
+        calls.append(task)
+        if len(calls) > 1:  # the first call checks the task fits, before any answer
+            raise KeyboardInterrupt
+        return real(task, index, seed, config)
+
+    real = model_eval.generate
+    monkeypatch.setattr(model_eval, "generate", generate)
+    rows = tmp_path / "rows.jsonl"
+    code, err = run_cli(capsys, "model-eval", "--model", model_dir, "--tasks", "niah_single_1", "--lengths", "300",
+                        "--n", "2", "--rows", rows)
+    assert code == 130 and f"no task finished, so nothing was written yet ({rows} was not created)" in err, err
+    assert "kept" not in err and not rows.exists()
+
+
 @pytest.mark.parametrize("command, argv, says", [
     ("train", ["--labels", "{tmp}/labels", "--out", "{tmp}/est"], "nothing was written: {tmp}/est holds what it held "
                                                                   "before"),
@@ -360,3 +382,36 @@ def test_an_empty_model_is_named_in_the_library_too(tmp_path, model):
                                          "catalogued name"):
         run_compare(compare_settings(model, tmp_path / "out"), show_progress=False)
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("stop, code, how", [(KeyboardInterrupt, 130, "interrupted"), ("terminated", 143,
+                                                                                      "terminated")])
+def test_a_stop_while_the_bench_loads_is_one_line(monkeypatch, capsys, stop, code, how):
+    """Ctrl-C or SIGTERM while `bench` imports its modules (seconds: torch, transformers) ends it with one line and
+    its exit code, as during a command; the console script's module loads nothing heavy, so it is in place first."""
+    import subprocess
+    import sys
+    import types
+
+    from bench import entry, stopping
+
+    stop = stopping.Terminated if stop == "terminated" else stop
+
+    def loading(name):
+        raise stop
+
+    fake = types.ModuleType("bench.cli")
+    fake.__getattr__ = loading
+    monkeypatch.setitem(sys.modules, "bench.cli", fake)
+    assert entry.main() == code
+    err = capsys.readouterr().err.strip()
+    assert err == f"bench: {how}; it stopped while starting, before any work: nothing was written", err
+    light = subprocess.run([sys.executable, "-c", "import sys, bench.entry; print(sorted({'torch', 'transformers', "
+                            "'numpy', 'bench.cli'} & set(sys.modules)))"], capture_output=True, text=True, check=True)
+    assert light.stdout.strip() == "[]"
+
+
+def test_the_console_script_is_the_entry_module():
+    from importlib.metadata import entry_points
+
+    assert [e.value for e in entry_points(group="console_scripts") if e.name == "bench"] == ["bench.entry:main"]

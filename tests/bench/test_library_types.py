@@ -117,6 +117,11 @@ def test_numpy_kept_fractions_are_written_as_plain_floats(model_dir, tmp_path, f
     ({"out": " "}, "out=' ' is empty ('' would mean the current folder): give the directory the results go to"),
     ({"press_options": {3: 4}}, "press_options must name each option by text, e.g. {'window': 64}, got the key 3"),
     ({"scbench_data": 3}, "scbench_data must be a directory path (str or Path) or None, got int 3"),
+    ({"out": "/proc/xx"}, "out /proc/xx: /proc holds the kernel's virtual files, not results; give a directory on "
+                          "disk"),
+    ({"tasks": ["scbench_kv"], "scbench_data": __file__}, f"--scbench-data {__file__}: is a file, not a folder (give "
+                                                          "the folder of a local copy of microsoft/SCBench: its "
+                                                          "scbench_<task>.jsonl files or a datasets cache)"),
 ])
 def test_a_field_of_the_wrong_kind_or_range_is_named_before_the_model(model_dir, tmp_path, no_model_load, change,
                                                                       message):
@@ -160,3 +165,12 @@ def test_an_empty_directory_option_is_named_as_empty(model_dir, tmp_path, capsys
     code, err = run_cli(capsys, "compare", "--model", model_dir, "--out", tmp_path / "out", "--press",
                         f"{press}[{option}=]")
     assert code == 2 and f"{option}='' is empty" in err and "'.'" not in err, err
+
+
+def test_merge_stores_refuses_bytes_for_its_sources(tmp_path):
+    """Bytes are a sequence of numbers: iterated, each would be read as a store."""
+    from bench.merge import merge_stores
+
+    with pytest.raises(UsageError, match=r"^sources=b'/tmp/x' are bytes: give a list of store directories"):
+        merge_stores(b"/tmp/x", tmp_path / "out")
+    assert not (tmp_path / "out").exists()

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from bench.compare import CompareSettings, run_compare
-from bench.needles import mean_over_heads, needle_markdown, needle_positions, needle_rank, needle_recall
+from bench.needles import needle_markdown, needle_positions, needle_rank, needle_recall
+from bench.row_fields import mean_over_heads
 from hybridmodel.tokenizer import build_tokenizer
 from runtime import KeepPlan, encode_text
 

@@ -540,7 +540,7 @@ def test_the_model_cache_takes_no_other_commands_files(command, flag, where, mod
 
 def test_the_checkouts_folder_of_shipped_deltas_takes_no_results(model_dir, tmp_path, capsys, monkeypatch):
     """``--out models`` in the checkout would put a result store among the deltas; a delta's own folder there is
-    where ``bench distill --out`` writes, so only the folder itself is refused."""
+    where ``bench distill --out`` writes, so the folder itself is refused (and, below, a result inside it)."""
     import pretrained.cache_guard
 
     shipped = tmp_path / "checkout" / "models"
@@ -549,3 +549,41 @@ def test_the_checkouts_folder_of_shipped_deltas_takes_no_results(model_dir, tmp_
     code, err = run_cli(capsys, "compare", "--model", model_dir, "--out", shipped, "--n", "1")
     assert code == 2 and f"--out {shipped}: is the source checkout's folder of shipped deltas" in err, err
     assert list(shipped.iterdir()) == []
+
+
+@pytest.mark.parametrize("argv", [
+    ["compare", "--model", "{model}", "--n", "1", "--out", "{shipped}/run"],
+    ["model-eval", "--model", "{model}", "--rows", "{shipped}/rows.jsonl"],
+    ["label", "--model", "{model}", "--out", "{shipped}/labels"],
+    ["fetch-model", "smollm2-135m-instruct", "--cache", "{shipped}/cache"],
+    ["compare", "--model", "{model}", "--n", "1", "--out", "{link}/run"],
+])
+def test_no_result_goes_inside_the_checkouts_folder_of_shipped_deltas(model_dir, tmp_path, capsys, monkeypatch, argv):
+    """Inside ``models/`` of the checkout only a model, a delta and a model's own artifacts are written: a result,
+    labels or a cache there (through a link too) would be committed beside the deltas."""
+    import pretrained.cache_guard
+
+    shipped = tmp_path / "checkout" / "models"
+    shipped.mkdir(parents=True)
+    (tmp_path / "link").symlink_to(shipped)
+    monkeypatch.setattr(pretrained.cache_guard, "SHIPPED_DELTAS", shipped)
+    args = [a.format(model=model_dir, shipped=shipped, link=tmp_path / "link") for a in argv]
+    code, err = run_cli(capsys, *args)
+    assert code == 2 and f"lies in the source checkout's folder of shipped deltas ({shipped}), which holds models, " \
+                         "their deltas and their own artifacts only" in err, err
+    assert list(shipped.iterdir()) == []
+
+
+def test_a_delta_and_a_models_own_artifacts_are_written_inside_it(model_dir, tmp_path, monkeypatch):
+    """What belongs there passes the check: bench distill --out models/<name>, a trained model, and a model's own
+    estimator (an output that names its model)."""
+    import pretrained.cache_guard
+    from artifacts.outputs import DISTILLED_DELTA, ESTIMATOR, TRAINED_MODEL, Output
+
+    shipped = tmp_path / "models"
+    shipped.mkdir()
+    monkeypatch.setattr(pretrained.cache_guard, "SHIPPED_DELTAS", shipped)
+    pretrained.cache_guard.check_outside_the_cache([
+        Output(shipped / "hybrid", "--out", kind_of=DISTILLED_DELTA),
+        Output(shipped / "tiny", "--out", model=shipped / "tiny", kind_of=TRAINED_MODEL),
+        Output(shipped / "tiny" / "gatesight", "--out", model=shipped / "tiny", kind_of=ESTIMATOR)])

@@ -222,3 +222,37 @@ def test_rows_written_before_sizes_and_timings_were_recorded_still_pass(run, tmp
     rows = [{field: value for field, value in row.items() if field not in later} for row in stored_rows(run)]
     code, err = run_cli(capsys, "verify", store_of(rows, tmp_path / "older"))
     assert code == 0, err
+
+
+@pytest.mark.parametrize("alter, message", [
+    ("layer named x", "needle_recall_layers has the layer 'x' (expected an attention layer's index, e.g. '7')"),
+    ("no layers", "needle_recall_layers={} (expected {layer: [a number in [0, 1] per head]}, not empty)"),
+    ("no heads", "(expected {layer: [a number in [0, 1] per head]}, not empty)"),
+    ("a head fewer", "answer_recall_layers holds layers and heads {"),
+    ("recall not the mean", "needle_recall=0.123 (expected the mean of needle_recall_layers over every layer and "
+                            "head, "),
+    ("other answers", "answers=['not the answer'] (expected the no-prune row's "),
+])
+def test_per_layer_values_of_a_child_are_one_shape_and_its_recalls_their_means(run, tmp_path, capsys, alter, message):
+    """A child's per-layer fields hold one value per attention layer (named by its index) and KV head, the same
+    layers and heads in each; its recalls are their means; its answers its question's, as the no-prune row's."""
+    rows = stored_rows(run)
+    at = next(i for i, row in enumerate(rows) if row["press"] != "none" and row.get("needle_recall_layers"))
+    row = rows[at]
+    layer = next(iter(row["needle_recall_layers"]))
+    if alter == "layer named x":
+        row["needle_recall_layers"]["x"] = row["needle_recall_layers"].pop(layer)
+    elif alter == "no layers":
+        row["needle_recall_layers"] = {}
+    elif alter == "no heads":
+        row["needle_recall_layers"][layer] = []
+        message = f"needle_recall_layers={reprlib.repr(row['needle_recall_layers'])} {message}"
+    elif alter == "a head fewer":
+        row["answer_recall_layers"][layer] = row["answer_recall_layers"][layer][:-1]
+    elif alter == "recall not the mean":
+        row["needle_recall"] = 0.123
+    else:
+        row["answers"] = ["not the answer"]
+        row["score"] = string_match_all(row["prediction"], row["answers"])
+    bad = store_of(rows, tmp_path / "bad")
+    assert_reports_refuse(capsys, bad, tmp_path / "docs", f"{bad / 'results.jsonl'}:{at + 1}: {message}")

@@ -179,11 +179,14 @@ def test_rows_without_their_run_are_checked_as_before(runs, tmp_path, capsys):
     assert code == 2 and f"{holed / 'results.jsonl'} is incomplete: task niah_single_1, item 1 lacks" in err, err
 
 
-def test_the_committed_store_is_complete_as_legacy_rows():
+def test_the_committed_store_is_complete_its_legacy_rows_and_its_runs_alike():
+    """Rows written before runs were recorded are checked as before; the hybrid's group, rerun since, records its
+    run (n = 20 a task, two shards), and both are complete."""
     from bench.completeness import check_complete
 
     store = ResultStore(ROOT / "docs" / "results", readonly=True)
-    assert store.rows and not any("run" in row for row in store.rows)
+    assert any("run" not in row for row in store.rows)
+    assert {(row["run"]["n"], row["run"]["shards"]) for row in store.rows if "run" in row} == {(20, 2)}
     check_complete([store])
 
 
@@ -250,7 +253,8 @@ def test_compare_refuses_to_resume_a_store_verify_refuses(runs, model_dir, tmp_p
     ({"needle_recall_layers": {"1": [0.5, 1.5]}}, "needle_recall_layers['1'][1]=1.5 (expected a number in [0, 1])"),
     ({"answer_recall_layers": {"1": [-0.25]}}, "answer_recall_layers['1'][0]=-0.25 (expected a number in [0, 1])"),
     ({"answer_rank_layers": {"3": [2.0]}}, "answer_rank_layers['3'][0]=2.0 (expected a number in [0, 1])"),
-    ({"answer_rank_layers": [0.5]}, "answer_rank_layers=[0.5] (expected {layer: [a number in [0, 1] per head]})"),
+    ({"answer_rank_layers": [0.5]}, "answer_rank_layers=[0.5] (expected {layer: [a number in [0, 1] per head]}, not "
+                                    "empty)"),
 ])
 def test_every_stored_fraction_is_checked(runs, tmp_path, capsys, change, message):
     rows = stored_rows(runs / "whole")
@@ -458,3 +462,41 @@ def test_runs_that_keep_their_store_complete_are_not_refused(runs, model_dir, tm
     monkeypatch.setattr(bench.compare, "_run", lambda *args: started.append(True))
     run_compare(_settings(model_dir, store, presses=presses, n=n), show_progress=False)
     assert started
+
+
+@pytest.mark.parametrize("shard, said", [((0, 3), "holds shard 0/2 of this run (same --tasks, --n and --haystack), "
+                                                  "and this one is shard 0/3"),
+                                         (None, "and this one is shard 0/1")])
+def test_a_shard_of_another_split_into_the_store_of_a_shard_is_refused(runs, model_dir, tmp_path, monkeypatch, shard,
+                                                                       said):
+    """Shard 0/3 of a run into the store of its shard 0/2 would answer item 3 twice over and never items of 1/3 and
+    2/3: refused before any work, with the split to give; shard 1/2 of the same split goes in."""
+    store = tmp_path / "store"
+    shutil.copytree(runs / "0of2", store)
+    before = (store / "results.jsonl").read_bytes()
+    started = []
+    monkeypatch.setattr(bench.compare, "_run", lambda *args: started.append(True))
+    with pytest.raises(ValueError, match=re.escape(said) + ".*Give --shard K/2, or write to another --out"):
+        run_compare(_settings(model_dir, store, n=4, shard=shard), show_progress=False)
+    assert not started and (store / "results.jsonl").read_bytes() == before
+    run_compare(_settings(model_dir, store, n=4, shard=(1, 2)), show_progress=False)
+    assert started
+
+
+def test_merge_of_one_run_under_two_code_versions_says_what_to_do(runs, model_dir, tmp_path, capsys, monkeypatch):
+    """Two stores of the same run computed by two code versions are two results: merge refuses them naming the
+    code versions and the ways out, as it does for runs of other contexts."""
+    old = tmp_path / "old"
+    monkeypatch.setattr(bench.plan, "code_version", lambda engine="hf": "0ther0c0de00")
+    run_compare(_settings(model_dir, old, n=2), show_progress=False)
+    code, err = run_cli(capsys, "merge", runs / "whole", old, "--out", tmp_path / "merged")
+    assert code == 2 and "differ in code (c0dec0dec0de against 0ther0c0de00); rows of two code versions are two " \
+                         "results, reported apart: keep each in its own store" in err, err
+    assert not (tmp_path / "merged").exists()
+
+
+def test_merge_stores_names_a_refused_out_by_its_argument(runs, tmp_path):
+    from bench.merge import merge_stores
+
+    with pytest.raises(ValueError, match=r"^out /proc/xx: /proc holds the kernel's virtual files"):
+        merge_stores([runs / "whole"], "/proc/xx")

@@ -1,0 +1,23 @@
+"""The ``bench`` console script: Ctrl-C or SIGTERM (``timeout``, ``kill``) end it with one line at any moment, while
+the command's modules load (seconds: torch, transformers) as during the command (:func:`bench.cli.main`,
+:mod:`bench.stopping`). This module imports nothing heavy, so that it is in place before they load."""
+
+from __future__ import annotations
+
+import sys
+
+from bench.stopping import StopOnSignals, stopped
+
+
+def main() -> int:
+    """``bench`` from the shell: :func:`bench.cli.main`, imported under :class:`StopOnSignals`."""
+    with StopOnSignals():
+        try:
+            from bench.cli import main as run
+        except KeyboardInterrupt as stop:
+            return stopped(stop, "bench", "it stopped while starting, before any work: nothing was written")
+        return run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
