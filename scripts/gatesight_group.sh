@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# The GateSight issue's group on the shipped hybrid, in steps that each resume and that span sessions:
+#   labels       500 windows labelled with both futures (bench label, two one-thread processes, --together 4):
+#                ≈ 26 s a window in each process alone (benchmarks/label_cost.py), ≈ 110 min on the two cores.
+#                Labels are ≈ 1.2 MB a window and not committed: run this step and the next in one session.
+#   estimators   the shipped default estimator retrained on them (per-(layer, head) scale, both futures; the old
+#                one moved aside by --replace) with its leave-one-corpus-out table, and the one-scale estimator
+#                that gatesight/global reads (bench train --scale one), committed in $GROUP/one-scale; both
+#                shipped with the delta (bench ship-artifacts). Every row below depends on them (the artifacts
+#                fingerprint), so the sweeps start after this step.
+#   sweep2k K/N  shard K of N of the 2,048-token group: five tasks, n = 50, 11 methods × 11 kept fractions + the
+#                full cache. One process a shard (one thread); a store per shard in $OUT/sweep2k/shardK.
+#   sweep4k K/N  the 4,096-token part: n = 30, GateSight's best allocations, KVzip/global, KeyDiff, SnapKV.
+#   pack         each shard's rows as results.jsonl.gz in $GROUP/in-progress/ (committable, so that the next
+#                session resumes them: bench compare resumes a committed .gz) — run before a session ends.
+#   unpack       the committed shards back into $OUT, to resume them.
+#   publish      merge the shards, add the group to docs/results, regenerate and verify the leaderboard.
+# A store resumes only under the code version its rows carry: where the code changed since the shard began, run the
+# sweep step from a worktree of that commit (git worktree add /tmp/wt COMMIT; cd /tmp/wt; scripts/gatesight_group.sh
+# sweep2k K/N with OUT pointing at the same stores).
+#   MODEL, OUT, GROUP, WINDOWS, N2K, N4K from the environment.
+set -euo pipefail
+export GLIBC_TUNABLES=${GLIBC_TUNABLES:-glibc.malloc.hugetlb=1}
+cd "$(dirname "$0")/.."
+MODEL=${MODEL:-smollm2-135m-hybrid}
+OUT=${OUT:-results/gatesight-group}
+GROUP=${GROUP:-docs/hybrid/group}
+WINDOWS=${WINDOWS:-500}
+N2K=${N2K:-50}
+N4K=${N4K:-30}
+TASKS=niah_single_2,niah_multikey_1,niah_multivalue,niah_multiquery,vt
+ONE_SCALE="$GROUP/one-scale"
+METHODS_2K="gatesight/gate,gatesight/flat,gatesight/pyramid,gatesight[estimator=$ONE_SCALE]/global,kvzip/global"
+METHODS_2K="$METHODS_2K,kvzip/flat,keydiff/flat,snapkv/flat,triattention/flat,kvpress:TOVAPress/flat"
+METHODS_2K="$METHODS_2K,kvpress:ExpectedAttentionPress/flat"
+FRACTIONS_2K=0.02,0.05,0.1,0.2,0.3,0.4,0.5,0.6,0.7,0.8,0.9
+METHODS_4K="gatesight/gate,gatesight[estimator=$ONE_SCALE]/global,kvzip/global,keydiff/flat,snapkv/flat"
+FRACTIONS_4K=0.05,0.1,0.2,0.3
+step=${1:?"give a step: labels, estimators, sweep2k K/N, sweep4k K/N, pack, unpack or publish"}
+mkdir -p "$OUT" "$GROUP"
+case "$step" in
+  labels)
+    bench fetch-model "$MODEL"
+    pids=()
+    for k in 0 1; do
+      OMP_NUM_THREADS=1 bench label --model "$MODEL" --futures both --limit "$WINDOWS" --part "$k/2" --together 4 \
+        --out "$OUT/labels" > "$OUT/label$k.log" 2>&1 &
+      pids+=($!)
+    done
+    for pid in "${pids[@]}"; do wait "$pid"; done  # a failed part stops the script (a bare wait would not)
+    ;;
+  estimators)
+    OMP_NUM_THREADS=2 bench train --model "$MODEL" --labels "$OUT/labels" --futures both --replace > "$GROUP/train.md"
+    OMP_NUM_THREADS=2 bench train --model "$MODEL" --labels "$OUT/labels" --futures both --scale one \
+      --out "$ONE_SCALE" --replace > "$GROUP/train-one-scale.md"
+    bench ship-artifacts "$MODEL"
+    ;;
+  sweep2k|sweep4k)
+    shard=${2:?"give the shard, K/N"}
+    if [ "$step" = sweep2k ]; then
+      set -- --methods "$METHODS_2K" --keep-fractions "$FRACTIONS_2K" --n "$N2K" --length 2048
+    else
+      set -- --methods "$METHODS_4K" --keep-fractions "$FRACTIONS_4K" --n "$N4K" --length 4096
+    fi
+    OMP_NUM_THREADS=1 bench compare --model "$MODEL" --tasks "$TASKS" --haystack manpages "$@" --shard "$shard" \
+      --out "$OUT/$step/shard${shard%/*}"
+    ;;
+  pack|unpack)
+    for store in "$OUT"/sweep*/shard* "$GROUP"/in-progress/sweep*/shard*; do
+      [ -d "$store" ] || continue
+      python - "$step" "$store" "$OUT" "$GROUP/in-progress" <<'PY'
+import gzip, shutil, sys
+from pathlib import Path
+step, store, out, kept = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3]), Path(sys.argv[4])
+if step == "pack" and (store / "results.jsonl").exists():
+    target = kept / store.parent.name / store.name
+    target.mkdir(parents=True, exist_ok=True)
+    with gzip.GzipFile(target / "results.jsonl.gz", "wb", mtime=0) as packed:
+        packed.write((store / "results.jsonl").read_bytes())
+elif step == "unpack" and kept in store.parents and not (out / store.parent.name / store.name).exists():
+    shutil.copytree(store, out / store.parent.name / store.name)
+PY
+    done
+    ;;
+  publish)
+    for part in sweep2k sweep4k; do
+      bench merge "$OUT/$part"/shard* --out "$OUT/$part/merged"
+    done
+    python - "$OUT" <<'PY'
+import gzip, sys
+store = "docs/results/results.jsonl.gz"
+rows = list(gzip.open(store, "rt"))
+for part in ("sweep2k", "sweep4k"):
+    rows += list(open(f"{sys.argv[1]}/{part}/merged/results.jsonl"))
+with gzip.GzipFile(store + ".new", "wb", mtime=0) as out:
+    out.write("".join(rows).encode())
+PY
+    mv docs/results/results.jsonl.gz.new docs/results/results.jsonl.gz
+    bench leaderboard docs/results --out docs
+    bench verify docs/results --docs docs
+    ;;
+  *)
+    echo "unknown step $step: labels, estimators, sweep2k K/N, sweep4k K/N, pack, unpack or publish" >&2
+    exit 2
+    ;;
+esac
