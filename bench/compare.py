@@ -117,15 +117,23 @@ def _check_run_completes(run: RunPlan, identity: loading.ModelIdentity, store: R
                          f"the same contexts, so the store could not be verified. Add them to --methods / "
                          f"--keep-fractions (the run resumes and adds only what is missing), or write to another "
                          f"--out")
+    every = stored | mine
     for context, methods in sorted(held.items()):
-        lacking = mine - methods if context not in answered else set()
-        if lacking:
-            raise UsageError(f"{store.path} holds task {context[0]}, item {context[2]}, which this run does not "
-                             f"answer (--tasks {','.join(run.tasks)}, --n {run.n}"
-                             f"{f', --shard {run.shard[0]}/{run.shard[1]}' if run.shard else ''}), and it "
-                             f"would lack the rows of {listed(sorted(lacking))} this run adds: a report compares "
-                             f"methods on the same contexts, so the store could not be verified. Give --tasks and "
-                             f"--n that include it, or write to another --out")
+        lacking = every - (methods | mine if context in answered else methods)
+        if not lacking:
+            continue
+        if context in answered:
+            raise UsageError(f"{store.path} holds task {context[0]}, item {context[2]} without the rows of "
+                             f"{listed(sorted(lacking))} (the run that wrote it stopped before them), and this run "
+                             f"answers it without them: the store could not be verified. Add them to --methods / "
+                             f"--keep-fractions (the run resumes and adds only what is missing), or write to another "
+                             f"--out")
+        raise UsageError(f"{store.path} holds task {context[0]}, item {context[2]}, which this run does not "
+                         f"answer (--tasks {','.join(run.tasks)}, --n {run.n}"
+                         f"{f', --shard {run.shard[0]}/{run.shard[1]}' if run.shard else ''}), and it would lack the "
+                         f"rows of {listed(sorted(lacking))}: a report compares methods on the same contexts, so the "
+                         f"store could not be verified. Give --tasks and --n that include it, or write to another "
+                         f"--out")
 
 
 def _check_fractions_resume(run: RunPlan, store: ResultStore) -> None:

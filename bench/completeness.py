@@ -29,6 +29,7 @@ from .code_version import code_version
 from .row_fields import (
     BATCH,
     FIDELITY_FIELDS,
+    GROUP_FIELDS,
     QUESTIONS,
     RUN,
     SHARED_FIELDS,
@@ -287,6 +288,28 @@ def check_complete(stores: list[ResultStore], every_shard: bool = True) -> None:
         raise UsageError(f"{_where(held)} ({_apart(group, held, groups)}) {lacks}. If {were} written here by "
                          f"mistake, remove {them} (or keep {them} in another store); else "
                          f"{RERUN_THOSE if advice == RERUN else advice}")
+    _check_seeds_alike(groups)
+
+
+def _check_seeds_alike(groups: dict[tuple, list[Entry]]) -> None:
+    """``UsageError`` where the setting groups of one report (:data:`~bench.row_fields.GROUP_FIELDS`: they differ in
+    their seed alone) hold other methods: a report pools the items of every seed and compares its methods on the
+    same contexts, so each seed holds every method of the others (each group is whole by then)."""
+    by_report: dict[tuple, dict] = defaultdict(dict)
+    for held in groups.values():
+        row = held[0][0]
+        report = tuple(str(row.get(field)) for field in GROUP_FIELDS)
+        by_report[report][row.get("seed")] = (held, {method_at(r) for r, _, _ in held})
+    for seeds in by_report.values():
+        every = set().union(*(methods for _, methods in seeds.values()))
+        for seed, (held, methods) in sorted(seeds.items(), key=lambda item: str(item[0])):
+            if methods != every:
+                others = sorted(str(s) for s in seeds if s != seed)
+                raise UsageError(f"{_where(held)} (seed {seed}) lack the rows of {listed(sorted(every - methods))}, "
+                                 f"which the rows of seed(s) {', '.join(others)} of the same setting hold: a report "
+                                 "pools the items of every seed and compares its methods on the same contexts. Run "
+                                 f"those methods with --seed {seed} too (bench compare resumes the store and adds "
+                                 "them), or keep each seed's runs in a store of its own")
 
 
 def _rerun_here(row: dict) -> str | None:

@@ -25,6 +25,7 @@ from pretrained import loading
 from pretrained.cache_guard import check_outside_the_cache
 from runtime.errors import UsageError, describe
 from workloads.tasks import registry as tasks
+from workloads.tasks.scbench import load_rows
 
 from .code_version import code_version
 from .row_fields import BASELINE, check_items, shown_fraction
@@ -334,6 +335,7 @@ def plan(settings: CompareSettings | RunPlan) -> RunPlan:
         what = "is a file, not a folder" if Path(settings.scbench_data).exists() else "no such folder"
         raise UsageError(f"--scbench-data {settings.scbench_data}: {what} (give the folder of a local copy of "
                          "microsoft/SCBench: its scbench_<task>.jsonl files or a datasets cache)")
+    _check_scbench_rows(tasks.expand(settings.tasks), settings.n, settings.scbench_data)
     # the CLI checked --out already; a library caller is named by the argument
     outputs = [Output(Path(settings.out), "out", kind_of=RESULT_STORE)]
     check_outside_the_cache(outputs)  # as the CLI: a library caller too
@@ -345,6 +347,17 @@ def plan(settings: CompareSettings | RunPlan) -> RunPlan:
         dtype=loading.dtype_name(settings.model), device=loading.device_name(settings.model), engine=settings.engine,
         code=code_version(settings.engine), out=Path(settings.out), jobs=int(settings.jobs), batch=int(settings.batch),
         shard=shard, executor=settings.executor, address=settings.address)
+
+
+def _check_scbench_rows(names: list[str], n: int, data) -> None:
+    """``UsageError`` where an SCBench task of ``names`` has fewer rows in ``data`` than ``n`` items: a run records
+    the n it asks for, and items past the rows are never written, so its store could never be verified."""
+    for name in names:
+        if name.startswith("scbench_"):
+            rows = len(load_rows(name.removeprefix("scbench_"), data))
+            if n > rows:
+                raise UsageError(f"--n {n}: {name} has {rows} row(s) in {data}; give --n {rows} or fewer (items past "
+                                 "the rows are never answered, so the run could never be verified)")
 
 
 def _bind(press: presses.Press, model) -> None:

@@ -163,6 +163,9 @@ def _fraction(value) -> bool:
 
 
 RECALL_MEANS = {"needle_recall": "needle_recall_layers", "answer_recall": "answer_recall_layers"}
+NEEDLE_FIELDS = ("needle_recall", "needle_recall_layers", "answer_recall", "answer_recall_layers")
+"""A needle question's child holds them all (and ``answer_rank_layers``, None where the scores stay in the engine),
+another row none."""
 """A recall and the per-layer values it is the mean of, over every (attention layer, KV head)."""
 
 
@@ -190,6 +193,11 @@ def _per_layer_problem(row: dict) -> str | None:
         elif mine != shape:
             return (f"{field} holds layers and heads {_shape(mine)}, and {shaped_by} {_shape(shape)} (expected one "
                     "value per attention layer and KV head of the model in each)")
+    present = [field for field in NEEDLE_FIELDS if row.get(field) is not None]
+    if present and len(present) < len(NEEDLE_FIELDS) and row["press"] != BASELINE:  # a no-prune row holds none
+        missing = [field for field in NEEDLE_FIELDS if field not in present]
+        return (f"{', '.join(present)} without {', '.join(missing)} (expected all of {', '.join(NEEDLE_FIELDS)} in a "
+                "child of a needle question, or none)")
     for field, layers_field in RECALL_MEANS.items():
         value, layers = row.get(field), row.get(layers_field)
         if value is not None and layers is not None:
@@ -317,8 +325,29 @@ def _child_problems(rows: list[dict], valid: list[bool], where) -> dict[int, str
         if valid[index] and row["press"] == BASELINE:
             baselines.setdefault(_question_of(row), index)
     problems = {}
+    layouts: dict[tuple, tuple[int, dict]] = {}
+    needled: dict[tuple, tuple[int, bool]] = {}
+    for index, row in enumerate(rows):
+        if not valid[index] or row["press"] == BASELINE:
+            continue
+        mine = row.get("needle_recall_layers")
+        first = needled.setdefault(_question_of(row), (index, mine is not None))
+        if first[1] != (mine is not None):
+            problems[index] = (f"{'no' if mine is None else 'a'} needle recall (needle_recall_layers), where the "
+                               f"child at {where(first[0])} of the same question has {'one' if first[1] else 'none'} "
+                               "(expected the same fields in every child of one question)")
+            continue
+        if mine is not None:
+            layout = {layer: len(heads) for layer, heads in mine.items()}
+            seen = layouts.setdefault((row["model"], row["weights"]), (index, layout))
+            if seen[1] != layout:
+                problems[index] = (f"needle_recall_layers holds layers and heads {_shape(layout)}, where the row at "
+                                   f"{where(seen[0])} of the same model and weights holds {_shape(seen[1])} "
+                                   "(expected one value per attention layer and KV head of the model)")
     for index, row in enumerate(rows):
         full = baselines.get(_question_of(row)) if valid[index] else None
+        if index in problems:
+            continue
         if full is not None and index != full and (problem := _child_problem(row, rows[full], where(full))):
             problems[index] = problem
     return problems

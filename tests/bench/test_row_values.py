@@ -3,6 +3,7 @@ count or key field of the wrong type, a setting no run has, a score that is not 
 than the allocator's budget, a ΔNLL that is not the row's NLL minus the no-prune row's — naming its file, line,
 field and what is allowed; a real run's rows pass, and rows written before a field existed still do."""
 
+import json
 import reprlib
 
 import pytest
@@ -232,6 +233,11 @@ def test_rows_written_before_sizes_and_timings_were_recorded_still_pass(run, tmp
     ("recall not the mean", "needle_recall=0.123 (expected the mean of needle_recall_layers over every layer and "
                             "head, "),
     ("other answers", "answers=['not the answer'] (expected the no-prune row's "),
+    ("per-layer null", "needle_recall, answer_recall, answer_recall_layers without needle_recall_layers (expected "
+                       "all of needle_recall, needle_recall_layers, answer_recall, answer_recall_layers in a child"),
+    ("recall missing", "needle_recall_layers, answer_recall, answer_recall_layers without needle_recall"),
+    ("no needle fields", "no needle recall (needle_recall_layers), where the child at "),
+    ("other layers everywhere", "needle_recall_layers holds layers and heads {"),
 ])
 def test_per_layer_values_of_a_child_are_one_shape_and_its_recalls_their_means(run, tmp_path, capsys, alter, message):
     """A child's per-layer fields hold one value per attention layer (named by its index) and KV head, the same
@@ -251,6 +257,21 @@ def test_per_layer_values_of_a_child_are_one_shape_and_its_recalls_their_means(r
         row["answer_recall_layers"][layer] = row["answer_recall_layers"][layer][:-1]
     elif alter == "recall not the mean":
         row["needle_recall"] = 0.123
+    elif alter == "per-layer null":
+        row["needle_recall_layers"] = None
+    elif alter == "recall missing":
+        del row["needle_recall"]
+    elif alter in ("no needle fields", "other layers everywhere"):  # a second child of the question, then altered
+        row = json.loads(json.dumps({**row, "press": "snapkv"}))
+        rows.insert(at + 1, row)
+        at += 1
+        if alter == "no needle fields":
+            for field in ("needle_recall", "needle_recall_layers", "answer_recall", "answer_recall_layers",
+                          "answer_rank_layers"):
+                del row[field]
+        else:
+            for field in ("needle_recall_layers", "answer_recall_layers", "answer_rank_layers"):
+                row[field] = {"99" if key == layer else key: heads for key, heads in row[field].items()}
     else:
         row["answers"] = ["not the answer"]
         row["score"] = string_match_all(row["prediction"], row["answers"])

@@ -4,6 +4,7 @@ another run by their lines; every writer resumes a committed (compressed) store;
 [0, 1]; ``bench compare``'s own summary passes the checks ``bench verify`` applies."""
 
 import gzip
+import json
 import re
 import shutil
 
@@ -433,7 +434,7 @@ def test_a_rerun_under_another_code_version_says_it_starts_anew(runs, model_dir,
     (["snapkv", "none"], 3, "holds rows of keydiff/flat p=0.5 in this setting group, and this run would answer task "
                             "niah_single_1, item 2 without them"),
     (["snapkv", "none"], 1, "holds task niah_single_1, item 1, which this run does not answer (--tasks "
-                            "niah_single_1, --n 1), and it would lack the rows of snapkv/flat p=0.5 this run adds"),
+                            "niah_single_1, --n 1), and it would lack the rows of snapkv/flat p=0.5"),
 ])
 def test_a_run_that_would_leave_its_store_incomplete_is_refused_before_any_work(runs, model_dir, tmp_path, capsys,
                                                                                 monkeypatch, presses, n, said):
@@ -500,3 +501,40 @@ def test_merge_stores_names_a_refused_out_by_its_argument(runs, tmp_path):
 
     with pytest.raises(ValueError, match=r"^out /proc/xx: /proc holds the kernel's virtual files"):
         merge_stores([runs / "whole"], "/proc/xx")
+
+
+@pytest.mark.parametrize("presses, n, said", [
+    (["snapkv", "none"], 2, "holds task niah_single_1, item 1 without the rows of keydiff/flat p=0.5 (the run that "
+                            "wrote it stopped before them), and this run answers it without them"),
+    (["keydiff", "none"], 1, "holds task niah_single_1, item 1, which this run does not answer (--tasks "
+                             "niah_single_1, --n 1), and it would lack the rows of keydiff/flat p=0.5"),
+])
+def test_a_run_that_leaves_a_stopped_context_unfinished_is_refused(runs, model_dir, tmp_path, monkeypatch, presses,
+                                                                   n, said):
+    """A killed run left item 1 without its keydiff row: a run of other methods over it, or a smaller --n that
+    leaves it out, would never finish it; resuming with keydiff on it does."""
+    store = tmp_path / "store"
+    store.mkdir()
+    rows = stored_rows(runs / "whole")
+    kept = [row for row in rows if not (row["item"] == 1 and row["press"] == "keydiff")]
+    (store / "results.jsonl").write_text("".join(json.dumps(row) + "\n" for row in kept))
+    started = []
+    monkeypatch.setattr(bench.compare, "_run", lambda *args: started.append(True))
+    with pytest.raises(ValueError, match=re.escape(said)):
+        run_compare(_settings(model_dir, store, presses=presses, n=n), show_progress=False)
+    assert not started
+    run_compare(_settings(model_dir, store, presses=["keydiff", "snapkv", "none"], n=2), show_progress=False)
+    assert started
+
+
+def test_seeds_of_other_methods_are_not_pooled_into_one_report(runs, model_dir, tmp_path, capsys):
+    """keydiff on seed 0's contexts and snapkv on seed 1's: each seed's group is whole, but a report pools the
+    seeds' items and would compare the two methods on different contexts. verify, the leaderboard and merge refuse
+    it with the way out; the same method on both seeds still pools (above)."""
+    store = tmp_path / "store"
+    shutil.copytree(runs / "whole", store)
+    run_compare(_settings(model_dir, store, presses=["snapkv", "none"], n=2, seed=1), show_progress=False)
+    said = "(seed 0) lack the rows of snapkv/flat p=0.5, which the rows of seed(s) 1 of the same setting hold"
+    assert_reports_refuse(capsys, store, tmp_path / "docs", said)
+    code, err = run_cli(capsys, "merge", store, "--out", tmp_path / "merged")
+    assert code == 2 and said in err and "Run those methods with --seed 0 too" in err, err

@@ -90,8 +90,15 @@ def test_loading_and_truncation(scbench_dir):
 @pytest.mark.parametrize("line, problem", [
     ("{bad", "not JSON \\(Expecting property name enclosed in double quotes at column 2\\)"),
     ('{"id": 1, "context": "abc"}', 'not an SCBench row \\({"id": 1, "context": "abc"}\\)'),
-    ('{"context": "abc", "multi_turns": [{"input": "q"}]}', "not an SCBench row"),
+    ('{"context": "abc", "multi_turns": [{"input": "q"}]}', 'multi_turns\\[0\\]={"input": "q"} \\(expected'),
     ("[1, 2]", "not an SCBench row \\(\\[1, 2\\]\\)"),
+    ('{"context": 7, "multi_turns": [{"input": "q", "answer": "a"}]}', "context=7 \\(expected the shared context"),
+    ('{"context": "abc", "multi_turns": []}', "multi_turns=\\[\\] \\(expected at least one turn\\)"),
+    ('{"context": "abc", "multi_turns": [{"input": "", "answer": "a"}]}', 'multi_turns\\[0\\].input="" '),
+    ('{"context": "abc", "multi_turns": [{"input": "q", "answer": null}]}', "multi_turns\\[0\\].answer=null "),
+    ('{"context": "abc", "multi_turns": [{"input": "q", "answer": ""}]}', 'multi_turns\\[0\\].answer="" '),
+    ('{"context": "abc", "multi_turns": [{"input": "q", "answer": [""]}]}', 'multi_turns\\[0\\].answer=\\[""\\] '),
+    ('{"context": "abc", "multi_turns": [{"input": "q", "answer": []}]}', "multi_turns\\[0\\].answer=\\[\\] "),
 ])
 def test_a_malformed_row_is_named_by_its_file_and_line(tmp_path, line, problem):
     good = json.dumps({"id": 0, "context": "abc", "multi_turns": [{"input": "q", "answer": "a"}]})
@@ -101,12 +108,32 @@ def test_a_malformed_row_is_named_by_its_file_and_line(tmp_path, line, problem):
         load_rows("kv", tmp_path)
 
 
+@pytest.mark.parametrize("text", ["", "\n\n  \n"])
+def test_a_file_of_no_rows_is_named(tmp_path, text):
+    (tmp_path / "scbench_kv.jsonl").write_text(text)
+    with pytest.raises(ValueError, match=f"^{tmp_path / 'scbench_kv.jsonl'} holds no rows"):
+        load_rows("kv", tmp_path)
+
+
+def test_numbers_are_answers(tmp_path):
+    """mf's answers are numbers: a number, or a list of them, is a reference answer."""
+    rows = [{"context": [3, 1, 2], "multi_turns": [{"input": "the largest?", "answer": 3}]},
+            {"context": "abc", "multi_turns": [{"input": "q", "answer": [1, "one"]}]}]
+    (tmp_path / "scbench_mf.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    assert load_rows("mf", tmp_path) == rows
+
+
 def test_compare_on_scbench_fixture(model_dir, scbench_dir, tmp_path):
     settings = CompareSettings(presses=["snapkv"], keep_fractions=[0.5], tasks=["scbench_kv", "scbench_choice_eng"],
                                n=2, length=700, model=str(model_dir), out=tmp_path, scbench_data=scbench_dir)
+    with pytest.raises(ValueError, match=f"^--n 2: scbench_kv has 1 row\\(s\\) in {scbench_dir}; give --n 1 or "
+                                         "fewer"):  # item 1 would never be written: a store verify never passes
+        run_compare(settings, show_progress=False)
+    assert not (tmp_path / "results.jsonl").exists()
+    settings.n = 1
     store = run_compare(settings, show_progress=False)
     assert {r["task"] for r in store.rows} == {"scbench_kv", "scbench_choice_eng"}
-    assert len(store.rows) == (2 + 1) * 2  # questions × (no prune + snapkv/flat@0.5); n=2 > rows: skipped
+    assert len(store.rows) == (2 + 1) * 2  # questions × (no prune + snapkv/flat@0.5)
     assert all("score_official" in r for r in store.rows)
     with pytest.raises(ValueError, match="--scbench-data"):
         run_compare(CompareSettings(presses=["snapkv"], tasks=["scbench"], model=str(model_dir), out=tmp_path))

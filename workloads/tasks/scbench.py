@@ -39,8 +39,11 @@ def load_rows(task: str, data: str | Path) -> list[dict]:
         raise UsageError(f"unknown SCBench task {task!r}; choose from {', '.join(SCBENCH_TASKS)}")
     path = Path(data) / f"scbench_{task}.jsonl"
     if path.exists():
-        return [_row(path, number, line) for number, line in enumerate(path.read_text().splitlines(), 1)
+        rows = [_row(path, number, line) for number, line in enumerate(path.read_text().splitlines(), 1)
                 if line.strip()]
+        if not rows:
+            raise UsageError(f"{path} holds no rows (each line holds one SCBench row, {ROW})")
+        return rows
     os.environ["HF_DATASETS_OFFLINE"] = "1"  # a cache lookup only: never a download
     try:
         import datasets
@@ -66,10 +69,38 @@ def _row(path: Path, number: int, line: str) -> dict:
         raise UsageError(f"{path}, line {number}: not JSON ({error.msg} at column {error.colno}); each line holds "
                          f"one SCBench row, {ROW}") from None
     turns = row.get("multi_turns") if isinstance(row, dict) else None
-    if not (isinstance(row, dict) and "context" in row and isinstance(turns, list) and turns
-            and all(isinstance(turn, dict) and {"input", "answer"} <= set(turn) for turn in turns)):
+    if not (isinstance(row, dict) and "context" in row and isinstance(turns, list)):
         raise UsageError(f"{path}, line {number}: not an SCBench row ({_shown(row)}); each line holds one, {ROW}")
+    problem = _row_problem(row["context"], turns)
+    if problem:
+        raise UsageError(f"{path}, line {number}: {problem}; each line holds one SCBench row, {ROW}")
     return row
+
+
+def _row_problem(context, turns: list) -> str | None:
+    """What makes a row with these fields no SCBench row, or None: its context text (or, for mf, a list of numbers),
+    and at least one turn, each a question and a non-empty answer (text or a number, or a list of them)."""
+    if not (isinstance(context, str) and context.strip()) and not (isinstance(context, list) and context):
+        return f"context={_shown(context)} (expected the shared context: text, or for mf a list of numbers)"
+    if not turns:
+        return "multi_turns=[] (expected at least one turn)"
+    for k, turn in enumerate(turns):
+        if not (isinstance(turn, dict) and {"input", "answer"} <= set(turn)):
+            return f"multi_turns[{k}]={_shown(turn)} (expected {{\"input\": ..., \"answer\": ...}})"
+        if not (isinstance(turn["input"], str) and turn["input"].strip()):
+            return f"multi_turns[{k}].input={_shown(turn['input'])} (expected the question: text)"
+        answer = turn["answer"]
+        answers = answer if isinstance(answer, list) else [answer]
+        if not answers or not all(_an_answer(a) for a in answers):
+            return (f"multi_turns[{k}].answer={_shown(answer)} (expected the reference answer: non-empty text or a "
+                    "number, or a non-empty list of them)")
+    return None
+
+
+def _an_answer(value) -> bool:
+    if isinstance(value, bool) or value is None:
+        return False
+    return (isinstance(value, str) and bool(value.strip())) or isinstance(value, (int, float))
 
 
 def _shown(value) -> str:
