@@ -94,6 +94,12 @@ def _check_run_completes(run: RunPlan, identity: loading.ModelIdentity, store: R
         if all(row.get(k) == v for k, v in group.items()):
             held[(row["task"], row.get("haystack", tasks.GENERATED), row["item"])].add(method_at(row))
             other = row.get(RUN)
+            if (other and other["tasks"] != mine_run["tasks"] and sorted(other["tasks"]) == sorted(mine_run["tasks"])
+                    and other["n"] == run.n and run.run["shards"] > 1):
+                raise UsageError(f"{store.path} holds a run of --tasks {','.join(other['tasks'])}, and this shard "
+                                 f"is of --tasks {','.join(mine_run['tasks'])}: a shard's contexts follow the order "
+                                 f"of --tasks, so the shards of one run give them in one order. Give --tasks "
+                                 f"{','.join(other['tasks'])}, or write to another --out")
             if other and all(other[k] == v for k, v in mine_run.items()) and other["shards"] != run.run["shards"]:
                 split = f"--shard K/{other['shards']}" if other["shards"] > 1 else "no --shard"
                 raise UsageError(f"{store.path} holds shard {other['shard']}/{other['shards']} of this run (same "

@@ -538,3 +538,17 @@ def test_seeds_of_other_methods_are_not_pooled_into_one_report(runs, model_dir, 
     assert_reports_refuse(capsys, store, tmp_path / "docs", said)
     code, err = run_cli(capsys, "merge", store, "--out", tmp_path / "merged")
     assert code == 2 and said in err and "Run those methods with --seed 0 too" in err, err
+
+
+def test_a_shard_of_the_same_tasks_in_another_order_is_refused(runs, model_dir, tmp_path, monkeypatch):
+    """A shard's contexts follow the order of --tasks: shard 1/2 of b,a after shard 0/2 of a,b would answer a
+    context shard 0/2 held and leave one of a,b's shard 1/2 unanswered."""
+    store = tmp_path / "store"
+    tasks = ["niah_single_1", "niah_single_2"]
+    monkeypatch.setattr(bench.compare, "_run", lambda *args: None)
+    rows = [{**row, "run": {**row["run"], "tasks": tasks, "n": 4}} for row in stored_rows(runs / "0of2")]
+    store_of(rows, store)
+    with pytest.raises(ValueError, match="holds a run of --tasks niah_single_1,niah_single_2, and this shard is of "
+                                         "--tasks niah_single_2,niah_single_1"):
+        run_compare(_settings(model_dir, store, tasks=tasks[::-1], n=4, shard=(1, 2)), show_progress=False)
+    run_compare(_settings(model_dir, store, tasks=tasks, n=4, shard=(1, 2)), show_progress=False)
