@@ -183,3 +183,20 @@ def test_a_calibration_of_other_model_weights_is_refused_and_one_without_the_rec
     calibration.weights = None  # as calibrations were saved before they recorded the weights
     calibration.save(mine)
     assert prepare("triattention", theirs, calibration=str(mine)).calibration.weights is None
+
+
+def test_the_weights_are_hashed_once_a_state_not_once_a_bind(model_dir, tmp_path, monkeypatch):
+    """A press binds on every context it scores: the weights' hash is computed once for their files as they are,
+    and again only when a weight file changes (another size or modification time)."""
+    from presses import calibration
+    from pretrained import loading
+
+    model = shutil.copytree(model_dir, tmp_path / "model")
+    calls = []
+    real = loading.fingerprint
+    monkeypatch.setattr(loading, "fingerprint", lambda *args: calls.append(args) or real(*args))
+    first = calibration.weights_fingerprint(model)
+    assert calibration.weights_fingerprint(model) == first and len(calls) == 1
+    weights = model / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-1] + bytes([weights.read_bytes()[-1] ^ 1]))
+    assert calibration.weights_fingerprint(model) != first and len(calls) == 2
