@@ -163,10 +163,10 @@ def _fraction(value) -> bool:
 
 
 RECALL_MEANS = {"needle_recall": "needle_recall_layers", "answer_recall": "answer_recall_layers"}
+"""A recall and the per-layer values it is the mean of, over every (attention layer, KV head)."""
 NEEDLE_FIELDS = ("needle_recall", "needle_recall_layers", "answer_recall", "answer_recall_layers")
 """A needle question's child holds them all (and ``answer_rank_layers``, None where the scores stay in the engine),
 another row none."""
-"""A recall and the per-layer values it is the mean of, over every (attention layer, KV head)."""
 
 
 def _per_layer_problem(row: dict) -> str | None:
@@ -187,7 +187,7 @@ def _per_layer_problem(row: dict) -> str | None:
             for head, value in enumerate(heads):
                 if not _fraction(value):
                     return f"{field}[{layer!r}][{head}]={value!r} (expected a number in [0, 1])"
-        mine = {layer: len(heads) for layer, heads in layers.items()}
+        mine = _layout(layers)
         if shape is None:
             shape, shaped_by = mine, field
         elif mine != shape:
@@ -205,6 +205,11 @@ def _per_layer_problem(row: dict) -> str | None:
             if abs(value - mean) > MEAN_TOLERANCE:
                 return f"{field}={value!r} (expected the mean of {layers_field} over every layer and head, {mean!r})"
     return None
+
+
+def _layout(layers: dict[str, list]) -> dict[str, int]:
+    """``{layer: heads}`` of a per-layer field: which attention layers it holds, and how many KV heads each."""
+    return {layer: len(heads) for layer, heads in layers.items()}
 
 
 def _shape(layers: dict[str, int]) -> str:
@@ -338,7 +343,7 @@ def _child_problems(rows: list[dict], valid: list[bool], where) -> dict[int, str
                                "(expected the same fields in every child of one question)")
             continue
         if mine is not None:
-            layout = {layer: len(heads) for layer, heads in mine.items()}
+            layout = _layout(mine)
             seen = layouts.setdefault((row["model"], row["weights"]), (index, layout))
             if seen[1] != layout:
                 problems[index] = (f"needle_recall_layers holds layers and heads {_shape(layout)}, where the row at "

@@ -43,13 +43,7 @@ mkdir -p "$OUT" "$GROUP"
 case "$step" in
   labels)
     bench fetch-model "$MODEL"
-    pids=()
-    for k in 0 1; do
-      OMP_NUM_THREADS=1 bench label --model "$MODEL" --futures both --limit "$WINDOWS" --part "$k/2" --together 4 \
-        --out "$OUT/labels" > "$OUT/label$k.log" 2>&1 &
-      pids+=($!)
-    done
-    for pid in "${pids[@]}"; do wait "$pid"; done  # a failed part stops the script (a bare wait would not)
+    scripts/label_in_parts.sh "$MODEL" both "$WINDOWS" "$OUT"
     ;;
   estimators)
     OMP_NUM_THREADS=2 bench train --model "$MODEL" --labels "$OUT/labels" --futures both --replace > "$GROUP/train.md"

@@ -26,13 +26,7 @@ mkdir -p "$OUT/models" "$DOCS"
 start=$(date +%s)
 bench fetch-model "$MODEL"
 artifacts=$(python -c "from pretrained.loading import resolve; print(resolve('$MODEL'))")
-pids=()
-for k in 0 1; do
-  OMP_NUM_THREADS=1 bench label --model "$MODEL" --futures both --limit "$WINDOWS" --part "$k/2" --together 4 \
-    --out "$OUT/labels" > "$OUT/label$k.log" 2>&1 &
-  pids+=($!)
-done
-for pid in "${pids[@]}"; do wait "$pid"; done
+scripts/label_in_parts.sh "$MODEL" both "$WINDOWS" "$OUT"
 echo "labels: $(ls "$OUT/labels" | wc -l) windows, $(( $(date +%s) - start )) s wall so far"
 for futures in labels both; do
   variant="$OUT/models/$MODEL-$futures"

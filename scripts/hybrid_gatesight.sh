@@ -40,13 +40,7 @@ fi
 # labels, the estimator and the observations, unless the delta ships an estimator already (labels are not kept
 # in the repository: a session labels, trains, analyses and ships in one go)
 if [ ! -e "$artifacts/gatesight/gatesight.safetensors" ]; then
-  pids=()
-  for k in 0 1; do
-    OMP_NUM_THREADS=1 bench label --model "$MODEL" --futures "$FUTURES" --limit "$WINDOWS" --part "$k/2" --together 4 \
-      --out "$OUT/labels" > "$OUT/label$k.log" 2>&1 &
-    pids+=($!)
-  done
-  for pid in "${pids[@]}"; do wait "$pid"; done  # a failed part stops the script (a bare wait would not)
+  scripts/label_in_parts.sh "$MODEL" "$FUTURES" "$WINDOWS" "$OUT"
   echo "labels: $(ls "$OUT/labels" | wc -l) windows, $(( $(date +%s) - start )) s wall so far"
   OMP_NUM_THREADS=2 bench train --model "$MODEL" --labels "$OUT/labels" --futures "$FUTURES" > "$DOCS/train.md"
   OMP_NUM_THREADS=2 bench analyze --model "$MODEL" --labels "$OUT/labels" --out "$DOCS/analysis"
