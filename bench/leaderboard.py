@@ -1,8 +1,8 @@
 """``bench leaderboard``: the published tables and figures of one or more result stores.
 
 Per setting group: the curves, the averages with intervals, pairwise tables, per-task cells, the paper's Tables 3
-and 4 (:mod:`bench.paper_tables`), the needle recall of the NIAH tasks and every scorer under every allocator it ran
-with; a CSV of every cell; and
+and 4 (:mod:`bench.paper_tables`), the needle recall of the NIAH tasks, each scorer's time as a share of prefill
+(:mod:`bench.scoring_cost`) and every scorer under every allocator it ran with; a CSV of every cell; and
 ``leaderboard.sha256``, the SHA-256 of every file written (``sha256sum -c`` reads it), by which ``bench verify``
 knows the images drawn with these tables.
 """
@@ -31,6 +31,7 @@ from .report import (
     plot_curves,
     summary_markdown,
 )
+from .scoring_cost import scoring_cost_markdown
 from .stats import PairedBootstrap
 from .store import open_stores
 
@@ -127,6 +128,7 @@ def write_leaderboard(stores: list[Path], out: Path, resamples: int = RESAMPLES)
         text += [f"## {group_title(key)}", "", f"![task-averaged accuracy and ΔNLL against kept fraction]({png})",
                  "", report.markdown(PAIRWISE_KEEP_FRACTIONS)]
         text += table3_markdown(report) + table4_markdown(report) + needle_recall_markdown(group, resamples)
+        text += scoring_cost_markdown(group, resamples)
         ablation = allocation_ablation_markdown(report)
         if ablation:
             text += ["### Every scorer under every allocator it ran with: ΔNLL", "", *ablation, ""]
