@@ -42,15 +42,17 @@ def weights_fingerprint(model_dir) -> str | None:
         return None
     directory = Path(model_dir).resolve()
     stats = ((path.name, path.stat()) for path in sorted(directory.glob(WEIGHT_FILES)))
-    files = tuple((name, stat.st_size, stat.st_mtime_ns) for name, stat in stats)
+    # the change time too: a rewrite that keeps size and modification time (``touch -r``) still moves it
+    files = tuple((name, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns) for name, stat in stats)
     return _weights_digest(directory, files)
 
 
 @functools.lru_cache(maxsize=16)
 def _weights_digest(directory: Path, files: tuple) -> str:
-    """The hash of ``directory``'s weight files, once per state of them (``files``: each one's name, size and
-    modification time): a press binds on every context it scores (:func:`presses.preparation.prepare`), and hashing
-    half a gigabyte of weights each time cost SmolLM2's hybrid 0.5 s a context, 25 times GateSight's own scoring."""
+    """The hash of ``directory``'s weight files, once per state of them (``files``: each one's name, inode, size,
+    modification and change times): a press binds on every context it scores (:func:`presses.preparation.prepare`),
+    and hashing half a gigabyte of weights each time cost SmolLM2's hybrid 0.5 s a context, 25 times GateSight's own
+    scoring."""
     from pretrained import loading
 
     return loading.fingerprint(directory, WEIGHT_FILES)

@@ -3,6 +3,7 @@
 bracket options given to the library, a kept fraction given as text and a context longer than the model's positions
 are each one error saying what to do instead."""
 
+import os
 import re
 import shutil
 
@@ -187,7 +188,7 @@ def test_a_calibration_of_other_model_weights_is_refused_and_one_without_the_rec
 
 def test_the_weights_are_hashed_once_a_state_not_once_a_bind(model_dir, tmp_path, monkeypatch):
     """A press binds on every context it scores: the weights' hash is computed once for their files as they are,
-    and again only when a weight file changes (another size or modification time)."""
+    and again only when a weight file changes — also where the rewrite keeps its size and modification time."""
     from presses import calibration
     from pretrained import loading
 
@@ -198,5 +199,8 @@ def test_the_weights_are_hashed_once_a_state_not_once_a_bind(model_dir, tmp_path
     first = calibration.weights_fingerprint(model)
     assert calibration.weights_fingerprint(model) == first and len(calls) == 1
     weights = model / "model.safetensors"
+    stamp = weights.stat()
     weights.write_bytes(weights.read_bytes()[:-1] + bytes([weights.read_bytes()[-1] ^ 1]))
+    os.utime(weights, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))  # as `touch -r` would leave it
+    assert weights.stat().st_size == stamp.st_size
     assert calibration.weights_fingerprint(model) != first and len(calls) == 2
