@@ -18,9 +18,11 @@
 # A store resumes only under the code version its rows carry: where the code changed since the shard began, run the
 # sweep step from a worktree of that commit (git worktree add /tmp/wt COMMIT; cd /tmp/wt; scripts/gatesight_group.sh
 # sweep2k K/N with OUT pointing at the same stores).
-#   MODEL, OUT, GROUP, WINDOWS, N2K, N4K, TASKS from the environment. Cost: at n = 50 the 2,048-token part is
-#   ≈ 15 h on one thread, most of it niah_multikey_1 (four questions a context: docs/hybrid/README.md, "The next
-#   group's cost").
+#   MODEL, OUT, GROUP, WINDOWS, N2K, N4K, TASKS, PART from the environment. Cost: at n = 50 the 2,048-token part
+#   is ≈ 15 h on one thread, most of it niah_multikey_1 (four questions a context: docs/hybrid/README.md, "The next
+#   group's cost"), so that task runs as a part of its own with fewer contexts (n counts questions):
+#     TASKS=niah_multikey_1 N2K=13 N4K=8 PART=mk scripts/gatesight_group.sh sweep2k 0/2
+#   A part's stores are $OUT/sweep2k-PART/shardK (a store holds one run: its tasks, n and shards).
 set -euo pipefail
 export GLIBC_TUNABLES=${GLIBC_TUNABLES:-glibc.malloc.hugetlb=1}
 cd "$(dirname "$0")/.."
@@ -30,7 +32,7 @@ GROUP=${GROUP:-docs/hybrid/group}
 WINDOWS=${WINDOWS:-500}
 N2K=${N2K:-50}
 N4K=${N4K:-30}
-TASKS=${TASKS:-niah_single_2,niah_multikey_1,niah_multivalue,niah_multiquery,vt}
+TASKS=${TASKS:-niah_single_2,niah_multivalue,niah_multiquery,vt}  # niah_multikey_1: its own PART (above)
 ONE_SCALE="$GROUP/one-scale"
 METHODS_2K="gatesight/gate,gatesight/flat,gatesight/pyramid,gatesight[estimator=$ONE_SCALE]/global,kvzip/global"
 METHODS_2K="$METHODS_2K,kvzip/flat,keydiff/flat,snapkv/flat,triattention/flat,kvpress:TOVAPress/flat"
@@ -59,35 +61,22 @@ case "$step" in
       set -- --methods "$METHODS_4K" --keep-fractions "$FRACTIONS_4K" --n "$N4K" --length 4096
     fi
     OMP_NUM_THREADS=1 bench compare --model "$MODEL" --tasks "$TASKS" --haystack manpages "$@" --shard "$shard" \
-      --out "$OUT/$step/shard${shard%/*}"
+      --out "$OUT/$step${PART:+-$PART}/shard${shard%/*}"
     ;;
   pack|unpack)
-    for store in "$OUT"/sweep*/shard* "$GROUP"/in-progress/sweep*/shard*; do
-      [ -d "$store" ] || continue
-      python - "$step" "$store" "$OUT" "$GROUP/in-progress" <<'PY'
-import gzip, shutil, sys
-from pathlib import Path
-step, store, out, kept = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3]), Path(sys.argv[4])
-if step == "pack" and (store / "results.jsonl").exists():
-    target = kept / store.parent.name / store.name
-    target.mkdir(parents=True, exist_ok=True)
-    with gzip.GzipFile(target / "results.jsonl.gz", "wb", mtime=0) as packed:
-        packed.write((store / "results.jsonl").read_bytes())
-elif step == "unpack" and kept in store.parents and not (out / store.parent.name / store.name).exists():
-    shutil.copytree(store, out / store.parent.name / store.name)
-PY
-    done
+    python scripts/shard_packs.py "$step" "$OUT" "$GROUP/in-progress"
     ;;
   publish)
-    for part in sweep2k sweep4k; do
-      bench merge "$OUT/$part"/shard* --out "$OUT/$part/merged"
+    for part in "$OUT"/sweep*/; do
+      bench merge "$part"shard* --out "$part"merged
     done
     python - "$OUT" <<'PY'
 import gzip, sys
+from pathlib import Path
 store = "docs/results/results.jsonl.gz"
 rows = list(gzip.open(store, "rt"))
-for part in ("sweep2k", "sweep4k"):
-    rows += list(open(f"{sys.argv[1]}/{part}/merged/results.jsonl"))
+for merged in sorted(Path(sys.argv[1]).glob("sweep*/merged/results.jsonl")):
+    rows += list(open(merged))
 with gzip.GzipFile(store + ".new", "wb", mtime=0) as out:
     out.write("".join(rows).encode())
 PY

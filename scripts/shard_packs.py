@@ -1,0 +1,113 @@
+"""Shards of a long sweep carried between sessions: ``pack`` commits each store's rows as ``results.jsonl.gz``,
+``unpack`` puts the committed rows back where the sweep resumes them (``bench compare`` resumes a committed ``.gz``).
+
+Usage: ``python scripts/shard_packs.py pack|unpack OUT KEPT`` — the stores are ``OUT/<sweep>/shard<K>``, their packs
+``KEPT/<sweep>/shard<K>/results.jsonl.gz``. Rows are only ever added: a pack is replaced only by rows that start with
+every byte of it, a store only by a pack that starts with every byte of its rows; where the two went apart nothing is
+written and the store is named (exit 2). Packs are gzip with mtime 0 (the same rows, the same bytes), written
+atomically.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import shutil
+import sys
+from pathlib import Path
+
+PACK = "results.jsonl.gz"
+LIVE = "results.jsonl"
+
+
+def stored_bytes(store: Path) -> bytes | None:
+    """The rows of a result store as bytes: its ``results.jsonl`` (which continues any ``.gz`` beside it), else its
+    committed ``.gz``; None where it holds neither."""
+    if (store / LIVE).is_file():
+        return (store / LIVE).read_bytes()
+    if (store / PACK).is_file():
+        return gzip.decompress((store / PACK).read_bytes())
+    return None
+
+
+class Diverged(Exception):
+    """A store and its pack went apart: nothing was written."""
+
+
+def _lines(rows: bytes) -> int:
+    return rows.count(b"\n")
+
+
+def _stores(root: Path) -> list[Path]:
+    return sorted(path for path in root.glob("sweep*/shard*") if path.is_dir())
+
+
+def pack(out: Path, kept: Path) -> list[str]:
+    """Each store of ``out`` packed into ``kept``; returns what was done, one line a store. :class:`Diverged`,
+    before anything is written, where a store's rows do not continue its pack."""
+    plans = []
+    for store in _stores(out):
+        rows = stored_bytes(store)
+        if rows is None:
+            continue
+        target = kept / store.relative_to(out) / PACK
+        committed = gzip.decompress(target.read_bytes()) if target.is_file() else b""
+        if not rows.startswith(committed):
+            raise Diverged(f"pack: {store}'s rows do not continue {target} (they are not its rows plus new ones): "
+                           f"nothing was packed. Run `unpack` first where {store} is an older copy; otherwise keep "
+                           "the one you want and move the other aside")
+        plans.append((store, target, rows, committed))
+    done = []
+    for store, target, rows, committed in plans:
+        if rows == committed:
+            done.append(f"{store}: unchanged ({_lines(rows)} rows)")
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        scratch = target.with_name(PACK + ".partial")
+        with gzip.GzipFile(scratch, "wb", mtime=0) as packed:
+            packed.write(rows)
+        os.replace(scratch, target)
+        done.append(f"{store}: {_lines(rows)} rows packed into {target} "
+                    f"({_lines(rows) - _lines(committed)} new)")
+    return done
+
+
+def unpack(out: Path, kept: Path) -> list[str]:
+    """Each pack of ``kept`` put back into ``out`` where the store there is missing or an older copy of it; returns
+    what was done, one line a pack. :class:`Diverged`, before anything is written, where a store and its pack
+    went apart."""
+    plans = []
+    for packed_store in _stores(kept):
+        if not (packed_store / PACK).is_file():
+            continue
+        store = out / packed_store.relative_to(kept)
+        committed, rows = gzip.decompress((packed_store / PACK).read_bytes()), stored_bytes(store)
+        if rows is not None and not (rows.startswith(committed) or committed.startswith(rows)):
+            raise Diverged(f"unpack: {store} and {packed_store / PACK} went apart (neither starts with the other's "
+                           "rows): nothing was unpacked; keep the one you want and move the other aside")
+        plans.append((packed_store, store, rows, committed))
+    done = []
+    for packed_store, store, rows, committed in plans:
+        if rows is not None and rows.startswith(committed):
+            done.append(f"{store}: kept ({_lines(rows)} rows, the pack's {_lines(committed)} and more)")
+            continue
+        if rows is not None:  # an older copy: the pack holds its every row and more
+            for name in (LIVE, PACK):
+                (store / name).unlink(missing_ok=True)
+        store.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(packed_store / PACK, store / PACK)
+        done.append(f"{store}: {_lines(committed)} rows unpacked"
+                    + (f" over an older copy of {_lines(rows)}" if rows is not None else ""))
+    return done
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 4 or sys.argv[1] not in ("pack", "unpack"):
+        sys.exit("usage: python scripts/shard_packs.py pack|unpack OUT KEPT")
+    step, out, kept = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
+    try:
+        for line in (pack if step == "pack" else unpack)(out, kept):
+            print(line)
+    except Diverged as error:
+        print(error, file=sys.stderr)
+        sys.exit(2)

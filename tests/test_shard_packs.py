@@ -1,0 +1,97 @@
+"""``scripts/shard_packs.py``: a sweep's shards carried between sessions only ever gain rows (probe 61: a `pack` of
+an older local copy replaced 8 committed rows by 2, and `unpack` had skipped the shard without a word)."""
+
+import gzip
+import importlib.util
+import subprocess
+import sys
+
+import pytest
+
+from bench.project_modules import ROOT
+
+SCRIPT = ROOT / "scripts" / "shard_packs.py"
+spec = importlib.util.spec_from_file_location("shard_packs", SCRIPT)
+shard_packs = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(shard_packs)
+
+ROWS = b"".join(b'{"row": %d}\n' % k for k in range(8))
+
+
+def _store(root, rows: bytes, packed: bool = False):
+    store = root / "sweep2k" / "shard0"
+    store.mkdir(parents=True, exist_ok=True)
+    for name in ("results.jsonl", "results.jsonl.gz"):
+        (store / name).unlink(missing_ok=True)
+    if packed:
+        (store / "results.jsonl.gz").write_bytes(gzip.compress(rows, mtime=0))
+    else:
+        (store / "results.jsonl").write_bytes(rows)
+    return store
+
+
+def _packed(kept) -> bytes:
+    return gzip.decompress((kept / "sweep2k" / "shard0" / "results.jsonl.gz").read_bytes())
+
+
+def test_pack_then_unpack_carries_the_rows_and_packs_the_same_bytes_twice(tmp_path):
+    out, kept, elsewhere = tmp_path / "out", tmp_path / "kept", tmp_path / "next-session"
+    _store(out, ROWS)
+    assert "8 rows packed" in shard_packs.pack(out, kept)[0]
+    first = (kept / "sweep2k" / "shard0" / "results.jsonl.gz").read_bytes()
+    assert "unchanged" in shard_packs.pack(out, kept)[0]
+    assert (kept / "sweep2k" / "shard0" / "results.jsonl.gz").read_bytes() == first
+    assert "8 rows unpacked" in shard_packs.unpack(elsewhere, kept)[0]
+    assert shard_packs.stored_bytes(elsewhere / "sweep2k" / "shard0") == ROWS
+
+
+def test_an_older_copy_never_replaces_the_committed_rows(tmp_path):
+    out, kept = tmp_path / "out", tmp_path / "kept"
+    _store(out, ROWS)
+    shard_packs.pack(out, kept)
+    _store(out, ROWS[: ROWS.index(b"\n", 20) + 1])  # an older, shorter copy of the shard
+    with pytest.raises(shard_packs.Diverged, match="rows do not continue .*nothing was packed. Run `unpack` first"):
+        shard_packs.pack(out, kept)
+    assert _packed(kept) == ROWS
+    assert "rows unpacked over an older copy of 2" in shard_packs.unpack(out, kept)[0]
+    assert shard_packs.stored_bytes(out / "sweep2k" / "shard0") == ROWS
+
+
+def test_a_store_that_went_on_is_kept_and_packs_its_new_rows(tmp_path):
+    out, kept = tmp_path / "out", tmp_path / "kept"
+    _store(out, ROWS)
+    shard_packs.pack(out, kept)
+    more = ROWS + b'{"row": 8}\n'
+    _store(out, more)
+    assert "kept (9 rows, the pack's 8 and more)" in shard_packs.unpack(out, kept)[0]
+    assert "(1 new)" in shard_packs.pack(out, kept)[0] and _packed(kept) == more
+
+
+def test_a_store_and_a_pack_that_went_apart_are_left_as_they_are(tmp_path):
+    out, kept = tmp_path / "out", tmp_path / "kept"
+    _store(out, ROWS)
+    shard_packs.pack(out, kept)
+    other = b'{"row": "other"}\n'
+    store = _store(out, other)
+    for step in (shard_packs.pack, shard_packs.unpack):
+        with pytest.raises(shard_packs.Diverged, match="nothing was"):
+            step(out, kept)
+    assert _packed(kept) == ROWS and (store / "results.jsonl").read_bytes() == other
+
+
+def test_a_resumed_committed_store_packs_its_every_row(tmp_path):
+    """A store resumed from a committed .gz holds results.jsonl (the .gz's rows and the new ones) beside it."""
+    out, kept = tmp_path / "out", tmp_path / "kept"
+    store = _store(out, ROWS, packed=True)
+    (store / "results.jsonl").write_bytes(ROWS + b'{"row": 8}\n')
+    shard_packs.pack(out, kept)
+    assert _packed(kept) == ROWS + b'{"row": 8}\n'
+
+
+def test_the_command_line_refuses_in_one_line_and_exit_2(tmp_path):
+    out, kept = tmp_path / "out", tmp_path / "kept"
+    _store(out, ROWS)
+    shard_packs.pack(out, kept)
+    _store(out, b'{"row": "other"}\n')
+    done = subprocess.run([sys.executable, SCRIPT, "pack", out, kept], capture_output=True, text=True)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "nothing was packed" in done.stderr
