@@ -5,6 +5,7 @@ import json
 import pytest
 
 from bench.compare import CompareSettings, run_compare
+from runtime.errors import UsageError
 from workloads.scbench_metrics import (
     official_any_upper,
     official_choice,
@@ -116,11 +117,38 @@ def test_a_file_of_no_rows_is_named(tmp_path, text):
 
 
 def test_numbers_are_answers(tmp_path):
-    """mf's answers are numbers: a number, or a list of them, is a reference answer."""
-    rows = [{"context": [3, 1, 2], "multi_turns": [{"input": "the largest?", "answer": 3}]},
-            {"context": "abc", "multi_turns": [{"input": "q", "answer": [1, "one"]}]}]
+    """mf's answers are whole numbers (its scorer compares one integer); elsewhere a number, or a list of numbers and
+    text, is a reference answer."""
+    rows = [{"context": [3, 1, 2], "multi_turns": [{"input": "the largest?", "answer": 3},
+                                                   {"input": "the smallest?", "answer": "1"}]}]
     (tmp_path / "scbench_mf.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
     assert load_rows("mf", tmp_path) == rows
+    rows = [{"context": "abc", "multi_turns": [{"input": "q", "answer": [1, "one"]}]}]
+    (tmp_path / "scbench_kv.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    assert load_rows("kv", tmp_path) == rows
+
+
+@pytest.mark.parametrize("task, row, problem", [
+    ("choice_eng", {"options": 5}, "multi_turns\\[0\\].options=5 \\(expected the choices A-D: a list of text\\)"),
+    ("choice_eng", {"options": ["a", 2]}, "options=\\[\"a\", 2\\] "),
+    ("summary_with_needles", {"task": "foo"}, "multi_turns\\[0\\].task=\"foo\" \\(expected one of summary, passkey\\)"),
+    ("kv", {"task": "foo"}, "task=\"foo\" \\(expected one of kv\\)"),
+    ("mf", {"answer": float("nan")}, "answer=NaN \\(expected the reference answer: a whole number\\)"),
+    ("mf", {"answer": 2.5}, "answer=2.5 "),
+    ("mf", {"answer": [3]}, "answer=\\[3\\] "),
+    ("kv", {"answer": float("inf")}, "answer=Infinity "),
+    ("qa_eng", {"context": [1, 2]}, "context=\\[1, 2\\] \\(expected the shared context"),
+    ("mf", {"context": [{"a": 1}, None]}, "context=\\[{\"a\": 1}, null\\] "),
+])
+def test_a_row_its_scorer_cannot_read_is_refused_before_any_work(tmp_path, task, row, problem):
+    """What each task's turns are read and scored with is checked with the file (before the model loads): a turn
+    of another sub-task, choice options that are not text, an answer mf's scorer cannot compare, a list as the
+    context of a task other than mf."""
+    context = row.pop("context", [3, 1, 2] if task == "mf" else "some shared context")
+    turn = {"input": "which?", "answer": 3 if task == "mf" else "A", **row}
+    (tmp_path / f"scbench_{task}.jsonl").write_text(json.dumps({"context": context, "multi_turns": [turn]}) + "\n")
+    with pytest.raises(UsageError, match=f"scbench_{task}.jsonl, line 1: (multi_turns\\[0\\]\\.)?{problem}"):
+        load_rows(task, tmp_path)
 
 
 def test_compare_on_scbench_fixture(model_dir, scbench_dir, tmp_path):

@@ -8,6 +8,7 @@ Data come from a local copy only: a directory of ``scbench_<task>.jsonl`` files,
 from __future__ import annotations
 
 import json
+import math
 import os
 from functools import partial
 from pathlib import Path
@@ -39,7 +40,7 @@ def load_rows(task: str, data: str | Path) -> list[dict]:
         raise UsageError(f"unknown SCBench task {task!r}; choose from {', '.join(SCBENCH_TASKS)}")
     path = Path(data) / f"scbench_{task}.jsonl"
     if path.exists():
-        rows = [_row(path, number, line) for number, line in enumerate(path.read_text().splitlines(), 1)
+        rows = [_row(task, path, number, line) for number, line in enumerate(path.read_text().splitlines(), 1)
                 if line.strip()]
         if not rows:
             raise UsageError(f"{path} holds no rows (each line holds one SCBench row, {ROW})")
@@ -60,9 +61,9 @@ ROW = ('{"context": "<the shared context>", "multi_turns": [{"input": "<a questi
 """What one line of an SCBench JSONL file holds (:func:`to_item` reads these keys; the dataset's others pass)."""
 
 
-def _row(path: Path, number: int, line: str) -> dict:
-    """The SCBench row on line ``number`` of ``path``; a :class:`~runtime.errors.UsageError` naming the file, the
-    line and what a row holds if it is not one."""
+def _row(task: str, path: Path, number: int, line: str) -> dict:
+    """The SCBench row of ``task`` on line ``number`` of ``path``; a :class:`~runtime.errors.UsageError` naming the
+    file, the line and what a row holds if it is not one."""
     try:
         row = json.loads(line)
     except json.JSONDecodeError as error:
@@ -71,36 +72,57 @@ def _row(path: Path, number: int, line: str) -> dict:
     turns = row.get("multi_turns") if isinstance(row, dict) else None
     if not (isinstance(row, dict) and "context" in row and isinstance(turns, list)):
         raise UsageError(f"{path}, line {number}: not an SCBench row ({_shown(row)}); each line holds one, {ROW}")
-    problem = _row_problem(row["context"], turns)
+    problem = _row_problem(task, row["context"], turns)
     if problem:
         raise UsageError(f"{path}, line {number}: {problem}; each line holds one SCBench row, {ROW}")
     return row
 
 
-def _row_problem(context, turns: list) -> str | None:
-    """What makes a row with these fields no SCBench row, or None: its context text (or, for mf, a list of numbers),
-    and at least one turn, each a question and a non-empty answer (text or a number, or a list of them)."""
-    if not (isinstance(context, str) and context.strip()) and not (isinstance(context, list) and context):
+def _row_problem(task: str, context, turns: list) -> str | None:
+    """What makes a row with these fields no row of ``task``, or None: its context text (for mf, a list of numbers),
+    and at least one turn, each a question and a non-empty answer (text or a finite number, or a list of them) that
+    the turn's scorer reads — one whole number for mf, a sub-task of the task's own where a turn names one, the
+    options of choice_eng as a list of text. Checked before any model loads: a row that passes is read and scored."""
+    numbers = isinstance(context, list) and context and all(_a_number(x) for x in context)
+    if not (isinstance(context, str) and context.strip()) and not (task == "mf" and numbers):
         return f"context={_shown(context)} (expected the shared context: text, or for mf a list of numbers)"
     if not turns:
         return "multi_turns=[] (expected at least one turn)"
+    subtasks = SUBTASK_MAX_NEW.get(task, {task: None})
     for k, turn in enumerate(turns):
         if not (isinstance(turn, dict) and {"input", "answer"} <= set(turn)):
             return f"multi_turns[{k}]={_shown(turn)} (expected {{\"input\": ..., \"answer\": ...}})"
         if not (isinstance(turn["input"], str) and turn["input"].strip()):
             return f"multi_turns[{k}].input={_shown(turn['input'])} (expected the question: text)"
+        sub = turn.get("task") or task
+        if sub not in subtasks:
+            return f"multi_turns[{k}].task={_shown(turn['task'])} (expected one of {', '.join(subtasks)})"
         answer = turn["answer"]
         answers = answer if isinstance(answer, list) else [answer]
+        if sub == "mf" and not _a_whole_number(answer):  # its scorer compares one integer
+            return f"multi_turns[{k}].answer={_shown(answer)} (expected the reference answer: a whole number)"
         if not answers or not all(_an_answer(a) for a in answers):
             return (f"multi_turns[{k}].answer={_shown(answer)} (expected the reference answer: non-empty text or a "
                     "number, or a non-empty list of them)")
+        options = turn.get("options")
+        if task == "choice_eng" and options and not (isinstance(options, list)
+                                                       and all(isinstance(o, str) for o in options)):
+            return f"multi_turns[{k}].options={_shown(options)} (expected the choices A-D: a list of text)"
     return None
 
 
+def _a_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _a_whole_number(value) -> bool:
+    if isinstance(value, str):
+        return value.strip().lstrip("+-").isdigit() and value.strip().isascii()
+    return _a_number(value) and float(value).is_integer()
+
+
 def _an_answer(value) -> bool:
-    if isinstance(value, bool) or value is None:
-        return False
-    return (isinstance(value, str) and bool(value.strip())) or isinstance(value, (int, float))
+    return (isinstance(value, str) and bool(value.strip())) or _a_number(value)
 
 
 def _shown(value) -> str:
