@@ -38,6 +38,7 @@ from .row_fields import (
     method_of,
     row_key,
     shard_contexts,
+    shards_with_contexts,
     shown_fraction,
 )
 from .store import ResultStore
@@ -256,8 +257,7 @@ def _is_part(rows: list[dict]) -> bool:
         if RUN in row:
             run = row[RUN]
             held.setdefault(repr([run[field] for field in RUN_SHARED]), (run, set()))[1].add(run["shard"])
-    return any(k not in shards and shard_contexts({**run, "shard": k})
-               for run, shards in held.values() for k in range(run["shards"]))
+    return any(k not in shards for run, shards in held.values() for k in shards_with_contexts(run))
 
 
 def _group_of(row: dict) -> tuple:
@@ -428,7 +428,7 @@ def _missing_context(held: list[Entry], every_shard: bool) -> Gap | None:
     for rows in runs.values():
         run, count = rows[0][0][RUN], rows[0][0][RUN]["shards"]
         held_shards = sorted({row[RUN]["shard"] for row, _, _ in rows})
-        wanted = range(count) if every_shard else held_shards
+        wanted = shards_with_contexts(run) if every_shard else held_shards
         haystacks = {task: haystack_of(task, run["haystack"]) for task in run["tasks"]}
         missing = next(((k, task, item) for k in wanted for task, item in shard_contexts({**run, "shard": k})
                         if (task, haystacks[task], item) not in present), None)
@@ -440,8 +440,7 @@ def _missing_context(held: list[Entry], every_shard: bool) -> Gap | None:
             named = " and ".join(f"{_where(split)} (shard {_shards(split)})" for split in splits.values())
             return (f"mixes {len(splits)} splits of one run: {named}; task {task}, item {item} is in neither",
                     "the shards of one run are of one --shard K/N split (one N): merge or give the stores of one split")
-        lost = next((shard for shard in wanted if shard not in held_shards
-                     and shard_contexts({**run, "shard": shard})), None)
+        lost = next((shard for shard in wanted if shard not in held_shards), None)
         if lost is not None:
             return (f"holds shard {_shards(rows)} of a run of {count} shards; shard {lost}/{count} is missing: no row "
                     f"holds {_lost_contexts(run, lost, present, haystacks)}",

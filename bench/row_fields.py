@@ -99,6 +99,12 @@ def shard_contexts(run: dict) -> ShardContexts:
     return ShardContexts(run)
 
 
+def shards_with_contexts(run: dict) -> range:
+    """The shards of ``run`` (:data:`RUN`) that hold a context: the first of its N, at most one a context (a split
+    into more shards than contexts leaves the rest empty), so that checking every shard costs the contexts, not N."""
+    return range(min(run["shards"], len(run["tasks"]) * run["n"]))
+
+
 def method_of(row: dict) -> str:
     """A row's method as reports name it: ``press/allocator``, or ``none`` for no prune."""
     return BASELINE if row["press"] == BASELINE else f"{row['press']}/{row['allocator']}"

@@ -132,6 +132,20 @@ def test_a_run_of_very_many_contexts_is_checked_without_listing_them(runs, tmp_p
     assert code == 2 and expected in err, err
 
 
+@pytest.mark.parametrize("command", ["merge", "verify"])
+def test_a_split_into_far_more_shards_than_contexts_is_checked_by_its_contexts(runs, tmp_path, capsys, command):
+    """Shards 0 and 1 of ``--shard K/1000000000000`` hold the run's two contexts, every other shard none: checking
+    that every shard is there costs the contexts, not the shards (it looped over 10¹² shard indices)."""
+    rows = stored_rows(runs / "whole")
+    stores = [store_of([{**row, "run": {**row["run"], "shard": row["item"], "shards": 10**12}} for row in rows
+                        if row["item"] == k], tmp_path / f"s{k}") for k in (0, 1)]
+    argv = ["merge", *stores, "--out", tmp_path / "merged"] if command == "merge" else ["verify", *stores]
+    code, err = run_cli(capsys, *argv)
+    assert code == 0, err
+    code, err = run_cli(capsys, "verify", stores[0])
+    assert code == 2 and "shard 1/1000000000000 is missing: no row holds task niah_single_1, item 1" in err, err
+
+
 def test_a_store_of_two_splits_names_the_missing_shard_and_both_splits(runs, tmp_path, capsys):
     mixed = store_of(stored_rows(runs / "0of2") + stored_rows(runs / "0of3"), tmp_path / "mixed")
     path, first = mixed / "results.jsonl", len(stored_rows(runs / "0of2"))
