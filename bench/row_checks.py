@@ -10,9 +10,11 @@ shows a value no run could have written.
 from __future__ import annotations
 
 import math
+import re
 import reprlib
 
 from allocators.integerize import round_half_up
+from pretrained.loading import DTYPES, fingerprint_of_parts
 from workloads.metrics import METRICS
 from workloads.tasks.registry import ALL_TASKS, haystack_of
 from workloads.tasks.ruler import METRIC, PROFILES
@@ -25,6 +27,7 @@ from .row_fields import (
     FRACTION_FIELDS,
     KEY_FIELDS,
     PER_LAYER_FRACTION_FIELDS,
+    QUESTIONS,
     RUN,
     RUN_FIELDS,
     SCHEMA,
@@ -46,6 +49,11 @@ CHILD_FIELDS = ("press", "allocator", "keep_fraction")
 CHILD_ONLY = ("kept_entries", "needle_recall", "needle_recall_layers", "answer_recall", "answer_recall_layers",
               "answer_rank_layers", "score_seconds")
 """Fields of a compacted child that a no-prune row never holds: what was kept, and how long the press took."""
+CONTEXT_FIELDS = ("n_context", "protected", "body_entries", "recurrent_bytes")
+"""What a child records of its context as the no-prune row of its question does: the context's size, what every
+method keeps, the entries chosen among, and the recurrent state (copied into every child whole)."""
+DEVICE = re.compile(r"cpu|cuda(:\d+)?")
+"""The devices a run records (``--device`` cpu, cuda or cuda:N; auto is recorded as the one it chose)."""
 SECONDS = "_seconds"
 """The ending of the fields that hold a time in seconds (``prefill_seconds``, ``score_seconds``)."""
 
@@ -90,12 +98,24 @@ def key_problem(row: dict) -> str | None:
 
 
 def _setting_problem(row: dict) -> str | None:
-    """The first key value no run writes, of a key of its types: a task no family builds, a template profile or
-    engine the CLI refuses, or a no-prune row (press and allocator ``none``) at another kept fraction than 1 or beside
+    """The first key value no run writes, of a key of its types: a task no family builds, a template profile,
+    engine, dtype or device the CLI refuses, a ``weights`` that is not the fingerprint of the row's ``model_parts``,
+    or a no-prune row (press and allocator ``none``) at another kept fraction than 1 or beside
     a compacting press or allocator."""
     for field, known in (("task", ALL_TASKS), ("profile", PROFILES), ("engine", ENGINES)):
         if row[field] not in known:
             return f"{field}={reprlib.repr(row[field])} (expected one of {', '.join(known)})"
+    if row.get("dtype") is not None and row["dtype"] not in DTYPES:
+        return f"dtype={reprlib.repr(row['dtype'])} (expected one of {', '.join(DTYPES)})"
+    if row.get("device") is not None and not DEVICE.fullmatch(row["device"]):
+        return f"device={reprlib.repr(row['device'])} (expected cpu, cuda or cuda:N)"
+    parts = row.get("model_parts")
+    if parts is not None:
+        if not (isinstance(parts, dict) and parts and all(map(_text, parts.values()))):
+            return f"model_parts={reprlib.repr(parts)} (expected {{part: its fingerprint}}, each text)"
+        if row["weights"] != fingerprint_of_parts(parts):
+            return (f"weights={row['weights']!r} (expected {fingerprint_of_parts(parts)!r}, the fingerprint of its "
+                    f"model_parts {reprlib.repr(parts)}: one model, one fingerprint)")
     press, allocator = row["press"], row["allocator"]
     if (press == BASELINE) != (allocator == BASELINE):
         return (f"press={press!r} with allocator={allocator!r} (expected both {BASELINE!r}, no prune, or neither: "
@@ -218,10 +238,20 @@ def _shape(layers: dict[str, int]) -> str:
 
 def _run_problem(row: dict) -> str | None:
     """What is wrong with the run a row names (:data:`RUN`), or None (also for a row written before runs were
-    recorded): its fields of their types, and the row's context one its shard took."""
+    recorded): a run named beside its questions (:data:`QUESTIONS`) and its batch only beside both (the code that
+    records one records the others), its prediction and answers held, its fields of their types, and the row's
+    context one its shard took."""
     run = row.get(RUN)
+    if (run is None) != (row.get(QUESTIONS) is None) or (run is None and row.get(BATCH) is not None):
+        held = [field for field in (RUN, QUESTIONS, BATCH) if row.get(field) is not None]
+        return (f"{' and '.join(held)} without {' and '.join(f for f in (RUN, QUESTIONS) if f not in held)} "
+                f"(expected {RUN} and {QUESTIONS} together: a run that records its questions records itself, and "
+                f"{BATCH} only beside them)")
     if run is None:
         return None
+    if row.get("prediction") is None or row.get("answers") is None:
+        return (f"no {'prediction' if row.get('prediction') is None else 'answers'} in a row that records its run "
+                "(expected both: every run that records itself records what was answered and the reference)")
     if not (isinstance(run, dict) and set(run) == set(RUN_FIELDS) and isinstance(run["tasks"], list) and run["tasks"]
             and all(isinstance(task, str) for task in run["tasks"]) and len(set(run["tasks"])) == len(run["tasks"])
             and _count(run["n"]) and run["n"] >= 1 and _count(run["shard"]) and _count(run["shards"])
@@ -298,7 +328,8 @@ def _question_of(row: dict) -> tuple:
 def _child_problem(row: dict, full: dict, there: str) -> str | None:
     """What is wrong with a valid child ``row`` beside the valid no-prune row ``full`` of its question (at
     ``there``): its ``delta_nll`` not its ``answer_nll`` minus the full cache's (within
-    :data:`DELTA_NLL_TOLERANCE`), its ``kv_bytes`` more than the full cache's (a child keeps some of its entries),
+    :data:`DELTA_NLL_TOLERANCE`), its context's sizes (:data:`CONTEXT_FIELDS`) other than the full cache's, its
+    ``kv_bytes`` more than the full cache's (a child keeps some of its entries),
     or ``agree`` true (the same greedy tokens as the full cache) with a prediction other than the full cache's (the
     same tokens decode to the same text), or ``answers`` other than the full cache's (one question, one reference).
     ``agree`` false with the same prediction is no problem: two token sequences may decode to one text."""
@@ -307,6 +338,10 @@ def _child_problem(row: dict, full: dict, there: str) -> str | None:
     if abs(row["delta_nll"] - (nll - full_nll)) > tolerance:
         return (f"delta_nll={row['delta_nll']!r} (expected answer_nll {nll!r} minus the no-prune row's answer_nll "
                 f"{full_nll!r} ({there}) = {nll - full_nll!r}, within {tolerance:.3g})")
+    differs = next((field for field in CONTEXT_FIELDS if row.get(field) != full.get(field)), None)
+    if differs is not None:
+        return (f"{differs}={row.get(differs)!r} (expected the no-prune row's {full.get(differs)!r} ({there}): the "
+                "children of one question share its context)")
     kv_bytes, full_kv_bytes = row.get("kv_bytes"), full.get("kv_bytes")
     if kv_bytes is not None and full_kv_bytes is not None and kv_bytes > full_kv_bytes:
         return (f"kv_bytes={kv_bytes} (expected at most the no-prune row's {full_kv_bytes} ({there}): a child keeps "
@@ -322,33 +357,45 @@ def _child_problem(row: dict, full: dict, there: str) -> str | None:
 
 
 def _child_problems(rows: list[dict], valid: list[bool], where) -> dict[int, str]:
-    """By index, the valid children of a question with a valid no-prune row among ``rows`` that do not match it
-    (:func:`_child_problem`). A question without a no-prune row among ``rows`` (a run of compacted children alone)
-    is not checked."""
+    """By index, the valid rows that do not match the others: a schema other than the other rows' of its model and
+    code; a child with needle fields where another child of its task, model and code has none (or the reverse), or
+    with per-layer values of another layout than the model's other rows; a child that does not match the valid
+    no-prune row of its question (:func:`_child_problem`; a question without one among ``rows``, a run of compacted
+    children alone, is not checked against it)."""
     baselines: dict[tuple, int] = {}
     for index, row in enumerate(rows):
         if valid[index] and row["press"] == BASELINE:
             baselines.setdefault(_question_of(row), index)
     problems = {}
-    layouts: dict[tuple, tuple[int, dict]] = {}
+    layouts: dict[tuple, tuple[int, str, dict]] = {}
     needled: dict[tuple, tuple[int, bool]] = {}
+    schemas: dict[tuple, tuple[int, int]] = {}
     for index, row in enumerate(rows):
-        if not valid[index] or row["press"] == BASELINE:
+        if not valid[index]:
             continue
-        mine = row.get("needle_recall_layers")
-        first = needled.setdefault(_question_of(row), (index, mine is not None))
-        if first[1] != (mine is not None):
-            problems[index] = (f"{'no' if mine is None else 'a'} needle recall (needle_recall_layers), where the "
-                               f"child at {where(first[0])} of the same question has {'one' if first[1] else 'none'} "
-                               "(expected the same fields in every child of one question)")
+        code = (row["model"], row["weights"], row.get("code"))
+        schema = schemas.setdefault(code, (index, row.get("schema")))
+        if schema[1] != row.get("schema"):
+            problems[index] = (f"schema={row.get('schema')!r}, where the row at {where(schema[0])} of the same model, "
+                               f"weights and code holds {schema[1]!r} (expected one: one code writes one schema)")
             continue
-        if mine is not None:
-            layout = _layout(mine)
-            seen = layouts.setdefault((row["model"], row["weights"]), (index, layout))
-            if seen[1] != layout:
-                problems[index] = (f"needle_recall_layers holds layers and heads {_shape(layout)}, where the row at "
-                                   f"{where(seen[0])} of the same model and weights holds {_shape(seen[1])} "
-                                   "(expected one value per attention layer and KV head of the model)")
+        if row["press"] == BASELINE:
+            continue
+        field = next((f for f in PER_LAYER_FRACTION_FIELDS if row.get(f) is not None), None)
+        first = needled.setdefault((*code, row["task"], row["haystack"]), (index, field is not None))
+        if first[1] != (field is not None):
+            fields = ", ".join(PER_LAYER_FRACTION_FIELDS)
+            problems[index] = (f"{'no' if field is None else 'a'} needle recall ({fields}), where the child at "
+                               f"{where(first[0])} of the same task, model and code has "
+                               f"{'one' if first[1] else 'none'} (expected the same fields in every child of a task)")
+            continue
+        if field is not None:
+            layout = _layout(row[field])
+            seen = layouts.setdefault((row["model"], row["weights"]), (index, field, layout))
+            if seen[2] != layout:
+                problems[index] = (f"{field} holds layers and heads {_shape(layout)}, where the row at "
+                                   f"{where(seen[0])} of the same model and weights holds {_shape(seen[2])} in "
+                                   f"{seen[1]} (expected one value per attention layer and KV head of the model)")
     for index, row in enumerate(rows):
         full = baselines.get(_question_of(row)) if valid[index] else None
         if index in problems:

@@ -257,6 +257,12 @@ def _digest(directory: Path, paths) -> str:
     return digest.hexdigest()[:12]
 
 
+def fingerprint_of_parts(parts: dict) -> str:
+    """The one fingerprint of a model's parts ``{part: fingerprint}``: what a row records as ``weights`` beside its
+    ``model_parts``, and what a reader checks it against."""
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:12]
+
+
 @dataclass(frozen=True)
 class ModelIdentity:
     """Fingerprints of a model directory.
@@ -275,8 +281,8 @@ class ModelIdentity:
     @property
     def weights(self) -> str:
         """One fingerprint of every part (weights, config and tokenizer; not the ``weights`` part's alone): a row's
-        ``weights`` field."""
-        return hashlib.sha256(json.dumps(self.parts, sort_keys=True).encode()).hexdigest()[:12]
+        ``weights`` field (:func:`fingerprint_of_parts`)."""
+        return fingerprint_of_parts(self.parts)
 
     def row_fields(self) -> dict:
         """What a result row records of the model it came from (``weights`` and ``artifacts`` are in its key)."""

@@ -12,6 +12,7 @@ import pytest
 
 import bench.compare
 import bench.plan
+from allocators.integerize import round_half_up
 from bench.cli import main
 from bench.compare import CompareSettings, run_compare, run_rows
 from bench.project_modules import ROOT
@@ -566,3 +567,47 @@ def test_a_shard_of_the_same_tasks_in_another_order_is_refused(runs, model_dir, 
                                          "--tasks niah_single_2,niah_single_1"):
         run_compare(_settings(model_dir, store, tasks=tasks[::-1], n=4, shard=(1, 2)), show_progress=False)
     run_compare(_settings(model_dir, store, tasks=tasks, n=4, shard=(1, 2)), show_progress=False)
+
+
+def _child_of_item(item):
+    return lambda row: row["item"] == item and row["press"] != "none"
+
+
+def _context_resized(row, n_context=0, protected=0):
+    """``row`` (a flat child) as a child of a context ``n_context`` tokens longer and protecting ``protected`` more,
+    its own counts consistent: the entries chosen among, and its flat budget of them."""
+    heads = row["body_entries"] // (row["n_context"] - row["protected"])
+    n, kept = row["n_context"] + n_context, row["protected"] + protected
+    return {**row, "n_context": n, "protected": kept, "body_entries": (n - kept) * heads,
+            "kept_entries": round_half_up(row["keep_fraction"] * (n - kept)) * heads}
+
+
+def _drop(*fields):
+    return lambda row: {k: v for k, v in row.items() if k not in fields}
+
+
+@pytest.mark.parametrize("which, change, message", [
+    (lambda row: True, _drop("run"), "questions without run (expected run and questions together"),
+    (lambda row: True, _drop("questions"), "run without questions (expected run and questions together"),
+    (lambda row: row["item"] == 1, lambda row: {**row, "model_parts": {**row["model_parts"], "config": "other"}},
+     "the fingerprint of its model_parts"),
+    (lambda row: True, lambda row: {**row, "weights": "zzzzzzzzzzzz"}, "weights='zzzzzzzzzzzz' (expected '"),
+    (_child_of_item(0), lambda row: _context_resized(row, n_context=-10), "(expected the no-prune row's"),
+    (_child_of_item(0), lambda row: _context_resized(row, protected=1), "protected="),
+    (_child_of_item(1), lambda row: {**row, "recurrent_bytes": row["recurrent_bytes"] + 4}, "recurrent_bytes="),
+    (_child_of_item(1), _drop("needle_recall", "needle_recall_layers", "answer_recall", "answer_recall_layers",
+                             "answer_rank_layers"), "no needle recall (needle_recall_layers, answer_recall_layers, "),
+    (lambda row: row["item"] == 1, lambda row: {**row, "schema": 1}, "schema=1, where the row at"),
+    (lambda row: True, lambda row: {**row, "dtype": "banana"}, "dtype='banana' (expected one of float32, bfloat16"),
+    (lambda row: True, lambda row: {**row, "device": "toaster"}, "device='toaster' (expected cpu, cuda or cuda:N)"),
+    (_child_of_item(0), lambda row: {**_drop("prediction")(row), "score": 1.0},
+     "no prediction in a row that records its run"),
+])
+def test_rows_a_run_of_today_could_not_have_written_are_refused(runs, tmp_path, capsys, which, change, message):
+    """Probe 61: rows of today's code with their run (or their questions) removed passed as rows from before runs
+    were recorded, and hid a missing context; a weights fingerprint that is not its model parts' let two models
+    share a group; a child's context sizes other than its no-prune row's, a child without the needle fields of its
+    task's other children, a schema other than its code's, a dtype or device no run records, and a row without its
+    prediction (its score then unchecked) all passed."""
+    rows = [change(row) if which(row) else row for row in stored_rows(runs / "whole")]
+    assert_reports_refuse(capsys, store_of(rows, tmp_path / "store"), tmp_path / "docs", message)
