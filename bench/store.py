@@ -98,7 +98,7 @@ class ResultStore:
             if row is not None:
                 self.rows.append(row)
                 self.line_numbers.append(number)
-            elif number == len(lines) and not raw.endswith(b"}"):  # a last line cut by a kill is normal
+            elif number == len(lines) and value is None:  # a last line cut by a kill is normal (not JSON)
                 self.cut_line = number
             else:
                 self.skipped.append(number)
@@ -227,6 +227,16 @@ class ResultStore:
                              f"({', '.join(FIDELITY_FIELDS)}) existed; they cannot be compared with new rows. "
                              "Write to a new --out directory (and rerun the old settings there)")
 
+    def _drop_cut_line(self) -> None:
+        """Before the first new row: the last line a stopped run cut short (no whole row: not JSON) is removed, so
+        that the resumed store holds rows only, and no reader warns of that line ever after."""
+        with self.path.open("r+b") as f:
+            data = f.read()
+            f.truncate(data.rfind(b"\n") + 1)
+        print(f"note: {self.path}: line {self.cut_line}, cut short by the run that stopped, removed before the "
+              "first new row (it held no whole row)", file=sys.stderr)
+        self._next_line, self.cut_line = self.cut_line, None
+
     def has(self, key: tuple) -> bool:
         return key in self.done
 
@@ -238,6 +248,8 @@ class ResultStore:
             return
         if self.path != self.live:
             self._unpack()
+        if self.cut_line is not None:
+            self._drop_cut_line()
         with self.path.open("ab") as f:
             if f.tell() > 0:
                 # make sure a previous partial line cannot swallow this row

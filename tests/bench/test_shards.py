@@ -7,6 +7,7 @@ import pytest
 
 from bench.cli import main
 from bench.compare import CompareSettings, run_compare
+from bench.store import ResultStore
 from pretrained import loading
 
 SETTINGS = dict(presses=["keydiff", "none"], allocators=["flat"], keep_fractions=[0.5], tasks=["niah_single_1"],
@@ -51,6 +52,24 @@ def test_a_shard_whose_last_line_is_cut_is_named_damaged(shards, tmp_path, capsy
     assert "stopped before finishing; rerun it (it resumes)" in err and "methods differ" not in err
     code, err = main(["verify", str(cut)]), capsys.readouterr().err
     assert code == 2 and "is cut short" in err
+
+
+def test_a_last_line_cut_after_a_nested_object_is_cut_short_and_a_resume_removes_it(shards, tmp_path, capsys):
+    """Rows hold nested objects (model_parts, run, per-layer fields), so a kill can cut a line right after a '}':
+    it is named cut short, not a line that is no row; the resumed store drops it before its first new row, so no
+    reader warns of it ever after (probe 61)."""
+    whole = (shards[1] / "results.jsonl").read_bytes().splitlines(True)
+    cut = _copy(shards[1], tmp_path / "cut", lambda lines: [*lines[:-1], lines[-1][: lines[-1].index(b"}") + 1]])
+    code, err = main(["verify", str(cut)]), capsys.readouterr().err
+    assert code == 2 and f"line {len(whole)}, the last, is cut short" in err and "not result rows" not in err, err
+    store = ResultStore(cut)
+    store.append(json.loads(whole[-1]))
+    store.close()
+    assert (cut / "results.jsonl").read_bytes() == b"".join(whole)
+    assert f"line {len(whole)}, cut short by the run that stopped, removed" in capsys.readouterr().err
+    resumed = ResultStore(cut, readonly=True)
+    assert len(resumed.rows) == len(whole) and not resumed.skipped and resumed.cut_line is None
+    assert "warning" not in capsys.readouterr().err
 
 
 def test_a_shard_without_its_compressed_rows_is_named_unfinished(shards, tmp_path, capsys):
