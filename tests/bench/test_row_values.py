@@ -236,7 +236,8 @@ def test_rows_written_before_sizes_and_timings_were_recorded_still_pass(run, tmp
     ("per-layer null", "needle_recall, answer_recall, answer_recall_layers without needle_recall_layers (expected "
                        "all of needle_recall, needle_recall_layers, answer_recall, answer_recall_layers in a child"),
     ("recall missing", "needle_recall_layers, answer_recall, answer_recall_layers without needle_recall"),
-    ("no needle fields", "no needle recall (needle_recall_layers), where the child at "),
+    ("no needle fields", "no needle recall (needle_recall_layers, answer_recall_layers, answer_rank_layers), where "
+                         "the child at "),
     ("other layers everywhere", "needle_recall_layers holds layers and heads {"),
 ])
 def test_per_layer_values_of_a_child_are_one_shape_and_its_recalls_their_means(run, tmp_path, capsys, alter, message):
