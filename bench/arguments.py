@@ -65,10 +65,18 @@ def names(text: str) -> list[str]:
     return [x.strip() for x in text.split(",") if x.strip()]
 
 
+def _plain(text: str) -> str:
+    """``text``, where its numbers are written in ASCII digits without ``_``: Python reads ``"2_0"`` as 20 and
+    ``"２"`` as 2, which no user typing a number means; anything else an argparse error naming the text."""
+    if not text.isascii() or "_" in text:
+        raise argparse.ArgumentTypeError(f"expected a number in ASCII digits (no '_'), got {text!r}")
+    return text
+
+
 def _typed(parse: Callable, text: str):
     """``parse(text)``, its :class:`~runtime.errors.UsageError` an argparse error (one line naming the flag)."""
     try:
-        return parse(text)
+        return parse(_plain(text))
     except UsageError as error:
         raise argparse.ArgumentTypeError(str(error)) from None
 
@@ -101,7 +109,7 @@ def share(text: str) -> float:
 def floats(text: str) -> list[float]:
     """Comma-separated numbers; anything else is an argparse error naming the text."""
     try:
-        return [float(x) for x in text.split(",") if x.strip()]
+        return [float(x) for x in _plain(text).split(",") if x.strip()]
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
 
@@ -110,7 +118,7 @@ def ints(text: str) -> list[int]:
     """Comma-separated integers, each once (a length given twice would be measured and reported twice); anything
     else is an argparse error naming the text."""
     try:
-        values = [int(x) for x in text.split(",") if x]
+        values = [int(x) for x in _plain(text).split(",") if x]
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
     twice = sorted({v for v in values if values.count(v) > 1})
@@ -122,7 +130,7 @@ def ints(text: str) -> list[int]:
 
 def part(text: str) -> tuple[int, int]:
     """``K/N`` -> ``(K, N)`` with ``0 <= K < N``: the share of the work one of N processes takes."""
-    index, _, parts = text.partition("/")
+    index, _, parts = _plain(text).partition("/")
     try:
         index, parts = int(index), int(parts)
     except ValueError:

@@ -219,6 +219,17 @@ def test_bad_options_are_refused_before_the_model_loads(model_dir, tmp_path, cap
     assert not (tmp_path / "out" / "results.jsonl").exists()
 
 
+@pytest.mark.parametrize("argv, given", [
+    (["--n", "2_0"], "2_0"), (["--n", "\uff12"], "\uff12"), (["--length", "1_024"], "1_024"),
+    (["--keep-fractions", "0.1,0_5"], "0.1,0_5"), (["--shard", "0/\u0662"], "0/\u0662"), (["--seed", "1_0"], "1_0"),
+])
+def test_numbers_are_written_in_ascii_digits(model_dir, tmp_path, capsys, no_model_load, argv, given):
+    """Python reads "2_0" as 20 and a full-width "２" as 2: no one typing a count means either (probe 60)."""
+    code, err = run_cli(capsys, "compare", "--model", model_dir, "--out", tmp_path / "out", *argv)
+    assert code == 2 and f"expected a number in ASCII digits (no '_'), got {given!r}" in err, err
+    assert "\n" not in err.strip() and not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("damage, message", [
     (lambda d: truncate(d / "model.safetensors"), "model.safetensors: not a complete safetensors file"),
     (lambda d: truncate(d / "gatesight" / "gatesight.safetensors"),
