@@ -21,13 +21,16 @@ LIVE = "results.jsonl"
 
 
 def stored_bytes(store: Path) -> bytes | None:
-    """The rows of a result store as bytes: its ``results.jsonl`` (which continues any ``.gz`` beside it), else its
-    committed ``.gz``; None where it holds neither."""
+    """The whole lines of a result store as bytes: its ``results.jsonl`` (which continues any ``.gz`` beside it),
+    else its committed ``.gz``; None where it holds neither. A last line without its newline (a row being written,
+    or cut by a kill) is left out: a resume drops it, so a pack that held it would no longer be continued."""
     if (store / LIVE).is_file():
-        return (store / LIVE).read_bytes()
-    if (store / PACK).is_file():
-        return gzip.decompress((store / PACK).read_bytes())
-    return None
+        rows = (store / LIVE).read_bytes()
+    elif (store / PACK).is_file():
+        rows = gzip.decompress((store / PACK).read_bytes())
+    else:
+        return None
+    return rows[: rows.rfind(b"\n") + 1]
 
 
 class Diverged(Exception):

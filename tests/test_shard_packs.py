@@ -95,3 +95,14 @@ def test_the_command_line_refuses_in_one_line_and_exit_2(tmp_path):
     _store(out, b'{"row": "other"}\n')
     done = subprocess.run([sys.executable, SCRIPT, "pack", out, kept], capture_output=True, text=True)
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "nothing was packed" in done.stderr
+
+
+def test_a_row_being_written_is_not_packed(tmp_path):
+    """A pack taken while the sweep writes holds whole lines only: the resumed store drops a cut last line, and
+    would no longer continue a pack that held it."""
+    out, kept = tmp_path / "out", tmp_path / "kept"
+    _store(out, ROWS + b'{"row": 8, "cut')
+    shard_packs.pack(out, kept)
+    assert _packed(kept) == ROWS
+    _store(out, ROWS + b'{"row": 8}\n')
+    assert "(1 new)" in shard_packs.pack(out, kept)[0]
