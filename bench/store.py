@@ -42,6 +42,30 @@ def _lock_within(handle, seconds: float) -> None:
             time.sleep(0.01)
 
 
+def _file_id(path: Path) -> tuple | None:
+    """The file at ``path`` as it is now, None where there is none: its device and inode (a new file may reuse a
+    removed one's inode), size and change time (which any write moves)."""
+    try:
+        return _state(path.stat())
+    except FileNotFoundError:
+        return None
+
+
+def _state(stat: os.stat_result) -> tuple:
+    return stat.st_dev, stat.st_ino, stat.st_size, stat.st_ctime_ns
+
+
+def _whole_rows(data: bytes) -> bytes:
+    """A store's bytes less a last line cut short (no newline, not JSON): what a resume keeps of them
+    (:meth:`ResultStore._drop_cut_line`), and so what a resumed ``results.jsonl`` starts with."""
+    end = data.rfind(b"\n") + 1
+    try:
+        json.loads(data[end:] or b"null")
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return data[:end]
+    return data
+
+
 class ResultStore:
     """``results.jsonl`` under ``directory``, or a committed ``results.jsonl.gz`` there alone.
 
@@ -81,7 +105,11 @@ class ResultStore:
         if packed.exists() and not self.live.exists():  # a committed, compressed store
             self.path = packed
         data = self._read(self.path) if self.path.exists() else b""
-        if self.path == self.live and packed.exists() and not data.startswith(self._read(packed)):
+        self._file = _file_id(self.live)
+        """The file appended to as this store last left it (None before it exists): another process that removes,
+        replaces or writes it under a writer is seen before the next row (its rows would otherwise land in a new
+        file, or among another's)."""
+        if self.path == self.live and packed.exists() and not data.startswith(_whole_rows(self._read(packed))):
             raise UsageError(f"{self.live} does not continue {packed} (it was not resumed from it): the committed "
                              "rows are in the .gz alone, and reports would read results.jsonl alone. Move "
                              "results.jsonl to a directory of its own, or join the two into one results.jsonl (the "
@@ -133,7 +161,7 @@ class ResultStore:
                 os.fsync(f.fileno())
         print(f"note: {self.path} is resumed: its rows are copied to {self.live}, where new rows are appended (the "
               ".gz is left as it is)", file=sys.stderr)
-        self.path = self.live
+        self.path, self._file = self.live, _file_id(self.live)
 
     def problems(self) -> list[str]:
         """What is wrong with this store's rows (:func:`row_problem`), as ``file:line: problem``."""
@@ -233,6 +261,7 @@ class ResultStore:
         with self.path.open("r+b") as f:
             data = f.read()
             f.truncate(data.rfind(b"\n") + 1)
+            self._file = _state(os.fstat(f.fileno()))
         print(f"note: {self.path}: line {self.cut_line}, cut short by the run that stopped, removed before the "
               "first new row (it held no whole row)", file=sys.stderr)
         self._next_line, self.cut_line = self.cut_line, None
@@ -246,6 +275,12 @@ class ResultStore:
         key = row_key(row)
         if key in self.done:
             return
+        if _file_id(self.live) != self._file:
+            raise UsageError(f"{self.live} was {'changed' if self.live.exists() else 'removed'} by another process "
+                             f"while this run (pid {os.getpid()}) held its lock and wrote it: "
+                             "its rows are no longer all in it, and nothing more is written. A step that moves "
+                             "stores (an unpack, a checkout) waits until the run stops; then rerun the same command "
+                             "to resume from what the directory holds")
         if self.path != self.live:
             self._unpack()
         if self.cut_line is not None:
@@ -260,6 +295,7 @@ class ResultStore:
             f.write((json.dumps(row) + "\n").encode())
             f.flush()
             os.fsync(f.fileno())
+            self._file = _state(os.fstat(f.fileno()))
         self.rows.append(row)
         self.line_numbers.append(self._next_line)
         self._next_line += 1

@@ -16,8 +16,9 @@
 #   unpack       the committed shards back into $OUT, to resume them.
 #   publish      merge the shards, add the group to docs/results, regenerate and verify the leaderboard.
 # A store resumes only under the code version its rows carry: where the code changed since the shard began, run the
-# sweep step from a worktree of that commit (git worktree add /tmp/wt COMMIT; cd /tmp/wt; scripts/gatesight_group.sh
-# sweep2k K/N with OUT pointing at the same stores).
+# sweep step from a worktree of that commit (git worktree add /tmp/wt COMMIT; then /tmp/wt/scripts/gatesight_group.sh
+# sweep2k K/N with OUT the absolute path of the same stores). `bench` runs the code of the checkout this script is in
+# (PYTHONPATH below), not the one pip installed in editable mode.
 #   MODEL, OUT, GROUP, WINDOWS, N2K, N4K, TASKS, PART from the environment. Cost: at n = 50 the 2,048-token part
 #   is ≈ 15 h on one thread, most of it niah_multikey_1 (four questions a context: docs/hybrid/README.md, "The next
 #   group's cost"), so that task runs as a part of its own with fewer contexts (n counts questions):
@@ -26,6 +27,7 @@
 set -euo pipefail
 export GLIBC_TUNABLES=${GLIBC_TUNABLES:-glibc.malloc.hugetlb=1}
 cd "$(dirname "$0")/.."
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 MODEL=${MODEL:-smollm2-135m-hybrid}
 OUT=${OUT:-results/gatesight-group}
 GROUP=${GROUP:-docs/hybrid/group}

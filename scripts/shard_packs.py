@@ -5,7 +5,8 @@ Usage: ``python scripts/shard_packs.py pack|unpack OUT KEPT`` — the stores are
 ``KEPT/<sweep>/shard<K>/results.jsonl.gz``. Rows are only ever added: a pack is replaced only by rows that start with
 every byte of it, a store only by a pack that starts with every byte of its rows; where the two went apart nothing is
 written and the store is named (exit 2). Packs are gzip with mtime 0 (the same rows, the same bytes), written
-atomically.
+atomically. A pack may be taken while the sweep runs (whole lines only); an unpack waits until the store's writer
+stops (it would replace the file the writer appends to), and a damaged pack or a directory without stores is named.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import os
 import shutil
 import sys
 from pathlib import Path
+
+from bench.store import ResultStore
 
 PACK = "results.jsonl.gz"
 LIVE = "results.jsonl"
@@ -27,13 +30,26 @@ def stored_bytes(store: Path) -> bytes | None:
     if (store / LIVE).is_file():
         rows = (store / LIVE).read_bytes()
     elif (store / PACK).is_file():
-        rows = gzip.decompress((store / PACK).read_bytes())
+        rows = unzipped(store / PACK)
     else:
         return None
     return rows[: rows.rfind(b"\n") + 1]
 
 
-class Diverged(Exception):
+def unzipped(pack: Path) -> bytes:
+    """A pack's rows; :class:`Refused` naming it if it is no whole gzip file."""
+    try:
+        return gzip.decompress(pack.read_bytes())
+    except (OSError, EOFError) as error:  # not gzip, or cut short
+        raise Refused(f"{pack}: not a complete gzip file ({error}): nothing was written; restore it from version "
+                      "control") from None
+
+
+class Refused(Exception):
+    """Nothing was written: the stores or packs are not what the step can carry (named in the message)."""
+
+
+class Diverged(Refused):
     """A store and its pack went apart: nothing was written."""
 
 
@@ -54,12 +70,15 @@ def pack(out: Path, kept: Path) -> list[str]:
         if rows is None:
             continue
         target = kept / store.relative_to(out) / PACK
-        committed = gzip.decompress(target.read_bytes()) if target.is_file() else b""
+        committed = unzipped(target) if target.is_file() else b""
         if not rows.startswith(committed):
             raise Diverged(f"pack: {store}'s rows do not continue {target} (they are not its rows plus new ones): "
                            f"nothing was packed. Run `unpack` first where {store} is an older copy; otherwise keep "
                            "the one you want and move the other aside")
         plans.append((store, target, rows, committed))
+    if not plans:
+        raise Refused(f"pack: no store under {out} (expected {out}/sweep*/shard*/{LIVE} or {PACK}): nothing was "
+                      "packed")
     done = []
     for store, target, rows, committed in plans:
         if rows == committed:
@@ -84,11 +103,18 @@ def unpack(out: Path, kept: Path) -> list[str]:
         if not (packed_store / PACK).is_file():
             continue
         store = out / packed_store.relative_to(kept)
-        committed, rows = gzip.decompress((packed_store / PACK).read_bytes()), stored_bytes(store)
+        committed, rows = unzipped(packed_store / PACK), stored_bytes(store)
         if rows is not None and not (rows.startswith(committed) or committed.startswith(rows)):
             raise Diverged(f"unpack: {store} and {packed_store / PACK} went apart (neither starts with the other's "
                            "rows): nothing was unpacked; keep the one you want and move the other aside")
+        writer = ResultStore.writer(store) if store.is_dir() else None
+        if writer is not None and not (rows is not None and rows.startswith(committed)):
+            raise Refused(f"unpack: {store} is being written by another process (pid {writer}), and unpacking "
+                          f"would replace the file it appends to: nothing was unpacked; stop it first (SIGTERM "
+                          "keeps what it finished)")
         plans.append((packed_store, store, rows, committed))
+    if not plans:
+        raise Refused(f"unpack: no pack under {kept} (expected {kept}/sweep*/shard*/{PACK}): nothing was unpacked")
     done = []
     for packed_store, store, rows, committed in plans:
         if rows is not None and rows.startswith(committed):
@@ -111,6 +137,6 @@ if __name__ == "__main__":
     try:
         for line in (pack if step == "pack" else unpack)(out, kept):
             print(line)
-    except Diverged as error:
+    except Refused as error:
         print(error, file=sys.stderr)
         sys.exit(2)

@@ -3,6 +3,7 @@ an older local copy replaced 8 committed rows by 2, and `unpack` had skipped the
 
 import gzip
 import importlib.util
+import os
 import subprocess
 import sys
 
@@ -106,3 +107,49 @@ def test_a_row_being_written_is_not_packed(tmp_path):
     assert _packed(kept) == ROWS
     _store(out, ROWS + b'{"row": 8}\n')
     assert "(1 new)" in shard_packs.pack(out, kept)[0]
+
+
+def test_an_unpack_waits_until_the_stores_writer_stops(tmp_path):
+    """Probe 62: an unpack over an older copy replaced the file a running sweep appended to, whose next rows then
+    landed in a new file of their own. While the store's lock is held it is refused, nothing written."""
+    from bench.store import ResultStore
+
+    out, kept = tmp_path / "out", tmp_path / "kept"
+    _store(out, ROWS)
+    shard_packs.pack(out, kept)
+    store = _store(out, ROWS[:11])
+    writer = ResultStore(store)
+    try:
+        with pytest.raises(shard_packs.Refused, match=f"unpack: {store} is being written by another process "
+                                                      f"\\(pid {os.getpid()}\\).*nothing was unpacked"):
+            shard_packs.unpack(out, kept)
+        assert (store / "results.jsonl").read_bytes() == ROWS[:11]
+    finally:
+        writer.close()
+    assert "8 rows unpacked over an older copy of 1" in shard_packs.unpack(out, kept)[0]
+
+
+@pytest.mark.parametrize("step", ["pack", "unpack"])
+def test_a_directory_without_stores_is_named(tmp_path, step):
+    """A mistyped OUT or KEPT once printed nothing and exited 0."""
+    done = subprocess.run([sys.executable, SCRIPT, step, tmp_path / "typo", tmp_path / "kept-typo"],
+                          capture_output=True, text=True)
+    where = tmp_path / ("typo" if step == "pack" else "kept-typo")
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert f"{step}: no {'store' if step == 'pack' else 'pack'} under {where}" in done.stderr
+
+
+@pytest.mark.parametrize("damage", [lambda packed: packed[:-5], lambda packed: b"not gzip"])
+@pytest.mark.parametrize("step", ["pack", "unpack"])
+def test_a_damaged_pack_is_named_and_nothing_is_written(tmp_path, step, damage):
+    out, kept = tmp_path / "out", tmp_path / "kept"
+    _store(out, ROWS)
+    shard_packs.pack(out, kept)
+    pack = kept / "sweep2k" / "shard0" / "results.jsonl.gz"
+    pack.write_bytes(damage(pack.read_bytes()))
+    _store(out, ROWS + b'{"row": 8}\n' if step == "pack" else ROWS[:11])
+    before = {path: path.read_bytes() for path in tmp_path.rglob("*") if path.is_file()}
+    done = subprocess.run([sys.executable, SCRIPT, step, out, kept], capture_output=True, text=True)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert f"{pack}: not a complete gzip file" in done.stderr
+    assert {path: path.read_bytes() for path in tmp_path.rglob("*") if path.is_file()} == before

@@ -18,6 +18,7 @@ from bench.compare import CompareSettings, run_compare, run_rows
 from bench.project_modules import ROOT
 from bench.store import ResultStore
 from pretrained import loading
+from runtime.errors import UsageError
 from tests.helpers import assert_reports_refuse, run_cli, store_of, stored_rows
 
 SETTINGS = dict(presses=["keydiff", "none"], allocators=["flat"], keep_fractions=[0.5], tasks=["niah_single_1"],
@@ -228,6 +229,41 @@ def test_compare_resumes_a_committed_compressed_store(runs, model_dir, tmp_path,
     assert {row["item"] for row in rows} == {0, 1, 2} and len(rows) == 3 * len(stored_rows(runs / "whole")) // 2
     assert "Items per task: niah_single_1 3." in (committed / "summary.md").read_text()
     assert run_cli(capsys, "verify", committed)[0] == 0
+
+
+def test_a_committed_store_with_a_cut_last_line_stays_readable_after_its_resume(runs, model_dir, tmp_path, capsys):
+    """A ``.gz`` of a killed run's rows (its last line cut short): the resume drops that line from its copy, and
+    the copy still counts as continuing the ``.gz`` — verify and later resumes read it."""
+    committed = tmp_path / "committed"
+    committed.mkdir()
+    whole = (runs / "whole" / "results.jsonl").read_bytes()
+    (committed / "results.jsonl.gz").write_bytes(gzip.compress(whole[:-100]))
+    argv = ["compare", "--model", model_dir, "--out", committed, "--press", "keydiff", "--keep-fractions", "0.5",
+            "--tasks", "niah_single_1", "--length", "300"]
+    for n in ("3", "4"):
+        code, err = run_cli(capsys, *argv, "--n", n)
+        assert code == 0, err
+    code, err = run_cli(capsys, "verify", committed)
+    assert code == 0, err
+    assert {row["item"] for row in ResultStore(committed, readonly=True).rows} == {0, 1, 2, 3}
+
+
+def test_a_store_removed_under_its_writer_stops_it_before_the_next_row(runs, tmp_path):
+    """Another process that removes or rewrites ``results.jsonl`` while a writer holds the store (an unpack, a
+    checkout) is seen at the writer's next row: nothing lands in a new file that holds only the rows after it."""
+    rows = stored_rows(runs / "whole")
+    for change in ("removed", "changed"):
+        directory = tmp_path / change
+        store = ResultStore(directory)
+        store.append(rows[0])
+        live = directory / "results.jsonl"
+        live.unlink()
+        if change == "changed":  # into an older copy, which lacks the row
+            live.write_bytes(b"")
+        with pytest.raises(UsageError, match=f"{live} was {change} by another process while this run"):
+            store.append(rows[1])
+        assert live.exists() == (change == "changed")
+        store.close()
 
 
 def test_a_store_beside_a_committed_one_that_does_not_continue_it_is_refused(runs, model_dir, tmp_path, capsys):
