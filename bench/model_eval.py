@@ -129,7 +129,7 @@ def evaluate_model(model_path, tasks: list[str], lengths: list[int], n: int, see
                 for number, q in enumerate(item.questions):
                     answer = parent.answer(encode(q.prompt), q.max_new_tokens, tokenizer.eos_token_id)
                     rows.append({"model": directory.name,
-                                 "weights": loading.fingerprint(directory, "model*.safetensors"),
+                                 "weights": loading.fingerprint(directory, "weights"),
                                  "press": "none", "allocator": "none", "keep_fraction": 1.0, "task": f"{task}@{length}",
                                  "item": index, "question": number,
                                  "score": METRICS[item.metric](answer.text, q.answers)})

@@ -12,7 +12,6 @@ from tqdm import tqdm
 
 from artifacts.files import check_replaceable, install, rebuilt_path, write_rebuilt
 from artifacts.outputs import ESTIMATOR, LABEL_SHARDS, other_kind
-from presses.calibration import WEIGHT_FILES
 from presses.gatesight import ARTIFACT_DIR, gdn_window
 from pretrained import loading
 from runtime import adapter_for
@@ -90,7 +89,7 @@ def _check_enough(shards: list[dict], labels_dir: Path, command: str, model_path
 
 def _weights(model_path) -> str:
     """The fingerprint of the model's weight files: what label shards and an estimator record of the model."""
-    return loading.fingerprint(loading.resolve(model_path), WEIGHT_FILES)
+    return loading.fingerprint(loading.resolve(model_path), "weights")
 
 
 def label(model_path, out: Path, limit, tokens: int, continuations: int, max_new_tokens: int, seed: int,

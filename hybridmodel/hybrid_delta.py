@@ -264,7 +264,7 @@ def rebuild(checkpoint, root: Path, log=print) -> Path:
         for folder in DELTA_ARTIFACTS:
             if (delta / folder).is_dir():
                 shutil.copytree(delta / folder, staged / folder)
-        _check_estimator_weights(staged, fingerprint(staged, "model*.safetensors"),
+        _check_estimator_weights(staged, fingerprint(staged, "weights"),
                                  f"the model rebuilt from {delta}")
         # the model's files, checked as a conversion's are; not the artifacts, which bench train and bench
         # calibrate replace in place
@@ -324,7 +324,7 @@ def ship_artifacts(checkpoint, root: Path, log=print) -> list[Path]:
     if not present:
         raise UsageError(f"{directory} holds no GateSight estimator nor calibration: "
                          f"{_new_artifacts(checkpoint.name, '')} first")
-    _check_estimator_weights(directory, fingerprint(directory, "model*.safetensors"), str(directory))
+    _check_estimator_weights(directory, fingerprint(directory, "weights"), str(directory))
     written = []
     for folder in present:
         source, target = directory / folder, checkpoint.delta_dir / folder

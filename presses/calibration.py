@@ -18,6 +18,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
+from pretrained import loading
 from runtime.adapters import ModelAdapter, adapter_for
 from runtime.forward import SequenceState, forward_chunk
 
@@ -25,8 +26,6 @@ FILE = Path("calibration") / "calibration.safetensors"
 """Where a model directory holds its calibration: in a subfolder, because engines such as vLLM load every
 ``*.safetensors`` at a model directory's root as a weight shard."""
 LEGACY_FILE = "calibration.safetensors"  # the root location written before; still read
-WEIGHT_FILES = "model*.safetensors"
-"""The model's weight files, whose fingerprint a calibration and a GateSight estimator record (``weights``)."""
 
 
 def calibration_path(directory) -> Path:
@@ -36,12 +35,14 @@ def calibration_path(directory) -> Path:
 
 
 def weights_fingerprint(model_dir) -> str | None:
-    """The content hash of ``model_dir``'s weight files (:data:`WEIGHT_FILES`), or None where there is no directory
-    or it holds none (a model built in memory): what a calibration or an estimator was measured on."""
-    if model_dir is None or not any(Path(model_dir).glob(WEIGHT_FILES)):
+    """The content hash of ``model_dir``'s weight files (``loading.fingerprint(model_dir, "weights")``: safetensors
+    or PyTorch's, the bench's own files aside), or None where there is no directory or it holds none (a model built
+    in memory): what a calibration or an estimator was measured on."""
+    weight_files = loading.part_files(model_dir, "weights") if model_dir is not None else []
+    if not weight_files:
         return None
     directory = Path(model_dir).resolve()
-    stats = ((path.name, path.stat()) for path in sorted(directory.glob(WEIGHT_FILES)))
+    stats = ((path.name, path.stat()) for path in weight_files)
     # the change time too: a rewrite that keeps size and modification time (``touch -r``) still moves it
     files = tuple((name, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns) for name, stat in stats)
     return _weights_digest(directory, files)
@@ -53,9 +54,7 @@ def _weights_digest(directory: Path, files: tuple) -> str:
     modification and change times): a press binds on every context it scores (:func:`presses.preparation.prepare`),
     and hashing half a gigabyte of weights each time cost SmolLM2's hybrid 0.5 s a context, 25 times GateSight's own
     scoring."""
-    from pretrained import loading
-
-    return loading.fingerprint(directory, WEIGHT_FILES)
+    return loading.fingerprint(directory, "weights")
 
 
 def query_bands(query: torch.Tensor, rotary_dim: int) -> torch.Tensor:

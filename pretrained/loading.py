@@ -292,8 +292,7 @@ class ModelIdentity:
 def identity(directory: Path) -> ModelIdentity:
     """The :class:`ModelIdentity` of a model directory."""
     directory = Path(directory)
-    parts = {part: _digest(directory, _matching(directory, patterns, exclude=ARTIFACTS))
-             for part, patterns in MODEL_PARTS.items()}
+    parts = {part: _digest(directory, part_files(directory, part)) for part in MODEL_PARTS}
     return ModelIdentity(parts, _digest(directory, _matching(directory, ARTIFACTS)))
 
 
@@ -307,10 +306,17 @@ def files_fingerprint(directory: Path, patterns) -> str:
     return digest.hexdigest()[:12]
 
 
-def fingerprint(directory: Path, pattern: str | None = None) -> str:
+def part_files(directory: Path, part: str) -> list[Path]:
+    """The files of a model directory that make one of its parts (:data:`MODEL_PARTS`), without the bench's own
+    (:data:`ARTIFACTS`)."""
+    return _matching(Path(directory), MODEL_PARTS[part], exclude=ARTIFACTS)
+
+
+def fingerprint(directory: Path, part: str | None = None) -> str:
     """Content hash of a model directory: by default of everything that makes the model (:attr:`ModelIdentity.weights`,
-    so that results of a retrained or reconfigured model never pass for the old one's); of the files matching
-    ``pattern`` if given (``"model*.safetensors"``: the weights alone)."""
-    if pattern is None:
+    so that results of a retrained or reconfigured model never pass for the old one's); of one part if given
+    (``"weights"``: the weight files alone, safetensors or PyTorch's, what a calibration, an estimator and label
+    shards record)."""
+    if part is None:
         return identity(directory).weights
-    return _digest(Path(directory), sorted(Path(directory).glob(pattern)))
+    return _digest(Path(directory), part_files(directory, part))

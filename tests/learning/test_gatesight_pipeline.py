@@ -42,7 +42,7 @@ def test_label_train_analyze(model_dir, tmp_path, capsys):
     estimator = GateSightEstimator.load(artifact)
     assert sorted(estimator.meta["corpora"]) == sorted({s["corpus"] for s in shards})
     assert estimator.meta["futures"] == "both" and estimator.meta["label_seconds_per_window"] > 0
-    assert estimator.meta["weights"] == loading.fingerprint(model_dir, "model*.safetensors")  # what it describes
+    assert estimator.meta["weights"] == loading.fingerprint(model_dir, "weights")  # what it describes
     # observation 3 reads the per-layer evaluation: its layer means are the overall leave-one-corpus-out figures
     from gatesight_learning.analyze import observation_3
 

@@ -101,7 +101,7 @@ def test_train_and_analyze_refuse_labels_of_other_weights(model_dir, tmp_path, c
                  ["analyze", "--out", str(tmp_path / "analysis")]):
         code = main([argv[0], "--model", str(other), "--labels", str(labels), *argv[1:]])
         err = capsys.readouterr().err
-        labelled, this = (loading.fingerprint(d, "model*.safetensors") for d in (model_dir, other))
+        labelled, this = (loading.fingerprint(d, "weights") for d in (model_dir, other))
         assert code == 2 and f"{labels} was labelled by model weights {labelled}" in err, err
         assert f"not this model's ({this})" in err
     assert not (tmp_path / "estimator").exists() and not (tmp_path / "analysis").exists()

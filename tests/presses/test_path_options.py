@@ -118,7 +118,7 @@ def test_an_estimator_of_other_weights_is_refused_where_a_press_is_prepared(mode
     from runtime import adapter_for
 
     adapter = adapter_for(loading.load(model_dir)[0])
-    weights = loading.fingerprint(model_dir, "model*.safetensors")
+    weights = loading.fingerprint(model_dir, "weights")
     other = _trained_on(model_dir, tmp_path / "other", "0" * 12)
     for press in (GateSightPress(estimator=other), GateSightPress(estimator=GateSightEstimator.load(other))):
         with pytest.raises(UsageError, match=f"{other} was trained on model weights 000000000000, not this "
@@ -184,6 +184,33 @@ def test_a_calibration_of_other_model_weights_is_refused_and_one_without_the_rec
     calibration.weights = None  # as calibrations were saved before they recorded the weights
     calibration.save(mine)
     assert prepare("triattention", theirs, calibration=str(mine)).calibration.weights is None
+
+
+def test_weights_in_pytorch_files_are_checked_too(model_dir, tmp_path):
+    """The weights are fingerprinted in every file a model directory loads them from (PyTorch's
+    ``pytorch_model.bin`` too), not only ``model*.safetensors``: another model's calibration copied beside them is
+    refused, where it was once taken for a model built in memory's."""
+    from transformers import AutoModelForCausalLM
+
+    from presses.calibration import calibrate, weights_fingerprint
+    from presses.preparation import prepare
+    from pretrained import loading
+    from runtime import adapter_for
+    from tests.helpers import save_model
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
+    calibration = calibrate(model, [torch.arange(64)], ["bytes"])
+    assert calibration.weights == weights_fingerprint(model_dir) is not None
+    with torch.no_grad():
+        model.model.embed_tokens.weight.mul_(1.5)
+    other = save_model(model, tmp_path / "other")
+    (other / "model.safetensors").unlink()
+    torch.save(model.state_dict(), other / "pytorch_model.bin")  # as older checkpoints arrive
+    calibration.save(other)
+    assert weights_fingerprint(other) == loading.identity(other).parts["weights"] != calibration.weights
+    with pytest.raises(UsageError, match=re.escape(f"the calibration in {other} was measured on model weights "
+                                                   f"{calibration.weights}, not this model's (")):
+        prepare("triattention", adapter_for(loading.load(other)[0]))
 
 
 def test_the_weights_are_hashed_once_a_state_not_once_a_bind(model_dir, tmp_path, monkeypatch):
