@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import re
 import sys
 import traceback
 from pathlib import Path
@@ -36,6 +37,9 @@ class OneLineParser(argparse.ArgumentParser):
     """The command's parsers by name (the top-level parser's): a flag no command takes is named by the command."""
 
     def error(self, message: str):
+        missing = re.fullmatch(r"argument ([^:/\s]+)\S*: expected one argument", message)
+        if missing:  # argparse takes a value such as -1/3 or -inf for a flag
+            message += f" (a value that starts with '-' is given as {missing[1]}=VALUE)"
         self.exit(2, f"{self.prog}: error: {message} (`{self.prog} --help` lists the flags)\n")
 
     def parse_args(self, args=None, namespace=None):

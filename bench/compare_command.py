@@ -22,8 +22,15 @@ from .specs import split_items, split_outside
 
 
 def keep_fractions(text: str) -> list[float]:
-    """Kept fractions p: a named grid (default, paper) or comma-separated numbers."""
-    return list(KEEP_FRACTION_GRIDS[text]) if text in KEEP_FRACTION_GRIDS else floats(text)
+    """Kept fractions p: a named grid (default, paper) or comma-separated numbers, each in (0, 1]."""
+    if text in KEEP_FRACTION_GRIDS:
+        return list(KEEP_FRACTION_GRIDS[text])
+    fractions = floats(text)
+    for typed, p in zip(names(text), fractions):
+        if not 0 < p <= 1:  # NaN too
+            raise argparse.ArgumentTypeError(f"kept fraction {typed} is outside (0, 1] (p, the share of entries "
+                                             "kept)")
+    return fractions
 
 
 def compression_ratios(text: str) -> list[float]:
@@ -33,10 +40,15 @@ def compression_ratios(text: str) -> list[float]:
     fractions = []
     for typed, value in zip(names(text), floats(text)):
         try:
-            fractions.append(round(keep_fraction_from(None, value), 10))
+            fraction = round(keep_fraction_from(None, value), 10)
         except ValueError:
             raise argparse.ArgumentTypeError(f"compression ratio {typed} is outside [0, 1) (the evicted fraction, "
                                              "1 − kept fraction)") from None
+        if fraction == 0:
+            raise argparse.ArgumentTypeError(f"compression ratio {typed} keeps nothing: its kept fraction 1 − "
+                                             f"{typed} rounds to 0 at 10 digits (the precision fractions are "
+                                             "stored with); give a smaller one")
+        fractions.append(fraction)
     if not fractions:
         raise argparse.ArgumentTypeError("no compression ratio given: give kvpress's compression ratios (evicted "
                                          "fractions) in [0, 1), comma-separated")

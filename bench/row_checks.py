@@ -350,8 +350,8 @@ def _child_problem(row: dict, full: dict, there: str) -> str | None:
         return (f"answers={reprlib.repr(row.get('answers'))} (expected the no-prune row's "
                 f"{reprlib.repr(full.get('answers'))} ({there}): the children of one question answer the same one)")
     if row["agree"] and row.get("prediction") != full.get("prediction"):
-        return (f"agree=True with prediction {reprlib.repr(row['prediction'])}, not the no-prune row's "
-                f"{reprlib.repr(full['prediction'])} ({there}) (expected false: the full cache's greedy answer "
+        return (f"agree=True with prediction {reprlib.repr(row.get('prediction'))}, not the no-prune row's "
+                f"{reprlib.repr(full.get('prediction'))} ({there}) (expected false: the full cache's greedy answer "
                 "decodes to its prediction)")
     return None
 

@@ -10,11 +10,24 @@ what they support, not seconds across runs.
 
 from __future__ import annotations
 
+import math
+
 from .row_fields import BASELINE
 from .stats import PairedBootstrap
 
 SHARE = "scoring_share"
 """The field of the per-context rows this table bootstraps."""
+
+
+def _time(value) -> float | None:
+    """A recorded time in seconds as a number, or None where it is none (absent, text, not finite, negative)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        return None
+    return float(value)
+
+
+def _context(row: dict) -> tuple:
+    return row["task"], row.get("haystack", "generated"), row.get("seed", 0), row["item"]
 
 
 def scoring_rows(rows: list[dict]) -> list[dict]:
@@ -23,35 +36,45 @@ def scoring_rows(rows: list[dict]) -> list[dict]:
     from before they were recorded, a prefill timed at 0) are left out."""
     out: dict[tuple, dict] = {}
     for row in rows:
-        if row["press"] == BASELINE or not row.get("prefill_seconds") or row.get("score_seconds") is None:
+        prefill, score = _time(row.get("prefill_seconds")), _time(row.get("score_seconds"))
+        if row["press"] == BASELINE or not prefill or score is None:
             continue
-        key = (row["press"], row["task"], row.get("haystack"), row.get("seed", 0), row["item"])
-        out.setdefault(key, {"task": row["task"], "haystack": row.get("haystack", "generated"),
-                             "seed": row.get("seed", 0), "item": row["item"], "press": row["press"],
-                             "allocator": "any", "keep_fraction": 1.0, "score_seconds": row["score_seconds"],
-                             SHARE: row["score_seconds"] / row["prefill_seconds"]})
+        task, haystack, seed, item = context = _context(row)
+        out.setdefault((row["press"], *context), {
+            "task": task, "haystack": haystack, "seed": seed, "item": item, "press": row["press"],
+            "allocator": "any", "keep_fraction": 1.0, "score_seconds": score, SHARE: score / prefill})
     return list(out.values())
 
 
 def scoring_cost_markdown(rows: list[dict], resamples: int = 1000) -> list[str]:
-    """The table ``### Cost: scoring time as a share of prefill`` of one setting group; empty where its rows hold
-    no times."""
+    """The table ``### Cost: scoring time as a share of prefill`` of one setting group, on the contexts every timed
+    press scored (like for like); empty where its rows hold no times. Presses of the group without times are named
+    under it."""
     per_context = scoring_rows(rows)
+    timed = {row["press"] for row in per_context}
+    if not timed:
+        return []
+    shared = set.intersection(*({_context(r) for r in per_context if r["press"] == press} for press in timed))
+    per_context = [row for row in per_context if _context(row) in shared]
     if not per_context:
         return []
     share, seconds = PairedBootstrap(per_context, SHARE, resamples), PairedBootstrap(per_context, "score_seconds",
                                                                                      resamples)
-    # like for like: the tasks every press scored
-    tasks = [t for t in share.tasks if all(share.has(method, 1.0, t) for method, _ in share.cells)]
-    if not tasks:
-        return []
-    contexts = min(share.n_items(t) for t in tasks)
+    counts = {task: share.n_items(task) for task in share.tasks}
+    if len(set(counts.values())) == 1:
+        n = next(iter(counts.values()))
+        counts = f"{n} context{'s' * (n != 1)} a task"
+    else:
+        counts = "contexts a task: " + ", ".join(f"{task} {n}" for task, n in counts.items())
     lines = ["### Cost: scoring time as a share of prefill", "",
              f"Per context, the press's scoring time (once, whatever its allocator and kept fraction) over the "
-             f"context's prefill time, averaged over {len(tasks)} task(s), n ≥ {contexts} contexts each; times of the "
-             "run that wrote these rows.", "",
+             f"context's prefill time, averaged over {len(share.tasks)} task(s) on the contexts every press below "
+             f"was timed on (n = {counts}); times of the run that wrote these rows.", "",
              "| press | scoring (ms) | share of prefill (%) |", "|---|---|---|"]
     for method, _ in share.cells:
-        lines.append(f"| {method.removesuffix('/any')} | {seconds.average(method, 1.0, tasks).format(1000, 1)} "
-                     f"| {share.average(method, 1.0, tasks).format(100, 1)} |")
+        lines.append(f"| {method.removesuffix('/any')} | {seconds.average(method, 1.0, share.tasks).format(1000, 1)} "
+                     f"| {share.average(method, 1.0, share.tasks).format(100, 1)} |")
+    untimed = sorted({row["press"] for row in rows if row["press"] != BASELINE} - timed)
+    if untimed:
+        lines += ["", f"Not timed (rows without both times): {', '.join(untimed)}."]
     return lines + [""]

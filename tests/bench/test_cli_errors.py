@@ -22,7 +22,13 @@ from tests.helpers import compare_settings, copy_model, run_cli, truncate
     (["--length", "10000000"], r"length 10000000 is longer than the model's position limit \(max_position_embeddings "
                                r"= (\d+)\).*give --length <= \1"),
     (["--press", "snapkv", "--alloc", "global"], "'snapkv' scores are not on one scale across layers"),
-    (["--keep-fractions", "0.5,1.5"], r"keep fraction 1.5 is outside \(0, 1\]"),
+    (["--keep-fractions", "0.5,1.5"], r"argument --keep-fractions: kept fraction 1.5 is outside \(0, 1\]"),
+    (["--keep-fractions", "nan"], r"argument --keep-fractions: kept fraction nan is outside \(0, 1\]"),
+    (["--keep-fractions=-inf"], r"argument --keep-fractions: kept fraction -inf is outside \(0, 1\]"),
+    (["--keep-fractions", "-inf"], r"argument --keep-fractions: expected one argument \(a value that starts with "
+                                   r"'-' is given as --keep-fractions=VALUE\)"),
+    (["--shard", "-1/3"], r"argument --shard: expected one argument \(a value that starts with '-' is given as "
+                          r"--shard=VALUE\)"),
 ])
 def test_cli_errors_come_before_the_model_loads(model_dir, tmp_path, capsys, no_model_load, argv, message):
     code = main(["compare", "--model", str(model_dir), "--out", str(tmp_path / "out"), *argv])
@@ -266,6 +272,9 @@ def test_fractions_are_given_one_way_and_checked_as_typed(capsys):
     assert code == 2 and "not allowed with argument" in err
     code, err = run_cli(capsys, "compare", "--compression-ratios", "0.5,1")
     assert code == 2 and "compression ratio 1 is outside [0, 1)" in err
+    code, err = run_cli(capsys, "compare", "--compression-ratios", "0.99999999999")  # probe 62: named p = 0.0
+    assert code == 2 and "compression ratio 0.99999999999 keeps nothing: its kept fraction 1 − 0.99999999999 " \
+                         "rounds to 0 at 10 digits" in err, err
 
 
 def test_model_eval_and_calibrate_refuse_empty_work(model_dir, capsys, no_model_load):

@@ -128,11 +128,11 @@ def test_kept_entries_other_than_the_allocators_budget_are_named(run, tmp_path, 
                           f"{bad / 'results.jsonl'}:{at + 1}: kept_entries={row['kept_entries']} (expected {budget}: ")
 
 
-@pytest.mark.parametrize("change", ["kv_bytes", "agree"])
+@pytest.mark.parametrize("change", ["kv_bytes", "agree", "agree without a prediction"])
 def test_a_child_is_held_to_its_full_cache_row(run, tmp_path, capsys, change):
     """A child that holds more attention cache than the full cache, or that agrees with the full cache's greedy
-    answer while its prediction differs (the same tokens decode to the same text), is named with the no-prune row's
-    line."""
+    answer while its prediction differs (the same tokens decode to the same text) or is missing (a row written
+    before rows held their run, where a prediction was optional), is named with the no-prune row's line."""
     rows = stored_rows(run)
     at = next(i for i, row in enumerate(rows) if row["press"] != "none")
     full = next(i for i, row in enumerate(rows) if row is _baseline_of(rows, rows[at]))
@@ -141,6 +141,12 @@ def test_a_child_is_held_to_its_full_cache_row(run, tmp_path, capsys, change):
         rows[at]["kv_bytes"] = rows[full]["kv_bytes"] + 1
         message = (f"kv_bytes={rows[at]['kv_bytes']} (expected at most the no-prune row's {rows[full]['kv_bytes']} "
                    f"({path}:{full + 1})")
+    elif change == "agree without a prediction":
+        for field in ("prediction", "run", "questions", "batch"):
+            rows[at].pop(field, None)
+        rows[at]["agree"] = True
+        message = (f"agree=True with prediction None, not the no-prune row's "
+                   f"{reprlib.repr(rows[full]['prediction'])} ({path}:{full + 1}) (expected false")
     else:
         rows[at].update(prediction="zz", agree=True, score=0.0)
         message = (f"agree=True with prediction 'zz', not the no-prune row's {reprlib.repr(rows[full]['prediction'])} "

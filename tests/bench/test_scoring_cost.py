@@ -45,3 +45,30 @@ def test_rows_without_times_give_no_table():
     rows = [{k: v for k, v in row.items() if k != "score_seconds"} for row in _rows("keydiff", "a", 0, 1.0, 0.1)]
     assert scoring_cost_markdown(rows) == []
     assert scoring_cost_markdown(_rows("keydiff", "a", 0, 0.0, 0.1)) == []
+
+
+def test_presses_are_averaged_over_the_same_contexts_and_n_says_how_many():
+    """Probe 62: a press timed on one context of two was averaged over it alone, the others over both, under a
+    header saying n ≥ 2. Like for like: the contexts every press was timed on, counted per task."""
+    rows = _rows("gatesight", "a", 0, 2.0, 1.0) + _rows("gatesight", "a", 1, 10.0, 1.0) + _rows("snapkv", "a", 0,
+                                                                                                 2.0, 0.2)
+    rows += [{k: v for k, v in row.items() if k != "score_seconds"} for row in _rows("snapkv", "a", 1, 10.0, 9.0)]
+    text = "\n".join(scoring_cost_markdown(rows, resamples=50))
+    assert "on the contexts every press below was timed on (n = 1 context a task)" in text, text
+    assert _cells(text.splitlines())["gatesight"][0] == 50.0 and _cells(text.splitlines())["snapkv"][0] == 10.0
+
+
+def test_a_press_without_times_is_named_and_bad_times_are_not_counted():
+    untimed = [{k: v for k, v in row.items() if k != "score_seconds"} for row in _rows("tova", "a", 0, 2.0, 0.1)]
+    bad = [{**row, "prefill_seconds": value} for value, row in zip(
+        (float("nan"), -1.0, "2.0", True), _rows("keydiff", "a", 0, 2.0, 0.1, allocators=("flat", "global", "x")))]
+    text = "\n".join(scoring_cost_markdown(_rows("gatesight", "a", 0, 2.0, 1.0) + untimed + bad, resamples=50))
+    assert "Not timed (rows without both times): keydiff, tova." in text, text
+    assert set(_cells(text.splitlines())) == {"gatesight"}
+
+
+def test_tasks_of_other_counts_are_each_counted():
+    rows = _rows("gatesight", "a", 0, 2.0, 1.0) + _rows("gatesight", "b", 0, 2.0, 1.0) + _rows("gatesight", "b", 1,
+                                                                                                 2.0, 1.0)
+    text = "\n".join(scoring_cost_markdown(rows, resamples=50))
+    assert "(n = contexts a task: a@manpages 1, b@manpages 2)" in text, text

@@ -116,6 +116,27 @@ def test_a_file_of_no_rows_is_named(tmp_path, text):
         load_rows("kv", tmp_path)
 
 
+def test_a_file_that_is_not_utf8_is_named_by_its_line(tmp_path):
+    good = json.dumps({"context": "abc", "multi_turns": [{"input": "q", "answer": "a"}]})
+    (tmp_path / "scbench_kv.jsonl").write_bytes(good.encode() + b'\n{"context": "caf\xe9"}\n')
+    with pytest.raises(UsageError, match=f"^{tmp_path / 'scbench_kv.jsonl'}, line 2: not UTF-8 \\(byte 0xe9 at "
+                                         "column 17\\)"):
+        load_rows("kv", tmp_path)
+
+
+def test_a_byte_order_mark_and_crlf_are_read_as_utf8_text(tmp_path):
+    row = {"context": "abc\u2028def", "multi_turns": [{"input": "q", "answer": "a"}]}
+    (tmp_path / "scbench_kv.jsonl").write_bytes(b"\xef\xbb\xbf" + json.dumps(row, ensure_ascii=False).encode()
+                                                + b"\r\n")
+    assert load_rows("kv", tmp_path) == [row]
+
+
+def test_a_directory_where_the_file_belongs_is_named(tmp_path):
+    (tmp_path / "scbench_kv.jsonl").mkdir()
+    with pytest.raises(UsageError, match="scbench_kv.jsonl is a directory; expected a JSONL file there"):
+        load_rows("kv", tmp_path)
+
+
 def test_numbers_are_answers(tmp_path):
     """mf's answers are whole numbers (its scorer compares one integer); elsewhere a number, or a list of numbers and
     text, is a reference answer."""
@@ -133,6 +154,7 @@ def test_numbers_are_answers(tmp_path):
     ("choice_eng", {"options": ["a", 2]}, "options=\\[\"a\", 2\\] "),
     ("summary_with_needles", {"task": "foo"}, "multi_turns\\[0\\].task=\"foo\" \\(expected one of summary, passkey\\)"),
     ("kv", {"task": "foo"}, "task=\"foo\" \\(expected one of kv\\)"),
+    ("kv", {"task": ["kv"]}, "task=\\[\"kv\"\\] \\(expected one of kv\\)"),
     ("mf", {"answer": float("nan")}, "answer=NaN \\(expected the reference answer: a whole number\\)"),
     ("mf", {"answer": 2.5}, "answer=2.5 "),
     ("mf", {"answer": [3]}, "answer=\\[3\\] "),

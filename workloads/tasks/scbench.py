@@ -39,9 +39,10 @@ def load_rows(task: str, data: str | Path) -> list[dict]:
     if task not in SCBENCH_TASKS:
         raise UsageError(f"unknown SCBench task {task!r}; choose from {', '.join(SCBENCH_TASKS)}")
     path = Path(data) / f"scbench_{task}.jsonl"
+    if path.is_dir():
+        raise UsageError(f"{path} is a directory; expected a JSONL file there, each line one SCBench row, {ROW}")
     if path.exists():
-        rows = [_row(task, path, number, line) for number, line in enumerate(path.read_text().splitlines(), 1)
-                if line.strip()]
+        rows = [_row(task, path, number, line) for number, line in enumerate(_lines(path), 1) if line.strip()]
         if not rows:
             raise UsageError(f"{path} holds no rows (each line holds one SCBench row, {ROW})")
         return rows
@@ -54,6 +55,19 @@ def load_rows(task: str, data: str | Path) -> list[dict]:
         raise FileNotFoundError(
             f"SCBench task {task!r} not found locally in {data} (expected {path.name} or a datasets cache): {error}"
         ) from None
+
+
+def _lines(path: Path) -> list[str]:
+    """The lines of an SCBench JSONL file (split at newlines only: JSON text may hold U+2028 as it is); a
+    :class:`~runtime.errors.UsageError` naming the first line that is not UTF-8 (JSON's encoding)."""
+    lines = []
+    for number, line in enumerate(path.read_bytes().split(b"\n"), 1):
+        try:  # a byte-order mark before the first line is no part of it
+            lines.append(line.decode("utf-8-sig" if number == 1 else "utf-8").removesuffix("\r"))
+        except UnicodeDecodeError as error:
+            raise UsageError(f"{path}, line {number}: not UTF-8 (byte {line[error.start]:#04x} at column "
+                             f"{error.start + 1}); JSONL is UTF-8: convert the file, e.g. with iconv") from None
+    return lines
 
 
 ROW = ('{"context": "<the shared context>", "multi_turns": [{"input": "<a question>", "answer": "<its answer>"}, '
@@ -95,7 +109,7 @@ def _row_problem(task: str, context, turns: list) -> str | None:
         if not (isinstance(turn["input"], str) and turn["input"].strip()):
             return f"multi_turns[{k}].input={_shown(turn['input'])} (expected the question: text)"
         sub = turn.get("task") or task
-        if sub not in subtasks:
+        if not isinstance(sub, str) or sub not in subtasks:
             return f"multi_turns[{k}].task={_shown(turn['task'])} (expected one of {', '.join(subtasks)})"
         answer = turn["answer"]
         answers = answer if isinstance(answer, list) else [answer]
