@@ -42,20 +42,26 @@ def _lock_within(handle, seconds: float) -> None:
             time.sleep(0.01)
 
 
-def _file_id(path: Path) -> tuple | None:
-    """The file at ``path`` as it is now, None where there is none: its device and inode (a new file may reuse a
-    removed one's inode), size and change time (which any write moves)."""
+TAIL_BYTES = 256
+"""How much of a file's end :func:`_snapshot` keeps: enough to hold the end of the last row written."""
+
+
+def _snapshot(path: Path) -> tuple | None:
+    """The file at ``path`` as it is now, None where there is none: its device, inode (a new file may reuse a
+    removed one's), size and last :data:`TAIL_BYTES` bytes. Not its times: a ``touch``, a ``chmod`` or a backup's
+    hard link changes no row."""
     try:
-        return _state(path.stat())
+        with path.open("rb") as f:
+            stat = os.fstat(f.fileno())
+            f.seek(max(0, stat.st_size - TAIL_BYTES))
+            return stat.st_dev, stat.st_ino, stat.st_size, f.read(TAIL_BYTES)
     except FileNotFoundError:
         return None
+    except OSError as error:  # a directory in its place, no permission: reading it names the problem
+        return (error.errno,)
 
 
-def _state(stat: os.stat_result) -> tuple:
-    return stat.st_dev, stat.st_ino, stat.st_size, stat.st_ctime_ns
-
-
-def _whole_rows(data: bytes) -> bytes:
+def whole_rows(data: bytes) -> bytes:
     """A store's bytes less a last line cut short (no newline, not JSON): what a resume keeps of them
     (:meth:`ResultStore._drop_cut_line`), and so what a resumed ``results.jsonl`` starts with."""
     end = data.rfind(b"\n") + 1
@@ -104,12 +110,12 @@ class ResultStore:
         packed = self.directory / "results.jsonl.gz"
         if packed.exists() and not self.live.exists():  # a committed, compressed store
             self.path = packed
+        self._files = {path: _snapshot(path) for path in (self.live, packed)}
+        """The store's files as this store read or last wrote them (None where there was none): another process
+        that removes, replaces or writes one under a writer (an unpack, a checkout) is seen before the next row,
+        whose rows would otherwise land in a new file, or beside rows read from another."""
         data = self._read(self.path) if self.path.exists() else b""
-        self._file = _file_id(self.live)
-        """The file appended to as this store last left it (None before it exists): another process that removes,
-        replaces or writes it under a writer is seen before the next row (its rows would otherwise land in a new
-        file, or among another's)."""
-        if self.path == self.live and packed.exists() and not data.startswith(_whole_rows(self._read(packed))):
+        if self.path == self.live and packed.exists() and not data.startswith(whole_rows(self._read(packed))):
             raise UsageError(f"{self.live} does not continue {packed} (it was not resumed from it): the committed "
                              "rows are in the .gz alone, and reports would read results.jsonl alone. Move "
                              "results.jsonl to a directory of its own, or join the two into one results.jsonl (the "
@@ -161,7 +167,8 @@ class ResultStore:
                 os.fsync(f.fileno())
         print(f"note: {self.path} is resumed: its rows are copied to {self.live}, where new rows are appended (the "
               ".gz is left as it is)", file=sys.stderr)
-        self.path, self._file = self.live, _file_id(self.live)
+        self.path = self.live
+        self._files[self.live] = _snapshot(self.live)
 
     def problems(self) -> list[str]:
         """What is wrong with this store's rows (:func:`row_problem`), as ``file:line: problem``."""
@@ -261,7 +268,7 @@ class ResultStore:
         with self.path.open("r+b") as f:
             data = f.read()
             f.truncate(data.rfind(b"\n") + 1)
-            self._file = _state(os.fstat(f.fileno()))
+        self._files[self.path] = _snapshot(self.path)
         print(f"note: {self.path}: line {self.cut_line}, cut short by the run that stopped, removed before the "
               "first new row (it held no whole row)", file=sys.stderr)
         self._next_line, self.cut_line = self.cut_line, None
@@ -275,12 +282,14 @@ class ResultStore:
         key = row_key(row)
         if key in self.done:
             return
-        if _file_id(self.live) != self._file:
-            raise UsageError(f"{self.live} was {'changed' if self.live.exists() else 'removed'} by another process "
-                             f"while this run (pid {os.getpid()}) held its lock and wrote it: "
-                             "its rows are no longer all in it, and nothing more is written. A step that moves "
-                             "stores (an unpack, a checkout) waits until the run stops; then rerun the same command "
-                             "to resume from what the directory holds")
+        for path, known in self._files.items():
+            if _snapshot(path) != known:
+                done = "created" if known is None else "changed" if path.exists() else "removed"
+                raise UsageError(f"{path} was {done} by another process while this run (pid {os.getpid()}) held the "
+                                 "store's lock: the rows it read or wrote are no longer what the store holds, and "
+                                 "nothing more is written. A step that moves stores (an unpack, a checkout) waits "
+                                 "until the run stops; then rerun the same command to resume from what the "
+                                 "directory holds")
         if self.path != self.live:
             self._unpack()
         if self.cut_line is not None:
@@ -295,7 +304,7 @@ class ResultStore:
             f.write((json.dumps(row) + "\n").encode())
             f.flush()
             os.fsync(f.fileno())
-            self._file = _state(os.fstat(f.fileno()))
+        self._files[self.path] = _snapshot(self.path)
         self.rows.append(row)
         self.line_numbers.append(self._next_line)
         self._next_line += 1

@@ -17,23 +17,22 @@ import shutil
 import sys
 from pathlib import Path
 
-from bench.store import ResultStore
+from bench.store import ResultStore, whole_rows
 
 PACK = "results.jsonl.gz"
 LIVE = "results.jsonl"
 
 
 def stored_bytes(store: Path) -> bytes | None:
-    """The whole lines of a result store as bytes: its ``results.jsonl`` (which continues any ``.gz`` beside it),
-    else its committed ``.gz``; None where it holds neither. A last line without its newline (a row being written,
-    or cut by a kill) is left out: a resume drops it, so a pack that held it would no longer be continued."""
+    """The rows of a result store as bytes: its ``results.jsonl`` (which continues any ``.gz`` beside it), else its
+    committed ``.gz``; None where it holds neither. A last line cut short (a row being written, or cut by a kill) is
+    left out, as a resume drops it (:func:`bench.store.whole_rows`): a pack that held it would no longer be
+    continued; a whole last row without its newline is a row, as every reader reads it."""
     if (store / LIVE).is_file():
-        rows = (store / LIVE).read_bytes()
-    elif (store / PACK).is_file():
-        rows = unzipped(store / PACK)
-    else:
-        return None
-    return rows[: rows.rfind(b"\n") + 1]
+        return whole_rows((store / LIVE).read_bytes())
+    if (store / PACK).is_file():
+        return whole_rows(unzipped(store / PACK))
+    return None
 
 
 def unzipped(pack: Path) -> bytes:
@@ -53,24 +52,47 @@ class Diverged(Refused):
     """A store and its pack went apart: nothing was written."""
 
 
-def _lines(rows: bytes) -> int:
-    return rows.count(b"\n")
+def _count(rows: bytes) -> int:
+    return rows.count(b"\n") + (not rows.endswith(b"\n") and bool(rows))
 
 
 def _stores(root: Path) -> list[Path]:
     return sorted(path for path in root.glob("sweep*/shard*") if path.is_dir())
 
 
+def _check_places(step: str, root: Path, directory: Path, files: tuple[str, ...]) -> None:
+    """:class:`Refused` where ``directory`` (under ``root``) or one of its ``files`` cannot be written as such: a
+    file where a folder belongs or the reverse, checked before anything is written."""
+    for path in [*reversed(directory.relative_to(root).parents), directory.relative_to(root)]:
+        place = root / path
+        if place.exists() and not place.is_dir():
+            raise Refused(f"{step}: {place} is a file where a folder belongs: nothing was {step}ed; move it aside")
+    for name in files:
+        if (directory / name).exists() and not (directory / name).is_file():
+            raise Refused(f"{step}: {directory / name} is not a file: nothing was {step}ed; move it aside")
+
+
+def _check_apart(step: str, out: Path, kept: Path) -> None:
+    if out.exists() and kept.exists() and out.resolve() == kept.resolve():
+        raise Refused(f"{step}: OUT and KEPT are one directory ({out}): the stores would be their own packs; "
+                      f"nothing was {step}ed")
+
+
 def pack(out: Path, kept: Path) -> list[str]:
-    """Each store of ``out`` packed into ``kept``; returns what was done, one line a store. :class:`Diverged`,
-    before anything is written, where a store's rows do not continue its pack."""
+    """Each store of ``out`` packed into ``kept``; returns what was done, one line a store. :class:`Refused`,
+    before anything is written, where a store's rows do not continue its pack (:class:`Diverged`) or a pack cannot
+    be written where it belongs."""
+    _check_apart("pack", out, kept)
     plans = []
     for store in _stores(out):
         rows = stored_bytes(store)
         if rows is None:
             continue
         target = kept / store.relative_to(out) / PACK
-        committed = unzipped(target) if target.is_file() else b""
+        _check_places("pack", kept, target.parent, (PACK, PACK + ".partial"))
+        if target.parent.resolve() == store.resolve():
+            raise Refused(f"pack: {target} is {store}'s own file (a link between OUT and KEPT): nothing was packed")
+        committed = whole_rows(unzipped(target)) if target.is_file() else b""
         if not rows.startswith(committed):
             raise Diverged(f"pack: {store}'s rows do not continue {target} (they are not its rows plus new ones): "
                            f"nothing was packed. Run `unpack` first where {store} is an older copy; otherwise keep "
@@ -82,28 +104,32 @@ def pack(out: Path, kept: Path) -> list[str]:
     done = []
     for store, target, rows, committed in plans:
         if rows == committed:
-            done.append(f"{store}: unchanged ({_lines(rows)} rows)")
+            done.append(f"{store}: unchanged ({_count(rows)} rows)")
             continue
         target.parent.mkdir(parents=True, exist_ok=True)
         scratch = target.with_name(PACK + ".partial")
         with gzip.GzipFile(scratch, "wb", mtime=0) as packed:
             packed.write(rows)
         os.replace(scratch, target)
-        done.append(f"{store}: {_lines(rows)} rows packed into {target} "
-                    f"({_lines(rows) - _lines(committed)} new)")
+        done.append(f"{store}: {_count(rows)} rows packed into {target} ({_count(rows) - _count(committed)} new)")
     return done
 
 
 def unpack(out: Path, kept: Path) -> list[str]:
     """Each pack of ``kept`` put back into ``out`` where the store there is missing or an older copy of it; returns
-    what was done, one line a pack. :class:`Diverged`, before anything is written, where a store and its pack
-    went apart."""
+    what was done, one line a pack. :class:`Refused`, before anything is written, where a store and its pack went
+    apart (:class:`Diverged`), a store's writer runs, or a store cannot be written where it belongs."""
+    _check_apart("unpack", out, kept)
     plans = []
     for packed_store in _stores(kept):
         if not (packed_store / PACK).is_file():
             continue
         store = out / packed_store.relative_to(kept)
-        committed, rows = unzipped(packed_store / PACK), stored_bytes(store)
+        _check_places("unpack", out, store, (LIVE, PACK, PACK + ".partial"))
+        if store.exists() and store.resolve() == packed_store.resolve():
+            raise Refused(f"unpack: {store} is {packed_store} (a link between OUT and KEPT): it is its own pack; "
+                          "nothing was unpacked")
+        committed, rows = whole_rows(unzipped(packed_store / PACK)), stored_bytes(store)
         if rows is not None and not (rows.startswith(committed) or committed.startswith(rows)):
             raise Diverged(f"unpack: {store} and {packed_store / PACK} went apart (neither starts with the other's "
                            "rows): nothing was unpacked; keep the one you want and move the other aside")
@@ -118,15 +144,15 @@ def unpack(out: Path, kept: Path) -> list[str]:
     done = []
     for packed_store, store, rows, committed in plans:
         if rows is not None and rows.startswith(committed):
-            done.append(f"{store}: kept ({_lines(rows)} rows, the pack's {_lines(committed)} and more)")
+            done.append(f"{store}: kept ({_count(rows)} rows, the pack's {_count(committed)} and more)")
             continue
-        if rows is not None:  # an older copy: the pack holds its every row and more
-            for name in (LIVE, PACK):
-                (store / name).unlink(missing_ok=True)
         store.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(packed_store / PACK, store / PACK)
-        done.append(f"{store}: {_lines(committed)} rows unpacked"
-                    + (f" over an older copy of {_lines(rows)}" if rows is not None else ""))
+        scratch = store / (PACK + ".partial")
+        shutil.copyfile(packed_store / PACK, scratch)  # the pack beside the store before its older copy goes
+        (store / LIVE).unlink(missing_ok=True)
+        os.replace(scratch, store / PACK)
+        done.append(f"{store}: {_count(committed)} rows unpacked"
+                    + (f" over an older copy of {_count(rows)}" if rows is not None else ""))
     return done
 
 

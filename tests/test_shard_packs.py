@@ -4,6 +4,7 @@ an older local copy replaced 8 committed rows by 2, and `unpack` had skipped the
 import gzip
 import importlib.util
 import os
+import shutil
 import subprocess
 import sys
 
@@ -153,3 +154,72 @@ def test_a_damaged_pack_is_named_and_nothing_is_written(tmp_path, step, damage):
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
     assert f"{pack}: not a complete gzip file" in done.stderr
     assert {path: path.read_bytes() for path in tmp_path.rglob("*") if path.is_file()} == before
+
+
+@pytest.mark.parametrize("link", [False, True])
+def test_a_store_that_is_its_own_pack_is_refused(tmp_path, link):
+    """Probe 63: OUT and KEPT one directory (or KEPT's shard a link to OUT's): unpack removed both files before
+    copying the pack, which was one of them — every row gone."""
+    out = tmp_path / "out"
+    store = _store(out, ROWS, packed=True)
+    (store / "results.jsonl").write_bytes(ROWS[:11])
+    before = {path: path.read_bytes() for path in store.iterdir()}
+    kept = out
+    if link:
+        kept = tmp_path / "kept"
+        (kept / "sweep2k").mkdir(parents=True)
+        (kept / "sweep2k" / "shard0").symlink_to(store)
+    for step in (shard_packs.unpack, shard_packs.pack):
+        with pytest.raises(shard_packs.Refused, match="nothing was (un)?packed"):
+            step(out, kept)
+    assert {path: path.read_bytes() for path in store.iterdir()} == before
+
+
+def test_a_whole_last_row_without_its_newline_is_a_row(tmp_path):
+    """Probe 63: it was taken for a cut line, the store for an older copy of the pack, and unpack dropped it."""
+    out, kept = tmp_path / "out", tmp_path / "kept"
+    _store(out, ROWS)
+    shard_packs.pack(out, kept)
+    store = _store(out, ROWS[:11] + b'{"row": "other"}')
+    with pytest.raises(shard_packs.Diverged):
+        shard_packs.unpack(out, kept)
+    assert (store / "results.jsonl").read_bytes() == ROWS[:11] + b'{"row": "other"}'
+    _store(out, ROWS + b'{"row": 8}')
+    assert "9 rows packed" in shard_packs.pack(out, kept)[0] and _packed(kept) == ROWS + b'{"row": 8}'
+
+
+def test_a_pack_with_a_cut_last_line_is_carried_after_its_resume(tmp_path):
+    """Probe 63: a resume drops the pack's cut last line; pack and unpack then called the store and the pack
+    apart, as the store itself no longer does."""
+    out, kept = tmp_path / "out", tmp_path / "kept"
+    _store(out, ROWS + b'{"row": 8, "cu')
+    shard_packs.pack(out, kept)
+    pack = kept / "sweep2k" / "shard0" / "results.jsonl.gz"
+    pack.write_bytes(gzip.compress(ROWS + b'{"row": 8, "cu', mtime=0))  # as a gzip of a killed run's file
+    _store(out, ROWS + b'{"row": 8}\n{"row": 9}\n')  # resumed: the cut line dropped, two rows appended
+    assert "(2 new)" in shard_packs.pack(out, kept)[0]
+    assert "kept (10 rows" in shard_packs.unpack(out, kept)[0]
+
+
+@pytest.mark.parametrize("step, block", [
+    ("unpack", lambda out, kept: (out / "sweep2k").mkdir(parents=True) or (out / "sweep2k" / "shard1").write_text("x")),
+    ("unpack", lambda out, kept: (out / "sweep2k" / "shard1" / "results.jsonl").mkdir(parents=True)),
+    ("pack", lambda out, kept: (kept / "sweep2k" / "shard1" / "results.jsonl.gz").mkdir(parents=True)),
+    ("pack", lambda out, kept: (kept / "sweep2k").mkdir(parents=True) or (kept / "sweep2k" / "shard1").write_text("x")),
+])
+def test_a_file_where_a_folder_belongs_is_named_before_anything_is_written(tmp_path, step, block):
+    """Probe 63: a traceback after the shards before it had been written."""
+    out, kept = tmp_path / "out", tmp_path / "kept"
+    for k in (0, 1):
+        store = out / "sweep2k" / f"shard{k}"
+        store.mkdir(parents=True)
+        (store / "results.jsonl").write_bytes(ROWS)
+    if step == "unpack":
+        shard_packs.pack(out, kept)
+        shutil.rmtree(out)
+    block(out, kept)
+    before = {path: path.read_bytes() if path.is_file() else None for path in tmp_path.rglob("*")}
+    done = subprocess.run([sys.executable, SCRIPT, step, out, kept], capture_output=True, text=True)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "shard1" in done.stderr and f"nothing was {step}ed" in done.stderr
+    assert {path: path.read_bytes() if path.is_file() else None for path in tmp_path.rglob("*")} == before

@@ -5,6 +5,7 @@ another run by their lines; every writer resumes a committed (compressed) store;
 
 import gzip
 import json
+import os
 import re
 import shutil
 
@@ -248,22 +249,48 @@ def test_a_committed_store_with_a_cut_last_line_stays_readable_after_its_resume(
     assert {row["item"] for row in ResultStore(committed, readonly=True).rows} == {0, 1, 2, 3}
 
 
-def test_a_store_removed_under_its_writer_stops_it_before_the_next_row(runs, tmp_path):
-    """Another process that removes or rewrites ``results.jsonl`` while a writer holds the store (an unpack, a
-    checkout) is seen at the writer's next row: nothing lands in a new file that holds only the rows after it."""
+@pytest.mark.parametrize("change, done", [
+    (lambda live, packed: live.unlink(), "results.jsonl was removed"),
+    (lambda live, packed: live.write_bytes(b""), "results.jsonl was changed"),  # by an older copy, without the row
+    (lambda live, packed: packed.write_bytes(b"other"), "results.jsonl.gz was created"),
+])
+def test_a_store_moved_under_its_writer_stops_it_before_the_next_row(runs, tmp_path, change, done):
+    """Another process that removes or rewrites the store's files while a writer holds it (an unpack, a checkout)
+    is seen at the writer's next row: nothing lands in a new file that holds only the rows after it."""
     rows = stored_rows(runs / "whole")
-    for change in ("removed", "changed"):
-        directory = tmp_path / change
-        store = ResultStore(directory)
-        store.append(rows[0])
-        live = directory / "results.jsonl"
-        live.unlink()
-        if change == "changed":  # into an older copy, which lacks the row
-            live.write_bytes(b"")
-        with pytest.raises(UsageError, match=f"{live} was {change} by another process while this run"):
-            store.append(rows[1])
-        assert live.exists() == (change == "changed")
-        store.close()
+    store = ResultStore(tmp_path)
+    store.append(rows[0])
+    change(tmp_path / "results.jsonl", tmp_path / "results.jsonl.gz")
+    with pytest.raises(UsageError, match=f"{tmp_path / done} by another process while this run"):
+        store.append(rows[1])
+    store.close()
+
+
+def test_a_committed_store_replaced_before_the_first_row_stops_its_writer(runs, tmp_path):
+    """Probe 63: a ``.gz`` swapped (a checkout) while its writer still read from it was copied in, and the rows it
+    held beyond the one read were answered and written again."""
+    rows = stored_rows(runs / "whole")
+    packed = tmp_path / "results.jsonl.gz"
+    packed.write_bytes(gzip.compress("".join(json.dumps(row) + "\n" for row in rows[:2]).encode()))
+    store = ResultStore(tmp_path)
+    packed.write_bytes(gzip.compress("".join(json.dumps(row) + "\n" for row in rows[:5]).encode()))
+    with pytest.raises(UsageError, match=f"{packed} was changed by another process"):
+        store.append(rows[2])
+    assert not (tmp_path / "results.jsonl").exists()
+    store.close()
+
+
+@pytest.mark.parametrize("touch", [lambda live: os.utime(live), lambda live: os.chmod(live, 0o600),
+                                   lambda live: os.link(live, live.with_name("backup"))])
+def test_a_change_of_a_stores_metadata_alone_does_not_stop_its_writer(runs, tmp_path, touch):
+    """Probe 63: a touch, a chmod or a backup's hard link stopped a sweep, though no row changed."""
+    rows = stored_rows(runs / "whole")
+    store = ResultStore(tmp_path / "store")
+    store.append(rows[0])
+    touch(tmp_path / "store" / "results.jsonl")
+    store.append(rows[1])
+    store.close()
+    assert len(ResultStore(tmp_path / "store", readonly=True).rows) == 2
 
 
 def test_a_store_beside_a_committed_one_that_does_not_continue_it_is_refused(runs, model_dir, tmp_path, capsys):
