@@ -21,6 +21,22 @@ DIFF_LINES = 20
 """How much of a stale leaderboard's diff the error shows."""
 
 
+def _check_docs(docs: Path) -> None:
+    """``UsageError`` unless ``docs`` is a folder holding a published leaderboard (``verify --docs``)."""
+    if docs.exists() and not docs.is_dir():
+        raise UsageError(f"--docs {docs} is a file; give the directory a published leaderboard is in (the --out "
+                         f"of `bench leaderboard`, holding {MARKDOWN} and {MANIFEST})")
+    if not docs.is_dir():
+        raise UsageError(f"--docs {docs}: no such directory; `bench leaderboard STORES --out {docs}` writes it")
+    other = other_kind(docs, LEADERBOARD_PAGE)
+    if other is not None:
+        raise UsageError(f"--docs {docs} holds {other}, not a published leaderboard: give the folder `bench "
+                         "leaderboard --out` wrote")
+    if not any((docs / name).exists() for name in (MARKDOWN, MANIFEST)):
+        raise UsageError(f"--docs {docs} holds no published leaderboard (neither {MARKDOWN} nor {MANIFEST}); "
+                         f"`bench leaderboard STORES --out {docs}` writes it")
+
+
 def verify_stores(stores: list[Path], docs: Path | None = None, report: Callable[[str], None] = print) -> None:
     """Check every row of ``stores`` as ``bench merge`` checks a shard (:func:`bench.completeness.check_stores`: each
     store given once, each value of its type and range, every no-prune row with ΔNLL = KL = 0, the counts within the
@@ -48,6 +64,8 @@ def verify_stores(stores: list[Path], docs: Path | None = None, report: Callable
         is missing or differs from the rebuilt one (a text file with the start of the diff), or a table or image
         there that its manifest does not list.
     """
+    if docs is not None:  # a bad --docs is named before the stores are read and checked
+        _check_docs(Path(docs))
     opened = open_stores(stores)
     check_given_once(opened)
     rows = [row for store in opened for row in store.rows]
@@ -59,18 +77,6 @@ def verify_stores(stores: list[Path], docs: Path | None = None, report: Callable
     if docs is None:
         return
     docs = Path(docs)
-    if docs.exists() and not docs.is_dir():
-        raise UsageError(f"--docs {docs} is a file; give the directory a published leaderboard is in (the --out "
-                         f"of `bench leaderboard`, holding {MARKDOWN} and {MANIFEST})")
-    if not docs.is_dir():
-        raise UsageError(f"--docs {docs}: no such directory; `bench leaderboard STORES --out {docs}` writes it")
-    other = other_kind(docs, LEADERBOARD_PAGE)
-    if other is not None:
-        raise UsageError(f"--docs {docs} holds {other}, not a published leaderboard: give the folder `bench "
-                         "leaderboard --out` wrote")
-    if not any((docs / name).exists() for name in (MARKDOWN, MANIFEST)):
-        raise UsageError(f"--docs {docs} holds no published leaderboard (neither {MARKDOWN} nor {MANIFEST}); "
-                         f"`bench leaderboard STORES --out {docs}` writes it")
     with tempfile.TemporaryDirectory() as scratch:
         write_leaderboard([Path(s) for s in stores], Path(scratch))
         rebuilt = read_manifest(Path(scratch) / MANIFEST)

@@ -32,18 +32,22 @@ def _context(row: dict) -> tuple:
 
 def scoring_rows(rows: list[dict]) -> list[dict]:
     """One row per (press, context) with its :data:`SHARE` and ``score_seconds``, named ``press/any`` at kept
-    fraction 1 (the allocator and the fraction do not change a press's scoring); rows without both times (stores
-    from before they were recorded, a prefill timed at 0) are left out."""
-    out: dict[tuple, dict] = {}
+    fraction 1 (the allocator and the fraction do not change a press's scoring). A press scored on one context by
+    more than one run (their rows merged, each with its own prefill) is the mean of those measurements, each over
+    its own run's prefill; rows without both times (stores from before they were recorded, a prefill timed at 0)
+    are left out."""
+    measured: dict[tuple, set] = {}
     for row in rows:
         prefill, score = _time(row.get("prefill_seconds")), _time(row.get("score_seconds"))
-        if row["press"] == BASELINE or not prefill or score is None:
-            continue
-        task, haystack, seed, item = context = _context(row)
-        out.setdefault((row["press"], *context), {
-            "task": task, "haystack": haystack, "seed": seed, "item": item, "press": row["press"],
-            "allocator": "any", "keep_fraction": 1.0, "score_seconds": score, SHARE: score / prefill})
-    return list(out.values())
+        if row["press"] != BASELINE and prefill and score is not None:
+            measured.setdefault((row["press"], *_context(row)), set()).add((score, prefill))
+    out = []
+    for (press, task, haystack, seed, item), pairs in measured.items():
+        out.append({"task": task, "haystack": haystack, "seed": seed, "item": item, "press": press,
+                    "allocator": "any", "keep_fraction": 1.0,
+                    "score_seconds": sum(score for score, _ in pairs) / len(pairs),
+                    SHARE: sum(score / prefill for score, prefill in pairs) / len(pairs)})
+    return out
 
 
 def scoring_cost_markdown(rows: list[dict], resamples: int = 1000) -> list[str]:
@@ -55,9 +59,10 @@ def scoring_cost_markdown(rows: list[dict], resamples: int = 1000) -> list[str]:
     if not timed:
         return []
     shared = set.intersection(*({_context(r) for r in per_context if r["press"] == press} for press in timed))
+    if not shared:
+        return ["### Cost: scoring time as a share of prefill", "",
+                f"No context was timed with every press ({', '.join(sorted(timed))}): no like-for-like table.", ""]
     per_context = [row for row in per_context if _context(row) in shared]
-    if not per_context:
-        return []
     share, seconds = PairedBootstrap(per_context, SHARE, resamples), PairedBootstrap(per_context, "score_seconds",
                                                                                      resamples)
     counts = {task: share.n_items(task) for task in share.tasks}

@@ -203,8 +203,9 @@ def load(model: str | ModelSpec | None = None):
     spec = _spec(model)
     directory = resolve(spec)
     read_config(directory)
-    for path in _matching(directory, ("*.safetensors",), exclude=ARTIFACTS):
-        check_safetensors(path)
+    for path in part_files(directory, "weights"):
+        if path.suffix == ".safetensors":
+            check_safetensors(path)
     check_tokenizer_files(directory)
     dtype = "auto" if spec.dtype == "auto" else DTYPES[spec.dtype]
     loaded = AutoModelForCausalLM.from_pretrained(directory, dtype=dtype, local_files_only=True)
@@ -232,7 +233,9 @@ VOCABULARY_FILES = ("tokenizer.json", "vocab.*", "*.model", "*.tiktoken")
 TOKENIZER_FILES = ("tokenizer*", "special_tokens_map.json", "added_tokens.json", "vocab.*", "merges.txt", "*.model",
                    "*.tiktoken")
 MODEL_PARTS = {
-    "weights": ("*.safetensors", "*.bin"),
+    # the files transformers loads weights from (whole or in shards), not every *.bin a checkpoint carries
+    # (training_args.bin, optimizer.bin)
+    "weights": ("model*.safetensors", "pytorch_model*.bin"),
     "config": ("config.json", "generation_config.json"),
     "tokenizer": (*TOKENIZER_FILES, "chat_template.*"),
 }

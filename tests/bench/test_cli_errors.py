@@ -346,6 +346,15 @@ def test_verify_docs_that_is_a_file_is_not_offered_as_a_place_to_write(tmp_path,
     assert docs.read_text() == "mine\n"
 
 
+def test_verify_names_a_bad_docs_before_it_reads_a_store(tmp_path, capsys, monkeypatch):
+    """Probe 63: the whole store was verified first ("… rows complete"), then --docs refused."""
+    import bench.publish
+
+    monkeypatch.setattr(bench.publish, "open_stores", lambda stores: pytest.fail("the stores were read first"))
+    code, err = run_cli(capsys, "verify", tmp_path / "store", "--docs", tmp_path / "none")
+    assert code == 2 and f"--docs {tmp_path / 'none'}: no such directory" in err, err
+
+
 def test_model_eval_takes_the_groups_of_generated_tasks(model_dir, capsys, monkeypatch):
     """``--tasks niah`` is every needle task (as bench compare reads it); a group of tasks model-eval cannot generate
     (scbench) is named with what it takes."""

@@ -72,3 +72,16 @@ def test_tasks_of_other_counts_are_each_counted():
                                                                                                  2.0, 1.0)
     text = "\n".join(scoring_cost_markdown(rows, resamples=50))
     assert "(n = contexts a task: a@manpages 1, b@manpages 2)" in text, text
+
+
+def test_runs_merged_on_one_context_count_each_measurement_over_its_own_prefill():
+    """Probe 63: the first row's times stood for the press on that context, whichever run wrote it."""
+    rows = _rows("keydiff", "a", 0, 2.0, 1.0, fractions=(0.5,)) + _rows("keydiff", "a", 0, 4.0, 4.0, fractions=(0.2,))
+    [row] = scoring_rows(rows)
+    assert row["scoring_share"] == (0.5 + 1.0) / 2 and row["score_seconds"] == 2.5
+
+
+def test_presses_timed_on_no_common_context_are_said_to_be():
+    rows = _rows("keydiff", "a", 0, 2.0, 1.0) + _rows("snapkv", "a", 1, 2.0, 1.0)
+    text = "\n".join(scoring_cost_markdown(rows, resamples=50))
+    assert "No context was timed with every press (keydiff, snapkv)" in text

@@ -213,6 +213,25 @@ def test_weights_in_pytorch_files_are_checked_too(model_dir, tmp_path):
         prepare("triattention", adapter_for(loading.load(other)[0]))
 
 
+def test_files_a_checkpoint_carries_beside_its_weights_are_not_weights(model_dir, tmp_path):
+    """Probe 63: every top-level ``*.bin`` counted, so a ``training_args.bin`` added beside the weights made the
+    model's own calibration "another model's"."""
+    from transformers import AutoModelForCausalLM
+
+    from presses.calibration import calibrate, weights_fingerprint
+    from presses.preparation import prepare
+    from pretrained import loading
+    from runtime import adapter_for
+
+    mine = shutil.copytree(model_dir, tmp_path / "mine")
+    calibration = calibrate(AutoModelForCausalLM.from_pretrained(mine).eval(), [torch.arange(64)], ["bytes"])
+    calibration.save(mine)
+    for name in ("training_args.bin", "optimizer.bin", "adapter_model.safetensors"):
+        (mine / name).write_bytes(b"not the model's weights")
+    assert weights_fingerprint(mine) == calibration.weights == loading.identity(model_dir).parts["weights"]
+    assert prepare("triattention", adapter_for(loading.load(mine)[0])).calibration.weights == calibration.weights
+
+
 def test_the_weights_are_hashed_once_a_state_not_once_a_bind(model_dir, tmp_path, monkeypatch):
     """A press binds on every context it scores: the weights' hash is computed once for their files as they are,
     and again only when a weight file changes — also where the rewrite keeps its size and modification time."""

@@ -1,6 +1,7 @@
 """SCBench: local loading, middle truncation, official scorers with their bugs, revised scorers, harness run."""
 
 import json
+import os
 
 import pytest
 
@@ -134,6 +135,23 @@ def test_a_byte_order_mark_and_crlf_are_read_as_utf8_text(tmp_path):
 def test_a_directory_where_the_file_belongs_is_named(tmp_path):
     (tmp_path / "scbench_kv.jsonl").mkdir()
     with pytest.raises(UsageError, match="scbench_kv.jsonl is a directory; expected a JSONL file there"):
+        load_rows("kv", tmp_path)
+
+
+@pytest.mark.parametrize("make", [lambda path: os.mkfifo(path), lambda path: path.symlink_to("/dev/zero")])
+def test_a_pipe_or_a_device_where_the_file_belongs_is_refused_before_it_is_read(tmp_path, make):
+    """Probe 63: a FIFO blocked the run forever, /dev/zero filled the memory."""
+    make(tmp_path / "scbench_kv.jsonl")
+    with pytest.raises(UsageError, match="scbench_kv.jsonl is not a regular file; expected a JSONL file there"):
+        load_rows("kv", tmp_path)
+
+
+def test_a_lone_surrogate_is_named_by_its_line(tmp_path):
+    """Valid JSON, but no text a tokenizer encodes (probe 63: a TypeError from the tokenizer)."""
+    good = json.dumps({"context": "abc", "multi_turns": [{"input": "q", "answer": "a"}]})
+    (tmp_path / "scbench_kv.jsonl").write_text(good + '\n{"context": "k1: \\ud800 v1", "multi_turns": [{"input": '
+                                               '"k1?", "answer": "v1"}]}\n')
+    with pytest.raises(UsageError, match=r'scbench_kv.jsonl, line 2: holds "\\ud800", half of a UTF-16 pair'):
         load_rows("kv", tmp_path)
 
 

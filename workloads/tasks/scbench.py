@@ -39,8 +39,9 @@ def load_rows(task: str, data: str | Path) -> list[dict]:
     if task not in SCBENCH_TASKS:
         raise UsageError(f"unknown SCBench task {task!r}; choose from {', '.join(SCBENCH_TASKS)}")
     path = Path(data) / f"scbench_{task}.jsonl"
-    if path.is_dir():
-        raise UsageError(f"{path} is a directory; expected a JSONL file there, each line one SCBench row, {ROW}")
+    if path.exists() and not path.is_file():  # a directory, a pipe or a device (which would never end)
+        kind = "a directory" if path.is_dir() else "not a regular file"
+        raise UsageError(f"{path} is {kind}; expected a JSONL file there, each line one SCBench row, {ROW}")
     if path.exists():
         rows = [_row(task, path, number, line) for number, line in enumerate(_lines(path), 1) if line.strip()]
         if not rows:
@@ -86,6 +87,10 @@ def _row(task: str, path: Path, number: int, line: str) -> dict:
     turns = row.get("multi_turns") if isinstance(row, dict) else None
     if not (isinstance(row, dict) and "context" in row and isinstance(turns, list)):
         raise UsageError(f"{path}, line {number}: not an SCBench row ({_shown(row)}); each line holds one, {ROW}")
+    surrogate = _lone_surrogate(row)
+    if surrogate:
+        raise UsageError(f"{path}, line {number}: holds {surrogate}, half of a UTF-16 pair, which is no text; "
+                         f"each line holds one SCBench row, {ROW}")
     problem = _row_problem(task, row["context"], turns)
     if problem:
         raise UsageError(f"{path}, line {number}: {problem}; each line holds one SCBench row, {ROW}")
@@ -122,6 +127,16 @@ def _row_problem(task: str, context, turns: list) -> str | None:
         if task == "choice_eng" and options and not (isinstance(options, list)
                                                        and all(isinstance(o, str) for o in options)):
             return f"multi_turns[{k}].options={_shown(options)} (expected the choices A-D: a list of text)"
+    return None
+
+
+def _lone_surrogate(row) -> str | None:
+    """The first lone surrogate escape (``\\ud800``) of a row's text, as JSON writes it; None where there is none.
+    JSON may hold one, and no tokenizer encodes it."""
+    try:
+        json.dumps(row, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as error:
+        return json.dumps(error.object[error.start])
     return None
 
 
