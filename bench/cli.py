@@ -153,7 +153,8 @@ def _usage_error(error: BaseException, args) -> str | None:
     if isinstance(error, UsageError):
         return str(error)
     if isinstance(error, OSError) and error.errno in DISK_ERRORS:  # what was written stays, a rerun resumes
-        where = f"{error.filename}: " if error.filename else ""
+        place = error.filename or getattr(args, "out", None)  # a write to an open file names none: its --out
+        where = f"{place}: " if place else ""
         return f"{where}{error.strerror or error}; what was finished is kept"
     if isinstance(error, OSError) and _user_named(error, args):
         return " ".join(str(error).split())  # a library's message may span lines; the bench's error is one

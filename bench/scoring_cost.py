@@ -81,5 +81,5 @@ def scoring_cost_markdown(rows: list[dict], resamples: int = 1000) -> list[str]:
                      f"| {share.average(method, 1.0, share.tasks).format(100, 1)} |")
     untimed = sorted({row["press"] for row in rows if row["press"] != BASELINE} - timed)
     if untimed:
-        lines += ["", f"Not timed (rows without both times): {', '.join(untimed)}."]
+        lines += ["", f"Not timed (rows without both times, or a prefill recorded as 0): {', '.join(untimed)}."]
     return lines + [""]

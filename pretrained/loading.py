@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import pickle
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -208,7 +209,12 @@ def load(model: str | ModelSpec | None = None):
             check_safetensors(path)
     check_tokenizer_files(directory)
     dtype = "auto" if spec.dtype == "auto" else DTYPES[spec.dtype]
-    loaded = AutoModelForCausalLM.from_pretrained(directory, dtype=dtype, local_files_only=True)
+    try:
+        loaded = AutoModelForCausalLM.from_pretrained(directory, dtype=dtype, local_files_only=True)
+    except (RuntimeError, pickle.UnpicklingError, EOFError) as error:  # a PyTorch checkpoint (.bin) cut or damaged
+        reason = " ".join(str(error).split())
+        raise UsageError(f"{directory}: its weights could not be read ({type(error).__name__}: {reason}); copy "
+                         "them again from where the model came from") from None
     try:
         tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=True)
     except (OSError, ValueError, ImportError) as error:  # e.g. a slow tokenizer whose library is not installed
@@ -311,8 +317,35 @@ def files_fingerprint(directory: Path, patterns) -> str:
 
 def part_files(directory: Path, part: str) -> list[Path]:
     """The files of a model directory that make one of its parts (:data:`MODEL_PARTS`), without the bench's own
-    (:data:`ARTIFACTS`)."""
-    return _matching(Path(directory), MODEL_PARTS[part], exclude=ARTIFACTS)
+    (:data:`ARTIFACTS`); the weights also in the shards a weight index names (:func:`indexed_shards`)."""
+    directory = Path(directory)
+    files = _matching(directory, MODEL_PARTS[part], exclude=ARTIFACTS)
+    if part == "weights":
+        files = sorted({*files, *indexed_shards(directory)})
+    return files
+
+
+WEIGHT_INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
+"""Where a sharded checkpoint maps its tensors to its shards, whatever their names (transformers loads those)."""
+
+
+def indexed_shards(directory: Path) -> list[Path]:
+    """The index files of a sharded checkpoint (:data:`WEIGHT_INDEXES`) and the shards their ``weight_map`` names
+    that exist (a missing one is transformers' to name); ``UsageError`` naming an index that is not one."""
+    found = []
+    for name in WEIGHT_INDEXES:
+        index = Path(directory) / name
+        if not index.is_file():
+            continue
+        try:
+            shards = set(json.loads(index.read_text())["weight_map"].values())
+            paths = [Path(directory) / shard for shard in shards]
+        except (ValueError, KeyError, TypeError, AttributeError) as error:
+            raise UsageError(f"{index}: not a weight index (JSON with a weight_map of tensor names to shard files: "
+                             f"{type(error).__name__}: {error}); copy it again from where the model came from") \
+                from None
+        found += [index, *(path for path in paths if path.is_file() and path.parent == Path(directory))]
+    return found
 
 
 def fingerprint(directory: Path, part: str | None = None) -> str:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import gzip
 import os
-import shutil
 import sys
 from pathlib import Path
 
@@ -28,11 +27,14 @@ def stored_bytes(store: Path) -> bytes | None:
     committed ``.gz``; None where it holds neither. A last line cut short (a row being written, or cut by a kill) is
     left out, as a resume drops it (:func:`bench.store.whole_rows`): a pack that held it would no longer be
     continued; a whole last row without its newline is a row, as every reader reads it."""
-    if (store / LIVE).is_file():
-        return whole_rows((store / LIVE).read_bytes())
-    if (store / PACK).is_file():
-        return whole_rows(unzipped(store / PACK))
-    return None
+    committed = whole_rows(unzipped(store / PACK)) if (store / PACK).is_file() else None
+    if not (store / LIVE).is_file():
+        return committed
+    rows = whole_rows((store / LIVE).read_bytes())
+    if committed is not None and not rows.startswith(committed):
+        raise Diverged(f"{store / LIVE} does not continue {store / PACK} beside it (every reader refuses the store): "
+                       "nothing was written; keep the one you want and move the other aside")
+    return rows
 
 
 def unzipped(pack: Path) -> bytes:
@@ -78,11 +80,43 @@ def _check_apart(step: str, out: Path, kept: Path) -> None:
                       f"nothing was {step}ed")
 
 
+def _check_distinct(step: str, places: list[Path]) -> None:
+    """:class:`Refused` where two stores (or two packs' folders) are one directory through a link: one would
+    take the other's rows."""
+    seen: dict[Path, Path] = {}
+    for place in places:
+        real = place.resolve()
+        if real in seen:
+            raise Refused(f"{step}: {place} and {seen[real]} are one directory (a link): one shard would take the "
+                          f"other's rows; nothing was {step}ed")
+        seen[real] = place
+
+
+def _write(step: str, done: list[str], scratch: Path, target: Path, write) -> None:
+    """``write(file)`` into ``scratch``, synced, then moved onto ``target`` at once; a failure (a full disk, a
+    read-only folder) is :class:`Refused` naming the path and what was done before it, the scratch removed."""
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with scratch.open("wb") as file:
+            write(file)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(scratch, target)
+    except OSError as error:
+        scratch.unlink(missing_ok=True)
+        before = f"; done before it: {'; '.join(done)}" if done else "; nothing was written"
+        raise Refused(f"{step}: cannot write {error.filename or target} ({error.strerror or error}){before}") \
+            from None
+
+
 def pack(out: Path, kept: Path) -> list[str]:
     """Each store of ``out`` packed into ``kept``; returns what was done, one line a store. :class:`Refused`,
     before anything is written, where a store's rows do not continue its pack (:class:`Diverged`) or a pack cannot
     be written where it belongs."""
     _check_apart("pack", out, kept)
+    _check_distinct("pack", _stores(out))
+    _check_distinct("pack", [kept / store.relative_to(out) for store in _stores(out)
+                             if (kept / store.relative_to(out)).exists()])
     plans = []
     for store in _stores(out):
         rows = stored_bytes(store)
@@ -106,11 +140,11 @@ def pack(out: Path, kept: Path) -> list[str]:
         if rows == committed:
             done.append(f"{store}: unchanged ({_count(rows)} rows)")
             continue
-        target.parent.mkdir(parents=True, exist_ok=True)
-        scratch = target.with_name(PACK + ".partial")
-        with gzip.GzipFile(scratch, "wb", mtime=0) as packed:
-            packed.write(rows)
-        os.replace(scratch, target)
+        def packed(file, rows=rows, scratch=target.with_name(PACK + ".partial")):
+            with gzip.GzipFile(str(scratch), "wb", fileobj=file, mtime=0) as stream:
+                stream.write(rows)
+
+        _write("pack", done, target.with_name(PACK + ".partial"), target, packed)
         done.append(f"{store}: {_count(rows)} rows packed into {target} ({_count(rows) - _count(committed)} new)")
     return done
 
@@ -120,6 +154,9 @@ def unpack(out: Path, kept: Path) -> list[str]:
     what was done, one line a pack. :class:`Refused`, before anything is written, where a store and its pack went
     apart (:class:`Diverged`), a store's writer runs, or a store cannot be written where it belongs."""
     _check_apart("unpack", out, kept)
+    _check_distinct("unpack", _stores(kept))
+    _check_distinct("unpack", [out / packed.relative_to(kept) for packed in _stores(kept)
+                               if (out / packed.relative_to(kept)).exists()])
     plans = []
     for packed_store in _stores(kept):
         if not (packed_store / PACK).is_file():
@@ -146,11 +183,10 @@ def unpack(out: Path, kept: Path) -> list[str]:
         if rows is not None and rows.startswith(committed):
             done.append(f"{store}: kept ({_count(rows)} rows, the pack's {_count(committed)} and more)")
             continue
-        store.mkdir(parents=True, exist_ok=True)
-        scratch = store / (PACK + ".partial")
-        shutil.copyfile(packed_store / PACK, scratch)  # the pack beside the store before its older copy goes
+        # the pack beside the store before its older copy goes
+        _write("unpack", done, store / (PACK + ".partial"), store / PACK,
+               lambda file, pack=packed_store / PACK: file.write(pack.read_bytes()))
         (store / LIVE).unlink(missing_ok=True)
-        os.replace(scratch, store / PACK)
         done.append(f"{store}: {_count(committed)} rows unpacked"
                     + (f" over an older copy of {_count(rows)}" if rows is not None else ""))
     return done

@@ -162,7 +162,7 @@ def test_a_store_that_is_its_own_pack_is_refused(tmp_path, link):
     copying the pack, which was one of them — every row gone."""
     out = tmp_path / "out"
     store = _store(out, ROWS, packed=True)
-    (store / "results.jsonl").write_bytes(ROWS[:11])
+    (store / "results.jsonl").write_bytes(ROWS + b'{"row": 8}\n')  # resumed from the .gz
     before = {path: path.read_bytes() for path in store.iterdir()}
     kept = out
     if link:
@@ -223,3 +223,52 @@ def test_a_file_where_a_folder_belongs_is_named_before_anything_is_written(tmp_p
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
     assert "shard1" in done.stderr and f"nothing was {step}ed" in done.stderr
     assert {path: path.read_bytes() if path.is_file() else None for path in tmp_path.rglob("*")} == before
+
+
+def test_a_live_store_that_does_not_continue_its_gz_is_not_packed(tmp_path):
+    """Probe 64: pack took results.jsonl alone, said "2 rows packed", and left the .gz's rows out."""
+    out, kept = tmp_path / "out", tmp_path / "kept"
+    store = _store(out, ROWS[:22], packed=True)
+    (store / "results.jsonl").write_bytes(ROWS[22:44])
+    with pytest.raises(shard_packs.Diverged, match="results.jsonl does not continue .*results.jsonl.gz beside it"):
+        shard_packs.pack(out, kept)
+    assert not kept.exists()
+
+
+@pytest.mark.parametrize("step", ["pack", "unpack"])
+def test_two_shards_that_are_one_directory_are_refused(tmp_path, step):
+    """Probe 64: shard1 a link to shard0 in OUT: unpack wrote shard 1's rows over shard 0's, and said both done."""
+    out, kept = tmp_path / "out", tmp_path / "kept"
+    _store(out, ROWS)
+    shard_packs.pack(out, kept)
+    (kept / "sweep2k" / "shard1").mkdir()
+    (kept / "sweep2k" / "shard1" / "results.jsonl.gz").write_bytes(gzip.compress(b'{"row": "one"}\n', mtime=0))
+    (out / "sweep2k" / "shard1").symlink_to("shard0")
+    before = {path: path.read_bytes() for path in tmp_path.rglob("*") if path.is_file()}
+    with pytest.raises(shard_packs.Refused, match="are one directory \\(a link\\)"):
+        getattr(shard_packs, step)(out, kept)
+    assert {path: path.read_bytes() for path in tmp_path.rglob("*") if path.is_file()} == before
+
+
+def test_a_write_that_fails_is_one_line_naming_what_was_done_and_leaves_no_scratch(tmp_path, monkeypatch):
+    """Probe 64: a full disk was a raw OSError, a 0-byte .partial left beside the packs."""
+    import errno
+
+    out, kept = tmp_path / "out", tmp_path / "kept"
+    for k in (0, 1):
+        (out / "sweep2k" / f"shard{k}").mkdir(parents=True)
+        (out / "sweep2k" / f"shard{k}" / "results.jsonl").write_bytes(ROWS)
+    real = os.replace
+    calls = []
+
+    def full(source, target):
+        calls.append(target)
+        if len(calls) == 2:
+            raise OSError(errno.ENOSPC, "No space left on device", str(source))
+        real(source, target)
+
+    monkeypatch.setattr(shard_packs.os, "replace", full)
+    with pytest.raises(shard_packs.Refused, match="pack: cannot write .*shard1/results.jsonl.gz.partial \\(No space "
+                                                  "left on device\\); done before it: .*shard0: 8 rows packed"):
+        shard_packs.pack(out, kept)
+    assert not list(kept.rglob("*.partial")) and _packed(kept) == ROWS

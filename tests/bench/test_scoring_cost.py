@@ -63,7 +63,7 @@ def test_a_press_without_times_is_named_and_bad_times_are_not_counted():
     bad = [{**row, "prefill_seconds": value} for value, row in zip(
         (float("nan"), -1.0, "2.0", True), _rows("keydiff", "a", 0, 2.0, 0.1, allocators=("flat", "global", "x")))]
     text = "\n".join(scoring_cost_markdown(_rows("gatesight", "a", 0, 2.0, 1.0) + untimed + bad, resamples=50))
-    assert "Not timed (rows without both times): keydiff, tova." in text, text
+    assert "Not timed (rows without both times, or a prefill recorded as 0): keydiff, tova." in text, text
     assert set(_cells(text.splitlines())) == {"gatesight"}
 
 

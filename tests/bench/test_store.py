@@ -263,6 +263,12 @@ def test_a_full_disk_is_one_error_and_a_rerun_resumes(model_dir, tmp_path, capsy
     monkeypatch.setattr(ResultStore, "append", full_after_one)
     code, err = run_cli(capsys, *argv)
     assert code == 2 and f"{out / 'results.jsonl'}: No space left on device" in err
+    def full_unnamed(store, row):  # a write to an open file names no file: the --out is named (probe 64)
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(ResultStore, "append", full_unnamed)
+    code, err = run_cli(capsys, *argv)
+    assert code == 2 and f"{out}: No space left on device; what was finished is kept" in err, err
     monkeypatch.setattr(ResultStore, "append", real_append)
     assert run_cli(capsys, *argv)[0] == 0
     rows = ResultStore(out, readonly=True).rows

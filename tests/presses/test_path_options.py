@@ -3,6 +3,7 @@
 bracket options given to the library, a kept fraction given as text and a context longer than the model's positions
 are each one error saying what to do instead."""
 
+import json
 import os
 import re
 import shutil
@@ -230,6 +231,61 @@ def test_files_a_checkpoint_carries_beside_its_weights_are_not_weights(model_dir
         (mine / name).write_bytes(b"not the model's weights")
     assert weights_fingerprint(mine) == calibration.weights == loading.identity(model_dir).parts["weights"]
     assert prepare("triattention", adapter_for(loading.load(mine)[0])).calibration.weights == calibration.weights
+
+
+def _sharded(model, directory, prefix: str):
+    """``model`` saved in shards named ``{prefix}-0000k.safetensors`` and the index naming them, as transformers
+    loads any shard its index names."""
+    from tests.helpers import save_model
+
+    save_model(model, directory)
+    (directory / "model.safetensors").unlink()
+    model.save_pretrained(directory, max_shard_size="20KB")
+    index = json.loads((directory / "model.safetensors.index.json").read_text())
+    names = {old: f"{prefix}-{k:05d}.safetensors" for k, old in enumerate(sorted(set(index["weight_map"].values())))}
+    for old, new in names.items():
+        (directory / old).rename(directory / new)
+    index["weight_map"] = {tensor: names[shard] for tensor, shard in index["weight_map"].items()}
+    (directory / "model.safetensors.index.json").write_text(json.dumps(index))
+    return directory
+
+
+def test_shards_of_any_name_its_index_names_are_the_weights(model_dir, tmp_path):
+    """Probe 64: shards named other than model*.safetensors fingerprinted as nothing, so other weights passed for
+    the same model and a calibration went unchecked."""
+    from transformers import AutoModelForCausalLM
+
+    from presses.calibration import weights_fingerprint
+    from pretrained import loading
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
+    mine = _sharded(model, tmp_path / "mine", "part")
+    assert len(loading.part_files(mine, "weights")) > 2
+    with torch.no_grad():
+        model.model.embed_tokens.weight.mul_(1.5)
+    theirs = _sharded(model, tmp_path / "theirs", "part")
+    assert None != weights_fingerprint(mine) != weights_fingerprint(theirs) != None  # noqa: E711
+    assert loading.identity(mine).weights != loading.identity(theirs).weights
+    assert loading.load(mine)[0].model.embed_tokens.weight.shape == model.model.embed_tokens.weight.shape
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda d: (d / "model.safetensors.index.json").write_text("{"), "model.safetensors.index.json: not a weight "
+                                                                      "index"),
+    (lambda d: (d / "model.safetensors.index.json").write_text('{"weight_map": 3}'), "not a weight index"),
+    (lambda d: [p.unlink() for p in d.glob("part-*")] and (d / "model.safetensors.index.json").unlink()
+     or (d / "pytorch_model.bin").write_bytes(b"PK\x03\x04 cut short"), "its weights could not be read"),
+])
+def test_a_damaged_index_or_pytorch_checkpoint_is_one_error(model_dir, tmp_path, damage, message):
+    """Probe 64: a raw JSONDecodeError, or PyTorch's "failed finding central directory"."""
+    from transformers import AutoModelForCausalLM
+
+    from pretrained import loading
+
+    directory = _sharded(AutoModelForCausalLM.from_pretrained(model_dir).eval(), tmp_path / "model", "part")
+    damage(directory)
+    with pytest.raises(UsageError, match=re.escape(message)):
+        loading.load(directory)
 
 
 def test_the_weights_are_hashed_once_a_state_not_once_a_bind(model_dir, tmp_path, monkeypatch):
