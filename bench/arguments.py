@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from artifacts.outputs import MODEL_WEIGHTS, Output
+from artifacts.outputs import Output
 from pretrained import CHECKPOINTS, loading
 from pretrained.loading import ModelSpec
 from runtime.errors import UsageError
@@ -197,9 +197,10 @@ def model_spec(args: argparse.Namespace) -> ModelSpec:
     check_model_name(args.model)
     spec = ModelSpec(args.model, args.device, args.dtype, args.allow_download)
     directory = loading.resolve(spec)
-    derived = {path for pattern in loading.ARTIFACTS for path in directory.glob(pattern)}
-    if not any(path.is_file() and path not in derived for pattern in MODEL_WEIGHTS for path in directory.glob(pattern)):
-        raise UsageError(f"--model {directory}: no weight file ({' or '.join(MODEL_WEIGHTS)}) beside its config.json; "
-                         "the bench loads a model from its weights: copy them there, or give the model's own directory")
+    if not any(path.suffix != ".json" for path in loading.part_files(directory, "weights")):
+        patterns = " or ".join(loading.MODEL_PARTS["weights"])
+        raise UsageError(f"--model {directory}: no weight file ({patterns}, or the shards a weight index names) "
+                         "beside its config.json; the bench loads a model from its weights: copy them there, or give "
+                         "the model's own directory")
     loading.check_tokenizer_files(directory)
     return spec

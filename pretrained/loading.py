@@ -207,12 +207,14 @@ def load(model: str | ModelSpec | None = None):
     for path in part_files(directory, "weights"):
         if path.suffix == ".safetensors":
             check_safetensors(path)
+        elif path.suffix == ".bin" and path.stat().st_size == 0:
+            raise UsageError(f"{path}: an empty weight file; copy it again from where the model came from")
     check_tokenizer_files(directory)
     dtype = "auto" if spec.dtype == "auto" else DTYPES[spec.dtype]
     try:
         loaded = AutoModelForCausalLM.from_pretrained(directory, dtype=dtype, local_files_only=True)
     except (RuntimeError, pickle.UnpicklingError, EOFError) as error:  # a PyTorch checkpoint (.bin) cut or damaged
-        reason = " ".join(str(error).split())
+        reason = " ".join(str(error).split()) or "cut short"
         raise UsageError(f"{directory}: its weights could not be read ({type(error).__name__}: {reason}); copy "
                          "them again from where the model came from") from None
     try:
@@ -260,8 +262,8 @@ def _matching(directory: Path, patterns, exclude=()) -> list[Path]:
 
 def _digest(directory: Path, paths) -> str:
     digest = hashlib.sha256()
-    for path in paths:
-        digest.update(path.relative_to(directory).as_posix().encode())
+    for path in paths:  # a shard an index names may lie outside the directory (``../``)
+        digest.update(Path(os.path.relpath(path, directory)).as_posix().encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()[:12]
 
@@ -321,8 +323,18 @@ def part_files(directory: Path, part: str) -> list[Path]:
     directory = Path(directory)
     files = _matching(directory, MODEL_PARTS[part], exclude=ARTIFACTS)
     if part == "weights":
-        files = sorted({*files, *indexed_shards(directory)})
+        files = sorted({*files, *indexed_shards(directory), *_named_weights(directory)})
     return files
+
+
+def _named_weights(directory: Path) -> list[Path]:
+    """The weight file a config names in place of ``model.safetensors`` (``transformers_weights``), if it exists."""
+    config = directory / "config.json"
+    try:
+        name = json.loads(config.read_text()).get("transformers_weights") if config.is_file() else None
+    except (ValueError, AttributeError):  # read_config names a damaged config
+        return []
+    return [directory / name] if isinstance(name, str) and (directory / name).is_file() else []
 
 
 WEIGHT_INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
@@ -344,7 +356,7 @@ def indexed_shards(directory: Path) -> list[Path]:
             raise UsageError(f"{index}: not a weight index (JSON with a weight_map of tensor names to shard files: "
                              f"{type(error).__name__}: {error}); copy it again from where the model came from") \
                 from None
-        found += [index, *(path for path in paths if path.is_file() and path.parent == Path(directory))]
+        found += [index, *(path for path in paths if path.is_file())]  # a subfolder too, as transformers reads
     return found
 
 

@@ -272,3 +272,16 @@ def test_a_write_that_fails_is_one_line_naming_what_was_done_and_leaves_no_scrat
                                                   "left on device\\); done before it: .*shard0: 8 rows packed"):
         shard_packs.pack(out, kept)
     assert not list(kept.rglob("*.partial")) and _packed(kept) == ROWS
+
+
+def test_a_pack_folder_linked_to_another_store_is_refused(tmp_path):
+    """Probe 65: KEPT's shard1 a link to OUT's shard0: pack wrote shard 1's rows into shard 0 as its .gz."""
+    out, kept = tmp_path / "out", tmp_path / "kept"
+    for k in (0, 1):
+        (out / "sweep2k" / f"shard{k}").mkdir(parents=True)
+        (out / "sweep2k" / f"shard{k}" / "results.jsonl").write_bytes(ROWS[: 11 * (k + 1)])
+    (kept / "sweep2k").mkdir(parents=True)
+    (kept / "sweep2k" / "shard1").symlink_to(out / "sweep2k" / "shard0")
+    with pytest.raises(shard_packs.Refused, match="are one directory \\(a link\\)"):
+        shard_packs.pack(out, kept)
+    assert not (out / "sweep2k" / "shard0" / "results.jsonl.gz").exists()

@@ -234,8 +234,8 @@ def test_files_a_checkpoint_carries_beside_its_weights_are_not_weights(model_dir
 
 
 def _sharded(model, directory, prefix: str):
-    """``model`` saved in shards named ``{prefix}-0000k.safetensors`` and the index naming them, as transformers
-    loads any shard its index names."""
+    """``model`` saved in shards named ``{prefix}-0000k.safetensors`` (``prefix`` may name a subfolder) and the
+    index naming them, as transformers loads any shard its index names."""
     from tests.helpers import save_model
 
     save_model(model, directory)
@@ -244,29 +244,59 @@ def _sharded(model, directory, prefix: str):
     index = json.loads((directory / "model.safetensors.index.json").read_text())
     names = {old: f"{prefix}-{k:05d}.safetensors" for k, old in enumerate(sorted(set(index["weight_map"].values())))}
     for old, new in names.items():
+        (directory / new).parent.mkdir(exist_ok=True)
         (directory / old).rename(directory / new)
     index["weight_map"] = {tensor: names[shard] for tensor, shard in index["weight_map"].items()}
     (directory / "model.safetensors.index.json").write_text(json.dumps(index))
     return directory
 
 
-def test_shards_of_any_name_its_index_names_are_the_weights(model_dir, tmp_path):
+@pytest.mark.parametrize("prefix", ["part", "sub/part"])
+def test_shards_of_any_name_its_index_names_are_the_weights(model_dir, tmp_path, prefix):
     """Probe 64: shards named other than model*.safetensors fingerprinted as nothing, so other weights passed for
-    the same model and a calibration went unchecked."""
+    the same model and a calibration went unchecked; probe 65: the same for shards in a subfolder, and such a model
+    was refused as one without weights."""
     from transformers import AutoModelForCausalLM
 
+    from bench.arguments import model_spec
     from presses.calibration import weights_fingerprint
     from pretrained import loading
 
     model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
-    mine = _sharded(model, tmp_path / "mine", "part")
+    mine = _sharded(model, tmp_path / "mine", prefix)
     assert len(loading.part_files(mine, "weights")) > 2
+    args = type("Args", (), {"model": str(mine), "device": "cpu", "dtype": "float32", "allow_download": False})
+    assert model_spec(args).path == str(mine)
+    (mine / "training_args.bin").write_bytes(b"not weights")  # counts neither as weights nor as their fingerprint
     with torch.no_grad():
         model.model.embed_tokens.weight.mul_(1.5)
-    theirs = _sharded(model, tmp_path / "theirs", "part")
+    theirs = _sharded(model, tmp_path / "theirs", prefix)
     assert None != weights_fingerprint(mine) != weights_fingerprint(theirs) != None  # noqa: E711
     assert loading.identity(mine).weights != loading.identity(theirs).weights
     assert loading.load(mine)[0].model.embed_tokens.weight.shape == model.model.embed_tokens.weight.shape
+
+
+def test_the_weight_file_a_config_names_is_the_weights(model_dir, tmp_path):
+    """Probe 65: transformers loads the file ``transformers_weights`` names in place of model.safetensors; it
+    fingerprinted as nothing."""
+    from presses.calibration import weights_fingerprint
+    from pretrained import loading
+
+    directory = shutil.copytree(model_dir, tmp_path / "model")
+    weights = weights_fingerprint(directory)
+    (directory / "model.safetensors").rename(directory / "named.safetensors")
+    config = json.loads((directory / "config.json").read_text())
+    (directory / "config.json").write_text(json.dumps({**config, "transformers_weights": "named.safetensors"}))
+    assert loading.part_files(directory, "weights") == [directory / "named.safetensors"]
+    assert weights_fingerprint(directory) is not None and weights_fingerprint(directory) != weights  # its name
+
+
+def _empty_shard(directory, name: str) -> None:
+    """Shard ``name`` of a sharded model an empty PyTorch file, as its index names it."""
+    (directory / f"{name}.safetensors").unlink()
+    (directory / f"{name}.bin").write_bytes(b"")
+    index = directory / "model.safetensors.index.json"
+    index.write_text(index.read_text().replace(f"{name}.safetensors", f"{name}.bin"))
 
 
 @pytest.mark.parametrize("damage, message", [
@@ -275,6 +305,7 @@ def test_shards_of_any_name_its_index_names_are_the_weights(model_dir, tmp_path)
     (lambda d: (d / "model.safetensors.index.json").write_text('{"weight_map": 3}'), "not a weight index"),
     (lambda d: [p.unlink() for p in d.glob("part-*")] and (d / "model.safetensors.index.json").unlink()
      or (d / "pytorch_model.bin").write_bytes(b"PK\x03\x04 cut short"), "its weights could not be read"),
+    (lambda d: _empty_shard(d, "part-00001"), "part-00001.bin: an empty weight file"),
 ])
 def test_a_damaged_index_or_pytorch_checkpoint_is_one_error(model_dir, tmp_path, damage, message):
     """Probe 64: a raw JSONDecodeError, or PyTorch's "failed finding central directory"."""
