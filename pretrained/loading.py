@@ -212,11 +212,18 @@ def load(model: str | ModelSpec | None = None):
     check_tokenizer_files(directory)
     dtype = "auto" if spec.dtype == "auto" else DTYPES[spec.dtype]
     try:
-        loaded = AutoModelForCausalLM.from_pretrained(directory, dtype=dtype, local_files_only=True)
-    except (RuntimeError, pickle.UnpicklingError, EOFError) as error:  # a PyTorch checkpoint (.bin) cut or damaged
+        loaded, info = AutoModelForCausalLM.from_pretrained(directory, dtype=dtype, local_files_only=True,
+                                                            output_loading_info=True)
+    # a PyTorch checkpoint (.bin) cut, damaged or not a state dict; a weight file transformers cannot take
+    except (RuntimeError, pickle.UnpicklingError, EOFError, ValueError, TypeError) as error:
         reason = " ".join(str(error).split()) or "cut short"
         raise UsageError(f"{directory}: its weights could not be read ({type(error).__name__}: {reason}); copy "
                          "them again from where the model came from") from None
+    missing = sorted(info["missing_keys"])
+    if missing:  # transformers would fill them with random values, another model each run
+        shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+        raise UsageError(f"{directory}: its weight files lack {len(missing)} of the model's tensors ({shown}); copy "
+                         "them again from where the model came from")
     try:
         tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=True)
     except (OSError, ValueError, ImportError) as error:  # e.g. a slow tokenizer whose library is not installed
@@ -345,7 +352,8 @@ def indexed_shards(directory: Path) -> list[Path]:
     """The index files of a sharded checkpoint (:data:`WEIGHT_INDEXES`) and the shards their ``weight_map`` names
     that exist (a missing one is transformers' to name); ``UsageError`` naming an index that is not one."""
     found = []
-    for name in WEIGHT_INDEXES:
+    named = [path.name for path in _named_weights(Path(directory)) if path.name.endswith(".index.json")]
+    for name in dict.fromkeys([*WEIGHT_INDEXES, *named]):
         index = Path(directory) / name
         if not index.is_file():
             continue

@@ -81,8 +81,8 @@ def _check_apart(step: str, out: Path, kept: Path) -> None:
 
 
 def _check_distinct(step: str, places: list[Path]) -> None:
-    """:class:`Refused` where two of the stores and packs' folders are one directory through a link: one would take
-    the other's rows."""
+    """:class:`Refused` where two of the stores and packs' folders are (or would be, once made) one directory
+    through a link: one would take the other's rows."""
     seen: dict[Path, Path] = {}
     for place in places:
         real = place.resolve()
@@ -114,8 +114,7 @@ def pack(out: Path, kept: Path) -> list[str]:
     before anything is written, where a store's rows do not continue its pack (:class:`Diverged`) or a pack cannot
     be written where it belongs."""
     _check_apart("pack", out, kept)
-    _check_distinct("pack", [*_stores(out), *(kept / store.relative_to(out) for store in _stores(out)
-                                               if (kept / store.relative_to(out)).exists())])
+    _check_distinct("pack", [*_stores(out), *(kept / store.relative_to(out) for store in _stores(out))])
     plans = []
     for store in _stores(out):
         rows = stored_bytes(store)
@@ -153,8 +152,7 @@ def unpack(out: Path, kept: Path) -> list[str]:
     what was done, one line a pack. :class:`Refused`, before anything is written, where a store and its pack went
     apart (:class:`Diverged`), a store's writer runs, or a store cannot be written where it belongs."""
     _check_apart("unpack", out, kept)
-    _check_distinct("unpack", [*_stores(kept), *(out / packed.relative_to(kept) for packed in _stores(kept)
-                                                 if (out / packed.relative_to(kept)).exists())])
+    _check_distinct("unpack", [*_stores(kept), *(out / packed.relative_to(kept) for packed in _stores(kept))])
     plans = []
     for packed_store in _stores(kept):
         if not (packed_store / PACK).is_file():

@@ -285,3 +285,17 @@ def test_a_pack_folder_linked_to_another_store_is_refused(tmp_path):
     with pytest.raises(shard_packs.Refused, match="are one directory \\(a link\\)"):
         shard_packs.pack(out, kept)
     assert not (out / "sweep2k" / "shard0" / "results.jsonl.gz").exists()
+
+
+def test_a_sweep_folder_linked_to_another_before_its_shards_exist_is_refused(tmp_path):
+    """Probe 66: KEPT/sweepA a link to KEPT/sweepB with no shard folder there yet: pack wrote sweepB's rows over
+    sweepA's pack."""
+    out, kept = tmp_path / "out", tmp_path / "kept"
+    for sweep in ("sweepA", "sweepB"):
+        (out / sweep / "shard0").mkdir(parents=True)
+        (out / sweep / "shard0" / "results.jsonl").write_bytes(ROWS[:11] if sweep == "sweepA" else ROWS)
+    (kept / "sweepB").mkdir(parents=True)
+    (kept / "sweepA").symlink_to("sweepB")
+    with pytest.raises(shard_packs.Refused, match="are one directory \\(a link\\)"):
+        shard_packs.pack(out, kept)
+    assert not list(kept.rglob("*.gz"))

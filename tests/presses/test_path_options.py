@@ -299,6 +299,20 @@ def _empty_shard(directory, name: str) -> None:
     index.write_text(index.read_text().replace(f"{name}.safetensors", f"{name}.bin"))
 
 
+def test_the_shards_of_an_index_a_config_names_are_the_weights(model_dir, tmp_path):
+    """Probe 66: ``transformers_weights`` naming an index: the index counted, the shards it names did not."""
+    from transformers import AutoModelForCausalLM
+
+    from pretrained import loading
+
+    directory = _sharded(AutoModelForCausalLM.from_pretrained(model_dir).eval(), tmp_path / "model", "w")
+    (directory / "model.safetensors.index.json").rename(directory / "w.safetensors.index.json")
+    config = json.loads((directory / "config.json").read_text())
+    (directory / "config.json").write_text(json.dumps({**config, "transformers_weights": "w.safetensors.index.json"}))
+    assert {path.name for path in loading.part_files(directory, "weights")} == {
+        "w.safetensors.index.json", *(path.name for path in directory.glob("w-*.safetensors"))}
+
+
 @pytest.mark.parametrize("damage, message", [
     (lambda d: (d / "model.safetensors.index.json").write_text("{"), "model.safetensors.index.json: not a weight "
                                                                       "index"),
@@ -316,6 +330,22 @@ def test_a_damaged_index_or_pytorch_checkpoint_is_one_error(model_dir, tmp_path,
     directory = _sharded(AutoModelForCausalLM.from_pretrained(model_dir).eval(), tmp_path / "model", "part")
     damage(directory)
     with pytest.raises(UsageError, match=re.escape(message)):
+        loading.load(directory)
+
+
+def test_weights_missing_tensors_are_refused(model_dir, tmp_path):
+    """Probe 66: transformers filled missing tensors with random values, another model each run, in silence."""
+    from safetensors.torch import load_file, save_file
+
+    from pretrained import loading
+
+    directory = shutil.copytree(model_dir, tmp_path / "model")
+    tensors = load_file(directory / "model.safetensors")
+    dropped = sorted(tensors)[-1]
+    save_file({name: t for name, t in tensors.items() if name != dropped}, directory / "model.safetensors",
+              metadata={"format": "pt"})
+    short = ".".join(dropped.split(".")[-2:])  # named as the model names it, the checkpoint's prefix aside
+    with pytest.raises(UsageError, match=f"weight files lack 1 of the model's tensors \\(\\S*{re.escape(short)}\\)"):
         loading.load(directory)
 
 
