@@ -121,6 +121,8 @@ def resolve(model: str | ModelSpec | None) -> Path:
 def read_config(directory: Path) -> dict:
     """The model's ``config.json``; ``ValueError`` naming the file if it is not a JSON object."""
     path = Path(directory) / "config.json"
+    if path.exists() and not path.is_file():  # a pipe would be read forever
+        raise UsageError(f"{path}: not a regular file; a model directory holds its settings in a JSON file there")
     try:
         config = json.loads(path.read_text())
     except (UnicodeDecodeError, json.JSONDecodeError) as error:

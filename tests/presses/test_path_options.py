@@ -367,3 +367,12 @@ def test_the_weights_are_hashed_once_a_state_not_once_a_bind(model_dir, tmp_path
     os.utime(weights, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))  # as `touch -r` would leave it
     assert weights.stat().st_size == stamp.st_size
     assert calibration.weights_fingerprint(model) != first and len(calls) == 2
+
+
+def test_a_config_that_is_a_pipe_is_refused_not_read(tmp_path):
+    """Probe 66: a FIFO config.json hung bench compare."""
+    from pretrained import loading
+
+    os.mkfifo(tmp_path / "config.json")
+    with pytest.raises(UsageError, match="config.json: not a regular file"):
+        loading.read_config(tmp_path)
