@@ -332,7 +332,9 @@ def part_files(directory: Path, part: str) -> list[Path]:
     directory = Path(directory)
     files = _matching(directory, MODEL_PARTS[part], exclude=ARTIFACTS)
     if part == "weights":
-        files = sorted({*files, *indexed_shards(directory), *_named_weights(directory)})
+        named = _named_weights(directory)
+        indexes = [path.name for path in named if path.name.endswith(".json")]
+        files = sorted({*files, *named, *indexed_shards(directory, indexes)})
     return files
 
 
@@ -350,11 +352,11 @@ WEIGHT_INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json"
 """Where a sharded checkpoint maps its tensors to its shards, whatever their names (transformers loads those)."""
 
 
-def indexed_shards(directory: Path) -> list[Path]:
-    """The index files of a sharded checkpoint (:data:`WEIGHT_INDEXES`) and the shards their ``weight_map`` names
-    that exist (a missing one is transformers' to name); ``UsageError`` naming an index that is not one."""
+def indexed_shards(directory: Path, named: list[str] = ()) -> list[Path]:
+    """The index files of a sharded checkpoint (:data:`WEIGHT_INDEXES`, and ``named``: one its config names) and
+    the shards their ``weight_map`` names that exist (a missing one is transformers' to name); ``UsageError`` naming
+    an index that is not one."""
     found = []
-    named = [path.name for path in _named_weights(Path(directory)) if path.name.endswith(".index.json")]
     for name in dict.fromkeys([*WEIGHT_INDEXES, *named]):
         index = Path(directory) / name
         if not index.is_file():
