@@ -197,6 +197,7 @@ def model_spec(args: argparse.Namespace) -> ModelSpec:
     check_model_name(args.model)
     spec = ModelSpec(args.model, args.device, args.dtype, args.allow_download)
     directory = loading.resolve(spec)
+    loading.check_not_adapter(directory)
     if not any(path.suffix != ".json" for path in loading.part_files(directory, "weights")):
         patterns = " or ".join(loading.MODEL_PARTS["weights"])
         raise UsageError(f"--model {directory}: no weight file ({patterns}, or the shards a weight index names) "

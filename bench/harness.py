@@ -61,8 +61,12 @@ class Harness:
 
             return ServedEngine(self.model_dir, self.run.dtype, self.run.length, self.tokenizer)
         layer_weights = None
-        if any(a.needs_layer_weights for a in self.allocators.values()):
-            layer_weights = Calibration.load(self.model_dir).gate_weights
+        weighted = [spec.name for spec, allocator in self.allocators.items() if allocator.needs_layer_weights]
+        if weighted:
+            try:  # the gate weights are the model's own, as TriAttention's statistics are
+                layer_weights = Calibration.for_model(self.adapter).gate_weights
+            except ValueError as error:
+                raise UsageError(f"allocator {weighted[0]!r} cannot run on {self.model_dir}: {error}") from None
         return RuntimeEngine(self.model, self.tokenizer, self.presses, self.allocators, layer_weights,
                              evidence_for(self.presses.values(), self.adapter), self.run.batch)
 

@@ -108,6 +108,10 @@ class ResultStore:
         if not readonly:
             self._acquire()
         packed = self.directory / "results.jsonl.gz"
+        for path in (self.live, packed):
+            if path.exists() and not path.is_file() and not path.is_dir():  # a pipe: reading it would wait forever
+                raise UsageError(f"{path}: not a regular file, not a result store; move it away or use another "
+                                 f"{self.named}")
         if packed.exists() and not self.live.exists():  # a committed, compressed store
             self.path = packed
         self._files = {path: _snapshot(path) for path in (self.live, packed)}

@@ -206,6 +206,7 @@ def load(model: str | ModelSpec | None = None):
     spec = _spec(model)
     directory = resolve(spec)
     read_config(directory)
+    check_not_adapter(directory)
     for path in part_files(directory, "weights"):
         if path.suffix == ".safetensors":
             check_safetensors(path)
@@ -232,6 +233,15 @@ def load(model: str | ModelSpec | None = None):
         reason = " ".join(str(error).split())  # library messages span lines; the bench's error is one
         raise UsageError(f"{directory}: its tokenizer could not be loaded ({type(error).__name__}: {reason})") from None
     return loaded.to(spec.torch_device()).eval(), tokenizer, directory
+
+
+def check_not_adapter(directory: Path) -> None:
+    """``UsageError`` where ``directory`` holds a PEFT adapter (``adapter_config.json``): with peft installed,
+    transformers would load another directory's base model under it, weights the fingerprint does not cover."""
+    if (Path(directory) / "adapter_config.json").exists():
+        raise UsageError(f"{directory}: a PEFT adapter (adapter_config.json), whose base model lies elsewhere; the "
+                         "bench loads whole models: merge the adapter into its base model (peft's merge_and_unload), "
+                         "save the result and give that directory")
 
 
 def check_tokenizer_files(directory: Path) -> None:
@@ -330,12 +340,21 @@ def part_files(directory: Path, part: str) -> list[Path]:
     """The files of a model directory that make one of its parts (:data:`MODEL_PARTS`), without the bench's own
     (:data:`ARTIFACTS`); the weights also in the shards a weight index names (:func:`indexed_shards`)."""
     directory = Path(directory)
+    _check_regular(directory.glob(pattern) for pattern in MODEL_PARTS[part])
     files = _matching(directory, MODEL_PARTS[part], exclude=ARTIFACTS)
     if part == "weights":
         named = _named_weights(directory)
-        indexes = [path.name for path in named if path.name.endswith(".json")]
+        indexes = [os.path.relpath(path, directory) for path in named if path.name.endswith(".json")]
         files = sorted({*files, *named, *indexed_shards(directory, indexes)})
     return files
+
+
+def _check_regular(groups) -> None:
+    """``UsageError`` naming the first path of ``groups`` (iterables of paths) that is there but neither a regular
+    file nor a folder (a pipe, a socket, a device): a library reading it would wait forever or fail unnamed."""
+    for path in (path for group in groups for path in group):
+        if path.exists() and not path.is_file() and not path.is_dir():
+            raise UsageError(f"{path}: not a regular file; a model's files are regular files: copy it there")
 
 
 def _named_weights(directory: Path) -> list[Path]:
@@ -345,7 +364,13 @@ def _named_weights(directory: Path) -> list[Path]:
         name = json.loads(config.read_text()).get("transformers_weights") if config.is_file() else None
     except (ValueError, AttributeError):  # read_config names a damaged config
         return []
-    return [directory / name] if isinstance(name, str) and (directory / name).is_file() else []
+    if not isinstance(name, str) or not (directory / name).exists():
+        return []
+    _check_regular([[directory / name]])
+    if (directory / name).is_dir():
+        raise UsageError(f"{directory / name}: a folder, where config.json's transformers_weights names the weight "
+                         "file transformers loads; copy that file there")
+    return [directory / name]
 
 
 WEIGHT_INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
@@ -353,12 +378,14 @@ WEIGHT_INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json"
 
 
 def indexed_shards(directory: Path, named: list[str] = ()) -> list[Path]:
-    """The index files of a sharded checkpoint (:data:`WEIGHT_INDEXES`, and ``named``: one its config names) and
-    the shards their ``weight_map`` names that exist (a missing one is transformers' to name); ``UsageError`` naming
-    an index that is not one."""
+    """The index files of a sharded checkpoint (:data:`WEIGHT_INDEXES`, and ``named``: one its config names, relative
+    to ``directory``) and the shards their ``weight_map`` names that exist, relative to ``directory`` wherever the
+    index lies, as transformers resolves them (a missing one is transformers' to name); ``UsageError`` naming an index
+    that is not one, or a shard that is not a regular file."""
     found = []
     for name in dict.fromkeys([*WEIGHT_INDEXES, *named]):
         index = Path(directory) / name
+        _check_regular([[index]])
         if not index.is_file():
             continue
         try:
@@ -368,6 +395,10 @@ def indexed_shards(directory: Path, named: list[str] = ()) -> list[Path]:
             raise UsageError(f"{index}: not a weight index (JSON with a weight_map of tensor names to shard files: "
                              f"{type(error).__name__}: {error}); copy it again from where the model came from") \
                 from None
+        _check_regular([paths])
+        for path in paths:
+            if path.is_dir():
+                raise UsageError(f"{path}: a folder, where {index} names a weight shard; copy the shard there")
         found += [index, *(path for path in paths if path.is_file())]  # a subfolder too, as transformers reads
     return found
 

@@ -117,6 +117,7 @@ def pack(out: Path, kept: Path) -> list[str]:
     _check_distinct("pack", [*_stores(out), *(kept / store.relative_to(out) for store in _stores(out))])
     plans = []
     for store in _stores(out):
+        _check_places("pack", out, store, (LIVE, PACK))  # a folder or pipe in a store file's place is no store
         rows = stored_bytes(store)
         if rows is None:
             continue

@@ -299,3 +299,17 @@ def test_a_sweep_folder_linked_to_another_before_its_shards_exist_is_refused(tmp
     with pytest.raises(shard_packs.Refused, match="are one directory \\(a link\\)"):
         shard_packs.pack(out, kept)
     assert not list(kept.rglob("*.gz"))
+
+
+@pytest.mark.parametrize("make", [lambda path: path.mkdir(), os.mkfifo])
+def test_a_store_file_that_is_a_folder_or_a_pipe_is_named_not_skipped(tmp_path, make):
+    """Probe 67: a shard whose results.jsonl was a folder was skipped in silence and the others packed (exit 0)."""
+    out, kept = tmp_path / "out", tmp_path / "kept"
+    store = _store(out, ROWS)
+    (store / "results.jsonl").unlink()
+    make(store / "results.jsonl")
+    other = shutil.copytree(_store(tmp_path / "other", ROWS), out / "sweep2k" / "shard1")
+    assert other.is_dir()
+    with pytest.raises(shard_packs.Refused, match=f"{store / 'results.jsonl'} is not a file: nothing was packed"):
+        shard_packs.pack(out, kept)
+    assert not kept.exists()

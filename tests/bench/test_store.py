@@ -5,6 +5,7 @@ resumes."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -18,6 +19,7 @@ import bench.project_modules
 from bench.code_version import _normalised_source, code_version, result_modules
 from bench.compare import run_compare, run_rows
 from bench.store import ResultStore
+from runtime.errors import UsageError
 from tests.helpers import compare_settings, run_cli
 
 
@@ -303,3 +305,12 @@ def test_a_read_only_leaderboard_out_is_one_error(tmp_path, capsys, monkeypatch)
     monkeypatch.setattr(files.tempfile, "mkstemp", read_only)
     code, err = run_cli(capsys, "leaderboard", tmp_path, "--out", tmp_path / "docs")
     assert code == 2 and f"{tmp_path / 'docs'}: Permission denied" in err
+
+
+@pytest.mark.parametrize("name", ["results.jsonl", "results.jsonl.gz"])
+@pytest.mark.parametrize("readonly", [True, False])
+def test_a_store_file_that_is_a_pipe_is_refused_not_read(tmp_path, name, readonly):
+    """Probe 67: a pipe in a store file's place hung verify and compare (reading it waits for a writer)."""
+    os.mkfifo(tmp_path / name)
+    with pytest.raises(UsageError, match=f"{re.escape(name)}: not a regular file, not a result store"):
+        ResultStore(tmp_path, readonly=readonly)

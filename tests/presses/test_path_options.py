@@ -376,3 +376,89 @@ def test_a_config_that_is_a_pipe_is_refused_not_read(tmp_path):
     os.mkfifo(tmp_path / "config.json")
     with pytest.raises(UsageError, match="config.json: not a regular file"):
         loading.read_config(tmp_path)
+
+
+def test_the_shards_of_an_index_in_a_subfolder_a_config_names_are_the_weights(model_dir, tmp_path, capsys):
+    """Probe 67: a ``transformers_weights`` index in a subfolder was looked up by its file name alone, so the shards
+    it names (which transformers loads) were left out: other weights resumed a store; without a top-level weight
+    file the model was refused as one without weights."""
+    from transformers import AutoModelForCausalLM
+
+    from bench.arguments import model_spec
+    from pretrained import loading
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
+    directory = _sharded(model, tmp_path / "model", "w/part")
+    (directory / "model.safetensors.index.json").rename(directory / "w" / "my.safetensors.index.json")
+    config = json.loads((directory / "config.json").read_text())
+    config["transformers_weights"] = "w/my.safetensors.index.json"
+    (directory / "config.json").write_text(json.dumps(config))
+    shards = sorted((directory / "w").glob("part-*.safetensors"))
+    assert len(shards) > 1 and set(loading.part_files(directory, "weights")) == {
+        directory / "w" / "my.safetensors.index.json", *shards}
+    args = type("Args", (), {"model": str(directory), "device": "cpu", "dtype": "float32", "allow_download": False})
+    assert model_spec(args).path == str(directory)
+    before = loading.identity(directory).weights
+    with torch.no_grad():
+        model.model.embed_tokens.weight.mul_(1.5)
+    theirs = _sharded(model, tmp_path / "theirs", "w/part")
+    for shard in shards:  # their shards under our index: what transformers loads changes, so must the fingerprint
+        shutil.copy(theirs / "w" / shard.name, shard)
+    assert loading.identity(directory).weights != before
+    assert torch.equal(loading.load(directory)[0].model.embed_tokens.weight, model.model.embed_tokens.weight)
+
+
+@pytest.mark.parametrize("make, message", [
+    (os.mkfifo, "not a regular file"),
+    (os.mkdir, "a folder, where"),
+])
+def test_a_shard_that_is_a_pipe_or_a_folder_is_named_not_read(model_dir, tmp_path, make, message):
+    """Probe 67: a pipe in a shard's place hung the load inside the safetensors library, past SIGTERM; a folder
+    there was "No such device (os error 19)", naming nothing."""
+    from transformers import AutoModelForCausalLM
+
+    from pretrained import loading
+
+    directory = _sharded(AutoModelForCausalLM.from_pretrained(model_dir).eval(), tmp_path / "model", "part")
+    shard = sorted(directory.glob("part-*.safetensors"))[-1]
+    shard.unlink()
+    make(shard)
+    with pytest.raises(UsageError, match=f"{re.escape(str(shard))}: {message}"):
+        loading.load(directory)
+    with pytest.raises(UsageError, match=re.escape(str(shard))):
+        loading.identity(directory)
+
+
+def test_a_weight_file_that_is_a_pipe_is_refused_not_read(model_dir, tmp_path):
+    from pretrained import loading
+
+    directory = shutil.copytree(model_dir, tmp_path / "model")
+    (directory / "model.safetensors").unlink()
+    os.mkfifo(directory / "model.safetensors")
+    with pytest.raises(UsageError, match="model.safetensors: not a regular file"):
+        loading.load(directory)
+
+
+def test_a_peft_adapter_directory_is_refused_in_one_line(model_dir, tmp_path, capsys, no_model_load):
+    """Probe 67: with peft installed, transformers loads an adapter's base model from another directory (a raw
+    AttributeError in transformers 5.2, and weights the fingerprint does not cover)."""
+    directory = shutil.copytree(model_dir, tmp_path / "model")
+    (directory / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": str(tmp_path / "base"),
+                                                               "peft_type": "LORA"}))
+    code, err = run_cli(capsys, "compare", "--model", directory, "--press", "keydiff", "--out", tmp_path / "out")
+    assert code == 2 and "a PEFT adapter (adapter_config.json)" in err and "merge_and_unload" in err, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_gate_allocation_refuses_a_calibration_of_other_weights(model_dir, tmp_path, capsys):
+    """Probe 67: ``--alloc gate`` read the gate weights of a calibration measured on another model, which
+    TriAttention refuses."""
+    directory = shutil.copytree(model_dir, tmp_path / "model")
+    calibration = Calibration.load(directory)
+    calibration.weights = "0" * 12
+    calibration.save(directory)
+    code, err = run_cli(capsys, "compare", "--model", directory, "--press", "keydiff", "--alloc", "gate",
+                        "--keep-fractions", "0.5", "--tasks", "niah_single_1", "--length", "300", "--n", "1",
+                        "--out", tmp_path / "out")
+    assert code == 2 and f"allocator 'gate' cannot run on {directory}: the calibration in {directory} was " \
+                         "measured on model weights 000000000000, not this model's" in err, err
