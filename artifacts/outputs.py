@@ -183,7 +183,7 @@ def check_place(output: Output) -> None:
     existing = _nearest_existing(path)
     if existing == path and output.kind == FILE and not path.is_file():
         what = "a directory" if path.is_dir() else "not a regular file"
-        raise output.refuse(f"is {what}; give a file name")
+        raise output.refuse(f"is {what}, where a file is written; move it away or give another place")
     if existing != path or output.kind == FOLDER:
         if not existing.is_dir():
             raise output.refuse(f"{existing} is a file, not a directory")

@@ -214,7 +214,13 @@ def run(args) -> None:
           f"recall per layer)\nplot:    {png}")
 
 
+def _outputs(args) -> list[Output]:
+    from .report import report_outputs
+
+    return [Output(Path(args.out), "--out", kind_of=RESULT_STORE), *report_outputs(args.out)]
+
+
 COMPARE = Command("compare", "score, fork and answer: presses × allocators × kept fractions", add_arguments, run,
-                  outputs=lambda args: [Output(Path(args.out), "--out", kind_of=RESULT_STORE)],
+                  outputs=_outputs,
                   interrupted=lambda args: kept_in(args.out, "what was finished is",
                                                    "run the same command again to resume"))

@@ -34,7 +34,7 @@ from .completeness import (
     check_shards_alike,
     shard_settings,
 )
-from .report import REPORTS, write_reports
+from .report import REPORTS, report_outputs, write_reports
 from .row_fields import SHARED_FIELDS
 from .store import ResultStore, open_stores
 
@@ -146,4 +146,4 @@ def run(args) -> None:
 MERGE = Command("merge", "join the stores of one run's shards (compare --shard K/N), or of runs of other methods, "
                 "into one", add_arguments, run,
                 loads_models=False,
-                outputs=lambda args: [Output(Path(args.out), "--out", kind_of=RESULT_STORE)])
+                outputs=lambda args: [Output(Path(args.out), "--out", kind_of=RESULT_STORE), *report_outputs(args.out)])

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Callable
 
 from artifacts.outputs import DERIVED, LEADERBOARD_PAGE, Output, other_kind
-from runtime.errors import UsageError
+from runtime.errors import UsageError, check_regular_file
 
 from .arguments import Command
 from .completeness import check_given_once, check_stores
@@ -32,6 +32,9 @@ def _check_docs(docs: Path) -> None:
     if other is not None:
         raise UsageError(f"--docs {docs} holds {other}, not a published leaderboard: give the folder `bench "
                          "leaderboard --out` wrote")
+    for path in sorted(docs.iterdir()):  # a pipe among the published files would be read forever
+        if path.name in (MARKDOWN, MANIFEST) or PUBLISHED.fullmatch(path.name):
+            check_regular_file(path, "a published leaderboard file")
     if not any((docs / name).exists() for name in (MARKDOWN, MANIFEST)):
         raise UsageError(f"--docs {docs} holds no published leaderboard (neither {MARKDOWN} nor {MANIFEST}); "
                          f"`bench leaderboard STORES --out {docs}` writes it")

@@ -12,6 +12,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from artifacts.files import atomic_path, rebuilt_path, write_rebuilt
+from artifacts.outputs import DERIVED, FILE, Output
 
 from .needles import needle_markdown
 from .row_fields import BASELINE, GROUP_FIELDS, method_of
@@ -193,6 +194,12 @@ def headline_markdown(rows: list[dict], resamples: int = RESAMPLES) -> str:
 
 REPORTS = ("summary.md", "curves.png")
 """What ``bench compare`` writes beside a store's results.jsonl (:func:`write_reports`)."""
+
+
+def report_outputs(out: Path) -> list[Output]:
+    """Where :func:`write_reports` writes, as a command declares its outputs: a folder or a pipe in a report's place
+    is refused before any work (a pipe would be read forever once the work is done)."""
+    return [Output(Path(out) / name, "--out", kind=FILE, keeps=DERIVED) for name in REPORTS]
 
 
 def write_reports(out: Path, rows: list[dict], title: str) -> Path:

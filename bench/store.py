@@ -18,7 +18,7 @@ from pathlib import Path
 
 from artifacts.files import atomic_path
 from artifacts.outputs import Output, check_place
-from runtime.errors import UsageError
+from runtime.errors import UsageError, check_regular_file
 
 from .legacy_rows import read_row
 from .row_checks import key_problem, verify_rows
@@ -109,9 +109,8 @@ class ResultStore:
             self._acquire()
         packed = self.directory / "results.jsonl.gz"
         for path in (self.live, packed):
-            if path.exists() and not path.is_file() and not path.is_dir():  # a pipe: reading it would wait forever
-                raise UsageError(f"{path}: not a regular file, not a result store; move it away or use another "
-                                 f"{self.named}")
+            if not path.is_dir():  # a folder there is named by _read, as no store
+                check_regular_file(path, "a result store's file")
         if packed.exists() and not self.live.exists():  # a committed, compressed store
             self.path = packed
         self._files = {path: _snapshot(path) for path in (self.live, packed)}
@@ -148,11 +147,11 @@ class ResultStore:
                   f"(line {shown}); the file is left as it is", file=sys.stderr)
         self.done = {row_key(r) for r in self.rows if key_problem(r) is None}  # a bad key is check_rows' to name
 
-    @staticmethod
-    def _read(path: Path) -> bytes:
+    def _read(self, path: Path) -> bytes:
         """A store file's bytes, uncompressed; ``ValueError`` naming the file if it is not a readable store."""
         if path.is_dir():
-            raise UsageError(f"{path}: is a directory, not a result store; move it away or use another --out")
+            other = "" if self._lock is None else f" or use another {self.named}"
+            raise UsageError(f"{path}: is a directory, not a result store; move it away{other}")
         raw = path.read_bytes()
         if path.suffix != ".gz":
             return raw

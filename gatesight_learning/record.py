@@ -38,7 +38,7 @@ from artifacts.files import set_default_mode
 from artifacts.outputs import LABEL_SHARDS
 from runtime import CHATML_ASSISTANT_TURN, EvidenceRequest, adapter_for, encode_text, prefill
 from runtime.batch import PaddedBatch
-from runtime.errors import UsageError
+from runtime.errors import UsageError, check_regular_file
 from workloads.corpus import LABEL_SOURCES, content_digest, label_documents
 
 from .labels import CLOSED_FORM_TOLERANCE, LabelChecks, Sampler, max_normalise, utility_labels
@@ -308,6 +308,7 @@ def label_settings(weights: str, tokens: int, continuations: int, max_new_tokens
 def _open_shard(path: Path):
     """``safe_open`` of a label shard; one that cannot be read (cut short, overwritten) is a
     :class:`~runtime.errors.UsageError` naming it as damaged."""
+    check_regular_file(path, "a label shard")
     try:
         with safe_open(str(path), "pt") as f:
             yield f

@@ -20,6 +20,7 @@ from safetensors.torch import load_file, save_file
 
 from pretrained import loading
 from runtime.adapters import ModelAdapter, adapter_for
+from runtime.errors import check_regular_file
 from runtime.forward import SequenceState, forward_chunk
 
 FILE = Path("calibration") / "calibration.safetensors"
@@ -105,6 +106,7 @@ class Calibration:
     @classmethod
     def load(cls, directory) -> "Calibration":
         path = calibration_path(directory)
+        check_regular_file(path, "a calibration (safetensors)")
         if not path.exists():
             raise FileNotFoundError(
                 f"no calibration at {path}: run `bench calibrate --model {directory}` (one pass over generic text)"

@@ -24,7 +24,7 @@ from safetensors.torch import load_file, save_file
 
 from runtime import EvidenceRequest
 from runtime.adapters import ModelAdapter
-from runtime.errors import MissingFileError, UsageError
+from runtime.errors import MissingFileError, UsageError, check_regular_file
 
 from .base import Press, Scores, ScoringContext
 from .calibration import weights_fingerprint
@@ -162,6 +162,8 @@ class GateSightEstimator:
                 f"no GateSight estimator in {directory}: train one with `bench label --model MODEL` then "
                 "`bench train --model MODEL`"
             )
+        for name in ("gatesight.json", "gatesight.safetensors"):
+            check_regular_file(directory / name, "a GateSight estimator's file")
         config = json.loads((directory / "gatesight.json").read_text())
         layers: dict[int, dict[str, torch.Tensor]] = {}
         for name, tensor in load_file(str(directory / "gatesight.safetensors")).items():

@@ -15,7 +15,7 @@ import torch
 
 import pretrained
 from runtime import adapters
-from runtime.errors import MissingFileError, UsageError
+from runtime.errors import MissingFileError, UsageError, check_regular_file, describe
 
 MODEL_ENV = "HYBRIDPRESS_MODEL"
 """Where the default model is looked up first: a non-editable install has no source checkout beside it."""
@@ -121,8 +121,7 @@ def resolve(model: str | ModelSpec | None) -> Path:
 def read_config(directory: Path) -> dict:
     """The model's ``config.json``; ``ValueError`` naming the file if it is not a JSON object."""
     path = Path(directory) / "config.json"
-    if path.exists() and not path.is_file():  # a pipe would be read forever
-        raise UsageError(f"{path}: not a regular file; a model directory holds its settings in a JSON file there")
+    check_regular_file(path, "the model's settings (JSON)")
     try:
         config = json.loads(path.read_text())
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
@@ -188,6 +187,8 @@ def check_safetensors(path: Path) -> None:
 def check_artifacts(directory: Path) -> None:
     """``ValueError`` naming the first derived artifact (:data:`ARTIFACTS`) of a model directory that cannot be
     read: presses load them only when they score."""
+    for path in (path for pattern in ARTIFACTS for path in sorted(Path(directory).glob(pattern))):
+        check_regular_file(path, "an artifact the bench derived (an estimator, a calibration)")
     for path in _matching(Path(directory), ARTIFACTS):
         if path.suffix == ".safetensors":
             check_safetensors(path)
@@ -247,6 +248,8 @@ def check_not_adapter(directory: Path) -> None:
 def check_tokenizer_files(directory: Path) -> None:
     """``UsageError`` naming ``directory`` unless it holds a tokenizer's vocabulary (:data:`VOCABULARY_FILES`): the
     bench reads the tokenizer from the model directory, and its settings alone (tokenizer_config.json) are not one."""
+    check_regular_file(Path(directory) / "tokenizer.json", "the tokenizer's vocabulary")
+    _check_regular(Path(directory).glob(pattern) for pattern in VOCABULARY_FILES)
     if not _matching(Path(directory), VOCABULARY_FILES):
         settings = " (its tokenizer_config.json alone holds the settings, not the vocabulary)" if _matching(
             Path(directory), TOKENIZER_FILES) else ""
@@ -350,11 +353,11 @@ def part_files(directory: Path, part: str) -> list[Path]:
 
 
 def _check_regular(groups) -> None:
-    """``UsageError`` naming the first path of ``groups`` (iterables of paths) that is there but neither a regular
-    file nor a folder (a pipe, a socket, a device): a library reading it would wait forever or fail unnamed."""
+    """``UsageError`` naming the first path of ``groups`` (iterables of a model's files, as globs find them) that is
+    neither a regular file nor a folder (a ``tokenizer/`` folder is no tokenizer file): a pipe, a socket, a device."""
     for path in (path for group in groups for path in group):
-        if path.exists() and not path.is_file() and not path.is_dir():
-            raise UsageError(f"{path}: not a regular file; a model's files are regular files: copy it there")
+        if not path.is_dir():
+            check_regular_file(path, "a model's file")
 
 
 def _named_weights(directory: Path) -> list[Path]:
@@ -364,12 +367,12 @@ def _named_weights(directory: Path) -> list[Path]:
         name = json.loads(config.read_text()).get("transformers_weights") if config.is_file() else None
     except (ValueError, AttributeError):  # read_config names a damaged config
         return []
-    if not isinstance(name, str) or not (directory / name).exists():
+    if name is not None and not isinstance(name, str):
+        raise UsageError(f"{config}: transformers_weights is {describe(name)}, where transformers takes the name of "
+                         "the weight file (or index) to load; give one, or remove the key")
+    if name is None or not (directory / name).exists():
         return []
-    _check_regular([[directory / name]])
-    if (directory / name).is_dir():
-        raise UsageError(f"{directory / name}: a folder, where config.json's transformers_weights names the weight "
-                         "file transformers loads; copy that file there")
+    check_regular_file(directory / name, "the weight file config.json's transformers_weights names")
     return [directory / name]
 
 
@@ -385,7 +388,7 @@ def indexed_shards(directory: Path, named: list[str] = ()) -> list[Path]:
     found = []
     for name in dict.fromkeys([*WEIGHT_INDEXES, *named]):
         index = Path(directory) / name
-        _check_regular([[index]])
+        check_regular_file(index, "a weight index")
         if not index.is_file():
             continue
         try:
@@ -395,10 +398,8 @@ def indexed_shards(directory: Path, named: list[str] = ()) -> list[Path]:
             raise UsageError(f"{index}: not a weight index (JSON with a weight_map of tensor names to shard files: "
                              f"{type(error).__name__}: {error}); copy it again from where the model came from") \
                 from None
-        _check_regular([paths])
         for path in paths:
-            if path.is_dir():
-                raise UsageError(f"{path}: a folder, where {index} names a weight shard; copy the shard there")
+            check_regular_file(path, f"a weight shard {index} names")
         found += [index, *(path for path in paths if path.is_file())]  # a subfolder too, as transformers reads
     return found
 

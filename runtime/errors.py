@@ -3,6 +3,8 @@ that do not match a store. ``bench`` shows it as one line (exit 2); every other 
 traceback. A ``ValueError``, so that callers that catch or expect one keep working; an argument of the wrong kind is
 its :class:`ArgumentTypeError`, a ``TypeError`` too."""
 
+from pathlib import Path
+
 
 class UsageError(ValueError):
     """Something the user can fix, said in one line: what is wrong and what is allowed."""
@@ -28,3 +30,13 @@ def describe(value) -> str:
     if isinstance(value, type):
         return f"the class {value.__name__}"
     return f"{type(value).__name__} {value!r}"[:120]
+
+
+def check_regular_file(path, what: str) -> None:
+    """:class:`UsageError` naming ``path`` (``what``: the file, as the message names it) where it is there but is no
+    regular file: a pipe, whose reader waits for a writer forever (inside a native reader, past SIGTERM), a socket,
+    a device or a folder, which libraries name by their error number alone."""
+    path = Path(path)
+    if path.exists() and not path.is_file():
+        kind = "a folder" if path.is_dir() else "not a regular file"
+        raise UsageError(f"{path}: {kind}, where {what} belongs; move it away and put the file there")

@@ -10,7 +10,8 @@
 #                fingerprint), so the sweeps start after this step.
 #   sweep2k K/N  shard K of N of the 2,048-token group: five tasks, n = 50, 11 methods × 11 kept fractions + the
 #                full cache. One process a shard (one thread); a store per shard in $OUT/sweep2k/shardK.
-#   sweep4k K/N  the 4,096-token part: n = 30, GateSight's best allocations, KVzip/global, KeyDiff, SnapKV.
+#   sweep4k K/N  the 4,096-token part: n = 30, GateSight's best allocations, KVzip/global, KeyDiff, SnapKV (run
+#                from the worktree below with this script copied in: its METHODS_4K is this one's).
 #   pack         each shard's rows as results.jsonl.gz in $GROUP/in-progress/ (committable, so that the next
 #                session resumes them: bench compare resumes a committed .gz) — run before a session ends.
 #   unpack       the committed shards back into $OUT, to resume them.
@@ -40,7 +41,8 @@ METHODS_2K="gatesight/gate,gatesight/flat,gatesight/pyramid,gatesight[estimator=
 METHODS_2K="$METHODS_2K,kvzip/flat,keydiff/flat,snapkv/flat,triattention/flat,kvpress:TOVAPress/flat"
 METHODS_2K="$METHODS_2K,kvpress:ExpectedAttentionPress/flat"
 FRACTIONS_2K=0.02,0.05,0.1,0.2,0.3,0.4,0.5,0.6,0.7,0.8,0.9
-METHODS_4K="gatesight/gate,gatesight[estimator=$ONE_SCALE]/global,kvzip/global,keydiff/flat,snapkv/flat"
+# GateSight's two best allocations at 2,048 tokens (gate and flat, a tie there) and the one-scale global variant
+METHODS_4K="gatesight/gate,gatesight/flat,gatesight[estimator=$ONE_SCALE]/global,kvzip/global,keydiff/flat,snapkv/flat"
 FRACTIONS_4K=0.05,0.1,0.2,0.3
 step=${1:?"give a step: labels, estimators, sweep2k K/N, sweep4k K/N, pack, unpack or publish"}
 mkdir -p "$OUT" "$GROUP"

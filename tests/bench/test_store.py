@@ -312,5 +312,5 @@ def test_a_read_only_leaderboard_out_is_one_error(tmp_path, capsys, monkeypatch)
 def test_a_store_file_that_is_a_pipe_is_refused_not_read(tmp_path, name, readonly):
     """Probe 67: a pipe in a store file's place hung verify and compare (reading it waits for a writer)."""
     os.mkfifo(tmp_path / name)
-    with pytest.raises(UsageError, match=f"{re.escape(name)}: not a regular file, not a result store"):
+    with pytest.raises(UsageError, match=f"{re.escape(name)}: not a regular file, where a result store.s file belongs"):
         ResultStore(tmp_path, readonly=readonly)

@@ -1,0 +1,97 @@
+"""A pipe, a socket or a folder where the bench reads or rebuilds a file: named in one line before it is read (probes
+67 and 68: a pipe hung compare, label, train or verify — inside a native reader past SIGTERM — and a folder was an
+unnamed "No such device")."""
+
+import json
+import os
+import shutil
+import socket
+
+import pytest
+
+from runtime.errors import UsageError, check_regular_file
+from tests.helpers import run_cli
+
+SMALL_RUN = ["--keep-fractions", "0.5", "--tasks", "niah_single_1", "--length", "300", "--n", "1"]
+
+
+def _socket(path) -> None:
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(path))
+    server.close()
+
+
+MAKERS = {"pipe": os.mkfifo, "socket": _socket, "folder": os.mkdir}
+
+
+@pytest.mark.parametrize("kind", MAKERS)
+def test_the_check_names_what_is_there_and_passes_a_file_or_nothing(tmp_path, kind):
+    MAKERS[kind](tmp_path / "x")
+    shown = "a folder" if kind == "folder" else "not a regular file"
+    with pytest.raises(UsageError, match=f"x: {shown}, where a thing belongs; move it away"):
+        check_regular_file(tmp_path / "x", "a thing")
+    (tmp_path / "y").write_text("")
+    check_regular_file(tmp_path / "y", "a thing")
+    check_regular_file(tmp_path / "z", "a thing")
+
+
+@pytest.mark.parametrize("kind", ["pipe", "folder"])
+@pytest.mark.parametrize("file, method", [
+    ("calibration/calibration.safetensors", ["--press", "triattention"]),
+    ("calibration/calibration.safetensors", ["--press", "keydiff", "--alloc", "gate"]),
+    ("gatesight/gatesight.safetensors", ["--press", "gatesight"]),
+    ("gatesight/gatesight.json", ["--press", "gatesight"]),
+    ("tokenizer.json", ["--press", "keydiff"]),
+])
+def test_a_model_file_that_is_no_file_is_named(model_dir, tmp_path, capsys, kind, file, method):
+    directory = shutil.copytree(model_dir, tmp_path / "model")
+    (directory / file).unlink()
+    MAKERS[kind](directory / file)
+    code, err = run_cli(capsys, "compare", "--model", directory, *method, *SMALL_RUN, "--out", tmp_path / "out")
+    assert code == 2 and f"{directory / file}: " in err and "move it away" in err, err
+
+
+@pytest.mark.parametrize("value", [5, ["model.safetensors"]])
+def test_a_weight_file_name_that_is_no_name_is_named(model_dir, tmp_path, capsys, no_model_load, value):
+    """Probe 68: transformers' raw AttributeError (``'int' object has no attribute 'endswith'``)."""
+    directory = shutil.copytree(model_dir, tmp_path / "model")
+    config = json.loads((directory / "config.json").read_text())
+    (directory / "config.json").write_text(json.dumps({**config, "transformers_weights": value}))
+    code, err = run_cli(capsys, "compare", "--model", directory, "--press", "keydiff", *SMALL_RUN, "--out",
+                        tmp_path / "out")
+    assert code == 2 and "config.json: transformers_weights is" in err and "give one, or remove the key" in err, err
+
+
+@pytest.mark.parametrize("report", ["summary.md", "curves.png"])
+def test_a_report_that_is_a_pipe_is_refused_before_any_work(model_dir, tmp_path, capsys, no_model_load, report):
+    """Probe 68: compare did all its work, then waited forever reading the pipe it was to rebuild."""
+    out = tmp_path / "out"
+    out.mkdir()
+    os.mkfifo(out / report)
+    code, err = run_cli(capsys, "compare", "--model", model_dir, "--press", "keydiff", *SMALL_RUN, "--out", out)
+    assert code == 2 and f"--out {out / report}: is not a regular file, where a file is written" in err, err
+
+
+def test_a_label_shard_that_is_a_pipe_is_named(model_dir, tmp_path, capsys):
+    labels = tmp_path / "labels"
+    assert run_cli(capsys, "label", "--model", model_dir, "--out", labels, "--limit", "1", "--tokens", "48",
+                   "--continuations", "1", "--max-new-tokens", "4")[0] == 0
+    [shard] = labels.glob("*.safetensors")
+    shard.unlink()
+    os.mkfifo(shard)
+    code, err = run_cli(capsys, "train", "--model", model_dir, "--labels", labels, "--out", tmp_path / "estimator")
+    assert code == 2 and f"{shard}: not a regular file, where a label shard belongs" in err, err
+
+
+@pytest.mark.parametrize("name", ["leaderboard.md", "leaderboard.sha256"])
+def test_a_published_file_that_is_a_pipe_is_named_by_verify(model_dir, tmp_path, capsys, name):
+    """Probe 68: a pipe at leaderboard.md hung ``verify --docs``; one at leaderboard.sha256 was called missing."""
+    store = tmp_path / "store"
+    assert run_cli(capsys, "compare", "--model", model_dir, "--press", "keydiff,none", *SMALL_RUN, "--out",
+                   store)[0] == 0
+    docs = tmp_path / "docs"
+    assert run_cli(capsys, "leaderboard", store, "--out", docs)[0] == 0
+    (docs / name).unlink()
+    os.mkfifo(docs / name)
+    code, err = run_cli(capsys, "verify", store, "--docs", docs)
+    assert code == 2 and f"{docs / name}: not a regular file, where a published leaderboard file belongs" in err, err
