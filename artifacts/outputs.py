@@ -180,6 +180,10 @@ def check_place(output: Output) -> None:
     virtual = next((root for root in VIRTUAL if real == root or root in real.parents), None)
     if virtual is not None:
         raise output.refuse(f"{virtual} holds the kernel's virtual files, not results; give a {output.kind} on disk")
+    for link in (path, *path.parents):
+        if link.is_symlink() and not link.exists():  # nothing can be made through it: mkdir says "File exists"
+            raise output.refuse(f"{link} is a link to {os.readlink(link)}, which does not exist (or loops back); "
+                                "remove the link or make what it names")
     existing = _nearest_existing(path)
     if existing == path and output.kind == FILE and not path.is_file():
         what = "a directory" if path.is_dir() else "not a regular file"

@@ -54,7 +54,8 @@ class RunPlan:
     tasks : tuple[str, ...]
         Task names, groups expanded, in order.
     model : str or ModelSpec or None
-        As given; ``model_dir`` is its directory, ``dtype`` and ``device`` what rows record of it.
+        As given; ``model_dir`` is its directory (absolute: rows record its name, and `.` has none), ``dtype`` and
+        ``device`` what rows record of it.
     code : str
         The code version (:func:`bench.store.code_version`) the run's rows carry, fixed once when planned: a source
         edited while a long run goes on changes neither the rows' version nor which rows its summary reads.
@@ -343,7 +344,8 @@ def plan(settings: CompareSettings | RunPlan) -> RunPlan:
     return RunPlan(
         methods=methods, keep_fractions=keep_fractions, tasks=tuple(tasks.expand(settings.tasks)),
         n=n, length=length, profile=settings.profile, seed=seed, haystack=settings.haystack,
-        scbench_data=settings.scbench_data, model=settings.model, model_dir=loading.resolve(settings.model),
+        scbench_data=settings.scbench_data, model=settings.model,
+        model_dir=Path(os.path.abspath(loading.resolve(settings.model))),
         dtype=loading.dtype_name(settings.model), device=loading.device_name(settings.model), engine=settings.engine,
         code=code_version(settings.engine), out=Path(settings.out), jobs=int(settings.jobs), batch=int(settings.batch),
         shard=shard, executor=settings.executor, address=settings.address)

@@ -197,9 +197,11 @@ REPORTS = ("summary.md", "curves.png")
 
 
 def report_outputs(out: Path) -> list[Output]:
-    """Where :func:`write_reports` writes, as a command declares its outputs: a folder or a pipe in a report's place
-    is refused before any work (a pipe would be read forever once the work is done)."""
-    return [Output(Path(out) / name, "--out", kind=FILE, keeps=DERIVED) for name in REPORTS]
+    """Where :func:`write_reports` writes (each report and the hash :func:`~artifacts.files.rebuilt_path` keeps of
+    it), as a command declares its outputs: a folder or a pipe there is refused before any work (a pipe would be read
+    forever once the work is done)."""
+    return [Output(Path(out) / record, "--out", kind=FILE, keeps=DERIVED)
+            for name in REPORTS for record in (name, f".{name}.sha256")]  # each report and its hash record
 
 
 def write_reports(out: Path, rows: list[dict], title: str) -> Path:

@@ -189,6 +189,11 @@ class ResultStore:
         self._created = not self.directory.exists()
         self.directory.mkdir(parents=True, exist_ok=True)
         path = self.directory / ".lock"
+        for own in (path, self.directory / "results.jsonl", self.directory / "results.jsonl.gz"):
+            if own.is_symlink():  # written through, rows would land in the link's target (a model's config.json)
+                raise UsageError(f"{own}: a link to {os.readlink(own)}; a store writes its own files: move the link "
+                                 f"away or use another {self.named}")
+        check_regular_file(path, "a store's lock")
         while True:
             handle = path.open("a+")
             try:
@@ -215,6 +220,7 @@ class ResultStore:
     def writer(directory: Path) -> str | None:
         """The pid (as its lock file holds it, ``unknown`` if none) of the process writing the store in
         ``directory``, or None when none holds its lock (a lock file a killed writer left is no lock)."""
+        check_regular_file(Path(directory) / ".lock", "a store's lock")
         try:
             handle = (Path(directory) / ".lock").open("r")
         except FileNotFoundError:

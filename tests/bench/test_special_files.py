@@ -95,3 +95,55 @@ def test_a_published_file_that_is_a_pipe_is_named_by_verify(model_dir, tmp_path,
     os.mkfifo(docs / name)
     code, err = run_cli(capsys, "verify", store, "--docs", docs)
     assert code == 2 and f"{docs / name}: not a regular file, where a published leaderboard file belongs" in err, err
+
+
+@pytest.mark.parametrize("name", ["results.jsonl", ".lock"])
+def test_a_store_file_that_is_a_link_is_not_written_through(model_dir, tmp_path, capsys, name):
+    """Probe 69: rows were appended through a results.jsonl linked to a model's config.json (the model no longer
+    loaded), and a linked .lock had its target cut to a pid."""
+    target = tmp_path / "elsewhere.json"
+    target.write_text('{"kept": true}\\n')
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / name).symlink_to(target)
+    code, err = run_cli(capsys, "compare", "--model", model_dir, "--press", "keydiff", *SMALL_RUN, "--out", out)
+    assert code == 2 and f"{out / name}: a link to {target}; a store writes its own files" in err, err
+    assert target.read_text() == '{"kept": true}\\n'
+
+
+@pytest.mark.parametrize("command", [["verify"], ["merge", "--out", "{tmp}/merged"]])
+def test_a_lock_that_is_a_pipe_is_named_by_readers(tmp_path, capsys, command):
+    """Probe 69: verify, merge and leaderboard waited forever opening a pipe at a store's .lock."""
+    store = tmp_path / "store"
+    store.mkdir()
+    (store / "results.jsonl").write_text("")
+    os.mkfifo(store / ".lock")
+    argv = [part.format(tmp=tmp_path) for part in command]
+    code, err = run_cli(capsys, argv[0], store, *argv[1:])
+    assert code == 2 and f"{store / '.lock'}: not a regular file, where a store's lock belongs" in err, err
+
+
+def test_a_reports_hash_record_that_is_a_folder_is_refused_before_any_work(model_dir, tmp_path, capsys,
+                                                                          no_model_load):
+    """Probe 69: compare did all its work, moved summary.md aside, then raised IsADirectoryError (exit 1)."""
+    out = tmp_path / "out"
+    (out / ".summary.md.sha256").mkdir(parents=True)
+    code, err = run_cli(capsys, "compare", "--model", model_dir, "--press", "keydiff", *SMALL_RUN, "--out", out)
+    assert code == 2 and f"--out {out / '.summary.md.sha256'}: is a directory, where a file is written" in err, err
+
+
+def test_an_out_that_is_a_dangling_link_is_named(model_dir, tmp_path, capsys, no_model_load):
+    """Probe 69: only "[Errno 17] File exists"."""
+    (tmp_path / "out").symlink_to(tmp_path / "gone")
+    code, err = run_cli(capsys, "compare", "--model", model_dir, "--press", "keydiff", *SMALL_RUN, "--out",
+                        tmp_path / "out")
+    assert code == 2 and f"{tmp_path / 'out'} is a link to {tmp_path / 'gone'}, which does not exist" in err, err
+
+
+def test_a_model_given_as_dot_is_recorded_by_its_folders_name(model_dir, tmp_path, capsys, monkeypatch):
+    """Probe 69: ``--model .`` recorded the model as "", so the same model by its path was another model."""
+    monkeypatch.chdir(model_dir)
+    assert run_cli(capsys, "compare", "--model", ".", "--press", "keydiff,none", *SMALL_RUN, "--out",
+                   tmp_path / "out")[0] == 0
+    rows = [json.loads(line) for line in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
+    assert {row["model"] for row in rows} == {model_dir.name}
