@@ -45,6 +45,11 @@ class Harness:
         self.presses = {spec: prepare(spec.name, self.adapter, self.model_dir, **spec.kwargs) for spec in run.presses}
         self.allocators = {spec: allocators.get(spec.name, **spec.kwargs) for spec in run.allocators}
         self.engine = self._engine()
+        if loading.artifacts_fingerprint(self.model_dir) != identity.artifacts:
+            # replaced (bench calibrate or train --replace) since the run fingerprinted them: rows would record
+            # the old artifacts and hold the new ones' numbers
+            raise UsageError(f"{self.model_dir}: its estimator or calibration changed while this run started (a "
+                             "`bench calibrate` or `bench train --replace` beside it?); run the command again")
         task_settings = tasks.TaskSettings(run.length, self.encode_list, self.tokenizer.decode, run.profile, run.seed,
                                            run.haystack, run.scbench_data)
         self._builders = {}

@@ -326,7 +326,12 @@ def identity(directory: Path) -> ModelIdentity:
     """The :class:`ModelIdentity` of a model directory."""
     directory = Path(directory)
     parts = {part: _digest(directory, part_files(directory, part)) for part in MODEL_PARTS}
-    return ModelIdentity(parts, _digest(directory, _matching(directory, ARTIFACTS)))
+    return ModelIdentity(parts, artifacts_fingerprint(directory))
+
+
+def artifacts_fingerprint(directory: Path) -> str:
+    """:attr:`ModelIdentity.artifacts` alone: what the bench derived and stores beside the model (:data:`ARTIFACTS`)."""
+    return _digest(Path(directory), _matching(Path(directory), ARTIFACTS))
 
 
 def files_fingerprint(directory: Path, patterns) -> str:

@@ -147,3 +147,16 @@ def test_a_model_given_as_dot_is_recorded_by_its_folders_name(model_dir, tmp_pat
                    tmp_path / "out")[0] == 0
     rows = [json.loads(line) for line in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
     assert {row["model"] for row in rows} == {model_dir.name}
+
+
+def test_artifacts_replaced_while_a_run_starts_are_refused(model_dir, tmp_path, capsys, monkeypatch):
+    """Probe 69: a calibration installed between the run's fingerprint and the presses' loading was used under the
+    old fingerprint (verify passed the rows)."""
+    from pretrained import loading
+
+    fingerprinted = loading.identity
+    monkeypatch.setattr(loading, "identity", lambda directory: loading.ModelIdentity(
+        fingerprinted(directory).parts, "0" * 12))  # as the artifacts were before the replacement
+    code, err = run_cli(capsys, "compare", "--model", model_dir, "--press", "triattention", *SMALL_RUN, "--out",
+                        tmp_path / "out")
+    assert code == 2 and "its estimator or calibration changed while this run started" in err, err
