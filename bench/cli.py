@@ -148,6 +148,18 @@ def _user_named(error: OSError, args) -> bool:
     return False
 
 
+def _wrapped_interrupt(error: BaseException) -> KeyboardInterrupt | None:
+    """The interrupt a library turned into another error (a C extension's import stopped by SIGTERM: pybind11 raises
+    ``ImportError: initialization failed`` from it), or None: it is a stop, not a bug."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, KeyboardInterrupt):
+            return error
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return None
+
+
 def _usage_error(error: BaseException, args) -> str | None:
     """The one line that says what the user can fix, or None: an error that is a bug shows its traceback."""
     if isinstance(error, UsageError):
@@ -185,6 +197,9 @@ def main(argv: list[str] | None = None) -> int:
         except KeyboardInterrupt as stop:
             return stopped(stop, f"bench {args.command}", command.interrupted(args))
         except Exception as error:
+            stop = _wrapped_interrupt(error)
+            if stop is not None:
+                return stopped(stop, f"bench {args.command}", command.interrupted(args))
             message = _usage_error(error, args)
             if message is None:
                 raise

@@ -125,6 +125,22 @@ def test_sigterm_is_an_interrupt_that_cleans_up(model_dir, tmp_path, capsys, mon
     assert signal.getsignal(signal.SIGTERM) is before
 
 
+def test_sigterm_a_library_wraps_in_another_error_is_still_a_stop(model_dir, tmp_path, capsys, monkeypatch):
+    """Probe 69: SIGTERM during matplotlib's import (a pybind11 module) surfaced as a raw ``ImportError:
+    initialization failed`` raised from the interrupt."""
+    from bench import stopping
+
+    def import_stopped(*args, **kwargs):
+        try:
+            raise stopping.Terminated
+        except KeyboardInterrupt as stop:
+            raise ImportError("initialization failed") from stop
+    monkeypatch.setattr(compare, "execute", import_stopped)
+    assert main(["compare", "--model", str(model_dir), "--out", str(tmp_path / "out")]) == 143
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "bench compare: terminated; nothing was written yet" in err, err
+
+
 def test_model_eval_interrupted_keeps_the_rows_of_the_tasks_it_finished_and_says_so(model_dir, tmp_path, capsys,
                                                                                     monkeypatch):
     """Ctrl-C during the second task: the first task's rows are in --rows, as the message says (they were lost)."""
