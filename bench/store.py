@@ -108,9 +108,8 @@ class ResultStore:
         if not readonly:
             self._acquire()
         packed = self.directory / "results.jsonl.gz"
-        for path in (self.live, packed):
-            if not path.is_dir():  # a folder there is named by _read, as no store
-                check_regular_file(path, "a result store's file")
+        for path in (self.live, packed):  # a folder or a pipe there is no store (a pipe would be read forever)
+            check_regular_file(path, "a result store's file")
         if packed.exists() and not self.live.exists():  # a committed, compressed store
             self.path = packed
         self._files = {path: _snapshot(path) for path in (self.live, packed)}
@@ -147,11 +146,9 @@ class ResultStore:
                   f"(line {shown}); the file is left as it is", file=sys.stderr)
         self.done = {row_key(r) for r in self.rows if key_problem(r) is None}  # a bad key is check_rows' to name
 
-    def _read(self, path: Path) -> bytes:
+    @staticmethod
+    def _read(path: Path) -> bytes:
         """A store file's bytes, uncompressed; ``ValueError`` naming the file if it is not a readable store."""
-        if path.is_dir():
-            other = "" if self._lock is None else f" or use another {self.named}"
-            raise UsageError(f"{path}: is a directory, not a result store; move it away{other}")
         raw = path.read_bytes()
         if path.suffix != ".gz":
             return raw

@@ -240,7 +240,7 @@ def test_verify_refuses_a_no_prune_row_that_changed(tmp_path, capsys):
     (lambda d: (d / "results.jsonl.gz").write_bytes(b"not gzip at all"), "results.jsonl.gz: not a complete gzip file"),
     (lambda d: (d / "results.jsonl.gz").write_bytes(__import__("gzip").compress(b'{"a": 1}\n' * 100)[:30]),
      "results.jsonl.gz: not a complete gzip file"),
-    (lambda d: (d / "results.jsonl").mkdir(), "results.jsonl: is a directory, not a result store"),
+    (lambda d: (d / "results.jsonl").mkdir(), "results.jsonl: a folder, where a result store's file belongs"),
 ])
 def test_a_damaged_store_is_named(tmp_path, capsys, make, message):
     make(tmp_path)
