@@ -87,8 +87,6 @@ def in_processes(run: RunPlan, identity: loading.ModelIdentity, jobs: Iterable[C
     pending, results = context.Queue(), context.Queue()
     processes = [context.Process(target=_serve, args=(run, identity, pending, results), daemon=True)
                  for _ in range(workers)]
-    for process in processes:
-        process.start()
     feed, ahead, fed = iter(jobs), 0, False
 
     def top_up() -> None:  # a few jobs ahead of the workers: the others are made as they are taken (any --n)
@@ -103,8 +101,10 @@ def in_processes(run: RunPlan, identity: loading.ModelIdentity, jobs: Iterable[C
                 pending.put(job)
                 ahead += 1
 
-    top_up()
     try:
+        for process in processes:
+            process.start()
+        top_up()
         while ahead:
             while True:
                 try:
@@ -122,9 +122,12 @@ def in_processes(run: RunPlan, identity: loading.ModelIdentity, jobs: Iterable[C
             yield payload
     finally:
         for process in processes:
-            if process.is_alive():
-                process.terminate()
-            process.join()
+            if process.pid is not None:  # started (a stop can come while they start)
+                if process.is_alive():
+                    process.terminate()
+                process.join()
+        # Jobs no worker took may still fill the pipe to them: exiting must not wait to flush them to nobody.
+        pending.cancel_join_thread()
 
 
 def in_this_process(harness: Harness, jobs: list[ContextJob], is_done: Callable[[tuple], bool],

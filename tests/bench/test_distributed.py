@@ -174,3 +174,22 @@ def test_a_run_merged_into_one_shards_store_is_told_to_merge_the_shards_first(mo
     with pytest.raises(ValueError, match="is one shard of a sharded run: merge the shards of each run first"):
         merge_stores([tmp_path / "w"], tmp_path / "s0")
     assert (tmp_path / "s0" / "results.jsonl").read_bytes() == before
+
+
+def test_a_stopped_run_with_jobs_still_queued_for_its_workers_exits(tmp_path):
+    """Jobs the workers never took (here they fail before taking any) can be larger than the pipe to them: the
+    driver raises the workers' error and then exits, instead of waiting for ever to flush those jobs at exit."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "stopped.py"
+    script.write_text(
+        "from bench.execution import ContextJob, in_processes\n"
+        "big = frozenset(('niah_single_1', i, 'q', 'keydiff', 'flat', 0.5) for i in range(20000))\n"
+        "jobs = [ContextJob('niah_single_1', i, big) for i in range(8)]  # each ≈ 1 MB pickled, the pipe 64 KiB\n"
+        "try:\n"
+        "    list(in_processes(None, None, jobs, workers=2))  # no run: each worker fails at once\n"
+        "except Exception as error:\n"
+        "    print('raised', type(error).__name__)\n")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.startswith("raised"), done.stderr[-2000:]
