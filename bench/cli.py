@@ -23,7 +23,7 @@ from .learning_commands import ANALYZE, CALIBRATE, LABEL, TRAIN
 from .merge import MERGE
 from .model_commands import DISTILL, MODEL_EVAL, SHIP_ARTIFACTS, TRAIN_MODEL
 from .publish import LEADERBOARD, VERIFY
-from .stopping import StopOnSignals, stopped
+from .stopping import StopOnSignals, WorkerDied, stopped
 
 COMMANDS = (COMPARE, MERGE, LEADERBOARD, VERIFY, COST, FETCH_MODEL, CALIBRATE, TRAIN_MODEL, MODEL_EVAL, DISTILL,
             SHIP_ARTIFACTS, LABEL, TRAIN, ANALYZE)
@@ -177,8 +177,9 @@ def main(argv: list[str] | None = None) -> int:
     """Run ``bench argv``; exit code 0, 2 with a one-line error on stderr for what the user can fix (a flag argparse
     refuses; :class:`~runtime.errors.UsageError`, among them every place the command writes that the output policy
     refuses, :mod:`artifacts.outputs`, checked before the command starts; a file error of a path they named; a full
-    or read-only disk; ``--debug``: with its traceback), or 130 when interrupted (143 on SIGTERM, raised as an
-    interrupt: :class:`bench.stopping.Terminated`). Any other exception is a bug and propagates with its traceback."""
+    or read-only disk; a worker process killed from outside, :class:`bench.stopping.WorkerDied`; ``--debug``: with
+    its traceback), or 130 when interrupted (143 on SIGTERM, raised as an interrupt:
+    :class:`bench.stopping.Terminated`). Any other exception is a bug and propagates with its traceback."""
     with StopOnSignals():
         try:
             args = build_parser().parse_args(argv)
@@ -200,6 +201,9 @@ def main(argv: list[str] | None = None) -> int:
             stop = _wrapped_interrupt(error)
             if stop is not None:
                 return stopped(stop, f"bench {args.command}", command.interrupted(args))
+            if isinstance(error, WorkerDied):
+                print(f"bench {args.command}: error: {error}; {command.interrupted(args)}", file=sys.stderr)
+                return 2
             message = _usage_error(error, args)
             if message is None:
                 raise

@@ -14,6 +14,7 @@ import os
 import sys
 from collections import defaultdict
 from collections.abc import Sequence
+from contextlib import closing
 
 from tqdm import tqdm
 
@@ -227,9 +228,10 @@ def _run(run: RunPlan, identity: loading.ModelIdentity, store: ResultStore, show
             # only this process writes the store, whoever answers the contexts; it loads no model itself
             results = (in_ray(run, identity, jobs, workers) if run.executor == "ray"
                        else in_processes(run, identity, jobs, workers))
-            for rows in results:
-                for row in rows:
-                    store.append(row)
-                bar.update(per_context)
+            with closing(results):  # its workers stopped now, whatever stops this loop
+                for rows in results:
+                    for row in rows:
+                        store.append(row)
+                    bar.update(per_context)
     finally:  # an error then starts on a line of its own
         bar.close()

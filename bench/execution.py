@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import multiprocessing
 import queue
+import signal
 import threading
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import islice
 
 import torch
+from tqdm import tqdm
+from transformers.utils import logging as transformers_logging
 
 from pretrained import loading
 from runtime.errors import UsageError
@@ -23,6 +27,10 @@ from runtime.errors import UsageError
 from .context_run import ContextRun
 from .harness import Harness
 from .plan import RunPlan
+from .stopping import WorkerDied
+
+DRIVER_CHECK_SECONDS = 1.0
+"""How often a worker waiting for a job looks whether its driver is still there."""
 
 RAY_CONNECT_SECONDS = 60.0
 """How long ``ray.init`` may take to join the cluster at ``--address``: a server that answers as gRPC but is not
@@ -67,13 +75,46 @@ class ContextWorker:
 
 
 def _serve(run: RunPlan, identity: loading.ModelIdentity, jobs, results) -> None:
-    """A worker process: answer jobs until the driver sends None; an error goes back to the driver and ends it."""
+    """A worker process: answer jobs until the driver sends None or is gone; an error goes back to the driver and
+    ends it."""
+    # tqdm's default lock is a named semaphore under spawn: a worker the driver terminates would leave it behind, and
+    # the resource tracker would report it as leaked after the driver's last line
+    tqdm.set_lock(threading.RLock())
+    transformers_logging.disable_progress_bar()  # a worker's loading bars would cut through the driver's bar
     try:
         worker = ContextWorker(run, identity)
-        for job in iter(jobs.get, None):
+        while (job := _next_job(jobs)) is not None:
             results.put(("rows", job, worker.rows(job)))
     except BaseException as error:  # noqa: BLE001 - the driver re-raises it with its own type and message
         results.put(("error", None, error))
+    if not multiprocessing.parent_process().is_alive():
+        results.cancel_join_thread()  # rows nobody will read must not keep this process from exiting
+
+
+def _next_job(jobs) -> ContextJob | None:
+    """The driver's next job, or None when it sends None or is gone (killed by SIGKILL or the out-of-memory killer:
+    its workers hold the queue's pipe open themselves, so they would wait on it for ever, each holding a model)."""
+    while True:
+        try:
+            return jobs.get(timeout=DRIVER_CHECK_SECONDS)
+        except queue.Empty:
+            if not multiprocessing.parent_process().is_alive():
+                return None
+
+
+@contextmanager
+def _interrupts_held():
+    """Ctrl-C held back from the processes started inside (they inherit the blocked signal, so a terminal's Ctrl-C,
+    which reaches its whole process group, stops the driver alone, which then stops them); a no-op outside the main
+    thread."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)  # a Ctrl-C that came meanwhile is raised here
 
 
 def in_processes(run: RunPlan, identity: loading.ModelIdentity, jobs: Iterable[ContextJob],
@@ -81,7 +122,7 @@ def in_processes(run: RunPlan, identity: loading.ModelIdentity, jobs: Iterable[C
     """The rows of every job, context by context as workers finish them, from ``workers`` spawned processes.
 
     A worker's exception is raised here as it was raised there; a worker that dies without one (killed, out of
-    memory) is a ``RuntimeError`` naming its exit code.
+    memory) is a :class:`WorkerDied` naming its exit code.
     """
     context = multiprocessing.get_context("spawn")
     pending, results = context.Queue(), context.Queue()
@@ -102,8 +143,9 @@ def in_processes(run: RunPlan, identity: loading.ModelIdentity, jobs: Iterable[C
                 ahead += 1
 
     try:
-        for process in processes:
-            process.start()
+        with _interrupts_held():
+            for process in processes:
+                process.start()
         top_up()
         while ahead:
             while True:
@@ -113,8 +155,8 @@ def in_processes(run: RunPlan, identity: loading.ModelIdentity, jobs: Iterable[C
                 except queue.Empty:
                     dead = [p for p in processes if not p.is_alive() and p.exitcode not in (0, None)]
                     if dead:
-                        raise RuntimeError(f"a worker process died (exit code {dead[0].exitcode}) before "
-                                           "finishing its context; rerun to resume") from None
+                        raise WorkerDied(f"a worker process died ({_how_it_ended(dead[0].exitcode)}) before "
+                                         "finishing its context") from None
             if kind == "error":
                 raise payload
             ahead -= 1
@@ -128,6 +170,17 @@ def in_processes(run: RunPlan, identity: loading.ModelIdentity, jobs: Iterable[C
                 process.join()
         # Jobs no worker took may still fill the pipe to them: exiting must not wait to flush them to nobody.
         pending.cancel_join_thread()
+        pending.close()
+        results.close()
+
+
+def _how_it_ended(exitcode: int) -> str:
+    """A dead worker's exit code, in words: a negative one is the signal that killed it."""
+    if exitcode < 0:
+        name = signal.Signals(-exitcode).name if -exitcode in signal.valid_signals() else str(-exitcode)
+        oom = ", as the out-of-memory killer does" if -exitcode == signal.SIGKILL else ""
+        return f"killed by {name}{oom}"
+    return f"exit code {exitcode}"
 
 
 def in_this_process(harness: Harness, jobs: list[ContextJob], is_done: Callable[[tuple], bool],

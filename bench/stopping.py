@@ -14,6 +14,11 @@ class Terminated(KeyboardInterrupt):
     temporary folder, a store's lock — is cleaned up on it too."""
 
 
+class WorkerDied(RuntimeError):
+    """A worker process of a run ended without an answer or an error of its own: killed from outside (SIGKILL, the
+    out-of-memory killer). Not a bug: what was finished is kept, and the same command resumes the run."""
+
+
 def _terminate(signum, frame) -> None:
     raise Terminated
 

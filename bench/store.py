@@ -190,6 +190,11 @@ class ResultStore:
             if own.is_symlink():  # written through, rows would land in the link's target (a model's config.json)
                 raise UsageError(f"{own}: a link to {os.readlink(own)}; a store writes its own files: move the link "
                                  f"away or use another {self.named}")
+        for own in (path, self.directory / "results.jsonl"):  # the files written in place (the .gz is only read)
+            if own.exists() and own.stat().st_nlink > 1:  # a hard link: the same file under another name, written too
+                raise UsageError(f"{own}: one file with {own.stat().st_nlink} names (a hard link: `cp -al`, a "
+                                 "snapshot, or a file of elsewhere); a store writes its own files: copy it with "
+                                 f"`cp -r`, or use another {self.named}")
         check_regular_file(path, "a store's lock")
         while True:
             handle = path.open("a+")

@@ -193,3 +193,106 @@ def test_a_stopped_run_with_jobs_still_queued_for_its_workers_exits(tmp_path):
         "    print('raised', type(error).__name__)\n")
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.startswith("raised"), done.stderr[-2000:]
+
+
+def _start_compare(model_dir, out):
+    """``bench compare --jobs 2`` in a session of its own (a terminal's process group), 40 contexts to answer."""
+    import os
+    import subprocess
+    import sys
+
+    argv = [sys.executable, "-m", "bench.entry", "compare", "--model", str(model_dir), "--out", str(out), "--jobs", "2",
+            "--press", "keydiff", "--keep-fractions", "0.5", "--tasks", "niah_single_1", "--n", "40", "--length", "384"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HYBRIDPRESS_CACHE": str(out.parent / "cache")}
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True)
+
+
+def _workers(driver_pid, count=2, seconds=60.0):
+    """The pids of the driver's ``count`` worker processes, once they are all started."""
+    import time
+    from pathlib import Path
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        found = []
+        for proc in Path("/proc").glob("[0-9]*"):
+            try:
+                parent = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                if parent == driver_pid and b"spawn_main" in (proc / "cmdline").read_bytes():
+                    found.append(int(proc.name))
+            except (OSError, IndexError, ValueError):  # a process that ended meanwhile
+                continue
+        if len(found) == count:
+            return found
+        time.sleep(0.05)
+    raise AssertionError(f"the driver {driver_pid} did not start {count} workers in {seconds} s")
+
+
+def _answering(out, seconds=120.0):
+    """Once the first rows are in the store: the workers have loaded the model and answer contexts."""
+    import time
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if (out / "results.jsonl").exists() and (out / "results.jsonl").stat().st_size:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"no row reached {out} in {seconds} s")
+
+
+def _gone(pid, seconds=60.0):
+    import os
+    import time
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.1)
+    os.kill(pid, 9)
+    return False
+
+
+def test_the_workers_of_a_driver_killed_by_sigkill_end(model_dir, tmp_path):
+    """A driver killed outright (SIGKILL, the out-of-memory killer) runs no cleanup: its workers notice it is gone
+    and end, instead of each waiting for ever on the job queue with a model loaded."""
+    import os
+    import signal
+
+    driver = _start_compare(model_dir, tmp_path / "out")
+    workers = _workers(driver.pid)
+    os.kill(driver.pid, signal.SIGKILL)
+    driver.wait(timeout=60)
+    assert all([_gone(pid) for pid in workers])
+
+
+@pytest.mark.parametrize("stop", ["one worker killed", "ctrl-c in the terminal"])
+def test_a_run_whose_workers_are_stopped_from_outside_ends_in_one_line(model_dir, tmp_path, stop):
+    """One worker killed (the out-of-memory killer) is one line naming the signal; a terminal's Ctrl-C, which reaches
+    every process of its group, stops the driver alone (the workers hold it back), which then stops them: one line
+    and 130, no traceback of a worker. What was finished is kept either way."""
+    import os
+    import signal
+
+    out = tmp_path / "out"
+    driver = _start_compare(model_dir, out)
+    workers = _workers(driver.pid)
+    _answering(out)
+    if stop == "one worker killed":
+        os.kill(workers[-1], signal.SIGKILL)
+    else:
+        os.killpg(driver.pid, signal.SIGINT)
+    _, err = driver.communicate(timeout=120)
+    last = err.strip().splitlines()[-1]
+    if stop == "one worker killed":
+        assert driver.returncode == 2, err
+        assert last.startswith("bench compare: error: a worker process died (killed by SIGKILL, as the out-of-memory "
+                               "killer does) before finishing its context; what was finished is kept in"), err
+    else:
+        assert driver.returncode == 130, err
+        assert last.startswith("bench compare: interrupted; what was finished is kept in"), err
+    assert "Traceback" not in err and "leaked" not in err, err
+    assert all([_gone(pid) for pid in workers])

@@ -97,17 +97,22 @@ def test_a_published_file_that_is_a_pipe_is_named_by_verify(model_dir, tmp_path,
     assert code == 2 and f"{docs / name}: not a regular file, where a published leaderboard file belongs" in err, err
 
 
+@pytest.mark.parametrize("link", ["symbolic", "hard"])
 @pytest.mark.parametrize("name", ["results.jsonl", ".lock"])
-def test_a_store_file_that_is_a_link_is_not_written_through(model_dir, tmp_path, capsys, name):
-    """Probe 69: rows were appended through a results.jsonl linked to a model's config.json (the model no longer
-    loaded), and a linked .lock had its target cut to a pid."""
+def test_a_store_file_that_is_a_link_is_not_written_through(model_dir, tmp_path, capsys, name, link):
+    """Probes 69 and 70: rows were appended through a results.jsonl linked to a model's config.json (the model no
+    longer loaded), and a linked .lock had its target cut to a pid — through a symbolic link, then a hard one."""
     target = tmp_path / "elsewhere.json"
     target.write_text('{"kept": true}\\n')
     out = tmp_path / "out"
     out.mkdir()
-    (out / name).symlink_to(target)
+    if link == "symbolic":
+        (out / name).symlink_to(target)
+    else:
+        os.link(target, out / name)
     code, err = run_cli(capsys, "compare", "--model", model_dir, "--press", "keydiff", *SMALL_RUN, "--out", out)
-    assert code == 2 and f"{out / name}: a link to {target}; a store writes its own files" in err, err
+    named = f"a link to {target}" if link == "symbolic" else "one file with 2 names (a hard link"
+    assert code == 2 and f"{out / name}: {named}" in err and "a store writes its own files" in err, err
     assert target.read_text() == '{"kept": true}\\n'
 
 
