@@ -190,7 +190,8 @@ def check_place(output: Output) -> None:
         raise output.refuse(f"is {what}, where a file is written; move it away or give another place")
     if existing != path or output.kind == FOLDER:
         if not existing.is_dir():
-            raise output.refuse(f"{existing} is a file, not a directory")
+            what = "a file" if existing.is_file() else "not a regular file"
+            raise output.refuse(f"{existing} is {what}, not a directory")
     folder = existing if existing.is_dir() else existing.parent
     if not os.access(folder, os.W_OK | os.X_OK):
         raise output.refuse(f"{folder} is not writable")

@@ -120,11 +120,13 @@ def write_leaderboard(stores: list[Path], out: Path, resamples: int = RESAMPLES)
             f"prune is below {ACCURACY_FLOOR:.0%}.", ""]
     writer = csv.writer(table)
     writer.writerow(["group", "method", "task", "keep_fraction", "items", "metric", "mean", "low", "high"])
+    earlier = _listed(out / MANIFEST)
+    recorded = recorded_digests(out / MANIFEST)
     images = []
     for number, (key, group) in enumerate(group_rows(rows).items(), start=1):
         report = GroupReport(group, resamples)
         png = "leaderboard.png" if number == 1 else f"leaderboard-{number}.png"
-        images.append(plot_curves(group, out / png, group_title(key), resamples))
+        images.append(_record(recorded, plot_curves(group, out / png, group_title(key), resamples)))
         text += [f"## {group_title(key)}", "", f"![task-averaged accuracy and ΔNLL against kept fraction]({png})",
                  "", report.markdown(PAIRWISE_KEEP_FRACTIONS)]
         text += table3_markdown(report) + table4_markdown(report) + needle_recall_markdown(group, resamples)
@@ -143,14 +145,29 @@ def write_leaderboard(stores: list[Path], out: Path, resamples: int = RESAMPLES)
     if official:
         text += ["## SCBench under the official scorers (sensitivity; the tables above use the revised scorers)", "",
                  summary_markdown([{**r, "score": r["score_official"]} for r in official], resamples=resamples)]
-    cells = write_text(out / CELLS, table.getvalue())
-    markdown = write_text(out / MARKDOWN, "\n".join(text))
-    earlier = _listed(out / MANIFEST)
+    cells = _record(recorded, write_text(out / CELLS, table.getvalue()))
+    markdown = _record(recorded, write_text(out / MARKDOWN, "\n".join(text)))
     written = [markdown, cells, *images]
     write_text(out / MANIFEST, "".join(f"{sha256_of(path)}  {path.name}\n" for path in written))
     for name in sorted(earlier - {path.name for path in written}):  # an image of a group this build does not have
         (out / name).unlink(missing_ok=True)
     return markdown
+
+
+def recorded_digests(manifest: Path) -> dict[str, str]:
+    """``{file name: sha256}`` of an earlier build's :data:`MANIFEST`; empty if there is none or it is unreadable."""
+    try:
+        return read_manifest(manifest)
+    except UsageError:
+        return {}
+
+
+def _record(recorded: dict[str, str], path: Path) -> Path:
+    """``path`` entered in its folder's :data:`MANIFEST` beside ``recorded`` as soon as it is written, so that a build
+    stopped before its end leaves no file of its own that the next build refuses as written by hand."""
+    recorded[path.name] = sha256_of(path)
+    write_text(path.parent / MANIFEST, "".join(f"{digest}  {name}\n" for name, digest in recorded.items()))
+    return path
 
 
 def _listed(manifest: Path) -> set[str]:

@@ -9,12 +9,21 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
-from artifacts.outputs import DERIVED, LEADERBOARD_PAGE, Output, other_kind
+from artifacts.outputs import DERIVED, FILE, LEADERBOARD_PAGE, Output, other_kind
 from runtime.errors import UsageError, check_regular_file
 
 from .arguments import Command
 from .completeness import check_given_once, check_stores
-from .leaderboard import MANIFEST, MARKDOWN, PUBLISHED, read_manifest, sha256_of, write_leaderboard
+from .leaderboard import (
+    CELLS,
+    MANIFEST,
+    MARKDOWN,
+    PUBLISHED,
+    read_manifest,
+    recorded_digests,
+    sha256_of,
+    write_leaderboard,
+)
 from .store import open_stores
 
 DIFF_LINES = 20
@@ -24,8 +33,9 @@ DIFF_LINES = 20
 def _check_docs(docs: Path) -> None:
     """``UsageError`` unless ``docs`` is a folder holding a published leaderboard (``verify --docs``)."""
     if docs.exists() and not docs.is_dir():
-        raise UsageError(f"--docs {docs} is a file; give the directory a published leaderboard is in (the --out "
-                         f"of `bench leaderboard`, holding {MARKDOWN} and {MANIFEST})")
+        what = "a file" if docs.is_file() else "not a regular file"
+        raise UsageError(f"--docs {docs} is {what}, not a directory; give the directory a published leaderboard is "
+                         f"in (the --out of `bench leaderboard`, holding {MARKDOWN} and {MANIFEST})")
     if not docs.is_dir():
         raise UsageError(f"--docs {docs}: no such directory; `bench leaderboard STORES --out {docs}` writes it")
     other = other_kind(docs, LEADERBOARD_PAGE)
@@ -144,11 +154,7 @@ def run_verify(args: argparse.Namespace) -> None:
 def _not_built_here(path: Path) -> str | None:
     """What a file a leaderboard rebuilds is when no earlier build wrote it as it is now (its SHA-256 is not the
     one the folder's :data:`MANIFEST` records): written or edited by hand, which a rebuild would lose."""
-    try:
-        recorded = read_manifest(path.parent / MANIFEST)
-    except UsageError:
-        recorded = {}
-    if recorded.get(path.name) == sha256_of(path):
+    if recorded_digests(path.parent / MANIFEST).get(path.name) == sha256_of(path):
         return None
     return (f"{path.name} there was not written by bench leaderboard as it is now (its SHA-256 is not in "
             f"{MANIFEST}: written or edited by hand), and a leaderboard is rebuilt whole; move it, or give another "
@@ -161,7 +167,10 @@ def _leaderboard_outputs(args: argparse.Namespace) -> list[Output]:
     out = Path(args.out)
     names = [path for path in sorted(out.glob("leaderboard*")) if path.name == MARKDOWN or PUBLISHED.fullmatch(
         path.name)] if out.is_dir() else []
-    return [Output(out, "--out", keeps=DERIVED, held=tuple(names), foreign=_not_built_here, kind_of=LEADERBOARD_PAGE)]
+    # every file it writes, where a folder or a pipe would stop the build half way: refused before any work
+    files = sorted({*names, *(out / name for name in (MARKDOWN, CELLS, MANIFEST, "leaderboard.png"))})
+    return [Output(out, "--out", keeps=DERIVED, held=tuple(names), foreign=_not_built_here, kind_of=LEADERBOARD_PAGE),
+            *(Output(path, "--out", kind=FILE, keeps=DERIVED) for path in files)]
 
 
 LEADERBOARD = Command("leaderboard", "leaderboard.md, CSV and PNG from result stores", add_leaderboard_arguments,

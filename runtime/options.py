@@ -34,9 +34,12 @@ def _kind(annotation, default):
 
 
 def _from_text(value, kind):
-    """``kind(value)`` of text (None for text that is not one); any other value as it is."""
+    """``kind(value)`` of text (None for text that is not one); any other value as it is. A number is written in
+    ASCII digits without ``_``: Python reads ``"２"`` as 2 and ``"2_0"`` as 20, which no one typing a number means."""
     if not isinstance(value, str):
         return value
+    if not value.isascii() or "_" in value:
+        return None
     try:
         return kind(value.strip())
     except ValueError:

@@ -231,3 +231,13 @@ def test_compare_with_keep_fractions_twice_is_refused_before_any_work(tmp_path, 
                         "--out", tmp_path / "out")
     assert code == 2 and "--keep-fractions is given twice: give it once (only the last would count)" in err, err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("text", ["１２", "1_2"])
+def test_an_option_in_other_digits_is_refused_as_the_flags_are(text):
+    """Probe 70: ``--press-options window=１２`` ran as window=12, where every numeric flag refuses such digits."""
+    import presses
+
+    with pytest.raises(UsageError, match=f"snapkv option window='{text}': expected an integer"):
+        presses.get("snapkv", window=text)
+    assert presses.get("snapkv", window=" 12 ").window == 12

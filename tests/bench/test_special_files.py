@@ -97,6 +97,44 @@ def test_a_published_file_that_is_a_pipe_is_named_by_verify(model_dir, tmp_path,
     assert code == 2 and f"{docs / name}: not a regular file, where a published leaderboard file belongs" in err, err
 
 
+@pytest.mark.parametrize("name", ["leaderboard.md", "leaderboard.csv", "leaderboard.png", "leaderboard-2.png",
+                                  "leaderboard.sha256"])
+def test_a_folder_at_a_leaderboard_file_is_refused_before_any_work(model_dir, tmp_path, capsys, name):
+    """Probe 70: leaderboard wrote some files, then raised IsADirectoryError at the folder."""
+    store = tmp_path / "store"
+    assert run_cli(capsys, "compare", "--model", model_dir, "--press", "keydiff,none", *SMALL_RUN, "--out",
+                   store)[0] == 0
+    docs = tmp_path / "docs"
+    (docs / name).mkdir(parents=True)
+    code, err = run_cli(capsys, "leaderboard", store, "--out", docs)
+    assert code == 2 and f"--out {docs / name}: is a directory, where a file is written" in err, err
+    assert [path.name for path in docs.iterdir()] == [name]
+
+
+def test_a_leaderboard_stopped_half_way_is_rebuilt_by_the_next(model_dir, tmp_path, capsys, monkeypatch):
+    """Probe 70: the files a stopped build had written were not in its record, so the next build refused them as
+    written by hand, and verify asked for that build."""
+    from bench import leaderboard
+
+    store = tmp_path / "store"
+    assert run_cli(capsys, "compare", "--model", model_dir, "--press", "keydiff,none", *SMALL_RUN, "--out",
+                   store)[0] == 0
+    docs = tmp_path / "docs"
+
+    def stopped(path, text):  # the build stops at leaderboard.md, after the image and the table are written
+        if path.name == leaderboard.MARKDOWN:
+            raise KeyboardInterrupt
+        return original(path, text)
+
+    original = leaderboard.write_text
+    monkeypatch.setattr(leaderboard, "write_text", stopped)
+    assert run_cli(capsys, "leaderboard", store, "--out", docs)[0] == 130
+    assert {path.name for path in docs.iterdir()} >= {"leaderboard.png", "leaderboard.csv"}
+    monkeypatch.setattr(leaderboard, "write_text", original)
+    assert run_cli(capsys, "leaderboard", store, "--out", docs)[0] == 0
+    assert run_cli(capsys, "verify", store, "--docs", docs)[0] == 0
+
+
 @pytest.mark.parametrize("link", ["symbolic", "hard"])
 @pytest.mark.parametrize("name", ["results.jsonl", ".lock"])
 def test_a_store_file_that_is_a_link_is_not_written_through(model_dir, tmp_path, capsys, name, link):
@@ -165,3 +203,16 @@ def test_artifacts_replaced_while_a_run_starts_are_refused(model_dir, tmp_path, 
     code, err = run_cli(capsys, "compare", "--model", model_dir, "--press", "triattention", *SMALL_RUN, "--out",
                         tmp_path / "out")
     assert code == 2 and "its estimator or calibration changed while this run started" in err, err
+
+
+@pytest.mark.parametrize("command", [["merge", "{store}", "--out", "{pipe}"],
+                                     ["verify", "{store}", "--docs", "{pipe}"]])
+def test_a_pipe_where_a_folder_belongs_is_not_called_a_file(tmp_path, capsys, command):
+    """Probe 70: a pipe (or /dev/null) given as a folder was called "a file"."""
+    store = tmp_path / "store"
+    store.mkdir()
+    (store / "results.jsonl").write_text("")
+    os.mkfifo(tmp_path / "pipe")
+    argv = [part.format(store=store, pipe=tmp_path / "pipe") for part in command]
+    code, err = run_cli(capsys, *argv)
+    assert code == 2 and f"{tmp_path / 'pipe'} is not a regular file, not a directory" in err, err
