@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable
 
+from runtime import signals
 from runtime.errors import UsageError
 
 
@@ -143,15 +144,21 @@ def install(written: list[Path], target: Path, superseded: list[Path] = (),
     """
     target.mkdir(parents=True, exist_ok=True)
     old = [path for path in dict.fromkeys([target / f.name for f in written] + list(superseded)) if path.exists()]
-    if old:
-        backup = backup_path(target)
-        backup.mkdir(parents=True)
-        for path in old:
-            os.replace(path, backup / path.name)
-        log(f"moved the previous {', '.join(p.name for p in old)} to {backup}")
-    installed = []
+    backup = backup_path(target) if old else None
     for path in written:
         set_default_mode(path)
-        os.replace(path, target / path.name)
-        installed.append(target / path.name)
-    return installed
+    try:
+        with signals.held():  # a stop between these renames would leave half an artifact, or none, in target
+            if backup is not None:
+                backup.mkdir(parents=True)
+                for path in old:
+                    os.replace(path, backup / path.name)
+            for path in written:
+                os.replace(path, target / path.name)
+    except KeyboardInterrupt as stop:  # it came during the renames, which were finished first: say so
+        stop.what_is_kept = f"the new files were installed whole in {target} before it stopped" + (
+            f" (the previous ones are in {backup})" if backup is not None else "")
+        raise
+    if backup is not None:
+        log(f"moved the previous {', '.join(p.name for p in old)} to {backup}")
+    return [target / path.name for path in written]

@@ -195,8 +195,9 @@ def main(argv: list[str] | None = None) -> int:
             check_outside_the_cache(outputs)
             check_outputs(outputs)
             command.run(args)
-        except KeyboardInterrupt as stop:
-            return stopped(stop, f"bench {args.command}", command.interrupted(args))
+        except KeyboardInterrupt as stop:  # what it kept: the command's rule, or what was done as it came
+            return stopped(stop, f"bench {args.command}", getattr(stop, "what_is_kept", None) or
+                           command.interrupted(args))
         except Exception as error:
             stop = _wrapped_interrupt(error)
             if stop is not None:

@@ -13,7 +13,6 @@ import queue
 import signal
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import islice
 
@@ -22,6 +21,7 @@ from tqdm import tqdm
 from transformers.utils import logging as transformers_logging
 
 from pretrained import loading
+from runtime import signals
 from runtime.errors import UsageError
 
 from .context_run import ContextRun
@@ -94,27 +94,12 @@ def _serve(run: RunPlan, identity: loading.ModelIdentity, jobs, results) -> None
 def _next_job(jobs) -> ContextJob | None:
     """The driver's next job, or None when it sends None or is gone (killed by SIGKILL or the out-of-memory killer:
     its workers hold the queue's pipe open themselves, so they would wait on it for ever, each holding a model)."""
-    while True:
+    while multiprocessing.parent_process().is_alive():  # before each job too: the jobs queued are the driver's
         try:
             return jobs.get(timeout=DRIVER_CHECK_SECONDS)
         except queue.Empty:
-            if not multiprocessing.parent_process().is_alive():
-                return None
-
-
-@contextmanager
-def _interrupts_held():
-    """Ctrl-C held back from the processes started inside (they inherit the blocked signal, so a terminal's Ctrl-C,
-    which reaches its whole process group, stops the driver alone, which then stops them); a no-op outside the main
-    thread."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)  # a Ctrl-C that came meanwhile is raised here
+            continue
+    return None
 
 
 def in_processes(run: RunPlan, identity: loading.ModelIdentity, jobs: Iterable[ContextJob],
@@ -143,7 +128,7 @@ def in_processes(run: RunPlan, identity: loading.ModelIdentity, jobs: Iterable[C
                 ahead += 1
 
     try:
-        with _interrupts_held():
+        with signals.held({signal.SIGINT}):  # the workers inherit it: a terminal's Ctrl-C stops the driver alone
             for process in processes:
                 process.start()
         top_up()

@@ -10,13 +10,19 @@ knows the images drawn with these tables.
 from __future__ import annotations
 
 import csv
+import fcntl
 import hashlib
 import io
+import os
 import re
+import tempfile
 from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from artifacts.files import write_text
+from runtime import signals
 from runtime.errors import UsageError
 
 from .completeness import check_stores
@@ -103,7 +109,10 @@ def needle_recall_markdown(rows: list[dict], resamples: int = RESAMPLES) -> list
 
 def write_leaderboard(stores: list[Path], out: Path, resamples: int = RESAMPLES) -> Path:
     """``leaderboard.md``, ``leaderboard.csv``, one PNG per setting group and their :data:`MANIFEST`, from one or
-    more result stores; returns the path of ``leaderboard.md``."""
+    more result stores; returns the path of ``leaderboard.md``.
+
+    Everything is built in a scratch folder in ``out``, then moved in at once (a stop cannot leave one build's image
+    beside another's tables); one build writes ``out`` at a time."""
     opened = open_stores(stores)
     # a report never shows a NaN as a blank cell, nor a fraction above 1, nor stops on a value that is not a number;
     # nor a section of an unfinished run, nor the mean of two rows that contradict each other, nor a row counted twice
@@ -112,6 +121,21 @@ def write_leaderboard(stores: list[Path], out: Path, resamples: int = RESAMPLES)
     if not rows:
         raise UsageError(f"no results in {', '.join(map(str, stores))}: run `bench compare` first")
     out.mkdir(parents=True, exist_ok=True)
+    with _sole_builder(out), tempfile.TemporaryDirectory(dir=out, prefix=".leaderboard-build-") as scratch:
+        built = _build(rows, Path(scratch), resamples)
+        manifest = write_text(Path(scratch) / MANIFEST, "".join(f"{sha256_of(path)}  {path.name}\n"
+                                                                for path in built))
+        earlier = _listed(out / MANIFEST)
+        with signals.held():
+            for path in [*built, manifest]:
+                os.replace(path, out / path.name)
+            for name in sorted(earlier - {path.name for path in built}):  # a group this build does not have
+                (out / name).unlink(missing_ok=True)
+    return out / MARKDOWN
+
+
+def _build(rows: list[dict], out: Path, resamples: int) -> list[Path]:
+    """The leaderboard's markdown, CSV and images of ``rows``, written in ``out``."""
     table = io.StringIO(newline="")
     text = ["# Leaderboard", "",
             "Every cell: mean [95 % paired-bootstrap interval over items, "
@@ -120,13 +144,11 @@ def write_leaderboard(stores: list[Path], out: Path, resamples: int = RESAMPLES)
             f"prune is below {ACCURACY_FLOOR:.0%}.", ""]
     writer = csv.writer(table)
     writer.writerow(["group", "method", "task", "keep_fraction", "items", "metric", "mean", "low", "high"])
-    earlier = _listed(out / MANIFEST)
-    recorded = recorded_digests(out / MANIFEST)
     images = []
     for number, (key, group) in enumerate(group_rows(rows).items(), start=1):
         report = GroupReport(group, resamples)
         png = "leaderboard.png" if number == 1 else f"leaderboard-{number}.png"
-        images.append(_record(recorded, plot_curves(group, out / png, group_title(key), resamples)))
+        images.append(plot_curves(group, out / png, group_title(key), resamples))
         text += [f"## {group_title(key)}", "", f"![task-averaged accuracy and ΔNLL against kept fraction]({png})",
                  "", report.markdown(PAIRWISE_KEEP_FRACTIONS)]
         text += table3_markdown(report) + table4_markdown(report) + needle_recall_markdown(group, resamples)
@@ -145,13 +167,23 @@ def write_leaderboard(stores: list[Path], out: Path, resamples: int = RESAMPLES)
     if official:
         text += ["## SCBench under the official scorers (sensitivity; the tables above use the revised scorers)", "",
                  summary_markdown([{**r, "score": r["score_official"]} for r in official], resamples=resamples)]
-    cells = _record(recorded, write_text(out / CELLS, table.getvalue()))
-    markdown = _record(recorded, write_text(out / MARKDOWN, "\n".join(text)))
-    written = [markdown, cells, *images]
-    write_text(out / MANIFEST, "".join(f"{sha256_of(path)}  {path.name}\n" for path in written))
-    for name in sorted(earlier - {path.name for path in written}):  # an image of a group this build does not have
-        (out / name).unlink(missing_ok=True)
-    return markdown
+    return [write_text(out / MARKDOWN, "\n".join(text)), write_text(out / CELLS, table.getvalue()), *images]
+
+
+@contextmanager
+def _sole_builder(out: Path) -> Iterator[None]:
+    """A lock on the folder ``out`` itself (no file of its own) while a build writes it: a second build into it at
+    once is refused, instead of the two mixing their files."""
+    folder = os.open(out, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(folder, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise UsageError(f"--out {out}: another bench leaderboard is writing there now; wait for it to finish, "
+                             "or give another --out") from None
+        yield
+    finally:
+        os.close(folder)  # releases the lock
 
 
 def recorded_digests(manifest: Path) -> dict[str, str]:
@@ -162,20 +194,8 @@ def recorded_digests(manifest: Path) -> dict[str, str]:
         return {}
 
 
-def _record(recorded: dict[str, str], path: Path) -> Path:
-    """``path`` entered in its folder's :data:`MANIFEST` beside ``recorded`` as soon as it is written, so that a build
-    stopped before its end leaves no file of its own that the next build refuses as written by hand."""
-    recorded[path.name] = sha256_of(path)
-    write_text(path.parent / MANIFEST, "".join(f"{digest}  {name}\n" for name, digest in recorded.items()))
-    return path
-
-
 def _listed(manifest: Path) -> set[str]:
     """The files of an earlier build that its :data:`MANIFEST` lists, by the names a leaderboard publishes
     (:data:`PUBLISHED`; a manifest edited to name any other file names nothing): none if there is no manifest or
     it cannot be read."""
-    try:
-        names = read_manifest(manifest)
-    except UsageError:
-        return set()
-    return {name for name in names if PUBLISHED.fullmatch(name)}
+    return {name for name in recorded_digests(manifest) if PUBLISHED.fullmatch(name)}

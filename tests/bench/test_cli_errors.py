@@ -460,3 +460,22 @@ def test_the_console_script_is_the_entry_module():
     from importlib.metadata import entry_points
 
     assert [e.value for e in entry_points(group="console_scripts") if e.name == "bench"] == ["bench.entry:main"]
+
+
+def test_a_stop_after_the_command_is_done_changes_nothing(monkeypatch):
+    """Probe 71: a signal in the ~0.3 s of shutdown after the last line gave exit 130 or 143 with no line to say
+    why; once the command returns, the console script ignores stops (the work is done and said)."""
+    import signal
+    import types
+
+    from bench import entry
+
+    monkeypatch.setitem(__import__("sys").modules, "bench.cli", types.SimpleNamespace(main=lambda: 0))
+    previous = {stop: signal.getsignal(stop) for stop in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        assert entry.main() == 0
+        assert all(signal.getsignal(stop) is signal.SIG_IGN for stop in previous)
+        signal.raise_signal(signal.SIGINT)  # ignored: no KeyboardInterrupt
+    finally:
+        for stop, handler in previous.items():
+            signal.signal(stop, handler)

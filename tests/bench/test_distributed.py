@@ -296,3 +296,19 @@ def test_a_run_whose_workers_are_stopped_from_outside_ends_in_one_line(model_dir
         assert last.startswith("bench compare: interrupted; what was finished is kept in"), err
     assert "Traceback" not in err and "leaked" not in err, err
     assert all([_gone(pid) for pid in workers])
+
+
+def test_a_worker_whose_driver_is_gone_takes_no_queued_job(monkeypatch):
+    """Probe 71: after its driver was killed a worker went on answering the jobs already queued (a context each)."""
+    import multiprocessing
+    import queue
+    import types
+
+    from bench import execution
+
+    jobs = queue.Queue()
+    jobs.put(execution.ContextJob("niah_single_1", 0))
+    monkeypatch.setattr(multiprocessing, "parent_process", lambda: types.SimpleNamespace(is_alive=lambda: False))
+    assert execution._next_job(jobs) is None and jobs.qsize() == 1
+    monkeypatch.setattr(multiprocessing, "parent_process", lambda: types.SimpleNamespace(is_alive=lambda: True))
+    assert execution._next_job(jobs) == execution.ContextJob("niah_single_1", 0)

@@ -587,3 +587,34 @@ def test_a_delta_and_a_models_own_artifacts_are_written_inside_it(model_dir, tmp
         Output(shipped / "hybrid", "--out", kind_of=DISTILLED_DELTA),
         Output(shipped / "tiny", "--out", model=shipped / "tiny", kind_of=TRAINED_MODEL),
         Output(shipped / "tiny" / "gatesight", "--out", model=shipped / "tiny", kind_of=ESTIMATOR)])
+
+
+def test_a_stop_while_an_artifact_is_installed_lets_it_land_whole_and_says_so(tmp_path, monkeypatch):
+    """Probe 71: a stop between install's renames left the target empty or half new (the old files already moved
+    aside), and the stop said the target held what it held before."""
+    import signal
+
+    from artifacts import files
+
+    target, scratch = tmp_path / "calibration", tmp_path / "scratch"
+    for folder, age in ((target, "old"), (scratch, "new")):
+        folder.mkdir()
+        for name in ("a.json", "b.safetensors"):
+            (folder / name).write_text(f"{age} {name}")
+    real = os.replace
+
+    def replace_then_stop(source, destination):  # a Ctrl-C right after the first rename
+        real(source, destination)
+        if not hasattr(replace_then_stop, "sent"):
+            replace_then_stop.sent = os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(os, "replace", replace_then_stop)
+    with pytest.raises(KeyboardInterrupt) as stop:
+        files.install(sorted(scratch.iterdir()), target, log=lambda line: None)
+    [backup] = tmp_path.glob("calibration.backup-*")
+    assert {p.name: p.read_text() for p in target.iterdir()} == {"a.json": "new a.json",
+                                                                   "b.safetensors": "new b.safetensors"}
+    assert {p.name: p.read_text() for p in backup.iterdir()} == {"a.json": "old a.json",
+                                                                   "b.safetensors": "old b.safetensors"}
+    assert stop.value.what_is_kept == (f"the new files were installed whole in {target} before it stopped (the "
+                                       f"previous ones are in {backup})")

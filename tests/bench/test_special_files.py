@@ -111,27 +111,54 @@ def test_a_folder_at_a_leaderboard_file_is_refused_before_any_work(model_dir, tm
     assert [path.name for path in docs.iterdir()] == [name]
 
 
-def test_a_leaderboard_stopped_half_way_is_rebuilt_by_the_next(model_dir, tmp_path, capsys, monkeypatch):
-    """Probe 70: the files a stopped build had written were not in its record, so the next build refused them as
-    written by hand, and verify asked for that build."""
+def test_a_leaderboard_stopped_half_way_leaves_the_last_one_whole(model_dir, tmp_path, capsys, monkeypatch):
+    """Probes 70 and 71: a build stopped half way left its own files looking written by hand to the next build, or
+    its new image beside the last build's tables, which verify passed. Now nothing of it reaches the folder."""
     from bench import leaderboard
 
-    store = tmp_path / "store"
-    assert run_cli(capsys, "compare", "--model", model_dir, "--press", "keydiff,none", *SMALL_RUN, "--out",
-                   store)[0] == 0
+    small, large = tmp_path / "small", tmp_path / "large"
+    for store, n in ((small, "1"), (large, "2")):
+        assert run_cli(capsys, "compare", "--model", model_dir, "--press", "keydiff,none", *SMALL_RUN[:-1], n,
+                       "--out", store)[0] == 0
     docs = tmp_path / "docs"
+    assert run_cli(capsys, "leaderboard", small, "--out", docs)[0] == 0
+    before = {path.name: path.read_bytes() for path in docs.iterdir()}
 
-    def stopped(path, text):  # the build stops at leaderboard.md, after the image and the table are written
+    def stopped(path, text):  # the build stops at its markdown, once its image is drawn
         if path.name == leaderboard.MARKDOWN:
             raise KeyboardInterrupt
         return original(path, text)
 
     original = leaderboard.write_text
     monkeypatch.setattr(leaderboard, "write_text", stopped)
-    assert run_cli(capsys, "leaderboard", store, "--out", docs)[0] == 130
-    assert {path.name for path in docs.iterdir()} >= {"leaderboard.png", "leaderboard.csv"}
+    assert run_cli(capsys, "leaderboard", large, "--out", docs)[0] == 130
+    assert {path.name: path.read_bytes() for path in docs.iterdir()} == before
     monkeypatch.setattr(leaderboard, "write_text", original)
+    assert run_cli(capsys, "verify", small, "--docs", docs)[0] == 0
+    assert run_cli(capsys, "leaderboard", large, "--out", docs)[0] == 0
+    assert run_cli(capsys, "verify", large, "--docs", docs)[0] == 0
+
+
+def test_a_second_leaderboard_into_the_same_folder_at_once_is_refused(model_dir, tmp_path, capsys, monkeypatch):
+    """Probe 71: two builds into one --out both exited 0, the folder mixing their files."""
+    from bench import leaderboard
+
+    store = tmp_path / "store"
+    assert run_cli(capsys, "compare", "--model", model_dir, "--press", "keydiff,none", *SMALL_RUN, "--out",
+                   store)[0] == 0
+    docs = tmp_path / "docs"
+    original = leaderboard._build
+    inner = []
+
+    def build_meanwhile(rows, out, resamples):  # a second build starts while the first one builds
+        inner.append(run_cli(capsys, "leaderboard", store, "--out", docs))
+        return original(rows, out, resamples)
+
+    monkeypatch.setattr(leaderboard, "_build", build_meanwhile)
     assert run_cli(capsys, "leaderboard", store, "--out", docs)[0] == 0
+    [(code, err)] = inner
+    assert code == 2 and f"--out {docs}: another bench leaderboard is writing there now" in err, err
+    monkeypatch.setattr(leaderboard, "_build", original)
     assert run_cli(capsys, "verify", store, "--docs", docs)[0] == 0
 
 

@@ -304,7 +304,7 @@ def test_a_read_only_leaderboard_out_is_one_error(tmp_path, capsys, monkeypatch)
 
     monkeypatch.setattr(files.tempfile, "mkstemp", read_only)
     code, err = run_cli(capsys, "leaderboard", tmp_path, "--out", tmp_path / "docs")
-    assert code == 2 and f"{tmp_path / 'docs'}: Permission denied" in err
+    assert code == 2 and f"{tmp_path / 'docs'}/.leaderboard-build-" in err and ": Permission denied" in err, err
 
 
 @pytest.mark.parametrize("name", ["results.jsonl", "results.jsonl.gz"])
