@@ -128,6 +128,11 @@ def _empty_file(path: Path) -> bool:
     return path.is_file() and path.stat().st_size == 0
 
 
+INSTALLED: list[str] = []
+"""What :func:`install` (and any other whole result moved into place) has put in place in this process, in words:
+a command stopped after it says so, not that nothing was written. The console script clears it per command."""
+
+
 def install(written: list[Path], target: Path, superseded: list[Path] = (),
             log: Callable[[str], None] = print) -> list[Path]:
     """Move the files of a finished artifact, written in a scratch directory on ``target``'s file system, into
@@ -147,18 +152,15 @@ def install(written: list[Path], target: Path, superseded: list[Path] = (),
     backup = backup_path(target) if old else None
     for path in written:
         set_default_mode(path)
-    try:
-        with signals.held():  # a stop between these renames would leave half an artifact, or none, in target
-            if backup is not None:
-                backup.mkdir(parents=True)
-                for path in old:
-                    os.replace(path, backup / path.name)
-            for path in written:
-                os.replace(path, target / path.name)
-    except KeyboardInterrupt as stop:  # it came during the renames, which were finished first: say so
-        stop.what_is_kept = f"the new files were installed whole in {target} before it stopped" + (
-            f" (the previous ones are in {backup})" if backup is not None else "")
-        raise
+    with signals.held():  # a stop between these renames would leave half an artifact, or none, in target
+        if backup is not None:
+            backup.mkdir(parents=True)
+            for path in old:
+                os.replace(path, backup / path.name)
+        for path in written:
+            os.replace(path, target / path.name)
+        INSTALLED.append(f"{target} holds the new {', '.join(path.name for path in written)}" + (
+            f" (the previous files are in {backup})" if backup is not None else ""))
     if backup is not None:
         log(f"moved the previous {', '.join(p.name for p in old)} to {backup}")
     return [target / path.name for path in written]

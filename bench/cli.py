@@ -6,11 +6,15 @@ from __future__ import annotations
 
 import argparse
 import errno
+import io
+import os
 import re
 import sys
 import traceback
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
+from artifacts.files import INSTALLED
 from artifacts.outputs import check as check_outputs
 from pretrained.cache_guard import check_outside_the_cache
 from runtime.errors import UsageError
@@ -160,6 +164,58 @@ def _wrapped_interrupt(error: BaseException) -> KeyboardInterrupt | None:
     return None
 
 
+def _kept(command: Command, args) -> str:
+    """What a stopped command leaves: what it had put in place whole (:data:`artifacts.files.INSTALLED`), or else
+    what its own rule says."""
+    done = "; ".join(INSTALLED)
+    return f"{done} (put in place whole before it stopped)" if done else command.interrupted(args)
+
+
+class StandardOutputError(OSError):
+    """A write to standard output that failed (its reader closed early, as ``| head`` does; a full disk behind it),
+    told apart from a failed write of a file the command makes."""
+
+
+class _MarkedOutput:
+    """Standard output whose failed writes raise :class:`StandardOutputError`."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+    def write(self, text: str) -> int:
+        return self._marked(self._stream.write, text)
+
+    def flush(self) -> None:
+        self._marked(self._stream.flush)
+
+    @staticmethod
+    def _marked(call, *args):
+        try:
+            return call(*args)
+        except OSError as error:
+            raise StandardOutputError(error.errno, error.strerror) from None
+
+
+@contextmanager
+def _marked_output():
+    """Standard output marked (:class:`_MarkedOutput`) inside, and flushed at the end of the block (where its
+    failure is told as one line, not at exit); after a failure its text goes to the null device, so that exiting
+    does not fail on it once more."""
+    stream = sys.stdout
+    sys.stdout = _MarkedOutput(stream)
+    try:
+        yield
+    except StandardOutputError:
+        with suppress(OSError, ValueError, io.UnsupportedOperation):  # a stream with no descriptor (a test's)
+            os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
+        raise
+    finally:
+        sys.stdout = stream
+
+
 def _usage_error(error: BaseException, args) -> str | None:
     """The one line that says what the user can fix, or None: an error that is a bug shows its traceback."""
     if isinstance(error, UsageError):
@@ -177,8 +233,9 @@ def main(argv: list[str] | None = None) -> int:
     """Run ``bench argv``; exit code 0, 2 with a one-line error on stderr for what the user can fix (a flag argparse
     refuses; :class:`~runtime.errors.UsageError`, among them every place the command writes that the output policy
     refuses, :mod:`artifacts.outputs`, checked before the command starts; a file error of a path they named; a full
-    or read-only disk; a worker process killed from outside, :class:`bench.stopping.WorkerDied`; ``--debug``: with
-    its traceback), or 130 when interrupted (143 on SIGTERM, raised as an interrupt:
+    or read-only disk; a worker process killed from outside, :class:`bench.stopping.WorkerDied`; a failed write to
+    standard output, :class:`StandardOutputError`; ``--debug``: with its traceback), 141 quietly when the reader of
+    its output closed early (``| head``), or 130 when interrupted (143 on SIGTERM, raised as an interrupt:
     :class:`bench.stopping.Terminated`). Any other exception is a bug and propagates with its traceback."""
     with StopOnSignals():
         try:
@@ -188,20 +245,28 @@ def main(argv: list[str] | None = None) -> int:
         except KeyboardInterrupt as stop:
             return stopped(stop, "bench", "it stopped while starting, before any work: nothing was written")
         command: Command = args.command_entry
+        INSTALLED.clear()
         try:
             if command.loads_models:
                 _quiet_transformers()
             outputs = command.outputs(args)
             check_outside_the_cache(outputs)
             check_outputs(outputs)
-            command.run(args)
-        except KeyboardInterrupt as stop:  # what it kept: the command's rule, or what was done as it came
-            return stopped(stop, f"bench {args.command}", getattr(stop, "what_is_kept", None) or
-                           command.interrupted(args))
+            with _marked_output():
+                command.run(args)
+                sys.stdout.flush()
+        except KeyboardInterrupt as stop:
+            return stopped(stop, f"bench {args.command}", _kept(command, args))
         except Exception as error:
             stop = _wrapped_interrupt(error)
             if stop is not None:
-                return stopped(stop, f"bench {args.command}", command.interrupted(args))
+                return stopped(stop, f"bench {args.command}", _kept(command, args))
+            if isinstance(error, StandardOutputError):
+                if error.errno == errno.EPIPE:  # its reader closed early (`| head`): as any command, quietly
+                    return 141
+                print(f"bench {args.command}: error: standard output: {error.strerror}; what it printed there is cut "
+                      "short", file=sys.stderr)
+                return 2
             if isinstance(error, WorkerDied):
                 print(f"bench {args.command}: error: {error}; {command.interrupted(args)}", file=sys.stderr)
                 return 2

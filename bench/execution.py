@@ -128,7 +128,7 @@ def in_processes(run: RunPlan, identity: loading.ModelIdentity, jobs: Iterable[C
                 ahead += 1
 
     try:
-        with signals.held({signal.SIGINT}):  # the workers inherit it: a terminal's Ctrl-C stops the driver alone
+        with signals.kept_from_children():  # a terminal's Ctrl-C stops the driver alone, which stops them
             for process in processes:
                 process.start()
         top_up()

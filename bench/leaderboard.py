@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from artifacts.files import write_text
+from artifacts.files import INSTALLED, write_text
 from runtime import signals
 from runtime.errors import UsageError
 
@@ -107,12 +107,13 @@ def needle_recall_markdown(rows: list[dict], resamples: int = RESAMPLES) -> list
     return lines + [""]
 
 
-def write_leaderboard(stores: list[Path], out: Path, resamples: int = RESAMPLES) -> Path:
+def write_leaderboard(stores: list[Path], out: Path, resamples: int = RESAMPLES, published: bool = True) -> Path:
     """``leaderboard.md``, ``leaderboard.csv``, one PNG per setting group and their :data:`MANIFEST`, from one or
     more result stores; returns the path of ``leaderboard.md``.
 
     Everything is built in a scratch folder in ``out``, then moved in at once (a stop cannot leave one build's image
-    beside another's tables); one build writes ``out`` at a time."""
+    beside another's tables); one build writes ``out`` at a time. ``published``: ``out`` is the user's (a stop
+    after the move says it holds the new leaderboard), not a rebuild to compare with (``bench verify --docs``)."""
     opened = open_stores(stores)
     # a report never shows a NaN as a blank cell, nor a fraction above 1, nor stops on a value that is not a number;
     # nor a section of an unfinished run, nor the mean of two rows that contradict each other, nor a row counted twice
@@ -131,6 +132,8 @@ def write_leaderboard(stores: list[Path], out: Path, resamples: int = RESAMPLES)
                 os.replace(path, out / path.name)
             for name in sorted(earlier - {path.name for path in built}):  # a group this build does not have
                 (out / name).unlink(missing_ok=True)
+            if published:
+                INSTALLED.append(f"{out} holds the new leaderboard")
     return out / MARKDOWN
 
 

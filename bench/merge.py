@@ -25,7 +25,7 @@ from artifacts.outputs import RESULT_STORE, Output
 from pretrained.cache_guard import check_outside_the_cache
 from runtime.errors import UsageError
 
-from .arguments import Command
+from .arguments import Command, kept_in
 from .completeness import (
     check_complete,
     check_given_once,
@@ -104,9 +104,12 @@ def merge_stores(sources: list[str | Path], out: str | Path) -> Merged:
         held = _settings_of(target) if target.rows else first
         if any(held[field] != first[field] for field in SHARED_FIELDS):
             raise UsageError(f"{target.path} holds results of other settings; merge into a new directory")
-        if target.rows:  # the store merged into is one more source: a shard of one run, or a run of other methods
+        # rows all of these sources hold: this merge, stopped part way before, is finished (the rows already there
+        # are not added twice), not checked as one more source
+        resumed = target.done <= set().union(*(store.done for store in stores))
+        if target.rows and not resumed:  # one more source: a shard of one run, or a run of other methods
             check_shards_alike(target, held, stores[0], first, other_methods=True)
-        check_complete([*stores, target])  # every shard of the run, here or in the sources
+        check_complete(stores if resumed else [*stores, target])  # every shard of the run, here or in the sources
         differences = check_one_value([target, *stores], copies=True)  # the copy kept first
         before = len(target.rows)
         for store in stores:
@@ -146,4 +149,6 @@ def run(args) -> None:
 MERGE = Command("merge", "join the stores of one run's shards (compare --shard K/N), or of runs of other methods, "
                 "into one", add_arguments, run,
                 loads_models=False,
+                interrupted=lambda args: kept_in(args.out, "the rows merged so far are",
+                                                 "run the same merge again to finish (no row is added twice)"),
                 outputs=lambda args: [Output(Path(args.out), "--out", kind_of=RESULT_STORE), *report_outputs(args.out)])

@@ -91,7 +91,7 @@ def verify_stores(stores: list[Path], docs: Path | None = None, report: Callable
         return
     docs = Path(docs)
     with tempfile.TemporaryDirectory() as scratch:
-        write_leaderboard([Path(s) for s in stores], Path(scratch))
+        write_leaderboard([Path(s) for s in stores], Path(scratch), published=False)
         rebuilt = read_manifest(Path(scratch) / MANIFEST)
         for name in rebuilt:  # the tables first: a stale leaderboard shows its diff
             if not name.endswith(".png"):

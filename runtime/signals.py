@@ -1,9 +1,10 @@
-"""Stops held back for a moment: a few renames that must land together, or processes started that must not inherit
-a terminal's Ctrl-C."""
+"""Stops held back for a moment: a few renames that must land together, or processes started that must not see a
+terminal's Ctrl-C."""
 
 from __future__ import annotations
 
 import signal
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -13,11 +14,32 @@ STOPS = (signal.SIGINT, signal.SIGTERM)
 
 @contextmanager
 def held(signals=STOPS) -> Iterator[None]:
-    """``signals`` blocked in this thread inside the ``with`` block, and raised (their handlers run) as it ends.
+    """``signals`` that come inside the ``with`` block recorded, and raised again as it ends (their handlers of
+    before then run: a stop becomes an interrupt there).
 
-    Keep the block to what must not be cut in two, and free of anything that may wait (a print to a paused terminal):
-    a blocked SIGTERM cannot stop it. A process started inside inherits the blocked signals (a worker then never sees
-    a terminal's Ctrl-C, which reaches its whole process group; its driver stops it)."""
+    Python runs a signal's handler in the main thread, whichever thread the kernel gave it to (torch starts several):
+    the handlers are swapped, not the thread's signal mask. Keep the block to what must not be cut in two, and free
+    of anything that may wait (a print to a paused terminal): no stop ends it. A no-op outside the main thread, where
+    no handler runs and so no stop cuts in."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    came: list[int] = []
+    previous = {number: signal.signal(number, lambda number, frame: came.append(number)) for number in signals}
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+        for number in dict.fromkeys(came):
+            signal.raise_signal(number)
+
+
+@contextmanager
+def kept_from_children(signals=(signal.SIGINT,)) -> Iterator[None]:
+    """``signals`` blocked in the processes started inside the ``with`` block: they inherit this thread's signal
+    mask (a worker then never sees a terminal's Ctrl-C, which reaches its whole process group; its driver stops
+    it). This process still gets them: another of its threads takes them, and Python raises them in the main one."""
     previous = signal.pthread_sigmask(signal.SIG_BLOCK, set(signals))
     try:
         yield

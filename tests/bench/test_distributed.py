@@ -312,3 +312,18 @@ def test_a_worker_whose_driver_is_gone_takes_no_queued_job(monkeypatch):
     assert execution._next_job(jobs) is None and jobs.qsize() == 1
     monkeypatch.setattr(multiprocessing, "parent_process", lambda: types.SimpleNamespace(is_alive=lambda: True))
     assert execution._next_job(jobs) == execution.ContextJob("niah_single_1", 0)
+
+
+def test_a_merge_stopped_after_its_first_row_is_finished_by_the_same_merge(model_dir, tmp_path):
+    """Probe 72: stopped within its first rows, the rerun the stop line advised was refused (the partial store was
+    checked as one more source, a run that did not finish)."""
+    for k in range(2):
+        run_compare(_settings(model_dir, tmp_path / f"s{k}", shard=(k, 2)), show_progress=False)
+    sources = [tmp_path / "s0", tmp_path / "s1"]
+    merge_stores(sources, tmp_path / "whole")
+    stopped = tmp_path / "stopped"
+    stopped.mkdir()
+    first = (tmp_path / "whole" / "results.jsonl").read_text().splitlines()[0]
+    (stopped / "results.jsonl").write_text(first + "\n")  # what a merge stopped after one row leaves
+    assert merge_stores(sources, stopped).added == len(_rows(tmp_path / "whole")) - 1
+    assert _rows(stopped) == _rows(tmp_path / "whole")

@@ -243,3 +243,49 @@ def test_a_pipe_where_a_folder_belongs_is_not_called_a_file(tmp_path, capsys, co
     argv = [part.format(store=store, pipe=tmp_path / "pipe") for part in command]
     code, err = run_cli(capsys, *argv)
     assert code == 2 and f"{tmp_path / 'pipe'} is not a regular file, not a directory" in err, err
+
+
+def test_a_stop_once_the_leaderboard_is_in_place_says_it_is(model_dir, tmp_path, capsys, monkeypatch):
+    """Probe 72: a build moved in whole, then stopped (its last line blocked on a paused terminal), said it did not
+    resume and had to be run again."""
+    from bench import publish
+
+    store = tmp_path / "store"
+    assert run_cli(capsys, "compare", "--model", model_dir, "--press", "keydiff,none", *SMALL_RUN, "--out",
+                   store)[0] == 0
+    docs = tmp_path / "docs"
+    built = publish.write_leaderboard
+
+    def built_then_stopped(*args, **kwargs):
+        built(*args, **kwargs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(publish, "write_leaderboard", built_then_stopped)
+    code, err = run_cli(capsys, "leaderboard", store, "--out", docs)
+    assert code == 130 and f"{docs} holds the new leaderboard (put in place whole before it stopped)" in err, err
+    monkeypatch.undo()
+    assert run_cli(capsys, "verify", store, "--docs", docs)[0] == 0
+
+
+@pytest.mark.parametrize("reader", ["closed early", "a full disk"])
+def test_standard_output_that_fails_is_named_as_such(model_dir, tmp_path, capsys, reader):
+    """Probe 72: `bench verify | head -1` ended in a BrokenPipeError traceback, and a full stdout (> /dev/full) was
+    called a full disk under the store."""
+    import subprocess
+    import sys
+
+    store = tmp_path / "store"
+    assert run_cli(capsys, "compare", "--model", model_dir, "--press", "keydiff,none", *SMALL_RUN, "--out",
+                   store)[0] == 0
+    argv = [sys.executable, "-m", "bench.entry", "verify", str(store)]
+    if reader == "closed early":
+        verify = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        verify.stdout.close()
+        err = verify.stderr.read()
+        assert verify.wait(timeout=120) == 141 and err == "", err
+    else:
+        with open("/dev/full", "w") as full:
+            done = subprocess.run(argv, stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.strip() == ("bench verify: error: standard output: No space left on device; what it "
+                                       "printed there is cut short"), done.stderr
