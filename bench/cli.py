@@ -171,19 +171,24 @@ def _kept(command: Command, args) -> str:
     return f"{done} (put in place whole before it stopped)" if done else command.interrupted(args)
 
 
-class StandardOutputError(OSError):
-    """A write to standard output that failed (its reader closed early, as ``| head`` does; a full disk behind it),
-    told apart from a failed write of a file the command makes."""
+class OutputStreamError(OSError):
+    """A write to standard output or standard error that failed (its reader closed early, as ``| head`` does; a
+    full disk behind it), told apart from a failed write of a file the command makes. ``stream``: ``"stdout"`` or
+    ``"stderr"``."""
+
+    def __init__(self, stream: str, error: OSError):
+        super().__init__(error.errno, error.strerror)
+        self.stream = stream
 
 
-class _MarkedOutput:
-    """Standard output whose failed writes raise :class:`StandardOutputError`."""
+class _MarkedStream:
+    """``sys.stdout`` or ``sys.stderr`` (``name``), its failed writes raised as :class:`OutputStreamError`."""
 
-    def __init__(self, stream):
-        self._stream = stream
+    def __init__(self, stream, name: str):
+        self._stream, self._name = stream, name
 
-    def __getattr__(self, name):
-        return getattr(self._stream, name)
+    def __getattr__(self, attribute):
+        return getattr(self._stream, attribute)
 
     def write(self, text: str) -> int:
         return self._marked(self._stream.write, text)
@@ -191,29 +196,34 @@ class _MarkedOutput:
     def flush(self) -> None:
         self._marked(self._stream.flush)
 
-    @staticmethod
-    def _marked(call, *args):
+    def _marked(self, call, *args):
         try:
             return call(*args)
         except OSError as error:
-            raise StandardOutputError(error.errno, error.strerror) from None
+            raise OutputStreamError(self._name, error) from None
 
 
 @contextmanager
 def _marked_output():
-    """Standard output marked (:class:`_MarkedOutput`) inside, and flushed at the end of the block (where its
-    failure is told as one line, not at exit); after a failure its text goes to the null device, so that exiting
-    does not fail on it once more."""
-    stream = sys.stdout
-    sys.stdout = _MarkedOutput(stream)
+    """Standard output and error marked (:class:`_MarkedStream`) inside, and flushed at the end of the block (where a
+    failure is told as one line, not at exit); after a failure that stream goes to the null device, so that exiting
+    does not fail on it once more. A stream that is not there (``>&-``: None) is left as it is."""
+    streams = {name: getattr(sys, name) for name in ("stdout", "stderr")}
+    for name, stream in streams.items():
+        if stream is not None:
+            setattr(sys, name, _MarkedStream(stream, name))
     try:
         yield
-    except StandardOutputError:
+        for name, stream in streams.items():
+            if stream is not None:
+                getattr(sys, name).flush()
+    except OutputStreamError as error:
         with suppress(OSError, ValueError, io.UnsupportedOperation):  # a stream with no descriptor (a test's)
-            os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
+            os.dup2(os.open(os.devnull, os.O_WRONLY), streams[error.stream].fileno())
         raise
     finally:
-        sys.stdout = stream
+        for name, stream in streams.items():
+            setattr(sys, name, stream)
 
 
 def _usage_error(error: BaseException, args) -> str | None:
@@ -234,9 +244,10 @@ def main(argv: list[str] | None = None) -> int:
     refuses; :class:`~runtime.errors.UsageError`, among them every place the command writes that the output policy
     refuses, :mod:`artifacts.outputs`, checked before the command starts; a file error of a path they named; a full
     or read-only disk; a worker process killed from outside, :class:`bench.stopping.WorkerDied`; a failed write to
-    standard output, :class:`StandardOutputError`; ``--debug``: with its traceback), 141 quietly when the reader of
-    its output closed early (``| head``), or 130 when interrupted (143 on SIGTERM, raised as an interrupt:
-    :class:`bench.stopping.Terminated`). Any other exception is a bug and propagates with its traceback."""
+    standard output, :class:`OutputStreamError` (to standard error: no line); ``--debug``: with its traceback), 141
+    quietly when the reader of its output closed early (``| head``), or 130 when interrupted (143 on SIGTERM, 129 on
+    SIGHUP, raised as interrupts: :mod:`bench.stopping`). Any other exception is a bug and propagates with its
+    traceback."""
     with StopOnSignals():
         try:
             args = build_parser().parse_args(argv)
@@ -254,18 +265,18 @@ def main(argv: list[str] | None = None) -> int:
             check_outputs(outputs)
             with _marked_output():
                 command.run(args)
-                sys.stdout.flush()
         except KeyboardInterrupt as stop:
             return stopped(stop, f"bench {args.command}", _kept(command, args))
         except Exception as error:
             stop = _wrapped_interrupt(error)
             if stop is not None:
                 return stopped(stop, f"bench {args.command}", _kept(command, args))
-            if isinstance(error, StandardOutputError):
+            if isinstance(error, OutputStreamError):
                 if error.errno == errno.EPIPE:  # its reader closed early (`| head`): as any command, quietly
                     return 141
-                print(f"bench {args.command}: error: standard output: {error.strerror}; what it printed there is cut "
-                      "short", file=sys.stderr)
+                if error.stream == "stdout":  # standard error failed: nothing can say it
+                    print(f"bench {args.command}: error: standard output: {error.strerror}; what it printed there "
+                          "is cut short", file=sys.stderr)
                 return 2
             if isinstance(error, WorkerDied):
                 print(f"bench {args.command}: error: {error}; {command.interrupted(args)}", file=sys.stderr)

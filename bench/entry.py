@@ -20,7 +20,7 @@ def main() -> int:
         code = run()
     # the command is done and has said so: a stop in the moments of shutdown left (~0.3 s) would only change the
     # exit code, with no line to say why
-    for stop in (signal.SIGINT, signal.SIGTERM):
+    for stop in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(stop, signal.SIG_IGN)
     return code
 

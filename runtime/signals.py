@@ -8,8 +8,8 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-STOPS = (signal.SIGINT, signal.SIGTERM)
-"""Ctrl-C, and SIGTERM (``timeout``, ``kill``): the signals a ``bench`` command stops on."""
+STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+"""Ctrl-C, SIGTERM (``timeout``, ``kill``) and SIGHUP (a closed terminal): the signals a ``bench`` command stops on."""
 
 
 @contextmanager

@@ -471,7 +471,7 @@ def test_a_stop_after_the_command_is_done_changes_nothing(monkeypatch):
     from bench import entry
 
     monkeypatch.setitem(__import__("sys").modules, "bench.cli", types.SimpleNamespace(main=lambda: 0))
-    previous = {stop: signal.getsignal(stop) for stop in (signal.SIGINT, signal.SIGTERM)}
+    previous = {stop: signal.getsignal(stop) for stop in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
         assert entry.main() == 0
         assert all(signal.getsignal(stop) is signal.SIG_IGN for stop in previous)
@@ -479,3 +479,15 @@ def test_a_stop_after_the_command_is_done_changes_nothing(monkeypatch):
     finally:
         for stop, handler in previous.items():
             signal.signal(stop, handler)
+
+
+def test_a_hang_up_is_a_stop_with_its_own_code(capsys):
+    """Probe 73: SIGHUP (a closed terminal) was no stop: a train or leaderboard cut between its renames."""
+    import signal
+
+    from bench.stopping import HungUp, StopOnSignals, stopped
+
+    with pytest.raises(HungUp), StopOnSignals():
+        signal.raise_signal(signal.SIGHUP)
+    assert stopped(HungUp(), "bench train", "nothing was written") == 129
+    assert capsys.readouterr().err.strip() == "bench train: hung up; nothing was written"

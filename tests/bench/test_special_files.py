@@ -267,10 +267,10 @@ def test_a_stop_once_the_leaderboard_is_in_place_says_it_is(model_dir, tmp_path,
     assert run_cli(capsys, "verify", store, "--docs", docs)[0] == 0
 
 
-@pytest.mark.parametrize("reader", ["closed early", "a full disk"])
+@pytest.mark.parametrize("reader", ["closed early", "a full disk", "not there"])
 def test_standard_output_that_fails_is_named_as_such(model_dir, tmp_path, capsys, reader):
     """Probe 72: `bench verify | head -1` ended in a BrokenPipeError traceback, and a full stdout (> /dev/full) was
-    called a full disk under the store."""
+    called a full disk under the store; probe 73: a closed one (``>&-``, None in Python) was an AttributeError."""
     import subprocess
     import sys
 
@@ -283,9 +283,25 @@ def test_standard_output_that_fails_is_named_as_such(model_dir, tmp_path, capsys
         verify.stdout.close()
         err = verify.stderr.read()
         assert verify.wait(timeout=120) == 141 and err == "", err
-    else:
+    elif reader == "a full disk":
         with open("/dev/full", "w") as full:
             done = subprocess.run(argv, stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
         assert done.returncode == 2, done.stderr
         assert done.stderr.strip() == ("bench verify: error: standard output: No space left on device; what it "
                                        "printed there is cut short"), done.stderr
+    else:
+        done = subprocess.run(argv, stderr=subprocess.PIPE, text=True, timeout=120, preexec_fn=lambda: os.close(1))
+        assert done.returncode == 0 and done.stderr == "", done.stderr
+
+
+def test_standard_error_that_fails_ends_the_run_with_its_code(model_dir, tmp_path):
+    """Probe 73: a full or closed standard error (the progress bar's) ended compare in an uncaught error, exit 1;
+    nothing can say it, the exit code does."""
+    import subprocess
+    import sys
+
+    argv = [sys.executable, "-m", "bench.entry", "compare", "--model", str(model_dir), "--press", "keydiff",
+            *map(str, SMALL_RUN), "--out", str(tmp_path / "out")]
+    env = {**os.environ, "HYBRIDPRESS_CACHE": str(tmp_path / "cache")}
+    with open("/dev/full", "w") as full:
+        assert subprocess.run(argv, stderr=full, stdout=subprocess.DEVNULL, env=env, timeout=300).returncode == 2
