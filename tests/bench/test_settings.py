@@ -72,7 +72,7 @@ def test_jobs_are_capped_at_the_contexts_and_warned_above_the_cores(model_dir, t
     def in_this_process(run, identity, jobs, workers):  # the workers' protocol, here: no model-loading processes
         pools.append(workers)
         worker = ContextWorker(run, identity)
-        return map(worker.rows, jobs)
+        return (worker.rows(job) for job in jobs)  # a generator, as in_processes returns
 
     monkeypatch.setattr(bench.compare, "in_processes", in_this_process)
     monkeypatch.setattr(os, "cpu_count", lambda: 1)
