@@ -226,6 +226,13 @@ def _marked_output():
             setattr(sys, name, stream)
 
 
+def _say(line: str) -> None:
+    """``line`` on standard error, where it is still there to take it (full, or closed with standard output: then
+    the exit code alone tells)."""
+    with suppress(OSError, ValueError):
+        print(line, file=sys.stderr)
+
+
 def _usage_error(error: BaseException, args) -> str | None:
     """The one line that says what the user can fix, or None: an error that is a bug shows its traceback."""
     if isinstance(error, UsageError):
@@ -274,19 +281,19 @@ def main(argv: list[str] | None = None) -> int:
             if isinstance(error, OutputStreamError):
                 if error.errno == errno.EPIPE:  # its reader closed early (`| head`): as any command, quietly
                     return 141
-                if error.stream == "stdout":  # standard error failed: nothing can say it
-                    print(f"bench {args.command}: error: standard output: {error.strerror}; what it printed there "
-                          "is cut short", file=sys.stderr)
+                if error.stream == "stdout":
+                    _say(f"bench {args.command}: error: standard output: {error.strerror}; what it printed there is "
+                         "cut short")
                 return 2
             if isinstance(error, WorkerDied):
-                print(f"bench {args.command}: error: {error}; {command.interrupted(args)}", file=sys.stderr)
+                _say(f"bench {args.command}: error: {error}; {command.interrupted(args)}")
                 return 2
             message = _usage_error(error, args)
             if message is None:
                 raise
             if args.debug:
                 traceback.print_exc()
-            print(f"bench {args.command}: error: {message}", file=sys.stderr)
+            _say(f"bench {args.command}: error: {message}")
             return 2
     return 0
 

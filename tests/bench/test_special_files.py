@@ -305,3 +305,5 @@ def test_standard_error_that_fails_ends_the_run_with_its_code(model_dir, tmp_pat
     env = {**os.environ, "HYBRIDPRESS_CACHE": str(tmp_path / "cache")}
     with open("/dev/full", "w") as full:
         assert subprocess.run(argv, stderr=full, stdout=subprocess.DEVNULL, env=env, timeout=300).returncode == 2
+        verify = [sys.executable, "-m", "bench.entry", "verify", str(tmp_path / "out")]  # probe 74: both streams full
+        assert subprocess.run(verify, stdout=full, stderr=full, env=env, timeout=300).returncode == 2
