@@ -13,7 +13,7 @@ from artifacts.outputs import Output
 from pretrained import CHECKPOINTS, loading
 from pretrained.loading import ModelSpec
 from runtime.errors import UsageError
-from runtime.options import real, whole
+from runtime.options import real, whole, written_plainly
 
 
 @dataclass(frozen=True)
@@ -66,9 +66,9 @@ def names(text: str) -> list[str]:
 
 
 def _plain(text: str) -> str:
-    """``text``, where its numbers are written in ASCII digits without ``_``: Python reads ``"2_0"`` as 20 and
-    ``"２"`` as 2, which no user typing a number means; anything else an argparse error naming the text."""
-    if not text.isascii() or "_" in text:
+    """``text``, where its numbers are written plainly (:func:`runtime.options.written_plainly`); anything else an
+    argparse error naming the text."""
+    if not written_plainly(text):
         raise argparse.ArgumentTypeError(f"expected a number in ASCII digits (no '_'), got {text!r}")
     return text
 

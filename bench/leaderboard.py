@@ -43,6 +43,8 @@ from .store import open_stores
 
 MARKDOWN = "leaderboard.md"
 CELLS = "leaderboard.csv"
+IMAGE = "leaderboard.png"
+"""The first setting group's image (the others: ``leaderboard-2.png``, …)."""
 MANIFEST = "leaderboard.sha256"
 """Beside the leaderboard: ``<sha256>  <file>`` for every file it wrote, in ``sha256sum``'s format."""
 PUBLISHED = re.compile(r"leaderboard(-[^/]*)?\.(csv|png)")
@@ -150,7 +152,7 @@ def _build(rows: list[dict], out: Path, resamples: int) -> list[Path]:
     images = []
     for number, (key, group) in enumerate(group_rows(rows).items(), start=1):
         report = GroupReport(group, resamples)
-        png = "leaderboard.png" if number == 1 else f"leaderboard-{number}.png"
+        png = IMAGE if number == 1 else f"leaderboard-{number}.png"
         images.append(plot_curves(group, out / png, group_title(key), resamples))
         text += [f"## {group_title(key)}", "", f"![task-averaged accuracy and ΔNLL against kept fraction]({png})",
                  "", report.markdown(PAIRWISE_KEEP_FRACTIONS)]

@@ -16,6 +16,7 @@ from .arguments import Command
 from .completeness import check_given_once, check_stores
 from .leaderboard import (
     CELLS,
+    IMAGE,
     MANIFEST,
     MARKDOWN,
     PUBLISHED,
@@ -168,7 +169,7 @@ def _leaderboard_outputs(args: argparse.Namespace) -> list[Output]:
     names = [path for path in sorted(out.glob("leaderboard*")) if path.name == MARKDOWN or PUBLISHED.fullmatch(
         path.name)] if out.is_dir() else []
     # every file it writes, where a folder or a pipe would stop the build half way: refused before any work
-    files = sorted({*names, *(out / name for name in (MARKDOWN, CELLS, MANIFEST, "leaderboard.png"))})
+    files = sorted({*names, *(out / name for name in (MARKDOWN, CELLS, MANIFEST, IMAGE))})
     return [Output(out, "--out", keeps=DERIVED, held=tuple(names), foreign=_not_built_here, kind_of=LEADERBOARD_PAGE),
             *(Output(path, "--out", kind=FILE, keeps=DERIVED) for path in files)]
 

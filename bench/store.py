@@ -186,12 +186,13 @@ class ResultStore:
         self._created = not self.directory.exists()
         self.directory.mkdir(parents=True, exist_ok=True)
         path = self.directory / ".lock"
-        for own in (path, self.directory / "results.jsonl", self.directory / "results.jsonl.gz"):
+        packed = self.directory / "results.jsonl.gz"
+        for own in (path, self.directory / "results.jsonl", packed):
             if own.is_symlink():  # written through, rows would land in the link's target (a model's config.json)
                 raise UsageError(f"{own}: a link to {os.readlink(own)}; a store writes its own files: move the link "
                                  f"away or use another {self.named}")
-        for own in (path, self.directory / "results.jsonl"):  # the files written in place (the .gz is only read)
-            if own.exists() and own.stat().st_nlink > 1:  # a hard link: the same file under another name, written too
+            # a hard link is the same file under another name, written too (the .gz is only read)
+            if own != packed and own.exists() and own.stat().st_nlink > 1:
                 raise UsageError(f"{own}: one file with {own.stat().st_nlink} names (a hard link: `cp -al`, a "
                                  "snapshot, or a file of elsewhere); a store writes its own files: copy it with "
                                  f"`cp -r`, or use another {self.named}")

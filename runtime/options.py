@@ -33,12 +33,18 @@ def _kind(annotation, default):
     return None
 
 
+def written_plainly(text: str) -> bool:
+    """Whether ``text`` writes its numbers in ASCII digits without ``_``: Python reads ``"２"`` as 2 and ``"2_0"`` as
+    20, which no one typing a number means."""
+    return text.isascii() and "_" not in text
+
+
 def _from_text(value, kind):
-    """``kind(value)`` of text (None for text that is not one); any other value as it is. A number is written in
-    ASCII digits without ``_``: Python reads ``"２"`` as 2 and ``"2_0"`` as 20, which no one typing a number means."""
+    """``kind(value)`` of text written plainly (:func:`written_plainly`; None for text that is not one); any other
+    value as it is."""
     if not isinstance(value, str):
         return value
-    if not value.isascii() or "_" in value:
+    if not written_plainly(value):
         return None
     try:
         return kind(value.strip())
