@@ -134,14 +134,14 @@ def in_processes(run: RunPlan, identity: loading.ModelIdentity, jobs: Iterable[C
         top_up()
         while ahead:
             while True:
+                # Checked at every result, not only when results stop: a worker killed between two jobs holds none
+                # that would go missing, and the others would finish the run as if nothing had happened to it.
+                _raise_if_one_died(processes)
                 try:
                     kind, _, payload = results.get(timeout=1.0)
                     break
                 except queue.Empty:
-                    dead = [p for p in processes if not p.is_alive() and p.exitcode not in (0, None)]
-                    if dead:
-                        raise WorkerDied(f"a worker process died ({_how_it_ended(dead[0].exitcode)}) before "
-                                         "finishing its context") from None
+                    continue
             if kind == "error":
                 raise payload
             ahead -= 1
@@ -157,6 +157,13 @@ def in_processes(run: RunPlan, identity: loading.ModelIdentity, jobs: Iterable[C
         pending.cancel_join_thread()
         pending.close()
         results.close()
+
+
+def _raise_if_one_died(processes: list) -> None:
+    """A :class:`WorkerDied` for the first worker that ended without being told to (exit code 0 is told)."""
+    dead = [process for process in processes if not process.is_alive() and process.exitcode not in (0, None)]
+    if dead:
+        raise WorkerDied(f"a worker process died ({_how_it_ended(dead[0].exitcode)}) before the run finished")
 
 
 def _how_it_ended(exitcode: int) -> str:
