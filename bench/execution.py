@@ -9,6 +9,7 @@ answer: it fingerprints the model directory once, and each worker checks that th
 from __future__ import annotations
 
 import multiprocessing
+import multiprocessing.connection
 import queue
 import signal
 import threading
@@ -76,7 +77,7 @@ class ContextWorker:
 
 def _serve(run: RunPlan, identity: loading.ModelIdentity, jobs, results) -> None:
     """A worker process: answer jobs until the driver sends None or is gone; an error goes back to the driver and
-    ends it."""
+    ends it. ``results`` is this worker's own pipe to the driver (its end of file is how the driver sees it end)."""
     # tqdm's default lock is a named semaphore under spawn: a worker the driver terminates would leave it behind, and
     # the resource tracker would report it as leaked after the driver's last line
     tqdm.set_lock(threading.RLock())
@@ -84,11 +85,12 @@ def _serve(run: RunPlan, identity: loading.ModelIdentity, jobs, results) -> None
     try:
         worker = ContextWorker(run, identity)
         while (job := _next_job(jobs)) is not None:
-            results.put(("rows", job, worker.rows(job)))
+            results.send(("rows", worker.rows(job)))
     except BaseException as error:  # noqa: BLE001 - the driver re-raises it with its own type and message
-        results.put(("error", None, error))
-    if not multiprocessing.parent_process().is_alive():
-        results.cancel_join_thread()  # rows nobody will read must not keep this process from exiting
+        try:
+            results.send(("error", error))
+        except OSError:  # the driver is gone: nobody reads the pipe
+            pass
 
 
 def _next_job(jobs) -> ContextJob | None:
@@ -106,13 +108,18 @@ def in_processes(run: RunPlan, identity: loading.ModelIdentity, jobs: Iterable[C
                  workers: int) -> Iterator[list[dict]]:
     """The rows of every job, context by context as workers finish them, from ``workers`` spawned processes.
 
-    A worker's exception is raised here as it was raised there; a worker that dies without one (killed, out of
-    memory) is a :class:`WorkerDied` naming its exit code.
+    A worker's exception is raised here as it was raised there; a worker that ends without one (killed, out of
+    memory), between jobs, in one or while sending its rows, is a :class:`WorkerDied` naming its exit code.
     """
     context = multiprocessing.get_context("spawn")
-    pending, results = context.Queue(), context.Queue()
-    processes = [context.Process(target=_serve, args=(run, identity, pending, results), daemon=True)
-                 for _ in range(workers)]
+    pending = context.Queue()
+    # One pipe a worker, not one queue for all: a worker's pipe has one writer, so its death is an end of file
+    # there, also part-way through a message (on a shared queue the others hold the pipe open: the driver would wait
+    # for the rest of that message for ever).
+    pipes = [context.Pipe(duplex=False) for _ in range(workers)]
+    processes = [context.Process(target=_serve, args=(run, identity, pending, writer), daemon=True)
+                 for _, writer in pipes]
+    readers = {reader: process for (reader, _), process in zip(pipes, processes)}
     feed, ahead, fed = iter(jobs), 0, False
 
     def top_up() -> None:  # a few jobs ahead of the workers: the others are made as they are taken (any --n)
@@ -131,22 +138,23 @@ def in_processes(run: RunPlan, identity: loading.ModelIdentity, jobs: Iterable[C
         with signals.kept_from_children():  # a terminal's Ctrl-C stops the driver alone, which stops them
             for process in processes:
                 process.start()
+        for _, writer in pipes:
+            writer.close()  # the worker holds its own copy: the driver's would hide the worker's end of file
         top_up()
         while ahead:
-            while True:
-                # Checked at every result, not only when results stop: a worker killed between two jobs holds none
-                # that would go missing, and the others would finish the run as if nothing had happened to it.
-                _raise_if_one_died(processes)
+            if not readers:  # a worker ends as told only when idle, so not while rows are due: said, not spun on
+                raise WorkerDied("every worker ended before the run finished")
+            for reader in multiprocessing.connection.wait(list(readers)):
                 try:
-                    kind, _, payload = results.get(timeout=1.0)
-                    break
-                except queue.Empty:
+                    kind, payload = reader.recv()
+                except (EOFError, OSError):  # the worker ended (OSError: part-way through a message)
+                    _raise_if_it_died(readers.pop(reader))
                     continue
-            if kind == "error":
-                raise payload
-            ahead -= 1
-            top_up()
-            yield payload
+                if kind == "error":
+                    raise payload
+                ahead -= 1
+                top_up()
+                yield payload
     finally:
         for process in processes:
             if process.pid is not None:  # started (a stop can come while they start)
@@ -156,14 +164,17 @@ def in_processes(run: RunPlan, identity: loading.ModelIdentity, jobs: Iterable[C
         # Jobs no worker took may still fill the pipe to them: exiting must not wait to flush them to nobody.
         pending.cancel_join_thread()
         pending.close()
-        results.close()
+        for reader, writer in pipes:
+            reader.close()
+            writer.close()
 
 
-def _raise_if_one_died(processes: list) -> None:
-    """A :class:`WorkerDied` for the first worker that ended without being told to (exit code 0 is told)."""
-    dead = [process for process in processes if not process.is_alive() and process.exitcode not in (0, None)]
-    if dead:
-        raise WorkerDied(f"a worker process died ({_how_it_ended(dead[0].exitcode)}) before the run finished")
+def _raise_if_it_died(process) -> None:
+    """A :class:`WorkerDied` for a worker whose pipe closed while the driver still waits for rows, unless it ended
+    as told (after the driver's None, exit code 0: the others answer the rest)."""
+    process.join()
+    if process.exitcode != 0:
+        raise WorkerDied(f"a worker process died ({_how_it_ended(process.exitcode)}) before the run finished")
 
 
 def _how_it_ended(exitcode: int) -> str:

@@ -195,7 +195,7 @@ def test_a_stopped_run_with_jobs_still_queued_for_its_workers_exits(tmp_path):
     assert done.returncode == 0 and done.stdout.startswith("raised"), done.stderr[-2000:]
 
 
-def _start_compare(model_dir, out):
+def _start_compare(model_dir, out, **env):
     """``bench compare --jobs 2`` in a session of its own (a terminal's process group), 40 contexts to answer."""
     import os
     import subprocess
@@ -203,9 +203,24 @@ def _start_compare(model_dir, out):
 
     argv = [sys.executable, "-m", "bench.entry", "compare", "--model", str(model_dir), "--out", str(out), "--jobs", "2",
             "--press", "keydiff", "--keep-fractions", "0.5", "--tasks", "niah_single_1", "--n", "40", "--length", "384"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HYBRIDPRESS_CACHE": str(out.parent / "cache")}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HYBRIDPRESS_CACHE": str(out.parent / "cache"), **env}
     return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                             start_new_session=True)
+
+
+def _ended(driver, seconds=120.0) -> str:
+    """The driver's standard error once it ended; a driver still running then (and its workers) is killed, and
+    the test fails as a hang rather than leaving them behind."""
+    import os
+    import signal
+    import subprocess
+
+    try:
+        return driver.communicate(timeout=seconds)[1]
+    except subprocess.TimeoutExpired:
+        os.killpg(driver.pid, signal.SIGKILL)
+        driver.communicate()
+        raise AssertionError(f"bench compare --jobs 2 still ran {seconds} s later (killed)") from None
 
 
 def _workers(driver_pid, count=2, seconds=60.0):
@@ -287,7 +302,7 @@ def test_a_run_whose_workers_are_stopped_from_outside_ends_in_one_line(model_dir
         os.kill(workers[-1], signal.SIGKILL)
     else:
         os.killpg(driver.pid, signal.SIGINT)
-    _, err = driver.communicate(timeout=120)
+    err = _ended(driver)
     last = err.strip().splitlines()[-1]
     if stop.startswith("one worker killed"):
         assert driver.returncode == 2, err
@@ -298,6 +313,46 @@ def test_a_run_whose_workers_are_stopped_from_outside_ends_in_one_line(model_dir
         assert driver.returncode == 130, err
         assert last.startswith("bench compare: interrupted; what was finished is kept in"), err
     assert "Traceback" not in err and "leaked" not in err, err
+    assert all([_gone(pid) for pid in workers])
+
+
+_DIES_WHILE_SENDING = """
+import multiprocessing, os, signal
+from multiprocessing import connection
+
+_send_bytes = connection.Connection._send_bytes
+
+
+def _dies_half_way(self, buf):  # a worker's rows: half a message, then the out-of-memory killer
+    if multiprocessing.parent_process() is not None and len(buf) > 256:
+        self._send(len(buf).to_bytes(4, "big") + bytes(buf[: len(buf) // 2]))
+        os.kill(os.getpid(), signal.SIGKILL)
+    _send_bytes(self, buf)
+
+
+connection.Connection._send_bytes = _dies_half_way
+"""
+
+
+def test_a_worker_killed_part_way_through_sending_its_rows_ends_the_run_in_one_line(model_dir, tmp_path):
+    """Probe 75: a worker killed after sending part of its rows left the driver waiting for the rest for ever (the
+    workers shared one results pipe, which the other held open). A hook in every worker sends half of its first
+    message and kills the worker."""
+    import os
+
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    (hooks / "sitecustomize.py").write_text(_DIES_WHILE_SENDING)
+    out = tmp_path / "out"
+    driver = _start_compare(model_dir, out, PYTHONPATH=os.pathsep.join(filter(None, [str(hooks),
+                                                                                     os.environ.get("PYTHONPATH")])))
+    workers = _workers(driver.pid)
+    err = _ended(driver)
+    assert driver.returncode == 2, err
+    assert err.strip().splitlines()[-1].startswith(
+        "bench compare: error: a worker process died (killed by SIGKILL, as the out-of-memory killer does) before the "
+        "run finished; nothing was written yet"), err
+    assert "Traceback" not in err, err
     assert all([_gone(pid) for pid in workers])
 
 
