@@ -20,10 +20,11 @@
 # sweep step from a worktree of that commit (git worktree add /tmp/wt COMMIT; then /tmp/wt/scripts/gatesight_group.sh
 # sweep2k K/N with OUT the absolute path of the same stores). `bench` runs the code of the checkout this script is in
 # (PYTHONPATH below), not the one pip installed in editable mode.
-#   MODEL, OUT, GROUP, WINDOWS, N2K, N4K, TASKS, PART from the environment. Cost: at n = 50 the 2,048-token part
-#   is ≈ 15 h on one thread, most of it niah_multikey_1 (four questions a context: docs/hybrid/README.md, "The next
-#   group's cost"), so that task runs as a part of its own with fewer contexts (n counts questions):
-#     TASKS=niah_multikey_1 N2K=13 N4K=8 PART=mk scripts/gatesight_group.sh sweep2k 0/2
+#   MODEL, OUT, GROUP, WINDOWS, N2K, N4K, TASKS, PART from the environment. Cost: niah_multikey_1 asks four
+#   questions a context, ≈ 7 min a context at 2,048 tokens on one thread (≈ 2 min at 4,096, six methods, four
+#   fractions), so it runs as a part of its own, begun with fewer contexts and grown to n (a store takes a larger
+#   --n of the same run and answers only the new contexts):
+#     TASKS=niah_multikey_1 PART=mk scripts/gatesight_group.sh sweep2k 0/2
 #   A part's stores are $OUT/sweep2k-PART/shardK (a store holds one run: its tasks, n and shards).
 set -euo pipefail
 export GLIBC_TUNABLES=${GLIBC_TUNABLES:-glibc.malloc.hugetlb=1}
@@ -85,8 +86,9 @@ import gzip, sys
 from pathlib import Path
 store = "docs/results/results.jsonl.gz"
 rows = list(gzip.open(store, "rt"))
+published = set(rows)  # a second publish (a part grown since) adds only the rows it has not added
 for merged in sorted(Path(sys.argv[1]).glob("sweep*/merged/results.jsonl")):
-    rows += list(open(merged))
+    rows += [row for row in open(merged) if row not in published]
 with gzip.GzipFile(store + ".new", "wb", mtime=0) as out:
     out.write("".join(rows).encode())
 PY
