@@ -47,11 +47,17 @@ def test_shards_record_their_settings_and_a_resume_under_others_is_refused(model
 
 
 def test_the_same_settings_resume_and_say_what_they_reused(model_dir, tmp_path, capsys):
+    """The last line counts what this run labelled and gives the worst check error of those; a run that found
+    every window labelled checked none, and says no error (probe 76: it said 0.00e+00, as if checked and exact)."""
     labels = tmp_path / "labels"
     assert _label(model_dir, labels, "--tokens", "48", "--part", "0/2") == 0
     assert _label(model_dir, labels, "--tokens", "48") == 0
-    assert "1 documents labelled" in capsys.readouterr().out.splitlines()[-1]
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last.startswith("1 documents labelled") and "worst closed-form vs deletion error this run: " in last
     assert len(list(labels.glob("*.safetensors"))) == 2
+    assert _label(model_dir, labels, "--tokens", "48") == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (f"0 documents labelled in {labels} (2 of this part's 2 "
+                                                         "were there already)")
 
 
 def test_a_shard_without_recorded_settings_is_not_resumed(model_dir, tmp_path, capsys):
