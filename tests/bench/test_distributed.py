@@ -198,14 +198,17 @@ def test_a_stopped_run_with_jobs_still_queued_for_its_workers_exits(tmp_path):
 def _start_compare(model_dir, out, **env):
     """``bench compare --jobs 2`` in a session of its own (a terminal's process group), 40 contexts to answer."""
     import os
+    import signal
     import subprocess
     import sys
 
     argv = [sys.executable, "-m", "bench.entry", "compare", "--model", str(model_dir), "--out", str(out), "--jobs", "2",
             "--press", "keydiff", "--keep-fractions", "0.5", "--tasks", "niah_single_1", "--n", "40", "--length", "384"]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HYBRIDPRESS_CACHE": str(out.parent / "cache"), **env}
+    # Ctrl-C at its default, as in a terminal: a test run started in the background of a script (`cmd &` in
+    # bash) passes SIGINT on ignored, and Python keeps a signal ignored at startup ignored
     return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def _ended(driver, seconds=120.0) -> str:

@@ -614,11 +614,14 @@ def test_a_stop_while_an_artifact_is_installed_lets_it_land_whole_and_says_so(tm
     threading.Thread(target=other.wait, daemon=True).start()  # a thread that would take the signal
     monkeypatch.setattr(os, "replace", replace_then_stop)
     monkeypatch.setattr(files, "INSTALLED", [])
+    # Ctrl-C as a terminal gives it: a test run started in the background of a script inherits SIGINT ignored
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         with pytest.raises(KeyboardInterrupt):
             files.install(sorted(scratch.iterdir()), target, log=lambda line: None)
     finally:
         other.set()
+        signal.signal(signal.SIGINT, previous)
     [backup] = tmp_path.glob("calibration.backup-*")
     assert {p.name: p.read_text() for p in target.iterdir()} == {"a.json": "new a.json",
                                                                    "b.safetensors": "new b.safetensors"}
