@@ -235,6 +235,21 @@ def test_compare_resumes_a_committed_compressed_store(runs, model_dir, tmp_path,
     assert run_cli(capsys, "verify", committed)[0] == 0
 
 
+def test_a_run_grown_to_a_larger_n_must_hold_every_context_of_it(runs, model_dir, tmp_path, capsys):
+    """A store grown in place (the same run with a larger --n, as the GateSight group's multikey parts grew) keeps
+    its first rows under the smaller n and answers only the new contexts; it is whole only with every context of
+    the larger n, whichever n the rows of a context record."""
+    grown = tmp_path / "grown"
+    shutil.copytree(runs / "whole", grown)
+    run_compare(_settings(model_dir, grown, n=4), show_progress=False)
+    rows = stored_rows(grown)
+    assert {(row["item"], row["run"]["n"]) for row in rows} == {(0, 2), (1, 2), (2, 4), (3, 4)}
+    assert run_cli(capsys, "verify", grown)[0] == 0
+    holed = store_of([row for row in rows if row["item"] != 2], tmp_path / "holed")
+    code, err = run_cli(capsys, "verify", holed)
+    assert code == 2 and "is incomplete: no row holds task niah_single_1, item 2 of its run (items 0 … 3" in err, err
+
+
 def test_a_committed_store_with_a_cut_last_line_stays_readable_after_its_resume(runs, model_dir, tmp_path, capsys):
     """A ``.gz`` of a killed run's rows (its last line cut short): the resume drops that line from its copy, and
     the copy still counts as continuing the ``.gz`` — verify and later resumes read it."""
