@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from runtime.errors import UsageError
 from runtime.options import build_with_options, check_name, register_in, typed_options
+from runtime.plugins import load_plugin, plugin_names
 
 from .adakv import AdaKVAllocator
 from .base import Allocator, BudgetRequest, check_keep_fraction
@@ -35,7 +36,9 @@ def register(cls: type[Allocator]) -> type[Allocator]:
 
 
 def available() -> list[str]:
-    return list(ALLOCATORS)
+    """The allocators a name may give: the registry's, then those installed packages declare
+    (:mod:`runtime.plugins`)."""
+    return list(ALLOCATORS) + [name for name in plugin_names("allocator") if name not in ALLOCATORS]
 
 
 def get(name: str, **kwargs) -> Allocator:
@@ -43,6 +46,8 @@ def get(name: str, **kwargs) -> Allocator:
     :mod:`runtime.options`); a name that is not text, unknown names and options, and ill-typed values raise a
     :class:`~runtime.errors.UsageError` saying what is allowed."""
     check_name(name, ALLOCATORS, Allocator, "--alloc", "allocators.get", available())
+    if isinstance(name, str):
+        load_plugin("allocator", name, ALLOCATORS, register)
     if name not in ALLOCATORS:
         raise UsageError(f"unknown allocator {name!r}; available: {', '.join(ALLOCATORS)}")
     return build_with_options(ALLOCATORS[name], name, kwargs)

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import importlib
+import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -205,3 +208,24 @@ def model_spec(args: argparse.Namespace) -> ModelSpec:
                          "the model's own directory")
     loading.check_tokenizer_files(directory)
     return spec
+
+
+def add_import_argument(p: argparse.ArgumentParser) -> None:
+    """``--import MODULE`` (repeatable): a module of the user's that registers presses or allocators when imported."""
+    p.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
+                   help="import MODULE first (repeatable): a module of your own that registers presses or "
+                        "allocators (@presses.register), found from the current directory or installed; an "
+                        "installed package's entry points (hybridpress.presses) need no flag")
+
+
+def import_user_modules(args: argparse.Namespace) -> None:
+    """Import each ``--import`` module, the current directory searched first as ``python -m`` does; one that cannot
+    be imported is a :class:`~runtime.errors.UsageError` naming it and why."""
+    if args.imports and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    for module in args.imports:
+        try:
+            importlib.import_module(module)
+        except ImportError as error:
+            raise UsageError(f"--import {module}: {error} (give a module importable from the current directory, "
+                             "e.g. my_press for ./my_press.py, or from an installed package)") from None

@@ -20,6 +20,8 @@ from pretrained.cache_guard import check_outside_the_cache
 from runtime.errors import UsageError
 
 from .arguments import Command
+from .carry import CARRY
+from .collection_publish import PUBLISH
 from .compare_command import COMPARE
 from .cost import COST
 from .fetch_command import FETCH_MODEL
@@ -29,7 +31,8 @@ from .model_commands import DISTILL, MODEL_EVAL, SHIP_ARTIFACTS, TRAIN_MODEL
 from .publish import LEADERBOARD, VERIFY
 from .stopping import StopOnSignals, WorkerDied, stopped
 
-COMMANDS = (COMPARE, MERGE, LEADERBOARD, VERIFY, COST, FETCH_MODEL, CALIBRATE, TRAIN_MODEL, MODEL_EVAL, DISTILL,
+COMMANDS = (COMPARE, MERGE, PUBLISH, LEADERBOARD, VERIFY, CARRY, COST, FETCH_MODEL, CALIBRATE, TRAIN_MODEL, MODEL_EVAL,
+            DISTILL,
             SHIP_ARTIFACTS, LABEL, TRAIN, ANALYZE)
 
 

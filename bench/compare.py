@@ -25,8 +25,9 @@ from workloads.tasks import registry as tasks
 from .completeness import check_stores, listed
 from .execution import ContextJob, in_processes, in_ray, in_this_process
 from .harness import Harness
+from .method_identity import check_run_method_codes
 from .plan import RunPlan, plan
-from .row_fields import KEY_FIELDS, RUN, ShardContexts, method_at, shard_contexts, shown_fraction
+from .row_fields import GROUP_FIELDS, KEY_FIELDS, RUN, ShardContexts, method_at, shard_contexts, shown_fraction
 from .settings import CompareSettings
 from .store import ResultStore
 
@@ -51,6 +52,8 @@ def execute(run: RunPlan, show_progress: bool = True) -> tuple[ResultStore, load
         identity = loading.identity(run.model_dir)
         store.check_model(run.model_dir.name, identity.row_fields())
         _say_other_code_rows(run, identity, store)
+        group = {field: value for field, value in _group_fields(run, identity).items() if field in GROUP_FIELDS}
+        check_run_method_codes(group, run.method_codes, store.rows, store.path)
         _check_run_completes(run, identity, store)
         _run(run, identity, store, show_progress)
     finally:

@@ -16,7 +16,20 @@ from artifacts.outputs import RESULT_STORE, Output
 from runtime.errors import UsageError
 from workloads.tasks import registry as tasks
 
-from .arguments import Command, add_model_arguments, count, floats, kept_in, model_spec, names, natural, options, part
+from .arguments import (
+    Command,
+    add_import_argument,
+    add_model_arguments,
+    count,
+    floats,
+    import_user_modules,
+    kept_in,
+    model_spec,
+    names,
+    natural,
+    options,
+    part,
+)
 from .settings import DEFAULT_KEEP_FRACTIONS, ENGINES, EXECUTORS, KEEP_FRACTION_GRIDS
 from .specs import split_items, split_outside
 
@@ -112,6 +125,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--alloc", type=spec_list, default=None,
                    help=f"comma list of allocators: {','.join(allocators.available())}, options in brackets as for "
                         f"--press: perlayer[weights=1/2/3] (default: {','.join(DEFAULT_ALLOCATORS)})")
+    add_import_argument(p)
     p.add_argument("--methods", type=method_pairs, default=None,
                    help="press/allocator pairs instead of every --press with every --alloc, each part with its own "
                         "options in brackets: gatesight/gate,kvzip/global,snapkv[window=64]/flat")
@@ -188,6 +202,7 @@ def run(args) -> None:
     from .compare import CompareSettings, execute, plan, run_rows
     from .report import headline_markdown, write_reports
 
+    import_user_modules(args)
     fractions = args.compression_ratios if args.compression_ratios is not None else args.keep_fractions
     chosen_presses, chosen_allocators, pairs = methods_of(args)
     run = plan(CompareSettings(

@@ -26,6 +26,7 @@ from runtime.errors import UsageError
 from workloads.tasks.registry import haystack_of
 
 from .code_version import code_version
+from .method_identity import check_one_method_code
 from .row_fields import (
     BATCH,
     FIDELITY_FIELDS,
@@ -73,6 +74,8 @@ def check_stores(stores: list[ResultStore], complete: bool = True) -> None:
     check_given_once(stores)
     for store in stores:
         store.check_rows()
+    rows = [(row, f"{store.path}:{line}") for store in stores for row, line in zip(store.rows, store.line_numbers)]
+    check_one_method_code([row for row, _ in rows], lambda index: rows[index][1])
     if complete:
         check_not_cut(stores)
         check_one_split(stores)
@@ -103,20 +106,20 @@ relative to the larger of 1 and their magnitudes, by the dtype the rows ran in: 
 same from any batch."""
 
 
-def _values(row: dict) -> dict:
+def row_values(row: dict) -> dict:
     # the timings of one context are measured where it ran, and the run that wrote it is where the row comes from,
     # and the batch that answered it is how it was computed: not values of it, so two copies of a row may differ in
     # them alone
     return {k: v for k, v in row.items() if not k.endswith("_seconds") and k not in (RUN, BATCH)}
 
 
-def _batch_difference(a: dict, b: dict) -> float | None:
+def batch_difference(a: dict, b: dict) -> float | None:
     """The largest difference of the fidelity values of two copies of one row answered in other padded batches
     (:data:`~bench.row_fields.BATCH`), where that is all they differ in (:data:`BATCH_TOLERANCE`); None otherwise —
     also for rows that do not record their batch, which could have come from one."""
     if a.get(BATCH) is None or b.get(BATCH) is None or a[BATCH] == b[BATCH]:
         return None
-    va, vb = _values(a), _values(b)
+    va, vb = row_values(a), row_values(b)
     if {k: v for k, v in va.items() if k not in FIDELITY_FIELDS} != {
             k: v for k, v in vb.items() if k not in FIDELITY_FIELDS}:
         return None
@@ -137,7 +140,7 @@ def _batch_difference(a: dict, b: dict) -> float | None:
 
 def _first_difference(a: dict, b: dict) -> str:
     """The first field two copies of a row hold other values of, as a message shows it."""
-    va, vb = _values(a), _values(b)
+    va, vb = row_values(a), row_values(b)
     field = next(k for k in sorted(set(va) | set(vb)) if va.get(k) != vb.get(k))
     return f"{field} {reprlib.repr(va.get(field))} and {reprlib.repr(vb.get(field))}"
 
@@ -157,8 +160,8 @@ def check_one_value(stores: list[ResultStore], copies: bool = False) -> list[flo
                 seen[key] = (row, where)
                 continue
             first, there = seen[key]
-            same = _values(first) == _values(row)
-            difference = None if same else _batch_difference(first, row)
+            same = row_values(first) == row_values(row)
+            difference = None if same else batch_difference(first, row)
             if not same and difference is None:
                 batches = " (from two padded batches, which change only the last digits of NLL and KL)" if (
                     first.get(BATCH) is not None and row.get(BATCH) is not None

@@ -12,7 +12,7 @@ from typing import Callable
 
 from .engine import Child, ChildGroup, HeldContext
 from .harness import Harness
-from .row_fields import row_key
+from .row_fields import BASELINE_CODE, METHOD_CODE, row_key
 from .rows import QuestionReference, answered_row, base_row, batch_digest, method_fields, needle_fields
 from .specs import BASELINE_METHOD
 
@@ -45,7 +45,7 @@ class ContextRun:
     def _done(self, row: dict, child: Child) -> bool:
         method, p = child
         return self.is_done(row_key({**row, "press": method.press.label, "allocator": method.allocator.label,
-                                     "keep_fraction": p}))
+                                     "keep_fraction": p, METHOD_CODE: self.h.run.method_codes[method.label]}))
 
     def run(self) -> int:
         """Answer every pending child; returns how many it ran."""
@@ -61,8 +61,8 @@ class ContextRun:
             questions = [QuestionReference(question, parent, self.item.context, h.encode_list,
                                            h.tokenizer.eos_token_id) for question in self.item.questions]
             if self.todo[0][0].is_baseline:
-                self._baseline(questions, method_fields(BASELINE_METHOD, 1.0, common, parent.kv_nbytes,
-                                                        parent.recurrent_nbytes))
+                self._baseline(questions, method_fields(BASELINE_METHOD, BASELINE_CODE, 1.0, common,
+                                                        parent.kv_nbytes, parent.recurrent_nbytes))
             if compacted:
                 for group in parent.groups(compacted, questions):
                     try:
@@ -91,8 +91,9 @@ class ContextRun:
     def _answer(self, questions: list[QuestionReference], common: dict, group: ChildGroup) -> None:
         """Every pending question of the children of ``group``, the pending children of a question answered
         together."""
-        methods = [method_fields(*c.child, common, c.kv_bytes, c.recurrent_bytes, c.plan.total(), c.score_seconds)
-                   for c in group.members]
+        codes = self.h.run.method_codes
+        methods = [method_fields(c.child[0], codes[c.child[0].label], c.child[1], common, c.kv_bytes,
+                                 c.recurrent_bytes, c.plan.total(), c.score_seconds) for c in group.members]
         for q, row in zip(questions, self.rows):
             which = [i for i, method in enumerate(methods) if not self.is_done(row_key({**row, **method}))]
             if not which:

@@ -24,7 +24,7 @@ from runtime import EvidenceRequest, adapter_for, encode_text, prefill
 from runtime.errors import UsageError
 from workloads.corpus import SOURCES, documents
 
-from .arguments import Command, add_model_arguments, ints, model_spec, names
+from .arguments import Command, add_import_argument, add_model_arguments, import_user_modules, ints, model_spec, names
 from .specs import press_name
 
 TABLES = COST_TABLE.files
@@ -160,6 +160,7 @@ def _check_artifacts(press_names: list[str], directory: Path) -> None:
 
 def add_cost_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser)
+    add_import_argument(parser)
     # every press the registry builds by its name alone (the kvpress bridge needs a class named: kvpress:<Class>)
     by_name = [name for name in presses.available() if name in presses.PRESSES]
     parser.add_argument("--press", type=names, default=by_name)
@@ -171,6 +172,7 @@ def add_cost_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_cost_command(args: argparse.Namespace) -> None:
+    import_user_modules(args)
     run_cost(model_spec(args), args.press, args.lengths, Path(args.out), args.replace)
 
 

@@ -8,6 +8,7 @@ answer: it fingerprints the model directory once, and each worker checks that th
 
 from __future__ import annotations
 
+import importlib
 import multiprocessing
 import multiprocessing.connection
 import queue
@@ -61,6 +62,8 @@ class ContextWorker:
 
     def __init__(self, run: RunPlan, identity: loading.ModelIdentity):
         torch.set_num_threads(1)
+        for module in run.modules:  # a user's press or allocator registers itself when its module is imported
+            importlib.import_module(module)
         self.harness = Harness(run, identity)
         if loading.identity(self.harness.model_dir) != identity:
             raise UsageError(f"{run.model_dir} changed since the run began (weights, config, tokenizer or its "

@@ -15,8 +15,9 @@ LEGACY_NAMES = {"keep_fraction": "ratio", "recurrent_bytes": "gdn_bytes"}
 """Fields that rows written before were stored under another name; they are read under the new one: the kept
 fraction p was ``ratio`` (a word that elsewhere names the evicted fraction 1 − p), the recurrent state's bytes were
 ``gdn_bytes`` (Mamba2 layers' state too)."""
-OPTIONAL_FIELDS = ("artifacts",)
-"""Key fields that rows written before them lack: their ``weights`` fingerprint covered the artifacts too."""
+OPTIONAL_FIELDS = ("artifacts", "method_code")
+"""Key fields that rows written before them lack: their ``weights`` fingerprint covered the artifacts too, and their
+``code`` hashed all the code a row ran, its method's own included (:data:`bench.row_fields.METHOD_CODE`)."""
 
 
 def read_row(value) -> dict | None:

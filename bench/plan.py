@@ -27,8 +27,8 @@ from runtime.errors import UsageError, describe
 from workloads.tasks import registry as tasks
 from workloads.tasks.scbench import load_rows
 
-from .code_version import code_version
-from .row_fields import BASELINE, check_items, shown_fraction
+from .code_version import code_version, method_codes
+from .row_fields import BASELINE, BASELINE_CODE, check_items, shown_fraction
 from .settings import ENGINES, EXECUTORS, KEEP_FRACTION_GRIDS, MIN_LENGTH, CompareSettings, check_ray_address
 from .specs import (
     BASELINE_METHOD,
@@ -57,8 +57,15 @@ class RunPlan:
         As given; ``model_dir`` is its directory (absolute: rows record its name, and `.` has none), ``dtype`` and
         ``device`` what rows record of it.
     code : str
-        The code version (:func:`bench.store.code_version`) the run's rows carry, fixed once when planned: a source
-        edited while a long run goes on changes neither the rows' version nor which rows its summary reads.
+        The shared code version (:func:`bench.code_version.code_version`) the run's rows carry, fixed once when
+        planned: a source edited while a long run goes on changes neither the rows' version nor which rows its
+        summary reads.
+    modules : tuple[str, ...]
+        The modules outside the project that define a press or allocator of the run (a user's own, registered when
+        imported): a worker process imports them before it builds the run's methods.
+    method_codes : Mapping[str, str]
+        ``{method label: its own code}`` (:func:`bench.code_version.method_codes`; ``none`` for no prune), fixed
+        once when planned as ``code`` is.
     shard : tuple[int, int] or None
         ``(k, n)``: the contexts at positions k, k + n, ... of the run (``--shard k/n``).
     The other fields are those of :class:`~bench.settings.CompareSettings`.
@@ -79,6 +86,8 @@ class RunPlan:
     device: str
     engine: str
     code: str
+    method_codes: Mapping[str, str]
+    modules: tuple[str, ...]
     out: Path
     jobs: int
     batch: int
@@ -347,8 +356,19 @@ def plan(settings: CompareSettings | RunPlan) -> RunPlan:
         scbench_data=settings.scbench_data, model=settings.model,
         model_dir=Path(os.path.abspath(loading.resolve(settings.model))),
         dtype=loading.dtype_name(settings.model), device=loading.device_name(settings.model), engine=settings.engine,
-        code=code_version(settings.engine), out=Path(settings.out), jobs=int(settings.jobs), batch=int(settings.batch),
-        shard=shard, executor=settings.executor, address=settings.address)
+        code=code_version(settings.engine), method_codes={BASELINE: BASELINE_CODE} | dict(zip(
+            (m.label for m in methods),
+            method_codes([(press_built[m.press], built[m.allocator]) for m in methods], settings.engine))),
+        modules=_outside_modules([*press_built.values(), *built.values()]), out=Path(settings.out),
+        jobs=int(settings.jobs), batch=int(settings.batch), shard=shard, executor=settings.executor,
+        address=settings.address)
+
+
+def _outside_modules(objects: list) -> tuple[str, ...]:
+    """The modules of ``objects``' classes that a fresh process does not import with the project: a user's own
+    (imported by a script, ``--import`` or an installed package's entry point)."""
+    modules = {type(o).__module__ for o in objects}
+    return tuple(sorted(m for m in modules if m != "__main__" and m.partition(".")[0] not in ("presses", "allocators")))
 
 
 def _check_scbench_rows(names: list[str], n: int, data) -> None:

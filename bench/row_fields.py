@@ -12,9 +12,17 @@ from collections.abc import Sequence
 from runtime.errors import UsageError
 
 KEY_FIELDS = ("model", "weights", "artifacts", "press", "allocator", "keep_fraction", "task", "profile", "length",
-              "item", "question", "seed", "code", "engine", "dtype", "device", "haystack")
+              "item", "question", "seed", "code", "method_code", "engine", "dtype", "device", "haystack")
 GROUP_FIELDS = ("model", "weights", "artifacts", "profile", "length", "code", "engine", "dtype", "device")
-"""Rows are averaged only within one group of these settings."""
+"""Rows are averaged only within one group of these settings; ``code`` is the code every row of the group runs
+(:func:`bench.code_version.code_version`)."""
+METHOD_CODE = "method_code"
+"""The field by which a row names its method's own code (:func:`bench.code_version.method_codes`): what its press
+and allocator run beyond the group's ``code``. One method of a group holds one method code: an edited press's rows
+are another result, never pooled with its old ones (:func:`bench.method_identity.check_one_method_code`). Rows
+written before it lack it; their ``code`` hashed all the code a row ran, method included."""
+BASELINE_CODE = "none"
+"""No prune's method code: it runs nothing but the group's code."""
 SHARED_FIELDS = (*GROUP_FIELDS, "seed")
 """What every row of one run shares: its group and its seed (the shards of a run share them too)."""
 BASELINE = "none"

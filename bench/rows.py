@@ -21,7 +21,7 @@ from workloads.tasks.items import Item, Question
 from .fidelity import FullCacheReference, fidelity, reference_text
 from .needles import needle_positions, needle_recall
 from .plan import RunPlan
-from .row_fields import BATCH, QUESTIONS, RUN, SCHEMA, mean_over_heads
+from .row_fields import BATCH, METHOD_CODE, QUESTIONS, RUN, SCHEMA, mean_over_heads
 from .specs import Method
 
 
@@ -35,9 +35,10 @@ def base_row(run: RunPlan, identity: ModelIdentity, task: str, item: Item, quest
             "dtype": run.dtype, "device": run.device, "haystack": item.haystack, RUN: run.run}
 
 
-def method_fields(method: Method, keep_fraction: float, common: dict, kv_bytes: int, recurrent_bytes: int,
-                  kept_entries: int | None = None, score_seconds: float | None = None) -> dict:
-    """The fields of one child: its method (the specs' labels), the context's timings and sizes, and the child's
+def method_fields(method: Method, method_code: str, keep_fraction: float, common: dict, kv_bytes: int,
+                  recurrent_bytes: int, kept_entries: int | None = None, score_seconds: float | None = None) -> dict:
+    """The fields of one child: its method (the specs' labels and its own code, :data:`~bench.row_fields.METHOD_CODE`),
+    the context's timings and sizes, and the child's
     bytes (``kv_bytes`` of attention cache, ``recurrent_bytes`` of the recurrent state of its GDN and Mamba2 layers
     alike: ``recurrent_nbytes``; rows stored before it was named so hold it as ``gdn_bytes``,
     :data:`bench.legacy_rows.LEGACY_NAMES`).
@@ -45,7 +46,7 @@ def method_fields(method: Method, keep_fraction: float, common: dict, kv_bytes: 
     ``kept_entries`` and ``score_seconds`` are those of a compacted child (absent for no prune).
     """
     fields = {"press": method.press.label, "allocator": method.allocator.label, "keep_fraction": keep_fraction,
-              **common}
+              **common, METHOD_CODE: method_code}
     if score_seconds is not None:
         fields["score_seconds"] = round(score_seconds, 4)
         fields["kept_entries"] = kept_entries

@@ -326,7 +326,8 @@ class ResultStore:
 def open_stores(directories: list[Path]) -> list[ResultStore]:
     """The stores a command reads (``bench verify``, ``leaderboard`` and ``merge``), read-only, each checked first:
     an existing directory (not the ``results.jsonl`` in it) that holds ``results.jsonl`` or ``results.jsonl.gz``
-    and that no writer holds (its rows would be read half written).
+    and that no writer holds (its rows would be read half written); a collection of stores
+    (:mod:`bench.collection`) is read as its stores.
 
     Raises
     ------
@@ -334,6 +335,9 @@ def open_stores(directories: list[Path]) -> list[ResultStore]:
         Naming the first store that is not one: no such directory, a file, a directory without rows, or one being
         written by another process (the pid in its lock file).
     """
+    from .collection import expand  # a collection (docs/results) is read as its stores
+
+    directories = expand(directories)
     for directory in map(Path, directories):
         if directory.is_file():
             raise UsageError(f"{directory} is a file: give the store's directory, here {directory.parent}")

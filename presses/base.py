@@ -93,6 +93,12 @@ class Press(ABC):
     #: where it names the model's own files (:mod:`bench.specs`)
     artifact_files: ClassVar[dict[str, tuple[str, tuple[str, ...]]]] = {}
 
+    def code_objects(self) -> tuple[type, ...]:
+        """Classes outside this press's module whose code decides its scores and that no import of that module
+        names (a wrapped library scorer): their source is part of its rows' method code
+        (:func:`bench.code_version.method_codes`). None by default."""
+        return ()
+
     def evidence(self, adapter: ModelAdapter) -> EvidenceRequest:
         """What the prefill must record for this press (nothing beyond the KV cache by default)."""
         return EvidenceRequest()

@@ -195,6 +195,10 @@ class KvpressScorer(Press):
         check_fields(self.press)
         self._initialised_for = None
 
+    def code_objects(self) -> tuple[type, ...]:
+        """kvpress's scorer class: its code (at kvpress's version) decides the scores."""
+        return (type(self.press),)
+
     @staticmethod
     def scorer_class(class_name: str) -> type:
         """The kvpress ``ScorerPress`` subclass named ``class_name``; ``ValueError`` listing them otherwise."""

@@ -6,6 +6,7 @@ import dataclasses
 
 from runtime.errors import UsageError
 from runtime.options import build_with_options, check_name, register_in, typed_options
+from runtime.plugins import load_plugin, plugin_names
 
 from .base import Press
 from .gatesight import GateSightPress
@@ -38,8 +39,10 @@ def register(cls: type[Press]) -> type[Press]:
 
 
 def available() -> list[str]:
-    return [f"{KVPRESS_PREFIX}<ScorerPress class or kvpress short name>" if name == KvpressScorer.name else name
-            for name in PRESSES]
+    """The presses a name may give: the registry's, then those installed packages declare (:mod:`runtime.plugins`)."""
+    listed = [f"{KVPRESS_PREFIX}<ScorerPress class or kvpress short name>" if name == KvpressScorer.name else name
+              for name in PRESSES]
+    return listed + [name for name in plugin_names("press") if name not in PRESSES]
 
 
 def _kvpress_scorer(name: str, options: dict):
@@ -81,6 +84,7 @@ def get(name: str, **kwargs) -> Press:
     a name that is not text, unknown names and options, and ill-typed values raise a
     :class:`~runtime.errors.UsageError` saying what is allowed."""
     check_library_name(name)
+    load_plugin("press", name, PRESSES, register)
     if name.startswith(KVPRESS_PREFIX):
         return KvpressScorer(press=_kvpress_scorer(name.removeprefix(KVPRESS_PREFIX), kwargs))
     if name == KvpressScorer.name and "press" not in kwargs:

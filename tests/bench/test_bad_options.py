@@ -43,7 +43,8 @@ BY_NAME = {
     "device": ["nosuch"], "dtype": ["nosuch"], "profile": ["nosuch"], "haystack": ["nosuch"], "address": ["nosuch"],
     "out": [A_FILE], "checkpoints": [A_FILE], "cache": [A_FILE], "rows": [A_DIR],
     "labels": [A_FILE, MISSING], "scbench_data": [MISSING], "init_from": [MISSING], "gguf": [MISSING],
-    "docs": [A_FILE], "stores": [MISSING],
+    "docs": [A_FILE], "stores": [MISSING], "imports": ["no_such_module"],
+    "store": [MISSING, A_FILE], "artifacts": [MISSING, A_FILE], "into": [A_FILE],
 }
 """Bad values of a text option (a name, a path) by its name."""
 
@@ -52,6 +53,8 @@ BASES = {
     "merge": ["{store}", "--out", "{tmp}/merged"],
     "leaderboard": ["{store}", "--out", "{tmp}/docs"],
     "verify": ["{store}"],
+    "carry": ["{store}", "--model", "{model}"],
+    "publish": ["{store}", "--into", "{tmp}/collection"],
     "cost": ["--model", "{model}", "--press", "keydiff", "--lengths", "64", "--out", "{tmp}/cost"],
     "fetch-model": ["smollm2-135m-instruct", "--cache", "{tmp}/cache"],
     "calibrate": ["--model", "{model}", "--tokens", "256", "--chunk", "128", "--replace"],

@@ -1,0 +1,85 @@
+"""``bench carry``: a group computed by an earlier code is carried to this checkout's when a rerun of a sample of its
+contexts gives every value again; one value that differs refuses it, naming the value and its method. A carried group
+takes a new method's rows by running only those."""
+
+import json
+
+import pytest
+
+import bench.plan
+from bench.carry import CARRIED
+from bench.code_version import code_version
+from bench.compare import run_compare
+from bench.store import ResultStore
+from tests.helpers import compare_settings, run_cli
+
+OLD = "0ld0c0de0000"
+
+
+@pytest.fixture
+def old_store(model_dir, tmp_path, monkeypatch):
+    """A store of two contexts, keydiff and snapkv at two fractions, written by an 'earlier code': its rows name
+    another code and, as every row written before method codes, none of their own."""
+    out = tmp_path / "store"
+    with monkeypatch.context() as patch:
+        patch.setattr(bench.plan, "code_version", lambda engine="hf": OLD)
+        run_compare(compare_settings(model_dir, out, presses=["keydiff", "snapkv", "none"], keep_fractions=[0.3, 0.6],
+                                     n=2), show_progress=False)
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    for row in rows:
+        del row["method_code"]
+    (out / "results.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return out
+
+
+def test_a_group_whose_numbers_hold_is_carried_and_a_new_method_joins_it(old_store, model_dir, tmp_path, capsys):
+    before = ResultStore(old_store, readonly=True).rows
+    code, err = run_cli(capsys, "carry", old_store, "--sample", "1", "--model", model_dir)
+    assert code == 0, err
+    after = ResultStore(old_store, readonly=True).rows
+    assert len(after) == len(before) and {r["code"] for r in after} == {code_version()}
+    assert {r["carried_from"] for r in after} == {OLD}
+    def values(rows):
+        return [{k: v for k, v in r.items() if k not in ("code", "method_code", "carried_from")} for r in rows]
+
+    assert values(after) == values(before)
+    [record] = json.loads((old_store / CARRIED).read_text())
+    assert record["from"] == OLD and record["to"] == code_version() and len(record["contexts"]) == 1
+    assert set(record["method_codes"]) == {"keydiff/flat", "snapkv/flat", "none"}
+    assert run_cli(capsys, "verify", old_store)[0] == 0
+    # a new method joins the carried group with its own rows alone
+    run_compare(compare_settings(model_dir, old_store, presses=["keydiff", "snapkv", "kvzip", "none"],
+                                 keep_fractions=[0.3, 0.6], n=2), show_progress=False)
+    joined = ResultStore(old_store, readonly=True).rows
+    assert joined[:len(after)] == after and {r["press"] for r in joined[len(after):]} == {"kvzip"}
+    assert run_cli(capsys, "verify", old_store)[0] == 0
+    # and again: nothing left to carry
+    code, err = run_cli(capsys, "carry", old_store, "--model", model_dir)
+    assert code == 0 and len(json.loads((old_store / CARRIED).read_text())) == 1
+
+
+def test_a_group_whose_numbers_changed_is_refused_naming_the_value(old_store, model_dir, capsys):
+    lines = (old_store / "results.jsonl").read_text().splitlines()
+    rows = [json.loads(line) for line in lines]
+    # every snapkv row's answer NLL moved, as an edit of its code would move them
+    for row in rows:
+        if row["press"] == "snapkv":
+            row["answer_nll"] += 1e-3
+            row["delta_nll"] += 1e-3
+    (old_store / "results.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    kept = (old_store / "results.jsonl").read_bytes()
+    code, err = run_cli(capsys, "carry", old_store, "--sample", "1", "--model", model_dir)
+    assert code == 2 and "answer_nll of snapkv/flat" in err and "cannot be carried" in err, err
+    assert (old_store / "results.jsonl").read_bytes() == kept and not (old_store / CARRIED).exists()
+
+
+def test_a_collection_is_carried_in_place(old_store, model_dir, tmp_path, capsys):
+    collection = tmp_path / "results"
+    assert run_cli(capsys, "publish", old_store, "--into", collection)[0] == 0
+    files = sorted(p.relative_to(collection) for p in collection.rglob("results.jsonl.gz"))
+    code, err = run_cli(capsys, "carry", collection, "--sample", "1", "--model", model_dir)
+    assert code == 0, err
+    assert sorted(p.relative_to(collection) for p in collection.rglob("results.jsonl.gz")) == files
+    rows = ResultStore(collection / files[0].parent, readonly=True).rows
+    assert {r["code"] for r in rows} == {code_version()} and (collection / CARRIED).exists()
+    assert run_cli(capsys, "verify", collection)[0] == 0

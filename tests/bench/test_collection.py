@@ -1,0 +1,62 @@
+"""A collection of stores, one per setting group and method (``docs/results``): ``bench publish`` writes only the
+files of the rows it adds, so a method joining a group adds one file and changes no other byte; ``verify`` and
+``leaderboard`` read the collection as one set of rows; a row published with other values is refused."""
+
+import gzip
+import json
+
+from bench.collection import stores_below
+from bench.compare import run_compare
+from tests.helpers import compare_settings, run_cli
+
+
+def _files(folder):
+    return {path.relative_to(folder): path.read_bytes() for path in sorted(folder.rglob("*.gz"))}
+
+
+def test_a_method_joining_a_group_adds_its_own_file_and_nothing_else(model_dir, tmp_path, capsys):
+    first, later, collection = tmp_path / "first", tmp_path / "later", tmp_path / "results"
+    run_compare(compare_settings(model_dir, first, n=2), show_progress=False)
+    code, err = run_cli(capsys, "publish", first, "--into", collection)
+    assert code == 0, err
+    before = _files(collection)
+    assert sorted(p.parent.name for p in before) == ["keydiff--flat", "none"]
+    assert run_cli(capsys, "verify", collection)[0] == 0
+    # the same contexts with one method more: the no-prune and keydiff rows come again, equal, and are left
+    run_compare(compare_settings(model_dir, later, presses=["keydiff", "snapkv", "none"], n=2), show_progress=False)
+    code, err = run_cli(capsys, "publish", later, "--into", collection)
+    assert code == 0, err
+    after = _files(collection)
+    assert {p: b for p, b in after.items() if p in before} == before
+    [new] = set(after) - set(before)
+    assert new.parent.name == "snapkv--flat"
+    rows = [json.loads(line) for line in gzip.decompress(after[new]).splitlines()]
+    assert {r["press"] for r in rows} == {"snapkv"} and len(rows) == 2
+    code, err = run_cli(capsys, "leaderboard", collection, "--out", tmp_path / "docs")
+    board = (tmp_path / "docs" / "leaderboard.md").read_text()
+    assert code == 0 and "snapkv/flat" in board and "keydiff/flat" in board
+    assert run_cli(capsys, "verify", collection, "--docs", tmp_path / "docs")[0] == 0
+    # publishing again adds nothing
+    code, err = run_cli(capsys, "publish", later, "--into", collection)
+    assert code == 0 and _files(collection) == after and len(stores_below(collection)) == 3
+
+
+def test_a_row_published_with_other_values_is_refused_and_nothing_written(model_dir, tmp_path, capsys):
+    first, collection = tmp_path / "first", tmp_path / "results"
+    run_compare(compare_settings(model_dir, first), show_progress=False)
+    assert run_cli(capsys, "publish", first, "--into", collection)[0] == 0
+    before = _files(collection)
+    lines = (first / "results.jsonl").read_text().splitlines()
+    rows = [json.loads(line) for line in lines]
+    for row in rows:
+        if row["press"] == "keydiff":
+            row["answer_nll"] += 1.0
+            row["delta_nll"] += 1.0
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    code, err = run_cli(capsys, "publish", other, "--into", collection)
+    assert code == 2 and "with other values" in err and "keydiff/flat" in err, err
+    assert _files(collection) == before
+    code, err = run_cli(capsys, "publish", first, "--into", first)
+    assert code == 2 and "is a result store" in err, err
