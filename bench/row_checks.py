@@ -44,8 +44,9 @@ writes it exactly. This allows some 8 float32 ulps of the larger NLL: a full-cac
 MEAN_TOLERANCE = 1e-12
 """How far a recall may lie from the mean of its per-layer values: float rounding only (a row holds both as
 written, one the mean of the other)."""
-CHILD_FIELDS = ("press", "allocator", "keep_fraction")
-"""The key fields that tell apart the children of one question of one context (the no-prune row one of them)."""
+CHILD_FIELDS = ("press", "allocator", "keep_fraction", "method_code")
+"""The key fields that tell apart the children of one question of one context (the no-prune row one of them): its
+method (with its own code) and kept fraction."""
 CHILD_ONLY = ("kept_entries", "needle_recall", "needle_recall_layers", "answer_recall", "answer_recall_layers",
               "answer_rank_layers", "score_seconds")
 """Fields of a compacted child that a no-prune row never holds: what was kept, and how long the press took."""

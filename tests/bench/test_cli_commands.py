@@ -24,6 +24,7 @@ def test_every_command_is_in_the_parser_and_named_once():
     assert len(set(names)) == len(names)
     for name in names:
         required = {"verify": ["store"], "leaderboard": ["store"], "merge": ["store", "--out", "merged"],
+                    "carry": ["store"], "publish": ["store"],
                     "fetch-model": ["smollm2-135m-instruct"], "ship-artifacts": ["smollm2-135m-hybrid"]}
         assert build_parser().parse_args([name, *required.get(name, [])]).command == name
 
