@@ -6,7 +6,7 @@ most ``--tokens`` new tokens, up to the end of the turn. The table is written as
 with the share of answers that agree with the first model's word for word beneath.
 
     python benchmarks/chat_answers.py --models smollm2-135m-instruct,smollm2-135m-hybrid \
-        --out docs/realmodel/chat-answers.md
+        --out docs/hybrid/phase5/chat-committed.md
 
 One thread, about 1 s per answer of 40 tokens for a 135M model.
 """

@@ -49,7 +49,8 @@ from transformers import Qwen3Config, Qwen3ForCausalLM, pipeline
 import presses
 from allocators import BudgetRequest
 from hybridmodel.tokenizer import build_tokenizer
-from runtime import CHATML_ASSISTANT_TURN, encode_text, prefill
+from presses.preparation import evidence_for
+from runtime import CHATML_ASSISTANT_TURN, adapter_for, encode_text, prefill
 from testing.kvpress_parity import LOGIT_TOLERANCE, Parity, kvpress_prefill, parity, uncompressed_keys
 from testing.tiny_models import perturbed
 
@@ -135,9 +136,7 @@ def run_ours(model, tokenizer, work, names, fractions, max_new_tokens: int):
     ids, _, _, question_ids = work
     t0 = _clock()
     scorers = {name: presses.get(f"kvpress:{name}") for name in names}
-    evidence = scorers[names[0]].evidence(None)
-    if any(s.evidence(None) != evidence for s in scorers.values()):
-        raise ValueError("the presses ask for different evidence; one prefill cannot serve them all")
+    evidence = evidence_for(scorers.values(), adapter_for(model))  # what every press reads, in one prefill
     # protected=0: every context token is a candidate, as in kvpress's pipeline
     parent = prefill(model, ids, protected=0, evidence=evidence, tokenizer=tokenizer)
     prefill_time = _since(t0)

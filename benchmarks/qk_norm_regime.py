@@ -1,22 +1,17 @@
 """What Qwen3.5's per-head q/k RMS norms cost a converted attention layer: the teacher with its q and k normalised
-as the hybrid's kept layers normalise them, and the shipped hybrid with its attention layers converted afresh in the
-norms' linear regime (:data:`hybridmodel.from_teacher.LINEAR_REGIME`).
+as the phases 1-3 conversion normalised them in the hybrid's kept layers (``docs/hybrid/qk-norm.md``).
 
 Qwen3.5 normalises every head's q and k (``q_norm``, ``k_norm``, RMS over the head dimension, then a learnt scale);
 Llama does not, and its attention logits carry each token's q and k norms. The phases 1-3 conversion set the
-learnt scale to the teacher's mean RMS, so every token's q and k took the same norm.
+learnt scale to the teacher's mean RMS, so every token's q and k took the same norm; today's conversion keeps them
+in the norms' linear regime (:data:`hybridmodel.from_teacher.LINEAR_REGIME`).
 
-    python benchmarks/qk_norm_regime.py teacher --out docs/hybrid/qk-norm/teacher.json
-    python benchmarks/qk_norm_regime.py hybrid --out docs/hybrid/qk-norm/hybrid.json
-    python benchmarks/qk_norm_regime.py delta --delta DIR --out docs/hybrid/qk-norm/phase4.json
+    python benchmarks/qk_norm_regime.py --out docs/hybrid/qk-norm/teacher.json
 
-``teacher``: NIAH accuracy (the layer-split study's 20 questions: the first question of items 0-9 of niah_single_2
-and niah_multikey_1, manual pages, 2,048 tokens; greedy) of the teacher as it is, with its q and k RMS-normalised
-per head to the layer's mean RMS in the hybrid's 8 attention layers, and in all 30. ``hybrid``: the shipped hybrid
-as it is and with its 8 attention layers converted afresh from the teacher in the linear regime (its GDN layers
-kept): held-out perplexity on 2 windows of 2,048 tokens and the same 20 questions. ``delta``: the same for the
-hybrid of a delta (``bench distill ... --out DIR``) on the teacher. One thread, float32; about 10 minutes a
-configuration on an idle core.
+NIAH accuracy (the layer-split study's questions: the first question of items 0..n-1 of niah_single_2 and
+niah_multikey_1, manual pages, 2,048 tokens; greedy) of the teacher as it is, with its q and k RMS-normalised per
+head to the layer's mean RMS in the hybrid's 8 attention layers, and in all 30. One thread, float32; about 30
+minutes on an idle core.
 """
 
 from __future__ import annotations
@@ -29,10 +24,6 @@ from pathlib import Path
 import torch
 from teacher_layer_split import answer, questions
 
-from hybridmodel import hybrid_delta
-from hybridmodel.distill import Windows, perplexity
-from hybridmodel.from_teacher import attention_layers_of, convert_attention, qk_mean_squares
-from hybridmodel.train import install_fast_kernel
 from pretrained import loading
 
 KEPT = (7, 8, 14, 17, 18, 20, 21, 23)
@@ -81,48 +72,26 @@ def accuracy(model, tokenizer, items) -> dict:
     return {"accuracy": sum(scores) / len(scores), "scores": scores, "seconds": round(time.time() - began)}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("which", choices=("teacher", "hybrid", "delta"))
-    parser.add_argument("--delta", type=Path, help="a distillation delta's directory (with which=delta)")
+    parser.add_argument("--n", type=int, default=10, help="items per task (their first question each)")
+    parser.add_argument("--length", type=int, default=2048)
     parser.add_argument("--out", type=Path, required=True)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     torch.set_num_threads(1)
     teacher, tokenizer, _ = loading.load("smollm2-135m-instruct")
     teacher.eval()
-    items = questions(tokenizer, ["niah_single_2", "niah_multikey_1"], range(10), 2048, "manpages")
+    items = questions(tokenizer, ["niah_single_2", "niah_multikey_1"], range(args.n), args.length, "manpages")
     sample = items[0]["ids"][:, :1024]
     result = {"questions": len(items)}
-    if args.which == "teacher":
-        rms = mean_rms(teacher, sample)
-        for name, layers in (("as it is", ()), ("q/k normalised in the 8 kept layers", KEPT),
-                             ("q/k normalised in every layer", range(30))):
-            hooks = saturated_norm_hooks(teacher, layers, rms)
-            result[name] = accuracy(teacher, tokenizer, items)
-            for hook in hooks:
-                hook.remove()
-            print(name, result[name]["accuracy"], flush=True)
-    else:
-        held = Windows(tokenizer, "heldout", 2048, 1002)
-        windows = [held(k) for k in range(2)]
-        result["teacher_ppl"] = perplexity(teacher, windows)
-        scales = qk_mean_squares(teacher, sample)
-        names = (("as shipped", "attention converted afresh, linear regime") if args.which == "hybrid"
-                 else (f"delta {args.delta}",))
-        for name in names:
-            if args.which == "delta":
-                hybrid = hybrid_delta.build(args.delta, teacher)
-            else:
-                hybrid, _, _ = loading.load("smollm2-135m-hybrid")
-            hybrid.float().eval()
-            install_fast_kernel(hybrid)
-            if name.startswith("attention converted afresh"):
-                with torch.no_grad():
-                    for i in attention_layers_of(hybrid):
-                        convert_attention(hybrid.model.layers[i].self_attn, teacher.model.layers[i].self_attn,
-                                        scales[i])
-            result[name] = {"heldout_ppl": perplexity(hybrid, windows), **accuracy(hybrid, tokenizer, items)}
-            print(name, result[name]["heldout_ppl"], result[name]["accuracy"], flush=True)
+    rms = mean_rms(teacher, sample)
+    for name, layers in (("as it is", ()), ("q/k normalised in the 8 kept layers", KEPT),
+                         ("q/k normalised in every layer", range(30))):
+        hooks = saturated_norm_hooks(teacher, layers, rms)
+        result[name] = accuracy(teacher, tokenizer, items)
+        for hook in hooks:
+            hook.remove()
+        print(name, result[name]["accuracy"], flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
 

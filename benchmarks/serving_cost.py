@@ -2,7 +2,8 @@
 compaction time, freed blocks per layer, and how many compacted contexts a fixed pool holds against uncompacted ones.
 
 Run in the serving environment (``scripts/serving_env.sh``):
-``.venv-serving/bin/python benchmarks/serving_cost.py --length 4096 --keep 0.1 [--out docs/serving_cost.md]``
+``.venv-serving/bin/python benchmarks/serving_cost.py --length 4096 --keep 0.1 [--shape shipped]
+[--out docs/serving_cost_shipped.md]``
 
 With ``--shape shipped`` the model is the shipped default model (``models/hybrid-byte-12l``: a Qwen3.5 whose GDN
 layers, head dim 32 in float32, run the plugin's pure-torch path) with its own estimator and calibration. Otherwise

@@ -1,6 +1,6 @@
 """pytest-benchmark timings of the runtime and of every press on a tiny Qwen3.5 (``pytest benchmarks
 --benchmark-enable``). Ratios (p = 0.1 child against the full cache, scoring against prefill) are read off one
-run's table; ``python benchmarks/runtime_cost.py`` prints them directly."""
+run's table."""
 
 import pytest
 import torch

@@ -201,7 +201,7 @@ PHASE_DEFAULTS[4] = {**PHASE_DEFAULTS[3], "transfer_steps": 0, "kd_steps": 480, 
 """Phase 4 — associative recall, from the phase-3 delta (the shipped one; same attention layers, so no transfer),
 its 8 attention layers converted afresh from the teacher with q/k in the linear regime of Qwen3.5's norms (the
 saturated norms of phases 1-3 had cost the teacher's attention its per-token q/k norms: the teacher itself, so
-normalised in those layers, answers 0 of 20 NIAH questions it answers 17 of; docs/hybrid/diagnosis.md):
+normalised in those layers, answers 0 of 20 NIAH questions it answers 17 of; docs/hybrid/qk-norm.md):
 45 % recall windows (:mod:`hybridmodel.recall_windows`) of 2,048 or 4,096 tokens, 20 % copy windows, 15 % teacher
 samples, 20 % plain text; phase 2's held-out windows, probe and teacher pool. Estimated, not yet measured: a
 4,096-token window a little over twice a 2,048-token step (the GDN layers are linear in length, the 8 attention
@@ -210,7 +210,7 @@ evaluations — the log's ``train_seconds`` of the first steps say. The peak rat
 is distilled already."""
 PHASE_DEFAULTS[5] = {**PHASE_DEFAULTS[4], "kd_steps": 240, "kd_lr": 5e-5, "copy_fraction": 0.1, "chat_fraction": 0.25,
                      "chat_pool": 400, "chat_general_fraction": 0.75, "fresh_attention": False}
-"""Phase 5 — chat and recall, from the phase-4 delta (step 1619, ``models/in-progress/smollm2-135m-hybrid-phase4``;
+"""Phase 5 — chat and recall, from the phase-4 delta (step 1619, ``git show 66df0d6:models/in-progress/``;
 its attention kept). Phase 4 left one needle found as the teacher finds it but chat looping and four needles of one
 form often confused (model card): a quarter of the windows are teacher samples, from a pool of 400 of which three
 in four are plain requests about a word (:data:`hybridmodel.distill.GENERAL_INSTRUCTIONS`) rather than

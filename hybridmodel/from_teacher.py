@@ -13,7 +13,7 @@ layers 3, 7, ..., so 7 of SmolLM2's 30), Gated DeltaNet in the others; or the la
   θ the teacher's): SmolLM2 rotates every dimension, and a partial rotary would change the attention pattern of
   every head. Qwen3.5 normalises q and k per head (``q_norm``, ``k_norm``), which Llama does not, and a per-token
   norm is what the teacher's retrieval reads: with every head's q and k RMS-normalised to their mean scale in its 8
-  retrieval layers, the teacher answers 0 of 20 NIAH questions it answers 17 of 20 of (docs/hybrid/diagnosis.md).
+  retrieval layers, the teacher answers 0 of 20 NIAH questions it answers 17 of 20 of (docs/hybrid/qk-norm.md).
   So the conversion puts q and k in the norm's **linear regime**: the query rows of ``q_proj`` and ``k_proj`` are the
   teacher's times a small ``c`` (:func:`linear_regime_scale`: their typical mean square ``c² E[q²]`` at
   :data:`LINEAR_REGIME` of the norm's ``eps``), so ``x · rsqrt(mean(x²) + eps)`` is ``x / sqrt(eps)`` within a

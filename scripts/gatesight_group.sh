@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GateSight issue's group on the shipped hybrid, in steps that each resume and that span sessions:
 #   labels       500 windows labelled with both futures (bench label, two one-thread processes, --together 4):
-#                ≈ 26 s a window in each process alone (benchmarks/label_cost.py), ≈ 110 min on the two cores.
+#                26–28 s a window in each process (the step's own logs), ≈ 115 min on the two cores.
 #                Labels are ≈ 1.2 MB a window and not committed: run this step and the next in one session.
 #   estimators   the shipped default estimator retrained on them (per-(layer, head) scale, both futures; the old
 #                one moved aside by --replace) with its leave-one-corpus-out table, and the one-scale estimator

@@ -7,11 +7,11 @@
 # (`bench fetch-model smollm2-135m-instruct` first) into MODEL_DIR (default: the model cache's targets/ folder,
 # named as the delta's folder, the name its rows record), never into OUT.
 #
-#   scripts/hybrid_targets.sh DELTA [OUT]       e.g. models/in-progress/smollm2-135m-hybrid-phase5 docs/hybrid/phase5
+#   scripts/hybrid_targets.sh DELTA [OUT]       e.g. models/smollm2-135m-hybrid docs/hybrid/phase5
 #
 # LENGTHS, N (contexts a task: n = 50 questions, 200 for niah_multikey_1's four a context), TASKS and WINDOWS (of
 # the long-context perplexity, a source) from the environment. The teacher's stores are read from TEACHER_STORES
-# (default docs/hybrid/phase4, which holds the default run: same tasks, n, length, haystack and seed, so the same
+# (default docs/hybrid/phase5, which holds the default run: same tasks, n, length, haystack and seed, so the same
 # questions; give another TEACHER_STORES for another run), else run into OUT. Resumable: a store's
 # rows already written are kept. Cost on one thread of this machine (SmolLM2 size, measured on phase 5's delta):
 # 12.4 s a context of 2,048 tokens and 28 s of 4,096 (200 contexts a length: 41 and 95 min a model), 15 min of
@@ -26,7 +26,7 @@ LENGTHS=${LENGTHS:-2048 4096}
 N=${N:-50}
 TASKS=${TASKS:-niah_single_2,niah_multikey_1,niah_multivalue,niah_multiquery}
 TEACHER=smollm2-135m-instruct
-TEACHER_STORES=${TEACHER_STORES:-docs/hybrid/phase4}
+TEACHER_STORES=${TEACHER_STORES:-docs/hybrid/phase5}
 WINDOWS=${WINDOWS:-8}
 MODEL_DIR=${MODEL_DIR:-$(python -c "from pretrained.model_cache import cache_dir; print(cache_dir())")/targets/$(basename "$DELTA")}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
