@@ -146,6 +146,7 @@ def table_rows(text: str) -> list[list[str]]:
             if line.startswith("| ") and not line.startswith("|---")]
 
 
+@pytest.mark.study
 @pytest.mark.realmodel
 def test_kvzip_parity_at_tiny_size(smollm2, tmp_path: Path) -> None:
     """64 body tokens, p = 0.5: the positions kvpress's KVzipPress keeps, in all 90 heads."""
@@ -156,6 +157,7 @@ def test_kvzip_parity_at_tiny_size(smollm2, tmp_path: Path) -> None:
     assert kept_ours == kept_kvpress and row[2] == "90 of 90" and row[3] == "0" and row[4] == "yes"
 
 
+@pytest.mark.study
 @pytest.mark.realmodel
 def test_chat_answers_begin_as_the_committed_ones(smollm2, tmp_path: Path) -> None:
     """Greedy answers of 4 tokens are the first words of the committed 40-token answers of the teacher."""
@@ -168,6 +170,7 @@ def test_chat_answers_begin_as_the_committed_ones(smollm2, tmp_path: Path) -> No
     assert all(committed[question].startswith(answer.rstrip(".")) for question, answer in short.items())
 
 
+@pytest.mark.study
 @pytest.mark.realmodel
 def test_long_context_perplexity_at_tiny_size(smollm2, tmp_path: Path) -> None:
     """One window of 128 tokens: each perplexity is the exponential of its mean loss."""
@@ -181,6 +184,7 @@ def test_long_context_perplexity_at_tiny_size(smollm2, tmp_path: Path) -> None:
     assert summary["last_ppl"] == pytest.approx(math.exp(last_loss))
 
 
+@pytest.mark.study
 @pytest.mark.realmodel
 def test_qk_norms_erase_the_teachers_retrieval_at_tiny_size(smollm2, tmp_path: Path) -> None:
     """The page's finding on one item per task at 512 tokens: the teacher answers both questions, and with its q
@@ -193,6 +197,7 @@ def test_qk_norms_erase_the_teachers_retrieval_at_tiny_size(smollm2, tmp_path: P
     assert result["q/k normalised in the 8 kept layers"]["scores"] == [0.0, 0.0]
 
 
+@pytest.mark.study
 @pytest.mark.realmodel
 def test_prefill_real_at_tiny_size(smollm2) -> None:
     """128 tokens, one repeat: each ratio printed is its prefill's time over transformers' forward."""
@@ -204,6 +209,7 @@ def test_prefill_real_at_tiny_size(smollm2) -> None:
         assert float(ratio) == pytest.approx(float(seconds) / reference, abs=0.006)
 
 
+@pytest.mark.study
 @pytest.mark.realmodel
 def test_teacher_layer_split_at_tiny_size(smollm2, tmp_path: Path) -> None:
     """One question at 512 tokens: the top split keeps the 7 layers of highest head retrieval score, and the
@@ -219,6 +225,7 @@ def test_teacher_layer_split_at_tiny_size(smollm2, tmp_path: Path) -> None:
     assert result["splits"]["all layers"]["scores"] == [1.0]
 
 
+@pytest.mark.study
 @pytest.mark.realmodel
 def test_kvzip_cost_compares_two_trees_at_tiny_size(smollm2, tmp_path: Path) -> None:
     """This checkout against itself at 128 tokens: KVzip's scores equal bit for bit, no kept entry differs."""
@@ -229,6 +236,7 @@ def test_kvzip_cost_compares_two_trees_at_tiny_size(smollm2, tmp_path: Path) -> 
     assert summary["scores_equal"] is True and summary["kept_entries_differing"] == 0 and summary["kept_entries"] > 0
 
 
+@pytest.mark.study
 @pytest.mark.realmodel
 def test_context_speed_compares_two_trees_at_tiny_size(smollm2, tmp_path: Path) -> None:
     """This checkout against itself, one context of 512 tokens: the same rows bit for bit, in every round."""
@@ -240,6 +248,7 @@ def test_context_speed_compares_two_trees_at_tiny_size(smollm2, tmp_path: Path) 
     assert summary["a"]["same_rows_every_round"] and summary["a"]["prefill_s"] < summary["a"]["context_s"]
 
 
+@pytest.mark.study
 @pytest.mark.realmodel
 def test_kvpress_parity_real_at_tiny_size(smollm2, tmp_path: Path) -> None:
     """160 tokens at p = 0.5 and one RULER context a task: every press keeps kvpress's count, kvpress's positions in
@@ -260,6 +269,7 @@ def test_kvpress_parity_real_at_tiny_size(smollm2, tmp_path: Path) -> None:
     assert len(answers) == 4 and all(len(set(cells[2].split(" / "))) == 1 for cells in answers)
 
 
+@pytest.mark.study
 @pytest.mark.realmodel
 def test_kvpress_side_by_side_real_at_tiny_size(smollm2, tmp_path: Path) -> None:
     """One press, one context a task of 512 tokens: kvpress's pipeline and this protocol answer alike."""
