@@ -23,7 +23,7 @@ METHODS = {"none/none": 0.0, "gatesight/gate": 0.3, "kvzip/global": 0.2, "gatesi
            "gatesight/pyramid": 0.25, "snapkv/flat": -0.2}
 
 
-def _rows(length: int, methods: dict[str, float], items: int = 12) -> list[dict]:
+def _rows(length: int, methods: dict[str, float], items: int = 12, fractions=FRACTIONS) -> list[dict]:
     """One setting group (told apart by ``length``): every method at every fraction on two tasks and two haystacks;
     an item's value is its base plus the method's shift scaled by p, so the curves rise with p and differ, plus an
     offset of its task's (each task's own curve is another)."""
@@ -33,7 +33,7 @@ def _rows(length: int, methods: dict[str, float], items: int = 12) -> list[dict]
         for t, task in enumerate(("niah_single_1", "niah_multikey_1")):
             for method, shift in methods.items():
                 press, alloc = method.split("/")
-                for p in (1.0,) if press == "none" else FRACTIONS:
+                for p in (1.0,) if press == "none" else fractions:
                     for item, b in enumerate(base):
                         value = b + shift * p + 0.05 * ((item * 7 + len(method)) % 3) + 0.1 * t - 0.07 * h
                         rows.append({"model": "m", "weights": "w", "profile": "compact", "length": length,
@@ -210,3 +210,22 @@ def test_the_page_draws_what_is_picked(chromium, tmp_path):
     read, carried = _plotted(chromium, "kvzip/global", 0.1)
     assert carried == mean and read == pytest.approx(mean, abs=1e-6)
     assert chromium.execute_script(count, "#tables table") == 0  # neither table's methods ran in this group
+
+
+@pytest.mark.browser
+def test_one_kept_fraction_draws_a_point_per_method(chromium, tmp_path):
+    """A group that ran one p: each method a point with its interval as a bar, in its own slot named under the
+    axis (the PNG's layout), at its embedded mean."""
+    page = tmp_path / PAGE
+    page.write_text(_page(_rows(2048, METHODS, fractions=(0.5,))))
+    curves = _data(page.read_text())["groups"][0]["sets"][0]["score"]["curves"]
+    chromium.get(page.as_uri())
+    count = "return document.querySelectorAll(arguments[0]).length"
+    assert chromium.execute_script(count, "#chart-score path.curve") == 0
+    assert chromium.execute_script(count, "#chart-score line.whisker") == len(curves) == 5
+    names = chromium.execute_script('return [...document.querySelectorAll("#chart-score text.xtick")]'
+                                    '.map(t => t.firstChild.nodeValue)')  # the text, without its tooltip
+    assert names == list(curves)
+    for method, [[p, mean, _, _]] in curves.items():
+        read, carried = _plotted(chromium, method, p)
+        assert carried == mean and read == pytest.approx(mean, abs=1e-6)
