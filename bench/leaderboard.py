@@ -2,7 +2,8 @@
 
 Per setting group: the curves, the averages with intervals, pairwise tables, per-task cells, the paper's Tables 3
 and 4 (:mod:`bench.paper_tables`), the needle recall of the NIAH tasks, each scorer's time as a share of prefill
-(:mod:`bench.scoring_cost`) and every scorer under every allocator it ran with; a CSV of every cell; and
+(:mod:`bench.scoring_cost`) and every scorer under every allocator it ran with; a CSV of every cell; the same
+numbers on one self-contained page to explore (``leaderboard.html``, :mod:`bench.leaderboard_page`); and
 ``leaderboard.sha256``, the SHA-256 of every file written (``sha256sum -c`` reads it), by which ``bench verify``
 knows the images drawn with these tables.
 """
@@ -26,6 +27,7 @@ from runtime import signals
 from runtime.errors import UsageError
 
 from .completeness import check_stores
+from .leaderboard_page import PAGE, group_data, write_page
 from .paper_tables import table3_markdown, table4_markdown
 from .report import (
     ACCURACY_FLOOR,
@@ -47,7 +49,7 @@ IMAGE = "leaderboard.png"
 """The first setting group's image (the others: ``leaderboard-2.png``, …)."""
 MANIFEST = "leaderboard.sha256"
 """Beside the leaderboard: ``<sha256>  <file>`` for every file it wrote, in ``sha256sum``'s format."""
-PUBLISHED = re.compile(r"leaderboard(-[^/]*)?\.(csv|png)")
+PUBLISHED = re.compile(r"leaderboard(-[^/]*)?\.(csv|png|html)")
 """The names of a leaderboard's tables and images (``leaderboard-2.png``, …): the only files a new build removes
 (those its manifest listed and it no longer writes), and those ``bench verify --docs`` refuses unlisted."""
 
@@ -110,8 +112,8 @@ def needle_recall_markdown(rows: list[dict], resamples: int = RESAMPLES) -> list
 
 
 def write_leaderboard(stores: list[Path], out: Path, resamples: int = RESAMPLES, published: bool = True) -> Path:
-    """``leaderboard.md``, ``leaderboard.csv``, one PNG per setting group and their :data:`MANIFEST`, from one or
-    more result stores; returns the path of ``leaderboard.md``.
+    """``leaderboard.md``, ``leaderboard.csv``, one PNG per setting group, the page :data:`PAGE` and their
+    :data:`MANIFEST`, from one or more result stores; returns the path of ``leaderboard.md``.
 
     Everything is built in a scratch folder in ``out``, then moved in at once (a stop cannot leave one build's image
     beside another's tables); one build writes ``out`` at a time. ``published``: ``out`` is the user's (a stop
@@ -140,13 +142,13 @@ def write_leaderboard(stores: list[Path], out: Path, resamples: int = RESAMPLES,
 
 
 def _build(rows: list[dict], out: Path, resamples: int) -> list[Path]:
-    """The leaderboard's markdown, CSV and images of ``rows``, written in ``out``."""
+    """The leaderboard's markdown, CSV, images and page of ``rows``, written in ``out``."""
     table = io.StringIO(newline="")
-    text = ["# Leaderboard", "",
-            "Every cell: mean [95 % paired-bootstrap interval over items, "
+    note = ("Every cell: mean [95 % paired-bootstrap interval over items, "
             f"{resamples} resamples]. ΔNLL = answer NLL of the compacted cache − the full cache's, teacher-forced on "
             "the reference answer (lower is better; 0 = no change). Accuracy averages leave out tasks where no "
-            f"prune is below {ACCURACY_FLOOR:.0%}.", ""]
+            f"prune is below {ACCURACY_FLOOR:.0%}.")
+    text, page = ["# Leaderboard", "", note, ""], []
     writer = csv.writer(table)
     writer.writerow(["group", "method", "task", "keep_fraction", "items", "metric", "mean", "low", "high"])
     images = []
@@ -156,11 +158,13 @@ def _build(rows: list[dict], out: Path, resamples: int) -> list[Path]:
         images.append(plot_curves(group, out / png, group_title(key), resamples))
         text += [f"## {group_title(key)}", "", f"![task-averaged accuracy and ΔNLL against kept fraction]({png})",
                  "", report.markdown(PAIRWISE_KEEP_FRACTIONS)]
-        text += table3_markdown(report) + table4_markdown(report) + needle_recall_markdown(group, resamples)
-        text += scoring_cost_markdown(group, resamples)
+        tables = table3_markdown(report) + table4_markdown(report) + needle_recall_markdown(group, resamples)
+        tables += scoring_cost_markdown(group, resamples)
         ablation = allocation_ablation_markdown(report)
         if ablation:
-            text += ["### Every scorer under every allocator it ran with: ΔNLL", "", *ablation, ""]
+            tables += ["### Every scorer under every allocator it ran with: ΔNLL", "", *ablation, ""]
+        text += tables
+        page.append(group_data(group_title(key), report, tables))
         for field, boot in report.boot.items():
             for method, p in boot.cells:
                 for task in boot.tasks:
@@ -172,7 +176,8 @@ def _build(rows: list[dict], out: Path, resamples: int) -> list[Path]:
     if official:
         text += ["## SCBench under the official scorers (sensitivity; the tables above use the revised scorers)", "",
                  summary_markdown([{**r, "score": r["score_official"]} for r in official], resamples=resamples)]
-    return [write_text(out / MARKDOWN, "\n".join(text)), write_text(out / CELLS, table.getvalue()), *images]
+    return [write_text(out / MARKDOWN, "\n".join(text)), write_text(out / CELLS, table.getvalue()), *images,
+            write_page(out / PAGE, page, note, resamples)]
 
 
 @contextmanager

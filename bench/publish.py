@@ -19,6 +19,7 @@ from .leaderboard import (
     IMAGE,
     MANIFEST,
     MARKDOWN,
+    PAGE,
     PUBLISHED,
     read_manifest,
     recorded_digests,
@@ -29,6 +30,8 @@ from .store import open_stores
 
 DIFF_LINES = 20
 """How much of a stale leaderboard's diff the error shows."""
+DIFF_WIDTH = 300
+"""How much of each line of that diff it shows (a line of the page's data holds a whole setting group)."""
 
 
 def _check_docs(docs: Path) -> None:
@@ -124,8 +127,9 @@ def _check_text(published: Path, rebuilt: str) -> None:
     one that works: a file edited by hand (which a rebuild refuses to write over) is first moved aside."""
     current = published.read_text() if published.exists() else ""
     if rebuilt != current:
-        diff = "".join(list(difflib.unified_diff(current.splitlines(True), rebuilt.splitlines(True), str(published),
-                                                 "rebuilt from the store"))[:DIFF_LINES])
+        diff = "".join(line if len(line) <= DIFF_WIDTH else f"{line[:DIFF_WIDTH]} …\n" for line in list(
+            difflib.unified_diff(current.splitlines(True), rebuilt.splitlines(True), str(published),
+                                 "rebuilt from the store"))[:DIFF_LINES])
         edited = published.exists() and _not_built_here(published) is not None
         advice = ("it was edited by hand since it was built: move it aside (keep the words you want elsewhere), then "
                   "run `bench leaderboard` again" if edited else "run `bench leaderboard` again")
@@ -134,8 +138,8 @@ def _check_text(published: Path, rebuilt: str) -> None:
 
 def add_leaderboard_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("stores", nargs="+", help="result directories written by compare")
-    parser.add_argument("--out", default="docs", help="where leaderboard.md, .csv, .png and leaderboard.sha256 go: "
-                                                      "rebuilt from the stores on each run")
+    parser.add_argument("--out", default="docs", help="where leaderboard.md, .csv, .png, .html and leaderboard.sha256 "
+                                                      "go: rebuilt from the stores on each run")
 
 
 def run_leaderboard(args: argparse.Namespace) -> None:
@@ -169,12 +173,12 @@ def _leaderboard_outputs(args: argparse.Namespace) -> list[Output]:
     names = [path for path in sorted(out.glob("leaderboard*")) if path.name == MARKDOWN or PUBLISHED.fullmatch(
         path.name)] if out.is_dir() else []
     # every file it writes, where a folder or a pipe would stop the build half way: refused before any work
-    files = sorted({*names, *(out / name for name in (MARKDOWN, CELLS, MANIFEST, IMAGE))})
+    files = sorted({*names, *(out / name for name in (MARKDOWN, CELLS, MANIFEST, IMAGE, PAGE))})
     return [Output(out, "--out", keeps=DERIVED, held=tuple(names), foreign=_not_built_here, kind_of=LEADERBOARD_PAGE),
             *(Output(path, "--out", kind=FILE, keeps=DERIVED) for path in files)]
 
 
-LEADERBOARD = Command("leaderboard", "leaderboard.md, CSV and PNG from result stores", add_leaderboard_arguments,
-                      run_leaderboard, loads_models=False, outputs=_leaderboard_outputs)
+LEADERBOARD = Command("leaderboard", "leaderboard.md, CSV, PNG and an HTML page from result stores",
+                      add_leaderboard_arguments, run_leaderboard, loads_models=False, outputs=_leaderboard_outputs)
 VERIFY = Command("verify", "check the fidelity invariants of stores (and that a leaderboard matches them)",
                  add_verify_arguments, run_verify, loads_models=False)

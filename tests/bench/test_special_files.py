@@ -98,7 +98,7 @@ def test_a_published_file_that_is_a_pipe_is_named_by_verify(model_dir, tmp_path,
 
 
 @pytest.mark.parametrize("name", ["leaderboard.md", "leaderboard.csv", "leaderboard.png", "leaderboard-2.png",
-                                  "leaderboard.sha256"])
+                                  "leaderboard.html", "leaderboard.sha256"])
 def test_a_folder_at_a_leaderboard_file_is_refused_before_any_work(model_dir, tmp_path, capsys, name):
     """Probe 70: leaderboard wrote some files, then raised IsADirectoryError at the folder."""
     store = tmp_path / "store"

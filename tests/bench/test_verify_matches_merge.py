@@ -94,6 +94,7 @@ def test_verify_passes_every_published_file(store, published):
     verify_stores([store], published, report=lines.append)
     assert lines[1:] == [f"{published / 'leaderboard.md'} is exactly what the store rebuilds",
                          f"{published / 'leaderboard.csv'} is exactly what the store rebuilds",
+                         f"{published / 'leaderboard.html'} is exactly what the store rebuilds",
                          f"{published / 'leaderboard.png'}: the image(s) drawn with these tables "
                          f"({published / MANIFEST})"]
 
