@@ -33,7 +33,7 @@ from .code_version import code_version
 from .completeness import check_stores
 from .row_fields import GROUP_FIELDS, KEY_FIELDS, METHOD_CODE, describe_row, method_of
 from .settings import CompareSettings
-from .store import ResultStore
+from .store import ResultStore, open_stores
 
 CARRIED = "carried.json"
 """The store's record of its carried groups: one entry per carry, appended."""
@@ -126,6 +126,7 @@ def carry(directory: Path, sample: int = 2, seed: int = 0, batch: int = 32, mode
     whose code is not this checkout's (module docstring); returns the records written to its ``carried.json``."""
     from .collection import expand
 
+    open_stores([Path(directory)])  # no such folder, a file, no store there, one being written: refused first
     # a writer's lock on each: nothing appends while their rows are rewritten
     stores = [ResultStore(d, named="store") for d in expand([Path(directory)])]
     try:
