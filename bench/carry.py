@@ -31,7 +31,7 @@ from workloads.tasks import registry as tasks
 from .arguments import Command, count, natural
 from .code_version import code_version
 from .completeness import check_stores
-from .row_fields import GROUP_FIELDS, KEY_FIELDS, METHOD_CODE, describe_row, method_of
+from .row_fields import CONTEXT_SHA, GROUP_FIELDS, KEY_FIELDS, METHOD_CODE, describe_row, method_of
 from .settings import CompareSettings
 from .store import ResultStore, open_stores
 
@@ -110,6 +110,12 @@ def _compare(stored: list[dict], rerun: list[dict], store: Path) -> None:
         if new is None:
             raise UsageError(f"{store}: the rerun under this checkout's code gave no row of {describe_row(row)}, "
                              f"which the group holds (code {row['code']}): carry it from a checkout of that code")
+        if row.get(CONTEXT_SHA, new.get(CONTEXT_SHA)) != new.get(CONTEXT_SHA) or row["n_context"] != new["n_context"]:
+            raise UsageError(f"{store}: task {row['task']}, item {row['item']} ({row.get('haystack')} haystack) is "
+                             f"another text here ({new['n_context']} tokens, digest {new.get(CONTEXT_SHA)}) than the "
+                             f"one the group answered ({row['n_context']} tokens, digest {row.get(CONTEXT_SHA)}): a "
+                             "haystack of real text reads this machine's files (manpages: its manual pages); carry it "
+                             "where they are the same, or rerun the group here")
         for field in sorted(set(row) - NOT_VALUES):
             if new.get(field) != row[field]:
                 batch = " (another padded batch: give the --batch the group was run with)" if (

@@ -19,7 +19,7 @@ from runtime.errors import UsageError
 from .arguments import Command
 from .collection import PACK, STORE_FILES, group_folder, method_folder, stores_below
 from .completeness import batch_difference, check_stores, row_values
-from .row_fields import describe_row, row_key
+from .row_fields import CONTEXT_SHA, describe_row, row_key
 from .store import open_stores
 
 
@@ -45,6 +45,11 @@ def publish(sources: list[Path], into: Path) -> list[Path]:
     for row in (r for store in opened for r in store.rows):
         old = known.get(row_key(row))
         if old is not None:  # the first copy is kept; another padded batch changes the last digits alone
+            if old.get(CONTEXT_SHA) != row.get(CONTEXT_SHA):
+                raise UsageError(f"task {row['task']}, item {row['item']} ({row.get('haystack')} haystack) of "
+                                 f"{describe_row(row)} is another text (digest {row.get(CONTEXT_SHA)}) than the one "
+                                 f"{into} holds (digest {old.get(CONTEXT_SHA)}): a haystack of real text reads the "
+                                 "machine's files, so a method joins a group only where they are the same")
             if row_values(old) != row_values(row) and batch_difference(old, row) is None:
                 raise UsageError(f"{into} holds the row of {describe_row(row)} with other values: one key, one value "
                                  "(rerun it under the code the collection's group names, or publish it apart)")

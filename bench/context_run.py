@@ -10,9 +10,13 @@ from __future__ import annotations
 
 from typing import Callable
 
+import torch
+
+from runtime import context_hash
+
 from .engine import Child, ChildGroup, HeldContext
 from .harness import Harness
-from .row_fields import BASELINE_CODE, METHOD_CODE, row_key
+from .row_fields import BASELINE_CODE, CONTEXT_SHA, METHOD_CODE, row_key
 from .rows import QuestionReference, answered_row, base_row, batch_digest, method_fields, needle_fields
 from .specs import BASELINE_METHOD
 
@@ -55,9 +59,10 @@ class ContextRun:
         self.protected = len(h.encode(self.item.protected_text))
         compacted = [child for child in self.todo if not child[0].is_baseline]
         presses = list(dict.fromkeys(method.press for method, _ in compacted))
-        parent = h.engine.prefill(h.encode(self.item.context), self.protected, presses)
+        ids = h.encode(self.item.context)
+        parent = h.engine.prefill(ids, self.protected, presses)
         try:
-            common = self._common(parent)
+            common = {**self._common(parent), CONTEXT_SHA: context_hash(torch.as_tensor(ids))[:16]}
             questions = [QuestionReference(question, parent, self.item.context, h.encode_list,
                                            h.tokenizer.eos_token_id) for question in self.item.questions]
             if self.todo[0][0].is_baseline:

@@ -50,9 +50,10 @@ method (with its own code) and kept fraction."""
 CHILD_ONLY = ("kept_entries", "needle_recall", "needle_recall_layers", "answer_recall", "answer_recall_layers",
               "answer_rank_layers", "score_seconds")
 """Fields of a compacted child that a no-prune row never holds: what was kept, and how long the press took."""
-CONTEXT_FIELDS = ("n_context", "protected", "body_entries", "recurrent_bytes")
+CONTEXT_FIELDS = ("n_context", "protected", "body_entries", "recurrent_bytes", "context_sha")
 """What a child records of its context as the no-prune row of its question does: the context's size, what every
-method keeps, the entries chosen among, and the recurrent state (copied into every child whole)."""
+method keeps, the entries chosen among, the recurrent state (copied into every child whole) and its text's digest
+(:data:`~bench.row_fields.CONTEXT_SHA`)."""
 DEVICE = re.compile(r"cpu|cuda(:\d+)?")
 """The devices a run records (``--device`` cpu, cuda or cuda:N; auto is recorded as the one it chose)."""
 SECONDS = "_seconds"

@@ -21,6 +21,11 @@ METHOD_CODE = "method_code"
 and allocator run beyond the group's ``code``. One method of a group holds one method code: an edited press's rows
 are another result, never pooled with its old ones (:func:`bench.method_identity.check_one_method_code`). Rows
 written before it lack it; their ``code`` hashed all the code a row ran, method included."""
+CONTEXT_SHA = "context_sha"
+"""The field by which a row names the text it answered from: the first 16 hex digits of the SHA-256 of its context's
+token ids (:func:`runtime.context_hash`). A haystack of real text reads the machine's files (``manpages``: its
+manual pages), so one task, item and haystack may be another text on another machine; rows of one context agree on
+it, so that a method run elsewhere never joins a group's contexts with other texts. Rows written before it lack it."""
 BASELINE_CODE = "none"
 """No prune's method code: it runs nothing but the group's code."""
 SHARED_FIELDS = (*GROUP_FIELDS, "seed")

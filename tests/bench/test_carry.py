@@ -83,3 +83,14 @@ def test_a_collection_is_carried_in_place(old_store, model_dir, tmp_path, capsys
     rows = ResultStore(collection / files[0].parent, readonly=True).rows
     assert {r["code"] for r in rows} == {code_version()} and (collection / CARRIED).exists()
     assert run_cli(capsys, "verify", collection)[0] == 0
+
+
+def test_a_context_that_is_another_text_here_is_named_as_such(old_store, model_dir, capsys):
+    """A haystack of real text reads the machine's files: a rerun that reads another text says so, not that the
+    numbers changed."""
+    rows = [json.loads(line) for line in (old_store / "results.jsonl").read_text().splitlines()]
+    for row in rows:
+        row["context_sha"] = "0" * 16
+    (old_store / "results.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    code, err = run_cli(capsys, "carry", old_store, "--sample", "1", "--model", model_dir)
+    assert code == 2 and "is another text here" in err and "digest 0000000000000000" in err, err

@@ -60,3 +60,20 @@ def test_a_row_published_with_other_values_is_refused_and_nothing_written(model_
     assert _files(collection) == before
     code, err = run_cli(capsys, "publish", first, "--into", first)
     assert code == 2 and "is a result store" in err, err
+
+
+def test_a_method_run_on_another_text_cannot_join(model_dir, tmp_path, capsys):
+    """A method run elsewhere, on a machine whose real-text haystack is another text, is refused beside the group's
+    rows: its children name another context digest than their questions' no-prune rows."""
+    first, later, collection = tmp_path / "first", tmp_path / "later", tmp_path / "results"
+    run_compare(compare_settings(model_dir, first), show_progress=False)
+    assert run_cli(capsys, "publish", first, "--into", collection)[0] == 0
+    run_compare(compare_settings(model_dir, later, presses=["snapkv", "none"]), show_progress=False)
+    rows = [json.loads(line) for line in (later / "results.jsonl").read_text().splitlines()]
+    for row in rows:
+        row["context_sha"] = "f" * 16
+    (later / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    before = _files(collection)
+    code, err = run_cli(capsys, "publish", later, "--into", collection)
+    assert code == 2 and "is another text (digest ffffffffffffffff)" in err, err
+    assert _files(collection) == before
