@@ -188,13 +188,20 @@ def check_artifacts(directory: Path) -> None:
     """``ValueError`` naming the first derived artifact (:data:`ARTIFACTS`) of a model directory that cannot be
     read: presses load them only when they score."""
     for path in _matching(Path(directory), ARTIFACTS):
-        if path.suffix == ".safetensors":
-            check_safetensors(path)
-        else:
-            try:
-                json.loads(path.read_text())
-            except (UnicodeDecodeError, json.JSONDecodeError) as error:
-                raise UsageError(f"{path}: not valid JSON ({error})") from None
+        check_artifact(path)
+
+
+def check_artifact(path: Path) -> None:
+    """``ValueError`` naming ``path``, an artifact file (of a model directory, or of a directory an option names),
+    unless it reads whole: a regular file, a complete safetensors file or JSON that parses."""
+    check_regular_file(path, "an artifact's file")
+    if path.suffix == ".safetensors":
+        check_safetensors(path)
+    else:
+        try:
+            json.loads(path.read_text())
+        except (UnicodeDecodeError, json.JSONDecodeError) as error:
+            raise UsageError(f"{path}: not valid JSON ({error})") from None
 
 
 def load(model: str | ModelSpec | None = None):
