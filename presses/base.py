@@ -93,6 +93,11 @@ class Press(ABC):
     #: where it names the model's own files (:mod:`bench.specs`)
     artifact_files: ClassVar[dict[str, tuple[str, tuple[str, ...]]]] = {}
 
+    @property
+    def shown_name(self) -> str:
+        """The press as a user named it, for messages (a wrapper of other scorers names the one it wraps)."""
+        return self.name
+
     def evidence(self, adapter: ModelAdapter) -> EvidenceRequest:
         """What the prefill must record for this press (nothing beyond the KV cache by default)."""
         return EvidenceRequest()

@@ -195,6 +195,10 @@ class KvpressScorer(Press):
         check_fields(self.press)
         self._initialised_for = None
 
+    @property
+    def shown_name(self) -> str:
+        return f"kvpress:{type(self.press).__name__}"
+
     @staticmethod
     def scorer_class(class_name: str) -> type:
         """The kvpress ``ScorerPress`` subclass named ``class_name``; ``ValueError`` listing them otherwise."""
