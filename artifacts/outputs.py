@@ -3,7 +3,11 @@
 Each command declares its outputs (:class:`Output`, ``Command.outputs`` in the bench) and :func:`check` refuses, in
 one line that names the flag and the path, a place that
 
-- lies under ``/proc`` or ``/sys`` (the kernel's virtual files, not a place for results);
+- lies under ``/proc`` or ``/sys`` (the kernel's virtual files, not a place for results), is a device, a terminal, a
+  pipe or a socket, or reaches one through links (its own or its folders'): a result is written whole beside its
+  place and renamed there, which no stream takes (:func:`check_stream`);
+- is itself a link (or, in a folder it keeps results in, one of those files is): a rename into place would replace
+  the user's link, so the real path is asked for — links among its folders are followed;
 - is a file where a directory is expected, or a directory (or a device) where a file is, or lies below a file;
 - cannot be written: its nearest existing directory is not writable (or is on a read-only file system);
 - lies inside a model directory, unless the output belongs to that model (its artifact folder, or the model a
@@ -31,6 +35,7 @@ What an output does with what it finds there is its ``keeps``:
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -172,15 +177,67 @@ def _nearest_existing(path: Path) -> Path:
     return path
 
 
-def check_place(output: Output) -> None:
-    """A :class:`~runtime.errors.UsageError` if ``output``'s place cannot take it (the module's list, all but the
-    result already there)."""
+def _hops(path: Path) -> list[Path]:
+    """``path`` and every place it leads to, link by link, to the end: its folders resolved, then each link of its
+    last part followed in turn (at most 40, as the kernel does)."""
+    hops = [path]
+    for _ in range(40):
+        path = Path(os.path.realpath(path.parent)) / path.name
+        hops.append(path)
+        if not path.is_symlink():
+            break
+        path = Path(os.path.normpath(path.parent / os.readlink(path)))
+        hops.append(path)
+    return hops
+
+
+def _stream(path: Path) -> str | None:
+    """What ``path`` is when it is no file or directory on disk (``"a terminal"``, ``"a device"``, ``"a pipe"``,
+    ``"a socket"``), or None."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return None
+    if stat.S_ISCHR(mode):
+        return "a terminal" if os.path.realpath(path).startswith(("/dev/tty", "/dev/pts/")) else "a device"
+    return ("a device" if stat.S_ISBLK(mode) else "a pipe" if stat.S_ISFIFO(mode)
+            else "a socket" if stat.S_ISSOCK(mode) else None)
+
+
+def check_stream(output: Output) -> None:
+    """A :class:`~runtime.errors.UsageError` if ``output`` is or reaches (through links, its own or its folders')
+    the kernel's virtual files (:data:`VIRTUAL`), a device, a terminal, a pipe or a socket: the bench writes a
+    result whole beside its place and renames it there, which a stream cannot take (``/dev/stdout`` became a file
+    holding the rows), so none is ever an output; or if ``output`` is itself a link: renaming a result into place
+    would replace the user's link, so the real path is asked for (one rule for every command)."""
     path = Path(os.path.abspath(output.path))
-    real = Path(os.path.realpath(path))
-    virtual = next((root for root in VIRTUAL if real == root or root in real.parents), None)
-    if virtual is not None:
-        raise output.refuse(f"{virtual} holds the kernel's virtual files, not results; give a {output.kind} on disk")
-    for link in (path, *path.parents):
+    hops = _hops(path)
+    for hop in hops:
+        virtual = next((root for root in VIRTUAL if hop == root or root in hop.parents), None)
+        if virtual is not None:
+            reached = "" if hop == path else f" (it leads to {hop})"
+            raise output.refuse(f"{virtual} holds the kernel's virtual files, not results{reached}; give a "
+                                f"{output.kind} on disk")
+    stream = _stream(path)
+    if stream is not None:
+        real = os.path.realpath(path)
+        shown = "" if real == str(path) else f" ({real})"
+        raise output.refuse(f"is {stream}{shown}, not a {output.kind} on disk: results are written whole to disk "
+                            f"and never to a stream; give a {output.kind} on disk")
+    if path.is_symlink():
+        if not path.exists():  # nothing can be made through it: mkdir says "File exists"
+            raise output.refuse(f"{path} is a link to {os.readlink(path)}, which does not exist (or loops back); "
+                                "remove the link or make what it names")
+        raise output.refuse(f"is a link (to {hops[-1]}): a result is put in place by renaming, which would replace "
+                            f"the link; give the real path ({hops[-1]})")
+
+
+def check_place(output: Output) -> None:
+    """A :class:`~runtime.errors.UsageError` if ``output``'s place cannot take it (the module's list and
+    :func:`check_stream`, all but the result already there)."""
+    check_stream(output)
+    path = Path(os.path.abspath(output.path))
+    for link in path.parents:
         if link.is_symlink() and not link.exists():  # nothing can be made through it: mkdir says "File exists"
             raise output.refuse(f"{link} is a link to {os.readlink(link)}, which does not exist (or loops back); "
                                 "remove the link or make what it names")
@@ -190,7 +247,7 @@ def check_place(output: Output) -> None:
         raise output.refuse(f"is {what}, where a file is written; move it away or give another place")
     if existing != path or output.kind == FOLDER:
         if not existing.is_dir():
-            what = "a file" if existing.is_file() else "not a regular file"
+            what = "a file" if existing.is_file() else _stream(existing) or "not a regular file"
             raise output.refuse(f"{existing} is {what}, not a directory")
     folder = existing if existing.is_dir() else existing.parent
     if not os.access(folder, os.W_OK | os.X_OK):
@@ -208,6 +265,10 @@ def check(outputs: list[Output]) -> None:
         check_place(output)
     for output in outputs:
         held = output.held or ((output.path,) if output.kind == FILE else ())
+        link = next((path for path in held if path.is_symlink()), None)
+        if link is not None:  # moved aside by --replace, or renamed over: the user's link would be gone
+            raise output.refuse(f"{link} is a link (to {os.path.realpath(link)}), where this command keeps its "
+                                "result; give a folder of real files")
         for path in held:  # another command's result, or a file written by hand: never moved aside nor rebuilt over
             problem = output.foreign(path) if output.foreign is not None and path.is_file() else None
             if problem:

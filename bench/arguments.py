@@ -186,12 +186,13 @@ def did_you_mean(name: str, known) -> str:
 def check_model_name(name: str | None) -> None:
     """A :class:`~runtime.errors.UsageError` listing the catalogue (the names close to ``name`` first) if ``name``
     is none of what ``--model`` takes: a catalogued name, a path that exists, or a hub id (``owner/name``)."""
-    if name is None or name in CHECKPOINTS or Path(name).expanduser().exists() or (
+    names = [loading.DEFAULT_MODEL_NAME, *CHECKPOINTS]
+    if name is None or name in names or Path(name).expanduser().exists() or (
             name.count("/") == 1 and not name.startswith((".", "/", "~"))):
         return
     raise UsageError(f"no model at --model {name!r}: no such directory, and no catalogued model of that name"
-                     f"{did_you_mean(name, CHECKPOINTS)}; catalogued: {', '.join(CHECKPOINTS)} (or give a model "
-                     "directory, or a hub id such as Qwen/Qwen3.5-0.8B)")
+                     f"{did_you_mean(name, names)}; catalogued: {', '.join(names)} (the first is the default; or "
+                     "give a model directory, or a hub id such as Qwen/Qwen3.5-0.8B)")
 
 
 def model_spec(args: argparse.Namespace) -> ModelSpec:

@@ -11,9 +11,9 @@ from __future__ import annotations
 import importlib
 import multiprocessing
 import multiprocessing.connection
-import queue
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from itertools import islice
@@ -30,6 +30,7 @@ from .context_run import ContextRun
 from .harness import Harness
 from .plan import RunPlan
 from .stopping import WorkerDied
+from .worker_watch import BEAT_SECONDS, Feeder, end_worker, raise_if_silent, silence_limit
 
 DRIVER_CHECK_SECONDS = 1.0
 """How often a worker waiting for a job looks whether its driver is still there."""
@@ -80,30 +81,47 @@ class ContextWorker:
 
 def _serve(run: RunPlan, identity: loading.ModelIdentity, jobs, results) -> None:
     """A worker process: answer jobs until the driver sends None or is gone; an error goes back to the driver and
-    ends it. ``results`` is this worker's own pipe to the driver (its end of file is how the driver sees it end)."""
+    ends it. ``jobs`` and ``results`` are this worker's own pipes from and to the driver (the end of file of
+    ``results`` is how the driver sees it end); a thread beats on ``results`` meanwhile (:data:`BEAT_SECONDS`)."""
     # tqdm's default lock is a named semaphore under spawn: a worker the driver terminates would leave it behind, and
     # the resource tracker would report it as leaked after the driver's last line
     tqdm.set_lock(threading.RLock())
     transformers_logging.disable_progress_bar()  # a worker's loading bars would cut through the driver's bar
+    sending = threading.Lock()  # one message at a time on the pipe: the beats' thread and this one share it
+
+    def send(message) -> None:
+        with sending:
+            results.send(message)
+
+    def beat() -> None:
+        try:
+            while True:
+                send(("beat", None))
+                time.sleep(BEAT_SECONDS)
+        except (OSError, ValueError):  # the driver is gone, or this worker closed the pipe as it ends
+            return
+
+    threading.Thread(target=beat, name="beat", daemon=True).start()
     try:
         worker = ContextWorker(run, identity)
         while (job := _next_job(jobs)) is not None:
-            results.send(("rows", worker.rows(job)))
+            send(("rows", worker.rows(job)))
     except BaseException as error:  # noqa: BLE001 - the driver re-raises it with its own type and message
         try:
-            results.send(("error", error))
+            send(("error", error))
         except OSError:  # the driver is gone: nobody reads the pipe
             pass
 
 
 def _next_job(jobs) -> ContextJob | None:
-    """The driver's next job, or None when it sends None or is gone (killed by SIGKILL or the out-of-memory killer:
-    its workers hold the queue's pipe open themselves, so they would wait on it for ever, each holding a model)."""
+    """The driver's next job from this worker's pipe, or None when it sends None or is gone (killed by SIGKILL or
+    the out-of-memory killer: the worker would wait on the pipe for ever, holding a model)."""
     while multiprocessing.parent_process().is_alive():  # before each job too: the jobs queued are the driver's
         try:
-            return jobs.get(timeout=DRIVER_CHECK_SECONDS)
-        except queue.Empty:
-            continue
+            if jobs.poll(DRIVER_CHECK_SECONDS):
+                return jobs.recv()
+        except (EOFError, OSError):  # the driver closed its end
+            return None
     return None
 
 
@@ -112,64 +130,68 @@ def in_processes(run: RunPlan, identity: loading.ModelIdentity, jobs: Iterable[C
     """The rows of every job, context by context as workers finish them, from ``workers`` spawned processes.
 
     A worker's exception is raised here as it was raised there; a worker that ends without one (killed, out of
-    memory), between jobs, in one or while sending its rows, is a :class:`WorkerDied` naming its exit code.
+    memory), between jobs, in one or while sending its rows, is a :class:`WorkerDied` naming its exit code, and so
+    is one silent for :func:`~bench.worker_watch.silence_limit` seconds (stopped, or wedged), named by its pid.
     """
+    silence = silence_limit()
     context = multiprocessing.get_context("spawn")
-    pending = context.Queue()
-    # One pipe a worker, not one queue for all: a worker's pipe has one writer, so its death is an end of file
-    # there, also part-way through a message (on a shared queue the others hold the pipe open: the driver would wait
-    # for the rest of that message for ever).
+    # One pipe each way a worker, not one queue for all: a worker's results pipe has one writer, so its death is an
+    # end of file there, also part-way through a message (on a shared queue the others hold the pipe open: the
+    # driver would wait for the rest of that message for ever).
     pipes = [context.Pipe(duplex=False) for _ in range(workers)]
-    processes = [context.Process(target=_serve, args=(run, identity, pending, writer), daemon=True)
-                 for _, writer in pipes]
+    job_pipes = [context.Pipe(duplex=False) for _ in range(workers)]
+    processes = [context.Process(target=_serve, args=(run, identity, job_reader, writer), daemon=True)
+                 for (_, writer), (job_reader, _) in zip(pipes, job_pipes)]
     readers = {reader: process for (reader, _), process in zip(pipes, processes)}
-    feed, ahead, fed = iter(jobs), 0, False
+    feeders = {}
+    feed, fed = iter(jobs), False
 
-    def top_up() -> None:  # a few jobs ahead of the workers: the others are made as they are taken (any --n)
-        nonlocal ahead, fed
-        while not fed and ahead < 2 * workers:
-            job = next(feed, None)
-            if job is None:
-                fed = True
-                for _ in processes:
-                    pending.put(None)
-            else:
-                pending.put(job)
-                ahead += 1
+    def top_up() -> None:  # two jobs ahead a worker: the others are made as they are taken (any --n)
+        nonlocal fed
+        for reader, feeder in feeders.items():
+            while not fed and reader in readers and feeder.due < 2:
+                job = next(feed, None)
+                if job is None:
+                    fed = True
+                    for each in feeders.values():
+                        each.put(None)
+                else:
+                    feeder.put(job)
 
     try:
         with signals.kept_from_children():  # a terminal's Ctrl-C stops the driver alone, which stops them
             for process in processes:
                 process.start()
-        for _, writer in pipes:
+        for (_, writer), (job_reader, _) in zip(pipes, job_pipes):
             writer.close()  # the worker holds its own copy: the driver's would hide the worker's end of file
+            job_reader.close()
+        feeders = {reader: Feeder(job_writer) for reader, (_, job_writer) in zip(readers, job_pipes)}
+        heard, started = dict.fromkeys(readers), time.monotonic()
         top_up()
-        while ahead:
+        while any(feeder.due for feeder in feeders.values()):
             if not readers:  # a worker ends as told only when idle, so not while rows are due: said, not spun on
                 raise WorkerDied("every worker ended before the run finished")
-            for reader in multiprocessing.connection.wait(list(readers)):
+            for reader in multiprocessing.connection.wait(list(readers), timeout=BEAT_SECONDS):
                 try:
                     kind, payload = reader.recv()
                 except (EOFError, OSError):  # the worker ended (OSError: part-way through a message)
                     _raise_if_it_died(readers.pop(reader))
                     continue
+                heard[reader] = time.monotonic()
                 if kind == "error":
                     raise payload
-                ahead -= 1
-                top_up()
-                yield payload
+                if kind == "rows":
+                    feeders[reader].due -= 1
+                    top_up()
+                    yield payload
+            raise_if_silent(readers, heard, started, silence)
     finally:
         for process in processes:
             if process.pid is not None:  # started (a stop can come while they start)
-                if process.is_alive():
-                    process.terminate()
-                process.join()
-        # Jobs no worker took may still fill the pipe to them: exiting must not wait to flush them to nobody.
-        pending.cancel_join_thread()
-        pending.close()
-        for reader, writer in pipes:
-            reader.close()
-            writer.close()
+                end_worker(process)
+        for (reader, writer), (job_reader, job_writer) in zip(pipes, job_pipes):
+            for end in (reader, writer, job_reader, job_writer):
+                end.close()
 
 
 def _raise_if_it_died(process) -> None:

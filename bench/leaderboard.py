@@ -40,7 +40,7 @@ from .report import (
     summary_markdown,
 )
 from .scoring_cost import scoring_cost_markdown
-from .stats import PairedBootstrap
+from .stats import PairedBootstrap, shown
 from .store import open_stores
 
 MARKDOWN = "leaderboard.md"
@@ -171,7 +171,7 @@ def _build(rows: list[dict], out: Path, resamples: int) -> list[Path]:
                     if boot.has(method, p, task):
                         c = boot.cell(method, p, task)
                         writer.writerow([number, method, task, p, boot.n_items(task), field,
-                                         f"{c.mean:.4f}", f"{c.low:.4f}", f"{c.high:.4f}"])
+                                         *(shown(value, 4) for value in (c.mean, c.low, c.high))])
     official = [r for r in rows if "score_official" in r]
     if official:
         text += ["## SCBench under the official scorers (sensitivity; the tables above use the revised scorers)", "",

@@ -57,6 +57,9 @@ class Merged(NamedTuple):
     the first copy is kept (the merged store's, else the first source's)."""
     largest_difference: float
     """The largest difference of those rows' fidelity values (0 where there are none)."""
+    path: Path
+    """The file that holds the merged rows: ``results.jsonl``, or a committed ``results.jsonl.gz`` that no row was
+    added to (a store is unpacked only to append)."""
 
 
 def merge_stores(sources: list[str | Path], out: str | Path) -> Merged:
@@ -117,7 +120,7 @@ def merge_stores(sources: list[str | Path], out: str | Path) -> Merged:
                 target.append(row)  # a key already there (another copy of the row) is skipped
         if any((out / name).exists() for name in REPORTS):  # they showed the rows before the merge
             _rebuild_reports(out, target.rows)
-        return Merged(len(target.rows) - before, len(differences), max(differences, default=0.0))
+        return Merged(len(target.rows) - before, len(differences), max(differences, default=0.0), target.path)
     finally:
         target.close()
 
@@ -143,7 +146,7 @@ def run(args) -> None:
         print(f"{merged.other_batches} rows held twice differ by at most {merged.largest_difference:.2g} in their "
               "NLL or KL, each answered in another padded batch: the first copy is kept (the merged store's, else "
               "the first store's given)")
-    print(f"{merged.added} rows added to {Path(args.out) / 'results.jsonl'}")
+    print(f"{merged.added} rows added to {merged.path}")
 
 
 MERGE = Command("merge", "join the stores of one run's shards (compare --shard K/N), or of runs of other methods, "

@@ -16,7 +16,7 @@ from artifacts.outputs import DERIVED, FILE, Output
 
 from .needles import needle_markdown
 from .row_fields import BASELINE, GROUP_FIELDS, method_of
-from .stats import PairedBootstrap
+from .stats import PairedBootstrap, shown
 
 ACCURACY_FLOOR = 0.10
 """Tasks where no prune answers fewer than this fraction right are left out of the accuracy average."""
@@ -140,7 +140,7 @@ class GroupReport:
                     continue
                 cell = accuracy.cell(method, r, task).format(100, 0)
                 if task in nll.tasks and nll.has(method, r, task):
-                    cell += f"; {nll.cell(method, r, task).mean:.2f}"
+                    cell += f"; {shown(nll.cell(method, r, task).mean, 2)}"
                 cells.append(cell)
             lines.append(f"| {task} | {base} | " + " | ".join(cells) + " |")
         return lines + [""]

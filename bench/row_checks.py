@@ -41,6 +41,11 @@ DELTA_NLL_TOLERANCE = 1e-6
 """How far a child's ΔNLL may be from its NLL minus the no-prune row's, relative to the larger NLL (at least 1 nat).
 Both NLLs are float32 sums and ΔNLL their float64 difference, the no-prune row's NLL the very one subtracted: a run
 writes it exactly. This allows some 8 float32 ulps of the larger NLL: a full-cache NLL summed in another order."""
+FLOAT32_MAX = 3.4028234663852886e38
+"""The largest finite float32: an NLL and a KL are float32 sums and means (:mod:`bench.fidelity`), so a value above
+it is none a run wrote (a value past it also overflows the means and intervals a report computes: ``nan``)."""
+SECONDS_MAX = 1e9
+"""The longest time a row may record, in seconds (some 31 years): any more is no timing of a run."""
 MEAN_TOLERANCE = 1e-12
 """How far a recall may lie from the mean of its per-layer values: float rounding only (a row holds both as
 written, one the mean of the other)."""
@@ -272,13 +277,17 @@ def _run_problem(row: dict) -> str | None:
     return None
 
 
+FLOAT32_RANGE = f"a finite number in [0, {FLOAT32_MAX:.4g}]: a float32 sum of log-probabilities"
+
+
 def row_problem(row: dict) -> str | None:
     """What is wrong with one row, or None: every key and fidelity field present; its key of its types and ranges
     (:func:`key_problem`) and settings a run writes (:func:`_setting_problem`); its schema one this version reads; every
     fraction (:data:`FRACTION_FIELDS`, :data:`PER_LAYER_FRACTION_FIELDS`) in [0, 1]; answer_nll (a negative
-    log-likelihood) and kl finite numbers >= 0, delta_nll a finite number; agree a boolean; every time (``*_seconds``) a
-    finite number >= 0; its batch a digest (:data:`BATCH`); its prediction text and its answers a non-empty list of
-    text, its score their metric's (:func:`_score_problem`); the context's counts within its size and the child's bytes
+    log-likelihood) and kl finite numbers in [0, :data:`FLOAT32_MAX`], delta_nll a finite number of at most that size;
+    agree a boolean; every time (``*_seconds``) a finite number in [0, :data:`SECONDS_MAX`]; its batch a digest
+    (:data:`BATCH`); its prediction text and its answers a non-empty list of text, its score their metric's
+    (:func:`_score_problem`); the context's counts within its size and the child's bytes
     integers >= 0 (:func:`_count_problem`), a child's kept entries its allocator's budget (:func:`_budget_problem`); its
     context one of its run's shard (:func:`_run_problem`); and a no-prune row — the full cache compared with itself — at
     exactly zero ΔNLL and KL, agreeing."""
@@ -292,11 +301,13 @@ def row_problem(row: dict) -> str | None:
     checks = [("schema", lambda v: v is None or (_integer(v) and 1 <= v <= SCHEMA),
                f"an integer in 1 … {SCHEMA}: this version writes {SCHEMA}, rows written before it less"),
               *((field, lambda v: v is None or _fraction(v), "a number in [0, 1]") for field in FRACTION_FIELDS),
-              ("answer_nll", lambda v: _number(v) and v >= 0, "a finite number >= 0"),
-              ("delta_nll", _number, "a finite number"),
-              ("kl", lambda v: _number(v) and v >= -KL_TOLERANCE, "a finite number >= 0"),
+              ("answer_nll", lambda v: _number(v) and 0 <= v <= FLOAT32_MAX, FLOAT32_RANGE),
+              ("delta_nll", lambda v: _number(v) and abs(v) <= FLOAT32_MAX,
+               f"a finite number in [-{FLOAT32_MAX:.4g}, {FLOAT32_MAX:.4g}]: a difference of two float32 NLLs"),
+              ("kl", lambda v: _number(v) and -KL_TOLERANCE <= v <= FLOAT32_MAX, FLOAT32_RANGE),
               ("agree", lambda v: isinstance(v, bool), "true or false"),
-              *((field, lambda v: v is None or (_number(v) and v >= 0), "a finite number >= 0") for field in seconds),
+              *((field, lambda v: v is None or (_number(v) and 0 <= v <= SECONDS_MAX),
+                 f"a finite number of seconds in [0, {SECONDS_MAX:g}]") for field in seconds),
               ("prediction", lambda v: v is None or _text(v), "text"),
               (BATCH, lambda v: v is None or (_text(v) and len(v) == 16 and set(v) <= set("0123456789abcdef")),
                "16 hexadecimal digits, a digest of the padded batch that answered it"),

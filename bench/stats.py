@@ -9,6 +9,7 @@ than the intervals of the two cells they come from.
 
 from __future__ import annotations
 
+import math
 import warnings
 import zlib
 from collections import defaultdict
@@ -38,7 +39,14 @@ class Interval:
         return self.low > 0 or self.high < 0
 
     def format(self, scale: float = 1.0, digits: int = 1) -> str:
-        return f"{self.mean * scale:.{digits}f} [{self.low * scale:.{digits}f}, {self.high * scale:.{digits}f}]"
+        mean, low, high = (shown(value * scale, digits) for value in (self.mean, self.low, self.high))
+        return f"{mean} [{low}, {high}]"
+
+
+def shown(value: float, digits: int) -> str:
+    """``value`` with ``digits`` decimals, or "–" where it is no number (a cell without any item; a mean past the
+    float range): a report never prints ``nan`` or ``inf``."""
+    return f"{value:.{digits}f}" if math.isfinite(value) else "–"
 
 
 def task_of(row: dict) -> str:

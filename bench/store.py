@@ -192,7 +192,7 @@ class ResultStore:
                 raise UsageError(f"{own}: a link to {os.readlink(own)}; a store writes its own files: move the link "
                                  f"away or use another {self.named}")
             # a hard link is the same file under another name, written too (the .gz is only read)
-            if own != packed and own.exists() and own.stat().st_nlink > 1:
+            if own != packed and own.is_file() and own.stat().st_nlink > 1:  # a folder has 2 or more
                 raise UsageError(f"{own}: one file with {own.stat().st_nlink} names (a hard link: `cp -al`, a "
                                  "snapshot, or a file of elsewhere); a store writes its own files: copy it with "
                                  f"`cp -r`, or use another {self.named}")

@@ -99,6 +99,11 @@ class Press(ABC):
         (:func:`bench.code_version.method_codes`). None by default."""
         return ()
 
+    @property
+    def shown_name(self) -> str:
+        """The press as a user named it, for messages (a wrapper of other scorers names the one it wraps)."""
+        return self.name
+
     def evidence(self, adapter: ModelAdapter) -> EvidenceRequest:
         """What the prefill must record for this press (nothing beyond the KV cache by default)."""
         return EvidenceRequest()

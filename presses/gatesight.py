@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
+from pretrained import loading
 from runtime import EvidenceRequest
 from runtime.adapters import ModelAdapter
 from runtime.errors import MissingFileError, UsageError, check_regular_file
@@ -165,6 +166,10 @@ class GateSightEstimator:
         for name in ("gatesight.json", "gatesight.safetensors"):
             check_regular_file(directory / name, "a GateSight estimator's file")
         config = json.loads((directory / "gatesight.json").read_text())
+        if not (isinstance(config, dict) and isinstance(config.get("window"), int)
+                and isinstance(config.get("gdn_layers"), dict)):
+            raise UsageError(f"{directory / 'gatesight.json'}: not a GateSight estimator's settings (expected an "
+                             "object with an integer window and gdn_layers); write it again with `bench train`")
         layers: dict[int, dict[str, torch.Tensor]] = {}
         for name, tensor in load_file(str(directory / "gatesight.safetensors")).items():
             layer, key = name.split(".", 1)
@@ -188,7 +193,12 @@ def _load_estimator(directory: Path) -> GateSightEstimator:
     if missing:
         raise UsageError(f"estimator={str(directory)!r}: no GateSight estimator there (no {' or '.join(missing)}); "
                          "train one with `bench label --model MODEL` then `bench train --model MODEL`")
-    return GateSightEstimator.load(directory)
+    try:  # the checks a model directory's own estimator gets (pretrained.loading.check_artifacts)
+        for name in ESTIMATOR_FILES:
+            loading.check_artifact(directory / name)
+        return GateSightEstimator.load(directory)
+    except UsageError as error:
+        raise UsageError(f"estimator={str(directory)!r}: {error}") from None
 
 
 def _check_weights(estimator: GateSightEstimator, model_dir: Path) -> None:

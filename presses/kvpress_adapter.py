@@ -199,6 +199,10 @@ class KvpressScorer(Press):
         """kvpress's scorer class: its code (at kvpress's version) decides the scores."""
         return (type(self.press),)
 
+    @property
+    def shown_name(self) -> str:
+        return f"kvpress:{type(self.press).__name__}"
+
     @staticmethod
     def scorer_class(class_name: str) -> type:
         """The kvpress ``ScorerPress`` subclass named ``class_name``; ``ValueError`` listing them otherwise."""

@@ -113,8 +113,9 @@ def check_pair(press: Press, allocator: Allocator) -> None:
             remedy = (f", or GateSight with an estimator trained on one scale (it has {has}): `bench train --scale "
                       "one`, into the model's gatesight/ or a directory given as gatesight[estimator=DIR]")
         raise UsageError(
-            f"the {allocator.name!r} allocator ranks scores across layers, but {press.name!r} scores are not on one "
-            f"scale across layers; use it with a press whose scores are: {', '.join(comparable)}{remedy}"
+            f"the {allocator.name!r} allocator ranks scores across layers, but {press.shown_name} scores each layer "
+            "on a scale of its own (a top-B over layers would keep whichever layer's scale runs highest); use it "
+            f"with a press whose scores share one scale: {', '.join(comparable)}{remedy}"
         )
 
 

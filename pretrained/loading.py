@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 
 import pretrained
+from pretrained.model_cache import check_recorded
 from runtime import adapters
 from runtime.errors import MissingFileError, UsageError, check_regular_file, describe
 
@@ -22,6 +23,8 @@ MODEL_ENV = "HYBRIDPRESS_MODEL"
 DEFAULT_MODEL_DIR = Path(os.environ.get(MODEL_ENV)
                          or Path(__file__).resolve().parent.parent / "models" / "hybrid-byte-12l")
 """The default model: the shipped checkout's ``models/hybrid-byte-12l`` unless :data:`MODEL_ENV` names another."""
+DEFAULT_MODEL_NAME = DEFAULT_MODEL_DIR.name
+"""The default model's name, as its rows and the reports call it: ``--model`` takes it too."""
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 DEVICES = "cpu, cuda, cuda:N or auto"
@@ -93,7 +96,10 @@ def resolve(model: str | ModelSpec | None) -> Path:
         return named
     directory = Path(spec.path).expanduser()
     if (directory / "config.json").exists():
+        check_recorded(directory)  # a catalogued model's directory given by its path: as by its name
         return directory
+    if spec.path == DEFAULT_MODEL_NAME and not directory.exists():  # as rows and reports name the default model
+        return resolve(None)
     if directory.exists() or spec.path.count("/") != 1 or spec.path.startswith((".", "/", "~")):
         raise MissingFileError(f"no model at {spec.path}: expected a local HF model directory (with config.json) "
                                 "or a hub id such as Qwen/Qwen3.5-0.8B")
@@ -188,13 +194,20 @@ def check_artifacts(directory: Path) -> None:
     """``ValueError`` naming the first derived artifact (:data:`ARTIFACTS`) of a model directory that cannot be
     read: presses load them only when they score."""
     for path in _matching(Path(directory), ARTIFACTS):
-        if path.suffix == ".safetensors":
-            check_safetensors(path)
-        else:
-            try:
-                json.loads(path.read_text())
-            except (UnicodeDecodeError, json.JSONDecodeError) as error:
-                raise UsageError(f"{path}: not valid JSON ({error})") from None
+        check_artifact(path)
+
+
+def check_artifact(path: Path) -> None:
+    """``ValueError`` naming ``path``, an artifact file (of a model directory, or of a directory an option names),
+    unless it reads whole: a regular file, a complete safetensors file or JSON that parses."""
+    check_regular_file(path, "an artifact's file")
+    if path.suffix == ".safetensors":
+        check_safetensors(path)
+    else:
+        try:
+            json.loads(path.read_text())
+        except (UnicodeDecodeError, json.JSONDecodeError) as error:
+            raise UsageError(f"{path}: not valid JSON ({error})") from None
 
 
 def load(model: str | ModelSpec | None = None):

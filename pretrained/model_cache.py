@@ -27,8 +27,8 @@ def cache_dir(root: str | Path | None = None) -> Path:
     return Path(root).expanduser() / "models"
 
 
-@lru_cache(maxsize=8)
-def _file_sha256(path: Path, size: int, mtime_ns: int) -> str:
+@lru_cache(maxsize=64)
+def _file_sha256(path: Path, inode: int, size: int, mtime_ns: int, ctime_ns: int) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as file:
         for block in iter(lambda: file.read(1 << 20), b""):
@@ -37,9 +37,12 @@ def _file_sha256(path: Path, size: int, mtime_ns: int) -> str:
 
 
 def sha256_of(path: Path) -> str:
-    """SHA-256 of a file (remembered while its size and modification time stay)."""
+    """SHA-256 of a file, once per state of it (its inode, size, modification and change times: a rewrite in place
+    that keeps size and modification time, ``touch -r``, still moves the change time), as the weights' digest is
+    (:func:`presses.calibration.weights_fingerprint`): a model checked before every run costs a ``stat`` after the
+    first."""
     stat = Path(path).stat()
-    return _file_sha256(Path(path), stat.st_size, stat.st_mtime_ns)
+    return _file_sha256(Path(path), stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
 
 
 def delta_artifact_files(delta_dir: Path) -> list[Path]:
@@ -143,6 +146,8 @@ def locate(name: str, root: Path | None = None) -> Path | None:
         return None
     directory = Path(root or cache_dir()) / name
     problem = conversion_problem(checkpoint, root)
+    if problem is None:
+        check_recorded(directory, name)
     if problem is not None and problem.startswith("is damaged"):
         raise UsageError(f"{name} in {directory} {problem}; run `bench fetch-model {name}` to convert it again")
     if problem is not None:
@@ -153,3 +158,18 @@ def locate(name: str, root: Path | None = None) -> Path | None:
             f"{name} is not fetched yet, or was rebuilt from other files (looked in {directory}): run "
             f"`bench fetch-model {name}` once ({how}); set {CACHE_ENV} to keep it elsewhere")
     return directory
+
+
+def check_recorded(directory: Path, name: str | None = None) -> None:
+    """A :class:`~runtime.errors.UsageError` naming the first file of a converted model directory whose bytes are
+    not those its conversion recorded (:data:`SOURCE_FILE`; a directory that records none is not checked), with the
+    command that converts it again: a model changed in place (4 KiB overwritten, its size unchanged) is never run
+    under its name. Hashed once per state of its files (:func:`sha256_of`)."""
+    source = read_source(directory)
+    if source is None or not isinstance(source.get("files"), dict):
+        return
+    reason = damage(directory, source["files"], hashes=True)
+    if reason is not None:
+        name = name or source.get("name") or Path(directory).name
+        raise UsageError(f"{name} in {directory} is damaged: {reason}; run `bench fetch-model {name}` to convert it "
+                         "again (what was stored beside its files is kept)")

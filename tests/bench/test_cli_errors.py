@@ -21,7 +21,7 @@ from tests.helpers import compare_settings, copy_model, run_cli, truncate
     (["--press", "kvpress:NoSuchPress"], "'NoSuchPress' is not a kvpress ScorerPress; available: .*KnormPress"),
     (["--length", "10000000"], r"length 10000000 is longer than the model's position limit \(max_position_embeddings "
                                r"= (\d+)\).*give --length <= \1"),
-    (["--press", "snapkv", "--alloc", "global"], "'snapkv' scores are not on one scale across layers"),
+    (["--press", "snapkv", "--alloc", "global"], "snapkv scores each layer on a scale of its own"),
     (["--keep-fractions", "0.5,1.5"], r"argument --keep-fractions: kept fraction 1.5 is outside \(0, 1\]"),
     (["--keep-fractions", "nan"], r"argument --keep-fractions: kept fraction nan is outside \(0, 1\]"),
     (["--keep-fractions=-inf"], r"argument --keep-fractions: kept fraction -inf is outside \(0, 1\]"),

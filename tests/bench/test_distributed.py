@@ -1,5 +1,6 @@
 """Past one machine: shards of a run merged = the run in one process; Ray actors give the rows one process gives."""
 
+import contextlib
 import importlib.util
 import json
 
@@ -37,9 +38,9 @@ def test_shards_merged_equal_the_whole_run(model_dir, tmp_path):
     shard_rows = [_rows(tmp_path / f"shard{k}") for k in range(3)]
     assert all(shard_rows) and len({(r["task"], r["item"]) for r in shard_rows[0]}) == 2  # positions 0 and 3
     assert (merge_stores([tmp_path / f"shard{k}" for k in range(3)], tmp_path / "merged")
-            == (len(_rows(tmp_path / "whole")), 0, 0.0))
+            == (len(_rows(tmp_path / "whole")), 0, 0.0, tmp_path / "merged" / "results.jsonl"))
     assert _rows(tmp_path / "merged") == _rows(tmp_path / "whole")
-    assert merge_stores([tmp_path / "shard0"], tmp_path / "merged") == (0, 0, 0.0)  # merging again adds nothing
+    assert merge_stores([tmp_path / "shard0"], tmp_path / "merged")[:3] == (0, 0, 0.0)  # merging again adds nothing
 
 
 def _write(directory, rows):
@@ -195,15 +196,16 @@ def test_a_stopped_run_with_jobs_still_queued_for_its_workers_exits(tmp_path):
     assert done.returncode == 0 and done.stdout.startswith("raised"), done.stderr[-2000:]
 
 
-def _start_compare(model_dir, out, **env):
-    """``bench compare --jobs 2`` in a session of its own (a terminal's process group), 40 contexts to answer."""
+def _start_compare(model_dir, out, n=40, **env):
+    """``bench compare --jobs 2`` in a session of its own (a terminal's process group), ``n`` contexts to answer."""
     import os
     import signal
     import subprocess
     import sys
 
     argv = [sys.executable, "-m", "bench.entry", "compare", "--model", str(model_dir), "--out", str(out), "--jobs", "2",
-            "--press", "keydiff", "--keep-fractions", "0.5", "--tasks", "niah_single_1", "--n", "40", "--length", "384"]
+            "--press", "keydiff", "--keep-fractions", "0.5", "--tasks", "niah_single_1", "--n", str(n),
+            "--length", "384"]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HYBRIDPRESS_CACHE": str(out.parent / "cache"), **env}
     # Ctrl-C at its default, as in a terminal: a test run started in the background of a script (`cmd &` in
     # bash) passes SIGINT on ignored, and Python keeps a signal ignored at startup ignored
@@ -319,6 +321,61 @@ def test_a_run_whose_workers_are_stopped_from_outside_ends_in_one_line(model_dir
     assert all([_gone(pid) for pid in workers])
 
 
+def test_a_stopped_worker_is_named_and_the_run_ends_in_one_line(model_dir, tmp_path):
+    """Issue 64: a worker stopped with ``kill -STOP`` (or wedged) never ends, so no end of file comes: the driver
+    waited silently for ever. Each worker beats on its pipe; one silent for HYBRIDPRESS_WORKER_SILENCE seconds is
+    named by its pid and killed, and the run ends in one line with what was kept."""
+    import os
+    import signal
+
+    from bench.worker_watch import SILENCE_ENV
+
+    out = tmp_path / "out"
+    driver = _start_compare(model_dir, out, **{SILENCE_ENV: "4"})
+    workers = _workers(driver.pid)
+    _answering(out)
+    os.kill(workers[-1], signal.SIGSTOP)
+    try:
+        err = _ended(driver)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(workers[-1], signal.SIGCONT)
+    assert driver.returncode == 2, err
+    assert err.strip().splitlines()[-1].startswith(
+        f"bench compare: error: worker process {workers[-1]} has sent nothing for 4 s (stopped, as by kill -STOP, "
+        f"or wedged; {SILENCE_ENV} sets how long a worker may stay silent): it was killed, and the run ended; what "
+        "was finished is kept in"), err
+    assert "Traceback" not in err, err
+    assert all([_gone(pid) for pid in workers])
+    assert (out / "results.jsonl").read_text().count("\n") >= 1
+
+
+def test_a_killed_resource_tracker_leaves_no_traceback(model_dir, tmp_path):
+    """Issue 64: after ``kill -KILL`` of the run's multiprocessing resource tracker, the run ended 0 and three raw
+    ``KeyError: '/mp-…'`` tracebacks followed (its job queue's semaphores, unlinked through a new tracker that never
+    knew them). Jobs go on pipes now: nothing is the tracker's to unlink."""
+    import os
+    import signal
+    import time
+    from pathlib import Path
+
+    out = tmp_path / "out"
+    driver = _start_compare(model_dir, out, n=6)
+    _workers(driver.pid)
+    deadline, tracker = time.monotonic() + 60, None
+    while tracker is None and time.monotonic() < deadline:
+        for proc in Path("/proc").glob("[0-9]*"):
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                parent = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                if parent == driver.pid and b"resource_tracker" in (proc / "cmdline").read_bytes():
+                    tracker = int(proc.name)
+    assert tracker is not None, "the driver started no resource tracker"
+    os.kill(tracker, signal.SIGKILL)
+    err = _ended(driver)
+    assert driver.returncode == 0, err
+    assert "Traceback" not in err and "KeyError" not in err and "resource_tracker" not in err, err
+
+
 _DIES_WHILE_SENDING = """
 import multiprocessing, os, signal
 from multiprocessing import connection
@@ -362,17 +419,18 @@ def test_a_worker_killed_part_way_through_sending_its_rows_ends_the_run_in_one_l
 def test_a_worker_whose_driver_is_gone_takes_no_queued_job(monkeypatch):
     """Probe 71: after its driver was killed a worker went on answering the jobs already queued (a context each)."""
     import multiprocessing
-    import queue
     import types
 
     from bench import execution
 
-    jobs = queue.Queue()
-    jobs.put(execution.ContextJob("niah_single_1", 0))
+    jobs, driver = multiprocessing.Pipe(duplex=False)
+    driver.send(execution.ContextJob("niah_single_1", 0))
     monkeypatch.setattr(multiprocessing, "parent_process", lambda: types.SimpleNamespace(is_alive=lambda: False))
-    assert execution._next_job(jobs) is None and jobs.qsize() == 1
+    assert execution._next_job(jobs) is None and jobs.poll()  # still queued, not taken
     monkeypatch.setattr(multiprocessing, "parent_process", lambda: types.SimpleNamespace(is_alive=lambda: True))
     assert execution._next_job(jobs) == execution.ContextJob("niah_single_1", 0)
+    driver.close()
+    assert execution._next_job(jobs) is None  # the driver closed its end
 
 
 def test_a_merge_stopped_after_its_first_row_is_finished_by_the_same_merge(model_dir, tmp_path):

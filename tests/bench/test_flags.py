@@ -54,4 +54,4 @@ def test_the_global_refusal_names_the_presses_that_declare_comparable_scores(mon
     assert "gatesight" not in declared and {"kvzip", "comparable"} <= set(declared)
     with pytest.raises(ValueError) as refused:
         check_pair(presses.get("keydiff"), allocators.get("global"))
-    assert str(refused.value).endswith(f"use it with a press whose scores are: {', '.join(declared)}")
+    assert str(refused.value).endswith(f"use it with a press whose scores share one scale: {', '.join(declared)}")

@@ -66,7 +66,7 @@ def test_leaderboard_builds(model_dir, tmp_path):
         ({"n": 0}, "n 0: give between 1 and 1,000,000,000 items per task"),
         ({"n": 10**23}, "n 100000000000000000000000: give between 1 and 1,000,000,000 items"),
         ({"length": 200}, "task 'niah_single_1' at --length 200: .* too short"),
-        ({"presses": ["snapkv"], "allocators": ["global"]}, "not on one scale"),
+        ({"presses": ["snapkv"], "allocators": ["global"]}, "scores each layer on a scale of its own"),
     ],
 )
 def test_errors_before_any_work(model_dir, tmp_path, change, message):

@@ -15,6 +15,8 @@ from bench.row_fields import SCHEMA
 from tests.helpers import assert_reports_refuse, compare_settings, run_cli, store_of, stored_rows
 from workloads.metrics import string_match_all
 
+NLL_RANGE = "a finite number in [0, 3.403e+38]: a float32 sum of log-probabilities)"
+"""How a refusal names the range of an NLL and a KL."""
 QUESTION_FIELDS = ("task", "item", "question", "haystack")
 """What names one question of one context within a run's rows."""
 
@@ -37,17 +39,27 @@ def _baseline_of(rows, row) -> dict:
 
 @pytest.mark.parametrize("press", ["keydiff", "none"])
 @pytest.mark.parametrize("change, message", [
-    ({"answer_nll": -0.5}, "answer_nll=-0.5 (expected a finite number >= 0)"),
-    ({"kl": -0.001}, "kl=-0.001 (expected a finite number >= 0)"),
+    ({"answer_nll": -0.5}, "answer_nll=-0.5 (expected " + NLL_RANGE),
+    ({"kl": -0.001}, "kl=-0.001 (expected " + NLL_RANGE),
+    ({"answer_nll": 1e308, "delta_nll": 1e308}, "answer_nll=1e+308 (expected " + NLL_RANGE),
+    ({"answer_nll": float("nan")}, "answer_nll=nan (expected " + NLL_RANGE),
+    ({"kl": float("inf")}, "kl=inf (expected " + NLL_RANGE),
+    ({"kl": 1e300}, "kl=1e+300 (expected " + NLL_RANGE),
+    ({"delta_nll": -float("inf")}, "delta_nll=-inf (expected a finite number in [-3.403e+38, 3.403e+38]: a "
+                                     "difference of two float32 NLLs)"),
+    ({"delta_nll": 1e300}, "delta_nll=1e+300 (expected a finite number in [-3.403e+38, 3.403e+38]"),
+    ({"needle_recall": 1.5}, "needle_recall=1.5 (expected a number in [0, 1])"),
+    ({"answer_recall": float("nan")}, "answer_recall=nan (expected a number in [0, 1])"),
+    ({"prefill_seconds": 1e300}, "prefill_seconds=1e+300 (expected a finite number of seconds in [0, 1e+09])"),
     ({"kv_bytes": -1}, "kv_bytes=-1 (expected an integer >= 0)"),
     ({"kv_bytes": 1.5}, "kv_bytes=1.5 (expected an integer >= 0)"),
     ({"kv_bytes": "4096"}, "kv_bytes='4096' (expected an integer >= 0)"),
     ({"recurrent_bytes": -8}, "recurrent_bytes=-8 (expected an integer >= 0)"),
     ({"recurrent_bytes": 2.0}, "recurrent_bytes=2.0 (expected an integer >= 0)"),
-    ({"prefill_seconds": -0.25}, "prefill_seconds=-0.25 (expected a finite number >= 0)"),
-    ({"prefill_seconds": float("inf")}, "prefill_seconds=inf (expected a finite number >= 0)"),
-    ({"prefill_seconds": "0.1"}, "prefill_seconds='0.1' (expected a finite number >= 0)"),
-    ({"score_seconds": float("nan")}, "score_seconds=nan (expected a finite number >= 0)"),
+    ({"prefill_seconds": -0.25}, "prefill_seconds=-0.25 (expected a finite number of seconds in [0, 1e+09])"),
+    ({"prefill_seconds": float("inf")}, "prefill_seconds=inf (expected a finite number of seconds in [0, 1e+09])"),
+    ({"prefill_seconds": "0.1"}, "prefill_seconds='0.1' (expected a finite number of seconds in [0, 1e+09])"),
+    ({"score_seconds": float("nan")}, "score_seconds=nan (expected a finite number of seconds in [0, 1e+09])"),
     ({"length": "512"}, "length='512' (expected an integer >= 1)"),
     ({"length": 0}, "length=0 (expected an integer >= 1)"),
     ({"length": 300.0}, "length=300.0 (expected an integer >= 1)"),

@@ -117,3 +117,15 @@ def test_plot_of_one_ratio_uses_error_bars(tmp_path):
         row["delta_nll"] = 0.1
     path = plot_curves(rows, tmp_path / "one.png", resamples=50)
     assert path.stat().st_size > 1000
+
+
+def test_a_report_never_prints_nan_or_inf():
+    """Probe of issue 64: values near the float range published ``[8.822, nan]`` (their resampled means overflow);
+    a report shows a number that is none as "–", and the summary of such rows holds no nan or inf."""
+    from bench.stats import Interval
+
+    assert Interval(float("nan"), 1.25, float("inf")).format(1, 2) == "– [1.25, –]"
+    rows = _rows({("none", "none", 1.0): [0.0] * 3, ("a", "flat", 0.5): [1e308, 1e308, 0.5]}, field="delta_nll")
+    text = summary_markdown([{**row, "score": 1.0, "answer_nll": 0.0, "kl": 0.0, "agree": True} for row in rows],
+                            resamples=50)
+    assert not re.search(r"\bnan\b|\binf\b", text), text

@@ -54,7 +54,7 @@ def test_a_copy_of_a_row_fails_verify_and_merge_keeps_one(store, tmp_path, capsy
     copied = store_of([*rows, rows[_compacted(rows)]], tmp_path / "copied")
     code, err = _cli(capsys, "verify", copied)
     assert code == 2 and "a report would count it twice" in err, err
-    assert merge_stores([copied], tmp_path / "merged") == (len(rows), 0, 0.0)
+    assert merge_stores([copied], tmp_path / "merged")[:3] == (len(rows), 0, 0.0)
 
 
 @pytest.mark.parametrize("change, message", [

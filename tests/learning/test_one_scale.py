@@ -97,7 +97,7 @@ def test_global_refuses_a_head_estimator_and_takes_a_one_scale_one(trained, mode
     for model, press in ((model_dir, "gatesight"), (model_dir, f"gatesight[estimator={trained['head']}]")):
         with pytest.raises(UsageError) as refused:
             planned(model, press)
-        assert "'gatesight' scores are not on one scale across layers" in str(refused.value)
+        assert "gatesight scores each layer on a scale of its own" in str(refused.value)
         assert "trained on scale 'head'" in str(refused.value) and REMEDY in str(refused.value)
     assert planned(model_dir, f"gatesight[estimator={trained['one']}]").methods[0].allocator.name == "global"
     own = copy_model(model_dir, tmp_path)  # the model's own estimator on one scale

@@ -65,7 +65,7 @@ def test_a_local_gguf_of_another_hash_is_refused_and_nothing_is_installed(empty_
     with pytest.raises(ValueError, match="SHA-256"):
         fetch(CHECKPOINT, empty_cache, gguf=fake, log=lambda line: None)
     assert not (empty_cache / REAL_MODEL).exists()
-    assert list(empty_cache.iterdir()) == []  # the scratch directory went with the refusal
+    assert not empty_cache.exists()  # refused before the cache or a scratch directory is made
 
 
 def test_an_incomplete_conversion_is_never_taken_for_the_model(empty_cache, tmp_path):
@@ -75,7 +75,7 @@ def test_an_incomplete_conversion_is_never_taken_for_the_model(empty_cache, tmp_
     with pytest.raises(FileNotFoundError, match="is not fetched yet"):
         pretrained.locate(REAL_MODEL)
     with pytest.raises(ValueError, match="not a complete conversion"):
-        fetch(CHECKPOINT, empty_cache, gguf=tmp_path / "unused.gguf", log=lambda line: None)
+        fetch(CHECKPOINT, empty_cache, log=lambda line: None)  # refused before anything is downloaded
 
 
 def test_fetch_model_refuses_an_unknown_name(capsys):
@@ -214,3 +214,61 @@ def test_a_conversion_of_another_file_is_moved_aside_not_deleted(fake_fetch):
     assert aside.name.startswith(f"{FAKE.name}.backup-") and json.loads((aside / "source.json").read_text())[
         "sha256"] == "0" * 64
     assert pretrained.model_cache.conversion_problem(FAKE, root, hashes=True) is None
+
+
+def test_a_model_changed_in_place_is_never_run_under_its_name(fake_fetch, capsys):
+    """Issue 64: 4 KiB overwritten in the middle of a cached model's weights (its size unchanged) was run under
+    the catalogue's name, answer NLL 54 instead of 0.40. Its files are checked against the SHA-256 its conversion
+    recorded before a run uses it — by name or by its directory's path — hashed once per state of its files."""
+    root, run, _ = fake_fetch
+    directory = run()
+    model_cache = pretrained.model_cache
+    assert pretrained.locate(FAKE.name) == directory
+    hashed = model_cache._file_sha256.cache_info().misses
+    assert pretrained.locate(FAKE.name) == directory
+    assert model_cache._file_sha256.cache_info().misses == hashed  # the same files: a stat each, no read
+    weights = directory / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    middle = len(data) // 2
+    data[middle:middle + 64] = bytes(64)  # the middle overwritten, the size kept
+    weights.write_bytes(bytes(data))
+    damaged = (f"fake-model in {directory} is damaged: model.safetensors has SHA-256 "
+               f"{hashlib.sha256(data).hexdigest()}, not the ")
+    for given in (FAKE.name, directory):
+        code, err = run_cli(capsys, "compare", "--model", given, "--out", root.parent / "results")
+        assert code == 2 and damaged in err and "run `bench fetch-model fake-model` to convert it again" in err, err
+    assert not (root.parent / "results").exists()
+
+
+def test_a_local_gguf_given_for_a_cached_model_is_checked_all_the_same(fake_fetch, tmp_path, capsys):
+    """``fetch-model NAME --gguf TEXTFILE`` said the model was converted already, never reading the file."""
+    root, run, state = fake_fetch
+    run()
+    text = tmp_path / "notes.txt"
+    text.write_text("not a model\n")
+    with pytest.raises(UsageError, match=f"{re.escape(str(text))} has SHA-256 .* not the catalogued"):
+        fetch(FAKE, root, gguf=text, log=lambda line: None)
+    assert state["converted"] == 1
+
+
+def test_the_default_models_name_is_taken_by_model(model_dir, tmp_path, capsys, monkeypatch):
+    """Rows, summaries and the leaderboard call the default model ``hybrid-byte-12l``: ``--model hybrid-byte-12l``
+    is that model (it was "no catalogued model of that name"), its rows the default run's."""
+    import shutil
+
+    from pretrained import loading
+
+    assert loading.DEFAULT_MODEL_NAME == loading.DEFAULT_MODEL_DIR.name
+    default = shutil.copytree(model_dir, tmp_path / "checkout" / "models" / loading.DEFAULT_MODEL_NAME)
+    monkeypatch.setattr(loading, "DEFAULT_MODEL_DIR", default)
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    rows = {}
+    for name, model in (("named", ["--model", loading.DEFAULT_MODEL_NAME]), ("default", [])):
+        assert run_cli(capsys, "compare", *model, "--press", "keydiff", "--keep-fractions", "0.5", "--n", "1",
+                       "--tasks", "niah_single_1", "--length", "300", "--out", tmp_path / name)[0] == 0
+        rows[name] = [json.loads(line) for line in (tmp_path / name / "results.jsonl").read_text().splitlines()]
+    assert {row["model"] for row in rows["named"]} == {loading.DEFAULT_MODEL_NAME}
+    drop = ("run", "prefill_seconds", "score_seconds", "cpu_seconds")
+    assert [{k: v for k, v in row.items() if k not in drop} for row in rows["named"]] == \
+        [{k: v for k, v in row.items() if k not in drop} for row in rows["default"]]

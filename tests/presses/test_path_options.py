@@ -462,3 +462,32 @@ def test_the_gate_allocation_refuses_a_calibration_of_other_weights(model_dir, t
                         "--out", tmp_path / "out")
     assert code == 2 and f"allocator 'gate' cannot run on {directory}: the calibration in {directory} was " \
                          "measured on model weights 000000000000, not this model's" in err, err
+
+
+DAMAGES = {"truncated": lambda path: path.write_bytes(path.read_bytes()[:len(path.read_bytes()) // 2]),
+           "empty": lambda path: path.write_bytes(b""),
+           "not JSON": lambda path: path.write_text("{not json"),
+           "JSON of no estimator": lambda path: path.write_text("[1, 2]")}
+"""Damage done to one artifact file (issue 64: tracebacks where the model's own gets one line)."""
+
+
+@pytest.mark.parametrize("item, folder, file, damage", [
+    ("gatesight[estimator={dir}]/flat", "gatesight", "gatesight.safetensors", "truncated"),
+    ("gatesight[estimator={dir}]/flat", "gatesight", "gatesight.safetensors", "empty"),
+    ("gatesight[estimator={dir}]/flat", "gatesight", "gatesight.json", "not JSON"),
+    ("gatesight[estimator={dir}]/flat", "gatesight", "gatesight.json", "JSON of no estimator"),
+    ("triattention[calibration={dir}]/flat", ".", "calibration/calibration.safetensors", "truncated"),
+    ("triattention[calibration={dir}]/flat", ".", "calibration/calibration.safetensors", "empty"),
+])
+def test_a_damaged_artifact_given_by_path_is_one_line_before_work(model_dir, tmp_path, capsys, no_model_load, item,
+                                                                   folder, file, damage):
+    """An artifact an option names goes through the checks the model directory's own goes through: one line naming
+    the option and the damaged file, exit 2, before the model loads and before --out is made."""
+    copy = shutil.copytree(model_dir, tmp_path / "copy")
+    DAMAGES[damage](copy / folder / file)
+    given = copy / folder if folder != "." else copy
+    code, err = run_cli(capsys, "compare", "--model", model_dir, "--methods", item.format(dir=given), "--n", "1",
+                        "--tasks", "niah_single_1", "--length", "300", "--out", tmp_path / "out")
+    assert code == 2 and "Traceback" not in err, err  # run_cli: the error is one line, the last
+    assert f"={str(given)!r}: {copy / folder / file if folder != '.' else copy / file}: " in err, err
+    assert not (tmp_path / "out").exists()

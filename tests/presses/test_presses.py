@@ -225,7 +225,7 @@ def test_any_press_with_any_allocator(tiny, family, press_name, allocator_name):
     # for the allocators that read them (others refuse them: they would be ignored)
     weights = {layer: 1.0 + layer for layer in adapter.attention_layers} if allocator.needs_layer_weights else None
     if allocator.compares_layers and not press.comparable_scale:
-        with pytest.raises(ValueError, match="not on one scale"):
+        with pytest.raises(ValueError, match="scores each layer on a scale of its own"):
             presses.compress(parent, press, allocator, keep_fraction=0.3, layer_weights=weights)
         return
     child = presses.compress(parent, press, allocator, compression_ratio=0.7, layer_weights=weights)

@@ -1,0 +1,100 @@
+"""Outputs by what they really are (issue 64): every writing command, its output given as a link (to a file, to an
+empty file, to a device, dangling, to a folder) or as a place that reaches a device, /proc or a pipe, is refused
+before any work in one line that names it, and the link, what it names and everything beside it stay as they were
+(``--rows /dev/stdout`` renamed the system's link and left a file holding the rows in its place)."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+from bench.cli import main
+from tests.bench.test_output_policy import WRITERS, _base
+
+LINKS = ["to a file", "to an empty file", "to a device", "dangling", "to a folder"]
+
+
+def _state(root: Path) -> dict:
+    """Every entry under ``root`` as it is: a link by its target, a file by its bytes, a folder as None."""
+    return {path.relative_to(root).as_posix(): ("link", os.readlink(path)) if path.is_symlink()
+            else None if path.is_dir() else path.read_bytes() for path in sorted(root.rglob("*"))}
+
+
+def _link(case: str, tmp: Path) -> Path:
+    """A link the user made, of one case, under ``tmp``."""
+    (tmp / "a-file").write_text("kept")
+    (tmp / "empty").touch()
+    (tmp / "a-folder").mkdir()
+    target = {"to a file": tmp / "a-file", "to an empty file": tmp / "empty", "to a device": Path(os.devnull),
+              "dangling": tmp / "gone", "to a folder": tmp / "a-folder"}[case]
+    (tmp / "link").symlink_to(target)
+    return tmp / "link"
+
+
+@pytest.mark.parametrize("case", LINKS)
+@pytest.mark.parametrize("command, flag", [(c, f) for c, flags in WRITERS.items() for f in flags])
+def test_an_output_given_as_a_link_is_refused_and_left_as_it_is(command, flag, case, model_dir, tmp_path, capsys,
+                                                                guarded):
+    import shutil
+
+    model = shutil.copytree(model_dir, tmp_path / "model")
+    place = _link(case, tmp_path)
+    before = _state(tmp_path)
+    code = main(_base(command, flag, place, model, tmp_path))
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and err.startswith(f"bench {command}: error: {flag} {place}"), err
+    assert "Traceback" not in err
+    if flag == "--cache" and case != "dangling":  # the cache's models go below it: the link is a folder of its path
+        assert f"{place} is {'a device' if case == 'to a device' else 'a file'}, not a directory" in err \
+            or f"is a link (to {os.path.realpath(place)}): " in err, err
+    elif case == "to a device":
+        assert f"is a device ({os.devnull}), not a" in err, err
+    elif case == "dangling":
+        assert "which does not exist" in err, err
+    else:
+        assert f"is a link (to {os.path.realpath(place)}): " in err and "give the real path" in err, err
+    assert _state(tmp_path) == before
+
+
+@pytest.mark.parametrize("place, named", [
+    ("/dev/stdout", "/proc holds the kernel's virtual files, not results (it leads to /proc/self/fd/1)"),
+    ("/proc/self/fd/1", "/proc holds the kernel's virtual files"),
+    ("{tmp}/tofd1", "/proc holds the kernel's virtual files, not results (it leads to /proc/self/fd/1)"),
+    ("{tmp}/fds/1", "/proc holds the kernel's virtual files"),
+    ("/dev/null", "is a device, not a file on disk"),
+    ("{tmp}/pipe", "is a pipe, not a file on disk"),
+])
+def test_rows_that_reach_a_stream_are_refused_before_any_work(place, named, model_dir, tmp_path, capsys, guarded):
+    """The probe's cases: ``--rows /dev/stdout > log`` (the link renamed, a file left in /dev), ``--rows
+    /proc/self/fd/1`` (a traceback after all the work), a user's link to it, a link to /proc's folder of them."""
+    (tmp_path / "tofd1").symlink_to("/proc/self/fd/1")
+    (tmp_path / "fds").symlink_to("/proc/self/fd")
+    os.mkfifo(tmp_path / "pipe")
+    before = os.readlink("/dev/stdout")
+    place = place.format(tmp=tmp_path)
+    code = main(["model-eval", "--model", str(model_dir), "--tasks", "niah_single_1", "--lengths", "300", "--n", "1",
+                 "--rows", place])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and f"--rows {place}: " in err and named in err, err
+    assert os.readlink("/dev/stdout") == before and (tmp_path / "tofd1").is_symlink()
+
+
+def test_an_out_of_dev_null_says_what_it_is(model_dir, tmp_path, capsys, guarded):
+    code = main(["compare", "--model", str(model_dir), "--press", "keydiff", "--n", "1", "--out", os.devnull])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert f"--out {os.devnull}: is a device, not a directory on disk: results are written whole to disk" in err, err
+
+
+def test_a_result_file_in_an_output_folder_that_is_a_link_is_never_moved_aside(model_dir, tmp_path, capsys,
+                                                                              guarded):
+    """``bench train --replace`` moves the estimator aside: a link there would be renamed away from its place."""
+    (tmp_path / "mine.json").write_text("{}")
+    out = tmp_path / "estimator"
+    out.mkdir()
+    (out / "gatesight.json").symlink_to(tmp_path / "mine.json")
+    code = main(["train", "--model", str(model_dir), "--labels", str(tmp_path / "labels"), "--out", str(out),
+                 "--replace"])
+    err = capsys.readouterr().err
+    assert code == 2 and f"{out / 'gatesight.json'} is a link (to {tmp_path / 'mine.json'})" in err, err
+    assert (out / "gatesight.json").is_symlink()
