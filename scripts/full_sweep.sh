@@ -35,16 +35,9 @@ long=(--methods gatesight/gate,gatesight/flat,gatesight/pyramid,kvzip/global --k
 bench compare --tasks niah_single_1,niah_single_2,niah_multikey_1 "${long[@]}" > "$OUT-4096.generated.log"
 bench compare --tasks "$HAYSTACK_TASKS" --haystack manpages "${long[@]}" > "$OUT-4096.manpages.log"
 echo "sweep at 4096 tokens: $(( $(date +%s) - start )) s wall"
-mkdir -p docs/results
-# the committed store holds every group: the other models' rows, then these (an older run of this group replaced)
-python - "$OUT/results.jsonl" "$OUT-4096/results.jsonl" <<'PY'
-import gzip, json, os, sys
-store = "docs/results/results.jsonl.gz"
-old = list(gzip.open(store, "rt")) if os.path.exists(store) else []
-kept = [line for line in old if json.loads(line)["model"] != "hybrid-byte-12l"]
-with gzip.GzipFile(store + ".new", "wb", mtime=0) as out:
-    out.write("".join(kept + [line for path in sys.argv[1:] for line in open(path)]).encode())
-PY
-mv docs/results/results.jsonl.gz.new docs/results/results.jsonl.gz
+# docs/results is one store per setting group and method (bench publish); an older run of this model's groups leaves
+# first (git keeps it): its folders are named by the model and length
+rm -rf docs/results/hybrid-byte-12l-2048-* docs/results/hybrid-byte-12l-4096-*
+bench publish "$OUT" "$OUT-4096" --into docs/results
 bench leaderboard docs/results --out docs
 bench verify docs/results --docs docs

@@ -81,18 +81,8 @@ case "$step" in
     for part in "$OUT"/sweep*/; do
       bench merge "$part"shard* --out "$part"merged
     done
-    python - "$OUT" <<'PY'
-import gzip, sys
-from pathlib import Path
-store = "docs/results/results.jsonl.gz"
-rows = list(gzip.open(store, "rt"))
-published = set(rows)  # a second publish (a part grown since) adds only the rows it has not added
-for merged in sorted(Path(sys.argv[1]).glob("sweep*/merged/results.jsonl")):
-    rows += [row for row in open(merged) if row not in published]
-with gzip.GzipFile(store + ".new", "wb", mtime=0) as out:
-    out.write("".join(rows).encode())
-PY
-    mv docs/results/results.jsonl.gz.new docs/results/results.jsonl.gz
+    # one file per group and method: a second publish (a part grown since) adds only the rows it has not added
+    bench publish "$OUT"/sweep*/merged --into docs/results
     bench leaderboard docs/results --out docs
     bench verify docs/results --docs docs
     ;;

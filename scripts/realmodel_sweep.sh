@@ -22,14 +22,8 @@ done
 wait
 echo "real-model sweep: $(( $(date +%s) - start )) s wall"
 bench merge "$OUT/shard0" "$OUT/shard1" --out "$OUT/merged"
-# the committed store holds every group: the other models' rows, then these (an older run of this group replaced)
-python - "$OUT/merged/results.jsonl" <<'PY'
-import gzip, json, sys
-store = "docs/results/results.jsonl.gz"
-kept = [line for line in gzip.open(store, "rt") if json.loads(line)["model"] != "smollm2-135m-instruct"]
-with gzip.GzipFile(store + ".new", "wb", mtime=0) as out:
-    out.write("".join(kept + list(open(sys.argv[1]))).encode())
-PY
-mv docs/results/results.jsonl.gz.new docs/results/results.jsonl.gz
+# docs/results is one store per setting group and method (bench publish); an older run of this group leaves first
+rm -rf docs/results/smollm2-135m-instruct-2048-*
+bench publish "$OUT/merged" --into docs/results
 bench leaderboard docs/results --out docs
 bench verify docs/results --docs docs

@@ -121,6 +121,20 @@ def stored_rows(directory) -> list[dict]:
     return [json.loads(line) for line in (Path(directory) / "results.jsonl").read_text().splitlines()]
 
 
+def published_stores() -> list:
+    """The committed results (``docs/results``: a collection of stores, one per setting group and method), each
+    store read-only."""
+    from bench.project_modules import ROOT
+    from bench.store import open_stores
+
+    return open_stores([ROOT / "docs" / "results"])
+
+
+def published_rows() -> list[dict]:
+    """Every row of the committed results (:func:`published_stores`), store after store."""
+    return [row for store in published_stores() for row in store.rows]
+
+
 def store_of(rows: list[dict], directory) -> Path:
     """A new store in ``directory`` holding ``rows`` (altered copies of a real run's, in tests of the checks)."""
     import json

@@ -12,10 +12,9 @@ import pytest
 
 from bench import arguments, compare_command, model_commands
 from bench.cli import build_parser, main
-from bench.project_modules import ROOT
-from bench.store import ResultStore
 from runtime.errors import UsageError
 from runtime.options import real, whole
+from tests.helpers import published_rows
 
 MISSING, A_FILE, A_DIR, NO_WEIGHTS = "<missing>", "<a file>", "<a directory>", "<a model without weights>"
 """Bad paths, made for each case under its tmp_path."""
@@ -104,7 +103,7 @@ def _walk() -> list:
 @pytest.fixture(scope="module")
 def store(tmp_path_factory) -> Path:
     """A small complete store: the first item of every context group of the committed store."""
-    rows = [row for row in ResultStore(ROOT / "docs" / "results", readonly=True).rows if row["item"] == 0]
+    rows = [row for row in published_rows() if row["item"] == 0]
     directory = tmp_path_factory.mktemp("store")
     (directory / "results.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
     return directory
