@@ -12,13 +12,15 @@ from .base import Allocator, BudgetRequest, check_keep_fraction
 from .flat import FlatAllocator
 from .gate import GateAllocator
 from .global_topk import GlobalAllocator
+from .head_shares import HeadShares, HeadSharesAllocator
 from .integerize import largest_remainder
 from .per_layer import PerLayerAllocator
 from .pyramid import PyramidAllocator
 
 ALLOCATORS: dict[str, type[Allocator]] = {
     cls.name: cls
-    for cls in (FlatAllocator, GateAllocator, PyramidAllocator, GlobalAllocator, AdaKVAllocator, PerLayerAllocator)
+    for cls in (FlatAllocator, GateAllocator, PyramidAllocator, GlobalAllocator, AdaKVAllocator, PerLayerAllocator,
+                HeadSharesAllocator)
 }
 
 
@@ -60,5 +62,5 @@ def options_of(name: str, options: dict) -> dict:
     return {key: getattr(built, key) for key in typed_options(ALLOCATORS[name], name, options)}
 
 
-__all__ = ["ALLOCATORS", "Allocator", "BudgetRequest", "available", "check_keep_fraction", "get", "largest_remainder",
-           "options_of", "register"]
+__all__ = ["ALLOCATORS", "Allocator", "BudgetRequest", "HeadShares", "available", "check_keep_fraction", "get",
+           "largest_remainder", "options_of", "register"]

@@ -39,6 +39,8 @@ class BudgetRequest:
         ``[H_kv, n_body]`` per layer, for allocators that look at scores (global top-B).
     layer_weights : dict[int, float] or None
         Calibrated per-layer weights (gate-proportional allocation).
+    head_shares : dict[int, list[float]] or None
+        Calibrated shares of the budget per layer and KV head (head_shares allocation).
     """
 
     keep_fraction: float
@@ -47,6 +49,7 @@ class BudgetRequest:
     num_kv_heads: int
     scores: dict[int, torch.Tensor] | None = None
     layer_weights: dict[int, float] | None = None
+    head_shares: dict[int, list[float]] | None = None
 
     def __post_init__(self):
         check_keep_fraction(self.keep_fraction)
@@ -76,6 +79,8 @@ class Allocator(ABC):
     compares_layers: bool = False
     #: reads calibrated per-layer weights (gate)
     needs_layer_weights: bool = False
+    #: reads calibrated shares per (layer, KV head) (head_shares)
+    needs_head_shares: bool = False
 
     def check_layers(self, count: int) -> None:
         """``ValueError`` if this allocator cannot split a budget over ``count`` attention layers (its options

@@ -25,15 +25,14 @@ from .collection_publish import PUBLISH
 from .compare_command import COMPARE
 from .cost import COST
 from .fetch_command import FETCH_MODEL
-from .learning_commands import ANALYZE, CALIBRATE, LABEL, TRAIN
+from .learning_commands import ANALYZE, CALIBRATE, CALIBRATE_SHARES, LABEL, TRAIN
 from .merge import MERGE
 from .model_commands import DISTILL, MODEL_EVAL, SHIP_ARTIFACTS, TRAIN_MODEL
 from .publish import LEADERBOARD, VERIFY
 from .stopping import StopOnSignals, WorkerDied, stopped
 
-COMMANDS = (COMPARE, MERGE, PUBLISH, LEADERBOARD, VERIFY, CARRY, COST, FETCH_MODEL, CALIBRATE, TRAIN_MODEL, MODEL_EVAL,
-            DISTILL,
-            SHIP_ARTIFACTS, LABEL, TRAIN, ANALYZE)
+COMMANDS = (COMPARE, MERGE, PUBLISH, LEADERBOARD, VERIFY, CARRY, COST, FETCH_MODEL, CALIBRATE, CALIBRATE_SHARES,
+            TRAIN_MODEL, MODEL_EVAL, DISTILL, SHIP_ARTIFACTS, LABEL, TRAIN, ANALYZE)
 
 
 class OneLineParser(argparse.ArgumentParser):

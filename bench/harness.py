@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 import allocators
-from presses.calibration import Calibration
+from presses.calibration import Calibration, head_shares_for
 from presses.preparation import evidence_for, prepare
 from pretrained import loading
 from runtime import adapter_for, encode_text
@@ -72,6 +72,8 @@ class Harness:
                 layer_weights = Calibration.for_model(self.adapter).gate_weights
             except ValueError as error:
                 raise UsageError(f"allocator {weighted[0]!r} cannot run on {self.model_dir}: {error}") from None
+        if any(allocator.needs_head_shares for allocator in self.allocators.values()):
+            head_shares_for(self.adapter)  # missing, damaged or another model's: refused before any context runs
         return RuntimeEngine(self.model, self.tokenizer, self.presses, self.allocators, layer_weights,
                              evidence_for(self.presses.values(), self.adapter), self.run.batch)
 

@@ -1,14 +1,17 @@
-"""``bench label``, ``bench train``, ``bench analyze`` and ``bench calibrate``: the flags of GateSight's learning
-steps (:mod:`gatesight_learning.steps`) and of the calibration (:mod:`gatesight_learning.calibrate`)."""
+"""``bench label``, ``bench train``, ``bench analyze``, ``bench calibrate`` and ``bench calibrate-shares``: the flags
+of GateSight's learning steps (:mod:`gatesight_learning.steps`), of the calibration
+(:mod:`gatesight_learning.calibrate`) and of the head shares (:mod:`gatesight_learning.head_shares`)."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
+from allocators.head_shares import FILE as SHARES_FILE
 from artifacts.outputs import ANALYSIS, DERIVED, ESTIMATOR, LABEL_SHARDS, RESULTS, Output
 from gatesight_learning.calibrate import calibrate_model
 from gatesight_learning.estimator import TrainSettings
+from gatesight_learning.head_shares import KEEP_FRACTIONS, calibrate_head_shares
 from gatesight_learning.steps import ESTIMATOR_FILES, analyze, label, train
 from presses.calibration import FILE, LEGACY_FILE
 from presses.gatesight import ARTIFACT_DIR, SCALES
@@ -134,3 +137,35 @@ CALIBRATE = Command("calibrate", "TriAttention query statistics and layer gate w
                     interrupted=lambda args: f"nothing was written: {calibration_output(args).path} holds what it "
                                              "held before (the calibration is saved whole once measured); it does "
                                              "not resume: run it again to start over")
+
+
+def add_calibrate_shares_arguments(parser: argparse.ArgumentParser) -> None:
+    add_model_arguments(parser)
+    parser.add_argument("--windows", type=count, default=14,
+                        help="calibration windows, one a document, round-robin over the labelling sources (>= 2)")
+    parser.add_argument("--tokens", type=count, default=2048, help="tokens per window, the chat prefix included")
+    parser.add_argument("--replace", action="store_true",
+                        help="the model directory holds head shares: calibrate new ones (the old file is moved "
+                             "aside to calibration.backup-<time>); refused otherwise")
+
+
+def run_calibrate_shares(args: argparse.Namespace) -> None:
+    result, path = calibrate_head_shares(model_spec(args), args.windows, args.tokens, KEEP_FRACTIONS, args.replace)
+    overall = result.provenance["stability"]["over windows (shares averaged over p)"]
+    print(f"head shares from {args.windows} windows at p = {', '.join(map(str, KEEP_FRACTIONS))} -> {path}\n"
+          f"Spearman between windows over {overall['pairs']} pairs: mean {overall['spearman_mean']:.3f}, "
+          f"sd {overall['spearman_sd']:.3f}, min {overall['spearman_min']:.3f}, max {overall['spearman_max']:.3f}")
+
+
+def shares_output(args: argparse.Namespace) -> Output:
+    """Where ``bench calibrate-shares`` writes: the model's own calibration folder."""
+    model = loading.resolve(model_spec(args))
+    return Output((model / SHARES_FILE).parent, "the calibration folder of --model", keeps=RESULTS,
+                  held=(model / SHARES_FILE,), what="head shares", replace=args.replace, model=model)
+
+
+CALIBRATE_SHARES = Command(
+    "calibrate-shares", "the head_shares allocator's shares per (layer, KV head), from KVzip's global allocations",
+    add_calibrate_shares_arguments, run_calibrate_shares, outputs=lambda args: [shares_output(args)],
+    interrupted=lambda args: f"nothing was written: {shares_output(args).path} holds what it held before (the shares "
+                             "are saved whole once measured); it does not resume: run it again to start over")

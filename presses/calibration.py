@@ -18,9 +18,10 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
+from allocators import HeadShares
 from pretrained import loading
 from runtime.adapters import ModelAdapter, adapter_for
-from runtime.errors import check_regular_file
+from runtime.errors import UsageError, check_regular_file
 from runtime.forward import SequenceState, forward_chunk
 
 FILE = Path("calibration") / "calibration.safetensors"
@@ -150,6 +151,23 @@ class Calibration:
             return
         raise ValueError(f"{shown} was measured on model weights {self.weights}, not this "
                          f"model's ({here}): run `bench calibrate --model {model_dir}` to measure this model's")
+
+
+def head_shares_for(adapter: ModelAdapter) -> dict[int, list[float]]:
+    """The head shares of ``adapter``'s model directory (:data:`allocators.head_shares.FILE`), checked against its
+    attention layers, KV heads and weights; a one-line ``UsageError`` if they are missing, damaged or another
+    model's."""
+    if adapter.model_dir is None:
+        raise UsageError("the model was not loaded from a local directory, so its head shares cannot be found: "
+                         "load it from one that holds calibration/head_shares.json")
+    shares = HeadShares.load(adapter.model_dir)
+    shown = f"the head shares in {adapter.model_dir}"
+    shares.check(tuple(adapter.attention_layers), adapter.geometry.num_kv_heads, shown)
+    here = weights_fingerprint(adapter.model_dir)
+    if shares.weights is not None and here is not None and shares.weights != here:
+        raise UsageError(f"{shown} were measured on model weights {shares.weights}, not this model's ({here}): run "
+                         f"`bench calibrate-shares --model {adapter.model_dir} --replace`")
+    return shares.shares
 
 
 class _Statistics:

@@ -16,7 +16,7 @@ from runtime import Child, KeepPlan, Parent
 from runtime.errors import ArgumentTypeError, ReleasedError, UsageError, describe
 
 from .base import Press, Scores, ScoringContext
-from .calibration import Calibration
+from .calibration import Calibration, head_shares_for
 from .gatesight import GateSightPress
 from .preparation import prepare
 from .registry import PRESSES, available
@@ -169,6 +169,7 @@ class Selection:
         self.press = prepare(press, parent.adapter)
         check_evidence(parent, self.press)
         self.layer_weights = layer_weights
+        self.head_shares: dict[int, list[float]] | None = None  # read from the model directory when first needed
         self._scores: Scores | None = None
         self.score_seconds: float | None = None
 
@@ -195,7 +196,10 @@ class Selection:
         weights = self.layer_weights
         if allocator.needs_layer_weights and weights is None:
             weights = self.layer_weights = Calibration.for_model(self.parent.adapter).gate_weights
-        return _fill(self.parent, self.scores, allocator, keep_fraction, weights)  # scores checked when computed
+        if allocator.needs_head_shares and self.head_shares is None:
+            self.head_shares = head_shares_for(self.parent.adapter)
+        # scores checked when computed
+        return _fill(self.parent, self.scores, allocator, keep_fraction, weights, self.head_shares)
 
     def fork(self, allocator: Allocator | str, keep_fraction: float) -> Child:
         """The compacted child of :meth:`plan`."""
@@ -203,7 +207,7 @@ class Selection:
 
 
 def _fill(parent: Parent, scores: Scores, allocator: Allocator, keep_fraction: float,
-          layer_weights: dict[int, float] | None) -> KeepPlan:
+          layer_weights: dict[int, float] | None, head_shares: dict[int, list[float]] | None = None) -> KeepPlan:
     adapter = parent.adapter
     request = BudgetRequest(
         keep_fraction=keep_fraction,  # BudgetRequest refuses a fraction outside (0, 1]
@@ -212,6 +216,7 @@ def _fill(parent: Parent, scores: Scores, allocator: Allocator, keep_fraction: f
         num_kv_heads=adapter.geometry.num_kv_heads,
         scores=scores if allocator.needs_scores else None,
         layer_weights=layer_weights,
+        head_shares=head_shares if allocator.needs_head_shares else None,
     )
     return KeepPlan.from_scores(scores, allocator.allocate(request), parent.protected)
 

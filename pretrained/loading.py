@@ -282,7 +282,8 @@ MODEL_PARTS = {
 }
 """What of a model directory (its top level) changes the numbers, by the part a mismatch is reported as: the chat
 template frames every task's prompt, the generation config its stop tokens."""
-ARTIFACTS = ("gatesight/*.safetensors", "gatesight/*.json", "calibration/*.safetensors", "calibration.safetensors")
+ARTIFACTS = ("gatesight/*.safetensors", "gatesight/*.json", "calibration/*.safetensors", "calibration/*.json",
+             "calibration.safetensors")
 """What the bench derived from the weights and stores beside them (GateSight's estimator, the calibration; the
 last pattern is the root file older versions wrote). Fingerprinted apart from the model: a copy without them is
 the same model."""

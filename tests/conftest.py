@@ -6,7 +6,8 @@ import pytest
 import torch
 from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
 
-from presses.calibration import calibrate
+from allocators import HeadShares
+from presses.calibration import calibrate, weights_fingerprint
 from presses.gatesight import GateSightEstimator
 from pretrained import loading
 from runtime import adapter_for
@@ -40,7 +41,8 @@ def tiny():
 
 @pytest.fixture(scope="session")
 def model_dir(tmp_path_factory):
-    """A tiny random byte-level Qwen3.5 saved like the shipped model, with calibration and a GateSight artifact."""
+    """A tiny random byte-level Qwen3.5 saved like the shipped model, with calibration, head shares and a GateSight
+    artifact."""
     directory = tmp_path_factory.mktemp("tiny-byte-model")
     torch.manual_seed(0)
     config = Qwen3_5TextConfig(
@@ -55,6 +57,9 @@ def model_dir(tmp_path_factory):
     adapter = adapter_for(model)
     GateSightEstimator.random(adapter).save(directory / "gatesight")
     calibrate(model, [torch.randint(0, 256, (128,))], ["random bytes"]).save(directory)
+    # unequal shares, so that head_shares differs from flat wherever it runs
+    shares = {layer: [1.0 + i, 2.0 + i] for i, layer in enumerate(adapter.attention_layers)}
+    HeadShares(shares, {"from": "a test fixture"}, weights_fingerprint(directory)).save(directory)
     return directory
 
 

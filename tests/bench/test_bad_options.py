@@ -57,6 +57,7 @@ BASES = {
     "cost": ["--model", "{model}", "--press", "keydiff", "--lengths", "64", "--out", "{tmp}/cost"],
     "fetch-model": ["smollm2-135m-instruct", "--cache", "{tmp}/cache"],
     "calibrate": ["--model", "{model}", "--tokens", "256", "--chunk", "128", "--replace"],
+    "calibrate-shares": ["--model", "{model}", "--windows", "2", "--tokens", "64", "--replace"],
     "train-model": ["--steps", "5", "--out", "{tmp}/trained", "--checkpoints", "{tmp}/checkpoints"],
     "model-eval": ["--model", "{model}", "--tasks", "niah_single_1", "--lengths", "300", "--n", "1"],
     "distill": ["--checkpoints", "{tmp}/checkpoints", "--hours", "0.001", "--out", "{tmp}/delta"],

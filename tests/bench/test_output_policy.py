@@ -26,8 +26,9 @@ from tests.helpers import compare_settings, run_cli
 WRITERS = {"compare": ["--out"], "merge": ["--out"], "leaderboard": ["--out"], "cost": ["--out"],
            "model-eval": ["--rows"], "label": ["--out"], "train": ["--out"], "analyze": ["--out"],
            "distill": ["--out", "--checkpoints"], "train-model": ["--out", "--checkpoints"],
-           "fetch-model": ["--cache"], "ship-artifacts": ["--cache"], "calibrate": []}
-"""Every subcommand that writes, with the flags that name where (calibrate writes into its --model's folder)."""
+           "fetch-model": ["--cache"], "ship-artifacts": ["--cache"], "calibrate": [], "calibrate-shares": []}
+"""Every subcommand that writes, with the flags that name where (calibrate and calibrate-shares write into their
+--model's folder)."""
 FILE_FLAGS = {("model-eval", "--rows")}
 """The outputs that are files; every other one is a directory."""
 

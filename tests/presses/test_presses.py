@@ -228,7 +228,12 @@ def test_any_press_with_any_allocator(tiny, family, press_name, allocator_name):
         with pytest.raises(ValueError, match="scores each layer on a scale of its own"):
             presses.compress(parent, press, allocator, keep_fraction=0.3, layer_weights=weights)
         return
-    child = presses.compress(parent, press, allocator, compression_ratio=0.7, layer_weights=weights)
+    if allocator.needs_head_shares:  # a tiny model has no directory to read them from: given to the selection
+        selection = presses.Selection(parent, press)
+        selection.head_shares = {layer: [1.0, 3.0] for layer in adapter.attention_layers}
+        child = selection.fork(allocator, 0.3)
+    else:
+        child = presses.compress(parent, press, allocator, compression_ratio=0.7, layer_weights=weights)
     body = parent.n - parent.protected
     kept = sum(length - parent.protected for kv in child.kv.values() for length in kv.lengths())
     assert kept == len(adapter.attention_layers) * 2 * round_half_up(0.3 * body)
@@ -243,7 +248,7 @@ def test_registry_and_ratio_errors(tiny):
         presses.compress(parent, "keydiff", "flat")
     with pytest.raises(ValueError, match="outside"):
         presses.compress(parent, "keydiff", "flat", keep_fraction=1.2)
-    assert allocators.available() == ["flat", "gate", "pyramid", "global", "adakv", "perlayer"]
+    assert allocators.available() == ["flat", "gate", "pyramid", "global", "adakv", "perlayer", "head_shares"]
 
 
 @pytest.mark.parametrize("options,message", [

@@ -1,0 +1,150 @@
+"""The head_shares allocator: exact budgets from calibrated shares, caps re-spread, its file refused when bad."""
+
+import itertools
+import json
+
+import pytest
+import torch
+
+import allocators
+from allocators import BudgetRequest, HeadShares
+from allocators.head_shares import FILE
+from allocators.integerize import round_half_up
+from runtime.errors import UsageError
+
+
+def _request(p, n_body, layers, heads, shares):
+    return BudgetRequest(keep_fraction=p, n_body=n_body, layers=layers, num_kv_heads=heads, head_shares=shares)
+
+
+def _random_shares(layers, heads, generator, zeros=False):
+    raw = torch.rand(len(layers), heads, generator=generator) ** 4  # skewed: some heads capped at small n_body
+    if zeros:
+        raw[0, 0] = 0.0
+    return {layer: raw[i].tolist() for i, layer in enumerate(layers)}
+
+
+def test_counts_sum_exactly_to_the_budget_within_the_body():
+    allocator = allocators.get("head_shares")
+    g = torch.Generator().manual_seed(0)
+    for n_body, p, layers, heads in itertools.product([1, 7, 100, 1023], [0.01, 0.05, 0.3, 0.9, 1.0],
+                                                      [(3,), (3, 7, 11), tuple(range(2, 30, 4))], [1, 3]):
+        shares = _random_shares(layers, heads, g, zeros=len(layers) > 1)
+        request = _request(p, n_body, layers, heads, shares)
+        counts = allocator.allocate(request)
+        assert sorted(counts) == list(layers) and all(len(c) == heads for c in counts.values())
+        flat = [c for layer in layers for c in counts[layer]]
+        assert sum(flat) == len(layers) * heads * round_half_up(p * n_body) == request.total
+        assert all(0 <= c <= n_body for c in flat)
+
+
+def test_uncapped_counts_are_the_shares_of_the_budget():
+    g = torch.Generator().manual_seed(1)
+    layers, heads = (1, 5, 9), 3
+    shares = _random_shares(layers, heads, g)
+    total = sum(s for h in shares.values() for s in h)
+    request = _request(0.1, 100_000, layers, heads, shares)
+    counts = allocators.get("head_shares").allocate(request)
+    for layer in layers:
+        for h in range(heads):
+            assert abs(counts[layer][h] - request.total * shares[layer][h] / total) < 1
+
+
+def test_a_capped_head_hands_its_excess_to_the_others_in_proportion():
+    # B = 2 layers · 2 heads · round(0.5 · 100) = 200; head (1, 0) wants 0.7 · 200 = 140 > 100: capped at the body,
+    # the 40 over it go to the others in proportion to their shares 0.1 : 0.1 : 0.1 (100 / 3 each; the unit left
+    # goes to the first head on a tie of remainders)
+    counts = allocators.get("head_shares").allocate(_request(0.5, 100, (1, 2), 2, {1: [0.7, 0.1], 2: [0.1, 0.1]}))
+    assert counts == {1: [100, 34], 2: [33, 33]}
+    # every head but one at zero share: the budget past its cap is spread evenly over the zero-share heads
+    counts = allocators.get("head_shares").allocate(_request(0.5, 10, (1, 2), 2, {1: [1.0, 0.0], 2: [0.0, 0.0]}))
+    assert counts == {1: [10, 4], 2: [3, 3]}
+
+
+def test_calibration_round_trips_to_the_same_counts(tmp_path):
+    g = torch.Generator().manual_seed(2)
+    layers, heads = (3, 7, 11), 3
+    shares = HeadShares(_random_shares(layers, heads, g), {"windows": 4, "sources": ["licenses"]}, "abc123")
+    path = shares.save(tmp_path)
+    assert path == tmp_path / FILE
+    loaded = HeadShares.load(tmp_path)
+    assert loaded.provenance == shares.provenance and loaded.weights == "abc123"
+    allocator = allocators.get("head_shares")
+    for p, n_body in itertools.product([0.05, 0.1, 0.3], [50, 2000]):
+        assert (allocator.allocate(_request(p, n_body, layers, heads, loaded.shares))
+                == allocator.allocate(_request(p, n_body, layers, heads, shares.shares)))
+
+
+def _write(tmp_path, text):
+    (tmp_path / FILE).parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / FILE).write_text(text)
+
+
+@pytest.mark.parametrize("text,message", [
+    ("{not json", r"head_shares.json: not valid JSON"),
+    ('[1, 2]', r"not a head-shares file"),
+    ('{"format": "hybridpress head shares 1", "shares": {"x": [1]}}', r"keyed by attention layer index"),
+    ('{"format": "hybridpress head shares 1", "shares": {"3": [0.5, -0.1]}}', r"layer 3 has the share -0.1"),
+    ('{"format": "hybridpress head shares 1", "shares": {"3": [0.5, "a"]}}', r"layer 3 has the share 'a'"),
+    ('{"format": "hybridpress head shares 1", "shares": {"3": [0, 0]}}', r"every share is 0"),
+    ('{"format": "hybridpress head shares 1", "shares": {"3": 0.5}}', r"layer 3 must hold a list of shares"),
+])
+def test_a_damaged_file_is_refused_in_one_line(tmp_path, text, message):
+    _write(tmp_path, text)
+    with pytest.raises(UsageError, match=message) as error:
+        HeadShares.load(tmp_path)
+    assert "\n" not in str(error.value)
+
+
+def test_missing_shares_and_wrong_shapes_are_refused(tmp_path):
+    with pytest.raises(UsageError, match=r"no head shares at .*head_shares.json: run `bench calibrate-shares"):
+        HeadShares.load(tmp_path)
+    (tmp_path / FILE).mkdir(parents=True)
+    with pytest.raises(UsageError, match="a folder, where head shares"):
+        HeadShares.load(tmp_path)
+    allocator = allocators.get("head_shares")
+    with pytest.raises(UsageError, match="needs the model's calibrated head shares"):
+        allocator.allocate(_request(0.1, 100, (3,), 2, None))
+    with pytest.raises(UsageError, match=r"cover attention layers \[3\]; the model's are \[3, 7\]"):
+        allocator.allocate(_request(0.1, 100, (3, 7), 2, {3: [1.0, 1.0]}))
+    with pytest.raises(UsageError, match="give layer 3 3 heads; the model has 2 KV heads"):
+        allocator.allocate(_request(0.1, 100, (3,), 2, {3: [1.0, 1.0, 1.0]}))
+
+
+def test_the_model_directorys_shares_plan_the_children(model_dir):
+    """Through the bench's path: the shares in the model's calibration folder, checked against its weights, set the
+    per-head counts of a Selection's plan; shares of other weights are refused in one line."""
+    import presses
+    from presses.calibration import head_shares_for
+    from pretrained.loading import load
+    from runtime import prefill
+
+    model = load(str(model_dir))[0]
+    parent = prefill(model, torch.arange(3, 203) % 90, protected=8)
+    plan = presses.Selection(parent, "keydiff").plan("head_shares", 0.25)
+    shares = HeadShares.load(model_dir)
+    expected = allocators.get("head_shares").allocate(_request(0.25, 192, parent.adapter.attention_layers,
+                                                              parent.adapter.geometry.num_kv_heads, shares.shares))
+    assert {layer: [len(h) for h in heads] for layer, heads in plan.layers.items()} == expected
+    assert len({c for counts in expected.values() for c in counts}) > 1  # not flat
+    record = json.loads((model_dir / FILE).read_text())
+    try:
+        (model_dir / FILE).write_text(json.dumps({**record, "weights": "0" * 12}))
+        with pytest.raises(UsageError, match="were measured on model weights 000000000000, not this model's"):
+            head_shares_for(parent.adapter)
+    finally:
+        (model_dir / FILE).write_text(json.dumps(record))
+
+
+def test_bench_compare_refuses_a_model_without_shares_before_any_context(model_dir, tmp_path, capsys):
+    import shutil
+
+    from bench.cli import main
+
+    model = shutil.copytree(model_dir, tmp_path / "model")
+    (model / FILE).unlink()
+    code = main(["compare", "--model", str(model), "--methods", "keydiff/head_shares", "--keep-fractions", "0.5",
+                 "--tasks", "niah_single_1", "--n", "1", "--length", "300", "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and f"no head shares at {model / FILE}" in err, err
+    assert not list((tmp_path / "out").glob("*.jsonl"))
