@@ -18,7 +18,7 @@ import argparse
 
 from bench.row_fields import BASELINE
 from bench.stats import PairedBootstrap, method_of
-from bench.store import ResultStore
+from bench.store import open_stores
 
 
 def _question(row: dict) -> tuple:
@@ -32,7 +32,8 @@ def load(labelled: list[str]) -> list[dict]:
     for index, spec in enumerate(labelled):
         label, _, location = spec.partition("=")
         directory, _, model = location.partition("#")
-        stored = [row for row in ResultStore(directory, readonly=True).rows if not model or row["model"] == model]
+        stored = [row for store in open_stores([directory]) for row in store.rows  # a store or a collection
+                  if not model or row["model"] == model]
         if not stored:
             raise SystemExit(f"{spec}: no rows" + (f" of model {model!r}" if model else ""))
         baseline = {_question(row): (row["score"], row.get("answer_nll"))
