@@ -279,3 +279,15 @@ def test_kvpress_side_by_side_real_at_tiny_size(smollm2, tmp_path: Path) -> None
     [row] = [cells for cells in table_rows(out.read_text(encoding="utf-8")) if cells[0] == "KnormPress"]
     equal, asked = row[2].split(" / ")
     assert equal == asked and int(asked) > 0
+
+
+def test_oracle_allocation_runs_through_bench_compare_at_tiny_size(model_dir, tmp_path: Path) -> None:
+    """The study's press under ``global`` on the tiny model: its rows are written as bench compare writes them, and
+    each child keeps the allocator's exact budget (tests/presses/test_oracle_allocation.py checks the counts)."""
+    run("benchmarks/oracle_allocation.py", "--model", str(model_dir), "--methods", "gatesight_oracle/global",
+        "--keep-fractions", "0.3", "--tasks", "niah_single_1", "--n", "1", "--length", "300", "--out",
+        str(tmp_path / "out"))
+    rows = [json.loads(line) for line in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
+    children = [row for row in rows if row["press"] == "gatesight_oracle"]
+    assert children and all(row["kept_entries"] == row["body_entries"] // (row["n_context"] - row["protected"])
+                            * round(0.3 * (row["n_context"] - row["protected"])) for row in children)

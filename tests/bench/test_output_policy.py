@@ -26,9 +26,10 @@ from tests.helpers import compare_settings, run_cli
 WRITERS = {"compare": ["--out"], "merge": ["--out"], "leaderboard": ["--out"], "cost": ["--out"],
            "model-eval": ["--rows"], "label": ["--out"], "train": ["--out"], "analyze": ["--out"],
            "distill": ["--out", "--checkpoints"], "train-model": ["--out", "--checkpoints"],
-           "fetch-model": ["--cache"], "ship-artifacts": ["--cache"], "calibrate": [], "calibrate-shares": []}
+           "fetch-model": ["--cache"], "ship-artifacts": ["--cache"], "calibrate": [], "calibrate-shares": [],
+           "publish": ["--into"], "carry": []}
 """Every subcommand that writes, with the flags that name where (calibrate and calibrate-shares write into their
---model's folder)."""
+--model's folder, carry into the store it is given)."""
 FILE_FLAGS = {("model-eval", "--rows")}
 """The outputs that are files; every other one is a directory."""
 
@@ -39,6 +40,7 @@ def _base(command: str, flag: str, place: Path, model: Path, tmp: Path) -> list[
         "compare": ["--model", model, "--press", "keydiff", "--keep-fractions", "0.5", "--tasks", "niah_single_1",
                     "--n", "1", "--length", "300", "--out", tmp / "results"],
         "merge": [tmp / "store", "--out", tmp / "merged"],
+        "publish": [tmp / "store", "--into", tmp / "collection"],
         "leaderboard": [tmp / "store", "--out", tmp / "docs"],
         "cost": ["--model", model, "--press", "keydiff", "--lengths", "64", "--out", tmp / "cost"],
         "model-eval": ["--model", model, "--tasks", "niah_single_1", "--lengths", "300", "--n", "1"],
