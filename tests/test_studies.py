@@ -20,6 +20,8 @@ import pytest
 
 import pretrained
 
+pytestmark = pytest.mark.slow  # process-heavy: run by .ci/run beside the default run (-m slow)
+
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 

@@ -11,6 +11,8 @@ from bench.compare import run_compare
 from bench.merge import merge_stores
 from tests.helpers import compare_settings
 
+pytestmark = pytest.mark.slow  # process-heavy: run by .ci/run beside the default run (-m slow)
+
 TIMINGS = ("prefill_seconds", "score_seconds")
 
 

@@ -11,6 +11,8 @@ import pytest
 from bench.cli import main
 from tests.bench.test_output_policy import WRITERS, _base
 
+pytestmark = pytest.mark.slow  # process-heavy: run by .ci/run beside the default run (-m slow)
+
 LINKS = ["to a file", "to an empty file", "to a device", "dangling", "to a folder"]
 
 
