@@ -4,7 +4,8 @@ A group's rows name the code they ran (:func:`bench.code_version.code_version`, 
 :func:`bench.code_version.method_codes`); once that code is edited, a new method's rows are of another group and
 cannot be compared with them. Carrying reruns a seeded sample of the group's contexts, every method at every kept
 fraction in the order its rows were written (so that each padded batch holds what it held), under this checkout's
-code, into a scratch store. Where every value of every row equals the stored one (timings aside), the group's rows
+code, into a scratch store. Where every value of every row equals the stored one (timings aside; real numbers to
+float32's last digits, :data:`RELATIVE_TOLERANCE`), the group's rows
 are rewritten to name this code, each row keeping the code it was computed by (``carried_from``), and the check is
 recorded in the store's ``carried.json`` (which contexts, which codes, which library versions). The first value that
 differs refuses the carry, naming it and its method: such a group must be rerun.
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import math
 import platform
 import random
 import sys
@@ -39,6 +41,21 @@ CARRIED = "carried.json"
 """The store's record of its carried groups: one entry per carry, appended."""
 NOT_VALUES = {"code", METHOD_CODE, "carried_from", "prefill_seconds", "score_seconds", "run", "batch", "schema"}
 """Fields a rerun may change without changing a result: the codes, timings, the run and batch a row names."""
+RELATIVE_TOLERANCE, ABSOLUTE_TOLERANCE = 1e-5, 1e-6
+"""How far a real value of a rerun may lie from the stored one and still be equal: float32 arithmetic on another
+CPU (another BLAS kernel, another summation order) moves NLLs and KLs in their last digits, never further. Counts,
+choices, texts and flags must be identical."""
+
+
+def _equal(new, old) -> bool:
+    """``new == old``, real numbers within the tolerances above (in lists and per-layer dicts too)."""
+    if isinstance(new, float) and isinstance(old, (float, int)) and not isinstance(old, bool):
+        return math.isclose(new, old, rel_tol=RELATIVE_TOLERANCE, abs_tol=ABSOLUTE_TOLERANCE)
+    if isinstance(new, list) and isinstance(old, list):
+        return len(new) == len(old) and all(map(_equal, new, old))
+    if isinstance(new, dict) and isinstance(old, dict):
+        return new.keys() == old.keys() and all(_equal(new[k], old[k]) for k in new)
+    return new == old
 
 
 def _group_of(row: dict) -> tuple:
@@ -113,11 +130,11 @@ def _compare(stored: list[dict], rerun: list[dict], store: Path) -> None:
         if row.get(CONTEXT_SHA, new.get(CONTEXT_SHA)) != new.get(CONTEXT_SHA) or row["n_context"] != new["n_context"]:
             raise UsageError(f"{store}: task {row['task']}, item {row['item']} ({row.get('haystack')} haystack) is "
                              f"another text here ({new['n_context']} tokens, digest {new.get(CONTEXT_SHA)}) than the "
-                             f"one the group answered ({row['n_context']} tokens, digest {row.get(CONTEXT_SHA)}): a "
-                             "haystack of real text reads this machine's files (manpages: its manual pages); carry it "
-                             "where they are the same, or rerun the group here")
+                             f"one the group answered ({row['n_context']} tokens, digest {row.get(CONTEXT_SHA)}): its "
+                             "text was built otherwise (a group of real text from before the haystacks were shipped "
+                             "snapshots read that machine's own files); rerun the group")
         for field in sorted(set(row) - NOT_VALUES):
-            if new.get(field) != row[field]:
+            if not _equal(new.get(field), row[field]):
                 batch = " (another padded batch: give the --batch the group was run with)" if (
                     row.get("batch") and new.get("batch") != row["batch"]) else ""
                 raise UsageError(f"{store}: {field} of {describe_row(row)} is {new.get(field)!r} under this "

@@ -30,6 +30,9 @@ NOT_RESULT_CODE = ("bench.store", "bench.row_fields", "bench.row_checks", "bench
 """Imported by the entries (or liable to be) but not deciding a value: the store and what it was split into (it
 reads, checks and writes rows and names their fields; this module hashes them) and artifacts.files (it writes files
 atomically). Editing them keeps stores."""
+RESULT_DATA = ("workloads/haystacks/*.jsonl.gz",)
+"""Data files of the project that decide values, hashed (their bytes) into every group's code: the real-text
+haystack snapshots (a rebuilt snapshot gives other contexts)."""
 REGISTRIES = ("presses.registry", "allocators")
 """The modules that list the project's presses and allocators by name. What they import is followed (the group
 shares it unless it is a method's own), but they are not hashed: adding a press edits its registry, and a method's
@@ -110,7 +113,12 @@ def code_version(engine: str = "hf") -> str:
     the shared code of a setting group. Rows keep the version they were written with (``bench verify`` reads it,
     never recomputes it)."""
     files = module_files(project_modules.ROOT)
-    return _digest(result_modules(engine), files).hexdigest()[:12]
+    digest = _digest(result_modules(engine), files)
+    for pattern in RESULT_DATA:
+        for path in sorted(Path(project_modules.ROOT).glob(pattern)):
+            digest.update(path.relative_to(project_modules.ROOT).as_posix().encode())
+            digest.update(hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()[:12]
 
 
 def _own_code(cls: type, engine: str, files: dict[str, Path], shared: set[str]) -> bytes:

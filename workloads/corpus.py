@@ -186,11 +186,3 @@ def label_documents(source: str) -> tuple[tuple[str, str], ...]:
     if source not in LABEL_SOURCES:
         raise UsageError(f"{source!r} is not a labelling source; choose from {', '.join(LABEL_SOURCES)}")
     return documents(source, "heldout" if source in SOURCES else "all")
-
-
-def check_haystack(source: str) -> None:
-    """``ValueError`` unless ``source`` is a haystack source with files on this machine."""
-    if source not in HAYSTACK_SOURCES:
-        raise UsageError(f"unknown haystack {source!r}; choose generated or one of {', '.join(HAYSTACK_SOURCES)}")
-    if not source_files(source):
-        raise UsageError(f"haystack {source!r}: this machine has none of its files")

@@ -73,6 +73,27 @@ def test_a_group_whose_numbers_changed_is_refused_naming_the_value(old_store, mo
     assert (old_store / "results.jsonl").read_bytes() == kept and not (old_store / CARRIED).exists()
 
 
+def test_real_values_in_their_last_digits_are_equal_counts_and_texts_are_not(old_store, model_dir, capsys):
+    """Another CPU moves float32 NLLs and KLs in their last digits: the group is carried. A text that moves is a
+    changed answer: refused."""
+    path = old_store / "results.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    for row in rows:
+        row["answer_nll"] *= 1 + 3e-7
+        row["kl"] = row.get("kl") and row["kl"] * (1 - 3e-7)
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    tampered = [dict(row) for row in rows]
+    for row in tampered:
+        row["prediction"] = row.get("prediction", "") + "!"
+    code, err = run_cli(capsys, "carry", old_store, "--sample", "2", "--model", model_dir)
+    assert code == 0, err
+    assert [r["answer_nll"] for r in ResultStore(old_store, readonly=True).rows] == [r["answer_nll"] for r in rows]
+    path.write_text("".join(json.dumps({**row, "code": OLD}) + "\n" for row in tampered))
+    (old_store / CARRIED).unlink()
+    code, err = run_cli(capsys, "carry", old_store, "--sample", "2", "--model", model_dir)
+    assert code == 2 and "prediction of" in err, err
+
+
 def test_a_collection_is_carried_in_place(old_store, model_dir, tmp_path, capsys):
     collection = tmp_path / "results"
     assert run_cli(capsys, "publish", old_store, "--into", collection)[0] == 0
@@ -86,8 +107,8 @@ def test_a_collection_is_carried_in_place(old_store, model_dir, tmp_path, capsys
 
 
 def test_a_context_that_is_another_text_here_is_named_as_such(old_store, model_dir, capsys):
-    """A haystack of real text reads the machine's files: a rerun that reads another text says so, not that the
-    numbers changed."""
+    """A rerun that builds another text of a context (a group of real text from before the haystacks were shipped
+    snapshots read its machine's own files) says so, not that the numbers changed."""
     rows = [json.loads(line) for line in (old_store / "results.jsonl").read_text().splitlines()]
     for row in rows:
         row["context_sha"] = "0" * 16

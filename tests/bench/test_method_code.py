@@ -5,6 +5,7 @@ an installed package or a ``--import``ed module runs from ``bench compare``."""
 
 import importlib
 import json
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -63,6 +64,7 @@ def project_copy(tmp_path, monkeypatch) -> Path:
             target = tmp_path / path.relative_to(root)
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(path.read_text())
+    shutil.copytree(root / "workloads" / "haystacks", tmp_path / "workloads" / "haystacks")
     monkeypatch.setattr(bench.project_modules, "ROOT", tmp_path)
     return tmp_path
 
@@ -92,6 +94,9 @@ def test_a_press_edit_reversions_its_own_rows_and_a_runtime_edit_all(project_cop
     last = _codes()
     assert last["shared"] != again["shared"] and {k: v for k, v in last.items() if k != "shared"} == {
         k: v for k, v in again.items() if k != "shared"}
+    # so are the real-text haystacks' shipped snapshots (their bytes decide every real-text context)
+    (project_copy / "workloads" / "haystacks" / "nodejs-docs.jsonl.gz").write_bytes(b"rebuilt")
+    assert _codes()["shared"] != last["shared"]
     # the budget machinery is the group's: an edit of it re-versions every row
     assert {"allocators.base", "allocators.integerize", "presses.selection", "runtime.session",
             "bench.rows"} <= set(result_modules())

@@ -14,7 +14,7 @@ from typing import Callable, ClassVar
 
 from runtime.errors import UsageError
 
-from ..corpus import check_haystack
+from ..haystacks import check_haystack
 from .items import Item
 from .ruler import GENERATED, HAYSTACK_TASKS, PROFILES, TASKS, Config, generate
 from .scbench import SCBENCH_TASKS, load_rows, to_item

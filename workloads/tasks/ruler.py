@@ -16,9 +16,9 @@ from typing import Callable
 
 from runtime.errors import UsageError
 
-from ..corpus import check_haystack
+from ..haystacks import check_haystack, sentences
 from .items import Item, Question, fit_units
-from .text import noise_lines, prose_sentences, real_sentences, word_lists
+from .text import noise_lines, prose_sentences, word_lists
 
 NIAH = {
     #                  haystack  key      value     k  v  q
@@ -165,7 +165,7 @@ def _niah(task: str, rng: random.Random, cfg: Config) -> Item:
         if haystack == "noise":
             lines = noise_lines(units)
         elif real:
-            lines = real_sentences(cfg.haystack, units, local)
+            lines = sentences(cfg.haystack, units, local)
         elif haystack == "essay":
             lines = prose_sentences(units, local, cfg.essay)
         else:

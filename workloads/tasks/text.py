@@ -1,5 +1,5 @@
-"""Offline haystack text: RULER's noise sentence, seeded prose of our own, real technical prose from the haystack
-sources of :mod:`workloads.corpus` (text nothing of this project trains on), and word lists from wonderwords."""
+"""Offline generated haystack text: RULER's noise sentence, seeded prose of our own and word lists from wonderwords
+(real text is :mod:`workloads.haystacks`'s)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,6 @@ import importlib.resources
 import random
 import re
 from functools import lru_cache
-
-from runtime.errors import UsageError
 
 NOISE = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
 
@@ -35,39 +33,6 @@ _TEMPLATES = (
     "It is hard to {verb} a {adj} {noun} without help.",
     "Later that year, the {noun} was {adj} again.",
 )
-
-
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
-
-
-@lru_cache(maxsize=4096)
-def _document_sentences(source: str, path) -> tuple[str, ...]:
-    """The sentences of one haystack document: paragraphs joined into lines, split after . ! ?, and kept when
-    they read as prose (12 to 400 characters, mostly letters)."""
-    from ..corpus import read_document
-
-    text = read_document(source, path)
-    if text is None:
-        return ()
-    paragraphs = (" ".join(p.split()) for p in re.split(r"\n\s*\n", text))
-    sentences = (s for p in paragraphs for s in _SENTENCE_END.split(p))
-    return tuple(s for s in sentences if 12 <= len(s) <= 400 and sum(c.isalpha() for c in s) >= 0.6 * len(s))
-
-
-def real_sentences(source: str, count: int, rng: random.Random) -> list[str]:
-    """``count`` consecutive sentences of real documents of haystack ``source``, drawn by ``rng``: a random
-    document from its first sentence on, then the next random document, until ``count`` are taken."""
-    from ..corpus import source_files
-
-    files = source_files(source)
-    out: list[str] = []
-    for _ in range(100 * count):
-        if len(out) >= count:
-            break
-        out.extend(_document_sentences(source, files[rng.randrange(len(files))])[: count - len(out)])
-    if len(out) < count:
-        raise UsageError(f"haystack {source!r}: found only {len(out)} of {count} sentences on this machine")
-    return out
 
 
 def prose_sentences(count: int, rng: random.Random, essay: str | None = None) -> list[str]:

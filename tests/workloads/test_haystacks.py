@@ -1,0 +1,83 @@
+"""The shipped real-text haystacks (workloads.haystacks): one text per (source, task, item, seed) on every machine;
+a snapshot is built from a source's files by path hash, so a machine with one file more picks the same documents;
+a missing or damaged snapshot is one clear error."""
+
+import gzip
+import json
+import random
+
+import pytest
+
+import workloads.corpus
+from workloads import haystacks
+from workloads.corpus import TextSource
+
+
+@pytest.fixture
+def fake_source(tmp_path, monkeypatch):
+    """The ``manpages`` source pointed at a folder of ten small documents; returns the folder."""
+    folder = tmp_path / "man"
+    folder.mkdir()
+    for i in range(10):
+        (folder / f"page{i}.1").write_text(" ".join(f"Page {i} says thing number {j} about tools." for j in range(80)))
+    sources = dict(workloads.corpus._TEXT_SOURCES)
+    sources["manpages"] = TextSource(lambda: sorted(folder.glob("*")))
+    monkeypatch.setattr(workloads.corpus, "_TEXT_SOURCES", sources)
+    for cached in (workloads.corpus.source_files, workloads.corpus.documents, workloads.corpus.read_document):
+        cached.cache_clear()
+    yield folder
+    for cached in (workloads.corpus.source_files, workloads.corpus.documents, workloads.corpus.read_document):
+        cached.cache_clear()
+
+
+def _read(path):
+    return [json.loads(line) for line in gzip.decompress(path.read_bytes()).decode().splitlines()]
+
+
+def test_a_snapshot_keeps_the_documents_of_lowest_path_hash_and_their_first_sentences(fake_source, tmp_path):
+    out = haystacks.build("manpages", tmp_path / "a.jsonl.gz", keep=4)
+    docs = _read(out)
+    ranked = sorted((str(p) for p in fake_source.glob("*")), key=haystacks._rank)
+    assert [d["path"] for d in docs] == sorted(ranked[:4])
+    assert all(len(d["sentences"]) == haystacks.SENTENCES_PER_DOCUMENT for d in docs)
+    assert docs[0]["sentences"][0].startswith(f"Page {docs[0]['path'][-3]} says thing number 0")
+    assert out.read_bytes() == haystacks.build("manpages", tmp_path / "b.jsonl.gz", keep=4).read_bytes()
+    # one file more on this machine: the snapshot keeps its documents unless the new one ranks among them
+    (fake_source / "extra.1").write_text("An extra page that says one thing about tools. " * 40)
+    workloads.corpus.source_files.cache_clear()
+    workloads.corpus.documents.cache_clear()
+    again = [d["path"] for d in _read(haystacks.build("manpages", tmp_path / "c.jsonl.gz", keep=4))]
+    new = str(fake_source / "extra.1")
+    assert set(again) - {new} <= {d["path"] for d in docs} and len(set(again) & {d["path"] for d in docs}) >= 3
+
+
+def test_sentences_read_the_snapshot_only(tmp_path, monkeypatch):
+    snapshot = tmp_path / "manpages.jsonl.gz"
+    snapshot.write_bytes(gzip.compress(b"".join(json.dumps({"path": f"/d{i}", "sentences": [f"D{i} s{j}." for j in
+                                                                                              range(3)]}).encode()
+                                                 + b"\n" for i in range(2))))
+    monkeypatch.setattr(haystacks, "SNAPSHOTS", tmp_path)
+    haystacks.snapshot.cache_clear()
+    try:
+        drawn = haystacks.sentences("manpages", 7, random.Random(0))
+        assert len(drawn) == 7 and drawn == haystacks.sentences("manpages", 7, random.Random(0))
+        # a document from its first sentence on, then the next drawn document
+        assert drawn[0].endswith("s0.") and drawn[3].endswith("s0.") and drawn[6].endswith("s0.")
+        snapshot.write_bytes(snapshot.read_bytes()[:20])
+        haystacks.snapshot.cache_clear()
+        with pytest.raises(ValueError, match=r"haystack 'manpages': its snapshot .* is damaged .* restore it from git"):
+            haystacks.check_haystack("manpages")
+        snapshot.unlink()
+        haystacks.snapshot.cache_clear()
+        with pytest.raises(ValueError, match=r"snapshot .* is missing: restore it from git"):
+            haystacks.sentences("manpages", 3, random.Random(0))
+    finally:
+        haystacks.snapshot.cache_clear()
+
+
+def test_the_shipped_snapshots_are_what_their_sizes_say():
+    for source, keep in haystacks.DOCUMENTS.items():
+        docs = haystacks.snapshot(source)
+        assert 0 < len(docs) <= keep and [p for p, _ in docs] == sorted(p for p, _ in docs)
+        assert all(0 < len(s) <= haystacks.SENTENCES_PER_DOCUMENT for _, s in docs)
+        assert all(12 <= len(sentence) <= 400 and sentence.isascii() for _, s in docs for sentence in s)
