@@ -81,6 +81,10 @@ class Allocator(ABC):
     needs_layer_weights: bool = False
     #: reads calibrated shares per (layer, KV head) (head_shares)
     needs_head_shares: bool = False
+    #: files of the model directory that are this allocator's own calibration (globs): hashed into its rows' method
+    #: code, not into the model's artifacts (:data:`pretrained.loading.METHOD_ARTIFACTS`), so that calibrating a new
+    #: allocator for a model leaves every other method's rows where they are
+    model_files: tuple[str, ...] = ()
 
     def check_layers(self, count: int) -> None:
         """``ValueError`` if this allocator cannot split a budget over ``count`` attention layers (its options

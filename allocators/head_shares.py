@@ -113,6 +113,7 @@ def _checked(shares, shown: str) -> dict[int, list[float]]:
 class HeadSharesAllocator(Allocator):
     name = "head_shares"
     needs_head_shares = True
+    model_files = (FILE.as_posix(),)
 
     def allocate(self, request: BudgetRequest) -> dict[int, list[int]]:
         if request.head_shares is None:

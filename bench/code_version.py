@@ -17,6 +17,7 @@ import inspect
 import sys
 from pathlib import Path
 
+from pretrained.loading import files_fingerprint
 from runtime.errors import UsageError
 
 from . import project_modules
@@ -141,11 +142,12 @@ def _own_code(cls: type, engine: str, files: dict[str, Path], shared: set[str]) 
     return f"{module}.{cls.__qualname__}\n".encode() + _normalised(source)
 
 
-def method_codes(methods: list[tuple], engine: str = "hf") -> list[str]:
+def method_codes(methods: list[tuple], engine: str = "hf", model_dir: Path | None = None) -> list[str]:
     """The method code of each ``(press, allocator)`` of ``methods`` (built objects): a hash of what it runs beyond
-    its group's code (:func:`code_version`), that is the own code of the press's and of the allocator's classes, and
-    of any outside code the press names as its own (:meth:`presses.Press.code_objects`: a wrapped kvpress scorer's
-    class, with kvpress's version)."""
+    its group's code (:func:`code_version`), that is the own code of the press's and of the allocator's classes, of
+    any outside code the press names as its own (:meth:`presses.Press.code_objects`: a wrapped kvpress scorer's
+    class, with kvpress's version), and of the allocator's own calibration in ``model_dir``
+    (:attr:`allocators.Allocator.model_files`)."""
     files = module_files(project_modules.ROOT)
     shared = set(result_modules(engine))
     codes = []
@@ -158,5 +160,8 @@ def method_codes(methods: list[tuple], engine: str = "hf") -> list[str]:
             root = sys.modules.get(cls.__module__.partition(".")[0])
             digest.update(f"{getattr(root, '__version__', '')}\n".encode())
             digest.update(_own_code(cls, engine, files, shared))
+        owned = getattr(allocator, "model_files", ())
+        if owned and model_dir is not None:
+            digest.update(files_fingerprint(model_dir, owned).encode())
         codes.append(digest.hexdigest()[:12])
     return codes

@@ -350,15 +350,16 @@ def plan(settings: CompareSettings | RunPlan) -> RunPlan:
     outputs = [Output(Path(settings.out), "out", kind_of=RESULT_STORE)]
     check_outside_the_cache(outputs)  # as the CLI: a library caller too
     check(outputs)
+    model_dir = Path(os.path.abspath(loading.resolve(settings.model)))
     return RunPlan(
         methods=methods, keep_fractions=keep_fractions, tasks=tuple(tasks.expand(settings.tasks)),
         n=n, length=length, profile=settings.profile, seed=seed, haystack=settings.haystack,
         scbench_data=settings.scbench_data, model=settings.model,
-        model_dir=Path(os.path.abspath(loading.resolve(settings.model))),
+        model_dir=model_dir,
         dtype=loading.dtype_name(settings.model), device=loading.device_name(settings.model), engine=settings.engine,
         code=code_version(settings.engine), method_codes={BASELINE: BASELINE_CODE} | dict(zip(
             (m.label for m in methods),
-            method_codes([(press_built[m.press], built[m.allocator]) for m in methods], settings.engine))),
+            method_codes([(press_built[m.press], built[m.allocator]) for m in methods], settings.engine, model_dir))),
         modules=_outside_modules([*press_built.values(), *built.values()]), out=Path(settings.out),
         jobs=int(settings.jobs), batch=int(settings.batch), shard=shard, executor=settings.executor,
         address=settings.address)

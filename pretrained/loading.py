@@ -287,6 +287,10 @@ ARTIFACTS = ("gatesight/*.safetensors", "gatesight/*.json", "calibration/*.safet
 """What the bench derived from the weights and stores beside them (GateSight's estimator, the calibration; the
 last pattern is the root file older versions wrote). Fingerprinted apart from the model: a copy without them is
 the same model."""
+METHOD_ARTIFACTS = ("calibration/head_shares.json",)
+"""Artifacts that only one method reads (an allocator's ``model_files``): hashed into that method's code
+(:func:`bench.code_version.method_codes`), left out of :func:`artifacts_fingerprint`, so that calibrating a new
+method for a model keeps every other method's rows in their group."""
 
 
 def _matching(directory: Path, patterns, exclude=()) -> list[Path]:
@@ -342,8 +346,9 @@ def identity(directory: Path) -> ModelIdentity:
 
 
 def artifacts_fingerprint(directory: Path) -> str:
-    """:attr:`ModelIdentity.artifacts` alone: what the bench derived and stores beside the model (:data:`ARTIFACTS`)."""
-    return _digest(Path(directory), _matching(Path(directory), ARTIFACTS))
+    """:attr:`ModelIdentity.artifacts` alone: what the bench derived and stores beside the model (:data:`ARTIFACTS`),
+    less what one method alone reads (:data:`METHOD_ARTIFACTS`)."""
+    return _digest(Path(directory), _matching(Path(directory), ARTIFACTS, exclude=METHOD_ARTIFACTS))
 
 
 def files_fingerprint(directory: Path, patterns) -> str:

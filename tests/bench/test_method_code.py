@@ -223,3 +223,39 @@ def test_an_entry_point_naming_another_class_is_refused(tmp_path, monkeypatch):
                                                           200)):
         presses.get("oldest")
     sys.modules.pop("recency_pkg", None)
+
+
+def test_an_allocators_own_calibration_is_its_method_code_not_the_groups(model_dir, tmp_path, capsys):
+    """Calibrating head shares for a model (allocators' ``model_files``) changes neither the model's artifacts nor
+    any other method's rows: keydiff/flat's rows stay where they are, head_shares' rows join the group, and shares
+    calibrated again re-version head_shares' rows alone."""
+    from allocators.head_shares import FILE
+    from pretrained import loading
+
+    copy = tmp_path / "model"
+    shutil.copytree(model_dir, copy)
+    (copy / FILE).unlink()
+    out = tmp_path / "store"
+    artifacts = loading.identity(copy).artifacts
+    run_compare(compare_settings(copy, out, presses=[], allocators=[], pairs=["keydiff/flat"]), show_progress=False)
+    first = ResultStore(out, readonly=True).rows
+    shutil.copy(model_dir / FILE, copy / FILE)
+    assert loading.identity(copy).artifacts == artifacts
+    run_compare(compare_settings(copy, out, presses=[], allocators=[], pairs=["keydiff/flat", "keydiff/head_shares"]),
+                show_progress=False)
+    joined = ResultStore(out, readonly=True).rows
+    assert joined[:len(first)] == first and {(r["press"], r["allocator"]) for r in joined[len(first):]} == {
+        ("keydiff", "head_shares")}
+    # shares calibrated again: another version of head_shares' own code, refused beside its rows
+    record = json.loads((copy / FILE).read_text())
+    record["shares"] = {layer: list(reversed(shares)) for layer, shares in record["shares"].items()}
+    (copy / FILE).write_text(json.dumps(record))
+    code, err = run_cli(capsys, "compare", "--model", copy, "--methods", "keydiff/head_shares", "--tasks",
+                        "niah_single_1", "--n", "1", "--length", "300", "--keep-fractions", "0.5", "--out", out)
+    assert code == 2 and "keydiff/head_shares" in err and "another version of its own code" in err, err
+
+
+def test_the_model_artifacts_left_out_of_the_group_are_the_allocators_own():
+    from pretrained import loading
+
+    assert set(loading.METHOD_ARTIFACTS) == {f for cls in allocators.ALLOCATORS.values() for f in cls.model_files}
