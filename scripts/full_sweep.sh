@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Regenerate docs/leaderboard.md and its committed store: the paper's protocol on the default model — SnapKV,
 # TriAttention and KeyDiff with flat budgets, KVzip with its global selection and flat, GateSight with its gate
-# allocation and the ablation under flat and PyramidKV — on the RULER tasks over the generated haystacks and on the
+# allocation and the ablation under flat and PyramidKV, Ada-KV under SnapKV, calibrated head shares under KVzip and
+# GateSight — on the RULER tasks over the generated haystacks and on the
 # real-text haystacks. One prefill per context feeds every method (--methods). Resumable: rerun after an
 # interruption and finished rows are kept; prints its wall time.
 #   N (items per task), LENGTH (tokens), FRACTIONS, TASKS, HAYSTACK_TASKS, METHODS, JOBS, OUT from the environment.
@@ -16,7 +17,7 @@ FRACTIONS=${FRACTIONS:-0.02,0.05,0.1,0.2,0.4,0.7}
 # cost time and leave the accuracy averages anyway
 TASKS=${TASKS:-niah_single_1,niah_single_2,niah_single_3,niah_multikey_1,niah_multikey_2,niah_multivalue,niah_multiquery}
 HAYSTACK_TASKS=${HAYSTACK_TASKS:-haystack}
-METHODS=${METHODS:-snapkv/flat,triattention/flat,keydiff/flat,kvzip/global,kvzip/flat,gatesight/gate,gatesight/flat,gatesight/pyramid}
+METHODS=${METHODS:-snapkv/flat,triattention/flat,keydiff/flat,kvzip/global,kvzip/flat,gatesight/gate,gatesight/flat,gatesight/pyramid,snapkv/adakv,kvzip/head_shares,gatesight/head_shares}
 JOBS=${JOBS:-2}
 OUT=${OUT:-results/board}
 mkdir -p "$(dirname "$OUT")"
@@ -30,7 +31,7 @@ echo "sweep: $(( $(date +%s) - start )) s wall"
 # Tables 3 and 4 at 4,096 tokens: GateSight's allocations and KVzip's global selection at the paper's three kept
 # fractions, on the generated tasks the model answers there and the manual-page haystack
 start=$(date +%s)
-long=(--methods gatesight/gate,gatesight/flat,gatesight/pyramid,kvzip/global --keep-fractions 0.1,0.4,0.7 --n "$N"
+long=(--methods gatesight/gate,gatesight/flat,gatesight/pyramid,kvzip/global,gatesight/head_shares,kvzip/head_shares --keep-fractions 0.1,0.4,0.7 --n "$N"
       --length 4096 --jobs "$JOBS" --out "$OUT-4096")
 bench compare --tasks niah_single_1,niah_single_2,niah_multikey_1 "${long[@]}" > "$OUT-4096.generated.log"
 bench compare --tasks "$HAYSTACK_TASKS" --haystack manpages "${long[@]}" > "$OUT-4096.manpages.log"
