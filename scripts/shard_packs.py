@@ -16,7 +16,7 @@ import os
 import sys
 from pathlib import Path
 
-from bench.store import ResultStore, whole_rows
+from bench.store.result_store import ResultStore, whole_rows
 
 PACK = "results.jsonl.gz"
 LIVE = "results.jsonl"
@@ -25,7 +25,7 @@ LIVE = "results.jsonl"
 def stored_bytes(store: Path) -> bytes | None:
     """The rows of a result store as bytes: its ``results.jsonl`` (which continues any ``.gz`` beside it), else its
     committed ``.gz``; None where it holds neither. A last line cut short (a row being written, or cut by a kill) is
-    left out, as a resume drops it (:func:`bench.store.whole_rows`): a pack that held it would no longer be
+    left out, as a resume drops it (:func:`bench.store.result_store.whole_rows`): a pack that held it would no longer be
     continued; a whole last row without its newline is a row, as every reader reads it."""
     committed = whole_rows(unzipped(store / PACK)) if (store / PACK).is_file() else None
     if not (store / LIVE).is_file():

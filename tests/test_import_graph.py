@@ -2,7 +2,7 @@
 allocators) never reaches into the bench, GateSight's learning pipeline or the default model's training. Every import
 counts, the lazy ones inside functions included: a cycle through a lazy import still ties the two modules together."""
 
-from bench.project_modules import imported_modules, module_files
+from bench.store.project_modules import imported_modules, module_files
 
 # every top-level package of the project (a folder with an __init__.py beside pyproject.toml)
 PACKAGES = tuple(sorted({module.split(".")[0] for module in module_files()}))
@@ -14,7 +14,7 @@ TEST_SUPPORT = ("testing", "tests")
 
 def import_graph() -> dict[str, set[str]]:
     """``{module: the project's modules it imports}`` over :data:`PACKAGES`, by the walk the code version takes
-    (:func:`bench.project_modules.imported_modules`)."""
+    (:func:`bench.store.project_modules.imported_modules`)."""
     files = module_files()
     # a module's own packages are imported before it anyway: no edge back to them
     return {module: {name for name in imported_modules(module, files)
