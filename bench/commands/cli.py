@@ -19,17 +19,17 @@ from artifacts.outputs import check as check_outputs
 from pretrained.cache_guard import check_outside_the_cache
 from runtime.errors import UsageError
 
-from ..reports.verify import LEADERBOARD, VERIFY
-from ..run.carry import CARRY
-from ..run.cost import COST
 from ..run.stopping import StopOnSignals, WorkerDied, stopped
-from ..store.collection_publish import PUBLISH
-from ..store.merge import MERGE
 from .arguments import Command
+from .carry_command import CARRY
 from .compare_command import COMPARE
+from .cost_command import COST
 from .fetch_command import FETCH_MODEL
+from .leaderboard_command import LEADERBOARD, VERIFY
 from .learning_commands import ANALYZE, CALIBRATE, CALIBRATE_SHARES, LABEL, TRAIN
+from .merge_command import MERGE
 from .model_commands import DISTILL, MODEL_EVAL, SHIP_ARTIFACTS, TRAIN_MODEL
+from .publish_command import PUBLISH
 
 COMMANDS = (COMPARE, MERGE, PUBLISH, LEADERBOARD, VERIFY, CARRY, COST, FETCH_MODEL, CALIBRATE, CALIBRATE_SHARES,
             TRAIN_MODEL, MODEL_EVAL, DISTILL, SHIP_ARTIFACTS, LABEL, TRAIN, ANALYZE)

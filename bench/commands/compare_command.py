@@ -16,8 +16,9 @@ from artifacts.outputs import RESULT_STORE, Output
 from runtime.errors import UsageError
 from workloads.tasks import registry as tasks
 
-from ..run.settings import DEFAULT_KEEP_FRACTIONS, ENGINES, EXECUTORS, KEEP_FRACTION_GRIDS
+from ..run.settings import DEFAULT_KEEP_FRACTIONS, EXECUTORS, KEEP_FRACTION_GRIDS
 from ..run.specs import split_items, split_outside
+from ..store.row_fields import ENGINES
 from .arguments import (
     Command,
     add_import_argument,

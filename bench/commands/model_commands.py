@@ -80,10 +80,11 @@ def add_model_eval_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_model_eval(args: argparse.Namespace) -> None:
+    from ..reports.model_card import accuracy_markdown
     from ..run.model_eval import evaluate_model
 
-    print(evaluate_model(model_spec(args), args.tasks, args.lengths, args.n, args.seed,
-                         Path(args.rows) if args.rows else None, args.replace))
+    print(accuracy_markdown(*evaluate_model(model_spec(args), args.tasks, args.lengths, args.n, args.seed,
+                                            Path(args.rows) if args.rows else None, args.replace)))
 
 
 TRAIN_MODEL = Command("train-model", "train the default hybrid from scratch (resumable); a trained model in --out is "

@@ -14,8 +14,8 @@ from pathlib import Path
 from artifacts.files import atomic_path, rebuilt_path, write_rebuilt
 from artifacts.outputs import DERIVED, FILE, Output
 
-from ..run.needles import needle_markdown
 from ..store.row_fields import BASELINE, GROUP_FIELDS, method_of
+from .needle_table import needle_markdown
 from .stats import PairedBootstrap, shown
 
 ACCURACY_FLOOR = 0.10
@@ -171,7 +171,7 @@ class GroupReport:
 
 def summary_markdown(rows: list[dict], pairwise_keep_fractions=None, resamples: int = RESAMPLES) -> str:
     """One section per setting group: averages with intervals, pairwise tables, per-task cells, and the needle
-    recall of NIAH rows (:func:`bench.run.needles.needle_markdown`) where they have it."""
+    recall of NIAH rows (:func:`bench.reports.needle_table.needle_markdown`) where they have it."""
     sections = []
     for key, group in group_rows(rows).items():
         sections += [f"## {group_title(key)}", "", GroupReport(group, resamples).markdown(pairwise_keep_fractions)]

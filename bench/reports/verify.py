@@ -1,26 +1,21 @@
-"""The published leaderboard: ``bench leaderboard`` writes it from result stores, ``bench verify`` checks the stores
-and that the published one is exactly what they rebuild."""
+"""``bench verify``'s check of a published leaderboard: the stores pass every check, and each file the leaderboard
+publishes is exactly what they rebuild (:mod:`bench.reports.leaderboard` writes it)."""
 
 from __future__ import annotations
 
-import argparse
 import difflib
 import tempfile
 from pathlib import Path
 from typing import Callable
 
-from artifacts.outputs import DERIVED, FILE, LEADERBOARD_PAGE, Output, other_kind
+from artifacts.outputs import LEADERBOARD_PAGE, other_kind
 from runtime.errors import UsageError, check_regular_file
 
-from ..commands.arguments import Command
 from ..store.completeness import check_given_once, check_stores
 from ..store.result_store import open_stores
 from .leaderboard import (
-    CELLS,
-    IMAGE,
     MANIFEST,
     MARKDOWN,
-    PAGE,
     PUBLISHED,
     read_manifest,
     recorded_digests,
@@ -130,33 +125,13 @@ def _check_text(published: Path, rebuilt: str) -> None:
         diff = "".join(line if len(line) <= DIFF_WIDTH else f"{line[:DIFF_WIDTH]} …\n" for line in list(
             difflib.unified_diff(current.splitlines(True), rebuilt.splitlines(True), str(published),
                                  "rebuilt from the store"))[:DIFF_LINES])
-        edited = published.exists() and _not_built_here(published) is not None
+        edited = published.exists() and not_built_here(published) is not None
         advice = ("it was edited by hand since it was built: move it aside (keep the words you want elsewhere), then "
                   "run `bench leaderboard` again" if edited else "run `bench leaderboard` again")
         raise UsageError(f"{published} is not what the store says; {advice}:\n{diff}")
 
 
-def add_leaderboard_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("stores", nargs="+", help="result directories written by compare")
-    parser.add_argument("--out", default="docs", help="where leaderboard.md, .csv, .png, .html and leaderboard.sha256 "
-                                                      "go: rebuilt from the stores on each run")
-
-
-def run_leaderboard(args: argparse.Namespace) -> None:
-    print(write_leaderboard([Path(store) for store in args.stores], Path(args.out)))
-
-
-def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("stores", nargs="+", help="result directories written by compare")
-    parser.add_argument("--docs", default=None, help="also rebuild the leaderboard and fail unless every file "
-                                                     "published in DOCS is what the stores rebuild")
-
-
-def run_verify(args: argparse.Namespace) -> None:
-    verify_stores([Path(store) for store in args.stores], Path(args.docs) if args.docs else None)
-
-
-def _not_built_here(path: Path) -> str | None:
+def not_built_here(path: Path) -> str | None:
     """What a file a leaderboard rebuilds is when no earlier build wrote it as it is now (its SHA-256 is not the
     one the folder's :data:`MANIFEST` records): written or edited by hand, which a rebuild would lose."""
     if recorded_digests(path.parent / MANIFEST).get(path.name) == sha256_of(path):
@@ -164,21 +139,3 @@ def _not_built_here(path: Path) -> str | None:
     return (f"{path.name} there was not written by bench leaderboard as it is now (its SHA-256 is not in "
             f"{MANIFEST}: written or edited by hand), and a leaderboard is rebuilt whole; move it, or give another "
             "--out")
-
-
-def _leaderboard_outputs(args: argparse.Namespace) -> list[Output]:
-    """``--out``: rebuilt whole, but never over a file of a leaderboard's names (its markdown, tables and images,
-    ``leaderboard-2.png`` among them) that no earlier build wrote as it is now."""
-    out = Path(args.out)
-    names = [path for path in sorted(out.glob("leaderboard*")) if path.name == MARKDOWN or PUBLISHED.fullmatch(
-        path.name)] if out.is_dir() else []
-    # every file it writes, where a folder or a pipe would stop the build half way: refused before any work
-    files = sorted({*names, *(out / name for name in (MARKDOWN, CELLS, MANIFEST, IMAGE, PAGE))})
-    return [Output(out, "--out", keeps=DERIVED, held=tuple(names), foreign=_not_built_here, kind_of=LEADERBOARD_PAGE),
-            *(Output(path, "--out", kind=FILE, keeps=DERIVED) for path in files)]
-
-
-LEADERBOARD = Command("leaderboard", "leaderboard.md, CSV, PNG and an HTML page from result stores",
-                      add_leaderboard_arguments, run_leaderboard, loads_models=False, outputs=_leaderboard_outputs)
-VERIFY = Command("verify", "check the fidelity invariants of stores (and that a leaderboard matches them)",
-                 add_verify_arguments, run_verify, loads_models=False)

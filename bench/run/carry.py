@@ -12,7 +12,6 @@ differs refuses the carry, naming it and its method: such a group must be rerun.
 
 from __future__ import annotations
 
-import argparse
 import gzip
 import json
 import platform
@@ -23,12 +22,10 @@ import time
 from pathlib import Path
 
 from artifacts.files import atomic_path
-from artifacts.outputs import RESULT_STORE, Output
 from pretrained import loading
 from runtime.errors import UsageError
 from workloads.tasks import registry as tasks
 
-from ..commands.arguments import Command, count, natural
 from ..store.code_version import code_version
 from ..store.completeness import check_stores
 from ..store.result_store import ResultStore, open_stores
@@ -203,34 +200,3 @@ def _rewrite(store: ResultStore) -> None:
     data = "".join(json.dumps(row) + "\n" for row in store.rows).encode()
     with atomic_path(store.path) as path:
         path.write_bytes(gzip.compress(data, mtime=0) if store.path.suffix == ".gz" else data)
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("store", help="a result store (or a collection of them, docs/results) whose groups were "
-                                      "computed by an earlier code")
-    parser.add_argument("--sample", type=count, default=2, help="contexts of each group rerun (default 2)")
-    parser.add_argument("--sample-seed", type=natural, default=0, help="which contexts: the seed of their draw")
-    parser.add_argument("--batch", type=count, default=32, help="the --batch the group was run with (default 32)")
-    parser.add_argument("--model", default=None,
-                        help="the model's directory, where the rows' model name is neither catalogued nor the default")
-    parser.add_argument("--artifacts", action="append", default=[],
-                        help="a folder an option of a method named (an estimator, a calibration), found by the "
-                             "fingerprint its label shows (repeatable)")
-
-
-def run(args) -> None:
-    for folder in args.artifacts:
-        if not Path(folder).is_dir():
-            raise UsageError(f"--artifacts {folder}: no such folder")
-    records = carry(Path(args.store), args.sample, args.sample_seed, args.batch, model=args.model,
-                    artifacts=[Path(f) for f in args.artifacts])
-    for r in records:
-        print(f"carried {r['rows']} rows of {r['group']['model']} at {r['group']['length']} tokens from code "
-              f"{r['from']} to {r['to']}: {len(r['contexts'])} context(s) rerun, every value equal")
-    if not records:
-        print(f"every group of {args.store} is of this checkout's code: nothing to carry")
-
-
-CARRY = Command("carry", "rerun a sample of each group of an earlier code; if every value holds, name this code",
-                add_arguments, run,
-                outputs=lambda args: [Output(Path(args.store), "store", kind_of=RESULT_STORE)])

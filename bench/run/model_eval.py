@@ -6,6 +6,7 @@ import json
 import math
 from pathlib import Path
 from statistics import mean
+from typing import NamedTuple
 
 import torch
 
@@ -75,16 +76,28 @@ def not_evaluation_rows(path: Path) -> str | None:
     return None
 
 
+class Evaluation(NamedTuple):
+    """What :func:`evaluate_model` measured (:func:`bench.reports.model_card.accuracy_markdown` tables it)."""
+
+    rows: list[dict]
+    """One per answered question, of :data:`ROW_FIELDS`; its ``task`` is ``<task>@<length>``."""
+    tasks: list[str]
+    """The tasks answered, groups expanded, in order."""
+    lengths: list[int]
+    n: int
+    """Items per task and length."""
+    bits_per_byte: dict[str, float]
+    """Held-out generic text's bits per byte, by source (:func:`bits_per_byte`)."""
+
+
 def evaluate_model(model_path, tasks: list[str], lengths: list[int], n: int, seed: int = 0,
-                   rows_out: Path | None = None, replace: bool = False) -> str:
-    """Markdown table: accuracy (%) per task and length with 95 % bootstrap intervals over items, no eviction,
-    greedy; items = evaluation seeds. ``rows_out``: one JSON line per item (for paired comparisons of models),
+                   rows_out: Path | None = None, replace: bool = False) -> Evaluation:
+    """Full-cache accuracy per task and length, no eviction, greedy; items = evaluation seeds; each task's
+    accuracy printed as it finishes. ``rows_out``: one JSON line per item (for paired comparisons of models),
     written as each task finishes (an interrupted run keeps the finished tasks' rows); a file already there is
     refused before any work unless ``replace``, and then moved aside when the first rows are written."""
     from workloads.tasks import TASKS
     from workloads.tasks.registry import GROUPS, expand
-
-    from ..reports.stats import PairedBootstrap
 
     if rows_out is not None:
         check([rows_output(rows_out, replace)])
@@ -143,17 +156,4 @@ def evaluate_model(model_path, tasks: list[str], lengths: list[int], n: int, see
                 else:  # an earlier evaluation's rows (--replace) are moved aside first
                     write_result(rows_out, text)
                     written = True
-    boot = PairedBootstrap(rows, "score")
-    head = "| task | " + " | ".join(f"{length}" for length in lengths) + " |"
-    lines = [f"Accuracy (%), mean [95 % bootstrap interval over {n} items], full cache, greedy.", "", head,
-             "|---|" + "---|" * len(lengths)]
-    for task in tasks:
-        lines.append(f"| {task} | " + " | ".join(boot.cell("none", 1.0, f"{task}@{length}").format(100, 0)
-                                                for length in lengths) + " |")
-    core = [t for t in tasks if t.startswith("niah") or t == "vt"]
-    if len(core) > 1:  # named by what it averages: the tasks asked for, not a fixed set
-        lines.append(f"| **mean of {', '.join(core)}** | " + " | ".join(
-            boot.average("none", 1.0, [f"{t}@{length}" for t in core]).format(100, 1) for length in lengths) + " |")
-    bpb = bits_per_byte(model, tokenizer)
-    lines += ["", "Held-out generic text, bits per byte: " + ", ".join(f"{k} {v:.3f}" for k, v in bpb.items())]
-    return "\n".join(lines)
+    return Evaluation(rows, tasks, lengths, n, bits_per_byte(model, tokenizer))

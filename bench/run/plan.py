@@ -28,8 +28,8 @@ from workloads.tasks import registry as tasks
 from workloads.tasks.scbench import load_rows
 
 from ..store.code_version import code_version, method_codes
-from ..store.row_fields import BASELINE, BASELINE_CODE, check_items, shown_fraction
-from .settings import ENGINES, EXECUTORS, KEEP_FRACTION_GRIDS, MIN_LENGTH, CompareSettings, check_ray_address
+from ..store.row_fields import BASELINE, BASELINE_CODE, ENGINES, check_items, shown_fraction
+from .settings import EXECUTORS, KEEP_FRACTION_GRIDS, MIN_LENGTH, CompareSettings, check_ray_address
 from .specs import (
     BASELINE_METHOD,
     AllocatorSpec,

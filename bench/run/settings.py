@@ -24,8 +24,6 @@ MIN_LENGTH = 64
 EXECUTORS = ("local", "ray")
 """``local``: this process or ``--jobs`` worker processes; ``ray``: ``--jobs`` Ray actors
 (:mod:`bench.run.execution`)."""
-ENGINES = ("hf", "vllm")
-"""``hf``: this project's runtime on a transformers model; ``vllm``: compaction inside vLLM (:mod:`serving`)."""
 RAY_ANSWER_SECONDS = 5.0
 """How long a Ray cluster's address has to accept a connection and answer as a gRPC server (:func:`check_ray_address`):
 ``ray.init`` itself retries an address that does not answer for minutes."""
@@ -62,7 +60,7 @@ class CompareSettings:
         Field values of every press / allocator of the run (typed by :func:`bench.run.plan.plan`; a press without
         one of them is refused), besides those in its brackets.
     engine : str
-        One of :data:`ENGINES`.
+        One of :data:`bench.store.row_fields.ENGINES`.
     haystack : str
         ``generated`` or a real-text source for the tasks that read one.
     shard : tuple[int, int], optional

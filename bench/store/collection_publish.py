@@ -5,7 +5,6 @@ adds only the new rows' bytes to the repository's history.
 
 from __future__ import annotations
 
-import argparse
 import gzip
 import json
 import shutil
@@ -13,10 +12,8 @@ import tempfile
 from pathlib import Path
 
 from artifacts.files import atomic_path
-from artifacts.outputs import Output
 from runtime.errors import UsageError
 
-from ..commands.arguments import Command
 from .collection import PACK, STORE_FILES, group_folder, method_folder, stores_below
 from .completeness import batch_difference, check_stores, row_values
 from .result_store import open_stores
@@ -72,20 +69,3 @@ def publish(sources: list[Path], into: Path) -> list[Path]:
             with atomic_path(path) as part:
                 shutil.copyfile(Path(scratch) / path.relative_to(into), part)
     return sorted(added)
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("stores", nargs="+", help="finished result stores (bench compare, bench merge)")
-    parser.add_argument("--into", default="docs/results", help="the collection (default docs/results)")
-
-
-def run(args) -> None:
-    written = publish([Path(s) for s in args.stores], Path(args.into))
-    for path in written:
-        print(f"wrote {path}")
-    print(f"{len(written)} file(s) of {args.into} written" if written else
-          f"{args.into} holds every row of {', '.join(args.stores)} already: nothing written")
-
-
-PUBLISH = Command("publish", "add finished stores' rows to a collection (docs/results), one file per group and method",
-                  add_arguments, run, loads_models=False, outputs=lambda args: [Output(Path(args.into), "--into")])

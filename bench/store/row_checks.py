@@ -19,11 +19,11 @@ from workloads.metrics import METRICS
 from workloads.tasks.registry import ALL_TASKS, haystack_of
 from workloads.tasks.ruler import METRIC, PROFILES
 
-from ..run.settings import ENGINES
 from .legacy_rows import OPTIONAL_FIELDS
 from .row_fields import (
     BASELINE,
     BATCH,
+    ENGINES,
     FIDELITY_FIELDS,
     FRACTION_FIELDS,
     KEY_FIELDS,

@@ -32,6 +32,9 @@ SHARED_FIELDS = (*GROUP_FIELDS, "seed")
 """What every row of one run shares: its group and its seed (the shards of a run share them too)."""
 BASELINE = "none"
 """The no-prune method's name in rows (its press and its allocator)."""
+ENGINES = ("hf", "vllm")
+"""The engines a row names: ``hf``, this project's runtime on a transformers model; ``vllm``, compaction inside vLLM
+(:mod:`serving`)."""
 SCHEMA = 2
 """Version of a row's fields; 2 added the fidelity metrics (answer_nll, delta_nll, kl, agree). Fields added since
 without changing what the others mean (:data:`RUN`, :data:`QUESTIONS`, :data:`BATCH`) leave it as it is: rows

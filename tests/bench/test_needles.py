@@ -6,8 +6,9 @@ import json
 import pytest
 import torch
 
+from bench.reports.needle_table import needle_markdown
 from bench.run.compare import CompareSettings, run_compare
-from bench.run.needles import needle_markdown, needle_positions, needle_rank, needle_recall
+from bench.run.needles import needle_positions, needle_rank, needle_recall
 from bench.store.row_fields import mean_over_heads
 from hybridmodel.tokenizer import build_tokenizer
 from runtime import KeepPlan, encode_text

@@ -250,19 +250,19 @@ def test_a_pipe_where_a_folder_belongs_is_not_called_a_file(tmp_path, capsys, co
 def test_a_stop_once_the_leaderboard_is_in_place_says_it_is(model_dir, tmp_path, capsys, monkeypatch):
     """Probe 72: a build moved in whole, then stopped (its last line blocked on a paused terminal), said it did not
     resume and had to be run again."""
-    from bench.reports import verify
+    from bench.commands import leaderboard_command
 
     store = tmp_path / "store"
     assert run_cli(capsys, "compare", "--model", model_dir, "--press", "keydiff,none", *SMALL_RUN, "--out",
                    store)[0] == 0
     docs = tmp_path / "docs"
-    built = verify.write_leaderboard
+    built = leaderboard_command.write_leaderboard
 
     def built_then_stopped(*args, **kwargs):
         built(*args, **kwargs)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(verify, "write_leaderboard", built_then_stopped)
+    monkeypatch.setattr(leaderboard_command, "write_leaderboard", built_then_stopped)
     code, err = run_cli(capsys, "leaderboard", store, "--out", docs)
     assert code == 130 and f"{docs} holds the new leaderboard (put in place whole before it stopped)" in err, err
     monkeypatch.undo()
