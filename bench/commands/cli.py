@@ -24,11 +24,12 @@ from .arguments import Command
 from .carry_command import CARRY
 from .compare_command import COMPARE
 from .cost_command import COST
+from .distill_commands import DISTILL, SHIP_ARTIFACTS
 from .fetch_command import FETCH_MODEL
 from .leaderboard_command import LEADERBOARD, VERIFY
 from .learning_commands import ANALYZE, CALIBRATE, CALIBRATE_SHARES, LABEL, TRAIN
 from .merge_command import MERGE
-from .model_commands import DISTILL, MODEL_EVAL, SHIP_ARTIFACTS, TRAIN_MODEL
+from .model_commands import MODEL_EVAL, TRAIN_MODEL
 from .publish_command import PUBLISH
 
 COMMANDS = (COMPARE, MERGE, PUBLISH, LEADERBOARD, VERIFY, CARRY, COST, FETCH_MODEL, CALIBRATE, CALIBRATE_SHARES,

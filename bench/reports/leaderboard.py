@@ -26,8 +26,8 @@ from artifacts.files import INSTALLED, write_text
 from runtime import signals
 from runtime.errors import UsageError
 
-from ..store.completeness import check_stores
 from ..store.result_store import open_stores
+from ..store.store_checks import check_stores
 from .leaderboard_page import PAGE, group_data, write_page
 from .paper_tables import table3_markdown, table4_markdown
 from .report import (

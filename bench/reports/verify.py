@@ -11,8 +11,8 @@ from typing import Callable
 from artifacts.outputs import LEADERBOARD_PAGE, other_kind
 from runtime.errors import UsageError, check_regular_file
 
-from ..store.completeness import check_given_once, check_stores
 from ..store.result_store import open_stores
+from ..store.store_checks import check_given_once, check_stores
 from .leaderboard import (
     MANIFEST,
     MARKDOWN,
@@ -50,7 +50,7 @@ def _check_docs(docs: Path) -> None:
 
 
 def verify_stores(stores: list[Path], docs: Path | None = None, report: Callable[[str], None] = print) -> None:
-    """Check every row of ``stores`` as ``bench merge`` checks a shard (:func:`bench.store.completeness.check_stores`:
+    """Check every row of ``stores`` as ``bench merge`` checks a shard (:func:`bench.store.store_checks.check_stores`:
     each store given once, each value of its type and range, every no-prune row with ΔNLL = KL = 0, the counts within
     the context's size, the shards of one run and split only, every run whole — every shard of it — with the rows of
     every method in every context, one value per row key) and, given ``docs``, that every file ``bench leaderboard``

@@ -27,9 +27,9 @@ from runtime.errors import UsageError
 from workloads.tasks import registry as tasks
 
 from ..store.code_version import code_version
-from ..store.completeness import check_stores
 from ..store.result_store import ResultStore, open_stores
 from ..store.row_fields import CONTEXT_SHA, GROUP_FIELDS, KEY_FIELDS, METHOD_CODE, describe_row, method_of
+from ..store.store_checks import check_stores
 from .settings import CompareSettings
 
 CARRIED = "carried.json"

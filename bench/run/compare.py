@@ -22,10 +22,11 @@ from pretrained import loading
 from runtime.errors import UsageError
 from workloads.tasks import registry as tasks
 
-from ..store.completeness import check_stores, listed
+from ..store.completeness import listed
 from ..store.method_identity import check_run_method_codes
 from ..store.result_store import ResultStore
 from ..store.row_fields import GROUP_FIELDS, KEY_FIELDS, RUN, ShardContexts, method_at, shard_contexts, shown_fraction
+from ..store.store_checks import check_stores
 from .execution import ContextJob, in_processes, in_ray, in_this_process
 from .harness import Harness
 from .plan import RunPlan, plan
@@ -167,7 +168,7 @@ def run_rows(store: ResultStore, settings: CompareSettings | RunPlan,
     """The rows of ``store`` that this run produces (its model, weights and code version included), so that a
     summary never mixes in other runs written to the same directory. ``identity``: the model's fingerprints the run's
     rows record (what :func:`execute` returns); computed here if not given. The store first passes the checks of
-    ``bench verify`` but completeness (:func:`bench.store.completeness.check_stores`): no summary averages a value out
+    ``bench verify`` but completeness (:func:`bench.store.store_checks.check_stores`): no summary averages a value out
     of its range, or a key held twice."""
     check_stores([store], complete=False)
     run = plan(settings)

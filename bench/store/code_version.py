@@ -25,11 +25,10 @@ from .project_modules import imported_modules, module_files, packages_of
 RESULT_ENTRIES = ("bench.run.harness", "bench.run.context_run", "bench.run.rows", "bench.run.settings")
 """Where a row's values are made. :func:`code_version` hashes every module of the project these import, directly or
 through others (imports inside functions too), so a new module of the runtime is covered by itself."""
-NOT_RESULT_CODE = ("bench.store.result_store", "bench.store.row_fields", "bench.store.row_checks",
-                   "bench.store.legacy_rows", "bench.store.code_version", "artifacts.files")
-"""Imported by the entries (or liable to be) but not deciding a value: the store and what it was split into (it
-reads, checks and writes rows and names their fields; this module hashes them) and artifacts.files (it writes files
-atomically). Editing them keeps stores."""
+NOT_RESULT_CODE = ("bench.store", "artifacts.files")
+"""Imported by the entries (or liable to be) but not deciding a value, each a module or a package with every module
+under it: the store (:mod:`bench.store`: it reads, checks and writes rows, names their fields and, here, hashes the
+code that made them) and artifacts.files (it writes files atomically). Editing them keeps stores."""
 REGISTRIES = ("presses.registry", "allocators")
 """The modules that list the project's presses and allocators by name. What they import is followed (the group
 shares it unless it is a method's own), but they are not hashed: adding a press edits its registry, and a method's
@@ -65,7 +64,8 @@ def _walk(start: list[str], files: dict[str, Path], skip: set[str]) -> set[str]:
 def _skipped(engine: str, files: dict[str, Path]) -> set[str]:
     """What neither the group's code nor a method's holds: the store's modules and the other engines' packages."""
     excluded = {p for other, packages in ENGINE_PACKAGES.items() if other != engine for p in packages}
-    return {*NOT_RESULT_CODE, *(m for m in files if m.split(".")[0] in excluded)}
+    return {*NOT_RESULT_CODE, *(m for m in files if m.split(".")[0] in excluded or any(
+        m.startswith(f"{name}.") for name in NOT_RESULT_CODE))}
 
 
 def result_modules(engine: str = "hf") -> list[str]:

@@ -15,9 +15,10 @@ from artifacts.files import atomic_path
 from runtime.errors import UsageError
 
 from .collection import PACK, STORE_FILES, group_folder, method_folder, stores_below
-from .completeness import batch_difference, check_stores, row_values
+from .copies import batch_difference, row_values
 from .result_store import open_stores
 from .row_fields import CONTEXT_SHA, describe_row, row_key
+from .store_checks import check_stores
 
 
 def _pack(rows: list[dict]) -> bytes:

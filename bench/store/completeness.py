@@ -1,4 +1,5 @@
-"""Whether result stores hold whole runs, and the checks every report applies to its stores first.
+"""Whether result stores hold whole runs: every shard of every run, every context of each, every method and question
+of every context.
 
 Each row names its run (:data:`bench.store.row_fields.RUN`): the run's contexts, in order, and the shard of them it
 took. The rows of one setting group (:data:`bench.store.row_fields.SHARED_FIELDS`: model, weights, code version, …) are
@@ -18,28 +19,22 @@ context only.
 
 from __future__ import annotations
 
-import reprlib
 from collections import defaultdict
 from itertools import islice
-from pathlib import Path
 
 from runtime.errors import UsageError
 from workloads.tasks.registry import haystack_of
 
 from .code_version import code_version
-from .method_identity import check_one_method_code
 from .result_store import ResultStore
 from .row_fields import (
-    BATCH,
-    FIDELITY_FIELDS,
     GROUP_FIELDS,
     QUESTIONS,
     RUN,
+    RUN_SHARED,
     SHARED_FIELDS,
-    describe_row,
     method_at,
     method_of,
-    row_key,
     shard_contexts,
     shards_with_contexts,
     shown_fraction,
@@ -58,213 +53,13 @@ NOT_WRITTEN = "no run writes such a row: remove its line, or restore the store f
 """The advice for a row that contradicts its own context (a question past those it has)."""
 SHOWN = 5
 """How many missing rows or methods a message lists."""
-RUN_SHARED = ("tasks", "n", "haystack", "shards")
-"""What the rows of every shard of one run name alike of their run (:data:`bench.store.row_fields.RUN`): all but the
-shard."""
 Entry = tuple[dict, ResultStore, int]
 """A row, the store that holds it and its line there."""
 Gap = tuple[str, str]
 """What a group's rows lack, said after their files (``is incomplete: …``), and what to do about it."""
 
 
-def check_stores(stores: list[ResultStore], complete: bool = True) -> None:
-    """What ``bench verify`` checks before anything reports on ``stores``, as one ``UsageError``: each store given
-    once; every row valid (:meth:`~bench.store.result_store.ResultStore.check_rows`); with ``complete``, no last line
-    cut short, the shards of one run and split only (:func:`check_one_split`, as ``bench merge`` checks them) and whole
-    runs (:func:`check_complete`); and one value per row key, held once (:func:`check_one_value`)."""
-    check_given_once(stores)
-    for store in stores:
-        store.check_rows()
-    rows = [(row, f"{store.path}:{line}") for store in stores for row, line in zip(store.rows, store.line_numbers)]
-    check_one_method_code([row for row, _ in rows], lambda index: rows[index][1])
-    if complete:
-        check_not_cut(stores)
-        check_one_split(stores)
-        check_complete(stores)
-    check_one_value(stores)
-
-
-def check_given_once(stores: list[ResultStore]) -> None:
-    """``UsageError`` naming a store directory given twice (its rows would count twice)."""
-    given: set[Path] = set()
-    for store in stores:
-        if store.directory.resolve() in given:
-            raise UsageError(f"{store.directory} is given twice; give each store once")
-        given.add(store.directory.resolve())
-
-
-def check_not_cut(stores: list[ResultStore]) -> None:
-    """``UsageError`` naming a store whose last line is cut short (its run was killed while writing it)."""
-    for store in stores:
-        if store.cut_line is not None:
-            raise UsageError(f"{store.path}: line {store.cut_line}, the last, is cut short: {RERUN}")
-
-
-BATCH_TOLERANCE = {"float32": 1e-4, "bfloat16": 0.05, "float16": 0.01}
-"""How far the fidelity values (answer_nll, delta_nll, kl) of one row answered in two padded batches may differ,
-relative to the larger of 1 and their magnitudes, by the dtype the rows ran in: other shapes sum in another order
-(measured in float32: 2e-6 nats at most). Every other value — the prediction, the score, what was kept — is the
-same from any batch."""
-
-
-def row_values(row: dict) -> dict:
-    # the timings of one context are measured where it ran, and the run that wrote it is where the row comes from,
-    # and the batch that answered it is how it was computed: not values of it, so two copies of a row may differ in
-    # them alone
-    return {k: v for k, v in row.items() if not k.endswith("_seconds") and k not in (RUN, BATCH)}
-
-
-def batch_difference(a: dict, b: dict) -> float | None:
-    """The largest difference of the fidelity values of two copies of one row answered in other padded batches
-    (:data:`~bench.store.row_fields.BATCH`), where that is all they differ in (:data:`BATCH_TOLERANCE`); None otherwise
-    — also for rows that do not record their batch, which could have come from one."""
-    if a.get(BATCH) is None or b.get(BATCH) is None or a[BATCH] == b[BATCH]:
-        return None
-    va, vb = row_values(a), row_values(b)
-    if {k: v for k, v in va.items() if k not in FIDELITY_FIELDS} != {
-            k: v for k, v in vb.items() if k not in FIDELITY_FIELDS}:
-        return None
-    tolerance = BATCH_TOLERANCE.get(a.get("dtype"), BATCH_TOLERANCE["float32"])
-    largest = 0.0
-    for field in FIDELITY_FIELDS:
-        x, y = va.get(field), vb.get(field)
-        if isinstance(x, bool) or isinstance(y, bool) or not (
-                isinstance(x, (int, float)) and isinstance(y, (int, float))):
-            if x != y:
-                return None
-            continue
-        if abs(x - y) > tolerance * max(1.0, abs(x), abs(y)):
-            return None
-        largest = max(largest, abs(x - y))
-    return largest
-
-
-def _first_difference(a: dict, b: dict) -> str:
-    """The first field two copies of a row hold other values of, as a message shows it."""
-    va, vb = row_values(a), row_values(b)
-    field = next(k for k in sorted(set(va) | set(vb)) if va.get(k) != vb.get(k))
-    return f"{field} {reprlib.repr(va.get(field))} and {reprlib.repr(vb.get(field))}"
-
-
-def check_one_value(stores: list[ResultStore], copies: bool = False) -> list[float]:
-    """``UsageError`` naming (by file and line) the first row key that two rows of ``stores`` hold with other values:
-    one key, one value. With ``copies`` False, also a key held twice with the same values, which a report would
-    count twice. ``bench merge`` passes True: it keeps the first copy of a key, and two copies may also differ where
-    each was answered in another padded batch, in their fidelity values alone and within :data:`BATCH_TOLERANCE`
-    (a method held by two runs of other methods); returns the largest difference of each such key."""
-    seen: dict[tuple, tuple[dict, str]] = {}
-    differences = []
-    for store in stores:
-        for row, line in zip(store.rows, store.line_numbers):
-            key, where = row_key(row), f"{store.path}:{line}"
-            if key not in seen:
-                seen[key] = (row, where)
-                continue
-            first, there = seen[key]
-            same = row_values(first) == row_values(row)
-            difference = None if same else batch_difference(first, row)
-            if not same and difference is None:
-                batches = " (from two padded batches, which change only the last digits of NLL and KL)" if (
-                    first.get(BATCH) is not None and row.get(BATCH) is not None
-                    and first[BATCH] != row[BATCH]) else ""
-                raise UsageError(f"{there} and {where} hold the row of {describe_row(row)} with other values "
-                                 f"({_first_difference(first, row)}){batches}: one key, one value (shards of one run "
-                                 "agree on every row they share)")
-            if not copies:
-                raise UsageError(f"{there} and {where} both hold the row of {describe_row(row)}: a report would count "
-                                 "it twice; keep one copy (bench merge joins stores, keeping one)")
-            if difference is not None:
-                differences.append(difference)
-    return differences
-
-
-def check_one_split(stores: list[ResultStore]) -> None:
-    """``UsageError`` naming a store that holds a part of a sharded run (not every shard of it) and another store of
-    its setting group that is not a shard of that run and split, or holds other methods (:func:`check_shards_alike`,
-    as ``bench merge`` compares them). Together the two may hold every context their runs name — shard 0/2 and shard
-    1/3 of a run of two contexts do, and so do shard 0/2 of one press and shard 1/2 of another — but ``bench merge``
-    refuses to join them, and a store holds the rows of one split of one run."""
-    groups: dict[tuple, dict[ResultStore, list[dict]]] = defaultdict(lambda: defaultdict(list))
-    for store in stores:
-        for row in store.rows:
-            groups[_group_of(row)][store].append(row)
-    for held in groups.values():
-        part = next((store for store, rows in held.items() if _is_part(rows)), None)
-        for other, rows in held.items():
-            if part is not None and other is not part:
-                check_shards_alike(part, shard_settings(held[part]), other, shard_settings(rows))
-
-
-def shard_settings(rows: list[dict]) -> dict[str, list[str]]:
-    """What the shards of one run share beside their setting group, as ``bench merge`` compares them (in this
-    order): the methods (press/allocator at each p) and each field of their run but the shard
-    (:func:`run_settings`)."""
-    return {"methods": sorted({method_at(row) for row in rows}), **run_settings(rows)}
-
-
-def run_settings(rows: list[dict]) -> dict[str, list[str]]:
-    """``{"run field": its values}`` of each field of the runs ``rows`` name but the shard (:data:`RUN_SHARED`),
-    ``–`` for rows that name none."""
-    return {f"run {field}": sorted({str(row[RUN][field]) if RUN in row else "–" for row in rows})
-            for field in RUN_SHARED}
-
-
-def check_shards_alike(first: ResultStore, mine: dict[str, list[str]], other: ResultStore,
-                       theirs: dict[str, list[str]], other_methods: bool = False) -> None:
-    """``UsageError`` naming ``first`` and ``other`` and the first of the settings they hold (``mine`` and
-    ``theirs``: ``{setting: its values}``, the same settings in the same order) whose values differ, as stores
-    that are not shards of one run: a store that lacks some of the other's methods, stores of two splits of one run
-    (``run shards``), or of two runs or settings. With ``other_methods``, two stores that each hold whole runs (not
-    parts of sharded ones) may differ in their methods and splits: ``bench merge`` joins runs of other methods on
-    the same contexts (the rows both hold must agree: :func:`check_one_value`)."""
-    whole = other_methods and not _is_part(first.rows) and not _is_part(other.rows)
-    for field, values in mine.items():
-        if theirs[field] == values or (whole and field in ("methods", "run shards")):
-            continue
-        only_mine, only_theirs = set(values) - set(theirs[field]), set(theirs[field]) - set(values)
-        if field == "methods" and other_methods and _is_part(first.rows) != _is_part(other.rows):
-            raise UsageError(f"{first.path} and {other.path} hold other methods, and "
-                             f"{first.path if _is_part(first.rows) else other.path} is one shard of a sharded run: "
-                             "merge the shards of each run first (bench merge SHARDS --out RUN), then merge the runs "
-                             "(one call joins the shards of one run, or whole runs of other methods, not both, even "
-                             "with every shard given)")
-        if field == "methods" and not (only_mine and only_theirs):  # one shard holds a part of the other's
-            small, large, lacking = (first, other, only_theirs) if not only_mine else (other, first, only_mine)
-            raise UsageError(f"{small.path} holds no rows of {listed(sorted(lacking))}, which {large.path} holds: "
-                             f"the run of {small.directory} did not finish (rerun it, it resumes), or it ran fewer "
-                             "methods and is not a shard of the same run")
-        if field == "run shards":
-            raise UsageError(f"{first.path} holds shard {_shards_held(first)} and {other.path} shard "
-                             f"{_shards_held(other)}: the shards of one run are of one --shard K/N split (one N); "
-                             "merge the stores of one split")
-        other_contexts = ("; merge joins the shards, or the runs of other methods, of one set of contexts: keep each "
-                          "in its own store (bench leaderboard and bench verify read several)"
-                          if field in ("seed", "length", "profile") else
-                          "; rows of two code versions are two results, reported apart: keep each in its own store "
-                          "(bench leaderboard and bench verify read several), or finish the unfinished one from a "
-                          "checkout of its code" if field == "code" else
-                          f"; merge joins the shards, or the runs of other methods, of one set of contexts: "
-                          f"{OTHER_CONTEXTS}" if field in ("run tasks", "run n", "run haystack") else "")
-        raise UsageError(f"{first.path} and {other.path} are not shards of one run: they differ in {field} "
-                         f"({', '.join(values)} against {', '.join(theirs[field])}){other_contexts}")
-
-
-def _shards_held(store: ResultStore) -> str:
-    return ", ".join(sorted({f"{row[RUN]['shard']}/{row[RUN]['shards']}" for row in store.rows if RUN in row}))
-
-
-def _is_part(rows: list[dict]) -> bool:
-    """Whether ``rows`` hold a part of a sharded run: not every shard of it that has contexts (a shard of more
-    shards than the run has contexts holds none)."""
-    held: dict[str, tuple[dict, set[int]]] = {}
-    for row in rows:
-        if RUN in row:
-            run = row[RUN]
-            held.setdefault(repr([run[field] for field in RUN_SHARED]), (run, set()))[1].add(run["shard"])
-    return any(k not in shards for run, shards in held.values() for k in shards_with_contexts(run))
-
-
-def _group_of(row: dict) -> tuple:
+def group_of(row: dict) -> tuple:
     """The setting group of ``row`` (:data:`~bench.store.row_fields.SHARED_FIELDS`): rows of one group are of one
     run."""
     return tuple(str(row.get(field)) for field in SHARED_FIELDS)
@@ -277,7 +72,7 @@ def check_complete(stores: list[ResultStore], every_shard: bool = True) -> None:
     entries = [(row, store, line) for store in stores for row, line in zip(store.rows, store.line_numbers)]
     groups: dict[tuple, list[Entry]] = defaultdict(list)
     for entry in entries:
-        groups[_group_of(entry[0])].append(entry)
+        groups[group_of(entry[0])].append(entry)
     for held in groups.values():  # first: a method's rows are told apart by its fractions as shown
         check_one_fraction_shown(held)
     for group, held in sorted(groups.items(), key=lambda item: (len(item[1]), item[0])):

@@ -24,21 +24,17 @@ from artifacts.outputs import RESULT_STORE, Output
 from pretrained.cache_guard import check_outside_the_cache
 from runtime.errors import UsageError
 
-from .completeness import (
-    check_complete,
-    check_given_once,
-    check_not_cut,
-    check_one_value,
-    check_shards_alike,
-    shard_settings,
-)
+from .completeness import check_complete
+from .copies import check_one_value
 from .result_store import ResultStore, open_stores
 from .row_fields import SHARED_FIELDS
+from .shards import check_shards_alike, shard_settings
+from .store_checks import check_given_once, check_not_cut
 
 
 def _settings_of(store: ResultStore) -> dict[str, list[str]]:
     """What every shard of one run shares: each field's values, the methods and each field of the run the rows name
-    but the shard (:func:`~bench.store.completeness.shard_settings`)."""
+    but the shard (:func:`~bench.store.shards.shard_settings`)."""
     shared = {field: sorted({str(row.get(field)) for row in store.rows}) for field in SHARED_FIELDS}
     return {**shared, **shard_settings(store.rows)}
 
@@ -51,7 +47,7 @@ class Merged(NamedTuple):
     other_batches: int
     """Rows held twice (by two sources, or by a source and the merged store) with fidelity values that differ as
     their padded batches differ (:data:`~bench.store.row_fields.BATCH`,
-    :data:`~bench.store.completeness.BATCH_TOLERANCE`): the first copy is kept (the merged store's, else the first
+    :data:`~bench.store.copies.BATCH_TOLERANCE`): the first copy is kept (the merged store's, else the first
     source's)."""
     largest_difference: float
     """The largest difference of those rows' fidelity values (0 where there are none)."""

@@ -8,12 +8,10 @@ too: its rows are copied to ``results.jsonl`` before the first new one is append
 
 from __future__ import annotations
 
-import fcntl
 import gzip
 import json
 import os
 import sys
-import time
 from pathlib import Path
 
 from artifacts.files import atomic_path
@@ -21,26 +19,10 @@ from artifacts.outputs import Output, check_place
 from runtime.errors import UsageError, check_regular_file
 
 from .legacy_rows import read_row
-from .row_checks import key_problem, verify_rows
+from .row_checks import key_problem
 from .row_fields import FIDELITY_FIELDS, SCHEMA, row_key
-
-LOCK_WAIT_SECONDS = 1.0
-"""How long a writer waits for a store's lock before it refuses: :meth:`ResultStore.writer` (verify asking whether
-a store is being written) holds it for microseconds, a writer for its whole run."""
-
-
-def _lock_within(handle, seconds: float) -> None:
-    """An exclusive lock on ``handle`` within ``seconds``; ``BlockingIOError`` if another holds it that long."""
-    deadline = time.monotonic() + seconds
-    while True:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return
-        except BlockingIOError:
-            if time.monotonic() >= deadline:
-                raise
-            time.sleep(0.01)
-
+from .row_set_checks import verify_rows
+from .store_lock import lock_holder, release_lock, take_lock
 
 TAIL_BYTES = 256
 """How much of a file's end :func:`_snapshot` keeps: enough to hold the end of the last row written."""
@@ -185,9 +167,8 @@ class ResultStore:
         check_place(Output(self.directory, self.named))  # the one output policy, for a library caller too
         self._created = not self.directory.exists()
         self.directory.mkdir(parents=True, exist_ok=True)
-        path = self.directory / ".lock"
         packed = self.directory / "results.jsonl.gz"
-        for own in (path, self.directory / "results.jsonl", packed):
+        for own in (self.directory / ".lock", self.directory / "results.jsonl", packed):
             if own.is_symlink():  # written through, rows would land in the link's target (a model's config.json)
                 raise UsageError(f"{own}: a link to {os.readlink(own)}; a store writes its own files: move the link "
                                  f"away or use another {self.named}")
@@ -196,53 +177,13 @@ class ResultStore:
                 raise UsageError(f"{own}: one file with {own.stat().st_nlink} names (a hard link: `cp -al`, a "
                                  "snapshot, or a file of elsewhere); a store writes its own files: copy it with "
                                  f"`cp -r`, or use another {self.named}")
-        check_regular_file(path, "a store's lock")
-        while True:
-            handle = path.open("a+")
-            try:
-                _lock_within(handle, LOCK_WAIT_SECONDS)
-            except BlockingIOError:
-                handle.seek(0)
-                owner = handle.read().strip() or "unknown"
-                handle.close()
-                raise UsageError(f"{self.directory} is being written by another process (pid {owner}); wait for it "
-                                 "to finish or write to another --out") from None
-            try:  # the holder before us removes the file before it unlocks: a lock on a removed file is no lock
-                if os.stat(path).st_ino == os.fstat(handle.fileno()).st_ino:
-                    break
-            except FileNotFoundError:
-                pass
-            handle.close()
-        handle.seek(0)
-        handle.truncate()
-        handle.write(str(os.getpid()))
-        handle.flush()
-        self._lock = handle
-
-    @staticmethod
-    def writer(directory: Path) -> str | None:
-        """The pid (as its lock file holds it, ``unknown`` if none) of the process writing the store in
-        ``directory``, or None when none holds its lock (a lock file a killed writer left is no lock)."""
-        check_regular_file(Path(directory) / ".lock", "a store's lock")
-        try:
-            handle = (Path(directory) / ".lock").open("r")
-        except FileNotFoundError:
-            return None
-        with handle:
-            try:  # a shared lock is refused while a writer holds its exclusive one; released at once
-                fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return handle.read().strip() or "unknown"
-            fcntl.flock(handle, fcntl.LOCK_UN)
-            return None
+        self._lock = take_lock(self.directory)
 
     def close(self) -> None:
         """Release the writer's lock (also released when the process ends) and remove its file; a directory this
         writer created and left empty (a run refused before its first row) is removed too."""
         if self._lock is not None:
-            (self.directory / ".lock").unlink(missing_ok=True)  # while still held: see _acquire
-            fcntl.flock(self._lock, fcntl.LOCK_UN)
-            self._lock.close()
+            release_lock(self.directory, self._lock)
             self._lock = None
             if self._created and not any(self.directory.iterdir()):
                 self.directory.rmdir()
@@ -349,7 +290,7 @@ def open_stores(directories: list[Path]) -> list[ResultStore]:
         if not any((directory / name).exists() for name in ("results.jsonl", "results.jsonl.gz")):
             raise UsageError(f"{directory} holds no results.jsonl (nor results.jsonl.gz): it is not a result store "
                              f"({empty_shard})")
-        writer = ResultStore.writer(directory)
+        writer = lock_holder(directory)
         if writer is not None:
             raise UsageError(f"{directory} is being written by another process (pid {writer}); wait for it to "
                              "finish, then read it")

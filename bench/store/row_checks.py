@@ -1,7 +1,7 @@
-"""Whether a row is a valid result: each value of its type and range, its score the task's metric of its prediction,
-the context's counts within its size and a child's kept entries its allocator's budget, the row a context of its run's
-shard, a no-prune row exactly at zero ΔNLL and KL, and a child's ΔNLL its NLL minus the no-prune row's, its attention
-cache no larger than the full cache and its agreement with the full cache's answer borne out by its prediction.
+"""Whether one row, read alone, is a valid result: each value of its type and range, its score the task's metric of
+its prediction, the context's counts within its size and a child's kept entries its allocator's budget, the row a
+context of its run's shard, a no-prune row exactly at zero ΔNLL and KL. What a row must agree with among the others
+(its question's no-prune row, its model's schema and layout) is :mod:`bench.store.row_set_checks`'.
 
 Every reader checks rows before it reports on them (``bench verify``, reports, ``bench merge``), so that no report
 shows a value no run could have written.
@@ -37,10 +37,6 @@ from .row_fields import (
 
 KL_TOLERANCE = 1e-6
 """KL below 0 by at most this much is float rounding of a child almost equal to the full cache."""
-DELTA_NLL_TOLERANCE = 1e-6
-"""How far a child's ΔNLL may be from its NLL minus the no-prune row's, relative to the larger NLL (at least 1 nat).
-Both NLLs are float32 sums and ΔNLL their float64 difference, the no-prune row's NLL the very one subtracted: a run
-writes it exactly. This allows some 8 float32 ulps of the larger NLL: a full-cache NLL summed in another order."""
 FLOAT32_MAX = 3.4028234663852886e38
 """The largest finite float32: an NLL and a KL are float32 sums and means (:mod:`bench.run.fidelity`), so a value above
 it is none a run wrote (a value past it also overflows the means and intervals a report computes: ``nan``)."""
@@ -49,16 +45,9 @@ SECONDS_MAX = 1e9
 MEAN_TOLERANCE = 1e-12
 """How far a recall may lie from the mean of its per-layer values: float rounding only (a row holds both as
 written, one the mean of the other)."""
-CHILD_FIELDS = ("press", "allocator", "keep_fraction", "method_code")
-"""The key fields that tell apart the children of one question of one context (the no-prune row one of them): its
-method (with its own code) and kept fraction."""
 CHILD_ONLY = ("kept_entries", "needle_recall", "needle_recall_layers", "answer_recall", "answer_recall_layers",
               "answer_rank_layers", "score_seconds")
 """Fields of a compacted child that a no-prune row never holds: what was kept, and how long the press took."""
-CONTEXT_FIELDS = ("n_context", "protected", "body_entries", "recurrent_bytes", "context_sha")
-"""What a child records of its context as the no-prune row of its question does: the context's size, what every
-method keeps, the entries chosen among, the recurrent state (copied into every child whole) and its text's digest
-(:data:`~bench.store.row_fields.CONTEXT_SHA`)."""
 DEVICE = re.compile(r"cpu|cuda(:\d+)?")
 """The devices a run records (``--device`` cpu, cuda or cuda:N; auto is recorded as the one it chose)."""
 SECONDS = "_seconds"
@@ -214,12 +203,12 @@ def _per_layer_problem(row: dict) -> str | None:
             for head, value in enumerate(heads):
                 if not _fraction(value):
                     return f"{field}[{layer!r}][{head}]={value!r} (expected a number in [0, 1])"
-        mine = _layout(layers)
+        mine = layer_layout(layers)
         if shape is None:
             shape, shaped_by = mine, field
         elif mine != shape:
-            return (f"{field} holds layers and heads {_shape(mine)}, and {shaped_by} {_shape(shape)} (expected one "
-                    "value per attention layer and KV head of the model in each)")
+            return (f"{field} holds layers and heads {layout_text(mine)}, and {shaped_by} {layout_text(shape)} "
+                    "(expected one value per attention layer and KV head of the model in each)")
     present = [field for field in NEEDLE_FIELDS if row.get(field) is not None]
     if present and len(present) < len(NEEDLE_FIELDS) and row["press"] != BASELINE:  # a no-prune row holds none
         missing = [field for field in NEEDLE_FIELDS if field not in present]
@@ -234,12 +223,12 @@ def _per_layer_problem(row: dict) -> str | None:
     return None
 
 
-def _layout(layers: dict[str, list]) -> dict[str, int]:
+def layer_layout(layers: dict[str, list]) -> dict[str, int]:
     """``{layer: heads}`` of a per-layer field: which attention layers it holds, and how many KV heads each."""
     return {layer: len(heads) for layer, heads in layers.items()}
 
 
-def _shape(layers: dict[str, int]) -> str:
+def layout_text(layers: dict[str, int]) -> str:
     return "{" + ", ".join(f"{layer}: {count} head(s)" for layer, count in layers.items()) + "}"
 
 
@@ -331,98 +320,3 @@ def row_problem(row: dict) -> str | None:
         return (f"the no-prune row has delta_nll={row['delta_nll']}, kl={row['kl']}, agree={row['agree']} "
                 "(expected exactly 0, 0, true)")
     return None
-
-
-def _question_of(row: dict) -> tuple:
-    """The key of ``row`` but the child's (:data:`CHILD_FIELDS`): one question of one context of one run."""
-    return tuple(row.get(field) for field in KEY_FIELDS if field not in CHILD_FIELDS)
-
-
-def _child_problem(row: dict, full: dict, there: str) -> str | None:
-    """What is wrong with a valid child ``row`` beside the valid no-prune row ``full`` of its question (at
-    ``there``): its ``delta_nll`` not its ``answer_nll`` minus the full cache's (within
-    :data:`DELTA_NLL_TOLERANCE`), its context's sizes (:data:`CONTEXT_FIELDS`) other than the full cache's, its
-    ``kv_bytes`` more than the full cache's (a child keeps some of its entries),
-    or ``agree`` true (the same greedy tokens as the full cache) with a prediction other than the full cache's (the
-    same tokens decode to the same text), or ``answers`` other than the full cache's (one question, one reference).
-    ``agree`` false with the same prediction is no problem: two token sequences may decode to one text."""
-    nll, full_nll = row["answer_nll"], full["answer_nll"]
-    tolerance = DELTA_NLL_TOLERANCE * max(1.0, abs(nll), abs(full_nll))
-    if abs(row["delta_nll"] - (nll - full_nll)) > tolerance:
-        return (f"delta_nll={row['delta_nll']!r} (expected answer_nll {nll!r} minus the no-prune row's answer_nll "
-                f"{full_nll!r} ({there}) = {nll - full_nll!r}, within {tolerance:.3g})")
-    differs = next((field for field in CONTEXT_FIELDS if row.get(field) != full.get(field)), None)
-    if differs is not None:
-        return (f"{differs}={row.get(differs)!r} (expected the no-prune row's {full.get(differs)!r} ({there}): the "
-                "children of one question share its context)")
-    kv_bytes, full_kv_bytes = row.get("kv_bytes"), full.get("kv_bytes")
-    if kv_bytes is not None and full_kv_bytes is not None and kv_bytes > full_kv_bytes:
-        return (f"kv_bytes={kv_bytes} (expected at most the no-prune row's {full_kv_bytes} ({there}): a child keeps "
-                "some of the full cache's entries)")
-    if row.get("answers") != full.get("answers"):
-        return (f"answers={reprlib.repr(row.get('answers'))} (expected the no-prune row's "
-                f"{reprlib.repr(full.get('answers'))} ({there}): the children of one question answer the same one)")
-    if row["agree"] and row.get("prediction") != full.get("prediction"):
-        return (f"agree=True with prediction {reprlib.repr(row.get('prediction'))}, not the no-prune row's "
-                f"{reprlib.repr(full.get('prediction'))} ({there}) (expected false: the full cache's greedy answer "
-                "decodes to its prediction)")
-    return None
-
-
-def _child_problems(rows: list[dict], valid: list[bool], where) -> dict[int, str]:
-    """By index, the valid rows that do not match the others: a schema other than the other rows' of its model and
-    code; a child with needle fields where another child of its task, model and code has none (or the reverse), or
-    with per-layer values of another layout than the model's other rows; a child that does not match the valid
-    no-prune row of its question (:func:`_child_problem`; a question without one among ``rows``, a run of compacted
-    children alone, is not checked against it)."""
-    baselines: dict[tuple, int] = {}
-    for index, row in enumerate(rows):
-        if valid[index] and row["press"] == BASELINE:
-            baselines.setdefault(_question_of(row), index)
-    problems = {}
-    layouts: dict[tuple, tuple[int, str, dict]] = {}
-    needled: dict[tuple, tuple[int, bool]] = {}
-    schemas: dict[tuple, tuple[int, int]] = {}
-    for index, row in enumerate(rows):
-        if not valid[index]:
-            continue
-        code = (row["model"], row["weights"], row.get("code"))
-        schema = schemas.setdefault(code, (index, row.get("schema")))
-        if schema[1] != row.get("schema"):
-            problems[index] = (f"schema={row.get('schema')!r}, where the row at {where(schema[0])} of the same model, "
-                               f"weights and code holds {schema[1]!r} (expected one: one code writes one schema)")
-            continue
-        if row["press"] == BASELINE:
-            continue
-        field = next((f for f in PER_LAYER_FRACTION_FIELDS if row.get(f) is not None), None)
-        first = needled.setdefault((*code, row["task"], row["haystack"]), (index, field is not None))
-        if first[1] != (field is not None):
-            fields = ", ".join(PER_LAYER_FRACTION_FIELDS)
-            problems[index] = (f"{'no' if field is None else 'a'} needle recall ({fields}), where the child at "
-                               f"{where(first[0])} of the same task, model and code has "
-                               f"{'one' if first[1] else 'none'} (expected the same fields in every child of a task)")
-            continue
-        if field is not None:
-            layout = _layout(row[field])
-            seen = layouts.setdefault((row["model"], row["weights"]), (index, field, layout))
-            if seen[2] != layout:
-                problems[index] = (f"{field} holds layers and heads {_shape(layout)}, where the row at "
-                                   f"{where(seen[0])} of the same model and weights holds {_shape(seen[2])} in "
-                                   f"{seen[1]} (expected one value per attention layer and KV head of the model)")
-    for index, row in enumerate(rows):
-        full = baselines.get(_question_of(row)) if valid[index] else None
-        if index in problems:
-            continue
-        if full is not None and index != full and (problem := _child_problem(row, rows[full], where(full))):
-            problems[index] = problem
-    return problems
-
-
-def verify_rows(rows: list[dict], where=None) -> list[str]:
-    """What is wrong with ``rows`` (empty if nothing), in their order, each problem prefixed by ``where(index)``
-    (default ``row N``): each row's own (:func:`row_problem`), and a valid child's against the no-prune row of its
-    question (:func:`_child_problems`)."""
-    where = where or (lambda index: f"row {index + 1}")
-    problems = {index: problem for index, row in enumerate(rows) if (problem := row_problem(row))}
-    problems.update(_child_problems(rows, [index not in problems for index in range(len(rows))], where))
-    return [f"{where(index)}: {problems[index]}" for index in sorted(problems)]

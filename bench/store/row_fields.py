@@ -147,3 +147,8 @@ def mean_over_heads(per_layer: dict[str, list[float]]) -> float:
     """The mean over every (layer, head) of a per-layer, per-head diagnostic."""
     values = [v for heads in per_layer.values() for v in heads]
     return sum(values) / len(values)
+
+
+RUN_SHARED = ("tasks", "n", "haystack", "shards")
+"""What the rows of every shard of one run name alike of their run (:data:`bench.store.row_fields.RUN`): all but the
+shard."""

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.commands import arguments, compare_command, model_commands
+from bench.commands import arguments, compare_command, distill_commands
 from bench.commands.cli import build_parser, main
 from runtime.errors import UsageError
 from runtime.options import real, whole
@@ -34,7 +34,7 @@ BY_TYPE = {
     compare_command.spec_list: ["nosuch", "snapkv[window=64", "snapkv]"],
     compare_command.keep_fractions: ["1.5", "abc"],
     compare_command.compression_ratios: ["1.0"],
-    model_commands._layer_list: ["-1", "abc", "99"],
+    distill_commands._layer_list: ["-1", "abc", "99"],
 }
 """Bad values of an option by its type: each refused whatever the option means."""
 BY_NAME = {

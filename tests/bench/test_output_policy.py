@@ -265,7 +265,7 @@ def test_distill_init_from_that_is_no_delta_is_named_by_its_flag(init, tmp_path,
 
 def test_a_delta_of_this_run_is_updated_only_forward(tmp_path):
     """Where the run stops: its delta replaces the one in --out only at the same step or later."""
-    from bench.commands.model_commands import _delta_in_the_way
+    from bench.commands.distill_commands import _delta_in_the_way
 
     _delta(tmp_path / "dB", step=4)
     config = json.loads((tmp_path / "dB" / "hybrid.json").read_text())["training"]["config"]

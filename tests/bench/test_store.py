@@ -94,7 +94,7 @@ def test_a_second_writer_is_refused_at_once(tmp_path):
 
 
 def test_a_writer_starting_while_verify_asks_about_the_store_is_not_refused(tmp_path):
-    """``ResultStore.writer`` (verify asking whether a store is being written) holds a shared lock for an instant; a
+    """``lock_holder`` (verify asking whether a store is being written) holds a shared lock for an instant; a
     writer starting in that instant waits it out instead of being refused as if a run held the store."""
     import fcntl
     import threading

@@ -530,7 +530,7 @@ def test_bench_compare_in_the_engine_writes_the_runtimes_rows(served, tmp_path):
     """``bench compare --engine vllm``: the same rows (keys and fields) as the HF runtime on the same model and
     settings, the no-prune rows exactly at zero ΔNLL and KL, and the two engines never mixed in one store."""
     from bench.run.compare import CompareSettings, run_compare
-    from bench.store.row_checks import verify_rows
+    from bench.store.row_set_checks import verify_rows
     from pretrained.loading import ModelSpec
 
     engine, model = served
@@ -687,7 +687,7 @@ def test_bench_compare_serves_the_shipped_model_out_of_the_box(tmp_path):
     """``bench compare --engine vllm`` with no --model: the shipped model, in the engine, GateSight with its gate
     allocation and KVzip; rows verified, every one the engine's."""
     from bench.store.result_store import ResultStore
-    from bench.store.row_checks import verify_rows
+    from bench.store.row_set_checks import verify_rows
 
     out = tmp_path / "results"
     subprocess.run([sys.executable, "-m", "bench.commands.cli", "compare", "--engine", "vllm", "--methods",
