@@ -1,5 +1,6 @@
 """What every ``bench`` command is made of: its entry in the CLI (:class:`Command`), and the argument types and
-model flags that several commands share. A command's own flags live beside the code it runs."""
+model flags that several commands share. A command's own flags live in its own module of the commands
+(``*_command.py``), beside what it prints."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""The ``bench`` command: each subcommand is a :class:`~bench.commands.arguments.Command` defined in the bench beside
-the code it runs (the library packages below, gatesight_learning and hybridmodel among them, have no flags and never
-import the bench), assembled here in the order ``bench --help`` lists them."""
+"""The ``bench`` command: each subcommand is a :class:`~bench.commands.arguments.Command` defined in its own module of
+the commands (the rooms below, and the library packages, gatesight_learning and hybridmodel among them, have no flags
+and never import the commands), assembled here in the order ``bench --help`` lists them."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ from artifacts.outputs import RESULT_STORE, Output
 
 from ..reports.report import REPORTS, report_outputs, write_reports
 from ..store.merge import merge_stores
-from ..store.result_store import open_stores
+from ..store.result_store import ResultStore
 from .arguments import Command, kept_in
 
 
@@ -39,7 +39,7 @@ def run(args) -> None:
     print(f"{merged.added} rows added to {merged.path}")
     out = Path(args.out)
     if any((out / name).exists() for name in REPORTS):  # they showed the rows before the merge
-        _rebuild_reports(out, open_stores([out])[0].rows)
+        _rebuild_reports(out, ResultStore(out, readonly=True).rows)
 
 
 MERGE = Command("merge", "join the stores of one run's shards (compare --shard K/N), or of runs of other methods, "
