@@ -1,20 +1,20 @@
 """The ``bench`` console script: Ctrl-C or SIGTERM (``timeout``, ``kill``) end it with one line at any moment, while
-the command's modules load (seconds: torch, transformers) as during the command (:func:`bench.cli.main`,
-:mod:`bench.stopping`). This module imports nothing heavy, so that it is in place before they load."""
+the command's modules load (seconds: torch, transformers) as during the command (:func:`bench.commands.cli.main`,
+:mod:`bench.run.stopping`). This module imports nothing heavy, so that it is in place before they load."""
 
 from __future__ import annotations
 
 import signal
 import sys
 
-from bench.stopping import StopOnSignals, stopped
+from bench.run.stopping import StopOnSignals, stopped
 
 
 def main() -> int:
-    """``bench`` from the shell: :func:`bench.cli.main`, imported under :class:`StopOnSignals`."""
+    """``bench`` from the shell: :func:`bench.commands.cli.main`, imported under :class:`StopOnSignals`."""
     with StopOnSignals():
         try:
-            from bench.cli import main as run
+            from bench.commands.cli import main as run
         except KeyboardInterrupt as stop:
             return stopped(stop, "bench", "it stopped while starting, before any work: nothing was written")
         code = run()

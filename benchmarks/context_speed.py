@@ -1,6 +1,6 @@
 """One context of ``bench compare``'s protocol on the real model, timed by part, for two source trees in one run.
 
-Each measurement is a fresh process running :class:`bench.context_run.ContextRun` on context 0 of a task (rows kept
+Each measurement is a fresh process running :class:`bench.run.context_run.ContextRun` on context 0 of a task (rows kept
 in memory), with the source tree named on the command line first on ``sys.path`` — so the same workload is timed
 on, say, the commit before an optimisation and the working tree, alternating ``--rounds`` times, and the ratio of
 the two is read from one run. Parts: the prefill and each press's scoring as the rows record them, and the rest of
@@ -36,21 +36,21 @@ def measure(args) -> dict:
     """Run the context in this process (the tree is already first on ``sys.path``) and return its figures."""
     import torch
 
-    from bench.context_run import ContextRun
-    from bench.harness import Harness
-    from bench.settings import CompareSettings
+    from bench.run.context_run import ContextRun
+    from bench.run.harness import Harness
+    from bench.run.settings import CompareSettings
 
     torch.set_num_threads(1)
     settings = CompareSettings(presses=[], pairs=args.methods.split(","), keep_fractions=args.keep_fractions,
                                tasks=[args.task], n=1, length=args.length, model=args.model, haystack=args.haystack)
-    try:  # a tree with bench.plan: the run planned once, the model fingerprinted once
-        from bench.plan import plan
+    try:  # a tree with bench.run.plan: the run planned once, the model fingerprinted once
+        from bench.run.plan import plan
         from pretrained import loading
 
         run = plan(settings)
         harness = Harness(run, loading.identity(run.model_dir))
     except ImportError:  # older trees: a CheckedSettings, or (before it) checked in place, returning None
-        from bench.settings import validate
+        from bench.run.settings import validate
 
         harness = Harness(validate(settings) or settings)
     rows: list[dict] = []

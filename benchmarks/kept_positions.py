@@ -14,10 +14,10 @@ import argparse
 
 import torch
 
-from bench.harness import Harness
-from bench.needles import needle_positions
-from bench.plan import plan
-from bench.settings import CompareSettings
+from bench.run.harness import Harness
+from bench.run.needles import needle_positions
+from bench.run.plan import plan
+from bench.run.settings import CompareSettings
 from pretrained import loading
 
 SPANS = 10

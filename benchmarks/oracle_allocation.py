@@ -61,7 +61,7 @@ class GateSightOraclePress(Press):
 
 
 if __name__ == "__main__":
-    from bench.cli import main
+    from bench.commands.cli import main
 
     presses.register(GateSightOraclePress)
     sys.exit(main(["compare", *sys.argv[1:]]))

@@ -55,7 +55,7 @@ def test_protocol_answering_before(benchmark, protocol):
     """One question of one context as ``bench compare`` answered it when issue 21 was filed: the full cache's
     reference (a greedy decode, then a teacher-forced pass), the no-prune child decoded again, and the children's
     greedy decode and teacher-forced pass as two batches. Questions per second = 13 / the mean time."""
-    from bench.fidelity import answer_log_probs
+    from bench.run.fidelity import answer_log_probs
     from runtime.batch import answer_many, logits_many
 
     parent, kids, prompt, answer, max_new, eos = protocol

@@ -1,5 +1,5 @@
 """The steps of GateSight's learning: label, train, analyze (``bench label``, ``bench train`` and ``bench analyze``
-run them; their flags are in :mod:`bench.learning_commands`)."""
+run them; their flags are in :mod:`bench.commands.learning_commands`)."""
 
 from __future__ import annotations
 

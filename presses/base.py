@@ -90,13 +90,13 @@ class Press(ABC):
     #: ``{option: (folder, file patterns)}`` of the options that name a directory this press reads files from (an
     #: estimator, a calibration), with the folder of the model directory :meth:`bind` reads them from when the
     #: option is not given: results name such an option by those files' content, not by its path, and leave it out
-    #: where it names the model's own files (:mod:`bench.specs`)
+    #: where it names the model's own files (:mod:`bench.run.specs`)
     artifact_files: ClassVar[dict[str, tuple[str, tuple[str, ...]]]] = {}
 
     def code_objects(self) -> tuple[type, ...]:
         """Classes outside this press's module whose code decides its scores and that no import of that module
         names (a wrapped library scorer): their source is part of its rows' method code
-        (:func:`bench.code_version.method_codes`). None by default."""
+        (:func:`bench.store.code_version.method_codes`). None by default."""
         return ()
 
     @property

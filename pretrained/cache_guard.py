@@ -1,6 +1,6 @@
 """Where no command writes its results: the model cache, which only ``bench fetch-model`` fills, and the source
 checkout's folder of shipped deltas. A library caller is held to it as the CLI is (:func:`check_outside_the_cache`
-runs in :func:`bench.plan.plan` and :func:`bench.merge.merge_stores` too)."""
+runs in :func:`bench.run.plan.plan` and :func:`bench.store.merge.merge_stores` too)."""
 
 from __future__ import annotations
 

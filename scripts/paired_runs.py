@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import argparse
 
-from bench.row_fields import BASELINE
-from bench.stats import PairedBootstrap, method_of
-from bench.store import open_stores
+from bench.reports.stats import PairedBootstrap, method_of
+from bench.store.result_store import open_stores
+from bench.store.row_fields import BASELINE
 
 
 def _question(row: dict) -> tuple:

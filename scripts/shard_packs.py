@@ -16,7 +16,8 @@ import os
 import sys
 from pathlib import Path
 
-from bench.store import ResultStore, whole_rows
+from bench.store.result_store import whole_rows
+from bench.store.store_lock import lock_holder
 
 PACK = "results.jsonl.gz"
 LIVE = "results.jsonl"
@@ -25,7 +26,7 @@ LIVE = "results.jsonl"
 def stored_bytes(store: Path) -> bytes | None:
     """The rows of a result store as bytes: its ``results.jsonl`` (which continues any ``.gz`` beside it), else its
     committed ``.gz``; None where it holds neither. A last line cut short (a row being written, or cut by a kill) is
-    left out, as a resume drops it (:func:`bench.store.whole_rows`): a pack that held it would no longer be
+    left out, as a resume drops it (:func:`bench.store.result_store.whole_rows`): a pack that held it would no longer be
     continued; a whole last row without its newline is a row, as every reader reads it."""
     committed = whole_rows(unzipped(store / PACK)) if (store / PACK).is_file() else None
     if not (store / LIVE).is_file():
@@ -167,7 +168,7 @@ def unpack(out: Path, kept: Path) -> list[str]:
         if rows is not None and not (rows.startswith(committed) or committed.startswith(rows)):
             raise Diverged(f"unpack: {store} and {packed_store / PACK} went apart (neither starts with the other's "
                            "rows): nothing was unpacked; keep the one you want and move the other aside")
-        writer = ResultStore.writer(store) if store.is_dir() else None
+        writer = lock_holder(store) if store.is_dir() else None
         if writer is not None and not (rows is not None and rows.startswith(committed)):
             raise Refused(f"unpack: {store} is being written by another process (pid {writer}), and unpacking "
                           f"would replace the file it appends to: nothing was unpacked; stop it first (SIGTERM "

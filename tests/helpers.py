@@ -78,7 +78,7 @@ def save_bamba(directory: Path):
 def compare_settings(model_dir, out, **change):
     """The smallest comparison on ``model_dir``: keydiff and the full-cache baseline, flat, p = 0.5, one
     niah_single_1 context of 300 tokens, into ``out``; ``change`` replaces any field."""
-    from bench.compare import CompareSettings
+    from bench.run.compare import CompareSettings
 
     base = dict(presses=["keydiff", "none"], allocators=["flat"], keep_fractions=[0.5], tasks=["niah_single_1"], n=1,
                 length=300, model=str(model_dir), out=out)
@@ -88,7 +88,7 @@ def compare_settings(model_dir, out, **change):
 def run_cli(capsys, *argv) -> tuple[int, str]:
     """Exit code and stderr of ``bench argv``; an error must be one line, the last, ``bench <cmd>: error: ...``
     (a progress bar may come before it), and is returned alone."""
-    from bench.cli import main
+    from bench.commands.cli import main
 
     capsys.readouterr()
     code = main(list(map(str, argv)))
@@ -124,8 +124,8 @@ def stored_rows(directory) -> list[dict]:
 def published_stores() -> list:
     """The committed results (``docs/results``: a collection of stores, one per setting group and method), each
     store read-only."""
-    from bench.project_modules import ROOT
-    from bench.store import open_stores
+    from bench.store.project_modules import ROOT
+    from bench.store.result_store import open_stores
 
     return open_stores([ROOT / "docs" / "results"])
 

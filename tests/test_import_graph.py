@@ -2,7 +2,7 @@
 allocators) never reaches into the bench, GateSight's learning pipeline or the default model's training. Every import
 counts, the lazy ones inside functions included: a cycle through a lazy import still ties the two modules together."""
 
-from bench.project_modules import imported_modules, module_files
+from bench.store.project_modules import imported_modules, module_files
 
 # every top-level package of the project (a folder with an __init__.py beside pyproject.toml)
 PACKAGES = tuple(sorted({module.split(".")[0] for module in module_files()}))
@@ -14,7 +14,7 @@ TEST_SUPPORT = ("testing", "tests")
 
 def import_graph() -> dict[str, set[str]]:
     """``{module: the project's modules it imports}`` over :data:`PACKAGES`, by the walk the code version takes
-    (:func:`bench.project_modules.imported_modules`)."""
+    (:func:`bench.store.project_modules.imported_modules`)."""
     files = module_files()
     # a module's own packages are imported before it anyway: no edge back to them
     return {module: {name for name in imported_modules(module, files)
@@ -82,6 +82,51 @@ def test_no_package_imports_a_package_that_imports_it():
     back = sorted(f"{module} -> {other}" for module, imported in graph.items() for other in imported
                   if top(module) != top(other) and {top(module), top(other)} <= tied)
     assert found == [], back
+
+
+ROOMS = {"store": set(), "run": {"store"}, "reports": {"store"}, "commands": {"store", "run", "reports"}}
+"""The bench's four rooms (docs/design.md) and the rooms each may import: the commands on top, the run and the
+reports each reading the store and neither the other, the store reading none."""
+ENTRY = "bench.entry"
+"""The console script: the one module beside the rooms, and the one outside the commands that imports them."""
+
+
+def room_of(module: str) -> str | None:
+    """The room of a bench module (``bench.<room>.<module>``), None for any other."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[0] == "bench" and parts[1] in ROOMS else None
+
+
+def test_every_bench_module_is_in_a_room():
+    stray = [module for module in import_graph() if module.startswith("bench.") and room_of(module) is None
+             and module != ENTRY]
+    assert stray == []
+
+
+def going_up(graph: dict[str, set[str]]) -> list[str]:
+    """``module -> other`` for each import of ``graph`` from a room into one it may not import (:data:`ROOMS`)."""
+    return sorted(f"{module} -> {other}" for module, imported in graph.items() for other in imported
+                  if room_of(module) and room_of(other) and room_of(other) not in {room_of(module),
+                                                                                   *ROOMS[room_of(module)]})
+
+
+def test_the_rooms_import_only_the_rooms_below():
+    assert going_up(import_graph()) == []
+
+
+def test_nothing_imports_the_commands_but_the_console_script():
+    """Tests aside (they drive the CLI), no module outside ``bench.commands`` imports it: a library caller's path
+    never runs argument parsing."""
+    found = [f"{module} -> {other}" for module, imported in import_graph().items() for other in imported
+             if room_of(other) == "commands" and room_of(module) != "commands" and module != ENTRY
+             and module.split(".")[0] not in TEST_SUPPORT]
+    assert found == []
+
+
+def test_a_room_import_going_up_is_found():
+    graph = {"bench.store.a": {"bench.run.b"}, "bench.run.b": {"bench.store.a"}, "bench.reports.c": {"bench.run.b"},
+             "bench.commands.d": {"bench.run.b", "bench.reports.c"}}
+    assert going_up(graph) == ["bench.reports.c -> bench.run.b", "bench.store.a -> bench.run.b"]
 
 
 def test_the_packages_are_all_seen():

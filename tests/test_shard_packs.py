@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from bench.project_modules import ROOT
+from bench.store.project_modules import ROOT
 
 SCRIPT = ROOT / "scripts" / "shard_packs.py"
 spec = importlib.util.spec_from_file_location("shard_packs", SCRIPT)
@@ -113,7 +113,7 @@ def test_a_row_being_written_is_not_packed(tmp_path):
 def test_an_unpack_waits_until_the_stores_writer_stops(tmp_path):
     """Probe 62: an unpack over an older copy replaced the file a running sweep appended to, whose next rows then
     landed in a new file of their own. While the store's lock is held it is refused, nothing written."""
-    from bench.store import ResultStore
+    from bench.store.result_store import ResultStore
 
     out, kept = tmp_path / "out", tmp_path / "kept"
     _store(out, ROWS)

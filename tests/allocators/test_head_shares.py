@@ -139,7 +139,7 @@ def test_the_model_directorys_shares_plan_the_children(model_dir):
 def test_bench_compare_refuses_a_model_without_shares_before_any_context(model_dir, tmp_path, capsys):
     import shutil
 
-    from bench.cli import main
+    from bench.commands.cli import main
 
     model = shutil.copytree(model_dir, tmp_path / "model")
     (model / FILE).unlink()

@@ -2,7 +2,7 @@
 
 import pytest
 
-import bench.fetch_command
+import bench.commands.fetch_command
 import hybridmodel.hybrid_delta
 import hybridmodel.train
 
@@ -13,7 +13,7 @@ def guarded(monkeypatch, no_model_load):
     def fail(*args, **kwargs):
         pytest.fail("the command started its work before refusing its input")
 
-    monkeypatch.setattr(bench.fetch_command, "fetch", fail)
+    monkeypatch.setattr(bench.commands.fetch_command, "fetch", fail)
     monkeypatch.setattr(hybridmodel.train, "train", fail)
     monkeypatch.setattr(hybridmodel.hybrid_delta, "ship_artifacts", fail)
     monkeypatch.setattr(hybridmodel.hybrid_delta, "rebuild", fail)

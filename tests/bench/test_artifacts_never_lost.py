@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from bench.cli import main
+from bench.commands.cli import main
 from presses.calibration import FILE
 from pretrained import loading
 from tests.helpers import run_cli

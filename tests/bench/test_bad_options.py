@@ -1,7 +1,7 @@
 """One error boundary: every subcommand, given a bad value for any one of its options, exits 2 with one line on
 stderr that names the option or the value, no traceback, before any model loads or any work starts. The options are
-read from the parser itself (:func:`bench.cli.build_parser`), so that a new option is walked too: its type says what
-a bad value is (:data:`BY_TYPE`), or its name does (:data:`BY_NAME`), or the walk fails naming it."""
+read from the parser itself (:func:`bench.commands.cli.build_parser`), so that a new option is walked too: its type says
+what a bad value is (:data:`BY_TYPE`), or its name does (:data:`BY_NAME`), or the walk fails naming it."""
 
 import json
 import re
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from bench import arguments, compare_command, model_commands
-from bench.cli import build_parser, main
+from bench.commands import arguments, compare_command, distill_commands
+from bench.commands.cli import build_parser, main
 from runtime.errors import UsageError
 from runtime.options import real, whole
 from tests.helpers import published_rows
@@ -34,7 +34,7 @@ BY_TYPE = {
     compare_command.spec_list: ["nosuch", "snapkv[window=64", "snapkv]"],
     compare_command.keep_fractions: ["1.5", "abc"],
     compare_command.compression_ratios: ["1.0"],
-    model_commands._layer_list: ["-1", "abc", "99"],
+    distill_commands._layer_list: ["-1", "abc", "99"],
 }
 """Bad values of an option by its type: each refused whatever the option means."""
 BY_NAME = {
@@ -94,7 +94,7 @@ def _walk() -> list:
             flag = action.option_strings[0] if action.option_strings else None
             values = _bad_values(action)
             assert values is not None, (f"bench {name} {flag or action.dest}: no bad value known for this option; "
-                                        "give it a typed argument (bench/arguments.py) or name it in BY_NAME")
+                                        "give it a typed argument (bench/commands/arguments.py) or name it in BY_NAME")
             if flag is not None and "" not in values:  # never a name nor a path ('' is the current folder)
                 values = [*values, ""]
             cases += [pytest.param(name, flag, value, id=f"{name} {flag or action.dest} {value}") for value in values]
@@ -163,7 +163,7 @@ def test_a_press_of_no_one_scale_with_the_global_allocator_is_refused_before_the
 @pytest.mark.parametrize("address, message", [("127.0.0.1:99999", "a port in 1 … 65535"),
                                               ("a" * 70 + ":6379", "no Ray cluster answers there")])
 def test_a_ray_address_that_cannot_be_one_is_one_line(address, message):
-    from bench.settings import check_ray_address
+    from bench.run.settings import check_ray_address
 
     with pytest.raises(UsageError, match=message):
         check_ray_address(address, timeout=0.5)
@@ -217,7 +217,7 @@ def test_a_length_given_twice_is_refused_not_measured_twice(command, tmp_path, c
 def test_a_flag_given_twice_is_refused_by_every_command():
     """argparse keeps the last of a flag given twice without a word (`--keep-fractions 0.5 … --keep-fractions 0.25`
     ran 0.25 alone): every command refuses it, by its name, a prefix argparse accepts or `--flag=value`."""
-    from bench.cli import repeated_flag
+    from bench.commands.cli import repeated_flag
 
     for name, parser in build_parser().commands.items():
         assert repeated_flag(parser, ["--debug", "x", "--debug"]) == "--debug", name

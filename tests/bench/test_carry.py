@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-import bench.plan
-from bench.carry import CARRIED
-from bench.code_version import code_version
-from bench.compare import run_compare
-from bench.store import ResultStore
+import bench.run.plan
+from bench.run.carry import CARRIED
+from bench.run.compare import run_compare
+from bench.store.code_version import code_version
+from bench.store.result_store import ResultStore
 from tests.helpers import compare_settings, run_cli
 
 OLD = "0ld0c0de0000"
@@ -22,7 +22,7 @@ def old_store(model_dir, tmp_path, monkeypatch):
     another code and, as every row written before method codes, none of their own."""
     out = tmp_path / "store"
     with monkeypatch.context() as patch:
-        patch.setattr(bench.plan, "code_version", lambda engine="hf": OLD)
+        patch.setattr(bench.run.plan, "code_version", lambda engine="hf": OLD)
         run_compare(compare_settings(model_dir, out, presses=["keydiff", "snapkv", "none"], keep_fractions=[0.3, 0.6],
                                      n=2), show_progress=False)
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]

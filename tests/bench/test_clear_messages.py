@@ -7,7 +7,7 @@ import importlib.util
 
 import pytest
 
-from bench.compare import run_compare
+from bench.run.compare import run_compare
 from tests.helpers import compare_settings, run_cli
 
 SMALL_RUN = ["--keep-fractions", "0.5", "--tasks", "niah_single_1", "--length", "300", "--n", "1"]
@@ -46,7 +46,7 @@ def test_a_merge_into_a_committed_store_names_the_file_that_holds_its_rows(store
 
 def _printed(capsys, *argv) -> str:
     """What ``bench argv`` printed on standard output, once it ended 0."""
-    from bench.cli import main
+    from bench.commands.cli import main
 
     capsys.readouterr()
     assert main(list(map(str, argv))) == 0

@@ -9,10 +9,10 @@ import torch
 
 import allocators
 import presses
-from bench.cli import COMMANDS, build_parser, main
-from bench.leaderboard import write_leaderboard
-from bench.publish import verify_stores
-from bench.row_fields import RUN
+from bench.commands.cli import COMMANDS, build_parser, main
+from bench.reports.leaderboard import write_leaderboard
+from bench.reports.verify import verify_stores
+from bench.store.row_fields import RUN
 from gatesight_learning.calibrate import calibrate_model
 from pretrained import loading
 from tests.helpers import published_rows
@@ -44,7 +44,7 @@ def test_help_and_defaults_come_from_the_registries(capsys):
 @pytest.fixture
 def small_store(tmp_path):
     """Two items of every task of the committed store, as a store of their own: quick to rebuild a leaderboard of.
-    Rows that record their run (:data:`~bench.row_fields.RUN`) are made rows of a whole run of those two items."""
+    Rows that record their run (:data:`~bench.store.row_fields.RUN`) are made rows of a whole run of those two items."""
     rows = [row for row in published_rows() if row["item"] < 2]
     for row in rows:
         if RUN in row:

@@ -5,10 +5,10 @@ Ctrl-C says how to resume."""
 
 import pytest
 
-from bench import compare
-from bench.cli import main
-from bench.compare import run_compare
-from bench.store import ResultStore
+from bench.commands.cli import main
+from bench.run import compare
+from bench.run.compare import run_compare
+from bench.store.result_store import ResultStore
 from tests.helpers import compare_settings, copy_model, run_cli, truncate
 
 
@@ -128,7 +128,7 @@ def test_sigterm_is_an_interrupt_that_cleans_up(model_dir, tmp_path, capsys, mon
 def test_sigterm_a_library_wraps_in_another_error_is_still_a_stop(model_dir, tmp_path, capsys, monkeypatch):
     """Probe 69: SIGTERM during matplotlib's import (a pybind11 module) surfaced as a raw ``ImportError:
     initialization failed`` raised from the interrupt."""
-    from bench import stopping
+    from bench.run import stopping
 
     def import_stopped(*args, **kwargs):
         try:
@@ -146,7 +146,7 @@ def test_model_eval_interrupted_keeps_the_rows_of_the_tasks_it_finished_and_says
     """Ctrl-C during the second task: the first task's rows are in --rows, as the message says (they were lost)."""
     import json
 
-    from bench import model_eval
+    from bench.run import model_eval
 
     calls = []
 
@@ -169,7 +169,7 @@ def test_model_eval_interrupted_keeps_the_rows_of_the_tasks_it_finished_and_says
 def test_model_eval_interrupted_before_a_task_finished_says_nothing_was_written(model_dir, tmp_path, capsys,
                                                                                monkeypatch):
     """Ctrl-C during the first task: no row is written yet, and the message does not claim any were kept."""
-    from bench import model_eval
+    from bench.run import model_eval
 
     calls = []
 
@@ -197,14 +197,14 @@ def test_ctrl_c_says_what_each_command_keeps(model_dir, tmp_path, capsys, monkey
     """Only compare and label resume; train and calibrate write their result whole at the end."""
     import shutil
 
-    import bench.learning_commands
+    import bench.commands.learning_commands
 
     model = shutil.copytree(model_dir, tmp_path / "model", ignore=shutil.ignore_patterns("calibration*"))
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(bench.learning_commands, {"train": "train", "calibrate": "calibrate_model"}[command],
+    monkeypatch.setattr(bench.commands.learning_commands, {"train": "train", "calibrate": "calibrate_model"}[command],
                         interrupted)
     code, err = run_cli(capsys, command, "--model", model, *(a.format(tmp=tmp_path) for a in argv))
     assert code == 130 and says.format(tmp=tmp_path, model=model) in err and "it does not resume" in err, err
@@ -364,9 +364,9 @@ def test_verify_docs_that_is_a_file_is_not_offered_as_a_place_to_write(tmp_path,
 
 def test_verify_names_a_bad_docs_before_it_reads_a_store(tmp_path, capsys, monkeypatch):
     """Probe 63: the whole store was verified first ("… rows complete"), then --docs refused."""
-    import bench.publish
+    import bench.reports.verify
 
-    monkeypatch.setattr(bench.publish, "open_stores", lambda stores: pytest.fail("the stores were read first"))
+    monkeypatch.setattr(bench.reports.verify, "open_stores", lambda stores: pytest.fail("the stores were read first"))
     code, err = run_cli(capsys, "verify", tmp_path / "store", "--docs", tmp_path / "none")
     assert code == 2 and f"--docs {tmp_path / 'none'}: no such directory" in err, err
 
@@ -438,21 +438,23 @@ def test_a_stop_while_the_bench_loads_is_one_line(monkeypatch, capsys, stop, cod
     import sys
     import types
 
-    from bench import entry, stopping
+    from bench import entry
+    from bench.run import stopping
 
     stop = stopping.Terminated if stop == "terminated" else stop
 
     def loading(name):
         raise stop
 
-    fake = types.ModuleType("bench.cli")
+    fake = types.ModuleType("bench.commands.cli")
     fake.__getattr__ = loading
-    monkeypatch.setitem(sys.modules, "bench.cli", fake)
+    monkeypatch.setitem(sys.modules, "bench.commands.cli", fake)
     assert entry.main() == code
     err = capsys.readouterr().err.strip()
     assert err == f"bench: {how}; it stopped while starting, before any work: nothing was written", err
     light = subprocess.run([sys.executable, "-c", "import sys, bench.entry; print(sorted({'torch', 'transformers', "
-                            "'numpy', 'bench.cli'} & set(sys.modules)))"], capture_output=True, text=True, check=True)
+                            "'numpy', 'bench.commands.cli'} & set(sys.modules)))"], capture_output=True,
+                           text=True, check=True)
     assert light.stdout.strip() == "[]"
 
 
@@ -470,7 +472,7 @@ def test_a_stop_after_the_command_is_done_changes_nothing(monkeypatch):
 
     from bench import entry
 
-    monkeypatch.setitem(__import__("sys").modules, "bench.cli", types.SimpleNamespace(main=lambda: 0))
+    monkeypatch.setitem(__import__("sys").modules, "bench.commands.cli", types.SimpleNamespace(main=lambda: 0))
     previous = {stop: signal.getsignal(stop) for stop in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
         assert entry.main() == 0
@@ -485,7 +487,7 @@ def test_a_hang_up_is_a_stop_with_its_own_code(capsys):
     """Probe 73: SIGHUP (a closed terminal) was no stop: a train or leaderboard cut between its renames."""
     import signal
 
-    from bench.stopping import HungUp, StopOnSignals, stopped
+    from bench.run.stopping import HungUp, StopOnSignals, stopped
 
     with pytest.raises(HungUp), StopOnSignals():
         signal.raise_signal(signal.SIGHUP)

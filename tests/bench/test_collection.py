@@ -5,8 +5,8 @@ files of the rows it adds, so a method joining a group adds one file and changes
 import gzip
 import json
 
-from bench.collection import stores_below
-from bench.compare import run_compare
+from bench.run.compare import run_compare
+from bench.store.collection import stores_below
 from tests.helpers import compare_settings, run_cli
 
 

@@ -3,7 +3,7 @@ the other (``prefill_multiple``, not a "ratio": a ratio elsewhere is the evicted
 
 import json
 
-from bench.cost import run_cost
+from bench.run.cost import run_cost
 
 
 def test_cost_rows_give_scoring_time_as_a_multiple_of_prefill_time(model_dir, tmp_path):

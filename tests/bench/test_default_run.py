@@ -3,9 +3,9 @@ costs on the shipped model, and its plot's title counts methods, not kept fracti
 
 from collections import defaultdict
 
-from bench import report
-from bench.cli import build_parser, main
-from bench.compare import CompareSettings, run_compare, run_rows
+from bench.commands.cli import build_parser, main
+from bench.reports import report
+from bench.run.compare import CompareSettings, run_compare, run_rows
 
 
 def test_the_default_workload_shows_what_eviction_costs(tmp_path):

@@ -7,8 +7,8 @@ import json
 import pytest
 import torch
 
-from bench.compare import run_compare
-from bench.merge import merge_stores
+from bench.run.compare import run_compare
+from bench.store.merge import merge_stores
 from tests.helpers import compare_settings
 
 pytestmark = pytest.mark.slow  # process-heavy: run by .ci/run beside the default run (-m slow)
@@ -114,8 +114,8 @@ def test_ray_actors_are_given_jobs_a_few_ahead(model_dir, tmp_path, one_thread):
     """A run of ``--n 100000000`` on Ray: the first rows come back with a few jobs taken, not every job queued."""
     from itertools import count
 
-    from bench.compare import plan
-    from bench.execution import ContextJob, in_ray
+    from bench.run.compare import plan
+    from bench.run.execution import ContextJob, in_ray
     from pretrained import loading
 
     run = plan(_settings(model_dir, tmp_path / "ray", executor="ray", jobs=2, n=10**8))
@@ -138,7 +138,7 @@ def test_a_worker_that_cannot_load_the_model_is_one_error_whatever_runs_it(model
     workers, and reaches the user as the same one line a run in this process gives, not as Ray's actor error."""
     import shutil
 
-    from bench.cli import main
+    from bench.commands.cli import main
 
     broken = tmp_path / "model"
     shutil.copytree(model_dir, broken)
@@ -157,7 +157,7 @@ def test_a_press_that_cannot_run_on_the_model_is_one_error_from_the_workers(mode
     """Found where the model loads (in each worker, the parent loads none): one line, and no store left behind."""
     import shutil
 
-    from bench.cli import main
+    from bench.commands.cli import main
 
     bare = tmp_path / "model"
     shutil.copytree(model_dir, bare)
@@ -187,7 +187,7 @@ def test_a_stopped_run_with_jobs_still_queued_for_its_workers_exits(tmp_path):
 
     script = tmp_path / "stopped.py"
     script.write_text(
-        "from bench.execution import ContextJob, in_processes\n"
+        "from bench.run.execution import ContextJob, in_processes\n"
         "big = frozenset(('niah_single_1', i, 'q', 'keydiff', 'flat', 0.5) for i in range(20000))\n"
         "jobs = [ContextJob('niah_single_1', i, big) for i in range(8)]  # each ≈ 1 MB pickled, the pipe 64 KiB\n"
         "try:\n"
@@ -330,7 +330,7 @@ def test_a_stopped_worker_is_named_and_the_run_ends_in_one_line(model_dir, tmp_p
     import os
     import signal
 
-    from bench.worker_watch import SILENCE_ENV
+    from bench.run.worker_watch import SILENCE_ENV
 
     out = tmp_path / "out"
     driver = _start_compare(model_dir, out, **{SILENCE_ENV: "4"})
@@ -423,7 +423,7 @@ def test_a_worker_whose_driver_is_gone_takes_no_queued_job(monkeypatch):
     import multiprocessing
     import types
 
-    from bench import execution
+    from bench.run import execution
 
     jobs, driver = multiprocessing.Pipe(duplex=False)
     driver.send(execution.ContextJob("niah_single_1", 0))

@@ -4,7 +4,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from bench.fidelity import FullCacheReference, answer_log_probs, fidelity, reference_text
+from bench.run.fidelity import FullCacheReference, answer_log_probs, fidelity, reference_text
 from pretrained.loading import DEFAULT_MODEL_DIR
 from runtime import KeepPlan, encode_text, prefill
 from workloads.tasks import Config, generate

@@ -6,8 +6,8 @@ import pytest
 
 import allocators
 import presses
-from bench.cli import build_parser, main
-from bench.compare_command import methods_of
+from bench.commands.cli import build_parser, main
+from bench.commands.compare_command import methods_of
 from presses.base import Press
 from presses.selection import check_pair
 

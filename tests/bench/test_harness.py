@@ -6,9 +6,9 @@ import shutil
 import pytest
 import torch
 
-from bench.cli import main
-from bench.compare import CompareSettings, run_compare
-from bench.leaderboard import write_leaderboard
+from bench.commands.cli import main
+from bench.reports.leaderboard import write_leaderboard
+from bench.run.compare import CompareSettings, run_compare
 from pretrained import loading
 from testing.tiny_models import tiny_model
 from tests.helpers import compare_settings, save_model
@@ -125,7 +125,7 @@ def test_verify_checks_invariants_and_the_published_leaderboard(model_dir, tmp_p
 def test_jobs_give_the_same_rows_as_one_process(model_dir, tmp_path):
     settings = dict(presses=["keydiff", "none"], allocators=["flat"], keep_fractions=[0.3],
                     tasks=["niah_single_1", "niah_multikey_1"], n=2)
-    # each worker computes on one thread (bench.execution.ContextWorker); so does the serial run here, since a
+    # each worker computes on one thread (bench.run.execution.ContextWorker); so does the serial run here, since a
     # reduction split over another number of threads may round differently (measured: KL 2.619054e-05 against
     # 2.619011e-05 with two threads on one of the CPUs this runs on)
     threads = torch.get_num_threads()
@@ -135,7 +135,7 @@ def test_jobs_give_the_same_rows_as_one_process(model_dir, tmp_path):
     finally:
         torch.set_num_threads(threads)
     parallel = run_compare(_settings(model_dir, tmp_path / "parallel", jobs=2, **settings), show_progress=False)
-    from bench.row_fields import row_key
+    from bench.store.row_fields import row_key
 
     def table(store):
         return {row_key(r): (r["score"], r["delta_nll"], r["kl"], r["prediction"]) for r in store.rows}
@@ -176,7 +176,7 @@ def test_a_calibration_at_the_old_root_location_is_still_read(model_dir, tmp_pat
 def _two_children_budget(monkeypatch):
     """A memory budget that holds the first two children of each context and no more (runtime.batch.batch_nbytes);
     the group sizes used are recorded."""
-    from bench import engine
+    from bench.run import engine
     from runtime.batch import batch_nbytes, groups_within
 
     sizes = []
@@ -196,8 +196,8 @@ def _two_children_budget(monkeypatch):
 def test_children_in_groups_give_the_rows_of_one_batch(model_dir, tmp_path, monkeypatch, grouping):
     # the rows are the same whatever the groups the children are answered in: by count (--batch) or by the bytes a
     # group holds (RuntimeEngine.memory_budget)
-    from bench.engine import RuntimeEngine
-    from bench.row_fields import row_key
+    from bench.run.engine import RuntimeEngine
+    from bench.store.row_fields import row_key
 
     settings = dict(presses=["keydiff", "snapkv", "none"], allocators=["flat", "pyramid"], keep_fractions=[0.2, 0.6],
                     tasks=["niah_multikey_1"], n=1)

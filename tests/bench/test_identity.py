@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from bench.compare import run_compare, run_rows
+from bench.run.compare import run_compare, run_rows
 from pretrained import loading
 from runtime.errors import UsageError
 from tests.helpers import compare_settings, copy_model
@@ -70,7 +70,7 @@ def test_dtype_and_device_are_part_of_a_results_identity(model_dir, tmp_path):
     assert len(store.rows) == 2 * len(first.rows)  # the bfloat16 run answered, it did not reuse the float32 rows
     own = run_rows(store, bf16)
     assert len(own) == len(first.rows) and {r["dtype"] for r in own} == {"bfloat16"}
-    from bench.report import group_rows, group_title
+    from bench.reports.report import group_rows, group_title
 
     titles = [group_title(key) for key in group_rows(store.rows)]
     assert len(titles) == 2 and sum("dtype bfloat16" in t for t in titles) == 1
@@ -80,14 +80,14 @@ def test_a_source_edited_during_a_run_changes_neither_its_rows_version_nor_its_s
                                                                                      monkeypatch):
     """The code version is fixed when the run is planned: a long run whose sources are edited meanwhile
     (a session committing beside a sweep) still finds the rows it wrote (the sharded sweep's summary found none)."""
-    import bench.plan
-    from bench.code_version import code_version
-    from bench.compare import plan
+    import bench.run.plan
+    from bench.run.compare import plan
+    from bench.store.code_version import code_version
 
     checked = plan(compare_settings(model_dir, tmp_path / "out"))
     assert checked.code == code_version("hf") and plan(checked).code == checked.code
     edited = lambda engine="hf": "edited-meanwhile"  # noqa: E731 - what code_version says once a module changed
-    monkeypatch.setattr(bench.plan, "code_version", edited)
+    monkeypatch.setattr(bench.run.plan, "code_version", edited)
     store = run_compare(checked, show_progress=False)
     assert {r["code"] for r in store.rows} == {checked.code}
     assert len(run_rows(store, checked)) == len(store.rows) > 0
@@ -97,20 +97,20 @@ def test_a_source_edited_during_a_run_changes_neither_its_rows_version_nor_its_s
 def test_a_model_directory_written_during_a_run_keeps_the_run_whole(model_dir, tmp_path, capsys, monkeypatch):
     """bench calibrate writing into the model directory while bench compare runs: the model is fingerprinted once,
     when the run begins; its rows name that identity and the summary reads every one of them."""
-    import bench.compare
-    from bench.store import ResultStore
+    import bench.run.compare
+    from bench.store.result_store import ResultStore
     from tests.helpers import run_cli
 
     copy = copy_model(model_dir, tmp_path)
     before = loading.identity(copy)
-    original = bench.compare.execute
+    original = bench.run.compare.execute
 
     def run_then_recalibrate(run, *args, **kwargs):
         outcome = original(run, *args, **kwargs)
         (copy / "calibration" / "calibration.safetensors").write_bytes(b"written meanwhile")
         return outcome
 
-    monkeypatch.setattr(bench.compare, "execute", run_then_recalibrate)
+    monkeypatch.setattr(bench.run.compare, "execute", run_then_recalibrate)
     out = tmp_path / "out"
     code, err = run_cli(capsys, "compare", "--model", copy, "--press", "none", "--tasks", "niah_single_1", "--n", 1,
                         "--length", 300, "--out", out)
@@ -124,8 +124,8 @@ def test_a_model_directory_written_during_a_run_keeps_the_run_whole(model_dir, t
 def test_a_worker_that_loads_another_model_than_the_runs_refuses(model_dir, tmp_path):
     """With --jobs the driver fingerprints the model and loads none; each worker loads it once and refuses to
     answer if what it loaded is not what the run's rows name (the directory written in between)."""
-    from bench.compare import plan
-    from bench.execution import ContextWorker
+    from bench.run.compare import plan
+    from bench.run.execution import ContextWorker
 
     copy = copy_model(model_dir, tmp_path)
     run, identity = plan(compare_settings(copy, tmp_path / "out")), loading.identity(copy)

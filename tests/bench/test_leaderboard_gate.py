@@ -6,9 +6,9 @@ from dataclasses import dataclass
 import pytest
 
 import presses
-from bench.leaderboard_gate import NOT_YET, meant, missing
-from bench.project_modules import ROOT
-from bench.store import open_stores
+from bench.reports.leaderboard_gate import NOT_YET, meant, missing
+from bench.store.project_modules import ROOT
+from bench.store.result_store import open_stores
 from presses import registry
 
 

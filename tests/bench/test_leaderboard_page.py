@@ -9,12 +9,12 @@ import tempfile
 import numpy as np
 import pytest
 
-from bench.compare import run_compare
-from bench.leaderboard import MANIFEST, read_manifest, sha256_of, write_leaderboard
-from bench.leaderboard_page import ALL_TASKS, PAGE, group_data, page_html
-from bench.paper_tables import table3_markdown, table4_markdown
-from bench.publish import DIFF_WIDTH, verify_stores
-from bench.report import METRICS, GroupReport, group_rows, group_title
+from bench.reports.leaderboard import MANIFEST, read_manifest, sha256_of, write_leaderboard
+from bench.reports.leaderboard_page import ALL_TASKS, PAGE, group_data, page_html
+from bench.reports.paper_tables import table3_markdown, table4_markdown
+from bench.reports.report import METRICS, GroupReport, group_rows, group_title
+from bench.reports.verify import DIFF_WIDTH, verify_stores
+from bench.run.compare import run_compare
 from runtime.errors import UsageError
 from tests.helpers import compare_settings, run_cli
 

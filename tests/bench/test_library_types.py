@@ -1,15 +1,15 @@
 """What a library caller hands ``run_compare`` in the wrong type is one clear error naming the field, before any
 model loads; a run of very many contexts starts at once, its contexts read from their positions as the full list
-(:func:`bench.row_fields.shard_contexts`) has them."""
+(:func:`bench.store.row_fields.shard_contexts`) has them."""
 
 import json
 
 import numpy as np
 import pytest
 
-import bench.compare as compare
-from bench.compare import contexts_of, execute, plan, run_compare
-from bench.row_fields import shard_contexts
+import bench.run.compare as compare
+from bench.run.compare import contexts_of, execute, plan, run_compare
+from bench.store.row_fields import shard_contexts
 from runtime.errors import UsageError
 from tests.helpers import compare_settings, run_cli
 
@@ -169,7 +169,7 @@ def test_an_empty_directory_option_is_named_as_empty(model_dir, tmp_path, capsys
 
 def test_merge_stores_refuses_bytes_for_its_sources(tmp_path):
     """Bytes are a sequence of numbers: iterated, each would be read as a store."""
-    from bench.merge import merge_stores
+    from bench.store.merge import merge_stores
 
     with pytest.raises(UsageError, match=r"^sources=b'/tmp/x' are bytes: give a list of store directories"):
         merge_stores(b"/tmp/x", tmp_path / "out")

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 import allocators
-import bench.project_modules
+import bench.store.project_modules
 import presses
-from bench.code_version import code_version, method_codes, result_modules
-from bench.compare import run_compare
-from bench.store import ResultStore
+from bench.run.compare import run_compare
+from bench.store.code_version import code_version, method_codes, result_modules
+from bench.store.result_store import ResultStore
 from presses import registry
 from runtime.errors import UsageError
 from tests.helpers import compare_settings, run_cli
@@ -57,7 +57,7 @@ def _codes() -> dict[str, str]:
 @pytest.fixture
 def project_copy(tmp_path, monkeypatch) -> Path:
     """A copy of the project's packages that the code versions hash (``ROOT`` pointed at it)."""
-    root = bench.project_modules.ROOT
+    root = bench.store.project_modules.ROOT
     for package in ("runtime", "presses", "allocators", "workloads", "artifacts", "bench", "serving", "pretrained",
                     "gatesight_learning"):
         for path in (root / package).rglob("*.py"):
@@ -65,7 +65,7 @@ def project_copy(tmp_path, monkeypatch) -> Path:
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(path.read_text())
     shutil.copytree(root / "workloads" / "haystacks", tmp_path / "workloads" / "haystacks")
-    monkeypatch.setattr(bench.project_modules, "ROOT", tmp_path)
+    monkeypatch.setattr(bench.store.project_modules, "ROOT", tmp_path)
     return tmp_path
 
 
@@ -99,7 +99,7 @@ def test_a_press_edit_reversions_its_own_rows_and_a_runtime_edit_all(project_cop
     assert _codes()["shared"] != last["shared"]
     # the budget machinery is the group's: an edit of it re-versions every row
     assert {"allocators.base", "allocators.integerize", "presses.selection", "runtime.session",
-            "bench.rows"} <= set(result_modules())
+            "bench.run.rows"} <= set(result_modules())
     assert not {"presses.keydiff", "allocators.flat", "presses.registry", "presses.gatesight"} & set(result_modules())
 
 
@@ -182,7 +182,7 @@ def test_a_press_of_an_installed_package_runs_from_bench_compare(model_dir, tmp_
     command = [sys.executable, "-m", "bench.entry", "compare", "--methods", "recency/flat", "--keep-fractions", "0.3",
                "--tasks", "niah_single_1", "--n", "2", "--length", "300", "--model", str(model_dir), "--jobs", "2",
                "--out", str(tmp_path / "out")]
-    env = {"PYTHONPATH": f"{site}:{bench.project_modules.ROOT}", "OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin",
+    env = {"PYTHONPATH": f"{site}:{bench.store.project_modules.ROOT}", "OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin",
            "HOME": str(tmp_path)}
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stderr

@@ -1,4 +1,4 @@
-"""Needle recall and rank (bench.needles) against hand-made plans and brute-force ranking; the rows of a NIAH
+"""Needle recall and rank (bench.run.needles) against hand-made plans and brute-force ranking; the rows of a NIAH
 comparison carry them."""
 
 import json
@@ -6,9 +6,10 @@ import json
 import pytest
 import torch
 
-from bench.compare import CompareSettings, run_compare
-from bench.needles import needle_markdown, needle_positions, needle_rank, needle_recall
-from bench.row_fields import mean_over_heads
+from bench.reports.needle_table import needle_markdown
+from bench.run.compare import CompareSettings, run_compare
+from bench.run.needles import needle_positions, needle_rank, needle_recall
+from bench.store.row_fields import mean_over_heads
 from hybridmodel.tokenizer import build_tokenizer
 from runtime import KeepPlan, encode_text
 
@@ -73,7 +74,7 @@ def test_niah_rows_carry_needle_diagnostics(model_dir, tmp_path):
 
 
 def test_leaderboard_needle_recall_is_the_rows_answer_recall_with_paired_intervals():
-    from bench.leaderboard import needle_recall_markdown
+    from bench.reports.leaderboard import needle_recall_markdown
 
     group = {"model": "m", "weights": "w", "profile": "compact", "length": 512, "code": "c"}
     rows = []

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.cli import main
+from bench.commands.cli import main
 from tests.bench.test_output_policy import WRITERS, _base
 
 pytestmark = pytest.mark.slow  # process-heavy: run by .ci/run beside the default run (-m slow)

@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-import bench.fetch_command
+import bench.commands.fetch_command
 import hybridmodel.hybrid_delta
 import hybridmodel.train
 from artifacts.files import write_result
 from artifacts.outputs import Output, check
-from bench.arguments import Command
-from bench.cli import COMMANDS, main
-from bench.compare import run_compare
+from bench.commands.arguments import Command
+from bench.commands.cli import COMMANDS, main
+from bench.run.compare import run_compare
 from hybridmodel.distill_config import DistillConfig
 from pretrained import CACHE_ENV, loading
 from runtime.errors import UsageError
@@ -131,7 +131,7 @@ def test_the_cache_flag_and_the_environment_name_one_place(command, tmp_path, mo
     """``--cache DIR`` is the root ``HYBRIDPRESS_CACHE=DIR`` names: models go to its models/ folder either way."""
     name = {"fetch-model": "smollm2-135m-instruct", "ship-artifacts": "smollm2-135m-hybrid"}[command]
     roots = []
-    monkeypatch.setattr(bench.fetch_command, "fetch", lambda checkpoint, root, **kwargs: roots.append(root))
+    monkeypatch.setattr(bench.commands.fetch_command, "fetch", lambda checkpoint, root, **kwargs: roots.append(root))
     monkeypatch.setattr(hybridmodel.hybrid_delta, "ship_artifacts", lambda checkpoint, root: roots.append(root))
     monkeypatch.setattr(hybridmodel.hybrid_delta, "rebuild", lambda checkpoint, root: None)
     main([command, name, "--cache", str(tmp_path / "cache")])
@@ -265,7 +265,7 @@ def test_distill_init_from_that_is_no_delta_is_named_by_its_flag(init, tmp_path,
 
 def test_a_delta_of_this_run_is_updated_only_forward(tmp_path):
     """Where the run stops: its delta replaces the one in --out only at the same step or later."""
-    from bench.model_commands import _delta_in_the_way
+    from bench.commands.distill_commands import _delta_in_the_way
 
     _delta(tmp_path / "dB", step=4)
     config = json.loads((tmp_path / "dB" / "hybrid.json").read_text())["training"]["config"]
@@ -291,7 +291,7 @@ def test_cost_never_replaces_a_table_unasked(model_dir, tmp_path, capsys, no_mod
 
 
 def test_cost_replace_keeps_the_old_table(model_dir, tmp_path):
-    from bench.cost import run_cost
+    from bench.run.cost import run_cost
 
     out = tmp_path / "cost"
     out.mkdir()
@@ -357,7 +357,7 @@ def test_a_replaced_result_file_is_kept_aside(tmp_path):
 def test_an_empty_rows_file_is_written_without_a_backup(model_dir, tmp_path):
     """``touch rows.jsonl`` before ``bench model-eval --rows rows.jsonl``: an empty file holds no result, so it is
     neither refused as one nor moved aside."""
-    from bench.model_eval import evaluate_model
+    from bench.run.model_eval import evaluate_model
 
     rows = tmp_path / "rows.jsonl"
     rows.touch()
@@ -368,11 +368,12 @@ def test_an_empty_rows_file_is_written_without_a_backup(model_dir, tmp_path):
 def test_model_eval_names_the_tasks_its_mean_averages(model_dir):
     """The mean row names the tasks it averages (it was "mean NIAH×8 + vt" over whatever was asked), and one task
     has no mean row."""
-    from bench.model_eval import evaluate_model
+    from bench.reports.model_card import accuracy_markdown
+    from bench.run.model_eval import evaluate_model
 
-    two = evaluate_model(str(model_dir), ["niah_single_1", "niah_single_2"], [400], 1)
+    two = accuracy_markdown(*evaluate_model(str(model_dir), ["niah_single_1", "niah_single_2"], [400], 1))
     assert "| **mean of niah_single_1, niah_single_2** |" in two and "NIAH×8" not in two
-    one = evaluate_model(str(model_dir), ["niah_single_1"], [400], 1)
+    one = accuracy_markdown(*evaluate_model(str(model_dir), ["niah_single_1"], [400], 1))
     assert "mean" not in one.split("full cache, greedy.", 1)[1]
 
 
@@ -490,7 +491,7 @@ def test_published_pages_share_their_folder(model_dir, tmp_path):
     ``scripts/full_sweep.sh``): neither refuses the other's folder."""
     model = shutil.copytree(model_dir, tmp_path / "model")
     (tmp_path / "store").mkdir()
-    from bench.cli import build_parser
+    from bench.commands.cli import build_parser
 
     for command, there in (("leaderboard", "a cost table"), ("cost", "a leaderboard")):
         place = _folder_of(there, tmp_path)
@@ -506,7 +507,7 @@ def test_a_folder_of_the_commands_own_files_is_not_refused_as_mixed(command, the
     model = shutil.copytree(model_dir, tmp_path / "model")
     place = _folder_of(there, tmp_path)
     command_ = next(c for c in COMMANDS if c.name == command)
-    from bench.cli import build_parser
+    from bench.commands.cli import build_parser
 
     args = build_parser().parse_args(_base(command, "--out", place, model, tmp_path)
                                      + (["--replace"] if command == "train" else []))

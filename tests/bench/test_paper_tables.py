@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from bench.paper_tables import benchmarks, table3_markdown, table4_markdown
-from bench.report import GroupReport
-from bench.stats import PairedBootstrap
+from bench.reports.paper_tables import benchmarks, table3_markdown, table4_markdown
+from bench.reports.report import GroupReport
+from bench.reports.stats import PairedBootstrap
 
 GROUP = {"model": "m", "weights": "w", "profile": "compact", "length": 512, "code": "c"}
 FRACTIONS = (0.1, 0.4, 0.7)

@@ -6,9 +6,9 @@ is refused by ``bench compare`` before any work, and by every reader of a store 
 import numpy as np
 import pytest
 
-import bench.plan
-from bench.compare import run_compare
-from bench.row_fields import BATCH, QUESTIONS, RUN
+import bench.run.plan
+from bench.run.compare import run_compare
+from bench.store.row_fields import BATCH, QUESTIONS, RUN
 from runtime.errors import UsageError
 from tests.helpers import assert_reports_refuse, compare_settings, run_cli, store_of, stored_rows
 
@@ -22,7 +22,7 @@ def one_code_version():
     """Every run of this module under one code version: a resumed run must add rows to its own group, whatever
     other sources are edited meanwhile."""
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(bench.plan, "code_version", lambda engine="hf": "c0dec0dec0de")
+        patch.setattr(bench.run.plan, "code_version", lambda engine="hf": "c0dec0dec0de")
         yield
 
 

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from bench.cli import main
-from bench.settings import RAY_ANSWER_SECONDS, check_ray_address
+from bench.commands.cli import main
+from bench.run.settings import RAY_ANSWER_SECONDS, check_ray_address
 from pretrained import loading
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="Ray is the optional 'ray' extra")
@@ -86,7 +86,7 @@ def test_joining_a_server_that_answers_grpc_but_is_not_ray_is_bounded(listener):
     port, reply = listener
     reply.append(bytes([0, 0, 0, 4, 0, 0, 0, 0, 0]))  # an empty HTTP/2 SETTINGS frame, as any gRPC server sends
     check_ray_address(f"127.0.0.1:{port}", timeout=2)  # let through: it looks like gRPC
-    script = ("import ray, sys\nfrom bench.execution import _join_ray\nfrom runtime.errors import UsageError\n"
+    script = ("import ray, sys\nfrom bench.run.execution import _join_ray\nfrom runtime.errors import UsageError\n"
               f"try:\n    _join_ray(ray, '127.0.0.1:{port}', timeout=3)\nexcept UsageError as error:\n"
               "    print(error)\n    sys.exit(7)\n")
     started = time.monotonic()

@@ -9,9 +9,9 @@ import reprlib
 import pytest
 
 from allocators.integerize import round_half_up
-from bench.compare import run_compare
-from bench.row_checks import DELTA_NLL_TOLERANCE
-from bench.row_fields import SCHEMA
+from bench.run.compare import run_compare
+from bench.store.row_fields import SCHEMA
+from bench.store.row_set_checks import DELTA_NLL_TOLERANCE
 from tests.helpers import assert_reports_refuse, compare_settings, run_cli, store_of, stored_rows
 from workloads.metrics import string_match_all
 

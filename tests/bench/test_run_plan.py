@@ -8,10 +8,10 @@ import shutil
 
 import pytest
 
-from bench.cli import main
-from bench.compare import plan
-from bench.specs import AllocatorSpec, Method, PressSpec, parse_item, parse_pair, split_items
-from bench.store import ResultStore
+from bench.commands.cli import main
+from bench.run.compare import plan
+from bench.run.specs import AllocatorSpec, Method, PressSpec, parse_item, parse_pair, split_items
+from bench.store.result_store import ResultStore
 from pretrained import loading
 from runtime.errors import UsageError
 from tests.helpers import compare_settings, run_cli

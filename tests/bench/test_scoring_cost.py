@@ -2,7 +2,7 @@
 
 import re
 
-from bench.scoring_cost import scoring_cost_markdown, scoring_rows
+from bench.reports.scoring_cost import scoring_cost_markdown, scoring_rows
 
 
 def _rows(press, task, item, prefill, score, fractions=(0.1, 0.5), allocators=("flat", "global")):

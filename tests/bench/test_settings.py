@@ -7,8 +7,8 @@ import pytest
 
 import allocators
 import presses
-from bench import compare
-from bench.compare import CompareSettings, run_compare
+from bench.run import compare
+from bench.run.compare import CompareSettings, run_compare
 from pretrained import loading
 from tests.helpers import compare_settings
 
@@ -64,8 +64,8 @@ def test_typed_options_name_the_rows(model_dir, tmp_path):
 def test_jobs_are_capped_at_the_contexts_and_warned_above_the_cores(model_dir, tmp_path, capsys, monkeypatch):
     import os
 
-    import bench.compare
-    from bench.execution import ContextWorker
+    import bench.run.compare
+    from bench.run.execution import ContextWorker
 
     pools = []
 
@@ -74,7 +74,7 @@ def test_jobs_are_capped_at_the_contexts_and_warned_above_the_cores(model_dir, t
         worker = ContextWorker(run, identity)
         return (worker.rows(job) for job in jobs)  # a generator, as in_processes returns
 
-    monkeypatch.setattr(bench.compare, "in_processes", in_this_process)
+    monkeypatch.setattr(bench.run.compare, "in_processes", in_this_process)
     monkeypatch.setattr(os, "cpu_count", lambda: 1)
     capsys.readouterr()
     run_compare(compare_settings(model_dir, tmp_path / "one", jobs=64), show_progress=False)

@@ -5,9 +5,9 @@ import json
 
 import pytest
 
-from bench.cli import main
-from bench.compare import CompareSettings, run_compare
-from bench.store import ResultStore
+from bench.commands.cli import main
+from bench.run.compare import CompareSettings, run_compare
+from bench.store.result_store import ResultStore
 from pretrained import loading
 
 SETTINGS = dict(presses=["keydiff", "none"], allocators=["flat"], keep_fractions=[0.5], tasks=["niah_single_1"],

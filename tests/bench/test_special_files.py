@@ -114,7 +114,7 @@ def test_a_folder_at_a_leaderboard_file_is_refused_before_any_work(model_dir, tm
 def test_a_leaderboard_stopped_half_way_leaves_the_last_one_whole(model_dir, tmp_path, capsys, monkeypatch):
     """Probes 70 and 71: a build stopped half way left its own files looking written by hand to the next build, or
     its new image beside the last build's tables, which verify passed. Now nothing of it reaches the folder."""
-    from bench import leaderboard
+    from bench.reports import leaderboard
 
     small, large = tmp_path / "small", tmp_path / "large"
     for store, n in ((small, "1"), (large, "2")):
@@ -141,7 +141,7 @@ def test_a_leaderboard_stopped_half_way_leaves_the_last_one_whole(model_dir, tmp
 
 def test_a_second_leaderboard_into_the_same_folder_at_once_is_refused(model_dir, tmp_path, capsys, monkeypatch):
     """Probe 71: two builds into one --out both exited 0, the folder mixing their files."""
-    from bench import leaderboard
+    from bench.reports import leaderboard
 
     store = tmp_path / "store"
     assert run_cli(capsys, "compare", "--model", model_dir, "--press", "keydiff,none", *SMALL_RUN, "--out",
@@ -250,19 +250,19 @@ def test_a_pipe_where_a_folder_belongs_is_not_called_a_file(tmp_path, capsys, co
 def test_a_stop_once_the_leaderboard_is_in_place_says_it_is(model_dir, tmp_path, capsys, monkeypatch):
     """Probe 72: a build moved in whole, then stopped (its last line blocked on a paused terminal), said it did not
     resume and had to be run again."""
-    from bench import publish
+    from bench.commands import leaderboard_command
 
     store = tmp_path / "store"
     assert run_cli(capsys, "compare", "--model", model_dir, "--press", "keydiff,none", *SMALL_RUN, "--out",
                    store)[0] == 0
     docs = tmp_path / "docs"
-    built = publish.write_leaderboard
+    built = leaderboard_command.write_leaderboard
 
     def built_then_stopped(*args, **kwargs):
         built(*args, **kwargs)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(publish, "write_leaderboard", built_then_stopped)
+    monkeypatch.setattr(leaderboard_command, "write_leaderboard", built_then_stopped)
     code, err = run_cli(capsys, "leaderboard", store, "--out", docs)
     assert code == 130 and f"{docs} holds the new leaderboard (put in place whole before it stopped)" in err, err
     monkeypatch.undo()

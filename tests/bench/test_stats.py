@@ -5,8 +5,8 @@ import re
 import numpy as np
 import pytest
 
-from bench.report import GroupReport, plot_curves, summary_markdown
-from bench.stats import PairedBootstrap
+from bench.reports.report import GroupReport, plot_curves, summary_markdown
+from bench.reports.stats import PairedBootstrap
 
 GROUP = {"model": "m", "weights": "w", "profile": "compact", "length": 512, "code": "c"}
 
@@ -122,7 +122,7 @@ def test_plot_of_one_ratio_uses_error_bars(tmp_path):
 def test_a_report_never_prints_nan_or_inf():
     """Probe of issue 64: values near the float range published ``[8.822, nan]`` (their resampled means overflow);
     a report shows a number that is none as "–", and the summary of such rows holds no nan or inf."""
-    from bench.stats import Interval
+    from bench.reports.stats import Interval
 
     assert Interval(float("nan"), 1.25, float("inf")).format(1, 2) == "– [1.25, –]"
     rows = _rows({("none", "none", 1.0): [0.0] * 3, ("a", "flat", 0.5): [1e308, 1e308, 0.5]}, field="delta_nll")

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-import bench.project_modules
-from bench.code_version import _normalised_source, code_version, result_modules
-from bench.compare import run_compare, run_rows
-from bench.store import ResultStore
+import bench.store.project_modules
+from bench.run.compare import run_compare, run_rows
+from bench.store.code_version import _normalised_source, code_version, result_modules
+from bench.store.result_store import ResultStore
 from runtime.errors import UsageError
 from tests.helpers import compare_settings, published_stores, run_cli
 
@@ -30,12 +30,12 @@ def test_code_version_ignores_comments_and_docstrings(tmp_path):
     c.write_text('def f(x):\n    return x + 2\n')
     assert _normalised_source(a) == _normalised_source(b) != _normalised_source(c)
     hf = result_modules("hf")
-    assert not any(m in hf for m in ("bench.report", "bench.cli", "bench.store", "bench.leaderboard",
-                                     "artifacts.files"))
+    assert not any(m in hf for m in ("bench.reports.report", "bench.commands.cli", "bench.store.result_store",
+                                     "bench.reports.leaderboard", "artifacts.files"))
     # the CLI's wording and help never decide a value: an edit of them must not strand a store's unfinished run
-    assert not [m for m in hf if m == "bench.arguments" or m.endswith("_command") or m == "bench.merge"]
-    assert {"runtime.session", "presses.selection", "allocators.base", "bench.rows"} <= set(hf)
-    # a method's own code is its own (bench.code_version.method_codes): not the group's
+    assert not [m for m in hf if m == "bench.commands.arguments" or m.endswith("_command") or m == "bench.store.merge"]
+    assert {"runtime.session", "presses.selection", "allocators.base", "bench.run.rows"} <= set(hf)
+    # a method's own code is its own (bench.store.code_version.method_codes): not the group's
     assert not {"presses.keydiff", "allocators.flat", "presses.registry"} & set(hf)
     assert not any(m.startswith("serving") for m in hf) and "serving.worker" in result_modules("vllm")
 
@@ -43,11 +43,11 @@ def test_code_version_ignores_comments_and_docstrings(tmp_path):
 def test_code_version_follows_what_each_engines_rows_import(tmp_path, monkeypatch):
     """A serving-only edit keeps the hf engine's code version (and changes vLLM's); a runtime edit changes both."""
     for package in ("runtime", "presses", "allocators", "workloads", "artifacts", "bench", "serving", "pretrained"):
-        for path in (bench.project_modules.ROOT / package).rglob("*.py"):
-            target = tmp_path / path.relative_to(bench.project_modules.ROOT)
+        for path in (bench.store.project_modules.ROOT / package).rglob("*.py"):
+            target = tmp_path / path.relative_to(bench.store.project_modules.ROOT)
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(path.read_text())
-    monkeypatch.setattr(bench.project_modules, "ROOT", tmp_path)
+    monkeypatch.setattr(bench.store.project_modules, "ROOT", tmp_path)
     hf, vllm = code_version("hf"), code_version("vllm")
     assert hf != vllm
     with (tmp_path / "serving" / "worker.py").open("a") as f:
@@ -73,7 +73,7 @@ def held_by_a_writer(directory: Path) -> Iterator[int]:
     """While the context lasts, another process (its pid given) holds the store in ``directory`` as its writer."""
     holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import time
-        from bench.store import ResultStore
+        from bench.store.result_store import ResultStore
         store = ResultStore({str(directory)!r})
         print("locked", flush=True)
         time.sleep(30)
@@ -94,7 +94,7 @@ def test_a_second_writer_is_refused_at_once(tmp_path):
 
 
 def test_a_writer_starting_while_verify_asks_about_the_store_is_not_refused(tmp_path):
-    """``ResultStore.writer`` (verify asking whether a store is being written) holds a shared lock for an instant; a
+    """``lock_holder`` (verify asking whether a store is being written) holds a shared lock for an instant; a
     writer starting in that instant waits it out instead of being refused as if a run held the store."""
     import fcntl
     import threading
@@ -155,7 +155,7 @@ def test_lines_that_are_not_rows_are_skipped_and_counted(model_dir, tmp_path, ca
     assert f"skipped 4 line(s) that are not result rows (line {rows + 1}, {rows + 2}, {rows + 3}, {rows + 4})" in err
     assert str(path) in err and store.skipped == [rows + 1, rows + 2, rows + 3, rows + 4]
     assert path.read_bytes() == damaged  # nothing rewritten
-    from bench.leaderboard import write_leaderboard
+    from bench.reports.leaderboard import write_leaderboard
 
     assert write_leaderboard([tmp_path], tmp_path / "docs").exists()
 
@@ -192,8 +192,8 @@ def test_rows_from_before_the_engine_field_read_as_the_runtimes(tmp_path):
 
 
 def test_the_committed_store_still_reads_and_verifies():
-    from bench.project_modules import ROOT
-    from bench.report import group_rows, group_title
+    from bench.reports.report import group_rows, group_title
+    from bench.store.project_modules import ROOT
 
     stores = published_stores()
     rows = [row for store in stores for row in store.rows]

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from bench.compare import CompareSettings, run_compare
-from bench.leaderboard import MANIFEST, read_manifest
+from bench.reports.leaderboard import MANIFEST, read_manifest
+from bench.run.compare import CompareSettings, run_compare
 from tests.bench.test_store import held_by_a_writer
 from tests.helpers import run_cli
 

@@ -11,12 +11,12 @@ import shutil
 
 import pytest
 
-import bench.compare
-import bench.plan
+import bench.run.compare
+import bench.run.plan
 from allocators.integerize import round_half_up
-from bench.cli import main
-from bench.compare import CompareSettings, run_compare, run_rows
-from bench.store import ResultStore
+from bench.commands.cli import main
+from bench.run.compare import CompareSettings, run_compare, run_rows
+from bench.store.result_store import ResultStore
 from pretrained import loading
 from runtime.errors import UsageError
 from tests.helpers import assert_reports_refuse, published_stores, run_cli, store_of, stored_rows
@@ -36,7 +36,7 @@ def one_code_version():
     """Every run of this module under one code version: they are compared across tests, and the code is not what
     they test (an edit of the sources while they run would start a new version)."""
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(bench.plan, "code_version", lambda engine="hf": "c0dec0dec0de")
+        patch.setattr(bench.run.plan, "code_version", lambda engine="hf": "c0dec0dec0de")
         yield
 
 
@@ -201,7 +201,7 @@ def test_the_committed_store_is_complete_its_legacy_rows_and_its_runs_alike():
     runs (two shards each: n = 20 a task; the GateSight group's n = 50 at 2,048 tokens and 30 at 4,096, whose
     multikey parts grew in place from 13 and 8 contexts, their first rows recording the smaller n), and all are
     complete: a grown run must hold every context of its larger n."""
-    from bench.completeness import check_complete
+    from bench.store.completeness import check_complete
 
     stores = published_stores()
     rows = [row for store in stores for row in store.rows]
@@ -362,8 +362,8 @@ def test_every_stored_fraction_is_checked(runs, tmp_path, capsys, change, messag
 
 
 def test_a_store_given_twice_is_one_clear_error(runs, tmp_path, capsys):
-    from bench.leaderboard import write_leaderboard
-    from bench.publish import verify_stores
+    from bench.reports.leaderboard import write_leaderboard
+    from bench.reports.verify import verify_stores
 
     for check in (lambda: verify_stores([runs / "whole", runs / "whole" / "."]),
                   lambda: write_leaderboard([runs / "whole", runs / "whole"], tmp_path / "docs")):
@@ -379,7 +379,7 @@ def test_a_store_given_twice_is_one_clear_error(runs, tmp_path, capsys):
 
 
 def test_an_empty_docs_folder_is_one_clear_error(runs, tmp_path, capsys):
-    from bench.publish import verify_stores
+    from bench.reports.verify import verify_stores
 
     docs = tmp_path / "docs"
     docs.mkdir()
@@ -474,7 +474,7 @@ def test_a_sharded_run_merges_with_a_run_of_other_methods_once_its_shards_are_me
 def test_a_store_of_two_seeds_says_its_items_pool_both(runs, model_dir, tmp_path, capsys):
     """Runs of one setting with --seed 0 and --seed 1 in one store: their contexts differ, so the leaderboard pools
     their items (each paired across methods within its own context) and says which seeds it pools; compare's own
-    summary describes its run alone (``bench.compare.run_rows``)."""
+    summary describes its run alone (``bench.run.compare.run_rows``)."""
     store = tmp_path / "seeds"
     shutil.copytree(runs / "whole", store)
     code, err = run_cli(capsys, "compare", "--model", model_dir, "--out", store, "--press", "keydiff",
@@ -517,7 +517,7 @@ def test_a_rerun_under_another_code_version_says_it_starts_anew(runs, model_dir,
     shutil.copytree(runs / "whole", store)
     run_compare(_settings(model_dir, store, n=2), show_progress=False)  # nothing left to run, same code
     assert "note:" not in capsys.readouterr().err
-    monkeypatch.setattr(bench.plan, "code_version", lambda engine="hf": "0ther0c0de00")
+    monkeypatch.setattr(bench.run.plan, "code_version", lambda engine="hf": "0ther0c0de00")
     run_compare(_settings(model_dir, store, n=2), show_progress=False)
     count = len(stored_rows(runs / "whole"))
     assert f"note: {store / 'results.jsonl'} holds {count} rows of this model and settings computed by another code " \
@@ -539,7 +539,7 @@ def test_a_run_that_would_leave_its_store_incomplete_is_refused_before_any_work(
     store = tmp_path / "store"
     shutil.copytree(runs / "whole", store)
     before = (store / "results.jsonl").read_bytes()
-    monkeypatch.setattr(bench.compare, "_run", lambda *args: pytest.fail("the run started"))
+    monkeypatch.setattr(bench.run.compare, "_run", lambda *args: pytest.fail("the run started"))
     code, err = run_cli(capsys, "compare", "--model", model_dir, "--methods", ",".join(f"{p}/flat" for p in presses
                                                                                       if p != "none"),
                         "--keep-fractions", "0.5", "--tasks", "niah_single_1", "--length", 300, "--n", n,
@@ -556,7 +556,7 @@ def test_runs_that_keep_their_store_complete_are_not_refused(runs, model_dir, tm
     store = tmp_path / "store"
     shutil.copytree(runs / "whole", store)
     started = []
-    monkeypatch.setattr(bench.compare, "_run", lambda *args: started.append(True))
+    monkeypatch.setattr(bench.run.compare, "_run", lambda *args: started.append(True))
     run_compare(_settings(model_dir, store, presses=presses, n=n), show_progress=False)
     assert started
 
@@ -572,7 +572,7 @@ def test_a_shard_of_another_split_into_the_store_of_a_shard_is_refused(runs, mod
     shutil.copytree(runs / "0of2", store)
     before = (store / "results.jsonl").read_bytes()
     started = []
-    monkeypatch.setattr(bench.compare, "_run", lambda *args: started.append(True))
+    monkeypatch.setattr(bench.run.compare, "_run", lambda *args: started.append(True))
     with pytest.raises(ValueError, match=re.escape(said) + ".*Give --shard K/2, or write to another --out"):
         run_compare(_settings(model_dir, store, n=4, shard=shard), show_progress=False)
     assert not started and (store / "results.jsonl").read_bytes() == before
@@ -584,7 +584,7 @@ def test_merge_of_one_run_under_two_code_versions_says_what_to_do(runs, model_di
     """Two stores of the same run computed by two code versions are two results: merge refuses them naming the
     code versions and the ways out, as it does for runs of other contexts."""
     old = tmp_path / "old"
-    monkeypatch.setattr(bench.plan, "code_version", lambda engine="hf": "0ther0c0de00")
+    monkeypatch.setattr(bench.run.plan, "code_version", lambda engine="hf": "0ther0c0de00")
     run_compare(_settings(model_dir, old, n=2), show_progress=False)
     code, err = run_cli(capsys, "merge", runs / "whole", old, "--out", tmp_path / "merged")
     assert code == 2 and "differ in code (c0dec0dec0de against 0ther0c0de00); rows of two code versions are two " \
@@ -593,7 +593,7 @@ def test_merge_of_one_run_under_two_code_versions_says_what_to_do(runs, model_di
 
 
 def test_merge_stores_names_a_refused_out_by_its_argument(runs, tmp_path):
-    from bench.merge import merge_stores
+    from bench.store.merge import merge_stores
 
     with pytest.raises(ValueError, match=r"^out /proc/xx: /proc holds the kernel's virtual files"):
         merge_stores([runs / "whole"], "/proc/xx")
@@ -615,7 +615,7 @@ def test_a_run_that_leaves_a_stopped_context_unfinished_is_refused(runs, model_d
     kept = [row for row in rows if not (row["item"] == 1 and row["press"] == "keydiff")]
     (store / "results.jsonl").write_text("".join(json.dumps(row) + "\n" for row in kept))
     started = []
-    monkeypatch.setattr(bench.compare, "_run", lambda *args: started.append(True))
+    monkeypatch.setattr(bench.run.compare, "_run", lambda *args: started.append(True))
     with pytest.raises(ValueError, match=re.escape(said)):
         run_compare(_settings(model_dir, store, presses=presses, n=n), show_progress=False)
     assert not started
@@ -641,7 +641,7 @@ def test_a_shard_of_the_same_tasks_in_another_order_is_refused(runs, model_dir, 
     context shard 0/2 held and leave one of a,b's shard 1/2 unanswered."""
     store = tmp_path / "store"
     tasks = ["niah_single_1", "niah_single_2"]
-    monkeypatch.setattr(bench.compare, "_run", lambda *args: None)
+    monkeypatch.setattr(bench.run.compare, "_run", lambda *args: None)
     rows = [{**row, "run": {**row["run"], "tasks": tasks, "n": 4}} for row in stored_rows(runs / "0of2")]
     store_of(rows, store)
     with pytest.raises(ValueError, match="holds a run of --tasks niah_single_1,niah_single_2, and this shard is of "

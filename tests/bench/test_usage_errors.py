@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-import bench.compare
-from bench.cli import main
+import bench.run.compare
+from bench.commands.cli import main
 from runtime.errors import UsageError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,7 +38,7 @@ def test_a_missing_file_the_user_named_is_a_usage_error(tmp_path, capsys):
         raise FileNotFoundError(2, "No such file or directory", str(tmp_path / "out" / "results.jsonl.gz"))
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(bench.compare, "plan", missing)
+        patch.setattr(bench.run.compare, "plan", missing)
         assert main(["compare", "--press", "keydiff", "--out", str(tmp_path / "out")]) == 2
     assert "No such file or directory" in capsys.readouterr().err
 
@@ -49,16 +49,16 @@ def test_an_internal_error_propagates(tmp_path, monkeypatch, error):
     def bug(settings):
         raise error
 
-    monkeypatch.setattr(bench.compare, "plan", bug)
+    monkeypatch.setattr(bench.run.compare, "plan", bug)
     with pytest.raises(type(error)):
         main(["compare", "--press", "keydiff", "--out", str(tmp_path / "out")])
 
 
 def test_an_internal_error_is_a_traceback_and_a_nonzero_exit(tmp_path):
-    script = ("import sys, bench.compare\n"
+    script = ("import sys, bench.run.compare\n"
               "def bug(settings):\n    raise ValueError('an unpacking mismatch')\n"
-              "bench.compare.plan = bug\n"
-              "from bench.cli import main\n"
+              "bench.run.compare.plan = bug\n"
+              "from bench.commands.cli import main\n"
               f"sys.exit(main(['compare', '--press', 'keydiff', '--out', {str(tmp_path / 'out')!r}]))\n")
     done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True,
                           env={**os.environ, "OMP_NUM_THREADS": "1"})

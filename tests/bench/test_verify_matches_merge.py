@@ -5,11 +5,11 @@ import shutil
 
 import pytest
 
-from bench.cli import main
-from bench.compare import CompareSettings, run_compare
-from bench.leaderboard import MANIFEST, write_leaderboard
-from bench.merge import merge_stores
-from bench.publish import verify_stores
+from bench.commands.cli import main
+from bench.reports.leaderboard import MANIFEST, write_leaderboard
+from bench.reports.verify import verify_stores
+from bench.run.compare import CompareSettings, run_compare
+from bench.store.merge import merge_stores
 from tests.helpers import store_of, stored_rows
 
 
@@ -170,7 +170,7 @@ def test_verify_names_docs_that_hold_a_store(store, capsys):
 ])
 def test_an_unfinished_run_of_another_code_version_is_not_advised_a_rerun(store, tmp_path, capsys, code, says):
     """A rerun resumes only rows of this checkout's code version; rows of another would never be finished by it."""
-    from bench.code_version import code_version
+    from bench.store.code_version import code_version
 
     rows = stored_rows(store)
     at = _compacted(rows)

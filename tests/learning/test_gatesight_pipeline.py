@@ -5,7 +5,7 @@ import shutil
 import pytest
 import torch
 
-from bench.cli import main
+from bench.commands.cli import main
 from gatesight_learning.evaluate import overlap_and_coverage, spearman, split_by_corpus
 from gatesight_learning.record import load_shard
 from presses.gatesight import GateSightEstimator

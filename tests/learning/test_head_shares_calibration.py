@@ -9,7 +9,7 @@ import allocators
 import presses
 from allocators import HeadShares
 from allocators.head_shares import FILE
-from bench.cli import main
+from bench.commands.cli import main
 from gatesight_learning import head_shares as calibration
 from gatesight_learning.evaluate import spearman
 from gatesight_learning.record import CHAT_PREFIX

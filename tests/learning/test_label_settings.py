@@ -11,7 +11,7 @@ from safetensors.torch import save_file
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
 import gatesight_learning.record
-from bench.cli import main
+from bench.commands.cli import main
 from gatesight_learning.record import shard_settings
 from pretrained import loading
 from tests.helpers import run_cli, save_model, truncate

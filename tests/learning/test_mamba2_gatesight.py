@@ -7,8 +7,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from bench.cli import main
-from bench.store import ResultStore
+from bench.commands.cli import main
+from bench.store.result_store import ResultStore
 from gatesight_learning.analyze import observation_1
 from gatesight_learning.record import load_shard
 from hybridmodel.half_lives import static_half_lives

@@ -10,8 +10,8 @@ from safetensors.torch import save_file
 
 import presses
 from allocators.integerize import round_half_up
-from bench.cli import main
-from bench.plan import plan
+from bench.commands.cli import main
+from bench.run.plan import plan
 from gatesight_learning.estimator import LOG_FLOOR, TrainSettings, one_scale_targets
 from presses.gatesight import GateSightEstimator, GateSightPress, build_features
 from pretrained import loading

@@ -278,7 +278,7 @@ def _parses_every_command(message: str, commands: list[str]) -> None:
     """The bench commands ``message`` advises (in backquotes, after any variable) are ``commands``, each accepted by
     the command line as written — with --labels where it trains, and --replace where the rebuild carries what the
     delta ships already."""
-    from bench.cli import build_parser
+    from bench.commands.cli import build_parser
 
     advised = [shlex.split(c.split("bench ", 1)[1]) for c in re.findall(r"`([^`]*bench [^`]*)`", message)]
     assert [argv[0] for argv in advised] == commands, message
@@ -638,7 +638,7 @@ def test_general_requests_share_no_four_words_with_the_benchmarks_or_the_chat_ch
     chat check's twenty questions (benchmarks/chat_answers.py)."""
     import importlib.util
 
-    from bench.project_modules import ROOT
+    from bench.store.project_modules import ROOT
     from hybridmodel.distill import GENERAL_INSTRUCTIONS
     from tests.model.test_recall_windows import _benchmark_grams, _grams
 
@@ -658,7 +658,7 @@ def test_phase_two_begins_from_a_delta_records_it_and_refuses_other_configs(teac
     import hashlib
     from dataclasses import asdict
 
-    from bench.model_commands import _start_from
+    from bench.commands.distill_commands import _start_from
 
     delta, run, lines = tmp_path / "delta", tmp_path / "phase2", []
     tokenizer = build_tokenizer()
@@ -721,7 +721,7 @@ def _distill_cli(monkeypatch, teacher):
     import argparse
 
     import pretrained.loading
-    from bench.model_commands import add_distill_arguments
+    from bench.commands.distill_commands import add_distill_arguments
 
     monkeypatch.setattr(pretrained.loading, "load", lambda spec: (teacher, build_tokenizer(), None))
     monkeypatch.setattr(pretrained.loading, "resolve", lambda spec: None)
@@ -738,7 +738,7 @@ def test_the_cli_begins_phase_two_from_a_delta_resumes_it_and_exports_it(teacher
     the exported delta records its origin and its log ends at its step."""
     from dataclasses import asdict
 
-    from bench.model_commands import run_distill
+    from bench.commands.distill_commands import run_distill
 
     parser = _distill_cli(monkeypatch, teacher)
     delta, run, out = tmp_path / "delta", tmp_path / "phase2", tmp_path / "out"
@@ -782,7 +782,7 @@ def test_the_cli_moves_the_attention_of_a_delta_and_trains_the_new_gdn_layers_fi
     delta holds the new placement, and a run that would move nothing refuses attention transfer."""
     from dataclasses import asdict
 
-    from bench.model_commands import run_distill
+    from bench.commands.distill_commands import run_distill
 
     parser = _distill_cli(monkeypatch, teacher)
     delta, run, out = tmp_path / "delta", tmp_path / "phase3", tmp_path / "out"

@@ -6,8 +6,8 @@ import huggingface_hub.constants
 import pytest
 import torch
 
-from bench.cli import main
-from bench.plan import plan
+from bench.commands.cli import main
+from bench.run.plan import plan
 from pretrained import loading
 from pretrained.loading import ModelSpec
 from tests.helpers import FAMILIES, compare_settings

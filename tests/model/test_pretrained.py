@@ -13,7 +13,7 @@ from safetensors.torch import save_file
 
 import pretrained
 import pretrained.fetch as fetch_module
-from bench.cli import main
+from bench.commands.cli import main
 from pretrained.fetch import extract_checked, fetch
 from runtime.errors import UsageError
 from tests.helpers import REAL_MODEL, run_cli, truncate

@@ -24,7 +24,7 @@ from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig, Qwen3Config, Qwe
 import presses
 import presses.kvpress_pipeline  # noqa: F401 - registers the task
 from allocators import AdaKVAllocator, BudgetRequest, FlatAllocator, PyramidAllocator
-from bench.cli import main
+from bench.commands.cli import main
 from presses.kvpress_adapter import KvpressScorer
 from presses.kvpress_names import NAMES, kvpress_object
 from presses.kvpress_wrappers import REFUSALS, translate

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import presses
-from bench.cost import run_cost
+from bench.run.cost import run_cost
 from presses.calibration import Calibration
 from presses.gatesight import GateSightEstimator, GateSightPress
 from presses.triattention import TriAttentionPress
@@ -53,7 +53,7 @@ def test_a_directory_without_the_artifact_is_named(tmp_path, press, option, what
 def test_a_calibration_directory_without_one_advises_what_works(model_dir, tmp_path, capsys):
     """`bench calibrate --model DIR` writes into a model directory DIR: advised for one, not for an empty folder
     (where it fails: no model there)."""
-    from bench.cli import main
+    from bench.commands.cli import main
 
     with pytest.raises(UsageError, match="it is not a model directory either: name the directory of a model that "
                                          "`bench calibrate --model DIR` has calibrated, or leave the option out"):
@@ -258,7 +258,7 @@ def test_shards_of_any_name_its_index_names_are_the_weights(model_dir, tmp_path,
     was refused as one without weights."""
     from transformers import AutoModelForCausalLM
 
-    from bench.arguments import model_spec
+    from bench.commands.arguments import model_spec
     from presses.calibration import weights_fingerprint
     from pretrained import loading
 
@@ -384,7 +384,7 @@ def test_the_shards_of_an_index_in_a_subfolder_a_config_names_are_the_weights(mo
     file the model was refused as one without weights."""
     from transformers import AutoModelForCausalLM
 
-    from bench.arguments import model_spec
+    from bench.commands.arguments import model_spec
     from pretrained import loading
 
     model = AutoModelForCausalLM.from_pretrained(model_dir).eval()

@@ -13,9 +13,9 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 import allocators
 import presses
 from allocators.integerize import round_half_up
-from bench.compare import CompareSettings, run_compare
-from bench.cost import run_cost
-from bench.leaderboard import write_leaderboard
+from bench.reports.leaderboard import write_leaderboard
+from bench.run.compare import CompareSettings, run_compare
+from bench.run.cost import run_cost
 from presses import registry
 from runtime import encode_text, prefill
 

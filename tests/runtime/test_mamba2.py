@@ -20,8 +20,8 @@ from transformers import (
 )
 
 from allocators.integerize import round_half_up
-from bench.cli import main
-from bench.store import ResultStore
+from bench.commands.cli import main
+from bench.store.result_store import ResultStore
 from runtime import adapter_for, prefill
 from runtime.adapters.tiny import VOCAB, mamba2_common
 from runtime.mamba2 import mamba2_forward, ssd_scan

@@ -529,8 +529,8 @@ def test_an_engine_with_experts_after_one_without_is_refused_before_vllm_starts(
 def test_bench_compare_in_the_engine_writes_the_runtimes_rows(served, tmp_path):
     """``bench compare --engine vllm``: the same rows (keys and fields) as the HF runtime on the same model and
     settings, the no-prune rows exactly at zero ΔNLL and KL, and the two engines never mixed in one store."""
-    from bench.compare import CompareSettings, run_compare
-    from bench.row_checks import verify_rows
+    from bench.run.compare import CompareSettings, run_compare
+    from bench.store.row_set_checks import verify_rows
     from pretrained.loading import ModelSpec
 
     engine, model = served
@@ -686,11 +686,11 @@ def test_the_shipped_model_runs_in_bfloat16_too(shipped):
 def test_bench_compare_serves_the_shipped_model_out_of_the_box(tmp_path):
     """``bench compare --engine vllm`` with no --model: the shipped model, in the engine, GateSight with its gate
     allocation and KVzip; rows verified, every one the engine's."""
-    from bench.row_checks import verify_rows
-    from bench.store import ResultStore
+    from bench.store.result_store import ResultStore
+    from bench.store.row_set_checks import verify_rows
 
     out = tmp_path / "results"
-    subprocess.run([sys.executable, "-m", "bench.cli", "compare", "--engine", "vllm", "--methods",
+    subprocess.run([sys.executable, "-m", "bench.commands.cli", "compare", "--engine", "vllm", "--methods",
                     "gatesight/gate,kvzip/flat", "--keep-fractions", "0.1", "--tasks", "niah_single_1", "--n", "1",
                     "--length", "512", "--out", str(out)], check=True, cwd=ROOT, capture_output=True, text=True,
                    env={**os.environ, "OMP_NUM_THREADS": "2"})

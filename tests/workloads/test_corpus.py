@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from bench.compare import CompareSettings, plan, run_compare
+from bench.run.compare import CompareSettings, plan, run_compare
 from workloads.corpus import (
     ALL_SOURCES,
     HAYSTACK_SOURCES,
@@ -105,8 +105,8 @@ def test_real_sentences_are_consecutive_sentences_of_documents():
 def test_haystack_runs_share_one_store_without_mixing(model_dir, tmp_path):
     """A real-text run and a generated run in one store: rows name their haystack, a task without an essay filler
     is shared (same key), and each run's summary rows are its own."""
-    from bench.compare import run_rows
-    from bench.stats import task_of
+    from bench.reports.stats import task_of
+    from bench.run.compare import run_rows
 
     settings = {"presses": ["keydiff"], "keep_fractions": [0.5], "tasks": ["niah_single_1", "niah_single_2"], "n": 1,
                 "length": 512, "model": str(model_dir), "out": tmp_path / "results"}

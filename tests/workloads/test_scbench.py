@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from bench.compare import CompareSettings, run_compare
+from bench.run.compare import CompareSettings, run_compare
 from runtime.errors import UsageError
 from workloads.scbench_metrics import (
     official_any_upper,

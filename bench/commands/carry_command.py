@@ -1,0 +1,44 @@
+"""``bench carry`` on the command line: its flags, and what it prints of each group carried
+(:mod:`bench.run.carry`)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from artifacts.outputs import RESULT_STORE, Output
+from runtime.errors import UsageError
+
+from ..run.carry import carry
+from .arguments import Command, count, natural
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("store", help="a result store (or a collection of them, docs/results) whose groups were "
+                                      "computed by an earlier code")
+    parser.add_argument("--sample", type=count, default=2, help="contexts of each group rerun (default 2)")
+    parser.add_argument("--sample-seed", type=natural, default=0, help="which contexts: the seed of their draw")
+    parser.add_argument("--batch", type=count, default=32, help="the --batch the group was run with (default 32)")
+    parser.add_argument("--model", default=None,
+                        help="the model's directory, where the rows' model name is neither catalogued nor the default")
+    parser.add_argument("--artifacts", action="append", default=[],
+                        help="a folder an option of a method named (an estimator, a calibration), found by the "
+                             "fingerprint its label shows (repeatable)")
+
+
+def run(args) -> None:
+    for folder in args.artifacts:
+        if not Path(folder).is_dir():
+            raise UsageError(f"--artifacts {folder}: no such folder")
+    records = carry(Path(args.store), args.sample, args.sample_seed, args.batch, model=args.model,
+                    artifacts=[Path(f) for f in args.artifacts])
+    for r in records:
+        print(f"carried {r['rows']} rows of {r['group']['model']} at {r['group']['length']} tokens from code "
+              f"{r['from']} to {r['to']}: {len(r['contexts'])} context(s) rerun, every value equal")
+    if not records:
+        print(f"every group of {args.store} is of this checkout's code: nothing to carry")
+
+
+CARRY = Command("carry", "rerun a sample of each group of an earlier code; if every value holds, name this code",
+                add_arguments, run,
+                outputs=lambda args: [Output(Path(args.store), "store", kind_of=RESULT_STORE)])

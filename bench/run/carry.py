@@ -1,0 +1,219 @@
+"""``bench carry``: a setting group carried across a code change that does not change its numbers.
+
+A group's rows name the code they ran (:func:`bench.store.code_version.code_version`, and each method's own,
+:func:`bench.store.code_version.method_codes`); once that code is edited, a new method's rows are of another group and
+cannot be compared with them. Carrying reruns a seeded sample of the group's contexts, every method at every kept
+fraction in the order its rows were written (so that each padded batch holds what it held), under this checkout's
+code, into a scratch store. Where every value of every row equals the stored one (timings aside; real numbers to
+float32's last digits, :data:`RELATIVE_TOLERANCE`), the group's rows
+are rewritten to name this code, each row keeping the code it was computed by (``carried_from``), and the check is
+recorded in the store's ``carried.json`` (which contexts, which codes, which library versions). The first value that
+differs refuses the carry, naming it and its method: such a group must be rerun.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import platform
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from artifacts.files import atomic_path
+from pretrained import loading
+from runtime.errors import UsageError
+from workloads.tasks import registry as tasks
+
+from ..store.code_version import code_version
+from ..store.result_store import ResultStore, open_stores
+from ..store.row_fields import CONTEXT_SHA, GROUP_FIELDS, KEY_FIELDS, METHOD_CODE, describe_row, method_of
+from ..store.store_checks import check_stores
+from .settings import CompareSettings
+
+CARRIED = "carried.json"
+"""The store's record of its carried groups: one entry per carry, appended."""
+NOT_VALUES = {"code", METHOD_CODE, "carried_from", "prefill_seconds", "score_seconds", "run", "batch", "schema"}
+"""Fields a rerun may change without changing a result: the codes, timings, the run and batch a row names."""
+RELATIVE_TOLERANCE, ABSOLUTE_TOLERANCE = 1e-5, 1e-6
+"""How far a real value of a rerun may lie from the stored one and still be equal: float32 arithmetic on another
+CPU (another BLAS kernel, another summation order) moves NLLs and KLs in their last digits, never further. Counts,
+choices, texts and flags must be identical."""
+
+
+def _equal(new, old) -> bool:
+    """``new == old``, real numbers within the tolerances above (in lists and per-layer dicts too)."""
+    if isinstance(new, float) and isinstance(old, (float, int)) and not isinstance(old, bool):
+        return math.isclose(new, old, rel_tol=RELATIVE_TOLERANCE, abs_tol=ABSOLUTE_TOLERANCE)
+    if isinstance(new, list) and isinstance(old, list):
+        return len(new) == len(old) and all(map(_equal, new, old))
+    if isinstance(new, dict) and isinstance(old, dict):
+        return new.keys() == old.keys() and all(_equal(new[k], old[k]) for k in new)
+    return new == old
+
+
+def _group_of(row: dict) -> tuple:
+    return tuple(row.get(field) for field in (*GROUP_FIELDS, "seed"))
+
+
+def _item(label: str, artifacts: list[Path], patterns_of) -> str:
+    """The ``name[key=value,...]`` item whose spec is labelled ``label`` (:mod:`bench.run.specs`): lists back to ``/``,
+    and an option shown by its files' fingerprint back to the folder of ``artifacts`` that has it."""
+    name, _, shown = label.partition("(")
+    if not shown:
+        return name
+    options = []
+    for pair in shown.removesuffix(")").split(","):
+        key, _, value = pair.partition("=")
+        patterns = patterns_of(name).get(key)
+        if patterns is not None:
+            found = [d for d in artifacts if loading.files_fingerprint(d, patterns[1]) == value]
+            if not found:
+                raise UsageError(f"{label}: its {key} is the folder whose files' fingerprint is {value}; give that "
+                                 f"folder with --artifacts (given: {', '.join(map(str, artifacts)) or 'none'})")
+            value = str(found[0])
+        options.append(f"{key}={value.replace(';', '/')}")
+    return f"{name}[{','.join(options)}]"
+
+
+def _patterns(name: str) -> dict:
+    import presses
+
+    return presses.PRESSES[name].artifact_files if name in presses.PRESSES else {}
+
+
+def _model(name: str):
+    """The model a group's rows name: a catalogued model or the shipped default, by name."""
+    default = loading.resolve(None)
+    if Path(default).name == name:
+        return None
+    try:
+        return loading.resolve(name)
+    except (UsageError, FileNotFoundError) as error:
+        raise UsageError(f"the rows' model {name!r}: {error}; or give its directory with --model") from None
+
+
+def _rerun(rows: list[dict], context: tuple, model, scratch: Path, batch: int, artifacts: list[Path]) -> list[dict]:
+    """The rows of one context rerun under this checkout's code: its methods and fractions in the order its stored
+    rows were written (one run, so each padded batch is what it was)."""
+    from .compare import run_compare
+
+    task, item, haystack = context
+    mine = [r for r in rows if (r["task"], r["item"], r.get("haystack")) == context]
+    pairs = list(dict.fromkeys(method_of(r) for r in mine if r["press"] != "none"))
+    fractions = list(dict.fromkeys(r["keep_fraction"] for r in mine if r["press"] != "none"))
+    first = mine[0]
+    named = haystack if haystack != tasks.GENERATED else (first.get("run") or {}).get("haystack", tasks.GENERATED)
+    settings = CompareSettings(
+        presses=[], allocators=[], pairs=[f"{_item(p.split('/')[0], artifacts, _patterns)}/"
+                                          f"{_item(p.split('/')[1], artifacts, lambda _: {})}" for p in pairs],
+        keep_fractions=fractions or [1.0], tasks=[task], n=item + 1, shard=(item, item + 1), length=first["length"],
+        profile=first["profile"], seed=first["seed"], haystack=named, engine=first.get("engine", "hf"),
+        model=model, out=scratch / f"{task}-{item}", batch=batch)
+    return run_compare(settings, show_progress=False).rows
+
+
+def _compare(stored: list[dict], rerun: list[dict], store: Path) -> None:
+    """``UsageError`` naming the first stored row of the context that the rerun lacks or gives another value."""
+    by_key = {tuple(r.get(f) for f in KEY_FIELDS if f not in ("code", METHOD_CODE)): r for r in rerun}
+    for row in stored:
+        new = by_key.get(tuple(row.get(f) for f in KEY_FIELDS if f not in ("code", METHOD_CODE)))
+        if new is None:
+            raise UsageError(f"{store}: the rerun under this checkout's code gave no row of {describe_row(row)}, "
+                             f"which the group holds (code {row['code']}): carry it from a checkout of that code")
+        if row.get(CONTEXT_SHA, new.get(CONTEXT_SHA)) != new.get(CONTEXT_SHA) or row["n_context"] != new["n_context"]:
+            raise UsageError(f"{store}: task {row['task']}, item {row['item']} ({row.get('haystack')} haystack) is "
+                             f"another text here ({new['n_context']} tokens, digest {new.get(CONTEXT_SHA)}) than the "
+                             f"one the group answered ({row['n_context']} tokens, digest {row.get(CONTEXT_SHA)}): its "
+                             "text was built otherwise (a group of real text from before the haystacks were shipped "
+                             "snapshots read that machine's own files); rerun the group")
+        for field in sorted(set(row) - NOT_VALUES):
+            if not _equal(new.get(field), row[field]):
+                batch = " (another padded batch: give the --batch the group was run with)" if (
+                    row.get("batch") and new.get("batch") != row["batch"]) else ""
+                raise UsageError(f"{store}: {field} of {describe_row(row)} is {new.get(field)!r} under this "
+                                 f"checkout's code and {row[field]!r} in the store (code {row['code']}){batch}: the "
+                                 f"numbers of {method_of(row)} changed, so the group cannot be carried; rerun it under "
+                                 "this code into another store")
+
+
+def carry(directory: Path, sample: int = 2, seed: int = 0, batch: int = 32, model=None,
+          artifacts: list[Path] = ()) -> list[dict]:
+    """Carry every setting group of the store (or collection of stores, :mod:`bench.store.collection`) at ``directory``
+    whose code is not this checkout's (module docstring); returns the records written to its ``carried.json``."""
+    from ..store.collection import expand
+
+    open_stores([Path(directory)])  # no such folder, a file, no store there, one being written: refused first
+    # a writer's lock on each: nothing appends while their rows are rewritten
+    stores = [ResultStore(d, named="store") for d in expand([Path(directory)])]
+    try:
+        check_stores(stores)
+        for store in stores:
+            if store.path.name == "results.jsonl" and store.path.with_name("results.jsonl.gz").exists():
+                raise UsageError(f"{store.directory} holds results.jsonl beside results.jsonl.gz: carry a store of "
+                                 "one file (pack it, or carry the uncompressed copy alone)")
+        entries = [(store, i) for store in stores for i in range(len(store.rows))]
+        here = {engine: code_version(engine) for engine in {s.rows[i].get("engine", "hf") for s, i in entries}}
+        groups: dict[tuple, list[tuple]] = {}
+        for store, i in entries:
+            row = store.rows[i]
+            if row.get("code") != here[row.get("engine", "hf")]:
+                groups.setdefault(_group_of(row), []).append((store, i))
+        records = [_carry_group(group, held, sample, seed, batch, model, list(artifacts), directory)
+                   for group, held in groups.items()]
+        for store in {store for held in groups.values() for store, _ in held}:
+            _rewrite(store)
+        if records:
+            record = Path(directory) / CARRIED
+            earlier = json.loads(record.read_text()) if record.exists() else []
+            with atomic_path(record) as path:
+                path.write_text(json.dumps(earlier + records, indent=1) + "\n")
+        return records
+    finally:
+        for store in stores:
+            store.close()
+
+
+def _carry_group(group: tuple, held: list[tuple], sample: int, seed: int, batch: int, model, artifacts: list[Path],
+                 where: Path) -> dict:
+    """Rerun a sample of one group's contexts, compare, and name this code in its rows (in memory); its record."""
+    rows = [store.rows[i] for store, i in held]
+    contexts = sorted({(r["task"], r["item"], r.get("haystack")) for r in rows}, key=str)
+    chosen = sorted(random.Random(seed).sample(contexts, min(sample, len(contexts))), key=str)
+    codes: dict[str, str] = {}
+    with tempfile.TemporaryDirectory(prefix="carry-") as scratch:
+        for number, context in enumerate(chosen, 1):
+            print(f"group {dict(zip((*GROUP_FIELDS, 'seed'), group))}: context {number}/{len(chosen)} "
+                  f"({context[0]}, item {context[1]})", file=sys.stderr)
+            rerun = _rerun(rows, context, model if model is not None else _model(rows[0]["model"]), Path(scratch),
+                           batch, artifacts)
+            _compare([r for r in rows if (r["task"], r["item"], r.get("haystack")) == context], rerun, where)
+            codes.update({method_of(r): r[METHOD_CODE] for r in rerun})
+    missing = sorted({method_of(r) for r in rows} - set(codes))
+    if missing:  # a method the sample never ran cannot be named by a code of its own
+        raise UsageError(f"{where}: the sample ran no row of {', '.join(missing)}; carry with a larger --sample")
+    old, new = rows[0]["code"], rerun[0]["code"]
+    for store, i in held:
+        row = store.rows[i]
+        store.rows[i] = {**row, "code": new, METHOD_CODE: codes[method_of(row)],
+                         "carried_from": row.get("carried_from", old)}
+    return {"group": dict(zip((*GROUP_FIELDS, "seed"), group)), "from": old, "to": new, "method_codes": codes,
+            "contexts": [list(c) for c in chosen], "sample": sample, "seed": seed, "rows": len(held),
+            "checked": time.strftime("%Y-%m-%d", time.gmtime()), "versions": _versions()}
+
+
+def _versions() -> dict:
+    import torch
+    import transformers
+
+    return {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__}
+
+
+def _rewrite(store: ResultStore) -> None:
+    """The store's file with its carried rows (lines that are not rows dropped), in its own format."""
+    data = "".join(json.dumps(row) + "\n" for row in store.rows).encode()
+    with atomic_path(store.path) as path:
+        path.write_bytes(gzip.compress(data, mtime=0) if store.path.suffix == ".gz" else data)

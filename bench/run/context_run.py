@@ -1,0 +1,111 @@
+"""One context of a comparison: prefill once, score once per press, a child per (method, kept fraction), every
+question answered from each child.
+
+:class:`ContextRun` holds what every step of one context shares (the item, its questions' full-cache references,
+the rows' common fields) and runs the protocol through the harness's :class:`~bench.run.engine.Engine`, whichever it
+is. Rows already in the store are skipped, so a killed run resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from runtime import context_hash
+
+from ..store.row_fields import BASELINE_CODE, CONTEXT_SHA, METHOD_CODE, row_key
+from .engine import Child, ChildGroup, HeldContext
+from .harness import Harness
+from .rows import QuestionReference, answered_row, base_row, batch_digest, method_fields, needle_fields
+from .specs import BASELINE_METHOD
+
+
+class ContextRun:
+    """Every pending child of context ``index`` of ``task``.
+
+    Parameters
+    ----------
+    harness : Harness
+    task : str
+    index : int
+    is_done : Callable[[tuple], bool]
+        Whether the store holds the row of a key (:func:`bench.store.row_fields.row_key`).
+    emit : Callable[[dict], None]
+        Receives each new row.
+    """
+
+    def __init__(self, harness: Harness, task: str, index: int, is_done: Callable[[tuple], bool],
+                 emit: Callable[[dict], None]):
+        self.h, self.is_done, self.emit = harness, is_done, emit
+        self.item = harness.item(task, index)
+        self.rows, self.todo = [], []
+        if self.item is None:
+            return
+        self.rows = [base_row(harness.run, harness.identity, task, self.item, q)
+                     for q in range(len(self.item.questions))]
+        self.todo = [child for child in harness.run.children if any(not self._done(r, child) for r in self.rows)]
+
+    def _done(self, row: dict, child: Child) -> bool:
+        method, p = child
+        return self.is_done(row_key({**row, "press": method.press.label, "allocator": method.allocator.label,
+                                     "keep_fraction": p, METHOD_CODE: self.h.run.method_codes[method.label]}))
+
+    def run(self) -> int:
+        """Answer every pending child; returns how many it ran."""
+        if not self.todo:
+            return 0
+        h = self.h
+        self.protected = len(h.encode(self.item.protected_text))
+        compacted = [child for child in self.todo if not child[0].is_baseline]
+        presses = list(dict.fromkeys(method.press for method, _ in compacted))
+        ids = h.encode(self.item.context)
+        parent = h.engine.prefill(ids, self.protected, presses)
+        try:
+            common = {**self._common(parent), CONTEXT_SHA: context_hash(torch.as_tensor(ids))[:16]}
+            questions = [QuestionReference(question, parent, self.item.context, h.encode_list,
+                                           h.tokenizer.eos_token_id) for question in self.item.questions]
+            if self.todo[0][0].is_baseline:
+                self._baseline(questions, method_fields(BASELINE_METHOD, BASELINE_CODE, 1.0, common,
+                                                        parent.kv_nbytes, parent.recurrent_nbytes))
+            if compacted:
+                for group in parent.groups(compacted, questions):
+                    try:
+                        self._answer(questions, common, group)
+                    finally:
+                        group.release()
+        finally:
+            parent.release()
+        return len(self.todo)
+
+    def _common(self, parent: HeldContext) -> dict:
+        """What every row of the context records of it: the prefill's time, and its size in tokens (``protected``
+        of them kept by every method) and in the attention entries a press chooses among (what ``kept_entries``
+        counts)."""
+        heads = len(self.h.adapter.attention_layers) * self.h.adapter.geometry.num_kv_heads
+        return {"prefill_seconds": round(parent.prefill_seconds, 4), "n_context": parent.n,
+                "protected": self.protected, "body_entries": (parent.n - self.protected) * heads}
+
+    def _baseline(self, questions: list[QuestionReference], fields: dict) -> None:
+        """The no-prune rows: the full cache's own answers and distributions (a keep-all child gives exactly
+        these: ``tests/runtime/test_fork.py``), so nothing is decoded twice; their ΔNLL and KL are exactly 0."""
+        for q, row in zip(questions, self.rows):
+            if not self.is_done(row_key({**row, **fields})):
+                self.emit(answered_row(self.item, q, row, fields, q.answer, q.reference.log_probs))
+
+    def _answer(self, questions: list[QuestionReference], common: dict, group: ChildGroup) -> None:
+        """Every pending question of the children of ``group``, the pending children of a question answered
+        together."""
+        codes = self.h.run.method_codes
+        methods = [method_fields(c.child[0], codes[c.child[0].label], c.child[1], common, c.kv_bytes,
+                                 c.recurrent_bytes, c.plan.total(), c.score_seconds) for c in group.members]
+        for q, row in zip(questions, self.rows):
+            which = [i for i, method in enumerate(methods) if not self.is_done(row_key({**row, **method}))]
+            if not which:
+                continue
+            answers, log_probs = group.answer(q, which)
+            batch = batch_digest(methods, [methods[i] for i in which])
+            for i, answer, child_log_probs in zip(which, answers, log_probs):
+                c = group.members[i]
+                needles = needle_fields(q, c.plan, lambda c=c: c.rank(q))
+                self.emit(answered_row(self.item, q, row, {**methods[i], **batch}, answer, child_log_probs, needles))

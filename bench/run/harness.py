@@ -1,0 +1,88 @@
+"""The loaded side of a comparison: model, presses, allocators, engine and task builders, built and checked once."""
+
+from __future__ import annotations
+
+import torch
+
+import allocators
+from presses.calibration import Calibration, head_shares_for
+from presses.preparation import evidence_for, prepare
+from pretrained import loading
+from runtime import adapter_for, encode_text
+from runtime.errors import UsageError
+from workloads.tasks import registry as tasks
+from workloads.tasks.items import Item
+
+from .engine import Engine, RuntimeEngine
+from .plan import RunPlan
+
+
+class Harness:
+    """The loaded model of one comparison with its presses, allocators and engine, each built once per process.
+
+    Parameters
+    ----------
+    run : RunPlan
+        What :func:`bench.run.plan.plan` resolved (every pair checked there).
+    identity : ModelIdentity
+        The model directory's fingerprints (:func:`pretrained.loading.identity`), computed once by the caller:
+        what rows record of the model.
+
+    Attributes
+    ----------
+    presses : dict[PressSpec, Press]
+        Every press of the run, built with its options, bound to the model's artifacts and checked against it.
+    allocators : dict[AllocatorSpec, Allocator]
+    engine : Engine
+        What contexts run on (:mod:`bench.run.engine`): this project's runtime, or vLLM (``--engine vllm``).
+    """
+
+    def __init__(self, run: RunPlan, identity: loading.ModelIdentity):
+        self.run, self.identity = run, identity
+        self.model, self.tokenizer, self.model_dir = loading.load(run.model)
+        loading.check_artifacts(self.model_dir)  # a damaged estimator or calibration is named before any work
+        self.adapter = adapter_for(self.model)
+        self.presses = {spec: prepare(spec.name, self.adapter, self.model_dir, **spec.kwargs) for spec in run.presses}
+        self.allocators = {spec: allocators.get(spec.name, **spec.kwargs) for spec in run.allocators}
+        self.engine = self._engine()
+        if loading.artifacts_fingerprint(self.model_dir) != identity.artifacts:
+            # replaced (bench calibrate or train --replace) since the run fingerprinted them: rows would record
+            # the old artifacts and hold the new ones' numbers
+            raise UsageError(f"{self.model_dir}: its estimator or calibration changed while this run started (a "
+                             "`bench calibrate` or `bench train --replace` beside it?); run the command again")
+        task_settings = tasks.TaskSettings(run.length, self.encode_list, self.tokenizer.decode, run.profile, run.seed,
+                                           run.haystack, run.scbench_data)
+        self._builders = {}
+        for task in run.tasks:
+            try:  # the first item of every task is built now: a task that cannot fit the length says so at once
+                self._builders[task] = tasks.family_of(task).builder(task, task_settings)
+                self._builders[task](0)
+            except (ValueError, FileNotFoundError, IndexError) as error:
+                raise UsageError(f"task {task!r} at --length {run.length}: {error}") from None
+
+    def _engine(self) -> Engine:
+        if self.run.engine == "vllm":
+            from .served_engine import ServedEngine
+
+            return ServedEngine(self.model_dir, self.run.dtype, self.run.length, self.tokenizer)
+        layer_weights = None
+        weighted = [spec.name for spec, allocator in self.allocators.items() if allocator.needs_layer_weights]
+        if weighted:
+            try:  # the gate weights are the model's own, as TriAttention's statistics are
+                layer_weights = Calibration.for_model(self.adapter).gate_weights
+            except ValueError as error:
+                raise UsageError(f"allocator {weighted[0]!r} cannot run on {self.model_dir}: {error}") from None
+        if any(allocator.needs_head_shares for allocator in self.allocators.values()):
+            head_shares_for(self.adapter)  # missing, damaged or another model's: refused before any context runs
+        return RuntimeEngine(self.model, self.tokenizer, self.presses, self.allocators, layer_weights,
+                             evidence_for(self.presses.values(), self.adapter), self.run.batch)
+
+    def encode_list(self, text: str) -> list[int]:
+        return encode_text(self.tokenizer, text)
+
+    def encode(self, text: str) -> torch.Tensor:
+        return torch.tensor(self.encode_list(text), dtype=torch.long)
+
+    def item(self, task: str, index: int) -> Item | None:
+        """Item ``index`` of ``task``; None past the last one (an SCBench task with fewer rows than ``--n``)."""
+        return self._builders[task](index)

@@ -1,0 +1,167 @@
+"""The code a row's values depend on, named in two parts: what its setting group shares and what its method owns.
+
+:func:`code_version` hashes the project modules every row of a setting group runs (the runtime, the tasks, the
+harness and row making, the selection and the budget machinery): rows of one such version are compared and averaged
+together, and an edit of one of them starts a new group. :func:`method_code` hashes what one method runs on top of
+that: its press's and its allocator's own code (the modules of their classes and what those import that the group
+does not share), for the project's methods and a user's alike. So an edited or added press re-versions only its own
+rows, and one new method can join a published group by running its own rows. Comments, docstrings and formatting are
+not hashed: editing them keeps every store.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import inspect
+import sys
+from pathlib import Path
+
+from pretrained.loading import files_fingerprint
+from runtime.errors import UsageError
+
+from . import project_modules
+from .project_modules import imported_modules, module_files, packages_of
+
+RESULT_ENTRIES = ("bench.run.harness", "bench.run.context_run", "bench.run.rows", "bench.run.settings")
+"""Where a row's values are made. :func:`code_version` hashes every module of the project these import, directly or
+through others (imports inside functions too), so a new module of the runtime is covered by itself."""
+NOT_RESULT_CODE = ("bench.store", "artifacts.files")
+"""Imported by the entries (or liable to be) but not deciding a value, each a module or a package with every module
+under it: the store (:mod:`bench.store`: it reads, checks and writes rows, names their fields and, here, hashes the
+code that made them) and artifacts.files (it writes files atomically). Editing them keeps stores."""
+RESULT_DATA = ("workloads/haystacks/*.jsonl.gz",)
+"""Data files of the project that decide values, hashed (their bytes) into every group's code: the real-text
+haystack snapshots (a rebuilt snapshot gives other contexts)."""
+REGISTRIES = ("presses.registry", "allocators")
+"""The modules that list the project's presses and allocators by name. What they import is followed (the group
+shares it unless it is a method's own), but they are not hashed: adding a press edits its registry, and a method's
+code is its class's (:func:`method_code`), not the list it is named in."""
+ENGINE_PACKAGES = {"hf": (), "vllm": ("serving",)}
+"""Packages only one engine's rows run, hashed whole into its rows (vLLM loads the plugin's worker by name, not by an
+import) and never into another engine's: the serving plugin is not hashed into the runtime's (``hf``) rows."""
+
+
+def _method_modules(files: dict[str, Path]) -> set[str]:
+    """The project modules that define a registered press or allocator: each is its method's own code, and where
+    the group's walk reaches one it stops."""
+    import allocators
+    from presses import registry
+
+    classes = [*registry.PRESSES.values(), *allocators.ALLOCATORS.values()]
+    return {cls.__module__ for cls in classes if cls.__module__ in files}
+
+
+def _walk(start: list[str], files: dict[str, Path], skip: set[str]) -> set[str]:
+    """Every module of ``files`` that ``start`` imports, directly or through others, with their packages, never
+    entering ``skip``."""
+    seen, todo = set(), list(start)
+    while todo:
+        name = todo.pop()
+        if name in seen or name in skip:
+            continue
+        seen.add(name)
+        todo.extend(p for imported in imported_modules(name, files) for p in packages_of(imported) if p in files)
+    return seen
+
+
+def _skipped(engine: str, files: dict[str, Path]) -> set[str]:
+    """What neither the group's code nor a method's holds: the store's modules and the other engines' packages."""
+    excluded = {p for other, packages in ENGINE_PACKAGES.items() if other != engine for p in packages}
+    return {*NOT_RESULT_CODE, *(m for m in files if m.split(".")[0] in excluded or any(
+        m.startswith(f"{name}.") for name in NOT_RESULT_CODE))}
+
+
+def result_modules(engine: str = "hf") -> list[str]:
+    """The project modules whose code every row of ``engine`` runs: those :data:`RESULT_ENTRIES` import, directly or
+    through others, with the packages of each (their ``__init__.py`` runs too), less :data:`NOT_RESULT_CODE`, the
+    packages of the other engines (:data:`ENGINE_PACKAGES`), the registries (:data:`REGISTRIES`) and the modules of
+    the registered presses and allocators with what only they import (each method's own: :func:`method_code`)."""
+    # read at each call, not bound at import: a test hashes a copy of the project by pointing ROOT at it
+    files = module_files(project_modules.ROOT)
+    own = ENGINE_PACKAGES.get(engine, ())
+    start = [*RESULT_ENTRIES, *sorted(m for m in files if m.split(".")[0] in own)]
+    reached = _walk(start, files, _skipped(engine, files) | _method_modules(files))
+    return sorted(reached - set(REGISTRIES))
+
+
+def _normalised_source(path: Path) -> bytes:
+    """The module's syntax tree without docstrings: comments, docstrings and formatting do not change it."""
+    return _normalised(path.read_text())
+
+
+def _normalised(source: str) -> bytes:
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) and isinstance(
+            getattr(body[0], "value", None), ast.Constant
+        ) and isinstance(body[0].value.value, str):
+            node.body = body[1:] or [ast.Pass()]
+    return ast.dump(tree).encode()
+
+
+def _digest(modules: list[str], files: dict[str, Path]) -> hashlib._Hash:
+    digest = hashlib.sha256()
+    for name in modules:
+        digest.update(files[name].relative_to(project_modules.ROOT).as_posix().encode())
+        digest.update(_normalised_source(files[name]))
+    return digest
+
+
+def code_version(engine: str = "hf") -> str:
+    """Hash of the modules every row of ``engine`` runs (:func:`result_modules`), docstrings and comments ignored:
+    the shared code of a setting group. Rows keep the version they were written with (``bench verify`` reads it,
+    never recomputes it)."""
+    files = module_files(project_modules.ROOT)
+    digest = _digest(result_modules(engine), files)
+    for pattern in RESULT_DATA:
+        for path in sorted(Path(project_modules.ROOT).glob(pattern)):
+            digest.update(path.relative_to(project_modules.ROOT).as_posix().encode())
+            digest.update(hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()[:12]
+
+
+def _own_code(cls: type, engine: str, files: dict[str, Path], shared: set[str]) -> bytes:
+    """What ``cls``'s rows run beyond the group's code: for a project class, its module and every project module it
+    imports that the group does not share (another press's module included); for a class of a user's module, that
+    module's whole source (the file it was loaded from; the class's own source where there is no file)."""
+    module = cls.__module__
+    if module in files:
+        owned = _walk([module], files, shared | _skipped(engine, files) | set(REGISTRIES))
+        return _digest(sorted(owned), files).digest()
+    loaded = sys.modules.get(module)
+    path = getattr(loaded, "__file__", None)
+    try:
+        source = Path(path).read_text() if path and path.endswith(".py") else inspect.getsource(cls)
+    except (OSError, TypeError):
+        source = None
+    if source is None:
+        raise UsageError(f"{cls.__qualname__} (module {module}): its source cannot be read, so its rows could not "
+                         "name its code; define it in a module file and import that")
+    return f"{module}.{cls.__qualname__}\n".encode() + _normalised(source)
+
+
+def method_codes(methods: list[tuple], engine: str = "hf", model_dir: Path | None = None) -> list[str]:
+    """The method code of each ``(press, allocator)`` of ``methods`` (built objects): a hash of what it runs beyond
+    its group's code (:func:`code_version`), that is the own code of the press's and of the allocator's classes, of
+    any outside code the press names as its own (:meth:`presses.Press.code_objects`: a wrapped kvpress scorer's
+    class, with kvpress's version), and of the allocator's own calibration in ``model_dir``
+    (:attr:`allocators.Allocator.model_files`)."""
+    files = module_files(project_modules.ROOT)
+    shared = set(result_modules(engine))
+    codes = []
+    for press, allocator in methods:
+        digest = hashlib.sha256()
+        for cls in (type(press), type(allocator)):
+            digest.update(_own_code(cls, engine, files, shared))
+        for obj in press.code_objects():
+            cls = obj if isinstance(obj, type) else type(obj)
+            root = sys.modules.get(cls.__module__.partition(".")[0])
+            digest.update(f"{getattr(root, '__version__', '')}\n".encode())
+            digest.update(_own_code(cls, engine, files, shared))
+        owned = getattr(allocator, "model_files", ())
+        if owned and model_dir is not None:
+            digest.update(files_fingerprint(model_dir, owned).encode())
+        codes.append(digest.hexdigest()[:12])
+    return codes

@@ -1,0 +1,54 @@
+"""Where the stores of a collection lie: one store per setting group and method, ``<group>/<method>/``.
+
+The published results (``docs/results/``) are such a folder, so that history grows by new rows only: adding a
+method to a group adds a file of its rows alone (:mod:`bench.store.collection_publish`). ``bench verify``, ``bench
+leaderboard`` and ``bench merge`` read a collection wherever they read a store (:func:`expand`): its stores together
+are one set of rows, checked whole as one store would be.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from pathlib import Path
+
+from .row_fields import GROUP_FIELDS, method_of
+
+STORE_FILES = ("results.jsonl", "results.jsonl.gz")
+"""A store's files: a folder holding one is a store, not a collection."""
+PACK = "results.jsonl.gz"
+"""The file of each store of a collection."""
+
+
+def is_collection(folder: Path) -> bool:
+    """Whether ``folder`` is a collection: no store file of its own, and a store two folders below it."""
+    return (folder.is_dir() and not any((folder / name).exists() for name in STORE_FILES)
+            and bool(stores_below(folder)))
+
+
+def stores_below(folder: Path) -> list[Path]:
+    """The stores of the collection ``folder`` (``<group>/<method>/``), sorted."""
+    return sorted({path.parent for name in STORE_FILES for path in folder.glob(f"*/*/{name}")})
+
+
+def expand(directories: list[Path]) -> list[Path]:
+    """``directories`` with each collection replaced by its stores, in order."""
+    return [store for d in map(Path, directories) for store in (stores_below(d) if is_collection(d) else [d])]
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_")
+
+
+def group_folder(row: dict) -> str:
+    """The folder of ``row``'s setting group: ``<model>-<length>-<digest of its group fields but its code>``. Not its
+    code: a group carried to a new code (``bench carry``) keeps its files where they are."""
+    fields = [row.get(f) for f in GROUP_FIELDS if f != "code"]
+    digest = hashlib.sha256(json.dumps(fields).encode()).hexdigest()[:10]
+    return f"{_slug(row['model'])}-{row['length']}-{digest}"
+
+
+def method_folder(row: dict) -> str:
+    """The folder of ``row``'s method in its group's: its label, in characters every file system takes."""
+    return _slug(method_of(row).replace("/", "--"))

@@ -1,0 +1,49 @@
+"""The checks every reader applies to its stores first (``bench verify``, reports, ``bench merge``, a resumed
+``bench compare``): each store given once, every row valid, no last line cut short, the shards of one run of one
+split (:mod:`bench.store.shards`), whole runs (:mod:`bench.store.completeness`) and one value per row key
+(:mod:`bench.store.copies`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from runtime.errors import UsageError
+
+from .completeness import RERUN, check_complete
+from .copies import check_one_value
+from .method_identity import check_one_method_code
+from .result_store import ResultStore
+from .shards import check_one_split
+
+
+def check_stores(stores: list[ResultStore], complete: bool = True) -> None:
+    """What ``bench verify`` checks before anything reports on ``stores``, as one ``UsageError``: each store given
+    once; every row valid (:meth:`~bench.store.result_store.ResultStore.check_rows`); with ``complete``, no last line
+    cut short, the shards of one run and split only (:func:`check_one_split`, as ``bench merge`` checks them) and whole
+    runs (:func:`check_complete`); and one value per row key, held once (:func:`check_one_value`)."""
+    check_given_once(stores)
+    for store in stores:
+        store.check_rows()
+    rows = [(row, f"{store.path}:{line}") for store in stores for row, line in zip(store.rows, store.line_numbers)]
+    check_one_method_code([row for row, _ in rows], lambda index: rows[index][1])
+    if complete:
+        check_not_cut(stores)
+        check_one_split(stores)
+        check_complete(stores)
+    check_one_value(stores)
+
+
+def check_given_once(stores: list[ResultStore]) -> None:
+    """``UsageError`` naming a store directory given twice (its rows would count twice)."""
+    given: set[Path] = set()
+    for store in stores:
+        if store.directory.resolve() in given:
+            raise UsageError(f"{store.directory} is given twice; give each store once")
+        given.add(store.directory.resolve())
+
+
+def check_not_cut(stores: list[ResultStore]) -> None:
+    """``UsageError`` naming a store whose last line is cut short (its run was killed while writing it)."""
+    for store in stores:
+        if store.cut_line is not None:
+            raise UsageError(f"{store.path}: line {store.cut_line}, the last, is cut short: {RERUN}")
