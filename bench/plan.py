@@ -23,6 +23,8 @@ from presses.registry import KVPRESS_PREFIX
 from presses.selection import check_pair
 from pretrained import loading
 from pretrained.cache_guard import check_outside_the_cache
+from pretrained.model_info import ModelInfo, read
+from pretrained.model_spec import ModelSpec
 from runtime.errors import UsageError, describe
 from workloads.tasks import registry as tasks
 from workloads.tasks.scbench import load_rows
@@ -53,9 +55,11 @@ class RunPlan:
     keep_fractions : tuple[float, ...]
     tasks : tuple[str, ...]
         Task names, groups expanded, in order.
-    model : str or ModelSpec or None
-        As given; ``model_dir`` is its directory (absolute: rows record its name, and `.` has none), ``dtype`` and
-        ``device`` what rows record of it.
+    model : ModelInfo
+        The model read once (:func:`pretrained.model_info.read`): its directory, config and fingerprints, handed to
+        what loads it and to the presses that read its artifacts; a worker receives it with the plan.
+        :attr:`model_dir` is its directory (absolute: rows record its name, and `.` has none), :attr:`dtype` and
+        :attr:`device` what rows record of it.
     code : str
         The shared code version (:func:`bench.code_version.code_version`) the run's rows carry, fixed once when
         planned: a source edited while a long run goes on changes neither the rows' version nor which rows its
@@ -80,10 +84,7 @@ class RunPlan:
     seed: int
     haystack: str
     scbench_data: Path | None
-    model: str | loading.ModelSpec | None
-    model_dir: Path
-    dtype: str
-    device: str
+    model: ModelInfo
     engine: str
     code: str
     method_codes: Mapping[str, str]
@@ -94,6 +95,18 @@ class RunPlan:
     shard: tuple[int, int] | None
     executor: str
     address: str | None
+
+    @property
+    def model_dir(self) -> Path:
+        return self.model.directory
+
+    @property
+    def dtype(self) -> str:
+        return self.model.dtype
+
+    @property
+    def device(self) -> str:
+        return self.model.device
 
     @cached_property
     def presses(self) -> tuple[PressSpec, ...]:
@@ -127,7 +140,7 @@ def _positive_int(value, what: str, meaning: str) -> None:
         raise UsageError(f"{what} must be an integer >= 1 ({meaning}), got {value!r}")
 
 
-def _spec(kind, text: str, flag: str, every: dict, registry, model=None):
+def _spec(kind, text: str, flag: str, every: dict, registry, model: ModelInfo | None = None):
     """The spec of one ``name[options]`` item, its options those in brackets and ``every`` (``--press-options`` or
     ``--alloc-options``) typed by the registry's fields; a key given both ways is refused. An option at its default
     value is left out, and so is an artifact option naming the model's own files (``gatesight[estimator=<model
@@ -165,16 +178,16 @@ def _spec(kind, text: str, flag: str, every: dict, registry, model=None):
     for key, (folder, patterns) in reads.items():
         if isinstance(kept.get(key), (str, Path)):
             fingerprints[key] = loading.files_fingerprint(Path(kept[key]), patterns)
-            own = loading.files_fingerprint(loading.resolve(model) / folder, patterns)
+            own = loading.files_fingerprint(model.directory / folder, patterns)
             if fingerprints[key] == own:  # the model's own files, which the press reads when not told: the default
                 del kept[key], fingerprints[key]
     return kind(name, frozen_options(kept), frozen_options(fingerprints))
 
 
-def _methods(settings: CompareSettings) -> tuple[Method, ...]:
+def _methods(settings: CompareSettings, model: ModelInfo) -> tuple[Method, ...]:
     """The compacting methods: the ``--methods`` pairs, or every press with every allocator."""
     def press(text: str, flag: str) -> PressSpec:
-        return _spec(PressSpec, text, flag, settings.press_options, presses, settings.model)
+        return _spec(PressSpec, text, flag, settings.press_options, presses, model)
 
     def allocator(text: str, flag: str) -> AllocatorSpec:
         return _spec(AllocatorSpec, text, flag, settings.alloc_options, allocators)
@@ -226,13 +239,13 @@ def _names(settings: CompareSettings) -> tuple[list[str], list[str]]:
         parse_item(text, "--alloc")[0] for text in allocators_))
 
 
-def _check_served(settings: CompareSettings) -> None:
+def _check_served(settings: CompareSettings, model: ModelInfo) -> None:
     """What the vLLM engine runs is the serving plugin's to say (:func:`serving.check_request`); the bench asks."""
     if importlib.util.find_spec("vllm") is None:
         raise UsageError("--engine vllm needs vLLM, which lives in its own environment: scripts/serving_env.sh")
     from serving import check_request
 
-    check_request(*_names(settings), settings.jobs, loading.dtype_name(settings.model), loading.resolve(settings.model))
+    check_request(*_names(settings), settings.jobs, model.dtype, model.directory)
 
 
 def _check_served_options(methods: tuple[Method, ...]) -> None:
@@ -268,9 +281,10 @@ def _check_types(settings: CompareSettings) -> None:
             raise UsageError(f"{name} must be an integer, got {value!r} ({type(value).__name__})")
     if settings.seed < 0:  # as the CLI's --seed (bench.arguments.natural)
         raise UsageError(f"seed must be an integer >= 0, got {settings.seed!r}")
-    if settings.model is not None and not isinstance(settings.model, (str, Path, loading.ModelSpec)):
-        raise UsageError(f"model must be a model directory or hub id (str or Path), a pretrained.loading.ModelSpec "
-                         f"or None (the shipped model), got {describe(settings.model)}")
+    if settings.model is not None and not isinstance(settings.model, (str, Path, ModelSpec, ModelInfo)):
+        raise UsageError(f"model must be a model directory or hub id (str or Path), a pretrained.loading.ModelSpec, "
+                         f"a pretrained.model_info.ModelInfo or None (the shipped model), got "
+                         f"{describe(settings.model)}")
     shard = settings.shard
     if shard is not None and not (isinstance(shard, (tuple, list)) and len(shard) == 2 and all(
             isinstance(part, numbers.Integral) and not isinstance(part, bool) for part in shard)
@@ -299,9 +313,10 @@ def plan(settings: CompareSettings | RunPlan) -> RunPlan:
     if isinstance(settings, RunPlan):
         return settings
     _check_types(settings)
+    model = read(settings.model)  # its directory and config, read once for the whole run
     if settings.engine == "vllm":  # first: what the engine cannot run (kvpress presses) is refused with its reason
-        _check_served(settings)
-    methods = _methods(settings)
+        _check_served(settings, model)
+    methods = _methods(settings, model)
     if settings.engine == "vllm":
         _check_served_options(methods)
     _nonempty(settings.keep_fractions, "--keep-fractions",
@@ -310,14 +325,15 @@ def plan(settings: CompareSettings | RunPlan) -> RunPlan:
     built = {spec: allocators.get(spec.name, **spec.kwargs) for spec in dict.fromkeys(m.allocator for m in methods)}
     # e.g. the global allocator with a press of no one scale; each press built once here
     press_built = {spec: presses.get(spec.name, **spec.kwargs) for spec in dict.fromkeys(m.press for m in methods)}
+    if press_built:
+        loading.check_artifacts(model.directory)  # a damaged artifact named by its file, before a press reads it
     for press in press_built.values():  # what each reads (an estimator of other weights is refused), and whether
-        _bind(press, settings.model)     # GateSight's scores share one scale, is its artifacts' to say
+        _bind(press, model)              # GateSight's scores share one scale, is its artifacts' to say
     for method in methods:
         check_pair(press_built[method.press], built[method.allocator])
-    layers = loading.attention_layer_count(settings.model)
-    if layers is not None:
+    if model.attention_layers is not None:
         for allocator in built.values():
-            allocator.check_layers(layers)
+            allocator.check_layers(len(model.attention_layers))
     tasks.check(settings.tasks, settings.profile, settings.haystack, settings.scbench_data)
     # numpy's numbers as Python's: rows are written as JSON
     keep_fractions = tuple(allocators.check_keep_fraction(fraction, "keep fraction") for fraction in
@@ -335,7 +351,7 @@ def plan(settings: CompareSettings | RunPlan) -> RunPlan:
     check_items(settings.n, "n")
     if settings.length < MIN_LENGTH:
         raise UsageError(f"length {settings.length} is too short; use at least {MIN_LENGTH} tokens")
-    limit = loading.position_limit(settings.model)
+    limit = model.position_limit
     if limit is not None and settings.length > limit:  # the length holds the answer: items are fitted to it
         raise UsageError(f"length {settings.length} is longer than the model's position limit "
                          f"(max_position_embeddings = {limit}): a context, its question and the answer budget "
@@ -353,9 +369,7 @@ def plan(settings: CompareSettings | RunPlan) -> RunPlan:
     return RunPlan(
         methods=methods, keep_fractions=keep_fractions, tasks=tuple(tasks.expand(settings.tasks)),
         n=n, length=length, profile=settings.profile, seed=seed, haystack=settings.haystack,
-        scbench_data=settings.scbench_data, model=settings.model,
-        model_dir=Path(os.path.abspath(loading.resolve(settings.model))),
-        dtype=loading.dtype_name(settings.model), device=loading.device_name(settings.model), engine=settings.engine,
+        scbench_data=settings.scbench_data, model=model, engine=settings.engine,
         code=code_version(settings.engine), method_codes={BASELINE: BASELINE_CODE} | dict(zip(
             (m.label for m in methods),
             method_codes([(press_built[m.press], built[m.allocator]) for m in methods], settings.engine))),
@@ -382,17 +396,15 @@ def _check_scbench_rows(names: list[str], n: int, data) -> None:
                                  "the rows are never answered, so the run could never be verified)")
 
 
-def _bind(press: presses.Press, model) -> None:
-    """``press`` bound to the model's directory as the run will bind it (:func:`presses.preparation.prepare`), so
-    that what is checked before the model loads is the estimator the run reads: the model's own where no option
-    names another. Its artifacts are small files; the weight files are hashed (an estimator records the weights
-    it was trained on), not loaded."""
-    directory = loading.resolve(model)
-    loading.check_artifacts(directory)  # a damaged artifact named by its file, before a press reads it
+def _bind(press: presses.Press, model: ModelInfo) -> None:
+    """``press`` bound to the model as the run will bind it (:func:`presses.preparation.prepare`), so that what is
+    checked before the model loads is the estimator the run reads: the model's own where no option names another.
+    Its artifacts are small files; the weight files are hashed (an estimator records the weights it was trained on,
+    :attr:`~pretrained.model_info.ModelInfo.weights`, kept for the run), not loaded."""
     try:
-        press.bind(directory)
+        press.bind(model)
     except (ValueError, FileNotFoundError) as error:
-        raise UsageError(f"press {press.name!r} cannot run on {directory}: {error}") from None
+        raise UsageError(f"press {press.name!r} cannot run on {model.directory}: {error}") from None
 
 
 def _check_executor(settings: CompareSettings) -> None:
