@@ -78,12 +78,14 @@ class ModelInfo:
         full_attention_interval), but from :attr:`config` as read; a new object each call (a model keeps and
         changes its config). A model type no adapter serves is left to transformers to read (loading it says why
         the bench cannot run it)."""
-        from transformers import AutoConfig
+        from transformers import AutoConfig, PreTrainedConfig
         from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
         if self.family not in adapters.MODEL_TYPES:
             return AutoConfig.from_pretrained(self.directory, local_files_only=True)
-        return CONFIG_MAPPING[self.family].from_dict(json.loads(self.config_bytes), name_or_path=str(self.directory))
+        # as transformers reads config.json: Infinity and NaN are stored tagged (a Bamba's time_step_limit)
+        settings = PreTrainedConfig._decode_special_floats(json.loads(self.config_bytes.decode("utf-8")))
+        return CONFIG_MAPPING[self.family].from_dict(settings, name_or_path=str(self.directory))
 
     @cached_property
     def layer_kinds(self) -> tuple[str, ...] | None:
