@@ -45,10 +45,9 @@ def measure(args) -> dict:
                                tasks=[args.task], n=1, length=args.length, model=args.model, haystack=args.haystack)
     try:  # a tree with bench.run.plan: the run planned once, the model fingerprinted once
         from bench.run.plan import plan
-        from pretrained import loading
 
         run = plan(settings)
-        harness = Harness(run, loading.identity(run.model_dir))
+        harness = Harness(run, run.model.identity)
     except ImportError:  # older trees: a CheckedSettings, or (before it) checked in place, returning None
         from bench.run.settings import validate
 

@@ -18,7 +18,6 @@ from bench.run.harness import Harness
 from bench.run.needles import needle_positions
 from bench.run.plan import plan
 from bench.run.settings import CompareSettings
-from pretrained import loading
 
 SPANS = 10
 
@@ -47,7 +46,7 @@ def main() -> None:
     run = plan(CompareSettings(presses=[], pairs=args.methods.split(","), keep_fractions=fractions,
                                tasks=[args.task], n=args.n, length=args.length, model=args.model,
                                haystack=args.haystack))
-    h = Harness(run, loading.identity(run.model_dir))
+    h = Harness(run, run.model.identity)
     kept = {(m.label, p): torch.zeros(SPANS, dtype=torch.float64) for m in run.methods for p in fractions}
     sizes, needles = torch.zeros(SPANS, dtype=torch.float64), torch.zeros(SPANS, dtype=torch.float64)
     heads = len(h.adapter.attention_layers) * h.adapter.geometry.num_kv_heads

@@ -47,9 +47,9 @@ class GateSightOraclePress(Press):
     def evidence(self, adapter):
         return self.gatesight.evidence(adapter) | self.kvzip.evidence(adapter)
 
-    def bind(self, model_dir):
-        self.gatesight.bind(model_dir)
-        self.kvzip.bind(model_dir)
+    def bind(self, model):
+        self.gatesight.bind(model)
+        self.kvzip.bind(model)
 
     def check(self, adapter):
         self.gatesight.check(adapter)

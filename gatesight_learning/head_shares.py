@@ -85,11 +85,12 @@ def calibrate_head_shares(model, windows: int, tokens: int, keep_fractions=KEEP_
     """
     if windows < 2:
         raise UsageError(f"--windows {windows}: give at least 2 (the shares' stability is measured between windows)")
-    directory = loading.resolve(model)
+    info = loading.read(model)
+    directory = info.directory
     check_replaceable((directory / FILE).parent, [directory / FILE], "head shares", replace)
-    model, tokenizer, directory = loading.load(model)
+    model, tokenizer, directory = loading.load(info)
     adapter = adapter_for(model)
-    press = prepare("kvzip", adapter, directory)
+    press = prepare("kvzip", adapter, info)
     prefix = encode_text(tokenizer, CHAT_PREFIX)
     if tokens <= len(prefix) + 16:
         raise UsageError(f"--tokens {tokens}: give more than {len(prefix) + 16} (the chat prefix and a body)")

@@ -5,11 +5,11 @@ from __future__ import annotations
 import functools
 import json
 from abc import ABC, abstractmethod
-from pathlib import Path
 from typing import ClassVar, Protocol
 
 import torch
 
+from pretrained.model_info import ModelInfo
 from runtime import EvidenceRequest
 from runtime.adapters import ModelAdapter
 from runtime.errors import UsageError
@@ -108,9 +108,11 @@ class Press(ABC):
         """What the prefill must record for this press (nothing beyond the KV cache by default)."""
         return EvidenceRequest()
 
-    def bind(self, model_dir: Path | None) -> None:
-        """Load what this press reads from the model's directory (an estimator, a calibration) if it was not given
-        one and the directory has it; :meth:`check` then refuses a press still missing it. A no-op by default."""
+    def bind(self, model: ModelInfo | None) -> None:
+        """Load what this press reads from the model's directory (``model.directory``: an estimator, a calibration)
+        if it was not given one and the directory has it; :meth:`check` then refuses a press still missing it.
+        ``model`` is the model read once (:class:`~pretrained.model_info.ModelInfo`: its weights' fingerprint
+        included), or None for a model built in memory. A no-op by default."""
 
     def check(self, adapter: ModelAdapter) -> None:
         """Raise ``ValueError`` if this press cannot run on the model behind ``adapter`` (loads nothing)."""
@@ -130,11 +132,11 @@ def _naming_the_directory(bind):
     from safetensors import SafetensorError
 
     @functools.wraps(bind)
-    def wrapped(self, model_dir):
+    def wrapped(self, model):
         try:
-            return bind(self, model_dir)
+            return bind(self, model)
         except (SafetensorError, json.JSONDecodeError) as error:
-            raise ValueError(f"{model_dir}: the artifacts press {self.name!r} reads there are damaged ({error}); "
+            raise ValueError(f"{model.directory}: the artifacts press {self.name!r} reads there are damaged ({error}); "
                              "write them again (bench calibrate, bench train) or copy them whole") from None
 
     return wrapped

@@ -9,7 +9,6 @@
 
 from __future__ import annotations
 
-import functools
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +18,8 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from allocators import HeadShares
-from pretrained import loading
+from pretrained.fingerprints import weights_fingerprint
+from pretrained.model_info import ModelInfo, model_of
 from runtime.adapters import ModelAdapter, adapter_for
 from runtime.errors import UsageError, check_regular_file
 from runtime.forward import SequenceState, forward_chunk
@@ -34,29 +34,6 @@ def calibration_path(directory) -> Path:
     """The calibration file of a model directory: :data:`FILE`, or the root file older versions wrote."""
     legacy = Path(directory) / LEGACY_FILE
     return legacy if legacy.exists() and not (Path(directory) / FILE).exists() else Path(directory) / FILE
-
-
-def weights_fingerprint(model_dir) -> str | None:
-    """The content hash of ``model_dir``'s weight files (``loading.fingerprint(model_dir, "weights")``: safetensors
-    or PyTorch's, the bench's own files aside), or None where there is no directory or it holds none (a model built
-    in memory): what a calibration or an estimator was measured on."""
-    weight_files = loading.part_files(model_dir, "weights") if model_dir is not None else []
-    if not weight_files:
-        return None
-    directory = Path(model_dir).resolve()
-    stats = ((path.name, path.stat()) for path in weight_files)
-    # the change time too: a rewrite that keeps size and modification time (``touch -r``) still moves it
-    files = tuple((name, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns) for name, stat in stats)
-    return _weights_digest(directory, files)
-
-
-@functools.lru_cache(maxsize=16)
-def _weights_digest(directory: Path, files: tuple) -> str:
-    """The hash of ``directory``'s weight files, once per state of them (``files``: each one's name, inode, size,
-    modification and change times): a press binds on every context it scores (:func:`presses.preparation.prepare`),
-    and hashing half a gigabyte of weights each time cost SmolLM2's hybrid 0.5 s a context, 25 times GateSight's own
-    scoring."""
-    return loading.fingerprint(directory, "weights")
 
 
 def query_bands(query: torch.Tensor, rotary_dim: int) -> torch.Tensor:
@@ -131,39 +108,42 @@ class Calibration:
         return calibration_path(directory).exists()
 
     @classmethod
-    def for_model(cls, adapter: ModelAdapter) -> "Calibration":
+    def for_model(cls, adapter: ModelAdapter, model: ModelInfo | None = None) -> "Calibration":
+        """The calibration of ``adapter``'s model directory, checked against its weights; ``model``: that model as
+        read once (:class:`~pretrained.model_info.ModelInfo`), or None to read it from the adapter's directory."""
         if adapter.model_dir is None:
             raise ValueError(
                 "the model was not loaded from a local directory, so its calibration cannot be found: "
                 "pass the layer weights explicitly or run `bench calibrate --model PATH`"
             )
-        calibration = cls.load(adapter.model_dir)
-        calibration.check_weights(adapter.model_dir, f"the calibration in {adapter.model_dir}")
+        model = model or model_of(adapter)
+        calibration = cls.load(model.directory)
+        calibration.check_weights(model, f"the calibration in {model.directory}")
         return calibration
 
-    def check_weights(self, model_dir, shown: str) -> None:
+    def check_weights(self, model: ModelInfo, shown: str) -> None:
         """``ValueError`` if this calibration (``shown``: it, as the message names it) records the weights it was
-        measured on and ``model_dir``'s weight files are others: its query statistics and gate weights are another
+        measured on and ``model``'s weight files are others: its query statistics and gate weights are another
         model's. One that records none (saved before calibrations did), or a directory without weight files, passes.
         """
-        here = weights_fingerprint(model_dir)
+        here = model.weights
         if self.weights is None or here is None or self.weights == here:
             return
         raise ValueError(f"{shown} was measured on model weights {self.weights}, not this "
-                         f"model's ({here}): run `bench calibrate --model {model_dir}` to measure this model's")
+                         f"model's ({here}): run `bench calibrate --model {model.directory}` to measure this model's")
 
 
-def head_shares_for(adapter: ModelAdapter) -> dict[int, list[float]]:
+def head_shares_for(adapter: ModelAdapter, model: ModelInfo | None = None) -> dict[int, list[float]]:
     """The head shares of ``adapter``'s model directory (:data:`allocators.head_shares.FILE`), checked against its
-    attention layers, KV heads and weights; a one-line ``UsageError`` if they are missing, damaged or another
-    model's."""
+    attention layers, KV heads and weights (``model``: that model as read once, or None to read it from the
+    adapter's directory); a one-line ``UsageError`` if they are missing, damaged or another model's."""
     if adapter.model_dir is None:
         raise UsageError("the model was not loaded from a local directory, so its head shares cannot be found: "
                          "load it from one that holds calibration/head_shares.json")
     shares = HeadShares.load(adapter.model_dir)
     shown = f"the head shares in {adapter.model_dir}"
     shares.check(tuple(adapter.attention_layers), adapter.geometry.num_kv_heads, shown)
-    here = weights_fingerprint(adapter.model_dir)
+    here = (model or model_of(adapter)).weights
     if shares.weights is not None and here is not None and shares.weights != here:
         raise UsageError(f"{shown} were measured on model weights {shares.weights}, not this model's ({here}): run "
                          f"`bench calibrate-shares --model {adapter.model_dir} --replace`")

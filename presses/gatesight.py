@@ -23,12 +23,12 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from pretrained import loading
+from pretrained.model_info import ModelInfo
 from runtime import EvidenceRequest
 from runtime.adapters import ModelAdapter
 from runtime.errors import MissingFileError, UsageError, check_regular_file
 
 from .base import Press, Scores, ScoringContext
-from .calibration import weights_fingerprint
 
 ARTIFACT_DIR = "gatesight"
 ESTIMATOR_FILES = ("gatesight.json", "gatesight.safetensors")
@@ -201,11 +201,11 @@ def _load_estimator(directory: Path) -> GateSightEstimator:
         raise UsageError(f"estimator={str(directory)!r}: {error}") from None
 
 
-def _check_weights(estimator: GateSightEstimator, model_dir: Path) -> None:
+def _check_weights(estimator: GateSightEstimator, model: ModelInfo) -> None:
     """``ValueError`` if ``estimator`` records the weights it was trained on (``meta["weights"]``, the fingerprint
-    of the weight files, as ``bench train`` records it) and ``model_dir``'s weight files are others; an estimator
+    of the weight files, as ``bench train`` records it) and ``model``'s weight files are others; an estimator
     saved before estimators recorded them, or a directory holding no weight files, is not checked."""
-    trained_on, weights = estimator.meta.get("weights"), weights_fingerprint(model_dir)
+    trained_on, weights, model_dir = estimator.meta.get("weights"), model.weights, model.directory
     if trained_on is None or weights is None or trained_on == weights:
         return
     shown = "the GateSight estimator given" if estimator.directory is None else str(estimator.directory)
@@ -265,14 +265,14 @@ class GateSightPress(Press):
     def evidence(self, adapter) -> EvidenceRequest:
         return EvidenceRequest(recurrent_signals=True, signal_dtype=getattr(torch, self.signal_dtype))
 
-    def bind(self, model_dir: Path | None) -> None:
+    def bind(self, model: ModelInfo | None) -> None:
         """Load the model's own estimator where none was given; refuse (``ValueError``) an estimator trained on
-        other model weights than those in ``model_dir``: its features describe another model's signals."""
-        artifact = None if model_dir is None else Path(model_dir) / ARTIFACT_DIR
+        other model weights than ``model``'s: its features describe another model's signals."""
+        artifact = None if model is None else model.directory / ARTIFACT_DIR
         if self.estimator is None and artifact is not None and (artifact / "gatesight.json").exists():
             self.estimator = GateSightEstimator.load(artifact)
-        if self.estimator is not None and model_dir is not None:
-            _check_weights(self.estimator, Path(model_dir))
+        if self.estimator is not None and model is not None:
+            _check_weights(self.estimator, model)
 
     def check(self, adapter: ModelAdapter) -> None:
         if not adapter.signal_layers:

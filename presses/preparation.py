@@ -7,9 +7,10 @@ model, and the prefill evidence of all presses in use combined into one request.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
-from pathlib import Path
 
+from pretrained.model_info import ModelInfo, model_of, read
 from runtime import EvidenceRequest
 from runtime.adapters import ModelAdapter
 from runtime.errors import UsageError
@@ -18,7 +19,8 @@ from .base import Press
 from .registry import get
 
 
-def prepare(press: Press | str, adapter: ModelAdapter, model_dir: Path | None = None, **options) -> Press:
+def prepare(press: Press | str, adapter: ModelAdapter, model: ModelInfo | str | os.PathLike | None = None,
+            **options) -> Press:
     """``press`` (an instance, or a registry name built with ``options``) bound and checked for ``adapter``'s model.
 
     Parameters
@@ -27,9 +29,11 @@ def prepare(press: Press | str, adapter: ModelAdapter, model_dir: Path | None = 
         A press, or a name of :func:`presses.available` (``kvpress:<Class>`` included).
     adapter : ModelAdapter
         The model the press will score contexts of.
-    model_dir : Path, optional
-        Where the press's artifacts live (GateSight's estimator, TriAttention's calibration); default: the
-        adapter's own ``model_dir``.
+    model : ModelInfo or str or PathLike, optional
+        The model as read once (:func:`pretrained.model_info.read`; a directory is read here): where the press's
+        artifacts live (GateSight's estimator, TriAttention's calibration) and its weights' fingerprint they are
+        checked against; default: the directory the adapter's model was loaded from, read now
+        (:func:`pretrained.model_info.model_of`).
 
     Raises
     ------
@@ -41,12 +45,13 @@ def prepare(press: Press | str, adapter: ModelAdapter, model_dir: Path | None = 
         press = get(press, **options)
     elif options:
         raise UsageError(f"options {sorted(options)} are for a press built by name; {press.name!r} is built already")
-    directory = model_dir if model_dir is not None else adapter.model_dir
+    model = model_of(adapter) if model is None else read(model)
     try:
-        press.bind(directory)
+        press.bind(model)
         press.check(adapter)
     except (ValueError, FileNotFoundError) as error:
-        raise UsageError(f"press {shown!r} cannot run on {directory}: {error}") from None
+        raise UsageError(f"press {shown!r} cannot run on {None if model is None else model.directory}: {error}") \
+            from None
     return press
 
 

@@ -12,6 +12,7 @@ import time
 
 import allocators
 from allocators import Allocator, BudgetRequest, check_keep_fraction
+from pretrained.model_info import ModelInfo, model_of
 from runtime import Child, KeepPlan, Parent
 from runtime.errors import ArgumentTypeError, ReleasedError, UsageError, describe
 
@@ -159,14 +160,19 @@ class Selection:
         Bound to the model's directory here if it reads artifacts from it (:meth:`Press.bind`).
     layer_weights : dict[int, float], optional
         For allocators that read them (``needs_layer_weights``); default: the model's calibration.
+    model : ModelInfo, optional
+        The model as read once (:func:`pretrained.model_info.read`), which the press is bound to and the calibration
+        and head shares are checked against; default: the directory the parent's model was loaded from, read here.
     """
 
-    def __init__(self, parent: Parent, press: Press | str, layer_weights: dict[int, float] | None = None):
+    def __init__(self, parent: Parent, press: Press | str, layer_weights: dict[int, float] | None = None,
+                 model: ModelInfo | None = None):
         check_parent(parent)
         check_press(press)
         check_layer_weights(layer_weights, tuple(parent.adapter.attention_layers))
         self.parent = parent
-        self.press = prepare(press, parent.adapter)
+        self.model = model if model is not None else model_of(parent.adapter)
+        self.press = prepare(press, parent.adapter, self.model)
         check_evidence(parent, self.press)
         self.layer_weights = layer_weights
         self.head_shares: dict[int, list[float]] | None = None  # read from the model directory when first needed
@@ -195,9 +201,9 @@ class Selection:
         check_pair(self.press, allocator)
         weights = self.layer_weights
         if allocator.needs_layer_weights and weights is None:
-            weights = self.layer_weights = Calibration.for_model(self.parent.adapter).gate_weights
+            weights = self.layer_weights = Calibration.for_model(self.parent.adapter, self.model).gate_weights
         if allocator.needs_head_shares and self.head_shares is None:
-            self.head_shares = head_shares_for(self.parent.adapter)
+            self.head_shares = head_shares_for(self.parent.adapter, self.model)
         # scores checked when computed
         return _fill(self.parent, self.scores, allocator, keep_fraction, weights, self.head_shares)
 

@@ -16,6 +16,7 @@ import torch
 
 from artifacts.outputs import MODEL_CONFIG
 from pretrained import loading
+from pretrained.model_info import ModelInfo
 from runtime.errors import UsageError
 
 from .base import Press, Scores, ScoringContext, group_reduce
@@ -102,16 +103,16 @@ class TriAttentionPress(Press):
             raise UsageError(f"calibration={self.calibration!r}: give a Calibration or the model directory holding "
                              "one")
 
-    def bind(self, model_dir) -> None:
+    def bind(self, model: ModelInfo | None) -> None:
         """Load the model's own calibration where none was given; refuse (``ValueError``) a calibration measured on
-        other model weights than those in ``model_dir``: its query statistics are another model's."""
+        other model weights than ``model``'s: its query statistics are another model's."""
         given = self.calibration is not None
-        if not given and model_dir is not None and Calibration.exists(model_dir):
-            self.calibration = Calibration.load(model_dir)
-        if self.calibration is not None and model_dir is not None:
-            source = self._source if given else model_dir
+        if not given and model is not None and Calibration.exists(model.directory):
+            self.calibration = Calibration.load(model.directory)
+        if self.calibration is not None and model is not None:
+            source = self._source if given else model.directory
             shown = "the Calibration given" if source is None else f"the calibration in {source}"
-            self.calibration.check_weights(model_dir, shown)
+            self.calibration.check_weights(model, shown)
 
     def check(self, adapter) -> None:
         if self.calibration is None:

@@ -16,6 +16,7 @@ from typing import Callable
 from artifacts.outputs import Output
 from pretrained import CHECKPOINTS, loading
 from pretrained.loading import ModelSpec
+from pretrained.model_info import ModelInfo, read
 from runtime.errors import UsageError
 from runtime.options import real, whole, written_plainly
 
@@ -197,19 +198,25 @@ def check_model_name(name: str | None) -> None:
 
 
 def model_spec(args: argparse.Namespace) -> ModelSpec:
-    """The model the flags of :func:`add_model_arguments` name, checked as it is built: its name (near misses of
-    the catalogue named), device and dtype, and that its directory holds weights and a tokenizer's vocabulary."""
+    """The model the flags of :func:`add_model_arguments` name, checked as :func:`model_info` checks it."""
+    return model_info(args).spec
+
+
+def model_info(args: argparse.Namespace) -> ModelInfo:
+    """The model the flags of :func:`add_model_arguments` name, read once (:func:`pretrained.model_info.read`) and
+    checked: its name (near misses of the catalogue named), device and dtype, and that its directory holds weights
+    and a tokenizer's vocabulary."""
     check_model_name(args.model)
-    spec = ModelSpec(args.model, args.device, args.dtype, args.allow_download)
-    directory = loading.resolve(spec)
+    info = read(ModelSpec(args.model, args.device, args.dtype, args.allow_download))
+    directory = info.directory
     loading.check_not_adapter(directory)
-    if not any(path.suffix != ".json" for path in loading.part_files(directory, "weights")):
+    if not any(path.suffix != ".json" for path in loading.part_files(directory, "weights", info.config)):
         patterns = " or ".join(loading.MODEL_PARTS["weights"])
         raise UsageError(f"--model {directory}: no weight file ({patterns}, or the shards a weight index names) "
                          "beside its config.json; the bench loads a model from its weights: copy them there, or give "
                          "the model's own directory")
     loading.check_tokenizer_files(directory)
-    return spec
+    return info
 
 
 def add_import_argument(p: argparse.ArgumentParser) -> None:

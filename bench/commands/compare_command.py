@@ -27,7 +27,7 @@ from .arguments import (
     floats,
     import_user_modules,
     kept_in,
-    model_spec,
+    model_info,
     names,
     natural,
     options,
@@ -208,7 +208,7 @@ def run(args) -> None:
     chosen_presses, chosen_allocators, pairs = methods_of(args)
     run = plan(CompareSettings(
         presses=chosen_presses, allocators=chosen_allocators, keep_fractions=fractions, tasks=args.tasks, n=args.n,
-        length=args.length, model=model_spec(args), seed=args.seed, out=Path(args.out), profile=args.profile,
+        length=args.length, model=model_info(args), seed=args.seed, out=Path(args.out), profile=args.profile,
         scbench_data=Path(args.scbench_data) if args.scbench_data else None, jobs=args.jobs, batch=args.batch,
         press_options=args.press_options, alloc_options=args.alloc_options, engine=args.engine,
         haystack=args.haystack, pairs=pairs, shard=args.shard, executor=args.executor, address=args.address,

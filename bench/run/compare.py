@@ -50,7 +50,7 @@ def execute(run: RunPlan, show_progress: bool = True) -> tuple[ResultStore, load
         _check_fractions_resume(run, store)
         if not contexts_of(run):  # an empty shard (more shards than contexts): no model to load
             return store, None
-        identity = loading.identity(run.model_dir)
+        identity = run.model.identity
         store.check_model(run.model_dir.name, identity.row_fields())
         _say_other_code_rows(run, identity, store)
         group = {field: value for field, value in _group_fields(run, identity).items() if field in GROUP_FIELDS}
@@ -172,7 +172,7 @@ def run_rows(store: ResultStore, settings: CompareSettings | RunPlan,
     of its range, or a key held twice."""
     check_stores([store], complete=False)
     run = plan(settings)
-    identity = identity or loading.identity(run.model_dir)
+    identity = identity or run.model.identity
     wanted = _group_fields(run, identity)
     children = {(method.press.label, method.allocator.label, float(p)) for method, p in run.children}
     contexts = contexts_of(run)

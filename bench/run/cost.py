@@ -102,16 +102,17 @@ def run_cost(model_path, press_names: list[str], lengths: list[int], out: Path, 
         first = press_names[settings.index(settings[twice])]
         raise UsageError(f"--press names one press twice: {first!r} and {press_names[twice]!r} (both are "
                          f"{settings[twice]}); give it once")
-    limit = loading.position_limit(model_path)
+    info = loading.read(model_path)  # read once: its limit, its artifacts, the model and the presses' binding
+    limit = info.position_limit
     bad = [n for n in lengths if n < 2 or (limit is not None and n > limit)]
     if bad:
         raise UsageError(f"length {bad[0]} is not allowed: lengths must be in [2, {limit}] tokens for this model")
     check([cost_output(out, replace)])
-    _check_artifacts(press_names, loading.resolve(model_path))
-    model, tokenizer, directory = loading.load(model_path)
+    _check_artifacts(press_names, info.directory)
+    model, tokenizer, directory = loading.load(info)
     loading.check_artifacts(directory)
     adapter = adapter_for(model)
-    built = {name: prepare(name, adapter, directory) for name in press_names}
+    built = {name: prepare(name, adapter, info) for name in press_names}
     evidence = evidence_for(built.values(), adapter)
     rows = []
     for length in lengths:

@@ -18,6 +18,7 @@ import torch
 
 from presses import Press
 from presses.selection import Selection
+from pretrained.model_info import ModelInfo
 from runtime import Answer, Evidence, EvidenceRequest, KeepPlan, prefill
 from runtime.batch import DEFAULT_MEMORY_BUDGET, PaddedBatch, answer_and_follow_many, groups_within
 
@@ -109,15 +110,20 @@ class RuntimeEngine:
         What the prefill records for every press.
     batch : int
         Children of a group at most.
+    model_info : ModelInfo, optional
+        The model as the run read it once (:class:`~pretrained.model_info.ModelInfo`): each context's selections
+        are bound to it, reading nothing of its directory again.
     """
 
     memory_budget = DEFAULT_MEMORY_BUDGET
     """Bytes one group of children may hold (:func:`runtime.batch.groups_within`)."""
 
     def __init__(self, model, tokenizer, presses: dict[PressSpec, Press], allocators: dict[AllocatorSpec, object],
-                 layer_weights: dict[int, float] | None, evidence: EvidenceRequest, batch: int):
+                 layer_weights: dict[int, float] | None, evidence: EvidenceRequest, batch: int,
+                 model_info: ModelInfo | None = None):
         self.model, self.tokenizer, self.presses, self.allocators = model, tokenizer, presses, allocators
         self.layer_weights, self.evidence, self.batch = layer_weights, evidence, batch
+        self.model_info = model_info
 
     def prefill(self, context_ids: torch.Tensor, protected: int, presses: list[PressSpec]) -> _RuntimeContext:
         t0 = time.perf_counter()
@@ -132,7 +138,8 @@ class _RuntimeContext:
     def __init__(self, engine: RuntimeEngine, parent, prefill_seconds: float, presses: list[PressSpec]):
         self.engine, self.parent, self.prefill_seconds = engine, parent, prefill_seconds
         self.n, self.kv_nbytes, self.recurrent_nbytes = parent.n, parent.kv_nbytes, parent.recurrent_nbytes
-        self.selections = {spec: Selection(parent, engine.presses[spec], engine.layer_weights) for spec in presses}
+        self.selections = {spec: Selection(parent, engine.presses[spec], engine.layer_weights, engine.model_info)
+                           for spec in presses}
         for selection in self.selections.values():
             selection.scores  # noqa: B018 - scored now, so that the evidence can go before any child is made
         # what the presses read of the prefill (kvpress's presses: every attention layer's hidden states, 133 MiB

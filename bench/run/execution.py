@@ -66,7 +66,7 @@ class ContextWorker:
         for module in run.modules:  # a user's press or allocator registers itself when its module is imported
             importlib.import_module(module)
         self.harness = Harness(run, identity)
-        if loading.identity(self.harness.model_dir) != identity:
+        if run.model.changed():  # a stat of each file it hashed; their contents again only where one moved
             raise UsageError(f"{run.model_dir} changed since the run began (weights, config, tokenizer or its "
                              "artifacts were written meanwhile, e.g. by bench train or bench calibrate): a worker "
                              "loaded another model than the one the run's rows name; rerun once nothing writes "

@@ -25,8 +25,8 @@ class Harness:
     run : RunPlan
         What :func:`bench.run.plan.plan` resolved (every pair checked there).
     identity : ModelIdentity
-        The model directory's fingerprints (:func:`pretrained.loading.identity`), computed once by the caller:
-        what rows record of the model.
+        The model directory's fingerprints (``run.model.identity``), computed once by the caller: what rows record
+        of the model.
 
     Attributes
     ----------
@@ -42,10 +42,10 @@ class Harness:
         self.model, self.tokenizer, self.model_dir = loading.load(run.model)
         loading.check_artifacts(self.model_dir)  # a damaged estimator or calibration is named before any work
         self.adapter = adapter_for(self.model)
-        self.presses = {spec: prepare(spec.name, self.adapter, self.model_dir, **spec.kwargs) for spec in run.presses}
+        self.presses = {spec: prepare(spec.name, self.adapter, run.model, **spec.kwargs) for spec in run.presses}
         self.allocators = {spec: allocators.get(spec.name, **spec.kwargs) for spec in run.allocators}
         self.engine = self._engine()
-        if loading.artifacts_fingerprint(self.model_dir) != identity.artifacts:
+        if "artifacts" in run.model.changed():
             # replaced (bench calibrate or train --replace) since the run fingerprinted them: rows would record
             # the old artifacts and hold the new ones' numbers
             raise UsageError(f"{self.model_dir}: its estimator or calibration changed while this run started (a "
@@ -69,13 +69,14 @@ class Harness:
         weighted = [spec.name for spec, allocator in self.allocators.items() if allocator.needs_layer_weights]
         if weighted:
             try:  # the gate weights are the model's own, as TriAttention's statistics are
-                layer_weights = Calibration.for_model(self.adapter).gate_weights
+                layer_weights = Calibration.for_model(self.adapter, self.run.model).gate_weights
             except ValueError as error:
                 raise UsageError(f"allocator {weighted[0]!r} cannot run on {self.model_dir}: {error}") from None
         if any(allocator.needs_head_shares for allocator in self.allocators.values()):
-            head_shares_for(self.adapter)  # missing, damaged or another model's: refused before any context runs
+            # missing, damaged or another model's: refused before any context runs
+            head_shares_for(self.adapter, self.run.model)
         return RuntimeEngine(self.model, self.tokenizer, self.presses, self.allocators, layer_weights,
-                             evidence_for(self.presses.values(), self.adapter), self.run.batch)
+                             evidence_for(self.presses.values(), self.adapter), self.run.batch, self.run.model)
 
     def encode_list(self, text: str) -> list[int]:
         return encode_text(self.tokenizer, text)

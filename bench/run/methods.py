@@ -10,6 +10,7 @@ import allocators
 import presses
 from presses.registry import KVPRESS_PREFIX
 from pretrained import loading
+from pretrained.model_info import ModelInfo
 from runtime.errors import UsageError
 
 from ..store.row_fields import BASELINE
@@ -25,7 +26,7 @@ from .specs import (
 )
 
 
-def _spec(kind, text: str, flag: str, every: dict, registry, model=None):
+def _spec(kind, text: str, flag: str, every: dict, registry, model: ModelInfo | None = None):
     """The spec of one ``name[options]`` item, its options those in brackets and ``every`` (``--press-options`` or
     ``--alloc-options``) typed by the registry's fields; a key given both ways is refused. An option at its default
     value is left out, and so is an artifact option naming the model's own files (``gatesight[estimator=<model
@@ -63,16 +64,16 @@ def _spec(kind, text: str, flag: str, every: dict, registry, model=None):
     for key, (folder, patterns) in reads.items():
         if isinstance(kept.get(key), (str, Path)):
             fingerprints[key] = loading.files_fingerprint(Path(kept[key]), patterns)
-            own = loading.files_fingerprint(loading.resolve(model) / folder, patterns)
+            own = loading.files_fingerprint(model.directory / folder, patterns)
             if fingerprints[key] == own:  # the model's own files, which the press reads when not told: the default
                 del kept[key], fingerprints[key]
     return kind(name, frozen_options(kept), frozen_options(fingerprints))
 
 
-def methods_of(settings: CompareSettings) -> tuple[Method, ...]:
+def methods_of(settings: CompareSettings, model: ModelInfo) -> tuple[Method, ...]:
     """The compacting methods: the ``--methods`` pairs, or every press with every allocator."""
     def press(text: str, flag: str) -> PressSpec:
-        return _spec(PressSpec, text, flag, settings.press_options, presses, settings.model)
+        return _spec(PressSpec, text, flag, settings.press_options, presses, model)
 
     def allocator(text: str, flag: str) -> AllocatorSpec:
         return _spec(AllocatorSpec, text, flag, settings.alloc_options, allocators)

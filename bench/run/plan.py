@@ -22,6 +22,8 @@ from artifacts.outputs import RESULT_STORE, Output, check
 from presses.selection import check_pair
 from pretrained import loading
 from pretrained.cache_guard import check_outside_the_cache
+from pretrained.model_info import ModelInfo, read
+from pretrained.model_spec import ModelSpec
 from runtime.errors import UsageError, describe
 from workloads.tasks import registry as tasks
 from workloads.tasks.scbench import load_rows
@@ -49,9 +51,11 @@ class RunPlan:
     keep_fractions : tuple[float, ...]
     tasks : tuple[str, ...]
         Task names, groups expanded, in order.
-    model : str or ModelSpec or None
-        As given; ``model_dir`` is its directory (absolute: rows record its name, and `.` has none), ``dtype`` and
-        ``device`` what rows record of it.
+    model : ModelInfo
+        The model read once (:func:`pretrained.model_info.read`): its directory, config and fingerprints, handed to
+        what loads it and to the presses that read its artifacts; a worker receives it with the plan.
+        :attr:`model_dir` is its directory (absolute: rows record its name, and `.` has none), :attr:`dtype` and
+        :attr:`device` what rows record of it.
     code : str
         The shared code version (:func:`bench.store.code_version.code_version`) the run's rows carry, fixed once when
         planned: a source edited while a long run goes on changes neither the rows' version nor which rows its
@@ -76,10 +80,7 @@ class RunPlan:
     seed: int
     haystack: str
     scbench_data: Path | None
-    model: str | loading.ModelSpec | None
-    model_dir: Path
-    dtype: str
-    device: str
+    model: ModelInfo
     engine: str
     code: str
     method_codes: Mapping[str, str]
@@ -90,6 +91,18 @@ class RunPlan:
     shard: tuple[int, int] | None
     executor: str
     address: str | None
+
+    @property
+    def model_dir(self) -> Path:
+        return self.model.directory
+
+    @property
+    def dtype(self) -> str:
+        return self.model.dtype
+
+    @property
+    def device(self) -> str:
+        return self.model.device
 
     @cached_property
     def presses(self) -> tuple[PressSpec, ...]:
@@ -118,14 +131,13 @@ def _positive_int(value, what: str, meaning: str) -> None:
         raise UsageError(f"{what} must be an integer >= 1 ({meaning}), got {value!r}")
 
 
-def _check_served(settings: CompareSettings) -> None:
+def _check_served(settings: CompareSettings, model: ModelInfo) -> None:
     """What the vLLM engine runs is the serving plugin's to say (:func:`serving.check_request`); the bench asks."""
     if importlib.util.find_spec("vllm") is None:
         raise UsageError("--engine vllm needs vLLM, which lives in its own environment: scripts/serving_env.sh")
     from serving import check_request
 
-    check_request(*registry_names(settings), settings.jobs, loading.dtype_name(settings.model),
-                  loading.resolve(settings.model))
+    check_request(*registry_names(settings), settings.jobs, model.dtype, model.directory)
 
 
 def _check_served_options(methods: tuple[Method, ...]) -> None:
@@ -161,9 +173,10 @@ def _check_types(settings: CompareSettings) -> None:
             raise UsageError(f"{name} must be an integer, got {value!r} ({type(value).__name__})")
     if settings.seed < 0:  # as the CLI's --seed (bench.commands.arguments.natural)
         raise UsageError(f"seed must be an integer >= 0, got {settings.seed!r}")
-    if settings.model is not None and not isinstance(settings.model, (str, Path, loading.ModelSpec)):
-        raise UsageError(f"model must be a model directory or hub id (str or Path), a pretrained.loading.ModelSpec "
-                         f"or None (the shipped model), got {describe(settings.model)}")
+    if settings.model is not None and not isinstance(settings.model, (str, Path, ModelSpec, ModelInfo)):
+        raise UsageError(f"model must be a model directory or hub id (str or Path), a pretrained.loading.ModelSpec, "
+                         f"a pretrained.model_info.ModelInfo or None (the shipped model), got "
+                         f"{describe(settings.model)}")
     shard = settings.shard
     if shard is not None and not (isinstance(shard, (tuple, list)) and len(shard) == 2 and all(
             isinstance(part, numbers.Integral) and not isinstance(part, bool) for part in shard)
@@ -192,9 +205,10 @@ def plan(settings: CompareSettings | RunPlan) -> RunPlan:
     if isinstance(settings, RunPlan):
         return settings
     _check_types(settings)
+    model = read(settings.model)  # its directory and config, read once for the whole run
     if settings.engine == "vllm":  # first: what the engine cannot run (kvpress presses) is refused with its reason
-        _check_served(settings)
-    methods = methods_of(settings)
+        _check_served(settings, model)
+    methods = methods_of(settings, model)
     if settings.engine == "vllm":
         _check_served_options(methods)
     check_nonempty(settings.keep_fractions, "--keep-fractions",
@@ -203,14 +217,15 @@ def plan(settings: CompareSettings | RunPlan) -> RunPlan:
     built = {spec: allocators.get(spec.name, **spec.kwargs) for spec in dict.fromkeys(m.allocator for m in methods)}
     # e.g. the global allocator with a press of no one scale; each press built once here
     press_built = {spec: presses.get(spec.name, **spec.kwargs) for spec in dict.fromkeys(m.press for m in methods)}
+    if press_built:
+        loading.check_artifacts(model.directory)  # a damaged artifact named by its file, before a press reads it
     for press in press_built.values():  # what each reads (an estimator of other weights is refused), and whether
-        _bind(press, settings.model)     # GateSight's scores share one scale, is its artifacts' to say
+        _bind(press, model)              # GateSight's scores share one scale, is its artifacts' to say
     for method in methods:
         check_pair(press_built[method.press], built[method.allocator])
-    layers = loading.attention_layer_count(settings.model)
-    if layers is not None:
+    if model.attention_layers is not None:
         for allocator in built.values():
-            allocator.check_layers(layers)
+            allocator.check_layers(len(model.attention_layers))
     tasks.check(settings.tasks, settings.profile, settings.haystack, settings.scbench_data)
     # numpy's numbers as Python's: rows are written as JSON
     keep_fractions = tuple(allocators.check_keep_fraction(fraction, "keep fraction") for fraction in
@@ -228,7 +243,7 @@ def plan(settings: CompareSettings | RunPlan) -> RunPlan:
     check_items(settings.n, "n")
     if settings.length < MIN_LENGTH:
         raise UsageError(f"length {settings.length} is too short; use at least {MIN_LENGTH} tokens")
-    limit = loading.position_limit(settings.model)
+    limit = model.position_limit
     if limit is not None and settings.length > limit:  # the length holds the answer: items are fitted to it
         raise UsageError(f"length {settings.length} is longer than the model's position limit "
                          f"(max_position_embeddings = {limit}): a context, its question and the answer budget "
@@ -243,16 +258,14 @@ def plan(settings: CompareSettings | RunPlan) -> RunPlan:
     outputs = [Output(Path(settings.out), "out", kind_of=RESULT_STORE)]
     check_outside_the_cache(outputs)  # as the CLI: a library caller too
     check(outputs)
-    model_dir = Path(os.path.abspath(loading.resolve(settings.model)))
     return RunPlan(
         methods=methods, keep_fractions=keep_fractions, tasks=tuple(tasks.expand(settings.tasks)),
         n=n, length=length, profile=settings.profile, seed=seed, haystack=settings.haystack,
-        scbench_data=settings.scbench_data, model=settings.model,
-        model_dir=model_dir,
-        dtype=loading.dtype_name(settings.model), device=loading.device_name(settings.model), engine=settings.engine,
+        scbench_data=settings.scbench_data, model=model, engine=settings.engine,
         code=code_version(settings.engine), method_codes={BASELINE: BASELINE_CODE} | dict(zip(
             (m.label for m in methods),
-            method_codes([(press_built[m.press], built[m.allocator]) for m in methods], settings.engine, model_dir))),
+            method_codes([(press_built[m.press], built[m.allocator]) for m in methods], settings.engine,
+                         model.directory))),
         modules=_outside_modules([*press_built.values(), *built.values()]), out=Path(settings.out),
         jobs=int(settings.jobs), batch=int(settings.batch), shard=shard, executor=settings.executor,
         address=settings.address)
@@ -276,17 +289,15 @@ def _check_scbench_rows(names: list[str], n: int, data) -> None:
                                  "the rows are never answered, so the run could never be verified)")
 
 
-def _bind(press: presses.Press, model) -> None:
-    """``press`` bound to the model's directory as the run will bind it (:func:`presses.preparation.prepare`), so
-    that what is checked before the model loads is the estimator the run reads: the model's own where no option
-    names another. Its artifacts are small files; the weight files are hashed (an estimator records the weights
-    it was trained on), not loaded."""
-    directory = loading.resolve(model)
-    loading.check_artifacts(directory)  # a damaged artifact named by its file, before a press reads it
+def _bind(press: presses.Press, model: ModelInfo) -> None:
+    """``press`` bound to the model as the run will bind it (:func:`presses.preparation.prepare`), so that what is
+    checked before the model loads is the estimator the run reads: the model's own where no option names another.
+    Its artifacts are small files; the weight files are hashed (an estimator records the weights it was trained on,
+    :attr:`~pretrained.model_info.ModelInfo.weights`, kept for the run), not loaded."""
     try:
-        press.bind(directory)
+        press.bind(model)
     except (ValueError, FileNotFoundError) as error:
-        raise UsageError(f"press {press.name!r} cannot run on {directory}: {error}") from None
+        raise UsageError(f"press {press.name!r} cannot run on {model.directory}: {error}") from None
 
 
 def _check_executor(settings: CompareSettings) -> None:

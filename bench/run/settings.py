@@ -50,8 +50,9 @@ class CompareSettings:
         Contexts per task.
     length : int
         Context length in tokens.
-    model : str or ModelSpec, optional
-        A model directory or hub id, with device and dtype; default: the shipped model.
+    model : str or ModelSpec or ModelInfo, optional
+        A model directory or hub id, with device and dtype, or a model read already
+        (:func:`pretrained.model_info.read`, as ``bench compare`` reads it once); default: the shipped model.
     jobs : int
         Worker processes, one context each.
     batch : int
@@ -82,7 +83,7 @@ class CompareSettings:
     tasks: list[str] = field(default_factory=lambda: list(TASKS))
     n: int = 2
     length: int = 1024
-    model: str | loading.ModelSpec | None = None
+    model: str | loading.ModelSpec | loading.ModelInfo | None = None
     seed: int = 0
     out: Path = Path("results")
     profile: str = "compact"

@@ -103,8 +103,8 @@ def test_numpy_kept_fractions_are_written_as_plain_floats(model_dir, tmp_path, f
     ({"pairs": ["keydiff/flat", ("snapkv", "flat")]}, "pairs must hold names (text), e.g. ['snapkv/flat'], got "
                                                       "('snapkv', 'flat') in ['keydiff/flat', ('snapkv', 'flat')]"),
     ({"seed": -1}, "seed must be an integer >= 0, got -1"),
-    ({"model": 3}, "model must be a model directory or hub id (str or Path), a pretrained.loading.ModelSpec or None "
-                   "(the shipped model), got int 3"),
+    ({"model": 3}, "model must be a model directory or hub id (str or Path), a pretrained.loading.ModelSpec, a "
+                   "pretrained.model_info.ModelInfo or None (the shipped model), got int 3"),
     ({"shard": "0/2"}, "shard must be a (k, n) tuple of integers with 0 <= k < n, e.g. (0, 2), got '0/2'"),
     ({"shard": (0, 1, 2)}, "shard must be a (k, n) tuple of integers with 0 <= k < n, e.g. (0, 2), got (0, 1, 2)"),
     ({"shard": (0.0, 2)}, "shard must be a (k, n) tuple of integers with 0 <= k < n, e.g. (0, 2), got (0.0, 2)"),

@@ -256,6 +256,6 @@ def test_an_allocators_own_calibration_is_its_method_code_not_the_groups(model_d
 
 
 def test_the_model_artifacts_left_out_of_the_group_are_the_allocators_own():
-    from pretrained import loading
+    from pretrained.model_files import METHOD_ARTIFACTS
 
-    assert set(loading.METHOD_ARTIFACTS) == {f for cls in allocators.ALLOCATORS.values() for f in cls.model_files}
+    assert set(METHOD_ARTIFACTS) == {f for cls in allocators.ALLOCATORS.values() for f in cls.model_files}

@@ -10,7 +10,7 @@ import socket
 import pytest
 
 from runtime.errors import UsageError, check_regular_file
-from tests.helpers import run_cli
+from tests.helpers import copy_model, run_cli
 
 SMALL_RUN = ["--keep-fractions", "0.5", "--tasks", "niah_single_1", "--length", "300", "--n", "1"]
 
@@ -222,12 +222,20 @@ def test_a_model_given_as_dot_is_recorded_by_its_folders_name(model_dir, tmp_pat
 def test_artifacts_replaced_while_a_run_starts_are_refused(model_dir, tmp_path, capsys, monkeypatch):
     """Probe 69: a calibration installed between the run's fingerprint and the presses' loading was used under the
     old fingerprint (verify passed the rows)."""
+    from presses.calibration import Calibration
     from pretrained import loading
 
-    fingerprinted = loading.identity
-    monkeypatch.setattr(loading, "identity", lambda directory: loading.ModelIdentity(
-        fingerprinted(directory).parts, "0" * 12))  # as the artifacts were before the replacement
-    code, err = run_cli(capsys, "compare", "--model", model_dir, "--press", "triattention", *SMALL_RUN, "--out",
+    model = copy_model(model_dir, tmp_path)
+    real = loading.load
+
+    def load_after_a_replacement(info):  # the run has fingerprinted the model: a `bench calibrate --replace` now
+        calibration = Calibration.load(model)
+        calibration.gate_weights = {layer: weight / 2 for layer, weight in calibration.gate_weights.items()}
+        calibration.save(model)
+        return real(info)
+
+    monkeypatch.setattr(loading, "load", load_after_a_replacement)
+    code, err = run_cli(capsys, "compare", "--model", model, "--press", "triattention", *SMALL_RUN, "--out",
                         tmp_path / "out")
     assert code == 2 and "its estimator or calibration changed while this run started" in err, err
 

@@ -256,11 +256,11 @@ def test_the_default_models_name_is_taken_by_model(model_dir, tmp_path, capsys, 
     is that model (it was "no catalogued model of that name"), its rows the default run's."""
     import shutil
 
-    from pretrained import loading
+    from pretrained import loading, model_spec
 
     assert loading.DEFAULT_MODEL_NAME == loading.DEFAULT_MODEL_DIR.name
     default = shutil.copytree(model_dir, tmp_path / "checkout" / "models" / loading.DEFAULT_MODEL_NAME)
-    monkeypatch.setattr(loading, "DEFAULT_MODEL_DIR", default)
+    monkeypatch.setattr(model_spec, "DEFAULT_MODEL_DIR", default)
     (tmp_path / "elsewhere").mkdir()
     monkeypatch.chdir(tmp_path / "elsewhere")
     rows = {}

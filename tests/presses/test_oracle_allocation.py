@@ -10,6 +10,7 @@ import torch
 import allocators
 import presses
 from pretrained.loading import load
+from pretrained.model_info import read
 from runtime import prefill
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
@@ -34,7 +35,7 @@ def test_the_oracle_plan_has_kvzips_counts_and_gatesights_choice(oracle, model_d
     model, tokenizer, _ = load(str(model_dir))
     press = oracle.GateSightOraclePress()
     adapter = __import__("runtime").adapter_for(model)
-    press.bind(model_dir)
+    press.bind(read(model_dir))
     parent = prefill(model, torch.arange(3, 203) % 90, protected=8, evidence=press.evidence(adapter),
                      tokenizer=tokenizer)
     oracle_selection = presses.Selection(parent, press)

@@ -350,23 +350,30 @@ def test_weights_missing_tensors_are_refused(model_dir, tmp_path):
 
 
 def test_the_weights_are_hashed_once_a_state_not_once_a_bind(model_dir, tmp_path, monkeypatch):
-    """A press binds on every context it scores: the weights' hash is computed once for their files as they are,
-    and again only when a weight file changes — also where the rewrite keeps its size and modification time."""
+    """A press binds on every context it scores: the weights' hash reads their files once as they are, and again
+    only when a weight file changes — also where the rewrite keeps its size and modification time."""
+    from pathlib import Path
+
     from presses import calibration
-    from pretrained import loading
 
     model = shutil.copytree(model_dir, tmp_path / "model")
-    calls = []
-    real = loading.fingerprint
-    monkeypatch.setattr(loading, "fingerprint", lambda *args: calls.append(args) or real(*args))
-    first = calibration.weights_fingerprint(model)
-    assert calibration.weights_fingerprint(model) == first and len(calls) == 1
     weights = model / "model.safetensors"
+    reads = []
+    real = Path.read_bytes
+
+    def read_bytes(path):
+        reads.append(path)
+        return real(path)
+
+    monkeypatch.setattr(Path, "read_bytes", read_bytes)
+    first = calibration.weights_fingerprint(model)
+    assert calibration.weights_fingerprint(model) == first and reads.count(weights) == 1
     stamp = weights.stat()
-    weights.write_bytes(weights.read_bytes()[:-1] + bytes([weights.read_bytes()[-1] ^ 1]))
+    data = real(weights)
+    weights.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))
     os.utime(weights, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))  # as `touch -r` would leave it
     assert weights.stat().st_size == stamp.st_size
-    assert calibration.weights_fingerprint(model) != first and len(calls) == 2
+    assert calibration.weights_fingerprint(model) != first and reads.count(weights) == 2
 
 
 def test_a_config_that_is_a_pipe_is_refused_not_read(tmp_path):

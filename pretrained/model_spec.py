@@ -1,0 +1,122 @@
+"""Which model a run means: a :class:`ModelSpec` (a catalogued name, a local directory or a hub id, with its device
+and dtype) and :func:`resolve`, its local directory (default: the project's own trained hybrid, float32 on CPU,
+trained by :mod:`hybridmodel`). Nothing is downloaded unless the user allows it explicitly."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+import pretrained
+from pretrained.model_cache import check_recorded
+from runtime.errors import MissingFileError, UsageError
+
+MODEL_ENV = "HYBRIDPRESS_MODEL"
+"""Where the default model is looked up first: a non-editable install has no source checkout beside it."""
+DEFAULT_MODEL_DIR = Path(os.environ.get(MODEL_ENV)
+                         or Path(__file__).resolve().parent.parent / "models" / "hybrid-byte-12l")
+"""The default model: the shipped checkout's ``models/hybrid-byte-12l`` unless :data:`MODEL_ENV` names another."""
+DEFAULT_MODEL_NAME = DEFAULT_MODEL_DIR.name
+"""The default model's name, as its rows and the reports call it: ``--model`` takes it too."""
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DEVICES = "cpu, cuda, cuda:N or auto"
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Which model to load and how.
+
+    Attributes
+    ----------
+    path : str or None
+        A catalogued pretrained model's name (:data:`pretrained.CHECKPOINTS`, e.g. ``smollm2-135m-instruct``,
+        converted once by ``bench fetch-model``), a local model directory, a hub id (``Qwen/Qwen3.5-0.8B``) found in
+        the local Hugging Face cache, or None for the shipped default model.
+    device : str
+        ``cpu``, ``cuda``, ``cuda:N`` or ``auto`` (cuda when available).
+    dtype : str
+        ``auto`` (the checkpoint's own), ``float32``, ``bfloat16`` or ``float16``.
+    allow_download : bool
+        Fetch a hub id that is not in the local cache (off by default: runs are offline).
+    """
+
+    path: str | None = None
+    device: str = "cpu"
+    dtype: str = "float32"
+    allow_download: bool = False
+
+    def __post_init__(self):
+        if self.path is not None and not str(self.path).strip():
+            raise UsageError(f"model {self.path!r} is empty: give a model directory, a hub id or a catalogued name "
+                             f"({', '.join(pretrained.CHECKPOINTS)}), or None for the default model")
+        if self.dtype != "auto" and self.dtype not in DTYPES:
+            raise UsageError(f"unknown dtype {self.dtype!r}; choose auto, {', '.join(DTYPES)}")
+        self.torch_device()  # refuses a bad or unavailable device before anything loads
+
+    def torch_device(self) -> torch.device:
+        if self.device == "auto":
+            return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        try:
+            device = torch.device(self.device)
+        except RuntimeError:
+            raise UsageError(f"unknown device {self.device!r}; choose {DEVICES}") from None
+        if device.type not in ("cpu", "cuda"):
+            raise UsageError(f"unknown device {self.device!r}; choose {DEVICES}")
+        if device.type == "cuda" and not torch.cuda.is_available():
+            raise UsageError(f"device {self.device!r} was asked for, but torch sees no CUDA device on this machine")
+        if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+            raise UsageError(f"device {self.device!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+        return device
+
+
+def spec_of(model) -> ModelSpec:
+    """``model`` as a :class:`ModelSpec`: a spec as it is, a name or path with the default device and dtype."""
+    return model if isinstance(model, ModelSpec) else ModelSpec(None if model is None else str(model))
+
+
+def resolve(model: str | ModelSpec | None) -> Path:
+    """The model's local directory: a catalogued name's converted directory, the path itself, or the hub id's
+    snapshot in the local HF cache."""
+    spec = spec_of(model)
+    if spec.path is None:
+        if not (DEFAULT_MODEL_DIR / "config.json").exists():
+            raise MissingFileError(f"no model at {DEFAULT_MODEL_DIR}: the default model ships with the source "
+                                    f"checkout (models/hybrid-byte-12l); set {MODEL_ENV} to its directory, or pass "
+                                    "--model")
+        return DEFAULT_MODEL_DIR
+    named = pretrained.locate(spec.path)  # a catalogued name: its converted directory, or how to fetch it
+    if named is not None:
+        return named
+    directory = Path(spec.path).expanduser()
+    if (directory / "config.json").exists():
+        check_recorded(directory)  # a catalogued model's directory given by its path: as by its name
+        return directory
+    if spec.path == DEFAULT_MODEL_NAME and not directory.exists():  # as rows and reports name the default model
+        return resolve(None)
+    if directory.exists() or spec.path.count("/") != 1 or spec.path.startswith((".", "/", "~")):
+        raise MissingFileError(f"no model at {spec.path}: expected a local HF model directory (with config.json) "
+                                "or a hub id such as Qwen/Qwen3.5-0.8B")
+    from huggingface_hub import constants, snapshot_download
+    from huggingface_hub.constants import HF_HUB_CACHE
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    try:
+        return Path(snapshot_download(spec.path, local_files_only=not spec.allow_download,
+                                      allow_patterns=["*.json", "*.safetensors", "*.txt", "*.model", "*.tiktoken",
+                                                      "*.jinja"]))
+    except LocalEntryNotFoundError:
+        # under HF_HUB_OFFLINE the hub refuses every fetch, so --allow-download cannot help
+        remedy = ("the hub is offline because HF_HUB_OFFLINE is set: unset it to let --allow-download fetch it, or "
+                  "download it there first") if constants.HF_HUB_OFFLINE else (
+                  "download it there first, or pass --allow-download")
+        raise MissingFileError(
+            f"no model at {spec.path}: it is not a local directory, and the hub id is not in the local Hugging Face "
+            f"cache ({HF_HUB_CACHE}); {remedy}"
+        ) from None
+    except Exception as error:  # the hub's own errors (unknown repository, gated model, no network)
+        raise MissingFileError(f"could not fetch {spec.path} from the Hugging Face hub: {error}") from None
+
