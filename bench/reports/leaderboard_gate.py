@@ -4,7 +4,8 @@ published group, or the command that adds them is named.
 A press or allocator that runs by its name alone (its defaults build it) is meant to be on the leaderboard: a new one
 registered without its rows fails CI (``tests/bench/test_leaderboard_gate.py``), with the commands that add them
 (CONTRIBUTING.md, "From a new press to its leaderboard row"). One that needs options to run at all (``perlayer``'s
-weights, the ``kvpress`` bridge's class) is not.
+weights, the ``kvpress`` bridge's class) is not. And the default model's groups are of the checkout's shared code
+(:func:`stale`): an edit of the runtime carries them (``bench carry``), so the leaderboard reproduces at main.
 """
 
 from __future__ import annotations
@@ -15,14 +16,13 @@ import allocators
 import presses
 from presses import registry
 
+from ..store.code_version import code_version
+from ..store.collection import group_folder
 from ..store.row_fields import BASELINE
 
 DEFAULT_GROUP = {"model": "hybrid-byte-12l", "length": 2048}
 """The default model's published group that the gate reads: its rows at 2,048 tokens."""
-NOT_YET = {"adakv": "its rows join when the default model's group is rerun under the current shared code (the group's "
-                    "rows are of an earlier code, and a carry reran other digits)",
-           "head_shares": "it reads calibration/head_shares.json, which the default model does not ship yet (bench "
-                          "calibrate-shares writes it); its rows join with the group's rerun"}
+NOT_YET: dict[str, str] = {}
 """Methods meant for the group whose rows are not there yet, each with why: named, never silently skipped."""
 COMMAND = ("bench compare --methods {method} --tasks niah --haystack generated --length 2048 --n 20 "
            "--keep-fractions 0.02,0.05,0.1,0.2,0.4,0.7 --out results/{name} && bench publish results/{name} "
@@ -42,6 +42,16 @@ def meant() -> tuple[list[str], list[str]]:
     own = [name for name, cls in registry.PRESSES.items() if cls.__module__.startswith("presses.")]
     return ([n for n in own if _builds(presses.get, n)],
             [n for n in allocators.ALLOCATORS if _builds(allocators.get, n)])
+
+
+def stale(rows: Iterable[dict]) -> list[str]:
+    """The default model's published groups whose shared code is not this checkout's, one line each with the
+    command that carries them (``bench carry``): the leaderboard reproduces at the checkout, and a new method can
+    join its groups, only while they are of its code."""
+    here = code_version()
+    folders = {group_folder(r): r["code"] for r in rows if r["model"] == DEFAULT_GROUP["model"] and r["code"] != here}
+    return [f"docs/results/{folder} is of shared code {code}, this checkout's is {here}: carry it (bench carry "
+            f"docs/results/{folder}) or rerun it (scripts/full_sweep.sh)" for folder, code in sorted(folders.items())]
 
 
 def missing(rows: Iterable[dict]) -> list[str]:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 import pytest
 
 import presses
-from bench.reports.leaderboard_gate import NOT_YET, meant, missing
+from bench.reports.leaderboard_gate import NOT_YET, meant, missing, stale
 from bench.store.project_modules import ROOT
 from bench.store.result_store import open_stores
 from presses import registry
@@ -25,6 +25,16 @@ def test_the_default_models_group_holds_every_registered_method(published):
     assert set(NOT_YET) <= set(press_names) | set(allocator_names) and all(NOT_YET.values())
     assert {"gatesight", "snapkv", "kvzip", "keydiff", "triattention"} <= set(press_names)
     assert "perlayer" not in allocator_names  # it cannot run without its weights
+
+
+def test_the_default_models_groups_are_of_this_checkouts_shared_code(published):
+    gaps = stale(published)
+    assert not gaps, "\n".join(gaps)
+    # an edit of the runtime since: the gate names the group and the carry that brings it here
+    edited = [{**row, "code": "0ld0c0de0000"} for row in published if row["model"] == "hybrid-byte-12l"]
+    lines = stale(edited)
+    assert lines and all("is of shared code 0ld0c0de0000" in line and "bench carry docs/results/hybrid-byte-12l-"
+                         in line for line in lines)
 
 
 def test_a_new_press_without_rows_fails_the_gate_naming_the_command(published, monkeypatch):
