@@ -144,6 +144,9 @@ class Output:
         hand), or None; such a file is refused, even with ``--replace`` (which would move it aside).
     kind_of : Kind, optional
         What this output is, of :data:`KINDS`: a folder holding another kind is refused.
+    within : Path, optional
+        The folder the flag named, where ``path`` is a file the command keeps in it (a store's ``summary.md``): a
+        refusal of the file names the folder as the flag's value.
     """
 
     path: Path
@@ -156,6 +159,7 @@ class Output:
     model: Path | None = None
     foreign: Callable[[Path], str | None] | None = None
     kind_of: Kind | None = None
+    within: Path | None = None
 
     def refuse(self, problem: str) -> UsageError:
         return UsageError(f"{self.flag} {self.path}: {problem}")
@@ -228,6 +232,11 @@ def check_stream(output: Output) -> None:
         if not path.exists():  # nothing can be made through it: mkdir says "File exists"
             raise output.refuse(f"{path} is a link to {os.readlink(path)}, which does not exist (or loops back); "
                                 "remove the link or make what it names")
+        if output.within is not None:  # the user's file inside the folder given: its real path is no --out
+            raise UsageError(f"{output.flag} {output.within}: holds a link at {path} (to {hops[-1]}), where this "
+                             "command writes a file of its own; it never writes through a link nor replaces one (a "
+                             "file is put in place by renaming): move the link away, or give another "
+                             f"{output.flag}")
         raise output.refuse(f"is a link (to {hops[-1]}): a result is put in place by renaming, which would replace "
                             f"the link; give the real path ({hops[-1]})")
 
