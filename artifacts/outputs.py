@@ -3,9 +3,9 @@
 Each command declares its outputs (:class:`Output`, ``Command.outputs`` in the bench) and :func:`check` refuses, in
 one line that names the flag and the path, a place that
 
-- lies under ``/proc`` or ``/sys`` (the kernel's virtual files, not a place for results), is a device, a terminal, a
-  pipe or a socket, or reaches one through links (its own or its folders'): a result is written whole beside its
-  place and renamed there, which no stream takes (:func:`check_stream`);
+- is ``-`` (standard output to many tools), lies under ``/proc`` or ``/sys`` (the kernel's virtual files, not a
+  place for results), is a device, a terminal, a pipe or a socket, or reaches one through links (its own or its
+  folders'): a result is written whole beside its place and renamed there, which no stream takes (:func:`check_stream`);
 - is itself a link (or, in a folder it keeps results in, one of those files is): a rename into place would replace
   the user's link, so the real path is asked for — links among its folders are followed;
 - is a file where a directory is expected, or a directory (or a device) where a file is, or lies below a file;
@@ -214,6 +214,9 @@ def check_stream(output: Output) -> None:
     result whole beside its place and renames it there, which a stream cannot take (``/dev/stdout`` became a file
     holding the rows), so none is ever an output; or if ``output`` is itself a link: renaming a result into place
     would replace the user's link, so the real path is asked for (one rule for every command)."""
+    if Path(output.path) == Path("-"):  # many tools' standard output: never a file named '-' written unasked
+        raise output.refuse(f"'-' means standard output to many tools, and results are written whole to disk, never "
+                            f"to a stream: give a {output.kind} on disk (of another name than '-')")
     path = Path(os.path.abspath(output.path))
     hops = _hops(path)
     for hop in hops:
