@@ -14,7 +14,7 @@ import pytest
 import safetensors
 import transformers.modeling_utils
 
-import bench.project_modules
+import bench.store.project_modules
 from pretrained import fingerprints
 from pretrained.loading import DEFAULT_MODEL_DIR
 
@@ -101,7 +101,7 @@ def test_the_driver_and_each_worker_read_the_model_once(tmp_path):
     site, log = tmp_path / "site", tmp_path / "opens.log"
     site.mkdir()
     (site / "sitecustomize.py").write_text(COUNTING)
-    env = {"PYTHONPATH": f"{site}:{bench.project_modules.ROOT}", "OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin",
+    env = {"PYTHONPATH": f"{site}:{bench.store.project_modules.ROOT}", "OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin",
            "HOME": str(tmp_path), "COUNTED_MODEL": str(DEFAULT_MODEL_DIR), "COUNTED_LOG": str(log)}
     done = subprocess.run([sys.executable, "-m", "bench.entry", *COMPARE, "--n", "2", "--jobs", "2", "--out",
                            str(tmp_path / "out")], capture_output=True, text=True, env=env, timeout=600)
