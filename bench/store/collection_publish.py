@@ -55,8 +55,8 @@ def publish(sources: list[Path], into: Path, say: Callable[[str], None] = lambda
     if any((into / name).exists() for name in STORE_FILES):
         raise UsageError(f"--into {into} is a result store (it holds its own results file), not a collection of "
                          "them; give the collection's folder (docs/results)")
+    opened = open_stores(list(sources))  # a path that is no store is refused before a line is said
     say(f"checking {', '.join(map(str, sources))}")
-    opened = open_stores(list(sources))
     check_stores(opened)
     below = stores_below(into) if into.is_dir() else []
     say(f"reading the {len(below)} store(s) of {into}")
