@@ -3,9 +3,9 @@
 Each command declares its outputs (:class:`Output`, ``Command.outputs`` in the bench) and :func:`check` refuses, in
 one line that names the flag and the path, a place that
 
-- lies under ``/proc`` or ``/sys`` (the kernel's virtual files, not a place for results), is a device, a terminal, a
-  pipe or a socket, or reaches one through links (its own or its folders'): a result is written whole beside its
-  place and renamed there, which no stream takes (:func:`check_stream`);
+- is ``-`` (standard output to many tools), lies under ``/proc`` or ``/sys`` (the kernel's virtual files, not a
+  place for results), is a device, a terminal, a pipe or a socket, or reaches one through links (its own or its
+  folders'): a result is written whole beside its place and renamed there, which no stream takes (:func:`check_stream`);
 - is itself a link (or, in a folder it keeps results in, one of those files is): a rename into place would replace
   the user's link, so the real path is asked for — links among its folders are followed;
 - is a file where a directory is expected, or a directory (or a device) where a file is, or lies below a file;
@@ -144,6 +144,9 @@ class Output:
         hand), or None; such a file is refused, even with ``--replace`` (which would move it aside).
     kind_of : Kind, optional
         What this output is, of :data:`KINDS`: a folder holding another kind is refused.
+    within : Path, optional
+        The folder the flag named, where ``path`` is a file the command keeps in it (a store's ``summary.md``): a
+        refusal of the file names the folder as the flag's value.
     """
 
     path: Path
@@ -156,6 +159,7 @@ class Output:
     model: Path | None = None
     foreign: Callable[[Path], str | None] | None = None
     kind_of: Kind | None = None
+    within: Path | None = None
 
     def refuse(self, problem: str) -> UsageError:
         return UsageError(f"{self.flag} {self.path}: {problem}")
@@ -210,6 +214,9 @@ def check_stream(output: Output) -> None:
     result whole beside its place and renames it there, which a stream cannot take (``/dev/stdout`` became a file
     holding the rows), so none is ever an output; or if ``output`` is itself a link: renaming a result into place
     would replace the user's link, so the real path is asked for (one rule for every command)."""
+    if Path(output.path) == Path("-"):  # many tools' standard output: never a file named '-' written unasked
+        raise output.refuse(f"'-' means standard output to many tools, and results are written whole to disk, never "
+                            f"to a stream: give a {output.kind} on disk (of another name than '-')")
     path = Path(os.path.abspath(output.path))
     hops = _hops(path)
     for hop in hops:
@@ -228,6 +235,11 @@ def check_stream(output: Output) -> None:
         if not path.exists():  # nothing can be made through it: mkdir says "File exists"
             raise output.refuse(f"{path} is a link to {os.readlink(path)}, which does not exist (or loops back); "
                                 "remove the link or make what it names")
+        if output.within is not None:  # the user's file inside the folder given: its real path is no --out
+            raise UsageError(f"{output.flag} {output.within}: holds a link at {path} (to {hops[-1]}), where this "
+                             "command writes a file of its own; it never writes through a link nor replaces one (a "
+                             "file is put in place by renaming): move the link away, or give another "
+                             f"{output.flag}")
         raise output.refuse(f"is a link (to {hops[-1]}): a result is put in place by renaming, which would replace "
                             f"the link; give the real path ({hops[-1]})")
 

@@ -29,11 +29,13 @@ from safetensors.torch import load_file, save_file
 from artifacts.files import backup_path, write_text
 from presses.gatesight import ARTIFACT_DIR
 from pretrained.catalog import DELTA_ARTIFACTS, MIXERS_FILE
+from pretrained.file_record import write_record
 from pretrained.loading import fingerprint
 from pretrained.model_cache import (
     CACHE_ENV,
     SOURCE_FILE,
     cache_dir,
+    check_recorded,
     conversion_problem,
     file_records,
     installed,
@@ -148,6 +150,7 @@ def save(student, out_dir: Path, teacher_sha256: str, record: dict, log=print,
     manifest = {"teacher_sha256": teacher_sha256, **({"teacher_weights": teacher_weights} if teacher_weights else {}),
                 "dtype": STORAGE, "config": student.config.to_dict(), "training": record}
     (out_dir / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2) + "\n")
+    write_record(out_dir)  # the delta as written: one changed in place later is never rebuilt nor run
     return out_dir / MIXERS_FILE
 
 
@@ -225,6 +228,7 @@ def rebuild(checkpoint, root: Path, log=print) -> Path:
 
     root = Path(root)
     delta = checkpoint.delta_dir
+    check_recorded(delta, checkpoint.name)  # a delta changed in place (its files.json) is never rebuilt
     recorded = manifest(delta)
     wanted = recorded["teacher_sha256"]
     if wanted != checkpoint.teacher.sha256:

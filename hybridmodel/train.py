@@ -15,6 +15,7 @@ import torch
 from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
 
 from artifacts.files import backup_path
+from pretrained.file_record import write_record
 from runtime.errors import UsageError
 from runtime.gdn import transformers_chunk_kernel
 
@@ -285,6 +286,7 @@ def save(model, tokenizer, out_dir: Path, record: dict, log=print) -> None:
     model.save_pretrained(partial, safe_serialization=True)
     tokenizer.save_pretrained(partial)
     (partial / "training.json").write_text(json.dumps(record, indent=2))
+    write_record(partial)  # its files as written: a model changed in place later is never run under its name
     if out_dir.exists():
         backup = backup_path(out_dir)
         out_dir.rename(backup)

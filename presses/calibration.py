@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -23,6 +23,8 @@ from pretrained.model_info import ModelInfo, model_of
 from runtime.adapters import ModelAdapter, adapter_for
 from runtime.errors import UsageError, check_regular_file
 from runtime.forward import SequenceState, forward_chunk
+
+from .artifact_contents import calibration_contents, check_calibration_geometry
 
 FILE = Path("calibration") / "calibration.safetensors"
 """Where a model directory holds its calibration: in a subfolder, because engines such as vLLM load every
@@ -66,6 +68,8 @@ class Calibration:
     tokens: int
     sources: list[str]
     weights: str | None = None
+    path: Path | None = field(default=None, compare=False)
+    """The file it was read from (:meth:`load`), as refusals name it; None for one measured in memory."""
 
     def save(self, directory: Path) -> Path:
         tensors = {}
@@ -91,17 +95,23 @@ class Calibration:
             )
         with safe_open(str(path), "pt") as f:
             meta = f.metadata()
-        tensors = load_file(str(path))
-        layers = sorted({int(k.split(".")[1]) for k in tensors})
+        held = calibration_contents(meta, load_file(str(path)), path)
+        layers = held["layers"]
         return cls(
-            centres={layer: torch.complex(tensors[f"centre_real.{layer}"], tensors[f"centre_imag.{layer}"])
-                     for layer in layers},
-            magnitudes={layer: tensors[f"magnitude.{layer}"] for layer in layers},
-            gate_weights={int(k): v for k, v in json.loads(meta["gate_weights"]).items()},
-            tokens=int(meta["tokens"]),
-            sources=json.loads(meta["sources"]),
+            centres={layer: torch.complex(t["centre_real"], t["centre_imag"]) for layer, t in layers.items()},
+            magnitudes={layer: t["magnitude"] for layer, t in layers.items()},
+            gate_weights=held["gate_weights"],
+            tokens=held["tokens"],
+            sources=held["sources"],
             weights=meta.get("weights"),
+            path=path,
         )
+
+    def check_model(self, adapter: ModelAdapter) -> None:
+        """A :class:`~runtime.errors.UsageError` naming its file where its layers or shapes are not ``adapter``'s
+        model's (:func:`~presses.artifact_contents.check_calibration_geometry`)."""
+        check_calibration_geometry(self.magnitudes, adapter, "the Calibration given" if self.path is None
+                                   else str(self.path))
 
     @staticmethod
     def exists(directory) -> bool:
@@ -118,6 +128,7 @@ class Calibration:
             )
         model = model or model_of(adapter)
         calibration = cls.load(model.directory)
+        calibration.check_model(adapter)
         calibration.check_weights(model, f"the calibration in {model.directory}")
         return calibration
 

@@ -28,6 +28,7 @@ from runtime import EvidenceRequest
 from runtime.adapters import ModelAdapter
 from runtime.errors import MissingFileError, UsageError, check_regular_file
 
+from .artifact_contents import check_estimator_geometry, estimator_layers, estimator_settings
 from .base import Press, Scores, ScoringContext
 
 ARTIFACT_DIR = "gatesight"
@@ -165,19 +166,24 @@ class GateSightEstimator:
             )
         for name in ("gatesight.json", "gatesight.safetensors"):
             check_regular_file(directory / name, "a GateSight estimator's file")
-        config = json.loads((directory / "gatesight.json").read_text())
-        if not (isinstance(config, dict) and isinstance(config.get("window"), int)
-                and isinstance(config.get("gdn_layers"), dict)):
-            raise UsageError(f"{directory / 'gatesight.json'}: not a GateSight estimator's settings (expected an "
-                             "object with an integer window and gdn_layers); write it again with `bench train`")
-        layers: dict[int, dict[str, torch.Tensor]] = {}
-        for name, tensor in load_file(str(directory / "gatesight.safetensors")).items():
-            layer, key = name.split(".", 1)
-            layers.setdefault(int(layer), {})[key] = tensor
-        return cls(
-            config["window"], layers, {int(k): v for k, v in config["gdn_layers"].items()},
-            config.get("meta", {}), directory,
-        )
+        settings = directory / "gatesight.json"
+        try:
+            config = json.loads(settings.read_text())
+        except (UnicodeDecodeError, json.JSONDecodeError) as error:
+            raise UsageError(f"{settings}: not valid JSON ({error})") from None
+        window, gdn_layers = estimator_settings(config, settings)
+        layers = estimator_layers(load_file(str(directory / "gatesight.safetensors")), gdn_layers,
+                                  directory / "gatesight.safetensors")
+        return cls(window, layers, gdn_layers, config.get("meta", {}), directory)
+
+    def check_model(self, adapter: ModelAdapter) -> None:
+        """A :class:`~runtime.errors.UsageError` naming its file where it does not fit ``adapter``'s model (its
+        attention and signal layers, KV heads and feature count: :func:`check_estimator_geometry`)."""
+        heads = adapter.signal_heads()
+        shown = "the GateSight estimator given" if self.directory is None else str(
+            self.directory / "gatesight.safetensors")
+        check_estimator_geometry(self.layers, self.gdn_layers, adapter,
+                                 lambda signal: len(signal) * heads * len(SIGNALS) + len(AGE_FEATURES), shown)
 
 
 def _load_estimator(directory: Path) -> GateSightEstimator:
@@ -285,9 +291,7 @@ class GateSightPress(Press):
                 f"none was found in {adapter.model_dir / ARTIFACT_DIR}")
             raise ValueError(f"GateSight needs an estimator and {where}: pass estimator= or train one with "
                              "`bench label --model PATH` then `bench train --model PATH`")
-        missing = set(adapter.attention_layers) - set(self.estimator.layers)
-        if missing:
-            raise ValueError(f"the GateSight estimator has no MLPs for attention layers {sorted(missing)}")
+        self.estimator.check_model(adapter)
 
     def score(self, context: ScoringContext) -> Scores:
         self.check(context.adapter)

@@ -120,6 +120,7 @@ class TriAttentionPress(Press):
                 f"none was found in {adapter.model_dir}")
             raise ValueError(f"TriAttention needs the model's calibration and {where}: pass calibration= or run "
                              "`bench calibrate --model PATH`")
+        self.calibration.check_model(adapter)
 
     def score(self, context: ScoringContext) -> Scores:
         adapter = context.adapter

@@ -5,12 +5,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from functools import lru_cache
 from pathlib import Path
 
 from runtime.errors import UsageError
 
 from .catalog import CHECKPOINTS, DELTA_ARTIFACTS, MIXERS_FILE, DistilledCheckpoint, PackagedCheckpoint
+from .file_record import read_record, sha256_of
 
 CACHE_ENV = "HYBRIDPRESS_CACHE"
 """The cache's root, if set (default: ``~/.cache/hybridpress``); converted models live in its ``models/``."""
@@ -27,24 +27,6 @@ def cache_dir(root: str | Path | None = None) -> Path:
     return Path(root).expanduser() / "models"
 
 
-@lru_cache(maxsize=64)
-def _file_sha256(path: Path, inode: int, size: int, mtime_ns: int, ctime_ns: int) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as file:
-        for block in iter(lambda: file.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def sha256_of(path: Path) -> str:
-    """SHA-256 of a file, once per state of it (its inode, size, modification and change times: a rewrite in place
-    that keeps size and modification time, ``touch -r``, still moves the change time), as the weights' digest is
-    (:func:`presses.calibration.weights_fingerprint`): a model checked before every run costs a ``stat`` after the
-    first."""
-    stat = Path(path).stat()
-    return _file_sha256(Path(path), stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
-
-
 def delta_artifact_files(delta_dir: Path) -> list[Path]:
     """The files of the artifact folders (:data:`~pretrained.catalog.DELTA_ARTIFACTS`) a delta carries, sorted."""
     return sorted(path for folder in DELTA_ARTIFACTS for path in (Path(delta_dir) / folder).glob("*") if path.is_file())
@@ -56,6 +38,7 @@ def source_hash(checkpoint: PackagedCheckpoint | DistilledCheckpoint) -> str | N
     carries, if any, folded in (None if the checkout has no mixers)."""
     if isinstance(checkpoint, PackagedCheckpoint):
         return checkpoint.sha256
+    check_recorded(checkpoint.delta_dir, checkpoint.name)  # a delta changed in place is never rebuilt nor run
     mixers = checkpoint.delta_dir / MIXERS_FILE
     if not mixers.is_file():
         return None
@@ -83,18 +66,19 @@ def file_records(directory: Path) -> dict[str, dict]:
             for path in sorted(directory.rglob("*")) if path.is_file()}
 
 
-def damage(directory: Path, files: dict, hashes: bool = False) -> str | None:
+def damage(directory: Path, files: dict, hashes: bool = False, by: str = "its conversion") -> str | None:
     """The first file of ``files`` (:func:`file_records`) that ``directory`` lacks or holds changed, said as a
-    reason; None if every one is as recorded. By size alone (a ``stat``) unless ``hashes``: then by SHA-256 too."""
+    reason (``by``: what recorded them); None if every one is as recorded. By size alone (a ``stat``) unless
+    ``hashes``: then by SHA-256 too."""
     for name, record in sorted(files.items()):
         path = Path(directory) / name
         if not path.is_file():
             return f"{name} is missing"
         size = path.stat().st_size
         if size != record["size"]:
-            return f"{name} is {size} bytes, its conversion wrote {record['size']}"
+            return f"{name} is {size} bytes, {by} wrote {record['size']}"
         if hashes and sha256_of(path) != record["sha256"]:
-            return f"{name} has SHA-256 {sha256_of(path)}, not the {record['sha256']} its conversion recorded"
+            return f"{name} has SHA-256 {sha256_of(path)}, not the {record['sha256']} {by} recorded"
     return None
 
 
@@ -114,10 +98,10 @@ def conversion_problem(checkpoint: PackagedCheckpoint | DistilledCheckpoint, roo
     (by size, or with ``hashes`` by SHA-256: :func:`damage`). A conversion that recorded no files (made before they
     were recorded) passes by size, there being nothing to compare, and fails by hash."""
     directory = Path(root or cache_dir()) / checkpoint.name
+    expected = source_hash(checkpoint)  # first: a shipped delta changed in place is refused, converted or not
     source = read_source(directory)
     if source is None:
         return f"is not converted (no {SOURCE_FILE})"
-    expected = source_hash(checkpoint)
     if expected is None or source.get("sha256") != expected:
         return f"was made from another file (SHA-256 {source.get('sha256')}, not {expected})"
     if "files" not in source:
@@ -161,15 +145,32 @@ def locate(name: str, root: Path | None = None) -> Path | None:
 
 
 def check_recorded(directory: Path, name: str | None = None) -> None:
-    """A :class:`~runtime.errors.UsageError` naming the first file of a converted model directory whose bytes are
-    not those its conversion recorded (:data:`SOURCE_FILE`; a directory that records none is not checked), with the
-    command that converts it again: a model changed in place (4 KiB overwritten, its size unchanged) is never run
-    under its name. Hashed once per state of its files (:func:`sha256_of`)."""
+    """A :class:`~runtime.errors.UsageError` naming the first file of a model folder whose bytes are not those
+    recorded — by its conversion (:data:`SOURCE_FILE`), with the command that converts it again, or by the folder
+    itself (:data:`pretrained.file_record.RECORD_FILE`: the default model, the shipped delta, a trained model), with
+    how to restore it; a folder that records none is not checked. A model changed in place (4 KiB overwritten, its
+    size unchanged) is never run under its name. Hashed once per state of its files (:func:`sha256_of`)."""
     source = read_source(directory)
-    if source is None or not isinstance(source.get("files"), dict):
-        return
-    reason = damage(directory, source["files"], hashes=True)
+    name = name or (source or {}).get("name") or Path(directory).name
+    if source is not None and isinstance(source.get("files"), dict):
+        reason = damage(directory, source["files"], hashes=True)
+        if reason is not None:
+            raise UsageError(f"{name} in {directory} is damaged: {reason}; run `bench fetch-model {name}` to convert "
+                             "it again (what was stored beside its files is kept)")
+    record = read_record(directory)
+    reason = None if record is None else damage(directory, record, hashes=True, by="its files.json")
     if reason is not None:
-        name = name or source.get("name") or Path(directory).name
-        raise UsageError(f"{name} in {directory} is damaged: {reason}; run `bench fetch-model {name}` to convert it "
-                         "again (what was stored beside its files is kept)")
+        raise UsageError(f"{name} in {directory} is damaged: {reason}; {_restore(Path(directory))}")
+
+
+CHECKOUT = Path(__file__).resolve().parents[1]
+"""The source checkout: a recorded folder in it (``models/…``) is restored by git."""
+
+
+def _restore(directory: Path) -> str:
+    """How a recorded folder is restored: from the checkout where it ships in it, else from where it came."""
+    try:
+        shipped = directory.resolve().relative_to(CHECKOUT.resolve())
+    except ValueError:
+        return "restore it from where it was copied (or write it again with the command that made it)"
+    return f"run `git checkout -- {shipped.as_posix()}` to restore the files the checkout ships"

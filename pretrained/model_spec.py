@@ -87,6 +87,7 @@ def resolve(model: str | ModelSpec | None) -> Path:
             raise MissingFileError(f"no model at {DEFAULT_MODEL_DIR}: the default model ships with the source "
                                     f"checkout (models/hybrid-byte-12l); set {MODEL_ENV} to its directory, or pass "
                                     "--model")
+        check_recorded(DEFAULT_MODEL_DIR)  # its committed record (files.json): never run changed under its name
         return DEFAULT_MODEL_DIR
     named = pretrained.locate(spec.path)  # a catalogued name: its converted directory, or how to fetch it
     if named is not None:

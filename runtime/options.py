@@ -83,15 +83,25 @@ def real(value, what: str, low: float | None = None, high: float | None = None, 
 
 
 def _number(value, kind):
-    """``value`` as ``kind`` (an integer: :func:`whole`; a number, NaN and infinities included: the class's own
-    checks say which it takes), or None if it is not one."""
+    """``value`` as ``kind`` (an integer: :func:`whole`; a finite number: no option means anything by NaN or an
+    infinity, which a class's range check such as ``> 0`` lets through), or None if it is not one; the class's own
+    checks say which range it takes."""
     if kind is int:
         try:
             return whole(value, "")
         except UsageError:
             return None
     parsed = _from_text(value, float)
-    return float(parsed) if isinstance(parsed, numbers.Real) and not isinstance(parsed, bool) else None
+    finite = isinstance(parsed, numbers.Real) and not isinstance(parsed, bool) and math.isfinite(parsed)
+    return float(parsed) if finite else None
+
+
+def _not_finite(value) -> str | None:
+    """What is wrong with ``value`` where it is NaN or an infinity (as text or a number), else None."""
+    parsed = _from_text(value, float)
+    if isinstance(parsed, numbers.Real) and not isinstance(parsed, bool) and not math.isfinite(parsed):
+        return f"expected a finite number, got {value!r}"
+    return None
 
 
 def parse_option(value, kind):
@@ -106,7 +116,7 @@ def parse_option(value, kind):
     if kind in (int, float):
         parsed = _number(value, kind)
         if parsed is None:
-            raise UsageError("expected an integer" if kind is int else "expected a number")
+            raise UsageError("expected an integer" if kind is int else _not_finite(value) or "expected a number")
         return parsed
     if kind is str:
         if not isinstance(value, str):
@@ -114,7 +124,11 @@ def parse_option(value, kind):
         return value
     _, element = kind
     parsed = [_number(item, element) for item in _items(value)]
-    if not parsed or any(item is None for item in parsed):  # finiteness and ranges: the class's own checks
+    if not parsed or any(item is None for item in parsed):  # ranges: the class's own checks
+        unbounded = next((message for item in _items(value) if element is float and (message := _not_finite(item))),
+                         None)
+        if unbounded:
+            raise UsageError(unbounded)
         numbers_ = "integers" if element is int else "numbers"  # in the form it was given: the CLI's, the library's
         raise UsageError(f"expected {numbers_} separated by '/' (e.g. 1/2/3)" if isinstance(value, str) else
                          f"expected a list of {numbers_} (e.g. [1, 2, 3])")

@@ -9,6 +9,7 @@ import difflib
 import importlib
 import os
 import sys
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -229,7 +230,9 @@ def add_import_argument(p: argparse.ArgumentParser) -> None:
 
 def import_user_modules(args: argparse.Namespace) -> None:
     """Import each ``--import`` module, the current directory searched first as ``python -m`` does; one that cannot
-    be imported is a :class:`~runtime.errors.UsageError` naming it and why."""
+    be imported, raises or exits while it is imported is a :class:`~runtime.errors.UsageError` naming it and why,
+    with the file and line where it raised (``--debug`` shows its traceback): the error is in the user's code, not
+    the bench's."""
     if args.imports and os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     for module in args.imports:
@@ -238,3 +241,17 @@ def import_user_modules(args: argparse.Namespace) -> None:
         except ImportError as error:
             raise UsageError(f"--import {module}: {error} (give a module importable from the current directory, "
                              "e.g. my_press for ./my_press.py, or from an installed package)") from None
+        except SystemExit as error:
+            raise UsageError(f"--import {module}: importing it called sys.exit({error.code!r}); a module given to "
+                             "--import registers presses or allocators and returns") from error
+        except Exception as error:  # noqa: BLE001 - whatever the user's module raises is theirs to fix: one line
+            raise UsageError(f"--import {module}: importing it raised {type(error).__name__}: "
+                             f"{' '.join(str(error).split())} ({_raised_at(error)})") from error
+
+
+def _raised_at(error: Exception) -> str:
+    """``file:line`` where ``error`` was raised: a syntax error's own place, else the innermost frame's."""
+    if isinstance(error, SyntaxError) and error.filename:
+        return f"{error.filename}:{error.lineno}"
+    frame = traceback.extract_tb(error.__traceback__)[-1]
+    return f"{frame.filename}:{frame.lineno}"

@@ -9,6 +9,7 @@ from pathlib import Path
 from artifacts.outputs import MODEL_CACHE, Output
 from pretrained import CACHE_ENV, CHECKPOINTS, DistilledCheckpoint, cache_dir
 from pretrained.fetch import fetch
+from pretrained.model_cache import check_recorded
 from runtime.errors import UsageError
 
 from .arguments import Command, did_you_mean
@@ -52,6 +53,7 @@ def run_fetch(args: argparse.Namespace) -> None:
         from hybridmodel.hybrid_delta import manifest, rebuild
 
         manifest(checkpoint.delta_dir)  # a checkout without the delta is refused before the teacher is fetched
+        check_recorded(checkpoint.delta_dir, checkpoint.name)  # and one changed in place
         fetch(checkpoint.teacher, root, gguf=gguf)
         rebuild(checkpoint, root)
     else:

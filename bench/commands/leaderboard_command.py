@@ -50,7 +50,7 @@ def _leaderboard_outputs(args: argparse.Namespace) -> list[Output]:
     # every file it writes, where a folder or a pipe would stop the build half way: refused before any work
     files = sorted({*names, *(out / name for name in (MARKDOWN, CELLS, MANIFEST, IMAGE, PAGE))})
     return [Output(out, "--out", keeps=DERIVED, held=tuple(names), foreign=not_built_here, kind_of=LEADERBOARD_PAGE),
-            *(Output(path, "--out", kind=FILE, keeps=DERIVED) for path in files)]
+            *(Output(path, "--out", kind=FILE, keeps=DERIVED, within=out) for path in files)]
 
 
 LEADERBOARD = Command("leaderboard", "leaderboard.md, CSV, PNG and an HTML page from result stores",

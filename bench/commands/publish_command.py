@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from artifacts.outputs import Output
@@ -18,7 +19,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> None:
-    written = publish([Path(s) for s in args.stores], Path(args.into))
+    written = publish([Path(s) for s in args.stores], Path(args.into),
+                      say=lambda line: print(f"publish: {line} …", file=sys.stderr, flush=True))
     for path in written:
         print(f"wrote {path}")
     print(f"{len(written)} file(s) of {args.into} written" if written else

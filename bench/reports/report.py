@@ -200,7 +200,7 @@ def report_outputs(out: Path) -> list[Output]:
     """Where :func:`write_reports` writes (each report and the hash :func:`~artifacts.files.rebuilt_path` keeps of
     it), as a command declares its outputs: a folder or a pipe there is refused before any work (a pipe would be read
     forever once the work is done)."""
-    return [Output(Path(out) / record, "--out", kind=FILE, keeps=DERIVED)
+    return [Output(Path(out) / record, "--out", kind=FILE, keeps=DERIVED, within=Path(out))
             for name in REPORTS for record in (name, f".{name}.sha256")]  # each report and its hash record
 
 

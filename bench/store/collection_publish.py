@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Callable
 
 from artifacts.files import atomic_path
 from runtime.errors import UsageError
@@ -26,17 +28,39 @@ def _pack(rows: list[dict]) -> bytes:
     return gzip.compress("".join(json.dumps(row) + "\n" for row in rows).encode(), mtime=0)
 
 
-def publish(sources: list[Path], into: Path) -> list[Path]:
+def _check_place(into: Path, path: Path) -> None:
+    """``UsageError`` if the collection's file ``path`` (``<group>/<method>/results.jsonl.gz`` of ``into``), or a
+    folder of it, is a link or no folder: a file is written whole beside its place and renamed there, which would
+    replace the user's link (:mod:`artifacts.outputs`' rule: a link the user made is never renamed, moved nor
+    replaced, nor written through)."""
+    for place in (path.parent.parent, path.parent, path):
+        if place.is_symlink():
+            target = os.readlink(place)
+            gone = "" if place.exists() else ", which does not exist"
+            raise UsageError(f"--into {into}: {place} is a link (to {target}{gone}); publish writes the collection's "
+                             "own folders and files and never writes through nor replaces a link: put what it names "
+                             "there in its place (or remove the link), then publish again")
+        if place != path and place.exists() and not place.is_dir():
+            raise UsageError(f"--into {into}: {place} is not a folder, where the collection keeps a setting group's "
+                             "or a method's store; move it away, then publish again")
+
+
+def publish(sources: list[Path], into: Path, say: Callable[[str], None] = lambda line: None) -> list[Path]:
     """Add every row of the stores ``sources`` (each whole, as ``bench verify`` checks it) that the collection
     ``into`` lacks; returns the files written. A row it holds with the same values is left (a no-prune row every run
     answers alike); one it holds with other values is refused, naming it. The collection with the new rows is checked
-    whole (every context of every group with every method) before a file of it is written."""
+    whole (every context of every group with every method) before a file of it is written, and no file of it is
+    written through a link (:func:`_check_place`). ``say`` receives a line as each step starts (a large collection
+    takes a minute to check)."""
     if any((into / name).exists() for name in STORE_FILES):
         raise UsageError(f"--into {into} is a result store (it holds its own results file), not a collection of "
                          "them; give the collection's folder (docs/results)")
-    opened = open_stores(list(sources))
+    opened = open_stores(list(sources))  # a path that is no store is refused before a line is said
+    say(f"checking {', '.join(map(str, sources))}")
     check_stores(opened)
-    held = open_stores(stores_below(into)) if into.is_dir() else []
+    below = stores_below(into) if into.is_dir() else []
+    say(f"reading the {len(below)} store(s) of {into}")
+    held = open_stores(below)
     files: dict[Path, list[dict]] = {store.path: list(store.rows) for store in held}
     known = {row_key(row): row for rows in files.values() for row in rows}
     added: dict[Path, list[dict]] = {}
@@ -53,6 +77,8 @@ def publish(sources: list[Path], into: Path) -> list[Path]:
                                  "(rerun it under the code the collection's group names, or publish it apart)")
             continue
         path = into / group_folder(row) / method_folder(row) / PACK
+        if path not in added:
+            _check_place(into, path)
         if path.exists() and path not in files:
             raise UsageError(f"{path} is not a store of this collection's (unreadable): restore it from version "
                              "control")
@@ -60,12 +86,19 @@ def publish(sources: list[Path], into: Path) -> list[Path]:
         known[row_key(row)] = row
     if not added:
         return []
+    rows_then = sum(map(len, files.values())) + sum(map(len, added.values()))
+    say(f"checking {into} with the {sum(map(len, added.values()))} new row(s): {rows_then} rows in all")
     with tempfile.TemporaryDirectory(prefix="publish-") as scratch:  # the collection as it will be, checked first
         for path, rows in {**files, **{p: files.get(p, []) + rows for p, rows in added.items()}}.items():
             target = Path(scratch) / path.relative_to(into).parent / PACK
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(_pack(rows))
-        check_stores(open_stores(stores_below(Path(scratch))))
+        try:
+            check_stores(open_stores(stores_below(Path(scratch))))
+        except UsageError as error:  # named by the collection's files, not the scratch copy that is gone by then
+            raise UsageError(f"{into} with the rows of {', '.join(map(str, sources))} (the new ones after its own in "
+                             f"each file) would not verify, so nothing was written: "
+                             f"{str(error).replace(str(scratch), str(into))}") from None
         for path in added:
             with atomic_path(path) as part:
                 shutil.copyfile(Path(scratch) / path.relative_to(into), part)

@@ -20,10 +20,23 @@ OPTIONAL_FIELDS = ("artifacts", "method_code")
 ``code`` hashed all the code a row ran, its method's own included (:data:`bench.store.row_fields.METHOD_CODE`)."""
 
 
+ROW_NAMES = ("model", "press", "allocator", "task", "item")
+"""What every row names, under today's name and before."""
+
+
+def not_a_row(value) -> str:
+    """Why ``value`` (one parsed line of a store, None where it is no JSON) is no row, as a refusal says it."""
+    if not isinstance(value, dict):
+        return "not a row (not a JSON object of a row's fields; restore the line from the run's store)"
+    lacks = [f for f in ROW_NAMES if f not in value] + (
+        [] if "keep_fraction" in value or LEGACY_NAMES["keep_fraction"] in value else ["keep_fraction"])
+    return f"not a row: it lacks {', '.join(lacks)} (restore the line from the run's store)"
+
+
 def read_row(value) -> dict | None:
     """``value`` (one parsed line of a store) as a row of today's fields, or None if it is not a row: a row names
     its model, press, allocator, task, item and kept fraction (under its name of today or of before)."""
-    if not (isinstance(value, dict) and all(f in value for f in ("model", "press", "allocator", "task", "item")) and (
+    if not (isinstance(value, dict) and all(f in value for f in ROW_NAMES) and (
             "keep_fraction" in value or LEGACY_NAMES["keep_fraction"] in value)):
         return None
     for field, legacy in LEGACY_NAMES.items():

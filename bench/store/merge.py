@@ -8,8 +8,9 @@ their no-prune rows, answered alike, are kept once, and so are the rows of a met
 padded batches, they may differ in their last digits, :data:`~bench.store.row_fields.BATCH`, and the first copy is
 kept): reports read the rows of one run from one store.
 
-Before anything is written, each store is checked whole (no last line cut short, every context of its shard with
-the rows of every method and question), the stores against each other, and what the merged store would hold: every
+Before anything is written, each store is checked as ``bench verify`` checks one (every line a valid row, one method
+code per method, no last line cut short, every context of its shard with the rows of every method and question, each
+key one value), the stores against each other, and what the merged store would hold: every
 shard of the run. What is wrong is named with the store: a damaged or unfinished shard, stores of other settings or
 of two splits, a missing shard, or a row two stores hold with other values than another padded batch explains.
 """
@@ -29,7 +30,7 @@ from .copies import check_one_value
 from .result_store import ResultStore, open_stores
 from .row_fields import SHARED_FIELDS
 from .shards import check_shards_alike, shard_settings
-from .store_checks import check_given_once, check_not_cut
+from .store_checks import check_given_once, check_methods_alike, check_stores
 
 
 def _settings_of(store: ResultStore) -> dict[str, list[str]]:
@@ -84,13 +85,11 @@ def merge_stores(sources: list[str | Path], out: str | Path) -> Merged:
     check_outside_the_cache([Output(out, "out", kind_of=RESULT_STORE)])
     stores = open_stores([Path(source) for source in sources])
     check_given_once(stores)
-    for store in stores:
-        store.check_rows()
+    for store in stores:  # each source as bench verify checks a store: no bad line nor a method's other code is
+        check_stores([store], source=True)  # laundered into the merged store
         if not store.rows:
             raise UsageError(f"{store.path}: no results to merge (an empty shard — one of more shards than the run "
                              "has contexts — holds none: leave it out)")
-        check_not_cut([store])
-        check_complete([store], every_shard=False)
     first = _settings_of(stores[0])
     for store in stores[1:]:
         check_shards_alike(stores[0], first, store, _settings_of(store), other_methods=True)
@@ -107,6 +106,7 @@ def merge_stores(sources: list[str | Path], out: str | Path) -> Merged:
         if target.rows and not resumed:  # one more source: a shard of one run, or a run of other methods
             check_shards_alike(target, held, stores[0], first, other_methods=True)
         check_complete(stores if resumed else [*stores, target])  # every shard of the run, here or in the sources
+        check_methods_alike([target, *stores])
         differences = check_one_value([target, *stores], copies=True)  # the copy kept first
         before = len(target.rows)
         for store in stores:

@@ -1,9 +1,10 @@
 """Append-only JSONL result store: one row per answered question, keyed by every setting that produced it.
 
 A killed run resumes where it stopped: finished keys are skipped, a half-written last line is ignored, and
-nothing already written is ever rewritten. One writer at a time holds the store's lock; lines that are not rows
-are skipped with one warning naming the file and lines. A committed store (``results.jsonl.gz`` alone) is resumed
-too: its rows are copied to ``results.jsonl`` before the first new one is appended there, and the ``.gz`` is kept.
+nothing already written is ever rewritten. One writer at a time holds the store's lock; a line that is not a row (but
+a last line cut short) is named by file and line and refused by every check (:meth:`ResultStore.problems`). A
+committed store (``results.jsonl.gz`` alone) is resumed too: its rows are copied to ``results.jsonl`` before the
+first new one is appended there, and the ``.gz`` is kept.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from artifacts.files import atomic_path
 from artifacts.outputs import Output, check_place
 from runtime.errors import UsageError, check_regular_file
 
-from .legacy_rows import read_row
+from .legacy_rows import not_a_row, read_row
 from .row_checks import key_problem
 from .row_fields import FIDELITY_FIELDS, SCHEMA, row_key
 from .row_set_checks import verify_rows
@@ -82,7 +83,9 @@ class ResultStore:
         self.rows: list[dict] = []
         self.line_numbers: list[int] = []
         """The file's line of each row."""
-        self.skipped: list[int] = []
+        self.skipped: list[tuple[int, str]] = []
+        """The lines that are no row (not JSON, or lacking a row's fields), with what they are: every check refuses
+        them (:meth:`problems`), a row lacking ``task`` as one lacking ``kl``."""
         self.cut_line: int | None = None
         """The last line, if it is cut short (a run killed while writing it: a rerun resumes past it)."""
         self._lock = None
@@ -119,13 +122,9 @@ class ResultStore:
             elif number == len(lines) and value is None:  # a last line cut by a kill is normal (not JSON)
                 self.cut_line = number
             else:
-                self.skipped.append(number)
+                self.skipped.append((number, not_a_row(value)))
         # an append ends a last line without its newline first
         self._next_line = data.count(b"\n") + (2 if data and not data.endswith(b"\n") else 1)
-        if self.skipped:
-            shown = ", ".join(map(str, self.skipped[:10])) + (" …" if len(self.skipped) > 10 else "")
-            print(f"warning: {self.path}: skipped {len(self.skipped)} line(s) that are not result rows "
-                  f"(line {shown}); the file is left as it is", file=sys.stderr)
         self.done = {row_key(r) for r in self.rows if key_problem(r) is None}  # a bad key is check_rows' to name
 
     @staticmethod
@@ -153,8 +152,10 @@ class ResultStore:
         self._files[self.live] = _snapshot(self.live)
 
     def problems(self) -> list[str]:
-        """What is wrong with this store's rows (:func:`row_problem`), as ``file:line: problem``."""
-        return verify_rows(self.rows, lambda index: f"{self.path}:{self.line_numbers[index]}")
+        """What is wrong with this store's lines, as ``file:line: problem``: a line that is no row (but a last line
+        cut short, :attr:`cut_line`), and each row's problems (:func:`row_problem`)."""
+        unread = [f"{self.path}:{number}: {problem}" for number, problem in self.skipped]
+        return unread + verify_rows(self.rows, lambda index: f"{self.path}:{self.line_numbers[index]}")
 
     def check_rows(self) -> None:
         """``ValueError`` listing the first bad rows by file and line, so that no report shows them."""
@@ -288,6 +289,10 @@ def open_stores(directories: list[Path]) -> list[ResultStore]:
             raise UsageError(f"{directory}: no such directory (a store is the --out of bench compare or merge; "
                              f"{empty_shard})")
         if not any((directory / name).exists() for name in ("results.jsonl", "results.jsonl.gz")):
+            if any(directory.glob("*/results.jsonl*")):  # a collection's <group>/ holds its stores one level down
+                raise UsageError(f"{directory} is a setting group's folder of the collection {directory.parent} "
+                                 f"(its stores are {directory}/<method>/): give the collection {directory.parent}, "
+                                 "or one store of it")
             raise UsageError(f"{directory} holds no results.jsonl (nor results.jsonl.gz): it is not a result store "
                              f"({empty_shard})")
         writer = lock_holder(directory)

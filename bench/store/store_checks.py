@@ -16,21 +16,30 @@ from .result_store import ResultStore
 from .shards import check_one_split
 
 
-def check_stores(stores: list[ResultStore], complete: bool = True) -> None:
+def check_stores(stores: list[ResultStore], complete: bool = True, source: bool = False) -> None:
     """What ``bench verify`` checks before anything reports on ``stores``, as one ``UsageError``: each store given
-    once; every row valid (:meth:`~bench.store.result_store.ResultStore.check_rows`); with ``complete``, no last line
-    cut short, the shards of one run and split only (:func:`check_one_split`, as ``bench merge`` checks them) and whole
-    runs (:func:`check_complete`); and one value per row key, held once (:func:`check_one_value`)."""
+    once; every line a valid row (:meth:`~bench.store.result_store.ResultStore.check_rows`); one method code per
+    method and group (:func:`check_methods_alike`); with ``complete``, no last line cut short, the shards of one run
+    and split only (:func:`check_one_split`, as ``bench merge`` checks them) and whole runs (:func:`check_complete`);
+    and one value per row key, held once (:func:`check_one_value`). With ``source`` (``bench merge``'s check of each
+    store it joins): the contexts of the shards held alone, and a key held twice with one value let through (the merge
+    keeps one copy)."""
     check_given_once(stores)
     for store in stores:
         store.check_rows()
-    rows = [(row, f"{store.path}:{line}") for store in stores for row, line in zip(store.rows, store.line_numbers)]
-    check_one_method_code([row for row, _ in rows], lambda index: rows[index][1])
+    check_methods_alike(stores)
     if complete:
         check_not_cut(stores)
         check_one_split(stores)
-        check_complete(stores)
-    check_one_value(stores)
+        check_complete(stores, every_shard=not source)
+    check_one_value(stores, copies=source)
+
+
+def check_methods_alike(stores: list[ResultStore]) -> None:
+    """``UsageError`` naming (by file and line) two rows of one method and setting group that ``stores`` hold
+    together computed by two versions of its own code (:func:`check_one_method_code`)."""
+    rows = [(row, f"{store.path}:{line}") for store in stores for row, line in zip(store.rows, store.line_numbers)]
+    check_one_method_code([row for row, _ in rows], lambda index: rows[index][1])
 
 
 def check_given_once(stores: list[ResultStore]) -> None:

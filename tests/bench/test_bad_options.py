@@ -6,6 +6,7 @@ what a bad value is (:data:`BY_TYPE`), or its name does (:data:`BY_NAME`), or th
 import json
 import re
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ from bench.commands import arguments, compare_command, distill_commands
 from bench.commands.cli import build_parser, main
 from runtime.errors import UsageError
 from runtime.options import real, whole
-from tests.helpers import published_rows
+from tests.helpers import published_rows, run_cli
 
 MISSING, A_FILE, A_DIR, NO_WEIGHTS = "<missing>", "<a file>", "<a directory>", "<a model without weights>"
 """Bad paths, made for each case under its tmp_path."""
@@ -244,3 +245,48 @@ def test_an_option_in_other_digits_is_refused_as_the_flags_are(text):
     with pytest.raises(UsageError, match=f"snapkv option window='{text}': expected an integer"):
         presses.get("snapkv", window=text)
     assert presses.get("snapkv", window=" 12 ").window == 12
+
+
+@pytest.mark.parametrize("source, says", [
+    ('raise RuntimeError("boom")\n', "importing it raised RuntimeError: boom ({file}:1)"),
+    ("x = 1\ndef f(:\n", "importing it raised SyntaxError: "),
+    ("import sys\nsys.exit(3)\n", "importing it called sys.exit(3); a module given to --import registers"),
+])
+@pytest.mark.parametrize("command", [["compare", "--press", "keydiff", "--n", "1", "--out", "{tmp}/out"],
+                                     ["cost", "--press", "keydiff", "--out", "{tmp}/cost"]])
+def test_an_import_that_raises_or_exits_is_one_line(source, says, command, tmp_path, capsys, monkeypatch, guarded):
+    """Probe 64: ``--import`` of a module that raised printed a full traceback through bench/entry.py (exit 1); one
+    that called sys.exit(3) ended 3 printing nothing. Each is one line naming the module, what it raised and where
+    (``--debug`` keeps the traceback)."""
+    module = tmp_path / "broken_module.py"
+    module.write_text(source)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delitem(sys.modules, "broken_module", raising=False)
+    argv = [part.format(tmp=tmp_path) for part in command] + ["--import", "broken_module"]
+    code, err = run_cli(capsys, *argv)
+    assert code == 2 and "--import broken_module: " in err and says.format(file=module) in err, err
+    if "SyntaxError" in says:
+        assert f"({module}:2)" in err, err
+    assert not (tmp_path / "out").exists() and not (tmp_path / "cost").exists()
+
+
+def test_rows_given_as_dash_are_refused_not_written_to_a_file_named_dash(tmp_path, capsys, monkeypatch, guarded):
+    """Probe 64: ``--rows -`` wrote a regular file named '-' in the current folder. Results are written whole to
+    disk and never to a stream (the output policy), so '-' — standard output to many tools — is refused."""
+    monkeypatch.chdir(tmp_path)
+    for argv in (["model-eval", "--tasks", "niah_single_1", "--lengths", "300", "--n", "1", "--rows", "-"],
+                 ["cost", "--press", "keydiff", "--out", "-"]):
+        code, err = run_cli(capsys, *argv)
+        assert code == 2 and f"{argv[-2]} -: '-' means standard output to many tools" in err, err
+    assert not (tmp_path / "-").exists()
+
+
+@pytest.mark.parametrize("item", ["snapkv/pyramid[beta=inf]", "snapkv/pyramid[beta=nan]",
+                                  "snapkv/perlayer[weights=1/inf/1/1]"])
+def test_an_option_of_no_finite_number_is_refused(item, model_dir, tmp_path, capsys, guarded):
+    """Probe 64: ``snapkv/pyramid[beta=inf]`` was accepted and run, though beta must be "a number > 0": no option
+    takes NaN or an infinity."""
+    code, err = run_cli(capsys, "compare", "--model", model_dir, "--methods", item, "--n", "1", "--out",
+                        tmp_path / "out")
+    assert code == 2 and "expected a finite number, got 'inf'" in err or "got 'nan'" in err, err
+    assert not (tmp_path / "out").exists()

@@ -77,3 +77,24 @@ def test_a_method_run_on_another_text_cannot_join(model_dir, tmp_path, capsys):
     code, err = run_cli(capsys, "publish", later, "--into", collection)
     assert code == 2 and "is another text (digest ffffffffffffffff)" in err, err
     assert _files(collection) == before
+
+
+def test_a_refused_publish_names_the_collections_files_and_says_what_it_checks(model_dir, tmp_path, capsys):
+    """Probe 64: publishing an n=2 run beside the n=1 run of its group was refused naming the files of a scratch copy
+    (``/tmp/publish-XXXX/…``) that were gone by then; and a large collection checked for a minute with no output.
+    The refusal names the collection's files and the stores given; each step is said on stderr as it starts."""
+    one, two, collection = tmp_path / "one", tmp_path / "two", tmp_path / "results"
+    run_compare(compare_settings(model_dir, one), show_progress=False)
+    run_compare(compare_settings(model_dir, two, n=2, presses=["snapkv", "none"]), show_progress=False)
+    assert run_cli(capsys, "publish", one, "--into", collection)[0] == 0
+    before = _files(collection)
+    capsys.readouterr()
+    from bench.commands.cli import main
+
+    code = main(["publish", str(two), "--into", str(collection)])
+    err = capsys.readouterr().err
+    assert code == 2 and "publish-" not in err, err
+    assert f"{collection} with the rows of {two} (the new ones after its own in each file) would not verify" in err
+    assert f"{collection}/{next(iter(before)).parent.parent}/" in err, err
+    assert f"publish: checking {two} …" in err and f"publish: reading the 2 store(s) of {collection} …" in err, err
+    assert _files(collection) == before

@@ -100,3 +100,68 @@ def test_a_result_file_in_an_output_folder_that_is_a_link_is_never_moved_aside(m
     err = capsys.readouterr().err
     assert code == 2 and f"{out / 'gatesight.json'} is a link (to {tmp_path / 'mine.json'})" in err, err
     assert (out / "gatesight.json").is_symlink()
+
+
+def test_a_link_inside_the_output_store_is_named_as_the_stores(model_dir, tmp_path, capsys, guarded):
+    """Probe 64: ``S/summary.md`` a link to the user's file.txt was refused with advice to give file.txt as --out.
+    The refusal names the store given, the link in it and what to do."""
+    out = tmp_path / "store"
+    out.mkdir()
+    (tmp_path / "file.txt").write_text("mine")
+    (out / "summary.md").symlink_to(tmp_path / "file.txt")
+    code = main(["compare", "--model", str(model_dir), "--press", "keydiff", "--n", "1", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert f"--out {out}: holds a link at {out / 'summary.md'} (to {tmp_path / 'file.txt'})" in err, err
+    assert "never writes through a link" in err and "real path" not in err, err
+    assert (out / "summary.md").is_symlink() and (tmp_path / "file.txt").read_text() == "mine"
+
+
+@pytest.fixture(scope="module")
+def published(model_dir, tmp_path_factory):
+    """A finished run and the collection it makes: ``(store, group folder name)``."""
+    from bench.run.compare import run_compare
+    from tests.helpers import compare_settings
+
+    root = tmp_path_factory.mktemp("publish")
+    run_compare(compare_settings(model_dir, root / "store", n=2), show_progress=False)
+    assert main(["publish", str(root / "store"), "--into", str(root / "first")]) == 0
+    [group] = (root / "first").iterdir()
+    return root / "store", root / "first", group.name
+
+
+@pytest.mark.parametrize("case", ["the file to a part of it", "method folder to a device", "group folder dangling",
+                                  "method folder to a folder"])
+def test_publish_never_replaces_nor_writes_through_a_link_in_the_collection(published, tmp_path, capsys, case):
+    """Probe 64: the collection's ``<group>/<method>/results.jsonl.gz`` a link to the user's file of some of its rows:
+    publish replaced the link by a file (no backup, no word); a method folder linked to /dev/null and a dangling
+    group link gave ``[Errno 17] File exists``. Each is refused in one line before any write, the links kept."""
+    import gzip
+
+    store, first, group = published
+    collection = tmp_path / "collection"
+    (collection / group).mkdir(parents=True)
+    method = collection / group / "keydiff--flat"
+    if case == "the file to a part of it":
+        method.mkdir()
+        rows = gzip.decompress((first / group / "keydiff--flat" / "results.jsonl.gz").read_bytes()).splitlines()
+        (tmp_path / "part.gz").write_bytes(gzip.compress(rows[0] + b"\n"))
+        (method / "results.jsonl.gz").symlink_to(tmp_path / "part.gz")
+        link = method / "results.jsonl.gz"
+    elif case == "method folder to a device":
+        method.symlink_to(os.devnull)
+        link = method
+    elif case == "group folder dangling":
+        (collection / group).rmdir()
+        (collection / group).symlink_to(tmp_path / "gone")
+        link = collection / group
+    else:
+        (tmp_path / "elsewhere").mkdir()
+        method.symlink_to(tmp_path / "elsewhere")
+        link = method
+    before = _state(tmp_path)
+    code = main(["publish", str(store), "--into", str(collection)])
+    err = capsys.readouterr().err.splitlines()
+    assert code == 2 and err[-1].startswith(f"bench publish: error: --into {collection}: {link} is a link (to "), err
+    assert "never writes through nor replaces a link" in err[-1] and "Errno" not in err[-1], err
+    assert _state(tmp_path) == before

@@ -1,5 +1,5 @@
 """The result store and what reads it: the code version a row carries covers the code that makes it, one writer at
-a time, lines that are not rows skipped and counted, stores of older schemas read or refused, ``bench verify``'s
+a time, lines that are not rows refused by file and line, stores of older schemas read or refused, ``bench verify``'s
 checks of every row, damaged stores named, and a full or read-only disk one clear error after which a rerun
 resumes."""
 
@@ -142,22 +142,27 @@ def test_a_lock_on_a_removed_lock_file_is_not_taken(tmp_path, monkeypatch):
     store.close()
 
 
-def test_lines_that_are_not_rows_are_skipped_and_counted(model_dir, tmp_path, capsys):
+def test_lines_that_are_not_rows_are_refused_by_file_and_line(model_dir, tmp_path, capsys):
+    """Probe 64: a row lacking ``task`` or a line that is no JSON was skipped with a warning, and verify, merge and
+    publish carried on without it; a row lacking ``kl`` was refused. One rule: a line that is no row is refused by
+    every check, named by file and line (a last line cut short by a kill is a resume's to drop)."""
     run_compare(compare_settings(model_dir, tmp_path), show_progress=False)
     path = tmp_path / "results.jsonl"
     good = path.read_bytes()
-    path.write_bytes(good + b"42\n{}\n\xff\xfe not utf-8\n" + b'{"press": "none"}\n')
-    damaged = path.read_bytes()
-    capsys.readouterr()
-    store = run_compare(compare_settings(model_dir, tmp_path), show_progress=False)  # resumes: nothing to do
-    err = capsys.readouterr().err
     rows = good.count(b"\n")
-    assert f"skipped 4 line(s) that are not result rows (line {rows + 1}, {rows + 2}, {rows + 3}, {rows + 4})" in err
-    assert str(path) in err and store.skipped == [rows + 1, rows + 2, rows + 3, rows + 4]
+    no_task = json.loads(good.splitlines()[0])
+    del no_task["task"]
+    path.write_bytes(good + b"42\n\xff\xfe not utf-8\n" + json.dumps(no_task).encode() + b"\n")
+    damaged = path.read_bytes()
+    with pytest.raises(UsageError, match=f"3 row\\(s\\) are not valid results: {re.escape(str(path))}:{rows + 1}: "
+                                         "not a row .*:" f"{rows + 3}: not a row: it lacks task"):
+        run_compare(compare_settings(model_dir, tmp_path), show_progress=False)
     assert path.read_bytes() == damaged  # nothing rewritten
-    from bench.reports.leaderboard import write_leaderboard
-
-    assert write_leaderboard([tmp_path], tmp_path / "docs").exists()
+    for argv in (["verify", tmp_path], ["merge", tmp_path, "--out", tmp_path / "m"],
+                 ["publish", tmp_path, "--into", tmp_path / "c"]):
+        code, err = run_cli(capsys, *argv)
+        assert code == 2 and f"{path}:{rows + 2}: not a row" in err, (argv, err)
+    assert not (tmp_path / "m").exists() and not (tmp_path / "c").exists()
 
 
 def test_a_store_from_before_the_fidelity_metrics_is_refused(model_dir, tmp_path):

@@ -76,3 +76,15 @@ def test_a_leaderboard_built_again_leaves_no_earlier_image(store, tmp_path, caps
     (docs / "leaderboard-2.png").write_bytes((docs / "leaderboard.png").read_bytes())
     code, err = run_cli(capsys, "verify", store, "--docs", docs)
     assert code == 2 and f"{docs / 'leaderboard-2.png'} is not in {docs / MANIFEST}" in err, err
+
+
+@pytest.mark.parametrize("reader", [*READERS, ["carry"]], ids=lambda reader: reader[0])
+def test_a_group_folder_of_a_collection_is_named_so(store, tmp_path, capsys, reader):
+    """Probe 64: ``bench verify COLL/G`` (and carry) said "not a result store (an empty shard …)" of a collection's
+    setting-group folder; it names what the folder is and the collection to give."""
+    collection = tmp_path / "collection"
+    assert run_cli(capsys, "publish", store, "--into", collection)[0] == 0
+    [group] = collection.iterdir()
+    code, err = run_cli(capsys, *_argv(reader, [group], tmp_path))
+    assert code == 2 and f"{group} is a setting group's folder of the collection {collection}" in err, err
+    assert "empty shard" not in err

@@ -57,6 +57,30 @@ def test_a_copy_of_a_row_fails_verify_and_merge_keeps_one(store, tmp_path, capsy
     assert merge_stores([copied], tmp_path / "merged")[:3] == (len(rows), 0, 0.0)
 
 
+def test_a_method_of_two_codes_fails_merge_as_it_fails_verify(store, tmp_path, capsys):
+    """Probe 64: a row whose method_code was edited was refused by verify and publish, while merge joined it (exit 0,
+    "rows added") into a store that verify then refused. Merge checks each source as verify checks a store."""
+    rows = stored_rows(store)
+    at = _compacted(rows)
+    rows[at] = {**rows[at], "method_code": "deadbeef0000"}
+    bad = store_of(rows, tmp_path / "bad")
+    for argv in (["verify", bad], ["merge", bad, "--out", tmp_path / "merged"]):
+        code, err = _cli(capsys, *argv)
+        assert code == 2 and "computed by two versions of its own code" in err and f":{at + 1}" in err, err
+    assert not (tmp_path / "merged").exists()
+
+
+def test_a_method_of_another_code_in_the_merged_store_is_refused_before_a_row(store, tmp_path):
+    """A source whose method rows carry another code than the merged store's: the merged store would hold both."""
+    merge_stores([store], tmp_path / "merged")
+    before = (tmp_path / "merged" / "results.jsonl").read_bytes()
+    other = store_of([{**row, "method_code": "deadbeef0000"} if row["press"] != "none" else row
+                      for row in stored_rows(store)], tmp_path / "other")
+    with pytest.raises(ValueError, match="computed by two versions of its own code"):
+        merge_stores([other], tmp_path / "merged")
+    assert (tmp_path / "merged" / "results.jsonl").read_bytes() == before
+
+
 @pytest.mark.parametrize("change, message", [
     (lambda row: {"kept_entries": 1e9}, "kept_entries=1000000000.0 (expected an integer >= 0 at most body_entries"),
     (lambda row: {"kept_entries": row["body_entries"] + 1}, "at most body_entries"),

@@ -222,11 +222,11 @@ def test_a_model_changed_in_place_is_never_run_under_its_name(fake_fetch, capsys
     recorded before a run uses it — by name or by its directory's path — hashed once per state of its files."""
     root, run, _ = fake_fetch
     directory = run()
-    model_cache = pretrained.model_cache
+    file_record = pretrained.file_record
     assert pretrained.locate(FAKE.name) == directory
-    hashed = model_cache._file_sha256.cache_info().misses
+    hashed = file_record._file_sha256.cache_info().misses
     assert pretrained.locate(FAKE.name) == directory
-    assert model_cache._file_sha256.cache_info().misses == hashed  # the same files: a stat each, no read
+    assert file_record._file_sha256.cache_info().misses == hashed  # the same files: a stat each, no read
     weights = directory / "model.safetensors"
     data = bytearray(weights.read_bytes())
     middle = len(data) // 2
@@ -272,3 +272,79 @@ def test_the_default_models_name_is_taken_by_model(model_dir, tmp_path, capsys, 
     drop = ("run", "prefill_seconds", "score_seconds", "cpu_seconds")
     assert [{k: v for k, v in row.items() if k not in drop} for row in rows["named"]] == \
         [{k: v for k, v in row.items() if k not in drop} for row in rows["default"]]
+
+
+def test_the_shipped_folders_record_their_files_as_committed():
+    """The records the checkout ships (``files.json``) hold every file that makes the default model and the
+    distilled hybrid's delta, as committed: a deliberate change is recorded anew with ``python -m
+    pretrained.file_record FOLDER``. The artifacts beside them are not in them (``bench calibrate`` and ``bench
+    train`` replace those in place; their loaders check them)."""
+    from pretrained.catalog import SMOLLM2_135M_HYBRID
+    from pretrained.file_record import read_record, recorded_files
+    from pretrained.model_spec import DEFAULT_MODEL_DIR
+
+    for folder, names in ((DEFAULT_MODEL_DIR, {"model.safetensors", "config.json", "tokenizer.json"}),
+                          (SMOLLM2_135M_HYBRID.delta_dir, {"mixers.safetensors", "hybrid.json"})):
+        record = read_record(folder)
+        assert names <= set(record) == {p.relative_to(folder).as_posix() for p in recorded_files(folder)}
+        assert not any(name.startswith(("gatesight/", "calibration/")) for name in record)
+        for name, held in record.items():
+            assert held == {"size": (folder / name).stat().st_size,
+                            "sha256": hashlib.sha256((folder / name).read_bytes()).hexdigest()}, name
+
+
+def _overwritten(path) -> None:
+    """4 KiB in the middle of ``path`` overwritten, its size kept (the probe's damage)."""
+    data = bytearray(path.read_bytes())
+    middle = len(data) // 2
+    data[middle:middle + 4096] = b"\x7f" * 4096
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("given", ["default", "path", "name"])
+def test_the_default_model_changed_in_place_is_never_run_under_its_name(tmp_path, monkeypatch, capsys, given):
+    """Probe 64: the shipped default model with 4 KiB of its weights overwritten ran under its name (rows named
+    hybrid-byte-12l with other weights, answers of NUL bytes). Its committed record is checked before a run, as a
+    conversion's is, naming the file and `git checkout` as the way back."""
+    import shutil
+
+    import pretrained.model_cache
+    import pretrained.model_spec
+    from pretrained.model_spec import DEFAULT_MODEL_DIR
+
+    copy = tmp_path / "models" / DEFAULT_MODEL_DIR.name
+    shutil.copytree(DEFAULT_MODEL_DIR, copy)
+    monkeypatch.setattr(pretrained.model_spec, "DEFAULT_MODEL_DIR", copy)
+    monkeypatch.setattr(pretrained.model_cache, "CHECKOUT", tmp_path)  # the copy ships in this "checkout"
+    _overwritten(copy / "model.safetensors")
+    model = {"default": [], "path": ["--model", copy], "name": ["--model", DEFAULT_MODEL_DIR.name]}[given]
+    for command in (["compare", "--press", "snapkv", "--n", "1", "--out", tmp_path / "out"],
+                    ["model-eval", "--tasks", "niah_single_1", "--lengths", "300", "--n", "1"]):
+        code, err = run_cli(capsys, *command, *model)
+        assert code == 2 and f"hybrid-byte-12l in {copy} is damaged: model.safetensors has SHA-256 " in err, err
+        assert "its files.json recorded; run `git checkout -- models/hybrid-byte-12l` to restore" in err, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_shipped_delta_changed_in_place_is_never_rebuilt_nor_run(tmp_path, monkeypatch):
+    """The distilled hybrid's shipped delta (its mixers) overwritten in place: it is neither rebuilt on its teacher
+    nor run under its name, whether converted already or not."""
+    import shutil
+
+    import pretrained.catalog
+    from pretrained.catalog import SMOLLM2_135M_HYBRID
+
+    delta = tmp_path / SMOLLM2_135M_HYBRID.name
+    delta.mkdir()
+    for name in ("files.json", "hybrid.json", "mixers.safetensors"):
+        shutil.copyfile(SMOLLM2_135M_HYBRID.delta_dir / name, delta / name)
+    monkeypatch.setattr(pretrained.catalog, "SHIPPED_DELTAS", tmp_path)
+    _overwritten(delta / "mixers.safetensors")
+    from hybridmodel.hybrid_delta import rebuild
+
+    damaged = (f"smollm2-135m-hybrid in {re.escape(str(delta))} is damaged: mixers.safetensors has SHA-256 .* "
+               "not the .* its files.json recorded")
+    with pytest.raises(UsageError, match=damaged):
+        pretrained.locate(SMOLLM2_135M_HYBRID.name, tmp_path / "cache")
+    with pytest.raises(UsageError, match=damaged.replace("smollm2-135m-hybrid in", f"{delta.name} in")):
+        rebuild(SMOLLM2_135M_HYBRID, tmp_path / "cache")

@@ -498,3 +498,104 @@ def test_a_damaged_artifact_given_by_path_is_one_line_before_work(model_dir, tmp
     assert code == 2 and "Traceback" not in err, err  # run_cli: the error is one line, the last
     assert f"={str(given)!r}: {copy / folder / file if folder != '.' else copy / file}: " in err, err
     assert not (tmp_path / "out").exists()
+
+
+def _tensors(path, change):
+    """``path``'s safetensors rewritten with its tensors changed by ``change`` (their dict, first key sorted
+    first); its metadata kept."""
+    from safetensors import safe_open
+    from safetensors.torch import load_file, save_file
+
+    with safe_open(str(path), "pt") as f:
+        meta = f.metadata()
+    tensors = load_file(str(path))
+    change(tensors, sorted(tensors)[0])
+    save_file(tensors, str(path), metadata=meta)
+
+
+def _settings(path, change):
+    config = json.loads(path.read_text())
+    change(config)
+    path.write_text(json.dumps(config))
+
+
+def _metadata(path, meta):
+    from safetensors.torch import load_file, save_file
+
+    save_file(load_file(str(path)), str(path), metadata=meta)
+
+
+def _nan(tensors, first):
+    tensors[first] = tensors[first].clone()
+    tensors[first].view(-1)[0] = float("nan")
+
+
+def _inf(tensors, first):
+    tensors[first] = tensors[first].clone()
+    tensors[first].view(-1)[-1] = float("inf")
+
+
+ESTIMATOR_DAMAGE = {  # the probe's recipes (/tmp/probe-w/ed/make.py), on the tiny model's estimator
+    "a layer the model lacks": (
+        lambda d: _settings(d / "gatesight.json", lambda c: c.update(gdn_layers={"99": [0, 1]})),
+        "its gatesight.json names layers [99]"),
+    "a NaN": (lambda d: _tensors(d / "gatesight.safetensors", _nan), "holds NaN or infinite values"),
+    "a tensor of another shape": (lambda d: _tensors(d / "gatesight.safetensors",
+                                                     lambda t, first: t.update({first: torch.zeros(3, 3)})),
+                                  "expected ["),
+    "a missing tensor": (lambda d: _tensors(d / "gatesight.safetensors", lambda t, first: t.pop(first)),
+                         "has no tensor"),
+    "a negative window": (lambda d: _settings(d / "gatesight.json", lambda c: c.update(window=-3)),
+                          "window=-3, expected an integer >= 1"),
+    "signal layers the model lacks": (
+        lambda d: _settings(d / "gatesight.json", lambda c: c.update(
+            gdn_layers={k: [7] for k in c["gdn_layers"]})), "which this model does not have before it"),
+}
+CALIBRATION_DAMAGE = {
+    "a NaN": (lambda f: _tensors(f, _nan), "holds NaN or infinite values"),
+    "an infinity": (lambda f: _tensors(f, _inf), "holds NaN or infinite values"),
+    "a tensor of another shape": (lambda f: _tensors(f, lambda t, first: t.update({first: torch.zeros(2, 5)})),
+                                  "expected one shape [heads, bands]"),
+    "a tensor of another model's shape": (
+        lambda f: _tensors(f, lambda t, first: t.update({k: torch.zeros(2, 5) for k in t if k.endswith(".3")})),
+        "this model's are [4, 4]"),
+    "a missing tensor": (lambda f: _tensors(f, lambda t, first: t.pop(first)), "has no tensor"),
+    "gate weights not JSON": (lambda f: _metadata(f, {"gate_weights": "{oops", "tokens": "5", "sources": "[]"}),
+                              "its metadata gate_weights is not JSON"),
+    "no metadata": (lambda f: _metadata(f, None), "holds no metadata"),
+}
+
+
+@pytest.mark.parametrize("given", ["option", "model"])
+@pytest.mark.parametrize("damage", [*(f"estimator: {k}" for k in ESTIMATOR_DAMAGE),
+                                    *(f"calibration: {k}" for k in CALIBRATION_DAMAGE)])
+def test_an_artifact_whose_contents_are_wrong_is_one_line_naming_its_file(model_dir, tmp_path, capsys, given,
+                                                                         damage):
+    """Probe 64: an estimator or calibration that reads whole but holds a layer the model lacks, a NaN, a tensor of
+    another shape or none, metadata that is no JSON or none, failed deep in scoring (KeyError, ValueError,
+    RuntimeError tracebacks) or — a negative window — not at all. Their loaders check what they hold, and the press
+    checks it against the model before any context is scored: one line naming the file, by an option's path or in
+    the model's own directory."""
+    kind, case = damage.split(": ")
+    model = shutil.copytree(model_dir, tmp_path / "model")
+    if kind == "estimator":
+        folder, method, option = model / "gatesight", "gatesight", "estimator"
+        make, says = ESTIMATOR_DAMAGE[case]
+        make(folder)
+        named = folder / ("gatesight.json" if "window" in says else "gatesight.safetensors")
+    else:
+        folder, method, option = model, "triattention", "calibration"
+        make, says = CALIBRATION_DAMAGE[case]
+        named = model / "calibration" / "calibration.safetensors"
+        make(named)
+    if given == "option":
+        artifact = shutil.copytree(folder, tmp_path / "artifact")
+        shutil.rmtree(model / ("gatesight" if kind == "estimator" else "calibration"))
+        named = artifact / named.relative_to(folder)
+        methods = f"{method}[{option}={artifact}]/flat"
+    else:
+        methods = f"{method}/flat"
+    code, err = run_cli(capsys, "compare", "--model", model, "--methods", methods, "--tasks", "niah_single_1",
+                        "--n", "1", "--length", "300", "--out", tmp_path / "out")
+    assert code == 2 and f"{named}" in err and says in err, err
+    assert "Traceback" not in err and not (tmp_path / "out" / "results.jsonl").exists()
