@@ -38,10 +38,12 @@ CARRIED = "carried.json"
 """The store's record of its carried groups: one entry per carry, appended."""
 NOT_VALUES = {"code", METHOD_CODE, "carried_from", "prefill_seconds", "score_seconds", "run", "batch", "schema"}
 """Fields a rerun may change without changing a result: the codes, timings, the run and batch a row names."""
-RELATIVE_TOLERANCE, ABSOLUTE_TOLERANCE = 1e-5, 1e-6
+RELATIVE_TOLERANCE, ABSOLUTE_TOLERANCE = 1e-5, 1e-4
 """How far a real value of a rerun may lie from the stored one and still be equal: float32 arithmetic on another
-CPU (another BLAS kernel, another summation order) moves NLLs and KLs in their last digits, never further. Counts,
-choices, texts and flags must be identical."""
+CPU or thread count (another BLAS kernel, another summation order) moves an NLL by about 1e-5 of itself, and an NLL
+difference (``delta_nll``) by as much in absolute terms, however small the difference (seen: 0.013619 against
+0.013629 nats, one thread a worker against two in one process); reports print three decimals. Counts, choices,
+texts and flags must be identical."""
 
 
 def _equal(new, old) -> bool:
