@@ -8,8 +8,9 @@
 #                that gatesight/global reads (bench train --scale one), committed in $GROUP/one-scale; both
 #                shipped with the delta (bench ship-artifacts). Every row below depends on them (the artifacts
 #                fingerprint), so the sweeps start after this step.
-#   sweep2k K/N  shard K of N of the 2,048-token group: five tasks, n = 50, 11 methods × 11 kept fractions + the
-#                full cache. One process a shard (one thread); a store per shard in $OUT/sweep2k/shardK.
+#   sweep2k K/N  shard K of N of the 2,048-token group: five tasks, n = 30, 15 methods × 8 kept fractions + the
+#                full cache (rerun on the shipped haystack snapshots from 2026-12-06: the group published before
+#                read another machine's manual pages; n and the grid cut to fit ≈ 4 h on two cores). One process a shard (one thread); a store per shard in $OUT/sweep2k/shardK.
 #   sweep4k K/N  the 4,096-token part: n = 30, GateSight's best allocations, KVzip/global, KeyDiff, SnapKV (run
 #                from the worktree below with this script copied in: its METHODS_4K is this one's).
 #   pack         each shard's rows as results.jsonl.gz in $GROUP/in-progress/ (committable, so that the next
@@ -34,17 +35,20 @@ MODEL=${MODEL:-smollm2-135m-hybrid}
 OUT=${OUT:-results/gatesight-group}
 GROUP=${GROUP:-docs/hybrid/group}
 WINDOWS=${WINDOWS:-500}
-N2K=${N2K:-50}
+N2K=${N2K:-30}
 N4K=${N4K:-30}
 TASKS=${TASKS:-niah_single_2,niah_multivalue,niah_multiquery,vt}  # niah_multikey_1: its own PART (above)
 ONE_SCALE="$GROUP/one-scale"
 METHODS_2K="gatesight/gate,gatesight/flat,gatesight/pyramid,gatesight[estimator=$ONE_SCALE]/global,kvzip/global"
 METHODS_2K="$METHODS_2K,kvzip/flat,keydiff/flat,snapkv/flat,triattention/flat,kvpress:TOVAPress/flat"
 METHODS_2K="$METHODS_2K,kvpress:ExpectedAttentionPress/flat"
-FRACTIONS_2K=0.02,0.05,0.1,0.2,0.3,0.4,0.5,0.6,0.7,0.8,0.9
+# the calibrated budget across heads (issue 66) under GateSight and the three scorers it lifted on the slice
+METHODS_2K="$METHODS_2K,gatesight/head_shares,kvzip/head_shares,keydiff/head_shares,snapkv/head_shares"
+FRACTIONS_2K=0.02,0.05,0.1,0.2,0.3,0.4,0.5,0.7
 # GateSight's two best allocations at 2,048 tokens (gate and flat, a tie there) and the one-scale global variant
 METHODS_4K="gatesight/gate,gatesight/flat,gatesight[estimator=$ONE_SCALE]/global,kvzip/global,keydiff/flat,snapkv/flat"
-FRACTIONS_4K=0.05,0.1,0.2,0.3
+METHODS_4K="$METHODS_4K,gatesight/head_shares,kvzip/head_shares"
+FRACTIONS_4K=0.05,0.1,0.2,0.3,0.4,0.5
 step=${1:?"give a step: labels, estimators, sweep2k K/N, sweep4k K/N, pack, unpack or publish"}
 mkdir -p "$OUT" "$GROUP"
 case "$step" in
