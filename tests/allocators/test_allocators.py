@@ -123,7 +123,7 @@ def test_perlayer_is_proportional_and_checks_its_weights():
     assert counts == {3: [100, 100], 7: [200, 200], 11: [300, 300]}
     with pytest.raises(ValueError, match="perlayer has 2 weights; the model has 3 attention layers"):
         allocators.get("perlayer", weights=[1, 2]).allocate(_request(0.2, 1000, (3, 7, 11)))
-    with pytest.raises(ValueError, match="give one finite, non-negative weight per attention layer"):
+    with pytest.raises(ValueError, match=r"perlayer option weights=\[1, nan\]: expected a finite number, got nan"):
         allocators.get("perlayer", weights=[1, float("nan")])
     with pytest.raises(ValueError, match=r"perlayer weights=\[1e-320, 1(\.0)?\]: the largest is more than 1e308 times"):
         allocators.get("perlayer", weights=[1e-320, 1])  # divided by the smallest: infinite

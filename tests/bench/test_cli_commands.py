@@ -55,6 +55,7 @@ def small_store(tmp_path):
     return store, len(rows)
 
 
+@pytest.mark.slow  # it rebuilds the leaderboard twice (~35 s): CI's slow run holds it
 def test_verify_stores_reports_each_check_and_refuses_a_stale_leaderboard(small_store, tmp_path):
     store, count = small_store
     lines = []

@@ -192,7 +192,9 @@ def _two_children_budget(monkeypatch):
     return sizes
 
 
-@pytest.mark.parametrize("grouping", ["batch=1", "batch=3", "budget=1 byte", "budget=two children"])
+# the two budget groupings answer every child alone or in pairs (~75 s each): CI's slow run holds them
+@pytest.mark.parametrize("grouping", ["batch=1", "batch=3", pytest.param("budget=1 byte", marks=pytest.mark.slow),
+                                      pytest.param("budget=two children", marks=pytest.mark.slow)])
 def test_children_in_groups_give_the_rows_of_one_batch(model_dir, tmp_path, monkeypatch, grouping):
     # the rows are the same whatever the groups the children are answered in: by count (--batch) or by the bytes a
     # group holds (RuntimeEngine.memory_budget)
