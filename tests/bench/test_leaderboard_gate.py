@@ -35,6 +35,12 @@ def test_the_default_models_groups_are_of_this_checkouts_shared_code(published):
     lines = stale(edited)
     assert lines and all("is of shared code 0ld0c0de0000" in line and "bench carry docs/results/hybrid-byte-12l-"
                          in line for line in lines)
+    # an edit of one press: its own rows are named, the others' are not
+    edited = [{**row, "method_code": "0ld0c0de0000"} if row["press"] == "snapkv" else row for row in published
+              if row["model"] == "hybrid-byte-12l"]
+    lines = stale(edited)
+    assert {line.partition(":")[0] for line in lines} == {"snapkv/flat", "snapkv/adakv"}
+    assert all("of its own code 0ld0c0de0000" in line and "bench compare --methods snapkv/" in line for line in lines)
 
 
 def test_a_new_press_without_rows_fails_the_gate_naming_the_command(published, monkeypatch):
