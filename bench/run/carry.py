@@ -166,7 +166,13 @@ def carry(directory: Path, sample: int = 2, seed: int = 0, batch: int = 32, mode
                 groups.setdefault(_group_of(row), []).append((store, i))
         records = [_carry_group(group, held, sample, seed, batch, model, list(artifacts), directory)
                    for group, held in groups.items()]
-        for store in {store for held in groups.values() for store, _ in held}:
+        carried = {}
+        for held in groups.values():
+            for store, i in held:
+                carried.setdefault(store, set()).add(i)
+        for store, indices in carried.items():  # every copy checked before a file is written
+            _fold_copies(store, indices)
+        for store in carried:
             _rewrite(store)
         if records:
             record = Path(directory) / CARRIED
@@ -212,6 +218,29 @@ def _versions() -> dict:
     import transformers
 
     return {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__}
+
+
+def _fold_copies(store: ResultStore, carried: set[int]) -> None:
+    """Drop each carried row whose key the store already holds under this code (a run of this code resumed the
+    store since and answered it again) where every value is equal (:func:`_equal`); ``UsageError`` naming the first
+    that differs. Without this the store would hold one key twice, which verify refuses."""
+    def key(row: dict) -> tuple:
+        return tuple(row.get(f) for f in KEY_FIELDS if f not in ("code", METHOD_CODE))
+
+    native = {key(row): row for i, row in enumerate(store.rows) if i not in carried}
+    drop = set()
+    for i in sorted(carried):
+        row, twin = store.rows[i], native.get(key(store.rows[i]))
+        if twin is None:
+            continue
+        differing = next((f for f in sorted(set(row) - NOT_VALUES) if not _equal(twin.get(f), row[f])), None)
+        if differing is not None:
+            raise UsageError(f"{store.directory}: {describe_row(row)} is held twice, once by code "
+                             f"{row.get('carried_from')} and once by this checkout's, with {differing} "
+                             f"{row[differing]!r} against {twin.get(differing)!r}: the group's numbers changed, so it "
+                             "cannot be carried; rerun it under this code into another store")
+        drop.add(i)
+    store.rows = [row for i, row in enumerate(store.rows) if i not in drop]
 
 
 def _rewrite(store: ResultStore) -> None:

@@ -3,6 +3,7 @@ contexts gives every value again; one value that differs refuses it, naming the 
 takes a new method's rows by running only those."""
 
 import json
+import random
 
 import pytest
 
@@ -92,6 +93,31 @@ def test_real_values_in_their_last_digits_are_equal_counts_and_texts_are_not(old
     (old_store / CARRIED).unlink()
     code, err = run_cli(capsys, "carry", old_store, "--sample", "2", "--model", model_dir)
     assert code == 2 and "prediction of" in err, err
+
+
+def test_a_store_this_code_answered_again_is_carried_without_a_second_copy(old_store, model_dir, capsys):
+    """A store an earlier code began and this code resumed holds each key twice, once a group: carried, the copies
+    of equal values fold into one (verify then passes); a copy of another value is refused, nothing written."""
+    settings = compare_settings(model_dir, old_store, presses=["keydiff", "snapkv", "none"], keep_fractions=[0.3, 0.6],
+                                n=2)
+    run_compare(settings, show_progress=False)
+    rows = ResultStore(old_store, readonly=True).rows
+    native = [r for r in rows if r["code"] == code_version()]
+    assert len(native) * 2 == len(rows)
+    kept = (old_store / "results.jsonl").read_bytes()
+    contexts = sorted({(r["task"], r["item"], r.get("haystack")) for r in rows if r["code"] == OLD}, key=str)
+    [sampled] = random.Random(0).sample(contexts, 1)  # as carry draws its sample: the other context is not rerun
+    edited = [{**r, "answer_nll": r["answer_nll"] + 1e-2, "delta_nll": r["delta_nll"] + 1e-2}
+              if r["code"] == OLD and r["press"] == "snapkv" and r["item"] != sampled[1] else r for r in rows]
+    (old_store / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in edited))
+    code, err = run_cli(capsys, "carry", old_store, "--sample", "1", "--model", model_dir)
+    assert code == 2 and "is held twice" in err, err
+    (old_store / "results.jsonl").write_bytes(kept)
+    code, err = run_cli(capsys, "carry", old_store, "--sample", "1", "--model", model_dir)
+    assert code == 0, err
+    after = ResultStore(old_store, readonly=True).rows
+    assert after == native
+    assert run_cli(capsys, "verify", old_store)[0] == 0
 
 
 def test_a_collection_is_carried_in_place(old_store, model_dir, tmp_path, capsys):
