@@ -46,6 +46,11 @@ difference (``delta_nll``) by as much in absolute terms, however small the diffe
 texts and flags must be identical."""
 
 
+def _uncoded_key(row: dict) -> tuple:
+    """A row's key without the codes it names: the same row under an earlier code and under this one."""
+    return tuple(row.get(f) for f in KEY_FIELDS if f not in ("code", METHOD_CODE))
+
+
 def _equal(new, old) -> bool:
     """``new == old``, real numbers within the tolerances above (in lists and per-layer dicts too)."""
     if isinstance(new, float) and isinstance(old, (float, int)) and not isinstance(old, bool):
@@ -120,9 +125,9 @@ def _rerun(rows: list[dict], context: tuple, model, scratch: Path, batch: int, a
 
 def _compare(stored: list[dict], rerun: list[dict], store: Path) -> None:
     """``UsageError`` naming the first stored row of the context that the rerun lacks or gives another value."""
-    by_key = {tuple(r.get(f) for f in KEY_FIELDS if f not in ("code", METHOD_CODE)): r for r in rerun}
+    by_key = {_uncoded_key(r): r for r in rerun}
     for row in stored:
-        new = by_key.get(tuple(row.get(f) for f in KEY_FIELDS if f not in ("code", METHOD_CODE)))
+        new = by_key.get(_uncoded_key(row))
         if new is None:
             raise UsageError(f"{store}: the rerun under this checkout's code gave no row of {describe_row(row)}, "
                              f"which the group holds (code {row['code']}): carry it from a checkout of that code")
@@ -224,13 +229,10 @@ def _fold_copies(store: ResultStore, carried: set[int]) -> None:
     """Drop each carried row whose key the store already holds under this code (a run of this code resumed the
     store since and answered it again) where every value is equal (:func:`_equal`); ``UsageError`` naming the first
     that differs. Without this the store would hold one key twice, which verify refuses."""
-    def key(row: dict) -> tuple:
-        return tuple(row.get(f) for f in KEY_FIELDS if f not in ("code", METHOD_CODE))
-
-    native = {key(row): row for i, row in enumerate(store.rows) if i not in carried}
+    native = {_uncoded_key(row): row for i, row in enumerate(store.rows) if i not in carried}
     drop = set()
     for i in sorted(carried):
-        row, twin = store.rows[i], native.get(key(store.rows[i]))
+        row, twin = store.rows[i], native.get(_uncoded_key(store.rows[i]))
         if twin is None:
             continue
         differing = next((f for f in sorted(set(row) - NOT_VALUES) if not _equal(twin.get(f), row[f])), None)
