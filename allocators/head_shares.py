@@ -86,9 +86,13 @@ class HeadShares:
         except ValueError:
             raise UsageError(f"{path}: shares must be keyed by attention layer index, got "
                              f"{sorted(record['shares'])}") from None
+        shares = _checked(shares, str(path))
         weights = record.get("weights")
-        return cls(_checked(shares, str(path)), record.get("provenance") or {},
-                   weights if isinstance(weights, str) else None)
+        if not isinstance(weights, str):
+            # without it shares of another model's weights would plan this one's children unseen
+            raise UsageError(f"{path}: weights={weights!r}, expected the fingerprint of the model weights the shares "
+                             f"were measured on; run `bench calibrate-shares --model {directory} --replace`")
+        return cls(shares, record.get("provenance") or {}, weights)
 
 
 def _checked(shares, shown: str) -> dict[int, list[float]]:

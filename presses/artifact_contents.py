@@ -34,10 +34,24 @@ def _layer(text: str, path: Path, what: str, redo: str) -> int:
     return int(text)
 
 
-def check_finite(path: Path, name: str, tensor: torch.Tensor, redo: str) -> None:
-    """A refusal naming ``tensor`` (``name`` in ``path``) if it holds a NaN or an infinity."""
-    if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+MAGNITUDE_LIMIT = 1e6
+"""The largest magnitude an artifact's tensor may hold (and the inverse of the smallest standard deviation): a
+trained estimator's statistics and weights and a calibration's query statistics are of the activations' scale (the
+shipped ones stay under 16); past this a finite value overflows float32 in scoring (3.4e38 gave infinite scores
+after the prefill)."""
+
+
+def check_values(path: Path, name: str, tensor: torch.Tensor, redo: str) -> None:
+    """A refusal naming ``tensor`` (``name`` in ``path``) if it holds a NaN, an infinity or a value of magnitude past
+    :data:`MAGNITUDE_LIMIT`."""
+    if not tensor.is_floating_point():
+        return
+    if not bool(torch.isfinite(tensor).all()):
         raise UsageError(f"{path}: tensor {name} holds NaN or infinite values; {redo}")
+    largest = float(tensor.abs().max()) if tensor.numel() else 0.0
+    if largest > MAGNITUDE_LIMIT:
+        raise UsageError(f"{path}: tensor {name} holds a value of magnitude {largest:.3g}, past {MAGNITUDE_LIMIT:g} "
+                         f"(no trained artifact's scale: it overflows in scoring); {redo}")
 
 
 def estimator_settings(config, path: Path) -> tuple[int, dict[int, list[int]]]:
@@ -68,7 +82,8 @@ def estimator_layers(tensors: dict[str, torch.Tensor], gdn_layers: dict[int, lis
                      path: Path) -> dict[int, dict[str, torch.Tensor]]:
     """``gatesight.safetensors``'s tensors (``<layer>.<name>``) by layer, checked: the layers ``gdn_layers`` names
     and no other, each with every tensor of :data:`ESTIMATOR_TENSORS` in shapes that agree (``w1`` ``[H, F, K]``,
-    ``mean`` and ``std`` ``[F]``, ``b1`` and ``w2`` ``[H, K]``, ``b2`` ``[H]``), finite, ``std`` > 0."""
+    ``mean`` and ``std`` ``[F]``, ``b1`` and ``w2`` ``[H, K]``, ``b2`` ``[H]``), finite and within
+    :data:`MAGNITUDE_LIMIT`, ``std`` >= its inverse."""
     redo = REWRITE_ESTIMATOR
     layers: dict[int, dict[str, torch.Tensor]] = {}
     for name, tensor in tensors.items():
@@ -76,7 +91,7 @@ def estimator_layers(tensors: dict[str, torch.Tensor], gdn_layers: dict[int, lis
         if key not in ESTIMATOR_TENSORS:
             raise UsageError(f"{path}: tensor {name!r} is none of an estimator's (<layer>.<"
                              f"{'|'.join(ESTIMATOR_TENSORS)}>); {redo}")
-        check_finite(path, name, tensor, redo)
+        check_values(path, name, tensor, redo)
         layers.setdefault(_layer(layer, path, "tensor layer", redo), {})[key] = tensor
     if set(layers) != set(gdn_layers):
         raise UsageError(f"{path}: its tensors are of layers {sorted(layers)}, its gatesight.json names layers "
@@ -96,8 +111,9 @@ def estimator_layers(tensors: dict[str, torch.Tensor], gdn_layers: dict[int, lis
             if list(held[key].shape) != shape:
                 raise UsageError(f"{path}: tensor {layer}.{key} is {list(held[key].shape)}, expected {shape} (as "
                                  f"{layer}.w1 is {list(held['w1'].shape)}); {redo}")
-        if not bool((held["std"] > 0).all()):
-            raise UsageError(f"{path}: tensor {layer}.std holds a value <= 0 (a standard deviation); {redo}")
+        if not bool((held["std"] >= 1 / MAGNITUDE_LIMIT).all()):
+            raise UsageError(f"{path}: tensor {layer}.std holds a value below {1 / MAGNITUDE_LIMIT:g} (a standard "
+                             f"deviation: features divided by it overflow); {redo}")
     return layers
 
 
@@ -130,7 +146,8 @@ def calibration_contents(meta, tensors: dict[str, torch.Tensor], path: Path) -> 
     """The contents of ``calibration.safetensors`` (``meta``: its metadata, ``tensors``: its tensors), checked:
     metadata holding ``gate_weights`` (a JSON object of each layer's weight in [0, 1]), ``tokens`` (an integer
     >= 1) and ``sources`` (a JSON list of texts); for every layer the gate weights name, each tensor of
-    :data:`CALIBRATION_TENSORS`, of one 2-D shape ``[heads, bands]``, finite, magnitudes >= 0, and no other.
+    :data:`CALIBRATION_TENSORS`, of one 2-D shape ``[heads, bands]``, finite and within :data:`MAGNITUDE_LIMIT`,
+    magnitudes >= 0, and no other.
     Returns ``{"layers": {layer: {name: tensor}}, "gate_weights": {layer: w}, "tokens": int, "sources": list}``."""
     redo = REWRITE_CALIBRATION
     if not isinstance(meta, dict):
@@ -160,7 +177,7 @@ def calibration_contents(meta, tensors: dict[str, torch.Tensor], path: Path) -> 
         if key not in CALIBRATION_TENSORS:
             raise UsageError(f"{path}: tensor {name!r} is none of a calibration's (<{'|'.join(CALIBRATION_TENSORS)}>"
                              f".<layer>); {redo}")
-        check_finite(path, name, tensor, redo)
+        check_values(path, name, tensor, redo)
         layers.setdefault(_layer(layer, path, "tensor layer", redo), {})[key] = tensor
     for layer in sorted(set(layers) | set(gate_weights)):
         held = layers.get(layer, {})

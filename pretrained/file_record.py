@@ -14,38 +14,24 @@ records their own fingerprint.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import sys
-from functools import lru_cache
 from pathlib import Path
 
 from runtime.errors import UsageError
 
+from .file_reads import sha256_of
 from .model_files import part_files
 
 RECORD_FILE = "files.json"
 """A model folder's record of its own files: ``{"files": {name: {"size": bytes, "sha256": hex}}}``."""
+CHECKOUT = Path(__file__).resolve().parents[1]
+"""The source checkout: a recorded folder in it (``models/…``) is restored by git."""
+SHIPPED = ("models/hybrid-byte-12l", "models/smollm2-135m-hybrid")
+"""The folders of the checkout that ship their record: without it (removed, emptied, made a folder or a link) they
+are refused, never trusted as a folder that records nothing."""
 DELTA_FILES = ("hybrid.json", "mixers.safetensors")
 """What makes a distilled hybrid's delta (:mod:`hybridmodel.hybrid_delta`): its manifest and its mixers."""
-
-
-@lru_cache(maxsize=64)
-def _file_sha256(path: Path, inode: int, size: int, mtime_ns: int, ctime_ns: int) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as file:
-        for block in iter(lambda: file.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def sha256_of(path: Path) -> str:
-    """SHA-256 of a file, once per state of it (its inode, size, modification and change times: a rewrite in place
-    that keeps size and modification time, ``touch -r``, still moves the change time), as the weights' digest is
-    (:func:`presses.calibration.weights_fingerprint`): a model checked before every run costs a ``stat`` after the
-    first."""
-    stat = Path(path).stat()
-    return _file_sha256(Path(path), stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
 
 
 def recorded_files(directory: Path) -> list[Path]:
@@ -67,11 +53,36 @@ def write_record(directory: Path) -> Path:
     return directory / RECORD_FILE
 
 
+def restore_hint(directory: Path) -> str:
+    """How a recorded folder is restored: from the checkout where it ships in it, else from where it came."""
+    try:
+        shipped = Path(directory).resolve().relative_to(CHECKOUT.resolve())
+    except ValueError:
+        return "restore it from where it was copied (or write it again with the command that made it)"
+    return f"run `git checkout -- {shipped.as_posix()}` to restore the files the checkout ships"
+
+
+def _ships_record(directory: Path) -> bool:
+    """Whether ``directory`` is one of the checkout's :data:`SHIPPED` folders."""
+    return Path(directory).resolve() in {(CHECKOUT / folder).resolve() for folder in SHIPPED}
+
+
 def read_record(directory: Path) -> dict | None:
-    """The ``files`` of ``directory``'s :data:`RECORD_FILE`; None where it keeps none. A record that is no such JSON
-    is a :class:`~runtime.errors.UsageError` naming it (a damaged record checks nothing: never taken for none)."""
-    path = Path(directory) / RECORD_FILE
-    if not path.is_file():
+    """The ``files`` of ``directory``'s :data:`RECORD_FILE`; None where it keeps none (and is not one of the
+    :data:`SHIPPED` folders). A record that is a link, a folder or no such JSON, or that leaves out a file that makes
+    the model (:func:`recorded_files`), is a :class:`~runtime.errors.UsageError` naming it: a damaged record checks
+    nothing, and is never taken for none."""
+    directory = Path(directory)
+    path = directory / RECORD_FILE
+    damaged = f"{path} is not a record of the model's files ({{\"files\": {{name: {{\"size\", \"sha256\"}}}}}}"
+    if path.is_symlink() or (path.exists() and not path.is_file()):
+        kind = "a link" if path.is_symlink() else "a folder" if path.is_dir() else "not a regular file"
+        raise UsageError(f"{path} is {kind}, where the record of the model's files belongs; "
+                         f"{restore_hint(directory)}")
+    if not path.exists():
+        if _ships_record(directory):
+            raise UsageError(f"{path} is missing: the checkout ships this folder with the record of its files; "
+                             f"{restore_hint(directory)}")
         return None
     try:
         record = json.loads(path.read_text())
@@ -80,8 +91,12 @@ def read_record(directory: Path) -> dict | None:
                    for r in files.values()):
             raise TypeError
     except (ValueError, TypeError, KeyError, AttributeError):
-        raise UsageError(f"{path} is not a record of the model's files ({{\"files\": {{name: {{\"size\", "
-                         "\"sha256\"}}}}); restore it with the folder's files") from None
+        raise UsageError(f"{damaged}); {restore_hint(directory)}") from None
+    unrecorded = [p.relative_to(directory).as_posix() for p in recorded_files(directory)
+                  if p.relative_to(directory).as_posix() not in files]
+    if unrecorded:
+        raise UsageError(f"{path} does not record {unrecorded[0]}, a file that makes the model; "
+                         f"{restore_hint(directory)}")
     return files
 
 

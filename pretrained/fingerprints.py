@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from .file_reads import file_state, read_whole
 from .model_files import ARTIFACTS, METHOD_ARTIFACTS, MODEL_PARTS, check_safetensors_bytes, matching_files, part_files
 
 
@@ -27,10 +28,8 @@ def _digest(directory: Path, paths, read: Callable[[Path], bytes] = Path.read_by
 
 
 def file_states(paths: Iterable[Path]) -> tuple[tuple, ...]:
-    """Each file's ``(path, inode, size, modification and change times)``: what a rewrite moves, the change time
-    too where it keeps size and modification time (``touch -r``); equal states are taken for equal contents."""
-    stats = ((str(path), path.stat()) for path in paths)
-    return tuple((name, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns) for name, stat in stats)
+    """Each file's state (:func:`~pretrained.file_reads.file_state`): equal states are taken for equal contents."""
+    return tuple(file_state(path) for path in paths)
 
 
 def weights_digest(directory: Path, paths: list[Path]) -> str:
@@ -46,7 +45,7 @@ def _weights_digest(directory: Path, paths: tuple[Path, ...], states: tuple) -> 
     # hashing half a gigabyte of weights each time cost SmolLM2's hybrid 0.5 s a context, 25 times GateSight's own
     # scoring
     def read(path: Path) -> bytes:
-        data = path.read_bytes()
+        data = read_whole(path)  # its SHA-256 kept: the model's file record checks it without a second read
         if path.suffix == ".safetensors":
             check_safetensors_bytes(path, data)
         return data

@@ -10,7 +10,9 @@ from pathlib import Path
 from runtime.errors import UsageError
 
 from .catalog import CHECKPOINTS, DELTA_ARTIFACTS, MIXERS_FILE, DistilledCheckpoint, PackagedCheckpoint
-from .file_record import read_record, sha256_of
+from .file_reads import sha256_of
+from .file_record import read_record, restore_hint
+from .fingerprints import weights_fingerprint
 
 CACHE_ENV = "HYBRIDPRESS_CACHE"
 """The cache's root, if set (default: ``~/.cache/hybridpress``); converted models live in its ``models/``."""
@@ -152,6 +154,7 @@ def check_recorded(directory: Path, name: str | None = None) -> None:
     size unchanged) is never run under its name. Hashed once per state of its files (:func:`sha256_of`)."""
     source = read_source(directory)
     name = name or (source or {}).get("name") or Path(directory).name
+    _read_weights_once(Path(directory))
     if source is not None and isinstance(source.get("files"), dict):
         reason = damage(directory, source["files"], hashes=True)
         if reason is not None:
@@ -160,17 +163,17 @@ def check_recorded(directory: Path, name: str | None = None) -> None:
     record = read_record(directory)
     reason = None if record is None else damage(directory, record, hashes=True, by="its files.json")
     if reason is not None:
-        raise UsageError(f"{name} in {directory} is damaged: {reason}; {_restore(Path(directory))}")
+        raise UsageError(f"{name} in {directory} is damaged: {reason}; {restore_hint(Path(directory))}")
 
 
-CHECKOUT = Path(__file__).resolve().parents[1]
-"""The source checkout: a recorded folder in it (``models/…``) is restored by git."""
-
-
-def _restore(directory: Path) -> str:
-    """How a recorded folder is restored: from the checkout where it ships in it, else from where it came."""
+def _read_weights_once(directory: Path) -> None:
+    """Read a model directory's weights for their fingerprint before their SHA-256 is checked: the read keeps each
+    file's SHA-256 (:mod:`pretrained.file_reads`), so the rows' fingerprint and the record's check cost one read of
+    each weight file. A file the fingerprint cannot read (a cut safetensors) is left to the check, which names it as
+    its record does."""
+    if not (directory / "config.json").is_file():
+        return
     try:
-        shipped = directory.resolve().relative_to(CHECKOUT.resolve())
-    except ValueError:
-        return "restore it from where it was copied (or write it again with the command that made it)"
-    return f"run `git checkout -- {shipped.as_posix()}` to restore the files the checkout ships"
+        weights_fingerprint(directory)
+    except UsageError:
+        pass

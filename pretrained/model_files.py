@@ -11,12 +11,14 @@ from pathlib import Path
 
 from runtime.errors import UsageError, check_regular_file, describe
 
+from .file_reads import read_whole
+
 
 def read_config(directory: Path) -> dict:
     """The model's ``config.json``; ``ValueError`` naming the file if it is not a JSON object."""
     path = Path(directory) / "config.json"
     check_regular_file(path, "the model's settings (JSON)")
-    return parse_config(path, path.read_bytes())
+    return parse_config(path, read_whole(path))
 
 
 def parse_config(path: Path, data: bytes) -> dict:
@@ -177,7 +179,7 @@ def _named_weights(directory: Path, config: dict | None) -> list[Path]:
     path = directory / "config.json"
     try:
         if config is None:
-            config = json.loads(path.read_text()) if path.is_file() else {}
+            config = json.loads(read_whole(path)) if path.is_file() else {}
         name = config.get("transformers_weights")
     except (ValueError, AttributeError):  # read_config names a damaged config
         return []

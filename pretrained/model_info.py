@@ -14,6 +14,7 @@ from pathlib import Path
 from runtime import adapters
 from runtime.errors import check_regular_file
 
+from .file_reads import read_whole
 from .fingerprints import ModelIdentity, file_states, identity, weights_digest
 from .model_files import ARTIFACTS, METHOD_ARTIFACTS, MODEL_PARTS, matching_files, parse_config, part_files
 from .model_spec import ModelSpec, resolve, spec_of
@@ -170,7 +171,7 @@ def read_directory(directory: Path, spec: ModelSpec | None = None) -> ModelInfo:
     directory = Path(os.path.abspath(directory))
     path = directory / "config.json"
     check_regular_file(path, "the model's settings (JSON)")
-    data = path.read_bytes()
+    data = read_whole(path)  # the bytes the model's file record was checked on, where it was: one read
     return ModelInfo(spec or ModelSpec(str(directory)), directory, parse_config(path, data), data)
 
 

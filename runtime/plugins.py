@@ -20,6 +20,7 @@ from importlib import metadata
 from typing import Callable
 
 from .errors import UsageError
+from .user_imports import import_guarded
 
 GROUPS = {"press": "hybridpress.presses", "allocator": "hybridpress.allocators"}
 """The entry-point group of each kind of method."""
@@ -40,7 +41,9 @@ def load_plugin(kind: str, name: str, registry: dict, register: Callable[[type],
         package = point.dist.name if point.dist is not None else "an installed package"
         where = f"{kind} {name!r} of {package} ({GROUPS[kind]}: {name} = {point.value!r})"
         try:
-            loaded = point.load()
+            loaded = import_guarded(point.load, where)
+        except UsageError:
+            raise
         except Exception as error:  # noqa: BLE001 - any failure of the plugin's own import is the plugin's to fix
             raise UsageError(f"{where} cannot be loaded: {type(error).__name__}: {error}") from None
         if isinstance(loaded, type) and registry.get(name) is not loaded:

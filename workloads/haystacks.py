@@ -23,7 +23,7 @@ import re
 from functools import lru_cache
 from pathlib import Path
 
-from runtime.errors import UsageError
+from runtime.errors import UsageError, check_regular_file
 
 from .corpus import HAYSTACK_SOURCES, documents
 
@@ -60,9 +60,10 @@ def check_haystack(source: str) -> None:
 def snapshot(source: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
     """``(path, sentences)`` of every document of ``source``'s shipped snapshot, in path order."""
     path = snapshot_path(source)
+    check_regular_file(path, f"haystack {source!r}'s snapshot")  # a pipe or a device: read for ever, never refused
     try:
         lines = gzip.decompress(path.read_bytes()).decode().splitlines()
-        out = tuple((d["path"], tuple(d["sentences"])) for d in map(json.loads, lines))
+        out = tuple(_document(json.loads(line)) for line in lines)
     except FileNotFoundError:
         raise UsageError(f"haystack {source!r}: its snapshot {path} is missing: restore it from git (`python -m "
                          f"workloads.haystacks {source}` builds another from this machine's files)") from None
@@ -72,6 +73,15 @@ def snapshot(source: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
     if not out:
         raise UsageError(f"haystack {source!r}: its snapshot {path} holds no document")
     return out
+
+
+def _document(record) -> tuple[str, tuple[str, ...]]:
+    """A snapshot line's ``(path, sentences)``; ``TypeError`` unless it holds a path and a list of texts (a number
+    among them would reach the tokenizer)."""
+    path, sentences = record["path"], record["sentences"]
+    if not (isinstance(path, str) and isinstance(sentences, list) and all(isinstance(s, str) for s in sentences)):
+        raise TypeError(f"document {str(path)[:80]!r} does not hold a path and a list of sentences (texts)")
+    return path, tuple(sentences)
 
 
 def sentences(source: str, count: int, rng) -> list[str]:

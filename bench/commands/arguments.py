@@ -20,6 +20,7 @@ from pretrained.loading import ModelSpec
 from pretrained.model_info import ModelInfo, read
 from runtime.errors import UsageError
 from runtime.options import real, whole, written_plainly
+from runtime.user_imports import import_guarded
 
 
 @dataclass(frozen=True)
@@ -236,14 +237,17 @@ def import_user_modules(args: argparse.Namespace) -> None:
     if args.imports and os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     for module in args.imports:
+        if "/" in module or "\\" in module or module.endswith(".py"):
+            name = Path(module).name.removesuffix(".py")
+            raise UsageError(f"--import {module}: give a module's name, not a path (e.g. --import {name} for "
+                             f"{name}.py, run from its folder or with that folder on PYTHONPATH)")
         try:
-            importlib.import_module(module)
+            import_guarded(lambda: importlib.import_module(module), f"--import {module}")
         except ImportError as error:
             raise UsageError(f"--import {module}: {error} (give a module importable from the current directory, "
                              "e.g. my_press for ./my_press.py, or from an installed package)") from None
-        except SystemExit as error:
-            raise UsageError(f"--import {module}: importing it called sys.exit({error.code!r}); a module given to "
-                             "--import registers presses or allocators and returns") from error
+        except UsageError:
+            raise
         except Exception as error:  # noqa: BLE001 - whatever the user's module raises is theirs to fix: one line
             raise UsageError(f"--import {module}: importing it raised {type(error).__name__}: "
                              f"{' '.join(str(error).split())} ({_raised_at(error)})") from error

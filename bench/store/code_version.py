@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from pretrained.loading import files_fingerprint
-from runtime.errors import UsageError
+from runtime.errors import UsageError, check_regular_file
 
 from . import project_modules
 from .project_modules import imported_modules, module_files, packages_of
@@ -109,16 +109,25 @@ def _digest(modules: list[str], files: dict[str, Path]) -> hashlib._Hash:
     return digest
 
 
+def data_digest(root: Path) -> bytes:
+    """SHA-256 of the :data:`RESULT_DATA` files under ``root``, each with its path; one that is no regular file (a
+    pipe or a device, read for ever) is a :class:`~runtime.errors.UsageError` naming it."""
+    digest = hashlib.sha256()
+    for pattern in RESULT_DATA:
+        for path in sorted(root.glob(pattern)):
+            check_regular_file(path, "a data file of the project")
+            digest.update(path.relative_to(root).as_posix().encode())
+            digest.update(hashlib.sha256(path.read_bytes()).digest())
+    return digest.digest()
+
+
 def code_version(engine: str = "hf") -> str:
-    """Hash of the modules every row of ``engine`` runs (:func:`result_modules`), docstrings and comments ignored:
-    the shared code of a setting group. Rows keep the version they were written with (``bench verify`` reads it,
-    never recomputes it)."""
+    """Hash of the modules every row of ``engine`` runs (:func:`result_modules`), docstrings and comments ignored,
+    and of the project's data files that decide values (:func:`data_digest`): the shared code of a setting group.
+    Rows keep the version they were written with (``bench verify`` reads it, never recomputes it)."""
     files = module_files(project_modules.ROOT)
     digest = _digest(result_modules(engine), files)
-    for pattern in RESULT_DATA:
-        for path in sorted(Path(project_modules.ROOT).glob(pattern)):
-            digest.update(path.relative_to(project_modules.ROOT).as_posix().encode())
-            digest.update(hashlib.sha256(path.read_bytes()).digest())
+    digest.update(data_digest(Path(project_modules.ROOT)))
     return digest.hexdigest()[:12]
 
 

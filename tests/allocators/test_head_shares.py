@@ -88,6 +88,9 @@ def _write(tmp_path, text):
     ('{"format": "hybridpress head shares 1", "shares": {"3": [0.5, "a"]}}', r"layer 3 has the share 'a'"),
     ('{"format": "hybridpress head shares 1", "shares": {"3": [0, 0]}}', r"every share is 0"),
     ('{"format": "hybridpress head shares 1", "shares": {"3": 0.5}}', r"layer 3 must hold a list of shares"),
+    # re-probe of 64: without the weights they were measured on, shares of another model passed unseen
+    ('{"format": "hybridpress head shares 1", "shares": {"3": [1, 1]}}', r"weights=None, expected the fingerprint"),
+    ('{"format": "hybridpress head shares 1", "weights": 7, "shares": {"3": [1]}}', r"weights=7, expected the"),
 ])
 def test_a_damaged_file_is_refused_in_one_line(tmp_path, text, message):
     _write(tmp_path, text)

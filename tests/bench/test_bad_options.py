@@ -4,6 +4,7 @@ read from the parser itself (:func:`bench.commands.cli.build_parser`), so that a
 what a bad value is (:data:`BY_TYPE`), or its name does (:data:`BY_NAME`), or the walk fails naming it."""
 
 import json
+import os
 import re
 import shutil
 import sys
@@ -250,7 +251,12 @@ def test_an_option_in_other_digits_is_refused_as_the_flags_are(text):
 @pytest.mark.parametrize("source, says", [
     ('raise RuntimeError("boom")\n', "importing it raised RuntimeError: boom ({file}:1)"),
     ("x = 1\ndef f(:\n", "importing it raised SyntaxError: "),
-    ("import sys\nsys.exit(3)\n", "importing it called sys.exit(3); a module given to --import registers"),
+    ("import sys\nsys.exit(3)\n", "importing it called sys.exit(3); a module given to the bench registers"),
+    # the re-probe of 64: os._exit ended the run 0 and silent; a closed stdout or a module replaced in sys.modules
+    # surfaced later as a traceback from the bench's own code
+    ("import os\nos._exit(0)\n", "importing it called os._exit(0); a module given to the bench registers"),
+    ("import sys\nsys.modules['json'] = None\n", "importing it replaced or removed module(s) json in sys.modules"),
+    ("import sys\nsys.modules['not_yet_imported_xyz'] = None\n", "importing it blocked module(s) not_yet_imp"),
 ])
 @pytest.mark.parametrize("command", [["compare", "--press", "keydiff", "--n", "1", "--out", "{tmp}/out"],
                                      ["cost", "--press", "keydiff", "--out", "{tmp}/cost"]])
@@ -268,6 +274,34 @@ def test_an_import_that_raises_or_exits_is_one_line(source, says, command, tmp_p
     if "SyntaxError" in says:
         assert f"({module}:2)" in err, err
     assert not (tmp_path / "out").exists() and not (tmp_path / "cost").exists()
+
+
+@pytest.mark.parametrize("source, says", [
+    ("import sys\nsys.stdout.close()\n", "closed or replaced sys.stdout"),
+    ("import sys\nsys.stderr.close()\n", "closed or replaced sys.stderr"),
+    ("import sys\nsys.stderr = open('/dev/null', 'w')\n", "closed or replaced sys.stderr"),
+])
+def test_an_import_that_closes_or_replaces_a_stream_is_one_line_in_a_real_process(source, says, tmp_path):
+    """Re-probe of 64: a module closing sys.stdout ended the run in a traceback from the bench's own printing. The
+    streams are the process's own (a test's captured ones are not closed), so the bench runs as a user runs it."""
+    import subprocess
+
+    (tmp_path / "closer.py").write_text(source)
+    done = subprocess.run([sys.executable, "-m", "bench.entry", "compare", "--press", "keydiff", "--n", "1", "--out",
+                           str(tmp_path / "out"), "--import", "closer"], cwd=tmp_path, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}, timeout=300)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert f"--import closer: importing it {says}; a module given to the bench registers" in done.stderr, done.stderr
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("given", ["../my_press", "my_press.py", "/abs/my_press.py"])
+def test_an_import_given_as_a_path_says_to_give_a_modules_name(given, tmp_path, capsys, guarded):
+    """Re-probe of 64: ``--import ../x`` said "No module named '../x'"."""
+    code, err = run_cli(capsys, "compare", "--press", "keydiff", "--n", "1", "--out", tmp_path / "out", "--import",
+                        given)
+    assert code == 2 and f"--import {given}: give a module's name, not a path (e.g. --import my_press for " in err, err
+    assert not (tmp_path / "out").exists()
 
 
 def test_rows_given_as_dash_are_refused_not_written_to_a_file_named_dash(tmp_path, capsys, monkeypatch, guarded):

@@ -15,7 +15,7 @@ import safetensors
 import transformers.modeling_utils
 
 import bench.store.project_modules
-from pretrained import file_record, fingerprints
+from pretrained import file_reads, fingerprints
 from pretrained.loading import DEFAULT_MODEL_DIR
 
 from ..helpers import run_cli
@@ -85,23 +85,22 @@ def test_one_compare_opens_the_config_once_and_reads_the_weights_once(tmp_path, 
     """In one process: config.json read into the ModelInfo once (not again by transformers: the model and its
     tokenizer are built from the config as read), the weights read whole once for their fingerprint and mapped once
     as the model loads (the completeness check is made on the bytes the fingerprint read). The shipped model's file
-    record (files.json) is checked once more before that, each file hashed once per state: one more read of each,
-    which the record check and the fingerprint do not yet share."""
+    record (files.json) is checked on those same reads: each file's SHA-256 is taken from the read that served the
+    fingerprint or the config (stop 68 left one more read of each)."""
     fingerprints._weights_digest.cache_clear()  # as a fresh process finds it
-    file_record._file_sha256.cache_clear()
+    file_reads.forget()
     counts = _counting(monkeypatch)
     code, err = run_cli(capsys, *COMPARE, "--n", "1", "--out", tmp_path / "out")
     assert code == 0, err
-    assert counts["open", "config.json"] == 2 and counts["open", "files.json"] == 1, counts
-    assert counts["open", WEIGHTS] == 2 and counts["safe_open", WEIGHTS] == 1, counts
+    assert counts["open", "config.json"] == 1 and counts["open", "files.json"] == 1, counts
+    assert counts["open", WEIGHTS] == 1 and counts["safe_open", WEIGHTS] == 1, counts
 
 
 @pytest.mark.slow
 def test_the_driver_and_each_worker_read_the_model_once(tmp_path):
-    """``--jobs 2``: the driver reads the config and hashes the weights once (and once more for the shipped model's
-    file record) and loads no model; each worker
-    receives what the driver read with the plan and only loads the weights (a stat tells it they are the files
-    the driver hashed)."""
+    """``--jobs 2``: the driver reads the config and hashes the weights once (the shipped model's file record checked
+    on the same reads) and loads no model; each worker receives what the driver read with the plan and only loads the
+    weights (a stat tells it they are the files the driver hashed)."""
     site, log = tmp_path / "site", tmp_path / "opens.log"
     site.mkdir()
     (site / "sitecustomize.py").write_text(COUNTING)
@@ -117,7 +116,6 @@ def test_the_driver_and_each_worker_read_the_model_once(tmp_path):
     driver = [c for c in by_process.values() if c["safe_open", WEIGHTS] == 0]
     workers = [c for c in by_process.values() if c["safe_open", WEIGHTS] == 1]
     assert len(driver) == 1 and len(workers) == 2, by_process
-    # once for the shipped model's file record, once for the ModelInfo and its fingerprint (see above)
-    assert driver[0]["open", "config.json"] == 2 and driver[0]["open", WEIGHTS] == 2, driver
+    assert driver[0]["open", "config.json"] == 1 and driver[0]["open", WEIGHTS] == 1, driver
     for counts in workers:
         assert counts["open", "config.json"] == 0 and counts["open", WEIGHTS] == 0, counts

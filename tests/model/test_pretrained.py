@@ -220,13 +220,23 @@ def test_a_model_changed_in_place_is_never_run_under_its_name(fake_fetch, capsys
     """Issue 64: 4 KiB overwritten in the middle of a cached model's weights (its size unchanged) was run under
     the catalogue's name, answer NLL 54 instead of 0.40. Its files are checked against the SHA-256 its conversion
     recorded before a run uses it — by name or by its directory's path — hashed once per state of its files."""
+    import builtins
+    import io
+
     root, run, _ = fake_fetch
     directory = run()
-    file_record = pretrained.file_record
     assert pretrained.locate(FAKE.name) == directory
-    hashed = file_record._file_sha256.cache_info().misses
-    assert pretrained.locate(FAKE.name) == directory
-    assert file_record._file_sha256.cache_info().misses == hashed  # the same files: a stat each, no read
+    opened, real_open = [], io.open
+
+    def counted_open(file, *args, **kwargs):
+        opened.append(file)
+        return real_open(file, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(io, "open", counted_open)
+        patch.setattr(builtins, "open", counted_open)
+        assert pretrained.locate(FAKE.name) == directory
+    assert not [f for f in opened if str(f).startswith(str(directory)) and not str(f).endswith(".json")], opened
     weights = directory / "model.safetensors"
     data = bytearray(weights.read_bytes())
     middle = len(data) // 2
@@ -308,14 +318,14 @@ def test_the_default_model_changed_in_place_is_never_run_under_its_name(tmp_path
     conversion's is, naming the file and `git checkout` as the way back."""
     import shutil
 
-    import pretrained.model_cache
+    import pretrained.file_record
     import pretrained.model_spec
     from pretrained.model_spec import DEFAULT_MODEL_DIR
 
     copy = tmp_path / "models" / DEFAULT_MODEL_DIR.name
     shutil.copytree(DEFAULT_MODEL_DIR, copy)
     monkeypatch.setattr(pretrained.model_spec, "DEFAULT_MODEL_DIR", copy)
-    monkeypatch.setattr(pretrained.model_cache, "CHECKOUT", tmp_path)  # the copy ships in this "checkout"
+    monkeypatch.setattr(pretrained.file_record, "CHECKOUT", tmp_path)  # the copy ships in this "checkout"
     _overwritten(copy / "model.safetensors")
     model = {"default": [], "path": ["--model", copy], "name": ["--model", DEFAULT_MODEL_DIR.name]}[given]
     for command in (["compare", "--press", "snapkv", "--n", "1", "--out", tmp_path / "out"],

@@ -535,11 +535,24 @@ def _inf(tensors, first):
     tensors[first].view(-1)[-1] = float("inf")
 
 
+def _huge(tensors, first):
+    """The re-probe's damage: every value the largest finite float32 (3.4e38), which overflowed in scoring."""
+    tensors[first] = torch.full_like(tensors[first], torch.finfo(torch.float32).max)
+
+
+def _tiny_std(tensors, first):
+    key = next(k for k in sorted(tensors) if k.endswith(".std"))
+    tensors[key] = torch.full_like(tensors[key], 1e-30)
+
+
 ESTIMATOR_DAMAGE = {  # the probe's recipes (/tmp/probe-w/ed/make.py), on the tiny model's estimator
     "a layer the model lacks": (
         lambda d: _settings(d / "gatesight.json", lambda c: c.update(gdn_layers={"99": [0, 1]})),
         "its gatesight.json names layers [99]"),
     "a NaN": (lambda d: _tensors(d / "gatesight.safetensors", _nan), "holds NaN or infinite values"),
+    "a huge finite value": (lambda d: _tensors(d / "gatesight.safetensors", _huge), "of magnitude 3.4e+38, past 1e+06"),
+    "a standard deviation near 0": (lambda d: _tensors(d / "gatesight.safetensors", _tiny_std),
+                                    ".std holds a value below 1e-06"),
     "a tensor of another shape": (lambda d: _tensors(d / "gatesight.safetensors",
                                                      lambda t, first: t.update({first: torch.zeros(3, 3)})),
                                   "expected ["),
@@ -554,6 +567,7 @@ ESTIMATOR_DAMAGE = {  # the probe's recipes (/tmp/probe-w/ed/make.py), on the ti
 CALIBRATION_DAMAGE = {
     "a NaN": (lambda f: _tensors(f, _nan), "holds NaN or infinite values"),
     "an infinity": (lambda f: _tensors(f, _inf), "holds NaN or infinite values"),
+    "a huge finite value": (lambda f: _tensors(f, _huge), "of magnitude 3.4e+38, past 1e+06"),
     "a tensor of another shape": (lambda f: _tensors(f, lambda t, first: t.update({first: torch.zeros(2, 5)})),
                                   "expected one shape [heads, bands]"),
     "a tensor of another model's shape": (

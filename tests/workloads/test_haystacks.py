@@ -81,3 +81,46 @@ def test_the_shipped_snapshots_are_what_their_sizes_say():
         assert 0 < len(docs) <= keep and [p for p, _ in docs] == sorted(p for p, _ in docs)
         assert all(0 < len(s) <= haystacks.SENTENCES_PER_DOCUMENT for _, s in docs)
         assert all(12 <= len(sentence) <= 400 and sentence.isascii() for _, s in docs for sentence in s)
+
+
+def _write_snapshot(path, documents):
+    path.write_bytes(gzip.compress(b"".join(json.dumps(d).encode() + b"\n" for d in documents)))
+
+
+@pytest.mark.parametrize("damage", ["fifo", "device link", "folder", "numbers", "not a list", "not an object"])
+def test_a_snapshot_that_is_no_file_of_documents_of_texts_is_refused_in_one_line(tmp_path, monkeypatch, damage):
+    """Re-probe of 64: a snapshot made a pipe or a link to /dev/zero was read for ever (no refusal, no end); one
+    whose sentences are numbers reached the tokenizer (a TypeError after the model was loaded)."""
+    import os
+
+    snapshot = tmp_path / "manpages.jsonl.gz"
+    if damage == "fifo":
+        os.mkfifo(snapshot)
+    elif damage == "device link":
+        snapshot.symlink_to("/dev/zero")
+    elif damage == "folder":
+        snapshot.mkdir()
+    else:
+        sentences = {"numbers": [1, 2, 3], "not a list": "One sentence here.", "not an object": None}[damage]
+        _write_snapshot(snapshot, [{"path": "/d0", "sentences": ["A first sentence of prose."]},
+                                   {"path": "/d1", "sentences": sentences} if sentences else ["/d1"]])
+    monkeypatch.setattr(haystacks, "SNAPSHOTS", tmp_path)
+    haystacks.snapshot.cache_clear()
+    said = "not a regular file|a folder" if damage in ("fifo", "device link", "folder") else "is damaged"
+    try:
+        with pytest.raises(ValueError, match=rf"snapshot.*({said})"):
+            haystacks.check_haystack("manpages")
+    finally:
+        haystacks.snapshot.cache_clear()
+
+
+def test_a_data_file_that_is_no_regular_file_is_refused_before_it_is_hashed(tmp_path):
+    """The snapshots' bytes are part of every group's code: a pipe in their place is refused, not read for ever."""
+    import os
+
+    from bench.store.code_version import data_digest
+
+    (tmp_path / "workloads" / "haystacks").mkdir(parents=True)
+    os.mkfifo(tmp_path / "workloads" / "haystacks" / "manpages.jsonl.gz")
+    with pytest.raises(ValueError, match="manpages.jsonl.gz: not a regular file, where a data file of the project"):
+        data_digest(tmp_path)

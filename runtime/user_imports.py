@@ -1,0 +1,97 @@
+"""Importing a user's code (``--import MODULE``, an installed package's entry point) so that what it does to the
+process while it is imported is one line naming it.
+
+A module that registers a press runs in the bench's own process. Exiting there (``sys.exit``, ``os._exit``),
+closing or replacing the standard streams, or replacing a module already imported would end the run without a word
+or surface much later as a traceback from the bench's own code; here each is a
+:class:`~runtime.errors.UsageError` naming the module and what it did, raised as its import returns.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Callable, TypeVar
+
+from .errors import UsageError
+
+T = TypeVar("T")
+STREAMS = ("stdin", "stdout", "stderr")
+WHAT_IT_IS_FOR = "a module given to the bench registers presses or allocators and returns"
+
+
+class _ProcessExit(BaseException):
+    """``os._exit`` called while a user's module is imported (it would end the process where it stands)."""
+
+    def __init__(self, status):
+        super().__init__(status)
+        self.status = status
+
+
+def _exit_refused(status):
+    raise _ProcessExit(status)
+
+
+class _StreamStandIn:
+    """A standard stream as the user's module sees it while imported: writes reach the stream, closing it only marks
+    it closed (the bench's own stream stays open to print the refusal)."""
+
+    def __init__(self, stream):
+        self._stream, self.closed = stream, False
+
+    def __getattr__(self, attribute):
+        return getattr(self._stream, attribute)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def _put_back(saved: dict, stand_ins: dict) -> list[str]:
+    """The standard streams of ``saved`` put back; the names of those the module closed or replaced."""
+    changed = [f"sys.{name}" for name, stand_in in stand_ins.items()
+               if getattr(sys, name) is not stand_in or stand_in.closed]
+    for name, stream in saved.items():
+        setattr(sys, name, stream)
+    return changed
+
+
+def _modules_put_back(modules: dict) -> tuple[list[str], list[str]]:
+    """``sys.modules`` put back to hold each module of ``modules`` (imported before) and no None added since (an
+    import blocked for the rest of the run); the names of those replaced or removed, and of those blocked."""
+    replaced = sorted(name for name, module in modules.items() if sys.modules.get(name) is not module)
+    blocked = sorted(name for name, module in sys.modules.items() if name not in modules and module is None)
+    sys.modules.update({name: modules[name] for name in replaced})
+    for name in blocked:
+        del sys.modules[name]
+    return replaced, blocked
+
+
+def import_guarded(load: Callable[[], T], shown: str) -> T:
+    """``load()`` (an import of a user's code, ``shown`` as the message names it), refusing in one
+    :class:`~runtime.errors.UsageError` an import that exits the process, closes or replaces a standard stream (it
+    sees stand-ins that only mark a close), or replaces, removes or blocks modules. Each is put back first, so that
+    the refusal prints; whatever ``load`` raises goes on up unchanged, the streams and modules put back too."""
+    modules = dict(sys.modules)
+    streams = {name: getattr(sys, name) for name in STREAMS if getattr(sys, name) is not None}
+    stand_ins = {name: _StreamStandIn(stream) for name, stream in streams.items()}
+    for name, stand_in in stand_ins.items():
+        setattr(sys, name, stand_in)
+    real_exit = os._exit
+    os._exit = _exit_refused
+    try:
+        loaded = load()
+    except _ProcessExit as called:
+        raise UsageError(f"{shown}: importing it called os._exit({called.status!r}); {WHAT_IT_IS_FOR}") from None
+    except SystemExit as called:
+        raise UsageError(f"{shown}: importing it called sys.exit({called.code!r}); {WHAT_IT_IS_FOR}") from None
+    finally:
+        os._exit = real_exit
+        changed = _put_back(streams, stand_ins)
+        replaced, blocked = _modules_put_back(modules)
+    if changed:
+        raise UsageError(f"{shown}: importing it closed or replaced {', '.join(changed)}; {WHAT_IT_IS_FOR}")
+    if replaced or blocked:
+        names = ", ".join((replaced or blocked)[:3]) + (" …" if len(replaced or blocked) > 3 else "")
+        raise UsageError(f"{shown}: importing it {'replaced or removed' if replaced else 'blocked'} module(s) "
+                         f"{names} in sys.modules; {WHAT_IT_IS_FOR}")
+    return loaded

@@ -1,0 +1,90 @@
+"""A model folder's record of its own files (``files.json``): a damaged record is refused, never taken for none."""
+
+import json
+import shutil
+
+import pytest
+
+import pretrained.file_record
+import pretrained.model_spec
+from pretrained.file_record import RECORD_FILE, read_record
+from pretrained.model_spec import DEFAULT_MODEL_DIR
+from runtime.errors import UsageError
+from tests.helpers import run_cli
+
+
+def _remove(record):
+    record.unlink()
+
+
+def _empty(record):
+    record.write_text("")
+
+
+def _no_files(record):
+    record.write_text(json.dumps({"files": {}}))
+
+
+def _partial(record):
+    files = json.loads(record.read_text())["files"]
+    del files["model.safetensors"]
+    record.write_text(json.dumps({"files": files}))
+
+
+def _folder(record):
+    record.unlink()
+    record.mkdir()
+
+
+def _link(record):
+    """A link to a record of the weights as they are now (the damaged ones): trusted, it would pass them."""
+    other = record.parent.parent / "other.json"
+    files = json.loads(record.read_text())["files"]
+    weights = record.parent / "model.safetensors"
+    files["model.safetensors"]["sha256"] = pretrained.file_record.sha256_of(weights)
+    other.write_text(json.dumps({"files": files}))
+    record.unlink()
+    record.symlink_to(other)
+
+
+DAMAGE = {"removed": (_remove, "files.json is missing: the checkout ships this folder"),
+          "emptied": (_empty, "files.json is not a record of the model's files"),
+          "no files": (_no_files, "files.json does not record "),
+          "partial": (_partial, "files.json does not record model.safetensors, a file that makes the model"),
+          "folder": (_folder, "files.json is a folder, where the record of the model's files belongs"),
+          "link": (_link, "files.json is a link, where the record of the model's files belongs")}
+
+
+@pytest.mark.parametrize("damage", DAMAGE)
+def test_a_shipped_folder_whose_record_is_damaged_is_refused_never_trusted(tmp_path, monkeypatch, capsys, damage):
+    """Re-probe of 64: the default model with its weights overwritten in place and its files.json removed, emptied,
+    cut to some files, made a folder or a link to a record of the changed weights ran under its name, the folder
+    taken for one that records nothing. Each is one line naming the record and `git checkout` as the way back."""
+    copy = tmp_path / "models" / DEFAULT_MODEL_DIR.name
+    shutil.copytree(DEFAULT_MODEL_DIR, copy)
+    monkeypatch.setattr(pretrained.model_spec, "DEFAULT_MODEL_DIR", copy)
+    monkeypatch.setattr(pretrained.file_record, "CHECKOUT", tmp_path)  # the copy ships in this "checkout"
+    weights = copy / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[len(data) // 2:len(data) // 2 + 4096] = b"\x7f" * 4096
+    weights.write_bytes(bytes(data))
+    spoil, said = DAMAGE[damage]
+    spoil(copy / RECORD_FILE)
+    code, err = run_cli(capsys, "compare", "--press", "snapkv", "--n", "1", "--out", tmp_path / "out")
+    assert code == 2 and said in err, err
+    assert "run `git checkout -- models/hybrid-byte-12l` to restore" in err, err
+    assert "Traceback" not in err and not (tmp_path / "out").exists()
+
+
+def test_a_folder_of_ones_own_without_a_record_is_not_checked_one_with_a_partial_record_is_refused(tmp_path):
+    """Outside the checkout's shipped folders a record is optional (a model a user copied in keeps none), but one
+    that is there covers every file that makes the model."""
+    copy = tmp_path / "mine"
+    shutil.copytree(DEFAULT_MODEL_DIR, copy)
+    (copy / RECORD_FILE).unlink()
+    assert read_record(copy) is None
+    pretrained.file_record.write_record(copy)
+    assert set(read_record(copy)) >= {"model.safetensors", "config.json", "tokenizer.json"}
+    _partial(copy / RECORD_FILE)
+    with pytest.raises(UsageError, match="does not record model.safetensors.*restore it from where it was copied"):
+        read_record(copy)
