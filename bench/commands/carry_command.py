@@ -14,8 +14,8 @@ from .arguments import Command, count, natural
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("store", help="a result store (or a collection of them, docs/results) whose groups were "
-                                      "computed by an earlier code")
+    parser.add_argument("store", help="a result store (or a collection of them, docs/results, or one group's folder "
+                                      "of it) whose groups were computed by an earlier code")
     parser.add_argument("--sample", type=count, default=2, help="contexts of each group rerun (default 2)")
     parser.add_argument("--sample-seed", type=natural, default=0, help="which contexts: the seed of their draw")
     parser.add_argument("--batch", type=count, default=32, help="the --batch the group was run with (default 32)")

@@ -149,13 +149,15 @@ def _compare(stored: list[dict], rerun: list[dict], store: Path) -> None:
 
 def carry(directory: Path, sample: int = 2, seed: int = 0, batch: int = 32, model=None,
           artifacts: list[Path] = ()) -> list[dict]:
-    """Carry every setting group of the store (or collection of stores, :mod:`bench.store.collection`) at ``directory``
-    whose code is not this checkout's (module docstring); returns the records written to its ``carried.json``."""
-    from ..store.collection import expand
+    """Carry every setting group of the store (or collection of stores, :mod:`bench.store.collection`, or one group's
+    folder of a collection) at ``directory`` whose code is not this checkout's (module docstring); returns the
+    records written to its ``carried.json``."""
+    from ..store.collection import expand, group_stores
 
-    open_stores([Path(directory)])  # no such folder, a file, no store there, one being written: refused first
+    given = group_stores(Path(directory)) or [Path(directory)]
+    open_stores(given)  # no such folder, a file, no store there, one being written: refused first
     # a writer's lock on each: nothing appends while their rows are rewritten
-    stores = [ResultStore(d, named="store") for d in expand([Path(directory)])]
+    stores = [ResultStore(d, named="store") for d in expand(given)]
     try:
         check_stores(stores)
         for store in stores:

@@ -27,6 +27,14 @@ def is_collection(folder: Path) -> bool:
             and bool(stores_below(folder)))
 
 
+def group_stores(folder: Path) -> list[Path]:
+    """The stores of ``folder`` where it is one setting group's folder of a collection (``<method>/`` stores below
+    it, no store file of its own), sorted; none otherwise."""
+    if not folder.is_dir() or any((folder / name).exists() for name in STORE_FILES):
+        return []
+    return sorted({path.parent for name in STORE_FILES for path in folder.glob(f"*/{name}")})
+
+
 def stores_below(folder: Path) -> list[Path]:
     """The stores of the collection ``folder`` (``<group>/<method>/``), sorted."""
     return sorted({path.parent for name in STORE_FILES for path in folder.glob(f"*/*/{name}")})

@@ -120,15 +120,20 @@ def test_a_store_this_code_answered_again_is_carried_without_a_second_copy(old_s
     assert run_cli(capsys, "verify", old_store)[0] == 0
 
 
-def test_a_collection_is_carried_in_place(old_store, model_dir, tmp_path, capsys):
+@pytest.mark.parametrize("given", ["collection", "group folder"])
+def test_a_collection_is_carried_in_place(old_store, model_dir, tmp_path, capsys, given):
+    """A collection, or one setting group's folder of it (what the leaderboard gate names: the collection may hold
+    groups of another machine's text that cannot be carried here)."""
     collection = tmp_path / "results"
     assert run_cli(capsys, "publish", old_store, "--into", collection)[0] == 0
     files = sorted(p.relative_to(collection) for p in collection.rglob("results.jsonl.gz"))
-    code, err = run_cli(capsys, "carry", collection, "--sample", "1", "--model", model_dir)
+    [group] = collection.iterdir()
+    target = collection if given == "collection" else group
+    code, err = run_cli(capsys, "carry", target, "--sample", "1", "--model", model_dir)
     assert code == 0, err
     assert sorted(p.relative_to(collection) for p in collection.rglob("results.jsonl.gz")) == files
     rows = ResultStore(collection / files[0].parent, readonly=True).rows
-    assert {r["code"] for r in rows} == {code_version()} and (collection / CARRIED).exists()
+    assert {r["code"] for r in rows} == {code_version()} and (target / CARRIED).exists()
     assert run_cli(capsys, "verify", collection)[0] == 0
 
 

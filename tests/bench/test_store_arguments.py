@@ -78,10 +78,11 @@ def test_a_leaderboard_built_again_leaves_no_earlier_image(store, tmp_path, caps
     assert code == 2 and f"{docs / 'leaderboard-2.png'} is not in {docs / MANIFEST}" in err, err
 
 
-@pytest.mark.parametrize("reader", [*READERS, ["carry"]], ids=lambda reader: reader[0])
+@pytest.mark.parametrize("reader", READERS, ids=lambda reader: reader[0])
 def test_a_group_folder_of_a_collection_is_named_so(store, tmp_path, capsys, reader):
-    """Probe 64: ``bench verify COLL/G`` (and carry) said "not a result store (an empty shard …)" of a collection's
-    setting-group folder; it names what the folder is and the collection to give."""
+    """Probe 64: ``bench verify COLL/G`` said "not a result store (an empty shard …)" of a collection's
+    setting-group folder; it names what the folder is and the collection to give (``bench carry`` takes one: see
+    tests/bench/test_carry.py)."""
     collection = tmp_path / "collection"
     assert run_cli(capsys, "publish", store, "--into", collection)[0] == 0
     [group] = collection.iterdir()
