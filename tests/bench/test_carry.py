@@ -4,6 +4,7 @@ takes a new method's rows by running only those."""
 
 import json
 import random
+import shutil
 
 import pytest
 
@@ -17,12 +18,13 @@ from tests.helpers import compare_settings, run_cli
 OLD = "0ld0c0de0000"
 
 
-@pytest.fixture
-def old_store(model_dir, tmp_path, monkeypatch):
+@pytest.fixture(scope="module")
+def _old_store_once(model_dir, tmp_path_factory):
     """A store of two contexts, keydiff and snapkv at two fractions, written by an 'earlier code': its rows name
-    another code and, as every row written before method codes, none of their own."""
-    out = tmp_path / "store"
-    with monkeypatch.context() as patch:
+    another code and, as every row written before method codes, none of their own. Run once a module (a minute of
+    the default test run's ten, were each test to run it); each test carries a copy (:func:`old_store`)."""
+    out = tmp_path_factory.mktemp("carry") / "store"
+    with pytest.MonkeyPatch.context() as patch:
         patch.setattr(bench.run.plan, "code_version", lambda engine="hf": OLD)
         run_compare(compare_settings(model_dir, out, presses=["keydiff", "snapkv", "none"], keep_fractions=[0.3, 0.6],
                                      n=2), show_progress=False)
@@ -30,6 +32,15 @@ def old_store(model_dir, tmp_path, monkeypatch):
     for row in rows:
         del row["method_code"]
     (out / "results.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return out
+
+
+@pytest.fixture
+def old_store(_old_store_once, tmp_path):
+    """A copy of the earlier code's store, for one test to carry (carry rewrites it in place)."""
+    out = tmp_path / "store"
+    out.mkdir()
+    shutil.copyfile(_old_store_once / "results.jsonl", out / "results.jsonl")
     return out
 
 
