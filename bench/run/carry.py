@@ -6,9 +6,12 @@ cannot be compared with them. Carrying reruns a seeded sample of the group's con
 fraction in the order its rows were written (so that each padded batch holds what it held), under this checkout's
 code, into a scratch store. Where every value of every row equals the stored one (timings aside; real numbers to
 float32's last digits, :data:`RELATIVE_TOLERANCE`), the group's rows
-are rewritten to name this code, each row keeping the code it was computed by (``carried_from``), and the check is
-recorded in the store's ``carried.json`` (which contexts, which codes, which library versions). The first value that
-differs refuses the carry, naming it and its method: such a group must be rerun.
+name this code from then on, each keeping the code it was computed by (``carried_from``), and the check is recorded
+in ``carried.json`` (which contexts, which codes, which library versions). In a collection (``docs/results``, or one
+group's folder of it) the files stay as they are and the group folder's record names the code their rows read under
+(:mod:`bench.store.carried_codes`): a carry adds a record to history, not every row again. A store outside a
+collection is rewritten. The first value that differs refuses the carry, naming it and its method: such a group must
+be rerun.
 """
 
 from __future__ import annotations
@@ -28,14 +31,13 @@ from pretrained import loading
 from runtime.errors import UsageError
 from workloads.tasks import registry as tasks
 
+from ..store.carried_codes import CARRIED, read_records
 from ..store.code_version import code_version
 from ..store.result_store import ResultStore, open_stores
 from ..store.row_fields import CONTEXT_SHA, GROUP_FIELDS, KEY_FIELDS, METHOD_CODE, describe_row, method_of
 from ..store.store_checks import check_stores
 from .settings import CompareSettings
 
-CARRIED = "carried.json"
-"""The store's record of its carried groups: one entry per carry, appended."""
 NOT_VALUES = {"code", METHOD_CODE, "carried_from", "prefill_seconds", "score_seconds", "run", "batch", "schema"}
 """Fields a rerun may change without changing a result: the codes, timings, the run and batch a row names."""
 RELATIVE_TOLERANCE, ABSOLUTE_TOLERANCE = 1e-5, 1e-4
@@ -152,8 +154,9 @@ def carry(directory: Path, sample: int = 2, seed: int = 0, batch: int = 32, mode
     """Carry every setting group of the store (or collection of stores, :mod:`bench.store.collection`, or one group's
     folder of a collection) at ``directory`` whose code is not this checkout's (module docstring); returns the
     records written to its ``carried.json``."""
-    from ..store.collection import expand, group_stores
+    from ..store.collection import expand, group_stores, is_collection
 
+    in_collection = is_collection(Path(directory)) or bool(group_stores(Path(directory)))
     given = group_stores(Path(directory)) or [Path(directory)]
     open_stores(given)  # no such folder, a file, no store there, one being written: refused first
     # a writer's lock on each: nothing appends while their rows are rewritten
@@ -177,15 +180,16 @@ def carry(directory: Path, sample: int = 2, seed: int = 0, batch: int = 32, mode
         for held in groups.values():
             for store, i in held:
                 carried.setdefault(store, set()).add(i)
-        for store, indices in carried.items():  # every copy checked before a file is written
-            _fold_copies(store, indices)
-        for store in carried:
+        # every copy checked before a file is written; a store that held one is rewritten without it
+        folded = [store for store, indices in carried.items() if _fold_copies(store, indices)]
+        if in_collection:  # the files stay: each group folder's record names the code its rows read under
+            for record, held in zip(records, groups.values()):
+                record["stores"] = sorted({store.directory.name for store, _ in held})
+                _append_records(held[0][0].directory.parent / CARRIED, [record])
+        for store in folded if in_collection else carried:
             _rewrite(store)
-        if records:
-            record = Path(directory) / CARRIED
-            earlier = json.loads(record.read_text()) if record.exists() else []
-            with atomic_path(record) as path:
-                path.write_text(json.dumps(earlier + records, indent=1) + "\n")
+        if records and not in_collection:
+            _append_records(Path(directory) / CARRIED, records)
         return records
     finally:
         for store in stores:
@@ -210,12 +214,14 @@ def _carry_group(group: tuple, held: list[tuple], sample: int, seed: int, batch:
     missing = sorted({method_of(r) for r in rows} - set(codes))
     if missing:  # a method the sample never ran cannot be named by a code of its own
         raise UsageError(f"{where}: the sample ran no row of {', '.join(missing)}; carry with a larger --sample")
+    before = {method_of(r): r.get(METHOD_CODE) for r in rows}
     old, new = rows[0]["code"], rerun[0]["code"]
     for store, i in held:
         row = store.rows[i]
         store.rows[i] = {**row, "code": new, METHOD_CODE: codes[method_of(row)],
                          "carried_from": row.get("carried_from", old)}
-    return {"group": dict(zip((*GROUP_FIELDS, "seed"), group)), "from": old, "to": new, "method_codes": codes,
+    return {"group": dict(zip((*GROUP_FIELDS, "seed"), group)), "from": old, "to": new,
+            "method_codes_from": before, "method_codes": codes,
             "contexts": [list(c) for c in chosen], "sample": sample, "seed": seed, "rows": len(held),
             "checked": time.strftime("%Y-%m-%d", time.gmtime()), "versions": _versions()}
 
@@ -227,10 +233,16 @@ def _versions() -> dict:
     return {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__}
 
 
-def _fold_copies(store: ResultStore, carried: set[int]) -> None:
+def _append_records(path: Path, records: list[dict]) -> None:
+    """``records`` appended to the :data:`CARRIED` file ``path`` (written whole, atomically)."""
+    with atomic_path(path) as scratch:
+        scratch.write_text(json.dumps(read_records(path) + records, indent=1) + "\n")
+
+
+def _fold_copies(store: ResultStore, carried: set[int]) -> bool:
     """Drop each carried row whose key the store already holds under this code (a run of this code resumed the
     store since and answered it again) where every value is equal (:func:`_equal`); ``UsageError`` naming the first
-    that differs. Without this the store would hold one key twice, which verify refuses."""
+    that differs. Without this the store would hold one key twice, which verify refuses. Whether it dropped any."""
     native = {_uncoded_key(row): row for i, row in enumerate(store.rows) if i not in carried}
     drop = set()
     for i in sorted(carried):
@@ -245,6 +257,7 @@ def _fold_copies(store: ResultStore, carried: set[int]) -> None:
                              "cannot be carried; rerun it under this code into another store")
         drop.add(i)
     store.rows = [row for i, row in enumerate(store.rows) if i not in drop]
+    return bool(drop)
 
 
 def _rewrite(store: ResultStore) -> None:

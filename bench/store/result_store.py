@@ -19,6 +19,7 @@ from artifacts.files import atomic_path
 from artifacts.outputs import Output, check_place
 from runtime.errors import UsageError, check_regular_file
 
+from .carried_codes import carried_records, under_records
 from .legacy_rows import not_a_row, read_row
 from .row_checks import key_problem
 from .row_fields import FIDELITY_FIELDS, SCHEMA, row_key
@@ -123,6 +124,7 @@ class ResultStore:
                 self.cut_line = number
             else:
                 self.skipped.append((number, not_a_row(value)))
+        self.rows = under_records(self.rows, carried_records(self.directory))  # a collection's carried groups
         # an append ends a last line without its newline first
         self._next_line = data.count(b"\n") + (2 if data and not data.endswith(b"\n") else 1)
         self.done = {row_key(r) for r in self.rows if key_problem(r) is None}  # a bad key is check_rows' to name

@@ -9,8 +9,8 @@ import shutil
 import pytest
 
 import bench.run.plan
-from bench.run.carry import CARRIED
 from bench.run.compare import run_compare
+from bench.store.carried_codes import CARRIED
 from bench.store.code_version import code_version
 from bench.store.result_store import ResultStore
 from tests.helpers import compare_settings, run_cli
@@ -140,12 +140,47 @@ def test_a_collection_is_carried_in_place(old_store, model_dir, tmp_path, capsys
     files = sorted(p.relative_to(collection) for p in collection.rglob("results.jsonl.gz"))
     [group] = collection.iterdir()
     target = collection if given == "collection" else group
+    packs = {path: path.read_bytes() for path in collection.rglob("results.jsonl.gz")}
     code, err = run_cli(capsys, "carry", target, "--sample", "1", "--model", model_dir)
     assert code == 0, err
     assert sorted(p.relative_to(collection) for p in collection.rglob("results.jsonl.gz")) == files
+    # the files stay as they were: the group folder's record names the code their rows read under
+    assert {path: path.read_bytes() for path in packs} == packs
+    [record] = json.loads((group / CARRIED).read_text())
+    assert record["from"] == OLD and record["to"] == code_version() and record["stores"] == sorted(
+        p.parent.name for p in files)
     rows = ResultStore(collection / files[0].parent, readonly=True).rows
-    assert {r["code"] for r in rows} == {code_version()} and (target / CARRIED).exists()
+    assert {r["code"] for r in rows} == {code_version()} and {r["carried_from"] for r in rows} == {OLD}
+    assert all(r["method_code"] == record["method_codes"][f"{r['press']}/{r['allocator']}"] for r in rows)
     assert run_cli(capsys, "verify", collection)[0] == 0
+
+
+def test_a_record_of_a_carried_group_reads_old_rows_as_the_new_code_and_nothing_else(tmp_path):
+    """The record maps only the rows of its group, of its old shared code and of each method's old own code, in
+    the stores it lists; a later record maps on from the earlier one's code; a damaged record is one line."""
+    from bench.store.carried_codes import under_records
+
+    group = {"model": "m", "length": 8, "code": "A", "seed": 0}
+    rows = [{"model": "m", "length": 8, "code": "A", "seed": 0, "press": "p", "allocator": "flat", "method_code": "a"},
+            {"model": "m", "length": 8, "code": "A", "seed": 0, "press": "p", "allocator": "flat", "method_code": "x"},
+            {"model": "m", "length": 16, "code": "A", "seed": 0, "press": "p", "allocator": "flat", "method_code": "a"},
+            {"model": "m", "length": 8, "code": "A", "seed": 0, "press": "q", "allocator": "flat", "method_code": "a"}]
+    first = {"group": group, "from": "A", "to": "B", "method_codes_from": {"p/flat": "a"},
+             "method_codes": {"p/flat": "b"}}
+    second = {"group": {**group, "code": "B"}, "from": "B", "to": "C", "method_codes_from": {"p/flat": "b"},
+              "method_codes": {"p/flat": "c"}}
+    mapped = under_records([dict(r) for r in rows], [first, second])
+    assert (mapped[0]["code"], mapped[0]["method_code"], mapped[0]["carried_from"]) == ("C", "c", "A")
+    assert mapped[1:] == rows[1:]  # another own code, another group, another method: as they are
+    folder = tmp_path / "group"
+    (folder / "p--flat").mkdir(parents=True)
+    (folder / CARRIED).write_text(json.dumps([{**first, "stores": ["other"]}]))
+    from bench.store.carried_codes import carried_records
+
+    assert carried_records(folder / "p--flat") == []
+    (folder / CARRIED).write_text("[{")
+    with pytest.raises(ValueError, match="carried.json: not a record of carried groups"):
+        carried_records(folder / "p--flat")
 
 
 def test_a_context_that_is_another_text_here_is_named_as_such(old_store, model_dir, capsys):
