@@ -13,7 +13,7 @@ held, and questions on them run together (:meth:`CompactingLLM.answer_many`). A 
 uncompacted first: the passes a press runs after the context (KVzip's reconstruction prompts) are requests attached
 to it, like questions, while the worker records what vLLM's attention layers see; then it, or a copy of it, is
 compacted in place. Every layer is its own KV-cache group (built so by
-:func:`serving.vllm_internals.per_layer_kv_cache_groups`), so attention layers keep their own counts
+:func:`serving.vllm_internals.driver.per_layer_kv_cache_groups`), so attention layers keep their own counts
 (:func:`serving.rules.engine_allocators`).
 """
 
@@ -122,19 +122,19 @@ class CompactingLLM:
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         from vllm import LLM
 
-        from . import gdn_torch, vllm_internals
+        from . import gdn_torch
+        from .vllm_internals import driver, gdn, registry
 
-        self._vi = vllm_internals
+        self._vi = driver
         t0 = time.perf_counter()
-        if has_experts(model) and vllm_internals.parallel_groups_lack_experts():
+        if has_experts(model) and driver.parallel_groups_lack_experts():
             raise RuntimeError(f"{model} has experts, and an earlier engine in this process (a model without "
                                "experts) built vLLM's process-wide parallel groups without the expert-parallel one: "
                                "build this engine in a fresh process, or before the other")
-        vllm_internals.register_qwen3_5_without_torchvision()
+        registry.register_qwen3_5_without_torchvision()
         if is_multimodal(model):  # a checkpoint with its vision tower: the engine serves its language model
             engine_args.setdefault("limit_mm_per_prompt", {"image": 0, "video": 0})
-        with vllm_internals.per_layer_kv_cache_groups(), vllm_internals.torch_gdn_where_kernels_refuse(
-                gdn_torch.forward):
+        with driver.per_layer_kv_cache_groups(), gdn.torch_gdn_where_kernels_refuse(gdn_torch.forward):
             self.llm = LLM(model=model, worker_extension_cls="serving.worker.CompactionWorker",
                            scheduler_cls="serving.scheduler.CompactingScheduler", dtype=dtype,
                            **{**ENGINE_DEFAULTS, **engine_args})

@@ -15,7 +15,7 @@ the distance between query and key, so every kept key is rotated by ``-(n - K)``
 key of original position p at distance ``n + j - p``, exactly as in the runtime's child. Layer ℓ holds its k_ℓ
 entries at token offsets 0 ... k_ℓ - 1 of its own KV-cache group; a question's token j goes to offset k_ℓ + j and
 sees k_ℓ + j + 1 keys there: the group's view of the request is shifted back by K - k_ℓ
-(:func:`serving.vllm_internals.install_group_offsets`).
+(:func:`serving.vllm_internals.runner.install_group_offsets`).
 """
 
 from __future__ import annotations
@@ -36,10 +36,10 @@ from presses.preparation import evidence_for, prepare
 from runtime import Evidence, EvidenceRequest, KeepPlan, LayerKV
 from runtime.adapters import ModelAdapter, adapter_for, apply_rope
 
-from . import vllm_internals as vi
 from .pages import PageLayout
 from .rules import check_allocator, check_press
 from .signals import GDNSignalRecorder, PassRecorder, WindowQueryRecorder
+from .vllm_internals import runner as vi
 from .worker_client import BlockIds, Compaction, Geometry, LayerPages
 
 
@@ -166,7 +166,7 @@ class WorkerState:
         vLLM's model runner.
     adapter : _ServedAdapter
         The project's adapter of a meta twin of the served model.
-    cache_groups : list of vllm_internals.CacheGroup
+    cache_groups : list of vllm_internals.runner.CacheGroup
     modules : dict[str, nn.Module]
         Layer name -> vLLM's layer module holding its cache.
     groups : dict[int, int]
@@ -177,11 +177,11 @@ class WorkerState:
         Attention layer -> its backend's in-block layout.
     geometry : Geometry
     step_layout : callable
-        The requests of the forward running now, with their token counts (:func:`vllm_internals.step_layout`).
+        The requests of the forward running now, with their token counts (:func:`vllm_internals.runner.step_layout`).
     pass_recorder : PassRecorder
     offsets : dict[str, dict[int, int]]
         Per request attached to a held context, the shift of each attention group that kept fewer entries than its
-        computed count (read at every step by :func:`vllm_internals.install_group_offsets`).
+        computed count (read at every step by :func:`vllm_internals.runner.install_group_offsets`).
     presses : dict
         The presses built so far, by name and options.
     gdn_recorder, window_recorder
@@ -220,7 +220,7 @@ class WorkerState:
         attention = [i for i, g in enumerate(cache_groups) if g.attention]
         if any(len(cache_groups[i].names) != 1 for i in attention):
             raise ValueError("expected one KV-cache group per attention layer: build the engine with "
-                             "serving.CompactingLLM (serving.vllm_internals.per_layer_kv_cache_groups)")
+                             "serving.CompactingLLM (serving.vllm_internals.driver.per_layer_kv_cache_groups)")
         modules = vi.layer_modules(runner)
         groups = {vi.layer_index(cache_groups[i].names[0]): i for i in attention}
         layers = {index: modules[cache_groups[i].names[0]] for index, i in groups.items()}

@@ -516,11 +516,12 @@ def test_passes_longer_than_the_engine_holds_are_refused_and_the_context_release
 def test_an_engine_with_experts_after_one_without_is_refused_before_vllm_starts(served, monkeypatch):
     """vLLM builds its parallel groups once per process, the expert-parallel one only for a model with experts: an
     engine for a model with experts after one without would fail deep in vLLM; it is refused up front instead."""
-    from serving import CompactingLLM, vllm_internals
+    from serving import CompactingLLM
+    from serving.vllm_internals import driver
 
     engine, _ = served
-    assert not vllm_internals.parallel_groups_lack_experts()  # the tiny Qwen3-Next has experts
-    monkeypatch.setattr(vllm_internals, "parallel_groups_lack_experts", lambda: True)
+    assert not driver.parallel_groups_lack_experts()  # the tiny Qwen3-Next has experts
+    monkeypatch.setattr(driver, "parallel_groups_lack_experts", lambda: True)
     with pytest.raises(RuntimeError, match="has experts, and an earlier engine in this process .* build this engine "
                                            "in a fresh process"):
         CompactingLLM(str(engine.llm.llm_engine.model_config.model))
