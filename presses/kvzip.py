@@ -36,7 +36,7 @@ class _ReconstructionAttention:
 
     def on_attention(self, layer, hidden, query, gate, keys, values, output, restricted_max=None):
         context, g = self.context, self.context.adapter.geometry
-        if restricted_max is None:  # the vLLM engine's replay (serving.worker.Passes): its queries and keys only
+        if restricted_max is None:  # the vLLM engine's replay (serving.served_context.Passes): queries and keys only
             stored = context.kv[layer].keys
             restricted = torch.cat([stored[:, : context.protected], stored[:, self.start : self.end], keys], dim=1)
             # softmax in the model dtype, as the official implementation does (the runtime's pass: float32 below

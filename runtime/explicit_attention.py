@@ -76,7 +76,8 @@ def max_attention(query: torch.Tensor, keys: torch.Tensor, scaling: float, causa
     block of queries by block (:func:`_softmax_blocks`) so the ``[H, m, N]`` matrix never exists.
 
     KVzip's score where the pass ran elsewhere and only its queries and keys are at hand (the vLLM engine's replay,
-    :mod:`serving.worker`); the runtime's own pass gets the same maxima from :func:`attend_with_key_max`.
+    :class:`serving.served_context.Passes`); the runtime's own pass gets the same maxima from
+    :func:`attend_with_key_max`.
 
     Parameters
     ----------

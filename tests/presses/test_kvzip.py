@@ -41,7 +41,7 @@ class _ObserverBefore:
 
 
 class _Replayed(kvzip._ReconstructionAttention):
-    """The observer as the vLLM replay drives it (``serving.worker.Passes``): no maxima handed to it."""
+    """The observer as the vLLM replay drives it (``serving.served_context.Passes``): no maxima handed to it."""
 
     def __init__(self, *args):
         super().__init__(*args)

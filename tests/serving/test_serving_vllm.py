@@ -77,7 +77,7 @@ def _child(model, ids, plan: dict):
 
 def _recorded_signals(engine, context) -> dict:
     """The GDN signals ``{layer: [n, Hv, 3]}`` (CPU) recorded at the held ``context``'s prefill, read from the
-    worker's state of it (``serving.worker.HeldState``)."""
+    worker's state of it (``serving.worker_state.HeldState``)."""
     def read(worker, handle):
         return {layer: s.cpu() for layer, s in worker.hybridpress.contexts[handle].evidence.recurrent_signals.items()}
 
@@ -187,7 +187,7 @@ def test_freed_blocks_are_exactly_the_planned_tail_of_every_layer(served, alloca
         assert len(set(context.kept.values())) > 1  # the layers really keep different counts
     # a question attached to the context takes, per attention layer, the blocks of that layer's entries only
     held = engine.free_blocks
-    request_id, external_id = engine._add([0] * context.computed + [5], max_tokens=1)
+    request_id, external_id = engine._requests.add([0] * context.computed + [5], max_tokens=1)
     groups = engine.geometry.attention_groups
     engine.scheduler.attach(request_id, context.computed, {groups[layer]: k for layer, k in context.kept.items()})
     states = sum(len(blocks) for g, blocks in enumerate(context.blocks) if g not in groups.values())
