@@ -12,7 +12,7 @@ context).
   :class:`presses.Selection` per press (scored once, after which the prefill's evidence is dropped), one fork per
   ratio (``flat``, kvpress's per-head rule), and every question answered by the forks together in groups
   (:class:`runtime.batch.PaddedBatch`: one decode step for a group), each group as large as ``--memory-budget``
-  allows (:func:`runtime.batch.groups_within`); its children are forked when the previous group is answered.
+  allows (:func:`runtime.batch_memory.groups_within`); its children are forked when the previous group is answered.
 
 Budgets are equal entry for entry: kvpress keeps ``compute_n_kept(n, r)`` entries per head of an ``n``-token
 context, and this side's fork keeps the fraction ``k / n`` of that ``k`` (the flat allocator rounds it back to
@@ -80,7 +80,8 @@ def run_ours(model, tokenizer, work, names, ratios, max_new_tokens: int, budget:
     from presses.pipeline import encode_context, frame
     from presses.preparation import evidence_for
     from runtime import Evidence, adapter_for, encode_text, prefill
-    from runtime.batch import PaddedBatch, groups_within
+    from runtime.batch import PaddedBatch
+    from runtime.batch_memory import groups_within
 
     adapter = adapter_for(model)
     scorers = {name: presses.get(f"kvpress:{name}") for name in names}
@@ -212,7 +213,7 @@ def write_report(args, command: str, sides: dict, work) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from runtime.batch import DEFAULT_MEMORY_BUDGET
+    from runtime.batch_memory import DEFAULT_MEMORY_BUDGET
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--length", type=int, default=2048)
@@ -222,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-new-tokens", type=int, default=16)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--memory-budget", type=int, default=DEFAULT_MEMORY_BUDGET >> 20,
-                        help="MiB one group of a context's children may hold (runtime.batch.groups_within)")
+                        help="MiB one group of a context's children may hold (runtime.batch_memory.groups_within)")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "kvpress_side_by_side_real.md")
     parser.add_argument("--side", choices=("kvpress", "ours"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

@@ -105,7 +105,7 @@ def training_targets(shards: list[dict], scale: str, where: Path | None = None) 
     Parameters
     ----------
     shards : list[dict]
-        Label shards (:func:`gatesight_learning.record.load_shard`).
+        Label shards (:func:`gatesight_learning.shards.load_shard`).
     scale : str
         ``head`` or ``one`` (:class:`TrainSettings`).
     where : Path or None
@@ -134,7 +134,7 @@ def layer_dataset(shards: list[dict], layer: int, gdn_layers: list[int], per_doc
     Parameters
     ----------
     shards : list[dict]
-        Label shards (:func:`gatesight_learning.record.load_shard`): ``signals`` ``{gdn layer: [n, Hv, 3]}`` and
+        Label shards (:func:`gatesight_learning.shards.load_shard`): ``signals`` ``{gdn layer: [n, Hv, 3]}`` and
         ``labels`` ``{attention layer: [H_kv, n]}``.
     layer : int
         The attention layer.

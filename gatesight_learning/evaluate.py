@@ -83,7 +83,7 @@ def evaluate(predictor: Predictor, shards: list[dict]) -> dict[str, float]:
     ----------
     predictor : Predictor
     shards : list[dict]
-        Label shards (:func:`gatesight_learning.record.load_shard`): ``signals`` ``{gdn layer: [n, Hv, 3]}``,
+        Label shards (:func:`gatesight_learning.shards.load_shard`): ``signals`` ``{gdn layer: [n, Hv, 3]}``,
         ``labels`` ``{attention layer: [H_kv, n]}``.
 
     Returns
@@ -201,7 +201,7 @@ def learned_predictors_loco(shards: list[dict], gdn_windows, settings: TrainSett
     Parameters
     ----------
     shards : list[dict]
-        Label shards (:func:`gatesight_learning.record.load_shard`): ``signals`` ``{gdn layer: [n, Hv, 3]}``,
+        Label shards (:func:`gatesight_learning.shards.load_shard`): ``signals`` ``{gdn layer: [n, Hv, 3]}``,
         ``labels`` ``{attention layer: [H_kv, n]}``.
     gdn_windows : dict[int, list[int]]
         ``{attention layer: the GDN layers whose signals are its features}``.

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from runtime import Parent
-from runtime.kv import attention_probs
+from runtime.explicit_attention import attention_probs
 
 
 @dataclass

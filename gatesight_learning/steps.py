@@ -19,15 +19,8 @@ from runtime.errors import UsageError
 
 from .estimator import TrainSettings, train_estimator, training_targets
 from .evaluate import FRACTIONS, evaluate, heuristic_predictors, learned_predictors_loco, single_head_oracle
-from .record import (
-    SHARD_FILES,
-    check_shards,
-    check_together,
-    label_settings,
-    load_shard,
-    record_corpus,
-    shard_settings,
-)
+from .record import check_together, record_corpus
+from .shards import SHARD_FILES, check_shards, label_settings, load_shard, shard_settings
 
 ESTIMATOR_FILES = ESTIMATOR.files
 """What holds a trained estimator in its directory (:meth:`presses.gatesight.GateSightEstimator.save`)."""
@@ -52,7 +45,7 @@ def _label_command(model_path, out) -> str:
 
 def _shards(labels_dir: Path, weights: str, model_path, futures: str = "labels") -> list[dict]:
     """The label shards of ``labels_dir``, refused if there are none, if they were labelled with different weights
-    or settings (:func:`gatesight_learning.record.check_shards`), or by weights other than ``weights``, those of the
+    or settings (:func:`gatesight_learning.shards.check_shards`), or by weights other than ``weights``, those of the
     model ``model_path`` they are read for (labels of other weights describe another model)."""
     if Path(labels_dir).is_file():
         raise UsageError(f"--labels {labels_dir} is a file: give the folder of label shards that `bench label --out` "
@@ -132,7 +125,7 @@ def _evaluation_heading(scale: str) -> str:
 
 def train(model_path, labels_dir: Path, out: Path | None, slow_threshold: float, settings: TrainSettings,
           futures: str = "both", replace: bool = False) -> str:
-    """Fit the estimator on the labels of ``futures`` (:func:`gatesight_learning.record.load_shard`) on the scale of
+    """Fit the estimator on the labels of ``futures`` (:func:`gatesight_learning.shards.load_shard`) on the scale of
     ``settings.scale`` (:mod:`gatesight_learning.estimator`), evaluate it and the heuristics leave-one-corpus-out,
     and save it with its record into ``out`` (default: the model's ``gatesight/``).
 

@@ -30,8 +30,8 @@ TEACHER_SAMPLES = "teacher_samples.jsonl"
 MIN_RECALL = 256
 """The shortest recall window (its facts, questions and replies take at most half of it)."""
 MIN_COPY = 2 * 2 + 4
-"""The shortest copy window (:class:`hybridmodel.distill.CopyWindows`): two copies of a span of at least 2 tokens
-and the 4 separators around them."""
+"""The shortest copy window (:class:`hybridmodel.distill_windows.CopyWindows`): two copies of a span of at least 2
+tokens and the 4 separators around them."""
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,7 @@ class DistillConfig:
         New tokens at most per teacher answer.
     chat_general_fraction : float
         Share of the pool's conversations whose user turn is a plain request about a word of the training
-        documents (:data:`hybridmodel.distill.GENERAL_INSTRUCTIONS`) instead of an instruction over a snippet.
+        documents (:data:`hybridmodel.distill_windows.GENERAL_INSTRUCTIONS`) instead of an instruction over a snippet.
     recall_lengths : tuple of int
         The lengths a recall window takes, one drawn per window (empty: ``length``).
     fresh_attention : bool
@@ -213,7 +213,7 @@ PHASE_DEFAULTS[5] = {**PHASE_DEFAULTS[4], "kd_steps": 240, "kd_lr": 5e-5, "copy_
 """Phase 5 — chat and recall, from the phase-4 delta (step 1619, ``git show 66df0d6:models/in-progress/``;
 its attention kept). Phase 4 left one needle found as the teacher finds it but chat looping and four needles of one
 form often confused (model card): a quarter of the windows are teacher samples, from a pool of 400 of which three
-in four are plain requests about a word (:data:`hybridmodel.distill.GENERAL_INSTRUCTIONS`) rather than
+in four are plain requests about a word (:data:`hybridmodel.distill_windows.GENERAL_INSTRUCTIONS`) rather than
 instructions over a snippet; recall windows keep their 45 % (several facts of one form among their layouts), copy
 windows drop to 10 %, plain text 20 %. Planned cost: the pool ≈ 80 min of the teacher's generation on one thread
 (≈ 12 s a conversation), 240 steps ≈ 4 core-hours."""

@@ -22,7 +22,8 @@ Scores = dict[int, torch.Tensor]
 
 class ScoringContext(Protocol):
     """What a press may read of a prefilled context: ``runtime.Parent`` satisfies it in the runtime, and the served
-    context does inside vLLM (``serving.worker.ServedContext``), so a press that reads only these scores in both.
+    context does inside vLLM (``serving.served_context.ServedContext``), so a press that reads only these scores in
+    both.
 
     Attributes
     ----------

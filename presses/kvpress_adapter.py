@@ -29,7 +29,7 @@ from torch import nn
 
 from runtime import EvidenceRequest
 from runtime.errors import UsageError
-from runtime.kv import attention_probs
+from runtime.explicit_attention import attention_probs
 from runtime.options import build_with_options
 
 from .base import Press, Scores, ScoringContext

@@ -3,8 +3,9 @@
 The context body is split into chunks; for each chunk the model is teacher-forced on
 ``[repeat prompt | chat suffix | chunk]`` against the full context cache, and each layer's queries of those tokens
 attend over ``[protected | chunk | repeat tokens (causal)]`` only. An entry's score is the max over queries and
-over the query heads of its group; the pass's own attention computes it (:func:`runtime.kv.attend_with_key_max`).
-The pass runs on a branch of the context, so the context (GDN states included) is exactly as before scoring.
+over the query heads of its group; the pass's own attention computes it
+(:func:`runtime.explicit_attention.attend_with_key_max`). The pass runs on a branch of the context, so the context
+(GDN states included) is exactly as before scoring.
 """
 
 from __future__ import annotations
@@ -15,14 +16,14 @@ import torch
 
 from runtime import CHATML_ASSISTANT_TURN, encode_text
 from runtime.errors import UsageError
-from runtime.kv import max_attention
+from runtime.explicit_attention import max_attention
 
 from .base import BranchingContext, Press, Scores
 
 
 class _ReconstructionAttention:
     """Scores one chunk's entries from a reconstruction pass: the forward attends through
-    :func:`runtime.kv.attend_with_key_max` over ``restricted_keys`` and hands each layer's maxima to
+    :func:`runtime.explicit_attention.attend_with_key_max` over ``restricted_keys`` and hands each layer's maxima to
     :meth:`on_attention`."""
 
     wants_recurrent_signals = False
@@ -35,7 +36,7 @@ class _ReconstructionAttention:
 
     def on_attention(self, layer, hidden, query, gate, keys, values, output, restricted_max=None):
         context, g = self.context, self.context.adapter.geometry
-        if restricted_max is None:  # the vLLM engine's replay (serving.worker.Passes): its queries and keys only
+        if restricted_max is None:  # the vLLM engine's replay (serving.served_context.Passes): queries and keys only
             stored = context.kv[layer].keys
             restricted = torch.cat([stored[:, : context.protected], stored[:, self.start : self.end], keys], dim=1)
             # softmax in the model dtype, as the official implementation does (the runtime's pass: float32 below

@@ -18,9 +18,9 @@ import torch
 import allocators
 from allocators import Allocator
 from runtime import Answer, adapter_for, encode_text, prefill
+from runtime.decoding import decode_budget
 from runtime.errors import ArgumentTypeError, UsageError, describe
 from runtime.options import whole
-from runtime.session import decode_budget
 
 from .base import Press
 from .kvpress_adapter import KvpressScorer
@@ -224,7 +224,7 @@ class CompressedContextPipeline:
 
 def check_positions(model, context_tokens: int, questions_ids: list[torch.Tensor], max_new_tokens) -> int:
     """``max_new_tokens`` as an ``int``, checked before any work as each answer checks it
-    (:func:`runtime.session.decode_budget`) for the longest question: an integer >= 1, and the context, the longest
+    (:func:`runtime.decoding.decode_budget`) for the longest question: an integer >= 1, and the context, the longest
     question and its answer within the model's positions."""
     longest = max(len(ids) for ids in questions_ids)
     limit = getattr(model.config, "max_position_embeddings", None)

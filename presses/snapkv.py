@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 from runtime import EvidenceRequest
 from runtime.errors import UsageError
-from runtime.kv import attention_probs
+from runtime.explicit_attention import attention_probs
 
 from .base import Press, Scores, ScoringContext, group_reduce
 

@@ -14,8 +14,9 @@ from typing import Protocol
 import torch
 
 from .adapters import ModelAdapter, apply_rope
+from .explicit_attention import attend_with_key_max
 from .gdn import RecurrentState, gdn_forward
-from .kv import LayerKV, attend, attend_with_key_max
+from .kv import LayerKV, attend
 from .mamba2 import mamba2_forward
 
 
@@ -27,10 +28,10 @@ class ForwardObserver(Protocol):
     those layers, every MLP after the last attention and the output head never run).
 
     It may declare ``restricted_keys``, ``(protected, start, end)``: each attention layer then attends through
-    :func:`runtime.kv.attend_with_key_max`, and ``on_attention`` gets ``restricted_max`` ``[H, |R|]``, each key of
-    ``R`` (stored entries ``[0, protected)`` and ``[start, end)``, then the chunk's own) its largest probability
-    under a softmax over ``R`` alone (KVzip's score), computed from the pass's own logits instead of a second QK
-    product. It needs a dense stored cache, as a prefilled context has.
+    :func:`runtime.explicit_attention.attend_with_key_max`, and ``on_attention`` gets ``restricted_max``
+    ``[H, |R|]``, each key of ``R`` (stored entries ``[0, protected)`` and ``[start, end)``, then the chunk's own)
+    its largest probability under a softmax over ``R`` alone (KVzip's score), computed from the pass's own logits
+    instead of a second QK product. It needs a dense stored cache, as a prefilled context has.
     """
 
     wants_recurrent_signals: bool

@@ -9,17 +9,16 @@ from __future__ import annotations
 
 import hashlib
 import numbers
-from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from .adapters import ModelAdapter, adapter_for
+from .decoding import Answer, chosen_token, decode_budget, stop_tokens
 from .errors import ArgumentTypeError, ReleasedError, UsageError, describe
 from .evidence import Evidence, EvidenceRecorder, EvidenceRequest
 from .forward import ForwardObserver, SequenceState, forward_chunk
 from .kv import LayerKV
-from .options import whole
 from .plan import KeepPlan
 
 MAX_PROTECTED = 256
@@ -31,63 +30,6 @@ DEFAULT_PREFILL_CHUNK = 4096
 def context_hash(ids: torch.Tensor) -> str:
     """SHA-256 of the context token ids (int64, little endian)."""
     return hashlib.sha256(ids.detach().to("cpu", torch.int64).numpy().tobytes()).hexdigest()
-
-
-@dataclass
-class Answer:
-    """Greedy answer to one question: generated ``tokens`` and, when a tokenizer is known, ``text``."""
-
-    tokens: list[int]
-    text: str | None
-
-
-def decode_budget(max_new_tokens, config, context_tokens: int, question_tokens: int,
-                  question: str = "the question") -> int:
-    """``max_new_tokens`` as an ``int``, checked before anything is decoded: an integer >= 1 (:func:`~.options.whole`),
-    and the context, ``question`` and the answer within the model's positions (``max_position_embeddings``), as the
-    bench checks its lengths: past them a model that never emits its end of sequence decodes for as long as it is
-    told to, at positions it was never trained on. A :class:`~runtime.errors.UsageError` naming the numbers
-    otherwise."""
-    count = whole(max_new_tokens, "max_new_tokens", 1, text=False)
-    limit = getattr(config, "max_position_embeddings", None)
-    needed = context_tokens + question_tokens + count
-    if limit is not None and needed > limit:
-        room = limit - context_tokens - question_tokens
-        advice = (f"give max_new_tokens <= {room} or a shorter context" if room >= 1 else
-                  f"the context and {question} leave no position for an answer: give a shorter context or question")
-        raise UsageError(f"the context ({context_tokens} tokens), {question} ({question_tokens}) and "
-                         f"max_new_tokens={count} need {needed} positions; the model has {limit} "
-                         f"(max_position_embeddings): {advice}")
-    return count
-
-
-def stop_tokens(eos_token_id) -> set[int]:
-    """The token ids that end an answer: ``eos_token_id`` one id, a list of them, or None (none)."""
-    if eos_token_id is None:
-        return set()
-    ids = [eos_token_id] if not isinstance(eos_token_id, (list, tuple, set)) else list(eos_token_id)
-    if any(isinstance(i, bool) or not isinstance(i, numbers.Integral) for i in ids):
-        raise ArgumentTypeError(f"eos_token_id must be a token id, a list of them or None, got "
-                                f"{describe(eos_token_id)}")
-    if any(i < 0 for i in ids):
-        raise UsageError(f"eos_token_id must be token ids >= 0 (no answer could stop at another), got "
-                         f"{describe(eos_token_id)}")
-    return {int(i) for i in ids}
-
-
-def chosen_token(value, vocab: int) -> int:
-    """What a ``choose`` hook returned (:meth:`CachedContext.answer`) as a token id: an integer of Python or numpy,
-    or a one-element integer tensor, in ``[0, vocab)`` (fed back, another id would index past the embeddings); a
-    :class:`~runtime.errors.UsageError` naming the value otherwise (a float is never rounded to an id)."""
-    if isinstance(value, torch.Tensor) and value.numel() == 1 and not (
-            value.is_floating_point() or value.is_complex() or value.dtype == torch.bool):
-        value = value.item()
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise ArgumentTypeError(f"choose must return a token id (an integer, or a one-element integer tensor), got "
-                                f"{describe(value)}")
-    if not 0 <= value < vocab:
-        raise UsageError(f"choose returned {value}, not a token id of this model: ids must be in [0, {vocab})")
-    return int(value)
 
 
 def _as_ids(ids, adapter: ModelAdapter, what: str) -> torch.Tensor:
@@ -235,7 +177,7 @@ class CachedContext:
         from exactly the same state. ``context_hash``, when given, must match the cached context's hash.
         ``choose`` maps the ``[V]`` logits of a step to the next token (default: argmax), e.g. a seeded sampler.
         A ``max_new_tokens`` that is not an integer >= 1, or that would decode past the model's positions, is
-        refused before anything runs (:func:`decode_budget`).
+        refused before anything runs (:func:`~runtime.decoding.decode_budget`).
         """
         ids = self._check_question(question_ids, context_hash)
         max_new_tokens = decode_budget(max_new_tokens, self.adapter.config, self._state.next_position, ids.numel())

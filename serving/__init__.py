@@ -8,7 +8,8 @@ holds every private name of vLLM the plugin uses. Nothing of vLLM is edited. :fu
 says, without vLLM, whether the engine can run a request.
 """
 
-from .engine import CompactingLLM, HeldContext
+from .engine import CompactingLLM
+from .held_context import HeldContext
 from .rules import check_request, engine_allocators, engine_presses
 
 __all__ = ["CompactingLLM", "HeldContext", "check_request", "engine_allocators", "engine_presses"]

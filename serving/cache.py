@@ -6,7 +6,8 @@ import torch
 
 from runtime import Answer
 
-from .engine import CompactingLLM, HeldContext
+from .engine import CompactingLLM
+from .held_context import HeldContext
 
 
 class EngineCache:

@@ -6,14 +6,14 @@
 >>> engine.release(context)
 
 The engine runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) so that the driver reaches the scheduler
-between steps; the worker is reached through :class:`serving.worker_client.WorkerClient` (typed calls over
-``collective_rpc``). Several contexts may prefill together
+between steps (its requests: :class:`serving.engine_requests.EngineRequests`); the worker is reached through
+:class:`serving.worker_client.WorkerClient` (typed calls over ``collective_rpc``). Several contexts may prefill together
 (:meth:`CompactingLLM.hold_many`: the evidence recorders split each step's tokens by request); any number stay
 held, and questions on them run together (:meth:`CompactingLLM.answer_many`). A prefilled context is held
 uncompacted first: the passes a press runs after the context (KVzip's reconstruction prompts) are requests attached
 to it, like questions, while the worker records what vLLM's attention layers see; then it, or a copy of it, is
 compacted in place. Every layer is its own KV-cache group (built so by
-:func:`serving.vllm_internals.per_layer_kv_cache_groups`), so attention layers keep their own counts
+:func:`serving.vllm_internals.driver.per_layer_kv_cache_groups`), so attention layers keep their own counts
 (:func:`serving.rules.engine_allocators`).
 """
 
@@ -22,7 +22,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from dataclasses import dataclass, field
 
 import torch
 
@@ -30,69 +29,13 @@ import presses
 import runtime
 from allocators import check_keep_fraction
 
+from .engine_requests import EngineRequests
+from .held_context import HeldContext
 from .rules import check_engine_args, check_model, check_press, has_experts, is_multimodal
 from .worker_client import Geometry, LayerPages, WorkerClient
 
 # max_logprobs=-1: the fidelity measures need the full next-token distributions
 ENGINE_DEFAULTS = dict(enable_prefix_caching=False, enforce_eager=True, max_logprobs=-1)
-# the ids of the context positions in a question's prompt: those tokens are never computed (their cache entries are
-# copied in), only counted
-_PLACEHOLDER = 0
-
-
-@dataclass
-class HeldContext:
-    """A context held in the engine's block pool: uncompacted (:meth:`CompactingLLM.hold`) or compacted.
-
-    Attributes
-    ----------
-    handle : str
-        Which held context this is (one context may be held whole and at several kept fractions).
-    context_hash : str
-        SHA-256 of the context ids (as ``runtime.Parent.context_hash``).
-    n : int
-        Context tokens.
-    protected : int
-        The prefix every layer keeps whole (never scored).
-    computed : int
-        The context's length for vLLM: the largest kept count of any layer (a question's first token takes this
-        position); ``n`` for an uncompacted context.
-    kept : dict[int, int]
-        Per attention layer, the entries each of its KV heads keeps (the protected prefix included).
-    freed_blocks : dict[int, int]
-        Per attention layer, its blocks returned to the pool by compaction (empty: uncompacted).
-    free_blocks_before, free_blocks_after : int
-        The pool's free-block count right before and after compaction.
-    prefill_seconds, score_seconds, compact_seconds : float
-        ``score_seconds`` includes the passes a press runs after the context (KVzip's reconstruction);
-        ``compact_seconds`` covers those passes, scoring, planning, a copy of the context (when compacting one),
-        the gather and freeing the tail.
-    plan : dict
-        ``{layer: [[kept body positions of head h]]}`` (empty: uncompacted).
-    blocks : tuple of list
-        Per KV-cache group, the pool blocks the context holds (its kept attention pages, its GDN state slots).
-    context_ids : list of int
-    """
-
-    handle: str
-    context_hash: str
-    n: int
-    protected: int
-    computed: int
-    kept: dict
-    freed_blocks: dict = field(default_factory=dict)
-    free_blocks_before: int = 0
-    free_blocks_after: int = 0
-    prefill_seconds: float = 0.0
-    score_seconds: float = 0.0
-    compact_seconds: float = 0.0
-    plan: dict = field(repr=False, default_factory=dict)
-    blocks: tuple = field(repr=False, default=())
-    context_ids: list = field(repr=False, default_factory=list)
-
-    @property
-    def compacted(self) -> bool:
-        return bool(self.plan)
 
 
 class CompactingLLM:
@@ -122,28 +65,28 @@ class CompactingLLM:
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         from vllm import LLM
 
-        from . import gdn_torch, vllm_internals
+        from . import gdn_torch
+        from .vllm_internals import driver, gdn, registry
 
-        self._vi = vllm_internals
+        self._vi = driver
         t0 = time.perf_counter()
-        if has_experts(model) and vllm_internals.parallel_groups_lack_experts():
+        if has_experts(model) and driver.parallel_groups_lack_experts():
             raise RuntimeError(f"{model} has experts, and an earlier engine in this process (a model without "
                                "experts) built vLLM's process-wide parallel groups without the expert-parallel one: "
                                "build this engine in a fresh process, or before the other")
-        vllm_internals.register_qwen3_5_without_torchvision()
+        registry.register_qwen3_5_without_torchvision()
         if is_multimodal(model):  # a checkpoint with its vision tower: the engine serves its language model
             engine_args.setdefault("limit_mm_per_prompt", {"image": 0, "video": 0})
-        with vllm_internals.per_layer_kv_cache_groups(), vllm_internals.torch_gdn_where_kernels_refuse(
-                gdn_torch.forward):
+        with driver.per_layer_kv_cache_groups(), gdn.torch_gdn_where_kernels_refuse(gdn_torch.forward):
             self.llm = LLM(model=model, worker_extension_cls="serving.worker.CompactionWorker",
                            scheduler_cls="serving.scheduler.CompactingScheduler", dtype=dtype,
                            **{**ENGINE_DEFAULTS, **engine_args})
         self.worker = WorkerClient(self.llm)
         self.geometry: Geometry = self.worker.setup()
+        self._requests = EngineRequests(self.llm, self.worker, self.geometry)
         self.use_press(press, press_options)
         self.start_seconds = time.perf_counter() - t0
         self.contexts: dict[str, HeldContext] = {}
-        self._requests = 0
 
     def use_press(self, press: str, options: dict | None = None) -> None:
         """Make ``press`` (built with ``options``) the engine's press: the one :meth:`prefill`, :meth:`hold` and
@@ -168,12 +111,12 @@ class CompactingLLM:
 
     @property
     def scheduler(self):
-        return self._vi.engine_scheduler(self.llm)
+        return self._requests.scheduler
 
     @property
     def free_blocks(self) -> int:
         """Free blocks in the pool now (a block holds one layer's page)."""
-        return self._vi.num_free_blocks(self.scheduler)
+        return self._requests.free_blocks
 
     def prefill(self, context_ids: list[int], keep_fraction: float, protected: int = 0,
                 allocator: str = "flat", allocator_options: dict | None = None, *, press: str | None = None,
@@ -203,7 +146,7 @@ class CompactingLLM:
         if not len(contexts):
             raise ValueError("no contexts to hold")
         names = ["the context"] if len(contexts) == 1 else [f"context {i}" for i in range(len(contexts))]
-        contexts = [self._token_ids(ids, name) for ids, name in zip(contexts, names)]
+        contexts = [self._requests.token_ids(ids, name) for ids, name in zip(contexts, names)]
         prefixes = protected if isinstance(protected, (list, tuple)) else [protected] * len(contexts)
         if len(prefixes) != len(contexts):
             raise ValueError(f"{len(prefixes)} protected prefixes for {len(contexts)} contexts")
@@ -215,7 +158,7 @@ class CompactingLLM:
             presses = [name]
         for name in presses:
             check_press(name)
-        self._check_idle()
+        self._requests.check_idle()
         engine = self.llm.llm_engine
         # two tokens so that a request is still running, its blocks allocated, after its prefill step
         pending, order = {}, []
@@ -223,7 +166,7 @@ class CompactingLLM:
         t0 = time.perf_counter()
         try:
             for ids, prefix in zip(contexts, prefixes):
-                request_id, external_id = self._add(ids, max_tokens=2)
+                request_id, external_id = self._requests.add(ids, max_tokens=2)
                 pending[request_id] = (external_id, ids, prefix)
                 order.append(request_id)
             self.worker.start_recording(presses, press_options)
@@ -276,13 +219,13 @@ class CompactingLLM:
         if context.compacted:
             raise ValueError(f"context {context.handle} is compacted already: compact a context held whole "
                              "(CompactingLLM.hold)")
-        self._check_idle()
+        self._requests.check_idle()
         n, groups = context.n, self.geometry.attention_groups
         t0 = time.perf_counter()
         target = self._copy(context) if copy else context
         try:
             before = self.free_blocks
-            blocks = self._block_ids(target)
+            blocks = self._requests.block_ids(target)
             passes = self.worker.passes(context.handle, context.context_ids, blocks, context.protected, press,
                                         press_options)
             limit = self._vi.max_model_len(self.llm)
@@ -312,15 +255,8 @@ class CompactingLLM:
         return compacted
 
     def _copy(self, context: HeldContext) -> HeldContext:
-        """A second held copy of ``context`` (its pages and GDN states in blocks of their own): a request attached
-        to it, whose blocks are held before it ever runs."""
-        request_id, external_id = self._add([_PLACEHOLDER] * (context.computed + 1), max_tokens=1)
-        try:
-            self._attach(request_id, context)
-            blocks = self.scheduler.hold(request_id)
-        finally:
-            self.llm.llm_engine.abort_request([external_id])
-            self._detach(request_id)
+        """A second held copy of ``context`` (its pages and GDN states in blocks of their own)."""
+        request_id, blocks = self._requests.hold_copy(context)
         copy = HeldContext(handle=request_id, context_hash=context.context_hash, n=context.n,
                            protected=context.protected, computed=context.computed, kept=dict(context.kept),
                            prefill_seconds=context.prefill_seconds, blocks=blocks, context_ids=context.context_ids)
@@ -366,64 +302,27 @@ class CompactingLLM:
 
     @property
     def vocab_size(self) -> int:
-        return self._vi.vocab_size(self.llm)
+        return self._requests.vocab_size
 
     def _attached(self, questions: list[tuple[HeldContext, list[int], str | None]], **sampling) -> list:
         """Run one request per ``(held context, ids, expected hash)``, each attached to its held context, all in
-        flight together; their finished completion outputs, in order. The pool must hold every block they can take
-        (their copies of the held contexts and all their tokens), so vLLM never preempts one: a preempted request
-        would be recomputed from its placeholders."""
+        flight together (:meth:`~serving.engine_requests.EngineRequests.run_attached`); their finished completion
+        outputs, in order. Every context must be held by this engine and asked with its own hash, every ids token
+        ids: all checked before a request is queued."""
         checked = []
         for held, ids, expected_hash in questions:
             self._check_held(held)
             if expected_hash is not None and expected_hash != held.context_hash:
                 raise ValueError(f"context hash mismatch: the held context is {held.context_hash[:12]}…, the "
                                  f"question was asked of {expected_hash[:12]}…")
-            checked.append((held, self._token_ids(ids, "the question")))
-        self._check_idle()
-        need = sum(self._blocks_needed(held, len(ids) + sampling["max_tokens"]) for held, ids in checked)
-        if need > self.free_blocks:
-            raise ValueError(f"{len(checked)} request(s) in flight together can take up to {need} blocks (copies of "
-                             f"their held contexts and all their tokens); the pool has {self.free_blocks} free: "
-                             "release held contexts, ask fewer at once, or build the engine with a larger pool")
-        requests = []
-        try:
-            for held, ids in checked:
-                request_id, external_id = self._add([_PLACEHOLDER] * held.computed + ids, **sampling)
-                requests.append((request_id, external_id, held.computed))
-                self._attach(request_id, held)
-            finished = self._run_to_end({request_id: computed for request_id, _, computed in requests})
-        except BaseException:
-            self.llm.llm_engine.abort_request([external_id for _, external_id, _ in requests])
-            raise
-        finally:
-            for request_id, _, _ in requests:
-                self._detach(request_id)
-        return [finished[external_id] for _, external_id, _ in requests]
-
-    def _attach(self, request_id: str, held: HeldContext) -> None:
-        """Give the waiting request ``request_id`` blocks for ``held``'s entries, marked computed, and copy the held
-        pages and GDN states into them (the scheduler's and the worker's halves of attaching)."""
-        groups = self.geometry.attention_groups
-        target = self.scheduler.attach(request_id, held.computed, {groups[layer]: k for layer, k in held.kept.items()})
-        self.worker.attach(request_id, self._block_ids(held), target, held.computed, held.kept)
-
-    def _detach(self, request_id: str) -> None:
-        self.scheduler.detach(request_id)
-        self.worker.detach(request_id)
-
-    def _blocks_needed(self, held: HeldContext, tokens: int) -> int:
-        """Blocks a request attached to ``held`` takes with ``tokens`` tokens of its own (question + generated):
-        each attention layer its kept entries and the tokens, each recurrent group the held context's slots."""
-        groups, block = self.geometry.attention_groups, self.geometry.block_size
-        attention = sum(-(-(k + tokens) // block) for k in held.kept.values())
-        return attention + sum(len(b) for g, b in enumerate(held.blocks) if g not in groups.values())
+            checked.append((held, self._requests.token_ids(ids, "the question")))
+        return self._requests.run_attached(checked, **sampling)
 
     def pages(self, context: HeldContext) -> dict[int, LayerPages]:
         """``{layer: (keys, values)}``, each ``[H_kv, kept[layer], d]``: the entries a held context's pages contain
         (keys rotated to the engine's positions)."""
         self._check_held(context)
-        blocks = self._block_ids(context)
+        blocks = self._requests.block_ids(context)
         return self.worker.read({layer: blocks[group] for layer, group in self.geometry.attention_groups.items()},
                                 context.kept)
 
@@ -436,65 +335,12 @@ class CompactingLLM:
 
     def generate_plain(self, prompt_ids: list[int], max_tokens: int) -> list[int]:
         """Greedy tokens of vLLM without the plugin (the reference of keep-all)."""
-        self._check_idle()
-        _, external_id = self._add(list(prompt_ids), max_tokens=max_tokens)
-        return list(self._run_to_end()[external_id].token_ids)
+        self._requests.check_idle()
+        _, external_id = self._requests.add(list(prompt_ids), max_tokens=max_tokens)
+        return list(self._requests.run_to_end()[external_id].token_ids)
 
     # ---- helpers -------------------------------------------------------------------------------------
     def _check_held(self, context: HeldContext) -> None:
         if self.contexts.get(context.handle) is not context:
             raise ValueError(f"context {context.handle} is not held by this engine (released?)")
-
-    def _token_ids(self, ids, what: str) -> list[int]:
-        """``ids`` as a list of token ids; ``ValueError`` naming what is wrong (empty, not integers, outside the
-        vocabulary) before anything is queued."""
-        values = torch.as_tensor(ids)
-        if values.numel() == 0:
-            raise ValueError(f"{what} is empty: give at least one token id")
-        if values.dim() != 1 or values.dtype.is_floating_point or values.dtype.is_complex or values.dtype == torch.bool:
-            raise ValueError(f"{what}: expected a 1-D sequence of integer token ids, got {values.dtype} of shape "
-                             f"{tuple(values.shape)}")
-        outside = values[(values < 0) | (values >= self.vocab_size)]
-        if outside.numel():
-            raise ValueError(f"{what}: token id {int(outside[0])} is outside the vocabulary [0, {self.vocab_size})")
-        return values.tolist()
-
-    def _block_ids(self, context: HeldContext) -> tuple[list[int], ...]:
-        return self._vi.ids_of_blocks(context.blocks)
-
-    def _check_idle(self) -> None:
-        if self._vi.request_ids(self.scheduler):
-            raise RuntimeError("another request is in flight: the driver starts work when the engine is idle")
-
-    def _add(self, prompt_ids: list[int], **sampling) -> tuple[str, str]:
-        """Queue a greedy request; its ids in the scheduler and in the engine's front end."""
-        from vllm import SamplingParams
-        from vllm.inputs import TokensPrompt
-
-        self._requests += 1
-        external_id = f"hybridpress-{self._requests}"
-        before = self._vi.request_ids(self.scheduler)
-        self.llm.llm_engine.add_request(external_id, TokensPrompt(prompt_token_ids=prompt_ids),
-                                        SamplingParams(temperature=0.0, detokenize=False, **sampling))
-        (request_id,) = self._vi.request_ids(self.scheduler) - before  # the scheduler's id carries a suffix
-        return request_id, external_id
-
-    def _run_to_end(self, attached: dict[str, int] | None = None) -> dict:
-        """Step until every request in flight finishes; their completion outputs (with the prompt's log-probs) by
-        front-end id. ``attached``: the scheduler ids of requests attached to held contexts and their computed
-        counts; one that vLLM preempts (its computed count reset) is an error, not an answer from placeholders."""
-        finished = {}
-        engine = self.llm.llm_engine
-        while engine.has_unfinished_requests():
-            for output in engine.step():
-                if output.finished:
-                    finished[output.request_id] = output.outputs[0]
-                    finished[output.request_id].prompt_logprobs = output.prompt_logprobs
-            for request_id, computed in (attached or {}).items():
-                now = self._vi.computed_tokens(self.scheduler, request_id)
-                if now is not None and now < computed:
-                    raise RuntimeError(f"vLLM preempted request {request_id} (the pool ran out of blocks): it would "
-                                       "be recomputed from its placeholders, not from the held context; release held "
-                                       "contexts or ask fewer questions at once")
-        return finished
 

@@ -4,7 +4,7 @@ than bfloat16: the shipped default model has head dim 32 and float32 weights).
 Each sequence of a step runs the runtime's own kernel (:func:`runtime.gdn.gdn_core`: convolution, gates, delta
 rule) from the conv and recurrent states in its vLLM slot and writes the new states back, so the engine computes
 what the runtime computes. The input projections, the gated norm and the output projection are vLLM's layer's own.
-:func:`serving.vllm_internals.torch_gdn_where_kernels_refuse` routes the layers here while the engine is built.
+:func:`serving.vllm_internals.gdn.torch_gdn_where_kernels_refuse` routes the layers here while the engine is built.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ import torch
 
 from runtime.gdn import RecurrentState, gdn_core
 
-from . import vllm_internals as vi
+from .vllm_internals import gdn as vi
+from .vllm_internals.runner import layer_index
 
 signal_observers: list[Callable[[int, torch.Tensor, int], None]] = []
 """Called with ``(layer index, [tokens, Hv, 3] (β, g, ‖v‖), the sequence's index in the step's batch)`` for the
@@ -43,5 +44,5 @@ def forward(layer, hidden_states: torch.Tensor) -> torch.Tensor:
             core[start:end] = out.to(core.dtype)
             if record:
                 for observe in signal_observers:
-                    observe(vi.layer_index(layer), signals, sequence)
+                    observe(layer_index(layer), signals, sequence)
     return vi.gdn_output(layer, core, z)

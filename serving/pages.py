@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from . import vllm_internals as vi
+from .vllm_internals import runner as vi
 
 # Codes are written in the cache dtype; bfloat16 represents every integer up to 256 exactly, so a token offset or a
 # channel index is written in base-128 digits (1 ... 128), one pass per digit.

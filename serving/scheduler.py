@@ -2,12 +2,12 @@
 layer's blocks past its kept entries go back to the pool when it is compacted, and questions (and the passes a press
 runs after the context) attach to copies of it.
 
-The engine is built with one KV-cache group per layer (:func:`serving.vllm_internals.per_layer_kv_cache_groups`),
+The engine is built with one KV-cache group per layer (:func:`serving.vllm_internals.driver.per_layer_kv_cache_groups`),
 so every attention layer has its own block list per request and keeps its own number of blocks."""
 
 from __future__ import annotations
 
-from . import vllm_internals as vi
+from .vllm_internals import driver as vi
 
 
 class CompactingScheduler(vi.Scheduler):

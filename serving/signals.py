@@ -18,7 +18,8 @@ import torch
 from torch import nn
 
 from . import gdn_torch
-from . import vllm_internals as vi
+from .vllm_internals import gdn as vi_gdn
+from .vllm_internals import runner as vi
 
 _recording: list["GDNSignalRecorder"] = []  # the recorder that is on, if any (the gating wrapper is process-wide)
 
@@ -28,17 +29,17 @@ class GDNSignalRecorder:
     is on.
 
     vLLM batches the prefill tokens of all scheduled requests into one op call, in the batch's order; ``layout``
-    (:func:`serving.vllm_internals.step_layout`) gives each step's requests and token counts, so every request gets
-    its own tokens. The engine driver records only while contexts are prefilled, none decoding.
+    (:func:`serving.vllm_internals.runner.step_layout`) gives each step's requests and token counts, so every request
+    gets its own tokens. The engine driver records only while contexts are prefilled, none decoding.
     """
 
     def __init__(self, model: nn.Module, layout):
         self._layout = layout
         self._chunks: dict[str, dict[int, list[torch.Tensor]]] = {}
         self._pending: tuple[int, torch.Tensor] | None = None
-        for index, module in vi.gdn_layers(model).items():
-            vi.wrap_gdn_rearrange(module, functools.partial(self._wrap_rearrange, index))
-        vi.wrap_gdn_gating(_record_gating)
+        for index, module in vi_gdn.gdn_layers(model).items():
+            vi_gdn.wrap_gdn_rearrange(module, functools.partial(self._wrap_rearrange, index))
+        vi_gdn.wrap_gdn_gating(_record_gating)
         gdn_torch.signal_observers.append(self._observe_torch_path)
 
     def _wrap_rearrange(self, index: int, rearrange):

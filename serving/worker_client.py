@@ -6,7 +6,7 @@ method of the same name (prefixed ``hybridpress_``) on the one in-process worker
 dataclass where the worker answers more than one value. Nothing here imports vLLM, so the result types are
 importable in any environment.
 
-The calls, in the order a context meets them (the worker's per-context state, :class:`serving.worker.HeldState`,
+The calls, in the order a context meets them (the worker's per-context state, :class:`serving.worker_state.HeldState`,
 follows the same order):
 
 1. :meth:`setup` once, when the engine is built (the worker learns its pages; the page :class:`Geometry` comes

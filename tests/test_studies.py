@@ -31,6 +31,8 @@ OPERATIONAL = {
     "scripts/gpu_check.py": "its checks and timings",
     "scripts/shard_packs.py": "carries a sweep's shards between sessions (tests/test_shard_packs.py)",
     "scripts/label_in_parts.sh": "bench label in two processes, for gatesight_group.sh",
+    "benchmarks/kvpress_side_by_side_runs.py": "the two sides kvpress_side_by_side.py runs and times",
+    "benchmarks/kvpress_side_by_side_report.py": "the page kvpress_side_by_side.py writes",
 }
 """Scripts that are tools of other scripts or of CI, not studies: no page of their own."""
 

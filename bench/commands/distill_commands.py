@@ -126,7 +126,8 @@ def run_distill(args: argparse.Namespace) -> None:
 
     import pretrained
     from hybridmodel import hybrid_delta
-    from hybridmodel.distill import Windows, distill
+    from hybridmodel.distill import distill
+    from hybridmodel.distill_windows import Windows
     from hybridmodel.from_teacher import attention_layers_of, attention_placement, from_teacher, resplit
     from pretrained.loading import load, read_config, resolve
 

@@ -20,7 +20,8 @@ from presses import Press
 from presses.selection import Selection
 from pretrained.model_info import ModelInfo
 from runtime import Answer, Evidence, EvidenceRequest, KeepPlan, prefill
-from runtime.batch import DEFAULT_MEMORY_BUDGET, PaddedBatch, answer_and_follow_many, groups_within
+from runtime.batch import PaddedBatch, answer_and_follow_many
+from runtime.batch_memory import DEFAULT_MEMORY_BUDGET, groups_within
 
 from .fidelity import log_probs_of
 from .needles import needle_rank
@@ -96,7 +97,7 @@ class Engine(Protocol):
 class RuntimeEngine:
     """This project's runtime on a transformers model: one prefill with the presses' evidence, one
     :class:`~presses.Selection` per press, children forked and answered in groups of at most ``batch`` within
-    :attr:`memory_budget` (:func:`runtime.batch.groups_within`), each group one padded batch.
+    :attr:`memory_budget` (:func:`runtime.batch_memory.groups_within`), each group one padded batch.
 
     Parameters
     ----------
@@ -116,7 +117,7 @@ class RuntimeEngine:
     """
 
     memory_budget = DEFAULT_MEMORY_BUDGET
-    """Bytes one group of children may hold (:func:`runtime.batch.groups_within`)."""
+    """Bytes one group of children may hold (:func:`runtime.batch_memory.groups_within`)."""
 
     def __init__(self, model, tokenizer, presses: dict[PressSpec, Press], allocators: dict[AllocatorSpec, object],
                  layer_weights: dict[int, float] | None, evidence: EvidenceRequest, batch: int,

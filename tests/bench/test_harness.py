@@ -174,10 +174,10 @@ def test_a_calibration_at_the_old_root_location_is_still_read(model_dir, tmp_pat
 
 
 def _two_children_budget(monkeypatch):
-    """A memory budget that holds the first two children of each context and no more (runtime.batch.batch_nbytes);
-    the group sizes used are recorded."""
+    """A memory budget that holds the first two children of each context and no more
+    (runtime.batch_memory.batch_nbytes); the group sizes used are recorded."""
     from bench.run import engine
-    from runtime.batch import batch_nbytes, groups_within
+    from runtime.batch_memory import batch_nbytes, groups_within
 
     sizes = []
 

@@ -7,7 +7,7 @@ import torch
 
 from bench.commands.cli import main
 from gatesight_learning.evaluate import overlap_and_coverage, spearman, split_by_corpus
-from gatesight_learning.record import load_shard
+from gatesight_learning.shards import load_shard
 from presses.gatesight import GateSightEstimator
 from pretrained import loading
 
@@ -163,7 +163,7 @@ def test_label_the_sampled_futures_alone(model_dir, tmp_path, capsys):
     from safetensors import safe_open
     from safetensors.torch import save_file
 
-    from gatesight_learning.record import shard_settings
+    from gatesight_learning.shards import shard_settings
 
     sampled, both = tmp_path / "sampled", tmp_path / "both"
     common = ["--model", str(model_dir), "--limit", "2", "--tokens", "40", "--continuations", "2",

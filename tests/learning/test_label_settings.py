@@ -12,7 +12,7 @@ from transformers import Qwen3Config, Qwen3ForCausalLM
 
 import gatesight_learning.record
 from bench.commands.cli import main
-from gatesight_learning.record import shard_settings
+from gatesight_learning.shards import shard_settings
 from pretrained import loading
 from tests.helpers import run_cli, save_model, truncate
 

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from bench.commands.cli import main
 from bench.store.result_store import ResultStore
 from gatesight_learning.analyze import observation_1
-from gatesight_learning.record import load_shard
+from gatesight_learning.shards import load_shard
 from hybridmodel.half_lives import static_half_lives
 from presses.gatesight import GateSightEstimator, feature_names, gdn_window
 from runtime import EvidenceRequest, adapter_for, prefill

@@ -15,16 +15,10 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 import pretrained
 from hybridmodel import hybrid_delta
-from hybridmodel.distill import (
-    CopyWindows,
-    DistillConfig,
-    TeacherSamples,
-    data_seed,
-    distill,
-    mixer_parameters,
-    retrieval_probe,
-)
-from hybridmodel.distill_config import MIN_COPY, TEACHER_SAMPLES
+from hybridmodel.distill import distill, retrieval_probe
+from hybridmodel.distill_config import MIN_COPY, TEACHER_SAMPLES, DistillConfig
+from hybridmodel.distill_losses import mixer_parameters
+from hybridmodel.distill_windows import CopyWindows, TeacherSamples, data_seed
 from hybridmodel.from_teacher import attention_layers_of, from_teacher, resplit
 from hybridmodel.linear_regime import LinearRegimeSteps
 from hybridmodel.tokenizer import build_tokenizer
@@ -480,7 +474,7 @@ def _fake_documents(calls):
 @pytest.fixture
 def fake_corpus(monkeypatch):
     calls = []
-    monkeypatch.setattr("hybridmodel.distill.documents", _fake_documents(calls))
+    monkeypatch.setattr("hybridmodel.distill_windows.documents", _fake_documents(calls))
     return calls
 
 
@@ -616,7 +610,7 @@ def test_general_requests_take_their_share_of_the_pool_and_leave_the_rest_as_it_
     """``general_fraction`` turns about that share of the pool into plain requests about a training word; every
     other conversation's user turn is the one a pool without them has (so is its cache key), and a share outside
     [0, 1] is refused."""
-    from hybridmodel.distill import GENERAL_INSTRUCTIONS
+    from hybridmodel.distill_windows import GENERAL_INSTRUCTIONS
 
     tokenizer = build_tokenizer()
     plain = TeacherSamples(teacher, tokenizer, "train", 7, pool=200, max_new_tokens=5, length=64)
@@ -640,7 +634,7 @@ def test_general_requests_share_no_four_words_with_the_benchmarks_or_the_chat_ch
     import importlib.util
 
     from bench.store.project_modules import ROOT
-    from hybridmodel.distill import GENERAL_INSTRUCTIONS
+    from hybridmodel.distill_windows import GENERAL_INSTRUCTIONS
     from tests.model.test_recall_windows import _benchmark_grams, _grams
 
     spec = importlib.util.spec_from_file_location("chat_answers", ROOT / "benchmarks" / "chat_answers.py")

@@ -11,13 +11,17 @@ from pathlib import Path
 import pytest
 import torch
 
+import hybridmodel.recall_facts as facts
 import hybridmodel.recall_windows as recall
-from hybridmodel.distill import Windows
-from hybridmodel.recall_windows import FORMATS, JOINT, LEADS, OPENINGS, RecallWindows
+from hybridmodel.distill_windows import Windows
+from hybridmodel.recall_facts import FORMATS, JOINT, LEADS, OPENINGS
+from hybridmodel.recall_windows import RecallWindows
 from hybridmodel.tokenizer import build_tokenizer
 from runtime import CHATML_ASSISTANT_TURN, encode_text
 
 ROOT = Path(__file__).resolve().parents[2]
+GENERATOR = (recall, facts)
+"""The generator's modules: the windows, and the facts and phrasings they are made of."""
 BANNED = ("magic number", "special magic", "needle", "pass key", "passkey", "haystack")
 """Phrases of the benchmark's retrieval tasks that no recall window may use."""
 
@@ -43,7 +47,7 @@ def _documents(calls):
 @pytest.fixture
 def corpus(monkeypatch):
     calls = []
-    monkeypatch.setattr("hybridmodel.distill.documents", _documents(calls))
+    monkeypatch.setattr("hybridmodel.distill_windows.documents", _documents(calls))
     return calls
 
 
@@ -116,11 +120,11 @@ def test_the_text_is_the_training_split_of_the_training_sources_only(windows, co
         assert not set(tokenizer.decode(text_ids)) & set("0123456789")
     with pytest.raises(ValueError, match="training text only, not of the 'heldout' split"):
         RecallWindows(tokenizer, Windows(tokenizer, "heldout", 64, seed=0), seed=0)
-    tree = ast.parse(Path(recall.__file__).read_text())
-    imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)} | \
-        {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    nodes = [node for module in GENERATOR for node in ast.walk(ast.parse(Path(module.__file__).read_text()))]
+    imported = {node.module for node in nodes if isinstance(node, ast.ImportFrom)} | \
+        {alias.name for node in nodes if isinstance(node, ast.Import) for alias in node.names}
     assert imported <= {"__future__", "random", "re", "string", "collections", "dataclasses", "typing", "torch",
-                        "runtime", "runtime.errors"}
+                        "runtime", "runtime.errors", "recall_facts"}
 
 
 def _strings(path: Path, skip: tuple[str, ...] = ()) -> list[list[str]]:
@@ -167,7 +171,7 @@ def test_no_template_shares_four_words_with_the_benchmark_tasks():
     none of the benchmark's retrieval phrases; at least 8 formats, each with several phrasings."""
     benchmark = _benchmark_grams()
     assert len(benchmark) > 100  # the templates were read
-    ours = _strings(Path(recall.__file__), skip=("_BANNED",))
+    ours = [pieces for module in GENERATOR for pieces in _strings(Path(module.__file__), skip=("_BANNED",))]
     assert ours
     for pieces in ours:
         assert not _grams(pieces) & benchmark, pieces

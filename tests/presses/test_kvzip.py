@@ -1,16 +1,16 @@
 """KVzip's reconstruction pass at its cost: each layer's scores come out of the pass's own attention
-(:func:`runtime.kv.attend_with_key_max`) with no second QK product, the kept sets are those of the observer before,
-which recomputed the restricted attention and which the vLLM engine's replay still runs, and the pass stops after the
-last attention layer."""
+(:func:`runtime.explicit_attention.attend_with_key_max`) with no second QK product, the kept sets are those of the
+observer before, which recomputed the restricted attention and which the vLLM engine's replay still runs, and the pass
+stops after the last attention layer."""
 
 import pytest
 import torch
 
 import presses
-import runtime.kv
+import runtime.explicit_attention
 from presses import kvzip
 from runtime import prefill
-from runtime.kv import max_attention
+from runtime.explicit_attention import max_attention
 from testing.offline import ByteTokenizer
 from testing.tiny_models import MODELS
 from tests.helpers import token_ids
@@ -41,7 +41,7 @@ class _ObserverBefore:
 
 
 class _Replayed(kvzip._ReconstructionAttention):
-    """The observer as the vLLM replay drives it (``serving.worker.Passes``): no maxima handed to it."""
+    """The observer as the vLLM replay drives it (``serving.served_context.Passes``): no maxima handed to it."""
 
     def __init__(self, *args):
         super().__init__(*args)
@@ -82,9 +82,9 @@ def test_the_pass_runs_no_second_qk_product(tiny, monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("the reconstruction pass recomputed the restricted attention")
 
-    for module in (kvzip, runtime.kv):
+    for module in (kvzip, runtime.explicit_attention):
         monkeypatch.setattr(module, "max_attention", refuse, raising=False)
-    monkeypatch.setattr(runtime.kv, "attention_probs", refuse)
+    monkeypatch.setattr(runtime.explicit_attention, "attention_probs", refuse)
     scores_again, kept_again = _score(parent)
     assert all(torch.equal(scores_again[layer], s) for layer, s in scores.items())
     _same_kept(kept_again, kept)

@@ -1,13 +1,14 @@
-"""``runtime.kv.attend_with_key_max``: its output is :func:`attend`'s, and each key of the restricted set ``R`` gets its
-largest probability under a softmax over ``R`` alone, the brute force's (the full softmax restricted to ``R`` and
-renormalised); the forward hands those maxima to an observer that declares ``restricted_keys``."""
+"""``runtime.explicit_attention.attend_with_key_max``: its output is :func:`attend`'s, and each key of the restricted
+set ``R`` gets its largest probability under a softmax over ``R`` alone, the brute force's (the full softmax restricted
+to ``R`` and renormalised); the forward hands those maxima to an observer that declares ``restricted_keys``."""
 
 import pytest
 import torch
 
 from runtime import kv, prefill
+from runtime.explicit_attention import attend_with_key_max, attention_probs, max_attention
 from runtime.forward import SequenceState, forward_chunk
-from runtime.kv import LayerKV, attend, attend_with_key_max, attention_probs, max_attention
+from runtime.kv import LayerKV, attend
 from tests.helpers import token_ids
 
 # (H, H_kv, queries, stored, appended before the queries, head dim, (protected, start, end)): SmolLM2's geometry with
@@ -54,7 +55,7 @@ def _brute_force_max(case, query, base_keys, tail_keys):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_output_is_attend_and_maxima_are_the_restricted_softmax(case, dtype, block_elements, flash, monkeypatch):
     if not flash:  # the other entries through the explicit blocks, as off the CPU
-        monkeypatch.setattr(kv, "_CPU_FLASH", None)
+        monkeypatch.setattr(kv, "CPU_FLASH", None)
     query, base_keys, base_values, tail_keys, tail_values = _inputs(case, dtype)
     d, restricted = case[5], case[6]
     out, best = attend_with_key_max(query, base_keys, base_values, tail_keys, tail_values, d ** -0.5, restricted,

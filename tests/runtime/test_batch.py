@@ -142,7 +142,8 @@ def test_forks_into_their_places_are_the_batch_of_the_children(tiny, family):
 def test_the_memory_estimate_is_the_padded_batch_and_a_child(tiny, family):
     # against the real tensors: the padded copy, and the largest child forked into it (dense and ragged heads, a
     # protected prefix, recurrent states); what answering adds grows with the question and answer tokens
-    from runtime.batch import PaddedBatch, batch_nbytes
+    from runtime.batch import PaddedBatch
+    from runtime.batch_memory import batch_nbytes
 
     parent = prefill(tiny(family), token_ids(150, 0), protected=4)
     selection = presses.Selection(parent, "keydiff")
@@ -167,7 +168,7 @@ def test_the_memory_estimate_is_the_padded_batch_and_a_child(tiny, family):
 
 
 def test_groups_are_consecutive_as_long_as_the_budget_allows(tiny):
-    from runtime.batch import batch_nbytes, groups_within
+    from runtime.batch_memory import batch_nbytes, groups_within
 
     parent = prefill(tiny("qwen3_5"), token_ids(150, 0), protected=4)
     selection = presses.Selection(parent, "keydiff")
@@ -192,7 +193,7 @@ def test_groups_are_consecutive_as_long_as_the_budget_allows(tiny):
 
 
 def test_groups_read_the_plans_one_past_the_group(tiny):
-    from runtime.batch import groups_within
+    from runtime.batch_memory import groups_within
 
     parent = prefill(tiny("llama"), token_ids(80, 0), protected=4)
     plan = presses.Selection(parent, "keydiff").plan("flat", 0.5)
@@ -214,7 +215,7 @@ def test_groups_read_the_plans_one_past_the_group(tiny):
                                              ({"tokens": -1}, "tokens must be an integer >= 0"),
                                              ({"forced": -1}, "forced must be an integer >= 0")])
 def test_groups_refuse_a_bad_budget_before_any_plan_is_made(tiny, change, message):
-    from runtime.batch import groups_within
+    from runtime.batch_memory import groups_within
     from runtime.errors import UsageError
 
     parent = prefill(tiny("llama"), token_ids(40, 0))

@@ -1,12 +1,12 @@
-"""``runtime.kv.max_attention`` (KVzip's blockwise score where the vLLM engine ran the pass; the runtime's pass gets
-the same maxima from ``attend_with_key_max``, tests/runtime/test_attend_key_max.py) against the full probability matrix
-and against the kernel it replaced (one broadcast matmul per block of 4M logits), which it must equal bit for bit so
-that KVzip keeps the same entries."""
+"""``runtime.explicit_attention.max_attention`` (KVzip's blockwise score where the vLLM engine ran the pass; the
+runtime's pass gets the same maxima from ``attend_with_key_max``, tests/runtime/test_attend_key_max.py) against the full
+probability matrix and against the kernel it replaced (one broadcast matmul per block of 4M logits), which it must equal
+bit for bit so that KVzip keeps the same entries."""
 
 import pytest
 import torch
 
-from runtime.kv import attention_probs, max_attention
+from runtime.explicit_attention import attention_probs, max_attention
 
 
 def max_attention_before(query, keys, scaling, causal_tail=0, block_elements=1 << 22):

@@ -97,7 +97,7 @@ def test_press_options_are_checked_before_vllm_starts():
         CompactingLLM(SHIPPED, press="kvzip", dtype="float32", press_options={"chunk_size": 0})
 
 
-# vLLM's private attributes that serving/vllm_internals.py reads or replaces: no other module of serving names one
+# vLLM's private attributes that serving/vllm_internals/ reads or replaces: no other module of serving names one
 _PRIVATE_VLLM = {
     "engine_core", "kv_cache_manager", "block_pool", "coordinator", "single_type_managers", "req_to_blocks", "ref_cnt",
     "block_id", "requests", "num_computed_tokens", "num_output_tokens", "allocate_slots", "get_block_ids",
@@ -112,15 +112,16 @@ _PUBLIC_VLLM = {"vllm": {"LLM", "SamplingParams"}, "vllm.inputs": {"TokensPrompt
 
 
 def test_private_vllm_names_are_only_in_vllm_internals():
-    """The README's claim: every private name of vLLM that the plugin uses is in ``serving/vllm_internals.py``. No
-    other module of ``serving`` reads one of the private attributes read there (but through that module's functions)
-    or imports vLLM beyond its public API."""
+    """The README's claim: every private name of vLLM that the plugin uses is in ``serving/vllm_internals/``. No
+    other module of ``serving`` reads one of the private attributes read there (but through that package's
+    functions) or imports vLLM beyond its public API."""
     found = []
-    for path in sorted(Path(serving.__file__).parent.glob("*.py")):
-        if path.name == "vllm_internals.py":
-            continue
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Attribute) and node.attr in _PRIVATE_VLLM and not _is_vllm_internals(node.value):
+    for path in sorted(Path(serving.__file__).parent.glob("*.py")):  # the package's own modules are one level down
+        tree = ast.parse(path.read_text())
+        internals = _vllm_internals_names(tree)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and node.attr in _PRIVATE_VLLM and not _is_vllm_internals(node.value,
+                                                                                                     internals):
                 found.append(f"{path.name}:{node.lineno} .{node.attr}")
             elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "vllm":
                 names = {alias.name for alias in node.names}
@@ -131,6 +132,15 @@ def test_private_vllm_names_are_only_in_vllm_internals():
     assert not found, found
 
 
-def _is_vllm_internals(node) -> bool:
-    """Whether an expression names the module ``serving.vllm_internals`` (``vi``, ``self._vi``)."""
-    return (isinstance(node, ast.Name) and node.id == "vi") or (isinstance(node, ast.Attribute) and node.attr == "_vi")
+def _vllm_internals_names(tree) -> set[str]:
+    """The names a module binds to ``serving.vllm_internals`` or its modules (``from .vllm_internals import runner as
+    vi``)."""
+    return {alias.asname or alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+            and node.level == 1 and (node.module or "").split(".")[0] == "vllm_internals" for alias in node.names}
+
+
+def _is_vllm_internals(node, names: set[str]) -> bool:
+    """Whether an expression names a module of ``serving.vllm_internals``: one of ``names``
+    (:func:`_vllm_internals_names`), or the engine's ``self._vi``."""
+    return (isinstance(node, ast.Name) and node.id in names) or (isinstance(node, ast.Attribute)
+                                                                 and node.attr == "_vi")

@@ -77,7 +77,7 @@ def _child(model, ids, plan: dict):
 
 def _recorded_signals(engine, context) -> dict:
     """The GDN signals ``{layer: [n, Hv, 3]}`` (CPU) recorded at the held ``context``'s prefill, read from the
-    worker's state of it (``serving.worker.HeldState``)."""
+    worker's state of it (``serving.worker_state.HeldState``)."""
     def read(worker, handle):
         return {layer: s.cpu() for layer, s in worker.hybridpress.contexts[handle].evidence.recurrent_signals.items()}
 
@@ -187,7 +187,7 @@ def test_freed_blocks_are_exactly_the_planned_tail_of_every_layer(served, alloca
         assert len(set(context.kept.values())) > 1  # the layers really keep different counts
     # a question attached to the context takes, per attention layer, the blocks of that layer's entries only
     held = engine.free_blocks
-    request_id, external_id = engine._add([0] * context.computed + [5], max_tokens=1)
+    request_id, external_id = engine._requests.add([0] * context.computed + [5], max_tokens=1)
     groups = engine.geometry.attention_groups
     engine.scheduler.attach(request_id, context.computed, {groups[layer]: k for layer, k in context.kept.items()})
     states = sum(len(blocks) for g, blocks in enumerate(context.blocks) if g not in groups.values())
@@ -516,11 +516,12 @@ def test_passes_longer_than_the_engine_holds_are_refused_and_the_context_release
 def test_an_engine_with_experts_after_one_without_is_refused_before_vllm_starts(served, monkeypatch):
     """vLLM builds its parallel groups once per process, the expert-parallel one only for a model with experts: an
     engine for a model with experts after one without would fail deep in vLLM; it is refused up front instead."""
-    from serving import CompactingLLM, vllm_internals
+    from serving import CompactingLLM
+    from serving.vllm_internals import driver
 
     engine, _ = served
-    assert not vllm_internals.parallel_groups_lack_experts()  # the tiny Qwen3-Next has experts
-    monkeypatch.setattr(vllm_internals, "parallel_groups_lack_experts", lambda: True)
+    assert not driver.parallel_groups_lack_experts()  # the tiny Qwen3-Next has experts
+    monkeypatch.setattr(driver, "parallel_groups_lack_experts", lambda: True)
     with pytest.raises(RuntimeError, match="has experts, and an earlier engine in this process .* build this engine "
                                            "in a fresh process"):
         CompactingLLM(str(engine.llm.llm_engine.model_config.model))
