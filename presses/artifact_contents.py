@@ -41,17 +41,21 @@ shipped ones stay under 16); past this a finite value overflows float32 in scori
 after the prefill)."""
 
 
-def check_values(path: Path, name: str, tensor: torch.Tensor, redo: str) -> None:
-    """A refusal naming ``tensor`` (``name`` in ``path``) if it holds a NaN, an infinity or a value of magnitude past
-    :data:`MAGNITUDE_LIMIT`."""
+def checked_values(path: Path, name: str, tensor: torch.Tensor, redo: str) -> torch.Tensor:
+    """``tensor`` (``name`` in ``path``) in float32, the precision it is scored in (an estimator saved in float16 met
+    float32 features in a matrix product); a refusal naming it if it holds no real numbers, a NaN, an infinity or a
+    value of magnitude past :data:`MAGNITUDE_LIMIT`."""
     if not tensor.is_floating_point():
-        return
+        raise UsageError(f"{path}: tensor {name} is of {str(tensor.dtype).removeprefix('torch.')}, not of real "
+                         f"numbers; {redo}")
+    tensor = tensor.float()
     if not bool(torch.isfinite(tensor).all()):
         raise UsageError(f"{path}: tensor {name} holds NaN or infinite values; {redo}")
     largest = float(tensor.abs().max()) if tensor.numel() else 0.0
     if largest > MAGNITUDE_LIMIT:
         raise UsageError(f"{path}: tensor {name} holds a value of magnitude {largest:.3g}, past {MAGNITUDE_LIMIT:g} "
                          f"(no trained artifact's scale: it overflows in scoring); {redo}")
+    return tensor
 
 
 def estimator_settings(config, path: Path) -> tuple[int, dict[int, list[int]]]:
@@ -91,8 +95,7 @@ def estimator_layers(tensors: dict[str, torch.Tensor], gdn_layers: dict[int, lis
         if key not in ESTIMATOR_TENSORS:
             raise UsageError(f"{path}: tensor {name!r} is none of an estimator's (<layer>.<"
                              f"{'|'.join(ESTIMATOR_TENSORS)}>); {redo}")
-        check_values(path, name, tensor, redo)
-        layers.setdefault(_layer(layer, path, "tensor layer", redo), {})[key] = tensor
+        layers.setdefault(_layer(layer, path, "tensor layer", redo), {})[key] = checked_values(path, name, tensor, redo)
     if set(layers) != set(gdn_layers):
         raise UsageError(f"{path}: its tensors are of layers {sorted(layers)}, its gatesight.json names layers "
                          f"{sorted(gdn_layers)}; the two files are of one estimator: {redo}")
@@ -177,8 +180,7 @@ def calibration_contents(meta, tensors: dict[str, torch.Tensor], path: Path) -> 
         if key not in CALIBRATION_TENSORS:
             raise UsageError(f"{path}: tensor {name!r} is none of a calibration's (<{'|'.join(CALIBRATION_TENSORS)}>"
                              f".<layer>); {redo}")
-        check_values(path, name, tensor, redo)
-        layers.setdefault(_layer(layer, path, "tensor layer", redo), {})[key] = tensor
+        layers.setdefault(_layer(layer, path, "tensor layer", redo), {})[key] = checked_values(path, name, tensor, redo)
     for layer in sorted(set(layers) | set(gate_weights)):
         held = layers.get(layer, {})
         missing = [f"{key}.{layer}" for key in CALIBRATION_TENSORS if key not in held]
@@ -191,6 +193,9 @@ def calibration_contents(meta, tensors: dict[str, torch.Tensor], path: Path) -> 
                              f"{redo}")
         if not bool((held["magnitude"] >= 0).all()):
             raise UsageError(f"{path}: tensor magnitude.{layer} holds a value < 0 (a mean magnitude); {redo}")
+        if not bool((held["magnitude"] > 0).any()):  # a layer whose queries were never measured scores every key 0
+            raise UsageError(f"{path}: tensor magnitude.{layer} is 0 everywhere, which no measured calibration is; "
+                             f"{redo}")
     return {"layers": layers, "gate_weights": gate_weights, "tokens": tokens, "sources": sources}
 
 

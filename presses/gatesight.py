@@ -189,8 +189,14 @@ class GateSightEstimator:
 def _load_estimator(directory: Path) -> GateSightEstimator:
     """The estimator saved in ``directory`` (a :class:`~runtime.errors.UsageError` naming it if there is none)."""
     if not directory.is_dir():
-        raise UsageError(f"estimator={str(directory)!r}: no such directory (give the directory a GateSight estimator "
-                         "was saved to, e.g. <model dir>/gatesight)")
+        what = "a file, not a directory" if directory.exists() else "no such directory"
+        raise UsageError(f"estimator={str(directory)!r}: {what} (give the directory a GateSight estimator was saved "
+                         "to, e.g. <model dir>/gatesight)")
+    try:  # a folder, a pipe or a device in a file's place: named as such, never read
+        for name in ESTIMATOR_FILES:
+            check_regular_file(directory / name, "the GateSight estimator's file")
+    except UsageError as error:
+        raise UsageError(f"estimator={str(directory)!r}: {error}") from None
     missing = [name for name in ESTIMATOR_FILES if not (directory / name).is_file()]
     if missing and all((directory / ARTIFACT_DIR / name).is_file() for name in ESTIMATOR_FILES):
         raise UsageError(f"estimator={str(directory)!r}: no GateSight estimator there, but its {ARTIFACT_DIR}/ "

@@ -17,7 +17,7 @@ import torch
 from artifacts.outputs import MODEL_CONFIG
 from pretrained import loading
 from pretrained.model_info import ModelInfo
-from runtime.errors import UsageError
+from runtime.errors import UsageError, check_regular_file
 
 from .base import Press, Scores, ScoringContext, group_reduce
 from .calibration import FILE, LEGACY_FILE, Calibration, band_frequencies, calibration_path, query_bands
@@ -89,8 +89,13 @@ class TriAttentionPress(Press):
                                  "the option out (a model's own calibration is read from its directory)")
             directory = Path(self.calibration)
             if not directory.is_dir():
-                raise UsageError(f"calibration={str(directory)!r}: no such directory (give the model directory "
-                                 "`bench calibrate --model DIR` wrote its calibration into)")
+                what = "a file, not a directory" if directory.exists() else "no such directory"
+                raise UsageError(f"calibration={str(directory)!r}: {what} (give the model directory `bench "
+                                 "calibrate --model DIR` wrote its calibration into)")
+            try:  # a folder, a pipe or a device in the file's place: named as such, never read
+                check_regular_file(calibration_path(directory), "the calibration's file")
+            except UsageError as error:
+                raise UsageError(f"calibration={str(directory)!r}: {error}") from None
             if not Calibration.exists(directory):
                 raise UsageError(f"calibration={str(directory)!r}: no calibration there (no {directory / FILE}); "
                                  + _calibration_advice(directory))

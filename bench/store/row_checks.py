@@ -37,9 +37,6 @@ from .row_fields import (
 
 KL_TOLERANCE = 1e-6
 """KL below 0 by at most this much is float rounding of a child almost equal to the full cache."""
-FLOAT32_MAX = 3.4028234663852886e38
-"""The largest finite float32: an NLL and a KL are float32 sums and means (:mod:`bench.run.fidelity`), so a value above
-it is none a run wrote (a value past it also overflows the means and intervals a report computes: ``nan``)."""
 SECONDS_MAX = 1e9
 """The longest time a row may record, in seconds (some 31 years): any more is no timing of a run."""
 MEAN_TOLERANCE = 1e-12
@@ -266,14 +263,19 @@ def _run_problem(row: dict) -> str | None:
     return None
 
 
-FLOAT32_RANGE = f"a finite number in [0, {FLOAT32_MAX:.4g}]: a float32 sum of log-probabilities"
+NATS_MAX = 1e6
+"""The largest NLL, ΔNLL or KL a row may hold, in nats. An NLL and a KL are float32 sums and means
+(:mod:`bench.run.fidelity`), but no language model's softmax spans logits 1e6 nats apart (the published rows stay
+under 33): a value past it is a damaged row, which reports would print as a 300-digit mean (and past float32's
+largest, as ``nan``)."""
+NATS_RANGE = f"a finite number in [0, {NATS_MAX:g}] nats: a sum of a language model's log-probabilities"
 
 
 def row_problem(row: dict) -> str | None:
     """What is wrong with one row, or None: every key and fidelity field present; its key of its types and ranges
     (:func:`key_problem`) and settings a run writes (:func:`_setting_problem`); its schema one this version reads; every
     fraction (:data:`FRACTION_FIELDS`, :data:`PER_LAYER_FRACTION_FIELDS`) in [0, 1]; answer_nll (a negative
-    log-likelihood) and kl finite numbers in [0, :data:`FLOAT32_MAX`], delta_nll a finite number of at most that size;
+    log-likelihood) and kl finite numbers in [0, :data:`NATS_MAX`], delta_nll a finite number of at most that size;
     agree a boolean; every time (``*_seconds``) a finite number in [0, :data:`SECONDS_MAX`]; its batch a digest
     (:data:`BATCH`); its prediction text and its answers a non-empty list of text, its score their metric's
     (:func:`_score_problem`); the context's counts within its size and the child's bytes
@@ -290,10 +292,10 @@ def row_problem(row: dict) -> str | None:
     checks = [("schema", lambda v: v is None or (_integer(v) and 1 <= v <= SCHEMA),
                f"an integer in 1 … {SCHEMA}: this version writes {SCHEMA}, rows written before it less"),
               *((field, lambda v: v is None or _fraction(v), "a number in [0, 1]") for field in FRACTION_FIELDS),
-              ("answer_nll", lambda v: _number(v) and 0 <= v <= FLOAT32_MAX, FLOAT32_RANGE),
-              ("delta_nll", lambda v: _number(v) and abs(v) <= FLOAT32_MAX,
-               f"a finite number in [-{FLOAT32_MAX:.4g}, {FLOAT32_MAX:.4g}]: a difference of two float32 NLLs"),
-              ("kl", lambda v: _number(v) and -KL_TOLERANCE <= v <= FLOAT32_MAX, FLOAT32_RANGE),
+              ("answer_nll", lambda v: _number(v) and 0 <= v <= NATS_MAX, NATS_RANGE),
+              ("delta_nll", lambda v: _number(v) and abs(v) <= NATS_MAX,
+               f"a finite number in [-{NATS_MAX:g}, {NATS_MAX:g}] nats: a difference of two NLLs"),
+              ("kl", lambda v: _number(v) and -KL_TOLERANCE <= v <= NATS_MAX, NATS_RANGE),
               ("agree", lambda v: isinstance(v, bool), "true or false"),
               *((field, lambda v: v is None or (_number(v) and 0 <= v <= SECONDS_MAX),
                  f"a finite number of seconds in [0, {SECONDS_MAX:g}]") for field in seconds),

@@ -474,7 +474,11 @@ def test_the_gate_allocation_refuses_a_calibration_of_other_weights(model_dir, t
 DAMAGES = {"truncated": lambda path: path.write_bytes(path.read_bytes()[:len(path.read_bytes()) // 2]),
            "empty": lambda path: path.write_bytes(b""),
            "not JSON": lambda path: path.write_text("{not json"),
-           "JSON of no estimator": lambda path: path.write_text("[1, 2]")}
+           "JSON of no estimator": lambda path: path.write_text("[1, 2]"),
+           # the re-probe of 64: said "no estimator there" and advised training, the file being there as these
+           "a folder": lambda path: (path.unlink(), path.mkdir()),
+           "a pipe": lambda path: (path.unlink(), os.mkfifo(path)),
+           "a link to a device": lambda path: (path.unlink(), path.symlink_to("/dev/zero"))}
 """Damage done to one artifact file (issue 64: tracebacks where the model's own gets one line)."""
 
 
@@ -483,6 +487,10 @@ DAMAGES = {"truncated": lambda path: path.write_bytes(path.read_bytes()[:len(pat
     ("gatesight[estimator={dir}]/flat", "gatesight", "gatesight.safetensors", "empty"),
     ("gatesight[estimator={dir}]/flat", "gatesight", "gatesight.json", "not JSON"),
     ("gatesight[estimator={dir}]/flat", "gatesight", "gatesight.json", "JSON of no estimator"),
+    ("gatesight[estimator={dir}]/flat", "gatesight", "gatesight.json", "a folder"),
+    ("gatesight[estimator={dir}]/flat", "gatesight", "gatesight.safetensors", "a pipe"),
+    ("gatesight[estimator={dir}]/flat", "gatesight", "gatesight.json", "a link to a device"),
+    ("triattention[calibration={dir}]/flat", ".", "calibration/calibration.safetensors", "a pipe"),
     ("triattention[calibration={dir}]/flat", ".", "calibration/calibration.safetensors", "truncated"),
     ("triattention[calibration={dir}]/flat", ".", "calibration/calibration.safetensors", "empty"),
 ])
@@ -568,10 +576,14 @@ CALIBRATION_DAMAGE = {
     "a NaN": (lambda f: _tensors(f, _nan), "holds NaN or infinite values"),
     "an infinity": (lambda f: _tensors(f, _inf), "holds NaN or infinite values"),
     "a huge finite value": (lambda f: _tensors(f, _huge), "of magnitude 3.4e+38, past 1e+06"),
+    "zeros everywhere": (lambda f: _tensors(f, lambda t, _: t.update({k: torch.zeros_like(v) for k, v in t.items()})),
+                         "is 0 everywhere, which no measured calibration is"),
+    "integers": (lambda f: _tensors(f, lambda t, first: t.update({first: t[first].long()})),
+                 "is of int64, not of real"),
     "a tensor of another shape": (lambda f: _tensors(f, lambda t, first: t.update({first: torch.zeros(2, 5)})),
                                   "expected one shape [heads, bands]"),
     "a tensor of another model's shape": (
-        lambda f: _tensors(f, lambda t, first: t.update({k: torch.zeros(2, 5) for k in t if k.endswith(".3")})),
+        lambda f: _tensors(f, lambda t, first: t.update({k: torch.ones(2, 5) for k in t if k.endswith(".3")})),
         "this model's are [4, 4]"),
     "a missing tensor": (lambda f: _tensors(f, lambda t, first: t.pop(first)), "has no tensor"),
     "gate weights not JSON": (lambda f: _metadata(f, {"gate_weights": "{oops", "tokens": "5", "sources": "[]"}),
@@ -613,3 +625,28 @@ def test_an_artifact_whose_contents_are_wrong_is_one_line_naming_its_file(model_
                         "--n", "1", "--length", "300", "--out", tmp_path / "out")
     assert code == 2 and f"{named}" in err and says in err, err
     assert "Traceback" not in err and not (tmp_path / "out" / "results.jsonl").exists()
+
+
+def test_an_estimator_saved_in_half_precision_scores_as_in_single(model_dir, tmp_path, capsys):
+    """The re-probe of 64: one tensor of an estimator stored as float16 failed in scoring (a matrix product of float
+    and half) after the model loaded; its loader reads every tensor in float32, as it is scored."""
+    from presses.gatesight import GateSightEstimator
+
+    estimator = shutil.copytree(model_dir / "gatesight", tmp_path / "estimator")
+    _tensors(estimator / "gatesight.safetensors", lambda t, first: t.update({k: v.half() for k, v in t.items()}))
+    loaded = GateSightEstimator.load(estimator)
+    assert all(t.dtype == torch.float32 for layer in loaded.layers.values() for t in layer.values())
+    code, err = run_cli(capsys, "compare", "--model", model_dir, "--methods", f"gatesight[estimator={estimator}]/flat",
+                        "--tasks", "niah_single_1", "--n", "1", "--length", "300", "--keep-fractions", "0.5", "--out",
+                        tmp_path / "out")
+    assert code == 0, err
+
+
+@pytest.mark.parametrize("option", ["estimator", "calibration"])
+def test_an_artifact_path_that_is_a_file_is_named_a_file(model_dir, tmp_path, capsys, option):
+    """The re-probe of 64: ``estimator=FILE`` said "no such directory" of a path that exists."""
+    press = "gatesight" if option == "estimator" else "triattention"
+    given = model_dir / "config.json"
+    code, err = run_cli(capsys, "compare", "--model", model_dir, "--methods", f"{press}[{option}={given}]/flat",
+                        "--n", "1", "--out", tmp_path / "out")
+    assert code == 2 and f"{option}={str(given)!r}: a file, not a directory" in err, err
