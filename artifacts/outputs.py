@@ -229,6 +229,8 @@ def check_stream(output: Output) -> None:
     if stream is not None:
         real = os.path.realpath(path)
         shown = "" if real == str(path) else f" ({real})"
+        if output.within is not None:  # a file of the command's own inside the folder given: the folder is named
+            raise _held_inside(output, f"{stream}{shown}", path)
         raise output.refuse(f"is {stream}{shown}, not a {output.kind} on disk: results are written whole to disk "
                             f"and never to a stream; give a {output.kind} on disk")
     if path.is_symlink():
@@ -244,6 +246,14 @@ def check_stream(output: Output) -> None:
                             f"the link; give the real path ({hops[-1]})")
 
 
+def _held_inside(output: Output, what: str, path: Path) -> UsageError:
+    """The refusal of a folder given (``output.within``) that holds ``what`` at ``path``, where the command keeps a
+    file of its own: the folder is what the user gave, and the thing in the way is to be moved."""
+    return UsageError(f"{output.flag} {output.within}: holds {what} at {path}, where this command keeps a file of its "
+                      f"own (results are written whole to disk, never to a stream): move it away, or give another "
+                      f"{output.flag}")
+
+
 def check_place(output: Output) -> None:
     """A :class:`~runtime.errors.UsageError` if ``output``'s place cannot take it (the module's list and
     :func:`check_stream`, all but the result already there)."""
@@ -256,6 +266,8 @@ def check_place(output: Output) -> None:
     existing = _nearest_existing(path)
     if existing == path and output.kind == FILE and not path.is_file():
         what = "a directory" if path.is_dir() else "not a regular file"
+        if output.within is not None:
+            raise _held_inside(output, what, path)
         raise output.refuse(f"is {what}, where a file is written; move it away or give another place")
     if existing != path or output.kind == FOLDER:
         if not existing.is_dir():

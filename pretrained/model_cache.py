@@ -11,7 +11,7 @@ from runtime.errors import UsageError
 
 from .catalog import CHECKPOINTS, DELTA_ARTIFACTS, MIXERS_FILE, DistilledCheckpoint, PackagedCheckpoint
 from .file_reads import sha256_of
-from .file_record import read_record, restore_hint
+from .file_record import read_record, recorded_files, restore_hint
 from .fingerprints import weights_fingerprint
 
 CACHE_ENV = "HYBRIDPRESS_CACHE"
@@ -54,12 +54,6 @@ def source_hash(checkpoint: PackagedCheckpoint | DistilledCheckpoint) -> str | N
     return digest.hexdigest()
 
 
-ESSENTIAL_FILES = {"config.json": "config.json", "tokenizer.json": "tokenizer.json",
-                   "model.safetensors": "model*.safetensors"}
-"""The files (name shown: pattern) without which a converted model directory cannot load: checked where its
-conversion recorded no files (converted or rebuilt before conversions recorded them)."""
-
-
 def file_records(directory: Path) -> dict[str, dict]:
     """``{path relative to directory: {"size": bytes, "sha256": hex}}`` of every file under ``directory``: what a
     conversion records of what it wrote, so that a file damaged later (a truncated copy, a full disk) is found."""
@@ -97,8 +91,9 @@ def conversion_problem(checkpoint: PackagedCheckpoint | DistilledCheckpoint, roo
                        hashes: bool = False) -> str | None:
     """What is wrong with the converted directory of ``checkpoint`` under ``root`` (default :func:`cache_dir`), said
     as a reason, or None if it is complete, made from the catalogued file and every file it recorded is as recorded
-    (by size, or with ``hashes`` by SHA-256: :func:`damage`). A conversion that recorded no files (made before they
-    were recorded) passes by size, there being nothing to compare, and fails by hash."""
+    (by size, or with ``hashes`` by SHA-256: :func:`damage`). A conversion whose record names none of its files, or
+    leaves out one that makes the model (made before conversions recorded them, or edited since), is damaged: its
+    files could be anything."""
     directory = Path(root or cache_dir()) / checkpoint.name
     expected = source_hash(checkpoint)  # first: a shipped delta changed in place is refused, converted or not
     source = read_source(directory)
@@ -106,14 +101,20 @@ def conversion_problem(checkpoint: PackagedCheckpoint | DistilledCheckpoint, roo
         return f"is not converted (no {SOURCE_FILE})"
     if expected is None or source.get("sha256") != expected:
         return f"was made from another file (SHA-256 {source.get('sha256')}, not {expected})"
-    if "files" not in source:
-        # nothing recorded to compare: the files every model directory needs must be there all the same
-        missing = next((name for name, pattern in ESSENTIAL_FILES.items() if not any(directory.glob(pattern))), None)
-        if missing is not None:
-            return f"is damaged: {missing} is missing"
-        return "records no file hashes (converted before conversions recorded them)" if hashes else None
-    reason = damage(directory, source["files"], hashes)
+    files = source.get("files")
+    if not isinstance(files, dict):  # nothing recorded to compare: never taken for a folder that is whole
+        return (f"is damaged: its {SOURCE_FILE} records none of its files (converted before conversions recorded "
+                "them, or edited since)")
+    unrecorded = next((name for name in _model_file_names(directory) if name not in files), None)
+    if unrecorded is not None:
+        return f"is damaged: its {SOURCE_FILE} does not record {unrecorded}, a file that makes the model"
+    reason = damage(directory, files, hashes)
     return None if reason is None else f"is damaged: {reason}"
+
+
+def _model_file_names(directory: Path) -> list[str]:
+    """The files that make the model of ``directory`` (:func:`pretrained.file_record.recorded_files`), relative."""
+    return [path.relative_to(directory).as_posix() for path in recorded_files(directory)]
 
 
 def installed(checkpoint: PackagedCheckpoint | DistilledCheckpoint, root: Path | None = None) -> Path | None:
@@ -155,8 +156,13 @@ def check_recorded(directory: Path, name: str | None = None) -> None:
     source = read_source(directory)
     name = name or (source or {}).get("name") or Path(directory).name
     _read_weights_once(Path(directory))
-    if source is not None and isinstance(source.get("files"), dict):
-        reason = damage(directory, source["files"], hashes=True)
+    if source is not None:
+        files = source.get("files")
+        unrecorded = None if not isinstance(files, dict) else next(
+            (n for n in _model_file_names(Path(directory)) if n not in files), None)
+        reason = (f"its {SOURCE_FILE} records none of its files" if not isinstance(files, dict) else
+                  f"its {SOURCE_FILE} does not record {unrecorded}" if unrecorded else
+                  damage(directory, files, hashes=True))
         if reason is not None:
             raise UsageError(f"{name} in {directory} is damaged: {reason}; run `bench fetch-model {name}` to convert "
                              "it again (what was stored beside its files is kept)")

@@ -11,7 +11,8 @@ from pathlib import Path
 import torch
 
 import pretrained
-from pretrained.model_cache import check_recorded
+from pretrained.file_record import RECORD_FILE
+from pretrained.model_cache import SOURCE_FILE, check_recorded
 from runtime.errors import MissingFileError, UsageError
 
 MODEL_ENV = "HYBRIDPRESS_MODEL"
@@ -78,6 +79,21 @@ def spec_of(model) -> ModelSpec:
     return model if isinstance(model, ModelSpec) else ModelSpec(None if model is None else str(model))
 
 
+def _check_named_as_recorded(directory: Path) -> None:
+    """``UsageError`` where ``directory`` bears a catalogued model's name or the default model's — the name its
+    rows would carry — but records none of its files (no ``source.json``, no ``files.json``): rows of any weights
+    would pass for that model's."""
+    name = directory.resolve().name
+    if name not in pretrained.CHECKPOINTS and name != DEFAULT_MODEL_NAME:
+        return
+    if not any((directory / record).exists() for record in (SOURCE_FILE, RECORD_FILE)):
+        instead = ("leave --model out (the default model ships in the checkout)" if name == DEFAULT_MODEL_NAME else
+                   f"give the name, --model {name} (`bench fetch-model {name}` converts it first)")
+        raise UsageError(f"--model {directory}: the folder is named {name}, the model its rows would be named after, "
+                         f"but records none of its files ({SOURCE_FILE}, {RECORD_FILE}), so its weights could be any: "
+                         f"{instead}, or copy the model into a folder of another name")
+
+
 def resolve(model: str | ModelSpec | None) -> Path:
     """The model's local directory: a catalogued name's converted directory, the path itself, or the hub id's
     snapshot in the local HF cache."""
@@ -95,6 +111,7 @@ def resolve(model: str | ModelSpec | None) -> Path:
     directory = Path(spec.path).expanduser()
     if (directory / "config.json").exists():
         check_recorded(directory)  # a catalogued model's directory given by its path: as by its name
+        _check_named_as_recorded(directory)
         return directory
     if spec.path == DEFAULT_MODEL_NAME and not directory.exists():  # as rows and reports name the default model
         return resolve(None)

@@ -259,6 +259,17 @@ def catalogued(teacher, student, tmp_path, monkeypatch):
     return checkpoint, root
 
 
+def _teacher_tokenizer(teacher_dir, write) -> None:
+    """Tokenizer files written into the catalogued teacher by ``write(teacher_dir)``, recorded in its source.json as
+    a conversion records what it wrote (a file that makes the model and is not recorded is damage)."""
+    from pretrained.model_cache import SOURCE_FILE, file_records
+
+    write(teacher_dir)
+    source = json.loads((teacher_dir / SOURCE_FILE).read_text())
+    files = {name: held for name, held in file_records(teacher_dir).items() if name != SOURCE_FILE}
+    (teacher_dir / SOURCE_FILE).write_text(json.dumps({**source, "files": files}))
+
+
 def _artifacts(directory, weights: str, calibration: bytes = b"calibration") -> None:
     """Stand-ins for what ``bench train`` and ``bench calibrate`` write: the estimator's record of the weights it
     describes is what the delta checks."""
@@ -330,7 +341,7 @@ def test_a_damaged_rebuild_is_not_reported_rebuilt_but_rebuilt_again(catalogued,
     from pretrained.model_cache import SOURCE_FILE, installed, locate
 
     checkpoint, root = catalogued
-    build_tokenizer().save_pretrained(root / checkpoint.teacher.name)  # the tokenizer a rebuild takes over
+    _teacher_tokenizer(root / checkpoint.teacher.name, build_tokenizer().save_pretrained)  # a rebuild takes it over
     rebuilt = hybrid_delta.rebuild(checkpoint, root)
     source = json.loads((rebuilt / SOURCE_FILE).read_text())
     assert "model.safetensors" in source["files"] and installed(checkpoint, root) == rebuilt
@@ -339,8 +350,8 @@ def test_a_damaged_rebuild_is_not_reported_rebuilt_but_rebuilt_again(catalogued,
         (rebuilt / SOURCE_FILE).write_text(json.dumps(source))
     (rebuilt / lost).unlink()
     assert installed(checkpoint, root) is None
-    with pytest.raises(UsageError, match=re.escape(f"in {rebuilt} is damaged: {lost} is missing; run `bench "
-                                                   f"fetch-model {checkpoint.name}`")):
+    said = f"{lost} is missing" if recorded else "its source.json records none of its files"
+    with pytest.raises(UsageError, match=re.escape(f"in {rebuilt} is damaged: {said}")):
         locate(checkpoint.name, root)
     logged = []
     assert hybrid_delta.rebuild(checkpoint, root, log=logged.append) == rebuilt
@@ -415,7 +426,7 @@ def test_a_rebuild_removes_its_partial_folder_on_any_failure(catalogued, monkeyp
     """Interrupted while the model is written (here: a KeyboardInterrupt from the copy of the tokenizer files), the
     rebuild leaves nothing behind; a later rebuild completes."""
     checkpoint, root = catalogued
-    (root / checkpoint.teacher.name / "tokenizer.json").write_text("{}")
+    _teacher_tokenizer(root / checkpoint.teacher.name, lambda d: (d / "tokenizer.json").write_text("{}"))
     real = shutil.copyfile
 
     def interrupted(*args, **kwargs):

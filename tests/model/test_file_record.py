@@ -88,3 +88,20 @@ def test_a_folder_of_ones_own_without_a_record_is_not_checked_one_with_a_partial
     _partial(copy / RECORD_FILE)
     with pytest.raises(UsageError, match="does not record model.safetensors.*restore it from where it was copied"):
         read_record(copy)
+
+
+@pytest.mark.parametrize("name", ["hybrid-byte-12l", "smollm2-135m-instruct"])
+def test_a_folder_named_as_a_catalogued_model_that_records_nothing_is_refused(tmp_path, capsys, name):
+    """The re-probe of 64: a cached conversion with its source.json removed and its weights damaged, given by its
+    path, ran under the catalogue's name (rows are named after the folder). A folder bearing that name must record
+    its files; under another name it runs as the user's own model."""
+    copy = tmp_path / name
+    shutil.copytree(DEFAULT_MODEL_DIR, copy)
+    (copy / RECORD_FILE).unlink()
+    code, err = run_cli(capsys, "compare", "--model", copy, "--press", "snapkv", "--n", "1", "--out", tmp_path / "out")
+    assert code == 2 and f"--model {copy}: the folder is named {name}, the model its rows would be named" in err, err
+    assert not (tmp_path / "out").exists()
+    mine = copy.rename(tmp_path / "mine")
+    code, err = run_cli(capsys, "compare", "--model", mine, "--press", "snapkv", "--n", "1", "--tasks", "niah_single_1",
+                        "--length", "300", "--out", tmp_path / "out")
+    assert code == 0, err

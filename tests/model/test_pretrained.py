@@ -193,15 +193,26 @@ def test_a_repair_keeps_what_was_stored_beside_the_weights_and_a_failed_one_chan
     assert pretrained.model_cache.conversion_problem(FAKE, root, hashes=True) is None
 
 
-def test_a_conversion_without_recorded_hashes_is_converted_again(fake_fetch):
+@pytest.mark.parametrize("record", ["no files", "partial"])
+def test_a_conversion_without_recorded_hashes_is_converted_again(fake_fetch, record, capsys):
+    """A conversion whose record names none of its files (as conversions were recorded before they recorded them)
+    or leaves out its weights is damaged, never run: the re-probe of 64 ran 4 KiB-overwritten weights under the
+    catalogue's name with such a record. ``fetch-model`` converts it again."""
     root, run, state = fake_fetch
     directory = run()
     source = json.loads((directory / "source.json").read_text())
-    del source["files"]  # as conversions were recorded before they recorded their files
+    if record == "no files":
+        del source["files"]
+    else:
+        del source["files"]["model.safetensors"]
     (directory / "source.json").write_text(json.dumps(source))
-    assert pretrained.installed(FAKE, root) == directory  # loads as before: nothing to check it against
+    assert pretrained.installed(FAKE, root) is None
+    with pytest.raises(UsageError, match=f"in {directory} is damaged: its source.json (records none of its files|does "
+                                         "not record model.safetensors).*run `bench fetch-model"):
+        pretrained.locate(FAKE.name, root)
     run()
-    assert state["converted"] == 2 and "files" in json.loads((directory / "source.json").read_text())
+    assert state["converted"] == 2 and "model.safetensors" in json.loads((directory / "source.json").read_text())[
+        "files"]
 
 
 def test_a_conversion_of_another_file_is_moved_aside_not_deleted(fake_fetch):
