@@ -55,6 +55,26 @@ def _put_back(saved: dict, stand_ins: dict) -> list[str]:
     return changed
 
 
+def _descriptor(fd: int) -> tuple | None:
+    """What file descriptor ``fd`` is open on (its device and inode), or None where it is closed."""
+    try:
+        stat = os.fstat(fd)
+    except OSError:
+        return None
+    return stat.st_dev, stat.st_ino
+
+
+def _descriptors_put_back(saved: dict[int, tuple[int, tuple]]) -> list[int]:
+    """Each standard descriptor of ``saved`` (``{fd: (a copy of it, what it was open on)}``) that was closed or
+    pointed elsewhere, put back from its copy; their numbers. The copies are closed."""
+    changed = [fd for fd, (_, was) in saved.items() if _descriptor(fd) != was]
+    for fd, (copy, _) in saved.items():
+        if fd in changed:
+            os.dup2(copy, fd)
+        os.close(copy)
+    return changed
+
+
 def _modules_put_back(modules: dict) -> tuple[list[str], list[str]]:
     """``sys.modules`` put back to hold each module of ``modules`` (imported before) and no None added since (an
     import blocked for the rest of the run); the names of those replaced or removed, and of those blocked."""
@@ -69,9 +89,10 @@ def _modules_put_back(modules: dict) -> tuple[list[str], list[str]]:
 def import_guarded(load: Callable[[], T], shown: str) -> T:
     """``load()`` (an import of a user's code, ``shown`` as the message names it), refusing in one
     :class:`~runtime.errors.UsageError` an import that exits the process, closes or replaces a standard stream (it
-    sees stand-ins that only mark a close), or replaces, removes or blocks modules. Each is put back first, so that
-    the refusal prints; whatever ``load`` raises goes on up unchanged, the streams and modules put back too."""
+    sees stand-ins that only mark a close) or its file descriptor, or replaces, removes or blocks modules. Each is
+    put back first, so that the refusal prints; whatever ``load`` raises goes on up unchanged, all put back too."""
     modules = dict(sys.modules)
+    descriptors = {fd: (os.dup(fd), was) for fd in range(len(STREAMS)) if (was := _descriptor(fd)) is not None}
     streams = {name: getattr(sys, name) for name in STREAMS if getattr(sys, name) is not None}
     stand_ins = {name: _StreamStandIn(stream) for name, stream in streams.items()}
     for name, stand_in in stand_ins.items():
@@ -86,7 +107,8 @@ def import_guarded(load: Callable[[], T], shown: str) -> T:
         raise UsageError(f"{shown}: importing it called sys.exit({called.code!r}); {WHAT_IT_IS_FOR}") from None
     finally:
         os._exit = real_exit
-        changed = _put_back(streams, stand_ins)
+        changed = _put_back(streams, stand_ins) + [f"file descriptor {fd} ({STREAMS[fd]})"
+                                                   for fd in _descriptors_put_back(descriptors)]
         replaced, blocked = _modules_put_back(modules)
     if changed:
         raise UsageError(f"{shown}: importing it closed or replaced {', '.join(changed)}; {WHAT_IT_IS_FOR}")

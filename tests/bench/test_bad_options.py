@@ -280,6 +280,9 @@ def test_an_import_that_raises_or_exits_is_one_line(source, says, command, tmp_p
     ("import sys\nsys.stdout.close()\n", "closed or replaced sys.stdout"),
     ("import sys\nsys.stderr.close()\n", "closed or replaced sys.stderr"),
     ("import sys\nsys.stderr = open('/dev/null', 'w')\n", "closed or replaced sys.stderr"),
+    # the probe's next try: the descriptors themselves (the refusal went to the closed descriptor 2, unseen)
+    ("import os\nos.close(1)\nos.close(2)\n", "closed or replaced file descriptor 1 (stdout), file descriptor 2 "
+                                             "(stderr)"),
 ])
 def test_an_import_that_closes_or_replaces_a_stream_is_one_line_in_a_real_process(source, says, tmp_path):
     """Re-probe of 64: a module closing sys.stdout ended the run in a traceback from the bench's own printing. The
