@@ -4,6 +4,7 @@ the command's modules load (seconds: torch, transformers) as during the command 
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 
@@ -22,6 +23,13 @@ def main() -> int:
     # exit code, with no line to say why
     for stop in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(stop, signal.SIG_IGN)
+    user_imports = sys.modules.get("runtime.user_imports")
+    if user_imports is not None and any(thread.is_alive() for thread in user_imports.LINGERING):
+        # a user's module left threads running (refused, said): Python's shutdown would wait for them for ever, past
+        # the signals ignored above
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
     return code
 
 

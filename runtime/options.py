@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import re
 import types
 import typing
 from dataclasses import MISSING, fields
@@ -184,6 +185,10 @@ def build_with_options(cls, name: str, options: dict):
         raise UsageError(f"{name} cannot be built from these options: {error}") from None
 
 
+METHOD_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.-]*")
+"""A registered press's or allocator's name: what ``--press``, ``--alloc`` and ``--methods`` can give."""
+
+
 def register_in(registry: dict, cls, base: type, kind: str, reserved: tuple[str, ...] = ("none",),
                 reserved_prefix: str | None = None):
     """Add ``cls`` (a ``base`` subclass with a ``name`` of its own) to ``registry`` (``presses.register`` and
@@ -192,6 +197,11 @@ def register_in(registry: dict, cls, base: type, kind: str, reserved: tuple[str,
     if not (isinstance(cls, type) and issubclass(cls, base)):
         article = "an" if base.__name__[0] in "AEIOU" else "a"
         raise UsageError(f"register takes {article} {base.__name__} subclass, got {cls!r}")
+    if not isinstance(cls.name, str) or (cls.name and not METHOD_NAME.fullmatch(cls.name)):
+        # a name the command line cannot give (--press splits on commas and reads brackets as options, --methods
+        # splits on slashes) or a folder of the collection could not be named by
+        raise UsageError(f"{cls.__name__}.name {cls.name!r}: a {kind}'s name is text of ASCII letters, digits, "
+                         "'_', '-' and '.', beginning with a letter, as bench compare can name it")
     if not cls.name or cls.name in reserved or (reserved_prefix and cls.name.startswith(reserved_prefix)):
         shown = ["empty", *(repr(r) for r in reserved), *([f"'{reserved_prefix}...'"] if reserved_prefix else [])]
         raise UsageError(f"{cls.__name__}.name {cls.name!r}: give the {kind} a name of its own (not "

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from typing import Callable, TypeVar
 
 from .errors import UsageError
@@ -18,6 +19,9 @@ from .errors import UsageError
 T = TypeVar("T")
 STREAMS = ("stdin", "stdout", "stderr")
 WHAT_IT_IS_FOR = "a module given to the bench registers presses or allocators and returns"
+LINGERING: list[threading.Thread] = []
+"""Threads a user's import started and did not make daemons (refused): the console script ends without waiting for
+them (:mod:`bench.entry`), as Python's own shutdown would wait for ever."""
 
 
 class _ProcessExit(BaseException):
@@ -89,9 +93,11 @@ def _modules_put_back(modules: dict) -> tuple[list[str], list[str]]:
 def import_guarded(load: Callable[[], T], shown: str) -> T:
     """``load()`` (an import of a user's code, ``shown`` as the message names it), refusing in one
     :class:`~runtime.errors.UsageError` an import that exits the process, closes or replaces a standard stream (it
-    sees stand-ins that only mark a close) or its file descriptor, or replaces, removes or blocks modules. Each is
-    put back first, so that the refusal prints; whatever ``load`` raises goes on up unchanged, all put back too."""
-    modules = dict(sys.modules)
+    sees stand-ins that only mark a close) or its file descriptor, replaces, removes or blocks modules, changes the
+    working directory or leaves threads running that are not daemons. Each is put back first (but the threads, named
+    in :data:`LINGERING`), so that the refusal prints; whatever ``load`` raises goes on up unchanged, all put back
+    too."""
+    modules, cwd, threads = dict(sys.modules), os.getcwd(), set(threading.enumerate())
     descriptors = {fd: (os.dup(fd), was) for fd in range(len(STREAMS)) if (was := _descriptor(fd)) is not None}
     streams = {name: getattr(sys, name) for name in STREAMS if getattr(sys, name) is not None}
     stand_ins = {name: _StreamStandIn(stream) for name, stream in streams.items()}
@@ -110,10 +116,21 @@ def import_guarded(load: Callable[[], T], shown: str) -> T:
         changed = _put_back(streams, stand_ins) + [f"file descriptor {fd} ({STREAMS[fd]})"
                                                    for fd in _descriptors_put_back(descriptors)]
         replaced, blocked = _modules_put_back(modules)
+        moved = os.getcwd() != cwd
+        os.chdir(cwd)  # the outputs were checked from here, and relative paths are the user's from here
     if changed:
         raise UsageError(f"{shown}: importing it closed or replaced {', '.join(changed)}; {WHAT_IT_IS_FOR}")
     if replaced or blocked:
         names = ", ".join((replaced or blocked)[:3]) + (" …" if len(replaced or blocked) > 3 else "")
         raise UsageError(f"{shown}: importing it {'replaced or removed' if replaced else 'blocked'} module(s) "
                          f"{names} in sys.modules; {WHAT_IT_IS_FOR}")
+    if moved:
+        raise UsageError(f"{shown}: importing it changed the working directory (every relative path given is from "
+                         f"where the command was started); {WHAT_IT_IS_FOR}")
+    running = [t for t in threading.enumerate() if t not in threads and not t.daemon]
+    if running:
+        LINGERING.extend(running)
+        raise UsageError(f"{shown}: importing it started thread(s) {', '.join(t.name for t in running)} that are not "
+                         "daemons, which would keep the run from ever ending; start them with daemon=True, or not on "
+                         "import")
     return loaded

@@ -244,6 +244,9 @@ def import_user_modules(args: argparse.Namespace) -> None:
         try:
             import_guarded(lambda: importlib.import_module(module), f"--import {module}")
         except ImportError as error:
+            if not _not_found(error, module):  # the module was found: an import inside it failed
+                raise UsageError(f"--import {module}: importing it raised {type(error).__name__}: "
+                                 f"{' '.join(str(error).split())} ({_raised_at(error)})") from error
             raise UsageError(f"--import {module}: {error} (give a module importable from the current directory, "
                              "e.g. my_press for ./my_press.py, or from an installed package)") from None
         except UsageError:
@@ -251,6 +254,13 @@ def import_user_modules(args: argparse.Namespace) -> None:
         except Exception as error:  # noqa: BLE001 - whatever the user's module raises is theirs to fix: one line
             raise UsageError(f"--import {module}: importing it raised {type(error).__name__}: "
                              f"{' '.join(str(error).split())} ({_raised_at(error)})") from error
+
+
+def _not_found(error: ImportError, module: str) -> bool:
+    """Whether ``error`` says ``module`` itself (or a package on its dotted path) is not found, not that an import
+    its own code made failed."""
+    return isinstance(error, ModuleNotFoundError) and error.name is not None and (
+        module == error.name or module.startswith(f"{error.name}."))
 
 
 def _raised_at(error: Exception) -> str:

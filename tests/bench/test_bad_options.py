@@ -257,6 +257,11 @@ def test_an_option_in_other_digits_is_refused_as_the_flags_are(text):
     ("import os\nos._exit(0)\n", "importing it called os._exit(0); a module given to the bench registers"),
     ("import sys\nsys.modules['json'] = None\n", "importing it replaced or removed module(s) json in sys.modules"),
     ("import sys\nsys.modules['not_yet_imported_xyz'] = None\n", "importing it blocked module(s) not_yet_imp"),
+    # probe 7: an import inside the module that fails is the module's error, not "give a module importable …"
+    ("from presses.snapkv import NoSuchName\n", "importing it raised ImportError: cannot import name 'NoSuchName' "),
+    ("import no_such_package_xyz\n", "importing it raised ModuleNotFoundError: No module named 'no_such_package_xyz'"),
+    # probe 7: a module that moved the working directory sent a relative --out elsewhere
+    ("import os\nos.chdir('/')\n", "importing it changed the working directory"),
 ])
 @pytest.mark.parametrize("command", [["compare", "--press", "keydiff", "--n", "1", "--out", "{tmp}/out"],
                                      ["cost", "--press", "keydiff", "--out", "{tmp}/cost"]])
@@ -296,6 +301,21 @@ def test_an_import_that_closes_or_replaces_a_stream_is_one_line_in_a_real_proces
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
     assert f"--import closer: importing it {says}; a module given to the bench registers" in done.stderr, done.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_an_import_that_leaves_a_thread_running_is_refused_and_the_run_still_ends(tmp_path):
+    """Probe 7: a module that started a thread that is not a daemon kept the process alive after the run, past
+    SIGTERM and Ctrl-C (the console script ignores them once its command is done): only SIGKILL ended it."""
+    import subprocess
+
+    (tmp_path / "threaded.py").write_text("import threading, time\n"
+                                          "threading.Thread(target=time.sleep, args=(1000,), name='sleeper').start()\n")
+    done = subprocess.run([sys.executable, "-m", "bench.entry", "compare", "--press", "keydiff", "--n", "1", "--out",
+                           str(tmp_path / "out"), "--import", "threaded"], cwd=tmp_path, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}, timeout=300)
+    assert done.returncode == 2 and "--import threaded: importing it started thread(s) sleeper that are not daemons" \
+        in done.stderr, done.stderr
+    assert not (tmp_path / "out").exists()  # and it ended: subprocess.run's timeout would have raised
 
 
 @pytest.mark.parametrize("given", ["../my_press", "my_press.py", "/abs/my_press.py"])
