@@ -242,8 +242,11 @@ def check_stream(output: Output) -> None:
                              "command writes a file of its own; it never writes through a link nor replaces one (a "
                              "file is put in place by renaming): move the link away, or give another "
                              f"{output.flag}")
+        fixed = (f"give the real path ({hops[-1]})" if output.flag.startswith("-") else
+                 f"replace the link by the folder it names (or a copy of it), {output.path} being where the command "
+                 "writes")
         raise output.refuse(f"is a link (to {hops[-1]}): a result is put in place by renaming, which would replace "
-                            f"the link; give the real path ({hops[-1]})")
+                            f"the link; {fixed}")
 
 
 def _held_inside(output: Output, what: str, path: Path) -> UsageError:

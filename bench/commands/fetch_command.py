@@ -47,6 +47,8 @@ def run_fetch(args: argparse.Namespace) -> None:
         member = Path((checkpoint.teacher if isinstance(checkpoint, DistilledCheckpoint) else checkpoint).member).name
         raise UsageError(f"--gguf {gguf} is a directory; give the GGUF file itself, e.g. {gguf / member}")
     if gguf is not None and not gguf.is_file():
+        if gguf.exists():  # a device or a pipe: read for ever or for nothing, never a file of weights
+            raise UsageError(f"--gguf {gguf}: not a regular file (a device or a pipe); give the GGUF file itself")
         raise FileNotFoundError(f"--gguf {gguf}: no such file")
     root = cache_dir(args.cache)
     if isinstance(checkpoint, DistilledCheckpoint):

@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import socket
+from pathlib import Path
 
 import pytest
 
@@ -320,3 +321,23 @@ def test_standard_error_that_fails_ends_the_run_with_its_code(model_dir, tmp_pat
         assert subprocess.run(argv, stderr=full, stdout=subprocess.DEVNULL, env=env, timeout=300).returncode == 2
         verify = [sys.executable, "-m", "bench.entry", "verify", str(tmp_path / "out")]  # probe 74: both streams full
         assert subprocess.run(verify, stdout=full, stderr=full, env=env, timeout=300).returncode == 2
+
+
+@pytest.mark.parametrize("make", ["device", "pipe"])
+def test_a_gguf_that_is_a_device_or_a_pipe_is_named_so(tmp_path, capsys, make):
+    """Probe 7: ``fetch-model NAME --gguf /dev/zero`` said "no such file" of a path that exists."""
+    given = Path("/dev/zero") if make == "device" else tmp_path / "pipe"
+    if make == "pipe":
+        os.mkfifo(given)
+    code, err = run_cli(capsys, "fetch-model", "smollm2-135m-instruct", "--gguf", given, "--cache", tmp_path / "c")
+    assert code == 2 and f"--gguf {given}: not a regular file (a device or a pipe)" in err, err
+
+
+def test_a_calibration_folder_that_is_a_link_says_to_replace_the_link(model_dir, tmp_path, capsys):
+    """Probe 7: calibrate refused a model whose calibration/ is a link with "give the real path", which no option of
+    calibrate takes."""
+    model = shutil.copytree(model_dir, tmp_path / "model")
+    shutil.move(model / "calibration", tmp_path / "elsewhere")
+    (model / "calibration").symlink_to(tmp_path / "elsewhere")
+    code, err = run_cli(capsys, "calibrate", "--model", model, "--replace")
+    assert code == 2 and "is a link (to " in err and "replace the link by the folder it names" in err, err
