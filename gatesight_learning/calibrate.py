@@ -12,6 +12,7 @@ from tqdm import tqdm
 from artifacts.files import check_replaceable, install
 from presses.calibration import FILE, LEGACY_FILE, Calibration, calibrate
 from pretrained import loading
+from pretrained.file_record import record_again
 from runtime.errors import UsageError
 
 from .record import recording_chunks
@@ -68,4 +69,5 @@ def calibrate_model(model, tokens: int, chunk: int, replace: bool = False) -> tu
         result = calibrate(model, chunks, sources, progress=bar.update)
     with tempfile.TemporaryDirectory(dir=directory) as scratch:
         [path] = install([result.save(Path(scratch))], target, superseded=held)
+    record_again(directory)
     return result, path

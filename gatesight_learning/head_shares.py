@@ -26,6 +26,7 @@ from presses import Selection
 from presses.calibration import weights_fingerprint
 from presses.preparation import prepare
 from pretrained import loading
+from pretrained.file_record import record_again
 from runtime import adapter_for, encode_text, prefill
 from runtime.errors import UsageError
 
@@ -123,4 +124,5 @@ def calibrate_head_shares(model, windows: int, tokens: int, keep_fractions=KEEP_
     result = HeadShares(shares, provenance, weights_fingerprint(directory))
     with tempfile.TemporaryDirectory(dir=directory) as scratch:
         [path] = install([result.save(Path(scratch))], (directory / FILE).parent, superseded=[directory / FILE])
+    record_again(directory)
     return result, path

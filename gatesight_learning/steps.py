@@ -14,6 +14,7 @@ from artifacts.files import check_replaceable, install, rebuilt_path, write_rebu
 from artifacts.outputs import ESTIMATOR, LABEL_SHARDS, other_kind
 from presses.gatesight import ARTIFACT_DIR, gdn_window
 from pretrained import loading
+from pretrained.file_record import record_again
 from runtime import adapter_for
 from runtime.errors import UsageError
 
@@ -163,6 +164,7 @@ def train(model_path, labels_dir: Path, out: Path | None, slow_threshold: float,
         estimator.save(scratch)
         (Path(scratch) / "evaluation.md").write_text(_evaluation_heading(settings.scale) + table + "\n")
         install(sorted(Path(scratch).iterdir()), target)
+    record_again(target.parent)  # where target is a recorded model's own gatesight/
     print(table)
     print(f"estimator saved to {target}")
     return table

@@ -29,7 +29,7 @@ from safetensors.torch import load_file, save_file
 from artifacts.files import backup_path, write_text
 from presses.gatesight import ARTIFACT_DIR
 from pretrained.catalog import DELTA_ARTIFACTS, MIXERS_FILE
-from pretrained.file_record import write_record
+from pretrained.file_record import record_again, write_record
 from pretrained.loading import fingerprint
 from pretrained.model_cache import (
     CACHE_ENV,
@@ -343,6 +343,8 @@ def ship_artifacts(checkpoint, root: Path, log=print) -> list[Path]:
         shutil.copytree(source, target, ignore=lambda _, names: [n for n in names if not (source / n).is_file()])
         written.append(target)
         log(f"{target}: copied from {source}")
+    if written:
+        record_again(checkpoint.delta_dir)  # the shipped delta's record holds its artifacts
     record = json.loads((directory / SOURCE_FILE).read_text())
     write_text(directory / SOURCE_FILE, json.dumps({**record, "sha256": source_hash(checkpoint)}, indent=2) + "\n")
     return written

@@ -5,9 +5,11 @@ run under its name (:func:`pretrained.model_cache.check_recorded` checks it befo
 
 The folders the checkout ships — the default model (``models/hybrid-byte-12l``) and the distilled hybrid's delta
 (``models/smollm2-135m-hybrid``) — commit theirs; a model ``bench train-model`` trains and a delta ``bench distill``
-writes get one as they are written. The artifacts beside a model (``gatesight/``, ``calibration/``) are not in it:
-``bench train`` and ``bench calibrate`` replace them in place, their loaders check what they hold, and every row
-records their own fingerprint.
+writes get one as they are written. The record holds the artifacts beside the model too (``gatesight/``,
+``calibration/``): the bench's commands that put one in place in a recorded folder (``bench train``, ``bench
+calibrate``, ``bench calibrate-shares``, ``bench ship-artifacts``) write the record again (:func:`record_again`), so
+an artifact changed by hand (4 KiB of an estimator zeroed: finite values its loader takes) is refused as the weights
+are.
 
 ``python -m pretrained.file_record FOLDER …`` writes the record of each folder anew (after a deliberate change).
 """
@@ -21,7 +23,7 @@ from pathlib import Path
 from runtime.errors import UsageError
 
 from .file_reads import sha256_of
-from .model_files import part_files
+from .model_files import ARTIFACTS, METHOD_ARTIFACTS, matching_files, part_files
 
 RECORD_FILE = "files.json"
 """A model folder's record of its own files: ``{"files": {name: {"size": bytes, "sha256": hex}}}``."""
@@ -34,13 +36,27 @@ DELTA_FILES = ("hybrid.json", "mixers.safetensors")
 """What makes a distilled hybrid's delta (:mod:`hybridmodel.hybrid_delta`): its manifest and its mixers."""
 
 
-def recorded_files(directory: Path) -> list[Path]:
+def model_files(directory: Path) -> list[Path]:
     """The files that make the model of ``directory``: a model directory's parts (weights, config, tokenizer:
     :data:`~pretrained.model_files.MODEL_PARTS`), or a delta's :data:`DELTA_FILES`."""
     directory = Path(directory)
     if (directory / "config.json").is_file():
         return sorted({path for part in ("weights", "config", "tokenizer") for path in part_files(directory, part)})
     return [directory / name for name in DELTA_FILES if (directory / name).is_file()]
+
+
+def recorded_files(directory: Path) -> list[Path]:
+    """What a folder's record holds: the files that make its model (:func:`model_files`) and the artifacts the bench
+    keeps beside them (:data:`~pretrained.model_files.ARTIFACTS`, :data:`~pretrained.model_files.METHOD_ARTIFACTS`)."""
+    artifacts = matching_files(Path(directory), (*ARTIFACTS, *METHOD_ARTIFACTS))
+    return sorted({*model_files(directory), *artifacts})
+
+
+def record_again(directory: Path) -> None:
+    """Write ``directory``'s record anew where it keeps one: a command of the bench has just put an artifact of its
+    own in place there (a record left as it was would refuse the folder as changed by hand)."""
+    if (Path(directory) / RECORD_FILE).is_file():
+        write_record(directory)
 
 
 def write_record(directory: Path) -> Path:

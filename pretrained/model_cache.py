@@ -11,7 +11,7 @@ from runtime.errors import UsageError
 
 from .catalog import CHECKPOINTS, DELTA_ARTIFACTS, MIXERS_FILE, DistilledCheckpoint, PackagedCheckpoint
 from .file_reads import sha256_of
-from .file_record import read_record, recorded_files, restore_hint
+from .file_record import model_files, read_record, restore_hint
 from .fingerprints import weights_fingerprint
 
 CACHE_ENV = "HYBRIDPRESS_CACHE"
@@ -69,7 +69,8 @@ def damage(directory: Path, files: dict, hashes: bool = False, by: str = "its co
     for name, record in sorted(files.items()):
         path = Path(directory) / name
         if not path.is_file():
-            return f"{name} is missing"
+            return f"{name} is not a regular file (a folder, a pipe or a device)" if path.exists() else \
+                f"{name} is missing"
         size = path.stat().st_size
         if size != record["size"]:
             return f"{name} is {size} bytes, {by} wrote {record['size']}"
@@ -113,8 +114,9 @@ def conversion_problem(checkpoint: PackagedCheckpoint | DistilledCheckpoint, roo
 
 
 def _model_file_names(directory: Path) -> list[str]:
-    """The files that make the model of ``directory`` (:func:`pretrained.file_record.recorded_files`), relative."""
-    return [path.relative_to(directory).as_posix() for path in recorded_files(directory)]
+    """The files that make the model of ``directory`` (:func:`pretrained.file_record.model_files`), relative: a
+    conversion records them, not the artifacts the bench puts beside them later."""
+    return [path.relative_to(directory).as_posix() for path in model_files(directory)]
 
 
 def installed(checkpoint: PackagedCheckpoint | DistilledCheckpoint, root: Path | None = None) -> Path | None:

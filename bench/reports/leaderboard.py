@@ -16,6 +16,7 @@ import hashlib
 import io
 import os
 import re
+import shutil
 import tempfile
 from collections import defaultdict
 from collections.abc import Iterator
@@ -52,6 +53,8 @@ MANIFEST = "leaderboard.sha256"
 PUBLISHED = re.compile(r"leaderboard(-[^/]*)?\.(csv|png|html)")
 """The names of a leaderboard's tables and images (``leaderboard-2.png``, …): the only files a new build removes
 (those its manifest listed and it no longer writes), and those ``bench verify --docs`` refuses unlisted."""
+SCRATCH_PREFIX = ".leaderboard-build-"
+"""A build's scratch folder in ``--out``, renamed into place file by file at its end."""
 
 
 def sha256_of(path: Path) -> str:
@@ -126,7 +129,7 @@ def write_leaderboard(stores: list[Path], out: Path, resamples: int = RESAMPLES,
     if not rows:
         raise UsageError(f"no results in {', '.join(map(str, stores))}: run `bench compare` first")
     out.mkdir(parents=True, exist_ok=True)
-    with _sole_builder(out), tempfile.TemporaryDirectory(dir=out, prefix=".leaderboard-build-") as scratch:
+    with _sole_builder(out), _scratch(out) as scratch:
         built = _build(rows, Path(scratch), resamples)
         manifest = write_text(Path(scratch) / MANIFEST, "".join(f"{sha256_of(path)}  {path.name}\n"
                                                                 for path in built))
@@ -194,6 +197,17 @@ def _sole_builder(out: Path) -> Iterator[None]:
         yield
     finally:
         os.close(folder)  # releases the lock
+
+
+@contextmanager
+def _scratch(out: Path) -> Iterator[str]:
+    """A scratch folder in ``out`` for one build (the caller holds :func:`_sole_builder`'s lock): the scratch folders
+    of builds killed before they cleaned up are removed first, none of them being written now."""
+    for stale in out.glob(f"{SCRATCH_PREFIX}*"):
+        if stale.is_dir() and not stale.is_symlink():
+            shutil.rmtree(stale, ignore_errors=True)
+    with tempfile.TemporaryDirectory(dir=out, prefix=SCRATCH_PREFIX) as scratch:
+        yield scratch
 
 
 def recorded_digests(manifest: Path) -> dict[str, str]:

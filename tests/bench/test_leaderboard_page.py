@@ -108,7 +108,11 @@ def test_verify_docs_checks_the_page_as_it_checks_the_tables(model_dir, tmp_path
     run_compare(compare_settings(model_dir, store), show_progress=False)
     docs, again = tmp_path / "docs", tmp_path / "again"
     write_leaderboard([store], docs)
+    # probe 7: a build killed before it cleaned up left its scratch folder, which no later build removed
+    (again / ".leaderboard-build-killed").mkdir(parents=True)
+    (again / ".leaderboard-build-killed" / "leaderboard.md").write_text("half")
     write_leaderboard([store], again, published=False)
+    assert not any(again.glob(".leaderboard-build-*"))
     assert (docs / PAGE).read_bytes() == (again / PAGE).read_bytes()
     assert read_manifest(docs / MANIFEST)[PAGE] == sha256_of(docs / PAGE)
     verify_stores([store], docs, report=lambda line: None)

@@ -273,10 +273,13 @@ def _teacher_tokenizer(teacher_dir, write) -> None:
 def _artifacts(directory, weights: str, calibration: bytes = b"calibration") -> None:
     """Stand-ins for what ``bench train`` and ``bench calibrate`` write: the estimator's record of the weights it
     describes is what the delta checks."""
+    from pretrained.file_record import record_again
+
     (directory / "gatesight").mkdir(exist_ok=True)
     (directory / "gatesight" / "gatesight.json").write_text(json.dumps({"meta": {"weights": weights}}))
     (directory / "calibration").mkdir(exist_ok=True)
     (directory / "calibration" / "calibration.safetensors").write_bytes(calibration)
+    record_again(directory)  # as the commands that write them record a recorded folder again
 
 
 def _parses_every_command(message: str, commands: list[str]) -> None:

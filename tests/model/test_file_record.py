@@ -105,3 +105,47 @@ def test_a_folder_named_as_a_catalogued_model_that_records_nothing_is_refused(tm
     code, err = run_cli(capsys, "compare", "--model", mine, "--press", "snapkv", "--n", "1", "--tasks", "niah_single_1",
                         "--length", "300", "--out", tmp_path / "out")
     assert code == 0, err
+
+
+@pytest.mark.parametrize("artifact", ["gatesight/gatesight.safetensors", "calibration/calibration.safetensors"])
+def test_a_shipped_artifact_changed_in_place_is_refused(tmp_path, monkeypatch, capsys, artifact):
+    """Probe 7: 4 KiB of the default model's estimator zeroed (finite values its loader takes) ran as gatesight,
+    its rows apart only by their artifacts' fingerprint. The shipped record holds the artifacts too."""
+    copy = tmp_path / "models" / DEFAULT_MODEL_DIR.name
+    shutil.copytree(DEFAULT_MODEL_DIR, copy)
+    monkeypatch.setattr(pretrained.model_spec, "DEFAULT_MODEL_DIR", copy)
+    monkeypatch.setattr(pretrained.file_record, "CHECKOUT", tmp_path)
+    path = copy / artifact
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2:len(data) // 2 + min(4096, len(data) // 4)] = bytes(min(4096, len(data) // 4))
+    path.write_bytes(bytes(data))
+    code, err = run_cli(capsys, "compare", "--press", "snapkv", "--n", "1", "--out", tmp_path / "out")
+    assert code == 2 and f"is damaged: {artifact} has SHA-256 " in err and "git checkout -- models/" in err, err
+
+
+def test_a_command_that_replaces_an_artifact_records_the_folder_again(tmp_path, capsys):
+    """calibrate-shares into a copy of the default model (with its record): the record is written again, and the
+    folder runs."""
+    copy = tmp_path / "model"
+    shutil.copytree(DEFAULT_MODEL_DIR, copy)
+    before = read_record(copy)["calibration/head_shares.json"]
+    code, err = run_cli(capsys, "calibrate-shares", "--model", copy, "--windows", "2", "--tokens", "256", "--replace")
+    assert code == 0, err
+    assert read_record(copy)["calibration/head_shares.json"] != before
+    code, err = run_cli(capsys, "compare", "--model", copy, "--methods", "snapkv/head_shares", "--tasks",
+                        "niah_single_1", "--n", "1", "--length", "300", "--out", tmp_path / "out")
+    assert code == 0, err
+
+
+def test_a_recorded_file_made_a_pipe_is_named_so(tmp_path, monkeypatch, capsys):
+    """Probe 7: the shipped model's config.json made a pipe was said to be "missing"."""
+    import os
+
+    copy = tmp_path / "models" / DEFAULT_MODEL_DIR.name
+    shutil.copytree(DEFAULT_MODEL_DIR, copy)
+    monkeypatch.setattr(pretrained.model_spec, "DEFAULT_MODEL_DIR", copy)
+    monkeypatch.setattr(pretrained.file_record, "CHECKOUT", tmp_path)
+    (copy / "generation_config.json").unlink()
+    os.mkfifo(copy / "generation_config.json")
+    code, err = run_cli(capsys, "compare", "--press", "snapkv", "--n", "1", "--out", tmp_path / "out")
+    assert code == 2 and "generation_config.json" in err and "not a regular file" in err, err
