@@ -289,6 +289,7 @@ def test_an_import_that_raises_or_exits_is_one_line(source, says, command, tmp_p
     ("import os\nos.close(1)\nos.close(2)\n", "closed or replaced file descriptor 1 (stdout), file descriptor 2 "
                                              "(stderr)"),
 ])
+@pytest.mark.slow  # a process each (~3 s): CI's slow run holds them
 def test_an_import_that_closes_or_replaces_a_stream_is_one_line_in_a_real_process(source, says, tmp_path):
     """Re-probe of 64: a module closing sys.stdout ended the run in a traceback from the bench's own printing. The
     streams are the process's own (a test's captured ones are not closed), so the bench runs as a user runs it."""
@@ -303,6 +304,7 @@ def test_an_import_that_closes_or_replaces_a_stream_is_one_line_in_a_real_proces
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow  # a process of its own: CI's slow run holds it
 def test_an_import_that_leaves_a_thread_running_is_refused_and_the_run_still_ends(tmp_path):
     """Probe 7: a module that started a thread that is not a daemon kept the process alive after the run, past
     SIGTERM and Ctrl-C (the console script ignores them once its command is done): only SIGKILL ended it."""
