@@ -24,10 +24,10 @@ same from any batch."""
 
 
 def row_values(row: dict) -> dict:
-    # the timings of one context are measured where it ran, and the run that wrote it is where the row comes from,
-    # and the batch that answered it is how it was computed: not values of it, so two copies of a row may differ in
-    # them alone
-    return {k: v for k, v in row.items() if not k.endswith("_seconds") and k not in (RUN, BATCH)}
+    # the timings of one context are measured where it ran, the run that wrote it is where the row comes from, the
+    # batch that answered it is how it was computed, and the code it was carried from (bench carry) is its history:
+    # not values of it, so two copies of a row may differ in them alone
+    return {k: v for k, v in row.items() if not k.endswith("_seconds") and k not in (RUN, BATCH, "carried_from")}
 
 
 def batch_difference(a: dict, b: dict) -> float | None:

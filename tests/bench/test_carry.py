@@ -153,6 +153,14 @@ def test_a_collection_is_carried_in_place(old_store, model_dir, tmp_path, capsys
     assert {r["code"] for r in rows} == {code_version()} and {r["carried_from"] for r in rows} == {OLD}
     assert all(r["method_code"] == record["method_codes"][f"{r['press']}/{r['allocator']}"] for r in rows)
     assert run_cli(capsys, "verify", collection)[0] == 0
+    if given == "group folder":  # a new method joins the group carried by its record: its own rows, its own file
+        new = tmp_path / "new"
+        run_compare(compare_settings(model_dir, new, presses=["kvzip"], keep_fractions=[0.3, 0.6], n=2),
+                    show_progress=False)
+        code, err = run_cli(capsys, "publish", new, "--into", collection)
+        assert code == 0, err
+        assert {path: path.read_bytes() for path in packs} == packs and (group / "kvzip--flat").is_dir()
+        assert run_cli(capsys, "verify", collection)[0] == 0
 
 
 def test_a_record_of_a_carried_group_reads_old_rows_as_the_new_code_and_nothing_else(tmp_path):
