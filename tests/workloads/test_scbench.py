@@ -85,6 +85,10 @@ def test_loading_and_truncation(scbench_dir):
     with pytest.raises(ValueError, match="max length 420 leaves no room for the context of kv"):
         to_item("kv", rows[0], 0, encode, lambda ids: bytes(ids).decode(), max_length=420)
     assert item.questions[0].scorer("v-222") == 1.0 and item.questions[1].official("v-222") == 0.0
+
+
+@pytest.mark.slow  # it imports datasets and asks its offline cache (23 s in a full run): the slow run holds it
+def test_a_task_in_neither_a_file_nor_the_datasets_cache_is_not_found_locally(scbench_dir):
     with pytest.raises(FileNotFoundError, match="not found locally"):
         load_rows("summary", scbench_dir / "empty")
 
