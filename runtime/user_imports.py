@@ -2,9 +2,11 @@
 process while it is imported is one line naming it.
 
 A module that registers a press runs in the bench's own process. Exiting there (``sys.exit``, ``os._exit``),
-closing or replacing the standard streams, or replacing a module already imported would end the run without a word
-or surface much later as a traceback from the bench's own code; here each is a
-:class:`~runtime.errors.UsageError` naming the module and what it did, raised as its import returns.
+closing or replacing the standard streams or their descriptors, replacing a module already imported, moving the
+working directory or leaving threads that are not daemons would end the run without a word, send its files
+elsewhere, keep it from ever ending, or surface much later as a traceback from the bench's own code; here each is a
+:class:`~runtime.errors.UsageError` naming the module and what it did, raised as its import returns
+(:func:`import_guarded`).
 """
 
 from __future__ import annotations
