@@ -122,6 +122,7 @@ def test_verify_checks_invariants_and_the_published_leaderboard(model_dir, tmp_p
     assert "no-prune row has delta_nll=0.0, kl=1e-09" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # two worker processes (18 s): CI's slow run holds it
 def test_jobs_give_the_same_rows_as_one_process(model_dir, tmp_path):
     settings = dict(presses=["keydiff", "none"], allocators=["flat"], keep_fractions=[0.3],
                     tasks=["niah_single_1", "niah_multikey_1"], n=2)

@@ -196,6 +196,7 @@ def test_rows_from_before_the_engine_field_read_as_the_runtimes(tmp_path):
     assert stored["engine"] == "hf"
 
 
+@pytest.mark.slow  # it reads the whole collection (17 s); CI also runs bench verify docs/results --docs docs
 def test_the_committed_store_still_reads_and_verifies():
     from bench.reports.report import group_rows, group_title
     from bench.store.project_modules import ROOT
