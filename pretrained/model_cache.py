@@ -102,21 +102,24 @@ def conversion_problem(checkpoint: PackagedCheckpoint | DistilledCheckpoint, roo
         return f"is not converted (no {SOURCE_FILE})"
     if expected is None or source.get("sha256") != expected:
         return f"was made from another file (SHA-256 {source.get('sha256')}, not {expected})"
-    files = source.get("files")
-    if not isinstance(files, dict):  # nothing recorded to compare: never taken for a folder that is whole
-        return (f"is damaged: its {SOURCE_FILE} records none of its files (converted before conversions recorded "
-                "them, or edited since)")
-    unrecorded = next((name for name in _model_file_names(directory) if name not in files), None)
-    if unrecorded is not None:
-        return f"is damaged: its {SOURCE_FILE} does not record {unrecorded}, a file that makes the model"
-    reason = damage(directory, files, hashes)
+    reason = _source_damage(directory, source, hashes)
     return None if reason is None else f"is damaged: {reason}"
 
 
-def _model_file_names(directory: Path) -> list[str]:
-    """The files that make the model of ``directory`` (:func:`pretrained.file_record.model_files`), relative: a
-    conversion records them, not the artifacts the bench puts beside them later."""
-    return [path.relative_to(directory).as_posix() for path in model_files(directory)]
+def _source_damage(directory: Path, source: dict, hashes: bool) -> str | None:
+    """What is wrong with a converted ``directory`` against its :data:`SOURCE_FILE` record ``source``, or None: a
+    record that names none of its files or leaves out one that makes the model (:func:`pretrained.file_record.
+    model_files`; a conversion records them, not the artifacts the bench puts beside them later) checks nothing and
+    is never taken for a folder that is whole; else the first file not as recorded (:func:`damage`)."""
+    files = source.get("files")
+    if not isinstance(files, dict):
+        return (f"its {SOURCE_FILE} records none of its files (converted before conversions recorded them, or edited "
+                "since)")
+    names = (path.relative_to(directory).as_posix() for path in model_files(directory))
+    unrecorded = next((name for name in names if name not in files), None)
+    if unrecorded is not None:
+        return f"its {SOURCE_FILE} does not record {unrecorded}, a file that makes the model"
+    return damage(directory, files, hashes)
 
 
 def installed(checkpoint: PackagedCheckpoint | DistilledCheckpoint, root: Path | None = None) -> Path | None:
@@ -159,12 +162,7 @@ def check_recorded(directory: Path, name: str | None = None) -> None:
     name = name or (source or {}).get("name") or Path(directory).name
     _read_weights_once(Path(directory))
     if source is not None:
-        files = source.get("files")
-        unrecorded = None if not isinstance(files, dict) else next(
-            (n for n in _model_file_names(Path(directory)) if n not in files), None)
-        reason = (f"its {SOURCE_FILE} records none of its files" if not isinstance(files, dict) else
-                  f"its {SOURCE_FILE} does not record {unrecorded}" if unrecorded else
-                  damage(directory, files, hashes=True))
+        reason = _source_damage(Path(directory), source, hashes=True)
         if reason is not None:
             raise UsageError(f"{name} in {directory} is damaged: {reason}; run `bench fetch-model {name}` to convert "
                              "it again (what was stored beside its files is kept)")

@@ -34,11 +34,11 @@ from workloads.tasks import registry as tasks
 from ..store.carried_codes import CARRIED, read_records
 from ..store.code_version import code_version
 from ..store.result_store import ResultStore, open_stores
-from ..store.row_fields import CONTEXT_SHA, GROUP_FIELDS, KEY_FIELDS, METHOD_CODE, describe_row, method_of
+from ..store.row_fields import CARRIED_FROM, CONTEXT_SHA, GROUP_FIELDS, KEY_FIELDS, METHOD_CODE, describe_row, method_of
 from ..store.store_checks import check_stores
 from .settings import CompareSettings
 
-NOT_VALUES = {"code", METHOD_CODE, "carried_from", "prefill_seconds", "score_seconds", "run", "batch", "schema"}
+NOT_VALUES = {"code", METHOD_CODE, CARRIED_FROM, "prefill_seconds", "score_seconds", "run", "batch", "schema"}
 """Fields a rerun may change without changing a result: the codes, timings, the run and batch a row names."""
 RELATIVE_TOLERANCE, ABSOLUTE_TOLERANCE = 1e-5, 1e-4
 """How far a real value of a rerun may lie from the stored one and still be equal: float32 arithmetic on another
@@ -156,8 +156,9 @@ def carry(directory: Path, sample: int = 2, seed: int = 0, batch: int = 32, mode
     records written to its ``carried.json``."""
     from ..store.collection import expand, group_stores, is_collection
 
-    in_collection = is_collection(Path(directory)) or bool(group_stores(Path(directory)))
-    given = group_stores(Path(directory)) or [Path(directory)]
+    group = group_stores(Path(directory))
+    in_collection = bool(group) or is_collection(Path(directory))
+    given = group or [Path(directory)]
     open_stores(given)  # no such folder, a file, no store there, one being written: refused first
     # a writer's lock on each: nothing appends while their rows are rewritten
     stores = [ResultStore(d, named="store") for d in expand(given)]
@@ -219,7 +220,7 @@ def _carry_group(group: tuple, held: list[tuple], sample: int, seed: int, batch:
     for store, i in held:
         row = store.rows[i]
         store.rows[i] = {**row, "code": new, METHOD_CODE: codes[method_of(row)],
-                         "carried_from": row.get("carried_from", old)}
+                         CARRIED_FROM: row.get(CARRIED_FROM, old)}
     return {"group": dict(zip((*GROUP_FIELDS, "seed"), group)), "from": old, "to": new,
             "method_codes_from": before, "method_codes": codes,
             "contexts": [list(c) for c in chosen], "sample": sample, "seed": seed, "rows": len(held),

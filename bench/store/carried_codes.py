@@ -16,7 +16,7 @@ from pathlib import Path
 
 from runtime.errors import UsageError
 
-from .row_fields import METHOD_CODE, method_of
+from .row_fields import CARRIED_FROM, METHOD_CODE, method_of
 
 CARRIED = "carried.json"
 """A folder's record of its carried groups: a JSON list, one entry per carry, appended."""
@@ -58,5 +58,5 @@ def under_records(rows: list[dict], records: list[dict]) -> list[dict]:
             if (row.get("code") == record["from"] and method in after and row.get(METHOD_CODE) == before.get(method)
                     and all(row.get(k) == v for k, v in group.items() if k != "code")):
                 rows[i] = {**row, "code": record["to"], METHOD_CODE: after[method],
-                           "carried_from": row.get("carried_from", record["from"])}
+                           CARRIED_FROM: row.get(CARRIED_FROM, record["from"])}
     return rows

@@ -10,6 +10,7 @@ from runtime.errors import UsageError
 from .result_store import ResultStore
 from .row_fields import (
     BATCH,
+    CARRIED_FROM,
     FIDELITY_FIELDS,
     RUN,
     describe_row,
@@ -27,7 +28,7 @@ def row_values(row: dict) -> dict:
     # the timings of one context are measured where it ran, the run that wrote it is where the row comes from, the
     # batch that answered it is how it was computed, and the code it was carried from (bench carry) is its history:
     # not values of it, so two copies of a row may differ in them alone
-    return {k: v for k, v in row.items() if not k.endswith("_seconds") and k not in (RUN, BATCH, "carried_from")}
+    return {k: v for k, v in row.items() if not k.endswith("_seconds") and k not in (RUN, BATCH, CARRIED_FROM)}
 
 
 def batch_difference(a: dict, b: dict) -> float | None:

@@ -16,6 +16,9 @@ KEY_FIELDS = ("model", "weights", "artifacts", "press", "allocator", "keep_fract
 GROUP_FIELDS = ("model", "weights", "artifacts", "profile", "length", "code", "engine", "dtype", "device")
 """Rows are averaged only within one group of these settings; ``code`` is the code every row of the group runs
 (:func:`bench.store.code_version.code_version`)."""
+CARRIED_FROM = "carried_from"
+"""The field by which a row carried to a later code (``bench carry``) names the code it was computed by: its history,
+not a value (two copies of a row may differ in it)."""
 METHOD_CODE = "method_code"
 """The field by which a row names its method's own code (:func:`bench.store.code_version.method_codes`): what its press
 and allocator run beyond the group's ``code``. One method of a group holds one method code: an edited press's rows
