@@ -63,6 +63,13 @@ def main() -> None:
     args = parser.parse_args()
     rows = load(args.stores)
     keep_fractions = [float(p) for p in args.keep_fractions.split(",")]
+    printed = {method_of(row) for row in rows}
+    for pair in args.pairs:
+        a, _, b = pair.partition("]-")
+        for method in (a + "]", b):
+            if method not in printed:
+                parser.error(f"--pairs {pair!r}: no method {method!r} in the stores; they hold "
+                             + ", ".join(sorted(printed)))
     for field, scale, unit in (("score", 100, "accuracy (points)"), ("delta_nll", 1, "ΔNLL (nats)"),
                                ("answer_recall", 100, "answer recall (% of answer entries kept, all heads)")):
         boot = PairedBootstrap(rows, field)
