@@ -11,6 +11,17 @@ import sys
 from bench.run.stopping import StopOnSignals, stopped
 
 
+def _stop_in_exit_handlers(handlers: list[str], code: int):
+    """A signal handler ending the process at once, with one line, while the exit handlers that ``handlers`` (the
+    user's imports, as named) registered run after a command that ended with ``code``."""
+    def stop(signum, frame):
+        os.write(2, f"bench: stopped ({signal.Signals(signum).name}) while the exit handlers registered by "
+                    f"{', '.join(handlers)} ran, after the command had ended (exit code {code}): what it wrote is "
+                    "kept\n".encode())
+        os._exit(128 + signum)
+    return stop
+
+
 def main() -> int:
     """``bench`` from the shell: :func:`bench.commands.cli.main`, imported under :class:`StopOnSignals`."""
     with StopOnSignals():
@@ -19,11 +30,15 @@ def main() -> int:
         except KeyboardInterrupt as stop:
             return stopped(stop, "bench", "it stopped while starting, before any work: nothing was written")
         code = run()
-    # the command is done and has said so: a stop in the moments of shutdown left (~0.3 s) would only change the
-    # exit code, with no line to say why
-    for stop in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(stop, signal.SIG_IGN)
     user_imports = sys.modules.get("runtime.user_imports")
+    handlers = user_imports.EXIT_HANDLERS if user_imports is not None else []
+    # the command is done and has said so: a stop in the moments of shutdown left (~0.3 s) would only change the
+    # exit code, with no line to say why; but a user's exit handler may never return, and a stop must still end it
+    if handlers:  # what the command printed, out before a stop in them ends the process without Python's flush
+        sys.stdout.flush()
+        sys.stderr.flush()
+    for stop in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(stop, _stop_in_exit_handlers(handlers, code) if handlers else signal.SIG_IGN)
     if user_imports is not None and any(thread.is_alive() for thread in user_imports.LINGERING):
         # a user's module left threads running (refused, said): Python's shutdown would wait for them for ever, past
         # the signals ignored above

@@ -3,14 +3,17 @@ process while it is imported is one line naming it.
 
 A module that registers a press runs in the bench's own process. Exiting there (``sys.exit``, ``os._exit``),
 closing or replacing the standard streams or their descriptors, replacing a module already imported, moving the
-working directory or leaving threads that are not daemons would end the run without a word, send its files
-elsewhere, keep it from ever ending, or surface much later as a traceback from the bench's own code; here each is a
-:class:`~runtime.errors.UsageError` naming the module and what it did, raised as its import returns
-(:func:`import_guarded`).
+working directory, changing the file mode mask, lowering the recursion limit or leaving threads that are not daemons
+would end the run without a word, send its files elsewhere or write them unreadable, keep it from ever ending, or
+surface much later as a traceback from the bench's own code; here each is a :class:`~runtime.errors.UsageError`
+naming the module and what it did, raised as its import returns (:func:`import_guarded`). Exit handlers it registers
+(``atexit``, its own or a library's) are allowed and named in :data:`EXIT_HANDLERS`: the console script keeps Ctrl-C
+and SIGTERM able to end a run whose handler never returns (:mod:`bench.entry`).
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import sys
 import threading
@@ -24,6 +27,9 @@ WHAT_IT_IS_FOR = "a module given to the bench registers presses or allocators an
 LINGERING: list[threading.Thread] = []
 """Threads a user's import started and did not make daemons (refused): the console script ends without waiting for
 them (:mod:`bench.entry`), as Python's own shutdown would wait for ever."""
+EXIT_HANDLERS: list[str] = []
+"""The user's imports (as messages name them) that registered ``atexit`` handlers: they run after the command, where
+the console script otherwise ignores Ctrl-C and SIGTERM (:mod:`bench.entry`)."""
 
 
 class _ProcessExit(BaseException):
@@ -92,14 +98,23 @@ def _modules_put_back(modules: dict) -> tuple[list[str], list[str]]:
     return replaced, blocked
 
 
+def _umask() -> int:
+    """The process's file mode mask (reading it means setting it: it is put straight back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def import_guarded(load: Callable[[], T], shown: str) -> T:
     """``load()`` (an import of a user's code, ``shown`` as the message names it), refusing in one
     :class:`~runtime.errors.UsageError` an import that exits the process, closes or replaces a standard stream (it
     sees stand-ins that only mark a close) or its file descriptor, replaces, removes or blocks modules, changes the
-    working directory or leaves threads running that are not daemons. Each is put back first (but the threads, named
-    in :data:`LINGERING`), so that the refusal prints; whatever ``load`` raises goes on up unchanged, all put back
-    too."""
+    working directory or the file mode mask, lowers the recursion limit (the bench's own imports would fail), raises
+    a :class:`BaseException` that is no :class:`Exception` (but Ctrl-C's) or leaves threads running that are not
+    daemons. Each is put back first (but the threads, named in :data:`LINGERING`), so that the refusal prints; an
+    :class:`Exception` ``load`` raises goes on up unchanged, all put back too."""
     modules, cwd, threads = dict(sys.modules), os.getcwd(), set(threading.enumerate())
+    mask, depth, handlers = _umask(), sys.getrecursionlimit(), atexit._ncallbacks()
     descriptors = {fd: (os.dup(fd), was) for fd in range(len(STREAMS)) if (was := _descriptor(fd)) is not None}
     streams = {name: getattr(sys, name) for name in STREAMS if getattr(sys, name) is not None}
     stand_ins = {name: _StreamStandIn(stream) for name, stream in streams.items()}
@@ -113,6 +128,11 @@ def import_guarded(load: Callable[[], T], shown: str) -> T:
         raise UsageError(f"{shown}: importing it called os._exit({called.status!r}); {WHAT_IT_IS_FOR}") from None
     except SystemExit as called:
         raise UsageError(f"{shown}: importing it called sys.exit({called.code!r}); {WHAT_IT_IS_FOR}") from None
+    except BaseException as raised:
+        if isinstance(raised, (Exception, KeyboardInterrupt)):
+            raise
+        raise UsageError(f"{shown}: importing it raised {type(raised).__name__}: {' '.join(str(raised).split())}; "
+                         f"{WHAT_IT_IS_FOR}") from None
     finally:
         os._exit = real_exit
         changed = _put_back(streams, stand_ins) + [f"file descriptor {fd} ({STREAMS[fd]})"
@@ -120,12 +140,21 @@ def import_guarded(load: Callable[[], T], shown: str) -> T:
         replaced, blocked = _modules_put_back(modules)
         moved = os.getcwd() != cwd
         os.chdir(cwd)  # the outputs were checked from here, and relative paths are the user's from here
+        masked = os.umask(mask) != mask
+        lowered = sys.getrecursionlimit() < depth
+        sys.setrecursionlimit(max(depth, sys.getrecursionlimit()))  # a raised limit is the module's own need
     if changed:
         raise UsageError(f"{shown}: importing it closed or replaced {', '.join(changed)}; {WHAT_IT_IS_FOR}")
     if replaced or blocked:
         names = ", ".join((replaced or blocked)[:3]) + (" …" if len(replaced or blocked) > 3 else "")
         raise UsageError(f"{shown}: importing it {'replaced or removed' if replaced else 'blocked'} module(s) "
                          f"{names} in sys.modules; {WHAT_IT_IS_FOR}")
+    if masked:
+        raise UsageError(f"{shown}: importing it changed the file mode mask (os.umask: the outputs would be written "
+                         f"with other permissions); {WHAT_IT_IS_FOR}")
+    if lowered:
+        raise UsageError(f"{shown}: importing it lowered the recursion limit below {depth} (the bench's own imports "
+                         f"would fail); {WHAT_IT_IS_FOR}")
     if moved:
         raise UsageError(f"{shown}: importing it changed the working directory (every relative path given is from "
                          f"where the command was started); {WHAT_IT_IS_FOR}")
@@ -135,4 +164,6 @@ def import_guarded(load: Callable[[], T], shown: str) -> T:
         raise UsageError(f"{shown}: importing it started thread(s) {', '.join(t.name for t in running)} that are not "
                          "daemons, which would keep the run from ever ending; start them with daemon=True, or not on "
                          "import")
+    if atexit._ncallbacks() > handlers:
+        EXIT_HANDLERS.append(shown)
     return loaded

@@ -81,9 +81,12 @@ def raise_if_silent(readers: dict, heard: dict, started: float, limit: float) ->
         last = heard[reader]
         silent, allowed = (now - last, limit) if last is not None else (now - started, max(limit, STARTUP_SECONDS))
         if silent > allowed:
-            raise WorkerDied(f"worker process {process.pid} has sent nothing for {allowed:g} s (stopped, as by kill "
-                             f"-STOP, or wedged; {SILENCE_ENV} sets how long a worker may stay silent): it was "
-                             "killed, and the run ended")
+            limit_said = (f"{SILENCE_ENV} sets how long a worker may stay silent" if last is not None else
+                          f"a worker still starting may take {max(limit, STARTUP_SECONDS):g} s to send its first "
+                          f"beat, {STARTUP_SECONDS:g} s or {SILENCE_ENV} if longer")
+            raise WorkerDied(f"worker process {process.pid} has sent nothing for {allowed:g} s"
+                             f"{'' if last is not None else ' since it started'} (stopped, as by kill -STOP, or "
+                             f"wedged; {limit_said}): it was killed, and the run ended")
 
 
 def end_worker(process) -> None:

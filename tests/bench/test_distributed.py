@@ -448,3 +448,22 @@ def test_a_merge_stopped_after_its_first_row_is_finished_by_the_same_merge(model
     (stopped / "results.jsonl").write_text(first + "\n")  # what a merge stopped after one row leaves
     assert merge_stores(sources, stopped).added == len(_rows(tmp_path / "whole")) - 1
     assert _rows(stopped) == _rows(tmp_path / "whole")
+
+
+def test_a_worker_silent_since_it_started_is_named_with_the_startup_allowance(monkeypatch):
+    """Probe 8: a worker stopped before its first beat was waited on 600 s whatever HYBRIDPRESS_WORKER_SILENCE said,
+    and the line then named that setting as what decided the wait."""
+    import time
+    from types import SimpleNamespace
+
+    from bench.run.stopping import WorkerDied
+    from bench.run.worker_watch import SILENCE_ENV, STARTUP_SECONDS, raise_if_silent
+
+    reader = object()
+    with pytest.raises(WorkerDied) as died:
+        raise_if_silent({reader: SimpleNamespace(pid=41)}, {reader: None}, time.monotonic() - STARTUP_SECONDS - 1, 5.0)
+    assert str(died.value) == (
+        f"worker process 41 has sent nothing for {STARTUP_SECONDS:g} s since it started (stopped, as by kill -STOP, or "
+        f"wedged; a worker still starting may take {STARTUP_SECONDS:g} s to send its first beat, {STARTUP_SECONDS:g} s "
+        f"or {SILENCE_ENV} if longer): it was killed, and the run ended")
+    raise_if_silent({reader: SimpleNamespace(pid=41)}, {reader: None}, time.monotonic() - 10, 5.0)  # still starting
