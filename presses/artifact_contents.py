@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from runtime.errors import UsageError
+from runtime.json_text import parse_json
 
 ESTIMATOR_TENSORS = ("mean", "std", "w1", "b1", "w2", "b2")
 """Each attention layer's tensors in an estimator: input standardisation, then the per-head MLP."""
@@ -158,7 +159,7 @@ def calibration_contents(meta, tensors: dict[str, torch.Tensor], path: Path) -> 
     fields = {}
     for key in ("gate_weights", "tokens", "sources"):
         try:
-            fields[key] = json.loads(meta[key])
+            fields[key] = parse_json(meta[key])
         except KeyError:
             raise UsageError(f"{path}: its metadata has no {key}; {redo}") from None
         except json.JSONDecodeError as error:

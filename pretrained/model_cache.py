@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from pathlib import Path
 
 from runtime.errors import UsageError
+from runtime.json_text import parse_json
 
 from .catalog import CHECKPOINTS, DELTA_ARTIFACTS, MIXERS_FILE, DistilledCheckpoint, PackagedCheckpoint
 from .file_reads import sha256_of
@@ -82,7 +82,7 @@ def damage(directory: Path, files: dict, hashes: bool = False, by: str = "its co
 def read_source(directory: Path) -> dict | None:
     """The :data:`SOURCE_FILE` record of a converted directory; None where there is none (or not a readable one)."""
     try:
-        source = json.loads((Path(directory) / SOURCE_FILE).read_text())
+        source = parse_json((Path(directory) / SOURCE_FILE).read_text())
     except (OSError, ValueError):
         return None
     return source if isinstance(source, dict) else None

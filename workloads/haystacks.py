@@ -24,6 +24,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from runtime.errors import UsageError, check_regular_file
+from runtime.json_text import parse_json
 
 from .corpus import HAYSTACK_SOURCES, documents
 
@@ -63,7 +64,7 @@ def snapshot(source: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
     check_regular_file(path, f"haystack {source!r}'s snapshot")  # a pipe or a device: read for ever, never refused
     try:
         lines = gzip.decompress(path.read_bytes()).decode().splitlines()
-        out = tuple(_document(json.loads(line)) for line in lines)
+        out = tuple(_document(parse_json(line)) for line in lines)
     except FileNotFoundError:
         raise UsageError(f"haystack {source!r}: its snapshot {path} is missing: restore it from git (`python -m "
                          f"workloads.haystacks {source}` builds another from this machine's files)") from None

@@ -11,10 +11,10 @@ of the runtime adds a few hundred bytes to history, not every row again (megabyt
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from runtime.errors import UsageError
+from runtime.json_text import parse_json
 
 from .row_fields import CARRIED_FROM, METHOD_CODE, method_of
 
@@ -29,7 +29,7 @@ def read_records(path: Path) -> list[dict]:
     if not path.exists():
         return []
     try:
-        records = json.loads(path.read_text())
+        records = parse_json(path.read_text())
         if not isinstance(records, list) or not all(
                 isinstance(r, dict) and all(isinstance(r.get(k), kind) for k, kind in _RECORD_FIELDS.items())
                 for r in records):
