@@ -73,7 +73,7 @@ def test_a_model_folders_record_of_its_files(tmp_path, payload):
 def test_a_conversions_record_is_no_record(tmp_path, payload):
     """As a source.json that is not JSON: the folder is no complete conversion (``bench fetch-model`` says so)."""
     (tmp_path / "source.json").write_text(PAYLOADS[payload])
-    assert read_source(tmp_path) is None
+    assert read_source(tmp_path, "remedy") is None
 
 
 def test_a_collections_carried_groups(tmp_path, payload):
