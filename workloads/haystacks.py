@@ -78,10 +78,12 @@ def snapshot(source: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
 
 def _document(record) -> tuple[str, tuple[str, ...]]:
     """A snapshot line's ``(path, sentences)``; ``TypeError`` unless it holds a path and a list of texts, none blank
-    (a number among them would reach the tokenizer; blanks would make a context of the needle alone)."""
+    (a number among them would reach the tokenizer; blanks would make a context of the needle alone). A text
+    without a letter or digit is blank too: zero-width spaces or NULs are not whitespace to ``str.strip`` but are
+    no prose either."""
     path, sentences = record["path"], record["sentences"]
     if not (isinstance(path, str) and isinstance(sentences, list)
-            and all(isinstance(s, str) and s.strip() for s in sentences)):
+            and all(isinstance(s, str) and any(c.isalnum() for c in s) for s in sentences)):
         raise TypeError(f"document {str(path)[:80]!r} does not hold a path and a list of sentences (non-blank texts)")
     return path, tuple(sentences)
 
