@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from runtime.errors import UsageError, check_regular_file
+from runtime.json_text import parse_json
 
 from .base import Allocator, BudgetRequest
 from .integerize import largest_remainder
@@ -74,7 +75,7 @@ class HeadShares:
         if not path.exists():
             raise UsageError(f"no head shares at {path}: run `bench calibrate-shares --model {directory}`")
         try:
-            record = json.loads(path.read_text())
+            record = parse_json(path.read_text())
         except (UnicodeDecodeError, json.JSONDecodeError) as error:
             raise UsageError(f"{path}: not valid JSON ({error}); run `bench calibrate-shares --model {directory} "
                              "--replace`") from None

@@ -92,10 +92,11 @@ def rebuilt_path(path: Path, log: Callable[[str], None] = print):
 
 def backup_path(path: Path) -> Path:
     """Where an artifact a run replaces goes: beside it, named by the time (``<name>.backup-YYYYmmdd-HHMMSS``,
-    then ``-2``, ``-3``, … for a second backup within the same second)."""
+    then ``-2``, ``-3``, … for a second backup within the same second): a name nothing holds, not even a link that
+    leads nowhere (which ``exists()`` denies), since the rename into it would replace the user's link."""
     stamp = path.with_name(f"{path.name}.backup-{time.strftime('%Y%m%d-%H%M%S')}")
     backup, copies = stamp, 1
-    while backup.exists():
+    while os.path.lexists(backup):
         copies += 1
         backup = stamp.with_name(f"{stamp.name}-{copies}")
     return backup

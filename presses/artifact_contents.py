@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from runtime.errors import UsageError
+from runtime.json_text import parse_json
 
 ESTIMATOR_TENSORS = ("mean", "std", "w1", "b1", "w2", "b2")
 """Each attention layer's tensors in an estimator: input standardisation, then the per-head MLP."""
@@ -61,7 +62,7 @@ def checked_values(path: Path, name: str, tensor: torch.Tensor, redo: str) -> to
 def estimator_settings(config, path: Path) -> tuple[int, dict[int, list[int]]]:
     """The window and the signal layers of each attention layer that ``config`` (``gatesight.json`` as parsed)
     holds, checked: an integer window >= 1, and each attention layer's signal layers a list of at most that many
-    layer indices."""
+    distinct layer indices."""
     redo = REWRITE_ESTIMATOR
     if not (isinstance(config, dict) and isinstance(config.get("gdn_layers"), dict)):
         raise UsageError(f"{path}: not a GateSight estimator's settings (expected an object with an integer window "
@@ -72,10 +73,13 @@ def estimator_settings(config, path: Path) -> tuple[int, dict[int, list[int]]]:
                          f"attention layer's features); {redo}")
     gdn_layers = {}
     for key, layers in config["gdn_layers"].items():
+        # a repeated index feeds one layer's signal twice, which no training writes: the MLPs would run on
+        # features of another meaning, with plausible but wrong scores
         if not (isinstance(layers, list) and len(layers) <= window and all(
-                isinstance(j, int) and not isinstance(j, bool) and j >= 0 for j in layers)):
+                isinstance(j, int) and not isinstance(j, bool) and j >= 0 for j in layers)
+                and len(set(layers)) == len(layers)):
             raise UsageError(f"{path}: gdn_layers[{key!r}]={layers!r}, expected a list of at most window={window} "
-                             f"layer indices >= 0; {redo}")
+                             f"distinct GDN layer indices >= 0; {redo}")
         gdn_layers[_layer(key, path, "gdn_layers key", redo)] = layers
     if not isinstance(config.get("meta", {}), dict):
         raise UsageError(f"{path}: meta={config['meta']!r}, expected an object (the training record); {redo}")
@@ -158,7 +162,7 @@ def calibration_contents(meta, tensors: dict[str, torch.Tensor], path: Path) -> 
     fields = {}
     for key in ("gate_weights", "tokens", "sources"):
         try:
-            fields[key] = json.loads(meta[key])
+            fields[key] = parse_json(meta[key])
         except KeyError:
             raise UsageError(f"{path}: its metadata has no {key}; {redo}") from None
         except json.JSONDecodeError as error:

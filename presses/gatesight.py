@@ -27,6 +27,7 @@ from pretrained.model_info import ModelInfo
 from runtime import EvidenceRequest
 from runtime.adapters import ModelAdapter
 from runtime.errors import MissingFileError, UsageError, check_regular_file
+from runtime.json_text import parse_json
 
 from .artifact_contents import check_estimator_geometry, estimator_layers, estimator_settings
 from .base import Press, Scores, ScoringContext
@@ -168,7 +169,7 @@ class GateSightEstimator:
             check_regular_file(directory / name, "a GateSight estimator's file")
         settings = directory / "gatesight.json"
         try:
-            config = json.loads(settings.read_text())
+            config = parse_json(settings.read_text())
         except (UnicodeDecodeError, json.JSONDecodeError) as error:
             raise UsageError(f"{settings}: not valid JSON ({error})") from None
         window, gdn_layers = estimator_settings(config, settings)

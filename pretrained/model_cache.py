@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from pathlib import Path
 
-from runtime.errors import UsageError
+from runtime.errors import UsageError, check_regular_file
+from runtime.json_text import parse_json
 
 from .catalog import CHECKPOINTS, DELTA_ARTIFACTS, MIXERS_FILE, DistilledCheckpoint, PackagedCheckpoint
 from .file_reads import sha256_of
@@ -79,13 +79,24 @@ def damage(directory: Path, files: dict, hashes: bool = False, by: str = "its co
     return None
 
 
-def read_source(directory: Path) -> dict | None:
-    """The :data:`SOURCE_FILE` record of a converted directory; None where there is none (or not a readable one)."""
+def read_source(directory: Path, remedy: str) -> dict | None:
+    """The :data:`SOURCE_FILE` record of a converted directory; None where there is none (or not a readable one).
+    One that is there but no regular file is a :class:`~runtime.errors.UsageError` naming it, with ``remedy`` (what
+    the user does about it): a pipe would be waited on for ever, a link to ``/dev/zero`` read until memory runs out."""
+    path = Path(directory) / SOURCE_FILE
+    check_regular_file(path, "the record of the model's conversion", remedy)
     try:
-        source = json.loads((Path(directory) / SOURCE_FILE).read_text())
+        source = parse_json(path.read_text())
     except (OSError, ValueError):
         return None
     return source if isinstance(source, dict) else None
+
+
+def reconversion(name: str) -> str:
+    """What the user does about a converted directory of the catalogued model ``name`` whose :data:`SOURCE_FILE` is
+    no regular file: without the record, ``bench fetch-model`` cannot tell the folder for its own, and takes only
+    a folder that is not there."""
+    return f"remove the folder and run `bench fetch-model {name}` to convert the model again"
 
 
 def conversion_problem(checkpoint: PackagedCheckpoint | DistilledCheckpoint, root: Path | None = None,
@@ -97,7 +108,7 @@ def conversion_problem(checkpoint: PackagedCheckpoint | DistilledCheckpoint, roo
     files could be anything."""
     directory = Path(root or cache_dir()) / checkpoint.name
     expected = source_hash(checkpoint)  # first: a shipped delta changed in place is refused, converted or not
-    source = read_source(directory)
+    source = read_source(directory, reconversion(checkpoint.name))
     if source is None:
         return f"is not converted (no {SOURCE_FILE})"
     if expected is None or source.get("sha256") != expected:
@@ -158,7 +169,8 @@ def check_recorded(directory: Path, name: str | None = None) -> None:
     itself (:data:`pretrained.file_record.RECORD_FILE`: the default model, the shipped delta, a trained model), with
     how to restore it; a folder that records none is not checked. A model changed in place (4 KiB overwritten, its
     size unchanged) is never run under its name. Hashed once per state of its files (:func:`sha256_of`)."""
-    source = read_source(directory)
+    # a conversion in the cache is read by conversion_problem first, which says how to convert it again
+    source = read_source(directory, restore_hint(Path(directory)))
     name = name or (source or {}).get("name") or Path(directory).name
     _read_weights_once(Path(directory))
     if source is not None:

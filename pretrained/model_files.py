@@ -10,6 +10,7 @@ import struct
 from pathlib import Path
 
 from runtime.errors import UsageError, check_regular_file, describe
+from runtime.json_text import parse_json
 
 from .file_reads import read_whole
 
@@ -25,7 +26,7 @@ def parse_config(path: Path, data: bytes) -> dict:
     """``data``, the bytes of the config file ``path``, as a dict; ``ValueError`` naming the file if they are not
     a JSON object."""
     try:
-        config = json.loads(data)
+        config = parse_json(data)
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise UsageError(f"{path}: not valid JSON ({error})") from None
     if not isinstance(config, dict):
@@ -62,7 +63,7 @@ def _incomplete(data: bytes) -> str | None:
     if 8 + size > len(data):
         return f"its header of {size} bytes is cut at {len(data) - 8}"
     try:
-        header = json.loads(data[8:8 + size])
+        header = parse_json(data[8:8 + size])
         spans = sorted(tuple(entry["data_offsets"]) for name, entry in header.items() if name != "__metadata__")
     except (UnicodeDecodeError, ValueError, TypeError, KeyError, AttributeError):
         return "its header is not a safetensors header"
@@ -91,7 +92,7 @@ def check_artifact(path: Path) -> None:
         check_safetensors(path)
     else:
         try:
-            json.loads(path.read_text())
+            parse_json(path.read_text())
         except (UnicodeDecodeError, json.JSONDecodeError) as error:
             raise UsageError(f"{path}: not valid JSON ({error})") from None
 
@@ -179,7 +180,7 @@ def _named_weights(directory: Path, config: dict | None) -> list[Path]:
     path = directory / "config.json"
     try:
         if config is None:
-            config = json.loads(read_whole(path)) if path.is_file() else {}
+            config = parse_json(read_whole(path)) if path.is_file() else {}
         name = config.get("transformers_weights")
     except (ValueError, AttributeError):  # read_config names a damaged config
         return []
@@ -208,7 +209,7 @@ def indexed_shards(directory: Path, named: list[str] = ()) -> list[Path]:
         if not index.is_file():
             continue
         try:
-            shards = set(json.loads(index.read_text())["weight_map"].values())
+            shards = set(parse_json(index.read_text())["weight_map"].values())
             paths = [Path(directory) / shard for shard in shards]
         except (ValueError, KeyError, TypeError, AttributeError) as error:
             raise UsageError(f"{index}: not a weight index (JSON with a weight_map of tensor names to shard files: "

@@ -5,7 +5,6 @@ to fingerprint it and once to load it)."""
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -13,6 +12,7 @@ from pathlib import Path
 
 from runtime import adapters
 from runtime.errors import check_regular_file
+from runtime.json_text import parse_json
 
 from .file_reads import read_whole
 from .fingerprints import ModelIdentity, file_states, identity, weights_digest
@@ -85,7 +85,7 @@ class ModelInfo:
         if self.family not in adapters.MODEL_TYPES:
             return AutoConfig.from_pretrained(self.directory, local_files_only=True)
         # as transformers reads config.json: Infinity and NaN are stored tagged (a Bamba's time_step_limit)
-        settings = PreTrainedConfig._decode_special_floats(json.loads(self.config_bytes.decode("utf-8")))
+        settings = PreTrainedConfig._decode_special_floats(parse_json(self.config_bytes.decode("utf-8")))
         return CONFIG_MAPPING[self.family].from_dict(settings, name_or_path=str(self.directory))
 
     @cached_property

@@ -32,11 +32,11 @@ def describe(value) -> str:
     return f"{type(value).__name__} {value!r}"[:120]
 
 
-def check_regular_file(path, what: str) -> None:
-    """:class:`UsageError` naming ``path`` (``what``: the file, as the message names it) where it is there but is no
-    regular file: a pipe, whose reader waits for a writer forever (inside a native reader, past SIGTERM), a socket,
-    a device or a folder, which libraries name by their error number alone."""
+def check_regular_file(path, what: str, remedy: str = "move it away and put the file there") -> None:
+    """:class:`UsageError` naming ``path`` (``what``: the file, as the message names it; ``remedy``: what the user
+    does about it) where it is there but is no regular file: a pipe, whose reader waits for a writer forever (inside a
+    native reader, past SIGTERM), a socket, a device or a folder, which libraries name by their error number alone."""
     path = Path(path)
     if path.exists() and not path.is_file():
         kind = "a folder" if path.is_dir() else "not a regular file"
-        raise UsageError(f"{path}: {kind}, where {what} belongs; move it away and put the file there")
+        raise UsageError(f"{path}: {kind}, where {what} belongs; {remedy}")

@@ -24,6 +24,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from runtime.errors import UsageError, check_regular_file
+from runtime.json_text import parse_json
 
 from .corpus import HAYSTACK_SOURCES, documents
 
@@ -63,7 +64,7 @@ def snapshot(source: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
     check_regular_file(path, f"haystack {source!r}'s snapshot")  # a pipe or a device: read for ever, never refused
     try:
         lines = gzip.decompress(path.read_bytes()).decode().splitlines()
-        out = tuple(_document(json.loads(line)) for line in lines)
+        out = tuple(_document(parse_json(line)) for line in lines)
     except FileNotFoundError:
         raise UsageError(f"haystack {source!r}: its snapshot {path} is missing: restore it from git (`python -m "
                          f"workloads.haystacks {source}` builds another from this machine's files)") from None
@@ -77,10 +78,12 @@ def snapshot(source: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
 
 def _document(record) -> tuple[str, tuple[str, ...]]:
     """A snapshot line's ``(path, sentences)``; ``TypeError`` unless it holds a path and a list of texts, none blank
-    (a number among them would reach the tokenizer; blanks would make a context of the needle alone)."""
+    (a number among them would reach the tokenizer; blanks would make a context of the needle alone). A text
+    without a letter or digit is blank too: zero-width spaces or NULs are not whitespace to ``str.strip`` but are
+    no prose either."""
     path, sentences = record["path"], record["sentences"]
     if not (isinstance(path, str) and isinstance(sentences, list)
-            and all(isinstance(s, str) and s.strip() for s in sentences)):
+            and all(isinstance(s, str) and any(c.isalnum() for c in s) for s in sentences)):
         raise TypeError(f"document {str(path)[:80]!r} does not hold a path and a list of sentences (non-blank texts)")
     return path, tuple(sentences)
 

@@ -15,6 +15,7 @@ from artifacts.outputs import FILE, RESULTS, Output, check
 from pretrained import loading
 from runtime import encode_text, prefill
 from runtime.errors import UsageError
+from runtime.json_text import parse_json
 from workloads.metrics import METRICS
 from workloads.tasks import Config, generate
 
@@ -63,7 +64,7 @@ def not_evaluation_rows(path: Path) -> str | None:
         if not line.strip():
             continue
         try:
-            value = json.loads(line)
+            value = parse_json(line)
         except json.JSONDecodeError:
             value = None
         if isinstance(value, dict) and set(value) == set(ROW_FIELDS):

@@ -11,10 +11,10 @@ of the runtime adds a few hundred bytes to history, not every row again (megabyt
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from runtime.errors import UsageError
+from runtime.errors import UsageError, check_regular_file
+from runtime.json_text import parse_json
 
 from .row_fields import CARRIED_FROM, METHOD_CODE, method_of
 
@@ -25,11 +25,13 @@ _RECORD_FIELDS = {"group": dict, "from": str, "to": str, "method_codes": dict}
 
 def read_records(path: Path) -> list[dict]:
     """The records of the :data:`CARRIED` file ``path`` (none where there is none); one that is no such list is a
-    :class:`~runtime.errors.UsageError` naming it (rows read without it would be of their old code)."""
+    :class:`~runtime.errors.UsageError` naming it (rows read without it would be of their old code), as is one that
+    is no regular file (a pipe would be waited on for ever, a link to ``/dev/zero`` read until memory runs out)."""
     if not path.exists():
         return []
+    check_regular_file(path, "the record of carried groups", "restore it from version control")
     try:
-        records = json.loads(path.read_text())
+        records = parse_json(path.read_text())
         if not isinstance(records, list) or not all(
                 isinstance(r, dict) and all(isinstance(r.get(k), kind) for k, kind in _RECORD_FIELDS.items())
                 for r in records):

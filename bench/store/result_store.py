@@ -18,6 +18,7 @@ from pathlib import Path
 from artifacts.files import atomic_path
 from artifacts.outputs import Output, check_place
 from runtime.errors import UsageError, check_regular_file
+from runtime.json_text import parse_json
 
 from .carried_codes import carried_records, under_records
 from .legacy_rows import not_a_row, read_row
@@ -50,7 +51,7 @@ def whole_rows(data: bytes) -> bytes:
     (:meth:`ResultStore._drop_cut_line`), and so what a resumed ``results.jsonl`` starts with."""
     end = data.rfind(b"\n") + 1
     try:
-        json.loads(data[end:] or b"null")
+        parse_json(data[end:] or b"null")
     except (UnicodeDecodeError, json.JSONDecodeError):
         return data[:end]
     return data
@@ -113,7 +114,7 @@ class ResultStore:
             if not raw.strip():
                 continue
             try:
-                value = json.loads(raw.decode("utf-8-sig" if number == 1 else "utf-8"))
+                value = parse_json(raw.decode("utf-8-sig" if number == 1 else "utf-8"))
             except (UnicodeDecodeError, json.JSONDecodeError):
                 value = None
             row = read_row(value)

@@ -141,3 +141,31 @@ def test_train_model_never_writes_over_a_trained_model(tmp_path, capsys, monkeyp
     assert (out / "model.safetensors").read_bytes() == b"trained"
     with pytest.raises(ValueError, match="steps=0: expected an integer >= 1"):
         training.TrainConfig(steps=0)
+
+
+def test_a_backup_is_never_named_over_a_link_that_leads_nowhere(tmp_path, monkeypatch):
+    """Probe 8: a user's link that leads nowhere, named as the backup of an edited summary.md would be, was replaced
+    by the backup (``exists()`` denies such a link); named as an artifact folder's backup, it made ``install`` (``cost
+    --replace``) end in FileExistsError after the work. The backup takes the next free name; the link stays."""
+    from types import SimpleNamespace
+
+    from artifacts import files
+
+    monkeypatch.setattr(files, "time", SimpleNamespace(strftime=lambda form: "20260101-000000"))
+    summary = tmp_path / "summary.md"
+    summary.write_text("edited by hand\n")
+    target = tmp_path / "estimator"
+    target.mkdir()
+    (target / "a.json").write_text("old")
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    (scratch / "a.json").write_text("new")
+    links = [tmp_path / f"{name}.backup-20260101-000000" for name in ("summary.md", "estimator")]
+    for link in links:
+        link.symlink_to("nowhere")
+    files.write_rebuilt(summary, "rebuilt\n", log=lambda line: None)
+    files.install([scratch / "a.json"], target, log=lambda line: None)
+    assert [os.readlink(link) for link in links] == ["nowhere", "nowhere"]
+    assert (tmp_path / "summary.md.backup-20260101-000000-2").read_text() == "edited by hand\n"
+    assert (tmp_path / "estimator.backup-20260101-000000-2" / "a.json").read_text() == "old"
+    assert summary.read_text() == "rebuilt\n" and (target / "a.json").read_text() == "new"

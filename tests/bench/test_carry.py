@@ -200,3 +200,19 @@ def test_a_context_that_is_another_text_here_is_named_as_such(old_store, model_d
     (old_store / "results.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
     code, err = run_cli(capsys, "carry", old_store, "--sample", "1", "--model", model_dir)
     assert code == 2 and "is another text here" in err and "digest 0000000000000000" in err, err
+
+
+@pytest.mark.parametrize("make", ["a pipe", "a link to /dev/zero"])
+def test_a_carried_record_that_is_no_regular_file_is_refused_not_read(tmp_path, capsys, make):
+    """Probe 8: a group's carried.json made a pipe kept verify and leaderboard waiting until killed; made a link to
+    /dev/zero, it was read until memory ran out. Every reader of the group's stores refuses it unread, in one line."""
+    import os
+
+    store = tmp_path / "group" / "store"
+    store.mkdir(parents=True)
+    (store / "results.jsonl").write_text("")
+    record = tmp_path / "group" / CARRIED
+    os.mkfifo(record) if make == "a pipe" else record.symlink_to("/dev/zero")
+    code, err = run_cli(capsys, "verify", store)
+    assert code == 2 and err.endswith(f"{record}: not a regular file, where the record of carried groups belongs; "
+                                      "restore it from version control"), err

@@ -261,6 +261,32 @@ def test_a_model_changed_in_place_is_never_run_under_its_name(fake_fetch, capsys
     assert not (root.parent / "results").exists()
 
 
+@pytest.mark.parametrize("make", ["a pipe", "a link to /dev/zero"])
+def test_a_conversions_record_that_is_no_regular_file_is_refused_not_read(fake_fetch, tmp_path, capsys, make):
+    """Probe 8: a cached model's source.json made a pipe was waited on for ever (compare, cost, fetch-model), one
+    made a link to /dev/zero read until the OOM killer came; the same in any folder given as --model PATH. It is
+    refused unread, in one line naming it, with what to do: convert a cached model again, restore a folder."""
+    import os
+    import shutil
+
+    root, run, _ = fake_fetch
+    directory = run()
+    copy = shutil.copytree(directory, tmp_path / "mine")
+    for record in (directory / "source.json", copy / "source.json"):
+        record.unlink()
+        os.mkfifo(record) if make == "a pipe" else record.symlink_to("/dev/zero")
+    cached = (f"{directory / 'source.json'}: not a regular file, where the record of the model's conversion belongs; "
+              "remove the folder and run `bench fetch-model fake-model` to convert the model again")
+    for refused in (lambda: pretrained.locate(FAKE.name), run):
+        with pytest.raises(UsageError, match=f"^{re.escape(cached)}$"):
+            refused()
+    code, err = run_cli(capsys, "compare", "--model", copy, "--out", tmp_path / "out")
+    assert code == 2 and err.endswith(
+        f"{copy / 'source.json'}: not a regular file, where the record of the model's conversion belongs; restore it "
+        "from where it was copied (or write it again with the command that made it)"), err
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_local_gguf_given_for_a_cached_model_is_checked_all_the_same(fake_fetch, tmp_path, capsys):
     """``fetch-model NAME --gguf TEXTFILE`` said the model was converted already, never reading the file."""
     root, run, state = fake_fetch

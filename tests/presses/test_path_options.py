@@ -568,6 +568,11 @@ ESTIMATOR_DAMAGE = {  # the probe's recipes (/tmp/probe-w/ed/make.py), on the ti
                          "has no tensor"),
     "a negative window": (lambda d: _settings(d / "gatesight.json", lambda c: c.update(window=-3)),
                           "window=-3, expected an integer >= 1"),
+    # probe 8: accepted, and scored with ΔNLL 23 nats where the intact estimator gives 0.001
+    "a repeated signal layer": (
+        lambda d: _settings(d / "gatesight.json", lambda c: c.update(
+            gdn_layers={k: [v[0]] * len(v) for k, v in c["gdn_layers"].items()})),
+        "expected a list of at most window=6 distinct GDN layer indices"),
     "signal layers the model lacks": (
         lambda d: _settings(d / "gatesight.json", lambda c: c.update(
             gdn_layers={k: [7] for k in c["gdn_layers"]})), "which this model does not have before it"),

@@ -88,11 +88,12 @@ def _write_snapshot(path, documents):
 
 
 @pytest.mark.parametrize("damage", ["fifo", "device link", "folder", "numbers", "not a list", "not an object",
-                                    "blanks"])
+                                    "blanks", "zero-width spaces", "NULs"])
 def test_a_snapshot_that_is_no_file_of_documents_of_texts_is_refused_in_one_line(tmp_path, monkeypatch, damage):
     """Re-probe of 64: a snapshot made a pipe or a link to /dev/zero was read for ever (no refusal, no end); one
     whose sentences are numbers reached the tokenizer (a TypeError after the model was loaded); one of blank
-    sentences made contexts of the needle alone under the haystack's name."""
+    sentences made contexts of the needle alone under the haystack's name. Probe 8: so did sentences of zero-width
+    spaces or NULs, which are not whitespace (a sentence without a letter or digit is blank)."""
     import os
 
     snapshot = tmp_path / "manpages.jsonl.gz"
@@ -104,7 +105,8 @@ def test_a_snapshot_that_is_no_file_of_documents_of_texts_is_refused_in_one_line
         snapshot.mkdir()
     else:
         sentences = {"numbers": [1, 2, 3], "not a list": "One sentence here.", "not an object": None,
-                     "blanks": ["", " "]}[damage]
+                     "blanks": ["", " "], "zero-width spaces": ["\u200b", "\u200b\u200b"],
+                     "NULs": ["\x00", "\x00 \x00"]}[damage]
         _write_snapshot(snapshot, [{"path": "/d0", "sentences": ["A first sentence of prose."]},
                                    {"path": "/d1", "sentences": sentences} if sentences else ["/d1"]])
     monkeypatch.setattr(haystacks, "SNAPSHOTS", tmp_path)
