@@ -213,11 +213,18 @@ def check_stream(output: Output) -> None:
     the kernel's virtual files (:data:`VIRTUAL`), a device, a terminal, a pipe or a socket: the bench writes a
     result whole beside its place and renames it there, which a stream cannot take (``/dev/stdout`` became a file
     holding the rows), so none is ever an output; or if ``output`` is itself a link: renaming a result into place
-    would replace the user's link, so the real path is asked for (one rule for every command)."""
+    would replace the user's link, so the real path is asked for (one rule for every command). A link at a file the
+    command keeps inside the folder given (:attr:`Output.within`), wherever it leads, is named as that folder's."""
     if Path(output.path) == Path("-"):  # many tools' standard output: never a file named '-' written unasked
         raise output.refuse(f"'-' means standard output to many tools, and results are written whole to disk, never "
                             f"to a stream: give a {output.kind} on disk (of another name than '-')")
     path = Path(os.path.abspath(output.path))
+    if output.within is not None and path.is_symlink():
+        # a link of the user's inside the folder given, wherever it leads (a file, /proc, a device, nowhere): the
+        # folder is the flag's value, and the link is what to move, never a place to give or to make (probe 8)
+        raise UsageError(f"{output.flag} {output.within}: holds a link at {path} (to {os.readlink(path)}), where "
+                         "this command writes a file of its own; it never writes through a link nor replaces one (a "
+                         f"file is put in place by renaming): move the link away, or give another {output.flag}")
     hops = _hops(path)
     for hop in hops:
         virtual = next((root for root in VIRTUAL if hop == root or root in hop.parents), None)
@@ -237,11 +244,6 @@ def check_stream(output: Output) -> None:
         if not path.exists():  # nothing can be made through it: mkdir says "File exists"
             raise output.refuse(f"{path} is a link to {os.readlink(path)}, which does not exist (or loops back); "
                                 "remove the link or make what it names")
-        if output.within is not None:  # the user's file inside the folder given: its real path is no --out
-            raise UsageError(f"{output.flag} {output.within}: holds a link at {path} (to {hops[-1]}), where this "
-                             "command writes a file of its own; it never writes through a link nor replaces one (a "
-                             "file is put in place by renaming): move the link away, or give another "
-                             f"{output.flag}")
         fixed = (f"give the real path ({hops[-1]})" if output.flag.startswith("-") else
                  f"replace the link by the folder it names (or a copy of it), {output.path} being where the command "
                  "writes")

@@ -80,10 +80,12 @@ def spec_of(model) -> ModelSpec:
 
 
 def _check_named_as_recorded(directory: Path) -> None:
-    """``UsageError`` where ``directory`` bears a catalogued model's name or the default model's — the name its
-    rows would carry — but records none of its files (no ``source.json``, no ``files.json``): rows of any weights
-    would pass for that model's."""
-    name = directory.resolve().name
+    """``UsageError`` where ``directory`` (absolute, as :func:`resolve` makes it) bears a catalogued model's name or
+    the default model's — the name its rows would carry — but records none of its files (no ``source.json``, no
+    ``files.json``): rows of any weights would pass for that model's."""
+    # the rows' own name (ModelInfo.name), not the resolved folder's: a link named like a catalogued model to a
+    # folder of another name would otherwise run under the catalogue's name (probe 8, item 5)
+    name = directory.name
     if name not in pretrained.CHECKPOINTS and name != DEFAULT_MODEL_NAME:
         return
     if not any((directory / record).exists() for record in (SOURCE_FILE, RECORD_FILE)):
@@ -110,6 +112,9 @@ def resolve(model: str | ModelSpec | None) -> Path:
         return named
     directory = Path(spec.path).expanduser()
     if (directory / "config.json").exists():
+        # absolute as ModelInfo makes it, links kept: what is checked is the folder the rows are named after and
+        # the model is loaded from (`link/..` is the link's parent here, as there)
+        directory = Path(os.path.abspath(directory))
         check_recorded(directory)  # a catalogued model's directory given by its path: as by its name
         _check_named_as_recorded(directory)
         return directory

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import numbers
 import re
+import reprlib
 import types
 import typing
 from dataclasses import MISSING, fields
@@ -187,6 +188,12 @@ def build_with_options(cls, name: str, options: dict):
 
 METHOD_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.-]*")
 """A registered press's or allocator's name: what ``--press``, ``--alloc`` and ``--methods`` can give."""
+METHOD_NAME_MAX = 64
+"""The longest name :func:`register_in` takes, in characters (ASCII: bytes). A published method's folder is named
+``<press label>--<allocator label>`` (:func:`bench.store.collection.method_folder`), and a file name holds at most
+255 bytes on the file systems a collection lives on: two names of 64 leave 125 bytes for the options a label shows
+(``(estimator=e924fc2a2897)``), where a 300-character name ran and only ``bench publish`` failed (probe 8, item
+10). 64 is also more than any name a reader would type."""
 
 
 def register_in(registry: dict, cls, base: type, kind: str, reserved: tuple[str, ...] = ("none",),
@@ -202,6 +209,9 @@ def register_in(registry: dict, cls, base: type, kind: str, reserved: tuple[str,
         # splits on slashes) or a folder of the collection could not be named by
         raise UsageError(f"{cls.__name__}.name {cls.name!r}: a {kind}'s name is text of ASCII letters, digits, "
                          "'_', '-' and '.', beginning with a letter, as bench compare can name it")
+    if len(cls.name) > METHOD_NAME_MAX:
+        raise UsageError(f"{cls.__name__}.name {reprlib.repr(cls.name)} ({len(cls.name)} characters): a {kind}'s name "
+                         f"is at most {METHOD_NAME_MAX} characters, so that its results' folder can be named after it")
     if not cls.name or cls.name in reserved or (reserved_prefix and cls.name.startswith(reserved_prefix)):
         shown = ["empty", *(repr(r) for r in reserved), *([f"'{reserved_prefix}...'"] if reserved_prefix else [])]
         raise UsageError(f"{cls.__name__}.name {cls.name!r}: give the {kind} a name of its own (not "

@@ -139,6 +139,9 @@ class ResultStore:
         try:
             return gzip.decompress(raw)
         except (OSError, EOFError) as error:  # not gzip, or cut short
+            if path.is_symlink():  # a user's file linked in, never a version of the store (probe 8): name the link
+                raise UsageError(f"{path}: a link to {os.readlink(path)}, which is not a complete gzip file "
+                                 f"({error}); a store keeps its own files: move the link away") from None
             raise UsageError(f"{path}: not a complete gzip file ({error}); restore it from version control") \
                 from None
 

@@ -32,9 +32,31 @@ method keeps, the entries chosen among, the recurrent state (copied into every c
 (:data:`~bench.store.row_fields.CONTEXT_SHA`)."""
 
 
-def _question_of(row: dict) -> tuple:
-    """The key of ``row`` but the child's (:data:`CHILD_FIELDS`): one question of one context of one run."""
-    return tuple(row.get(field) for field in KEY_FIELDS if field not in CHILD_FIELDS)
+MODEL_FIELDS = ("model", "weights", "artifacts")
+"""The key fields that name the model a row ran: a child and its no-prune row name one model alike."""
+
+
+def _question_of(row: dict, but: tuple = ()) -> tuple:
+    """The key of ``row`` but the child's (:data:`CHILD_FIELDS`) and ``but``: one question of one context of one
+    run."""
+    return tuple(row.get(field) for field in KEY_FIELDS if field not in CHILD_FIELDS + but)
+
+
+def _model_problem(row: dict, fulls: list[int], rows: list[dict], where) -> str | None:
+    """What is wrong with a valid child ``row`` that has no no-prune row of its question, but whose ``delta_nll``
+    was measured against one of ``fulls`` (the valid no-prune rows of its question but its model,
+    :data:`MODEL_FIELDS`): its model field other than that row's. A child and its full cache run one model, so
+    such a row was renamed after it was written (probe 8, item 6: a child renamed smollm2-135m-instruct passed and
+    made a leaderboard section of its own, its ΔNLL the hybrid's). Another model's children alone, measured
+    against their own model, match no such row: their ΔNLL is no difference of these NLLs."""
+    for full in fulls:
+        nll, full_nll = row["answer_nll"], rows[full]["answer_nll"]
+        if abs(row["delta_nll"] - (nll - full_nll)) <= DELTA_NLL_TOLERANCE * max(1.0, abs(nll), abs(full_nll)):
+            field = next(field for field in MODEL_FIELDS if row.get(field) != rows[full].get(field))
+            return (f"{field}={row.get(field)!r}, where the no-prune row its delta_nll was measured against "
+                    f"({where(full)}) holds {rows[full].get(field)!r} (expected the same: a child and its full "
+                    "cache run one model)")
+    return None
 
 
 def _child_problem(row: dict, full: dict, there: str) -> str | None:
@@ -73,11 +95,14 @@ def _child_problems(rows: list[dict], valid: list[bool], where) -> dict[int, str
     code; a child with needle fields where another child of its task, model and code has none (or the reverse), or
     with per-layer values of another layout than the model's other rows; a child that does not match the valid
     no-prune row of its question (:func:`_child_problem`; a question without one among ``rows``, a run of compacted
-    children alone, is not checked against it)."""
+    children alone, is not checked against it, but a child measured against another model's is named,
+    :func:`_model_problem`)."""
     baselines: dict[tuple, int] = {}
+    of_any_model: dict[tuple, list[int]] = {}
     for index, row in enumerate(rows):
         if valid[index] and row["press"] == BASELINE:
             baselines.setdefault(_question_of(row), index)
+            of_any_model.setdefault(_question_of(row, MODEL_FIELDS), []).append(index)
     problems = {}
     layouts: dict[tuple, tuple[int, str, dict]] = {}
     needled: dict[tuple, tuple[int, bool]] = {}
@@ -113,6 +138,9 @@ def _child_problems(rows: list[dict], valid: list[bool], where) -> dict[int, str
         if index in problems:
             continue
         if full is not None and index != full and (problem := _child_problem(row, rows[full], where(full))):
+            problems[index] = problem
+        elif full is None and valid[index] and row["press"] != BASELINE and (problem := _model_problem(
+                row, of_any_model.get(_question_of(row, MODEL_FIELDS), []), rows, where)):
             problems[index] = problem
     return problems
 

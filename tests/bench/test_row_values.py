@@ -12,6 +12,7 @@ from allocators.integerize import round_half_up
 from bench.run.compare import run_compare
 from bench.store.row_fields import SCHEMA
 from bench.store.row_set_checks import DELTA_NLL_TOLERANCE
+from pretrained.loading import fingerprint_of_parts
 from tests.helpers import assert_reports_refuse, compare_settings, run_cli, store_of, stored_rows
 from workloads.metrics import string_match_all
 
@@ -234,6 +235,39 @@ def test_children_without_a_no_prune_row_are_not_held_to_one(run, tmp_path, caps
     """A run of compacted children alone (no ``none`` press) has no full-cache row to compare with."""
     rows = [row for row in stored_rows(run) if row["press"] != "none"]
     code, err = run_cli(capsys, "verify", store_of(rows, tmp_path / "children"))
+    assert code == 0, err
+
+
+@pytest.mark.parametrize("field", ["model", "weights"])
+def test_a_child_of_another_model_than_its_no_prune_row_is_named(run, tmp_path, capsys, field):
+    """Probe 8, item 6: a child renamed smollm2-135m-instruct (or given other weights) beside the hybrid's no-prune
+    row passed verify, and the leaderboard made a section of it, its ΔNLL the hybrid's. Its ΔNLL is the difference
+    with that row's NLL, so it is named with both values and that row's line."""
+    rows = stored_rows(run)
+    at = next(i for i, row in enumerate(rows) if row["press"] != "none")
+    full = next(i for i, row in enumerate(rows) if row is _baseline_of(rows, rows[at]))
+    was = rows[at][field]
+    if field == "model":
+        rows[at]["model"] = "smollm2-135m-instruct"
+    else:  # other weights, their fingerprint as a run would write it
+        rows[at]["model_parts"]["weights"] = "0" * 12
+        rows[at]["weights"] = fingerprint_of_parts(rows[at]["model_parts"])
+    bad = store_of(rows, tmp_path / "bad")
+    path = bad / "results.jsonl"
+    assert_reports_refuse(capsys, bad, tmp_path / "docs",
+                          f"{path}:{at + 1}: {field}={rows[at][field]!r}, where the no-prune row its delta_nll was "
+                          f"measured against ({path}:{full + 1}) holds {was!r} (expected the same: a child and its "
+                          "full cache run one model)")
+
+
+def test_children_of_another_model_alone_beside_a_no_prune_row_pass(run, tmp_path, capsys):
+    """Another model's children alone (their no-prune rows elsewhere) beside this model's: their ΔNLL was measured
+    against their own full cache, not against these rows, so they are not held to them."""
+    rows = stored_rows(run)
+    for row in rows:
+        if row["press"] != "none":
+            row.update(model="other", answer_nll=row["answer_nll"] + 1.0)
+    code, err = run_cli(capsys, "verify", store_of(rows, tmp_path / "two-models"))
     assert code == 0, err
 
 

@@ -107,6 +107,29 @@ def test_a_folder_named_as_a_catalogued_model_that_records_nothing_is_refused(tm
     assert code == 0, err
 
 
+@pytest.mark.parametrize("name", ["hybrid-byte-12l", "smollm2-135m-instruct"])
+@pytest.mark.parametrize("tail", ["", "/", "/."])
+def test_a_link_named_as_a_catalogued_model_to_a_folder_that_records_nothing_is_refused(tmp_path, capsys, name, tail):
+    """Probe 8, item 5: a link named like a catalogued model, to an unrecorded folder of another name, ran under the
+    catalogue's name (rows are named after the path given; the check looked at the folder the link leads to). The
+    check now looks at the rows' name, so a link is refused as a folder so named, and a link of another name to a
+    folder so named runs under the link's name, as its rows say."""
+    mine = tmp_path / "mine"
+    shutil.copytree(DEFAULT_MODEL_DIR, mine)
+    (mine / RECORD_FILE).unlink()
+    (tmp_path / "links").mkdir()
+    link = tmp_path / "links" / name
+    link.symlink_to(mine)
+    code, err = run_cli(capsys, "compare", "--model", f"{link}{tail}", "--press", "snapkv", "--n", "1",
+                        "--out", tmp_path / "out")
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert f"--model {link}: the folder is named {name}, the model its rows would be named" in err, err
+    assert not (tmp_path / "out").exists()
+    named = mine.rename(tmp_path / name)
+    (tmp_path / "links" / "other").symlink_to(named)
+    assert pretrained.model_spec.resolve(str(tmp_path / "links" / "other")).name == "other"
+
+
 @pytest.mark.parametrize("artifact", ["gatesight/gatesight.safetensors", "calibration/calibration.safetensors"])
 def test_a_shipped_artifact_changed_in_place_is_refused(tmp_path, monkeypatch, capsys, artifact):
     """Probe 7: 4 KiB of the default model's estimator zeroed (finite values its loader takes) ran as gatesight,
