@@ -12,21 +12,14 @@ import time
 from pathlib import Path
 from typing import IO
 
-from runtime.errors import UsageError
+from runtime.errors import UsageError, check_regular_file
 
 LOCK_WAIT_SECONDS = 1.0
 """How long a writer waits for a store's lock before it refuses: :func:`lock_holder` (verify asking whether a store
 is being written) holds it for microseconds, a writer for its whole run."""
-
-
-def _check_lock_file(path: Path) -> None:
-    """``UsageError`` where the lock file ``path`` is there but is no regular file: a pipe would be waited on for
-    ever, and a folder cannot be locked. The lock is the bench's own file, made when a writer starts, so moving the
-    thing away is all the user does (probe 8: the general "put the file there" asked them to make one)."""
-    if path.exists() and not path.is_file():
-        kind = "a folder" if path.is_dir() else "not a regular file"
-        raise UsageError(f"{path}: {kind}, where a store's lock belongs; move it away (bench makes its lock file "
-                         "itself)")
+LOCK_REMEDY = "move it away (bench makes its lock file itself)"
+"""What a user does about a thing where a store's lock belongs: the lock is the bench's own file, made as a writer
+starts (probe 8: the general "put the file there" asked them to make one)."""
 
 
 def _lock_within(handle, seconds: float) -> None:
@@ -46,7 +39,7 @@ def take_lock(directory: Path) -> IO:
     """The writer's lock on the store in ``directory`` (its ``.lock`` file, open and locked, holding this pid);
     ``UsageError`` naming the holder's pid when another process holds it past :data:`LOCK_WAIT_SECONDS`."""
     path = directory / ".lock"
-    _check_lock_file(path)
+    check_regular_file(path, "a store's lock", LOCK_REMEDY)
     while True:
         handle = path.open("a+")
         try:
@@ -80,7 +73,7 @@ def release_lock(directory: Path, handle: IO) -> None:
 def lock_holder(directory: Path) -> str | None:
     """The pid (as its lock file holds it, ``unknown`` if none) of the process writing the store in ``directory``,
     or None when none holds its lock (a lock file a killed writer left is no lock)."""
-    _check_lock_file(Path(directory) / ".lock")
+    check_regular_file(Path(directory) / ".lock", "a store's lock", LOCK_REMEDY)
     try:
         handle = (Path(directory) / ".lock").open("r")
     except FileNotFoundError:
