@@ -73,13 +73,13 @@ def estimator_settings(config, path: Path) -> tuple[int, dict[int, list[int]]]:
                          f"attention layer's features); {redo}")
     gdn_layers = {}
     for key, layers in config["gdn_layers"].items():
-        # a repeated index feeds one layer's signal twice, which no training writes: the MLPs would run on
-        # features of another meaning, with plausible but wrong scores
+        # training writes the signal layers once each in depth order (presses.gatesight.gdn_window): a repeated or
+        # reordered index feeds the MLPs features of another meaning, with plausible but wrong scores (probes 8, 9)
         if not (isinstance(layers, list) and len(layers) <= window and all(
                 isinstance(j, int) and not isinstance(j, bool) and j >= 0 for j in layers)
-                and len(set(layers)) == len(layers)):
+                and layers == sorted(set(layers))):
             raise UsageError(f"{path}: gdn_layers[{key!r}]={layers!r}, expected a list of at most window={window} "
-                             f"distinct GDN layer indices >= 0; {redo}")
+                             f"distinct GDN layer indices >= 0 in depth order (ascending); {redo}")
         gdn_layers[_layer(key, path, "gdn_layers key", redo)] = layers
     if not isinstance(config.get("meta", {}), dict):
         raise UsageError(f"{path}: meta={config['meta']!r}, expected an object (the training record); {redo}")

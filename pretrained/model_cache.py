@@ -80,16 +80,22 @@ def damage(directory: Path, files: dict, hashes: bool = False, by: str = "its co
 
 
 def read_source(directory: Path, remedy: str) -> dict | None:
-    """The :data:`SOURCE_FILE` record of a converted directory; None where there is none (or not a readable one).
-    One that is there but no regular file is a :class:`~runtime.errors.UsageError` naming it, with ``remedy`` (what
-    the user does about it): a pipe would be waited on for ever, a link to ``/dev/zero`` read until memory runs out."""
+    """The :data:`SOURCE_FILE` record of a converted directory; None where there is none. One that is there but no
+    regular file, or no JSON object, is a :class:`~runtime.errors.UsageError` naming it, with ``remedy`` (what the
+    user does about it): a pipe would be waited on for ever, a link to ``/dev/zero`` read until memory runs out, and
+    a record that cannot be read taken for none would let a folder named like a catalogued model run unchecked
+    under that name (probe 9)."""
     path = Path(directory) / SOURCE_FILE
     check_regular_file(path, "the record of the model's conversion", remedy)
     try:
-        source = parse_json(path.read_text())
-    except (OSError, ValueError):
+        source = parse_json(path.read_bytes())
+    except FileNotFoundError:
         return None
-    return source if isinstance(source, dict) else None
+    except (OSError, ValueError) as error:
+        raise UsageError(f"{path}: the record of the model's conversion cannot be read ({error}); {remedy}") from None
+    if not isinstance(source, dict):
+        raise UsageError(f"{path}: the record of the model's conversion is no JSON object; {remedy}")
+    return source
 
 
 def reconversion(name: str) -> str:

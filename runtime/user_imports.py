@@ -14,7 +14,9 @@ and SIGTERM able to end a run whose handler never returns (:mod:`bench.entry`).
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
+import resource
 import sys
 import threading
 from typing import Callable, TypeVar
@@ -22,6 +24,10 @@ from typing import Callable, TypeVar
 from .errors import UsageError
 
 T = TypeVar("T")
+LIMITS = {"RLIMIT_FSIZE": "the file size limit", "RLIMIT_NOFILE": "the open files limit",
+          "RLIMIT_AS": "the address space limit", "RLIMIT_DATA": "the data size limit"}
+"""The process's resource limits a module may change (``resource.setrlimit``) that would cut the run's files short
+or fail it later in the bench's own code (probe 9: a file size limit left a cut row)."""
 STREAMS = ("stdin", "stdout", "stderr")
 WHAT_IT_IS_FOR = "a module given to the bench registers presses or allocators and returns"
 LINGERING: list[threading.Thread] = []
@@ -115,6 +121,7 @@ def import_guarded(load: Callable[[], T], shown: str) -> T:
     :class:`Exception` ``load`` raises goes on up unchanged, all put back too."""
     modules, cwd, threads = dict(sys.modules), os.getcwd(), set(threading.enumerate())
     mask, depth, handlers = _umask(), sys.getrecursionlimit(), atexit._ncallbacks()
+    limits = {name: resource.getrlimit(getattr(resource, name)) for name in LIMITS}
     descriptors = {fd: (os.dup(fd), was) for fd in range(len(STREAMS)) if (was := _descriptor(fd)) is not None}
     streams = {name: getattr(sys, name) for name in STREAMS if getattr(sys, name) is not None}
     stand_ins = {name: _StreamStandIn(stream) for name, stream in streams.items()}
@@ -143,12 +150,19 @@ def import_guarded(load: Callable[[], T], shown: str) -> T:
         masked = os.umask(mask) != mask
         lowered = sys.getrecursionlimit() < depth
         sys.setrecursionlimit(max(depth, sys.getrecursionlimit()))  # a raised limit is the module's own need
+        limited = [name for name, was in limits.items() if resource.getrlimit(getattr(resource, name)) != was]
+        for name in limited:
+            with contextlib.suppress(ValueError, OSError):  # a lowered hard limit cannot be raised again unprivileged
+                resource.setrlimit(getattr(resource, name), limits[name])
     if changed:
         raise UsageError(f"{shown}: importing it closed or replaced {', '.join(changed)}; {WHAT_IT_IS_FOR}")
     if replaced or blocked:
         names = ", ".join((replaced or blocked)[:3]) + (" …" if len(replaced or blocked) > 3 else "")
         raise UsageError(f"{shown}: importing it {'replaced or removed' if replaced else 'blocked'} module(s) "
                          f"{names} in sys.modules; {WHAT_IT_IS_FOR}")
+    if limited:
+        raise UsageError(f"{shown}: importing it changed {', '.join(LIMITS[name] for name in limited)} "
+                         f"(resource.setrlimit: the run's files could be cut short); {WHAT_IT_IS_FOR}")
     if masked:
         raise UsageError(f"{shown}: importing it changed the file mode mask (os.umask: the outputs would be written "
                          f"with other permissions); {WHAT_IT_IS_FOR}")

@@ -287,6 +287,27 @@ def test_a_conversions_record_that_is_no_regular_file_is_refused_not_read(fake_f
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("text", ["garbage{", "[1]"])
+def test_a_conversions_record_that_is_no_json_object_is_refused_not_taken_for_none(fake_fetch, tmp_path, capsys, text):
+    """Probe 9: a folder named like a catalogued model, its weights damaged and its source.json not JSON (or no
+    object), ran under the catalogue's name: the unreadable record was taken for none. It is refused in one line,
+    cached or given by path."""
+    import shutil
+
+    root, run, _ = fake_fetch
+    directory = run()
+    copy = shutil.copytree(directory, tmp_path / FAKE.name)
+    for record in (directory / "source.json", copy / "source.json"):
+        record.write_text(text)
+    with pytest.raises(UsageError, match=f"^{re.escape(str(directory / 'source.json'))}: the record of the model's "
+                                         "conversion (cannot be read|is no JSON object).*remove the folder and run "
+                                         "`bench fetch-model fake-model`"):
+        pretrained.locate(FAKE.name)
+    code, err = run_cli(capsys, "compare", "--model", copy, "--out", tmp_path / "out")
+    assert code == 2 and f"{copy / 'source.json'}: the record of the model's conversion " in err, err
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_local_gguf_given_for_a_cached_model_is_checked_all_the_same(fake_fetch, tmp_path, capsys):
     """``fetch-model NAME --gguf TEXTFILE`` said the model was converted already, never reading the file."""
     root, run, state = fake_fetch

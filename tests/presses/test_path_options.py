@@ -573,6 +573,11 @@ ESTIMATOR_DAMAGE = {  # the probe's recipes (/tmp/probe-w/ed/make.py), on the ti
         lambda d: _settings(d / "gatesight.json", lambda c: c.update(
             gdn_layers={k: [v[0]] * len(v) for k, v in c["gdn_layers"].items()})),
         "expected a list of at most window=6 distinct GDN layer indices"),
+    # probe 9: accepted, ΔNLL 0.064 where the intact estimator gives 0.0013 (the features in another order)
+    "signal layers out of depth order": (
+        lambda d: _settings(d / "gatesight.json", lambda c: c.update(
+            gdn_layers={k: v[::-1] for k, v in c["gdn_layers"].items()})),
+        "window=6 distinct GDN layer indices >= 0 in depth order (ascending)"),
     "signal layers the model lacks": (
         lambda d: _settings(d / "gatesight.json", lambda c: c.update(
             gdn_layers={k: [7] for k in c["gdn_layers"]})), "which this model does not have before it"),

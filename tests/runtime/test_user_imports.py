@@ -101,3 +101,13 @@ def test_a_run_whose_imported_exit_handler_never_returns_still_ends_on_sigterm(t
                                             "lingering ran, after the command had ended (exit code 0): what it wrote "
                                             "is kept"), err
     assert "results:" in out and (tmp_path / "out" / "results.jsonl").read_text().count("\n") >= 1
+
+
+def test_an_import_that_changes_a_resource_limit_is_refused_and_the_limit_put_back():
+    """Probe 9: a module setting RLIMIT_FSIZE made compare end in 'OSError: File too large', a row cut short."""
+    import resource
+
+    before = resource.getrlimit(resource.RLIMIT_FSIZE)
+    with pytest.raises(UsageError, match=r"--import m: importing it changed the file size limit \(resource.setrlimit"):
+        import_guarded(lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (4096, before[1])), "--import m")
+    assert resource.getrlimit(resource.RLIMIT_FSIZE) == before
