@@ -24,9 +24,14 @@ from functools import lru_cache
 from pathlib import Path
 
 from runtime.errors import UsageError, check_regular_file
+from runtime.gunzip import gunzip
 from runtime.json_text import parse_json
 
 from .corpus import HAYSTACK_SOURCES, documents
+
+SNAPSHOT_LIMIT = 256 << 20
+"""The most a snapshot may unpack to (the shipped ones unpack to a few MB): past it, not a snapshot this module
+built (:mod:`runtime.gunzip`)."""
 
 SNAPSHOTS = Path(__file__).with_name("haystacks")
 """Where the snapshots are: ``<source>.jsonl.gz`` per haystack source."""
@@ -63,7 +68,7 @@ def snapshot(source: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
     path = snapshot_path(source)
     check_regular_file(path, f"haystack {source!r}'s snapshot")  # a pipe or a device: read for ever, never refused
     try:
-        lines = gzip.decompress(path.read_bytes()).decode().splitlines()
+        lines = gunzip(path.read_bytes(), SNAPSHOT_LIMIT).decode().splitlines()
         out = tuple(_document(parse_json(line)) for line in lines)
     except FileNotFoundError:
         raise UsageError(f"haystack {source!r}: its snapshot {path} is missing: restore it from git (`python -m "

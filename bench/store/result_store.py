@@ -9,7 +9,6 @@ first new one is appended there, and the ``.gz`` is kept.
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
 import sys
@@ -18,6 +17,7 @@ from pathlib import Path
 from artifacts.files import atomic_path
 from artifacts.outputs import Output, check_place
 from runtime.errors import UsageError, check_regular_file
+from runtime.gunzip import GunzipLimitError, gunzip
 from runtime.json_text import parse_json
 
 from .carried_codes import carried_records, under_records
@@ -26,6 +26,10 @@ from .row_checks import key_problem
 from .row_fields import FIDELITY_FIELDS, SCHEMA, row_key
 from .row_set_checks import verify_rows
 from .store_lock import lock_holder, release_lock, take_lock
+
+STORE_LIMIT = 2 << 30
+"""The most a store's committed rows may unpack to (the largest published group unpacks to tens of MB): past it, no
+store the bench wrote, refused before memory runs out (:mod:`runtime.gunzip`)."""
 
 TAIL_BYTES = 256
 """How much of a file's end :func:`_snapshot` keeps: enough to hold the end of the last row written."""
@@ -137,7 +141,10 @@ class ResultStore:
         if path.suffix != ".gz":
             return raw
         try:
-            return gzip.decompress(raw)
+            return gunzip(raw, STORE_LIMIT)
+        except GunzipLimitError as error:
+            raise UsageError(f"{path}: {error}, past what a store holds: no store the bench wrote (move it away, or "
+                             "restore it from version control)") from None
         except (OSError, EOFError) as error:  # not gzip, or cut short
             if path.is_symlink():  # a user's file linked in, never a version of the store (probe 8): name the link
                 raise UsageError(f"{path}: a link to {os.readlink(path)}, which is not a complete gzip file "
