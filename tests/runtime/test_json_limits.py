@@ -70,10 +70,11 @@ def test_a_model_folders_record_of_its_files(tmp_path, payload):
         read_record(tmp_path)
 
 
-def test_a_conversions_record_is_no_record(tmp_path, payload):
-    """As a source.json that is not JSON: the folder is no complete conversion (``bench fetch-model`` says so)."""
+def test_a_conversions_record_is_refused(tmp_path, payload):
+    """As a source.json that is not JSON: refused with the remedy, never taken for no record (probe 9)."""
     (tmp_path / "source.json").write_text(PAYLOADS[payload])
-    assert read_source(tmp_path, "remedy") is None
+    with pytest.raises(UsageError, match="the record of the model's conversion cannot be read .*; remedy$"):
+        read_source(tmp_path, "remedy")
 
 
 def test_a_collections_carried_groups(tmp_path, payload):
