@@ -100,8 +100,8 @@ def read_source(directory: Path, remedy: str) -> dict | None:
 
 def reconversion(name: str) -> str:
     """What the user does about a converted directory of the catalogued model ``name`` whose :data:`SOURCE_FILE` is
-    no regular file: without the record, ``bench fetch-model`` cannot tell the folder for its own, and takes only
-    a folder that is not there."""
+    no regular file or cannot be read: without the record, ``bench fetch-model`` cannot tell the folder for its own,
+    and takes only a folder that is not there."""
     return f"remove the folder and run `bench fetch-model {name}` to convert the model again"
 
 
