@@ -32,6 +32,10 @@ __all__ = ["DEFAULT_MODEL_DIR", "DEFAULT_MODEL_NAME", "DTYPES", "MODEL_PARTS", "
            "identity", "load", "part_files", "position_limit", "read", "read_config", "resolve"]
 
 
+TOKENIZER_ERRORS = (OSError, ValueError, ImportError, KeyError, TypeError, AttributeError)
+"""What transformers raises where a tokenizer's files are damaged or need a library that is not installed."""
+
+
 def position_limit(model: str | ModelSpec | ModelInfo | None) -> int | None:
     """The model's ``max_position_embeddings`` read from its config alone (before any weight is loaded)."""
     return read(model).position_limit
@@ -65,6 +69,7 @@ def load(model: str | ModelSpec | ModelInfo | None = None):
         elif path.suffix == ".bin" and path.stat().st_size == 0:
             raise UsageError(f"{path}: an empty weight file; copy it again from where the model came from")
     check_tokenizer_files(directory)
+    info.check_json_files()
     dtype = "auto" if spec.dtype == "auto" else DTYPES[spec.dtype]
     config = info.transformers_config()
     try:
@@ -82,8 +87,15 @@ def load(model: str | ModelSpec | ModelInfo | None = None):
                          "them again from where the model came from")
     try:
         tokenizer = AutoTokenizer.from_pretrained(directory, config=config, local_files_only=True)
-    except (OSError, ValueError, ImportError) as error:  # e.g. a slow tokenizer whose library is not installed
+    except Exception as error:
+        # what reading a damaged tokenizer file raises: a slow tokenizer whose library is not installed, a key or a
+        # type transformers expects that is not there, or the Rust tokenizers' own parse error (a bare Exception)
+        if not isinstance(error, TOKENIZER_ERRORS) and type(error) is not Exception:
+            raise
         reason = " ".join(str(error).split())  # library messages span lines; the bench's error is one
-        raise UsageError(f"{directory}: its tokenizer could not be loaded ({type(error).__name__}: {reason})") from None
+        remedy = ("install the library it names" if isinstance(error, ImportError) else
+                  "copy the tokenizer's files again from where the model came from")
+        raise UsageError(f"{directory}: its tokenizer could not be loaded ({type(error).__name__}: {reason}); "
+                         f"{remedy}") from None
     return loaded.to(spec.torch_device()).eval(), tokenizer, directory
 

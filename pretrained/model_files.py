@@ -119,6 +119,22 @@ def check_tokenizer_files(directory: Path) -> None:
                          "from")
 
 
+def check_json_files(directory: Path, config: dict) -> None:
+    """``UsageError`` naming the first JSON file transformers reads from a model directory besides ``config.json``
+    (the generation config, the tokenizer's files: :data:`MODEL_PARTS`; ``config``: its config as read, which names
+    none of them) that is no JSON object Python can hold: nested too deep or holding too long an integer, transformers'
+    own ``json.load`` ends in a ``RecursionError`` or a bare ``ValueError``, and a list in a ``TypeError``."""
+    for path in (*part_files(directory, "config", config), *part_files(directory, "tokenizer", config)):
+        if path.suffix != ".json" or path.name == "config.json":  # config.json is the ModelInfo's, parsed already
+            continue
+        try:
+            value = parse_json(read_whole(path))
+        except (UnicodeDecodeError, json.JSONDecodeError) as error:
+            raise UsageError(f"{path}: not valid JSON ({error}); copy it again from where the model came from") \
+                from None
+        if not isinstance(value, dict):
+            raise UsageError(f"{path}: no JSON object ({type(value).__name__} at the top), where transformers reads "
+                             "one; copy it again from where the model came from")
 
 
 VOCABULARY_FILES = ("tokenizer.json", "vocab.*", "*.model", "*.tiktoken")

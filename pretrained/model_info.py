@@ -16,7 +16,15 @@ from runtime.json_text import parse_json
 
 from .file_reads import read_whole
 from .fingerprints import ModelIdentity, file_states, identity, weights_digest
-from .model_files import ARTIFACTS, METHOD_ARTIFACTS, MODEL_PARTS, matching_files, parse_config, part_files
+from .model_files import (
+    ARTIFACTS,
+    METHOD_ARTIFACTS,
+    MODEL_PARTS,
+    check_json_files,
+    matching_files,
+    parse_config,
+    part_files,
+)
 from .model_spec import ModelSpec, resolve, spec_of
 
 
@@ -117,6 +125,17 @@ class ModelInfo:
         None where the directory holds none."""
         paths = part_files(self.directory, "weights", self.config)
         return weights_digest(self.directory, paths) if paths else None
+
+    def check_json_files(self) -> None:
+        """A ``UsageError`` naming the first JSON file of the directory that transformers would fail to read
+        (:func:`pretrained.model_files.check_json_files`); checked once for this object and the workers it is sent
+        to."""
+        self._json_files_checked  # noqa: B018 - the check is the property's computation, kept once it passed
+
+    @cached_property
+    def _json_files_checked(self) -> bool:
+        check_json_files(self.directory, self.config)
+        return True
 
     @property
     def weights_read(self) -> bool:

@@ -206,8 +206,8 @@ def model_spec(args: argparse.Namespace) -> ModelSpec:
 
 def model_info(args: argparse.Namespace) -> ModelInfo:
     """The model the flags of :func:`add_model_arguments` name, read once (:func:`pretrained.model_info.read`) and
-    checked: its name (near misses of the catalogue named), device and dtype, and that its directory holds weights
-    and a tokenizer's vocabulary."""
+    checked: its name (near misses of the catalogue named), device and dtype, and that its directory holds weights,
+    a tokenizer's vocabulary and JSON files transformers can read."""
     check_model_name(args.model)
     info = read(ModelSpec(args.model, args.device, args.dtype, args.allow_download))
     directory = info.directory
@@ -218,6 +218,7 @@ def model_info(args: argparse.Namespace) -> ModelInfo:
                          "beside its config.json; the bench loads a model from its weights: copy them there, or give "
                          "the model's own directory")
     loading.check_tokenizer_files(directory)
+    info.check_json_files()
     return info
 
 

@@ -142,7 +142,7 @@ def test_a_worker_that_cannot_load_the_model_is_one_error_whatever_runs_it(model
 
     broken = tmp_path / "model"
     shutil.copytree(model_dir, broken)
-    (broken / "tokenizer.json").write_text("{not json")
+    (broken / "tokenizer.json").write_text('{"version": "1.0"}')  # JSON, but no tokenizer: only loading finds it
     argv = ["compare", "--model", str(broken), "--press", "keydiff", "--keep-fractions", "0.5", "--n", "1",
             "--tasks", "niah_single_1", "--length", "384"]
     assert main([*argv, "--out", str(tmp_path / "alone")]) == 2

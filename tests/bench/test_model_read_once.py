@@ -15,7 +15,7 @@ import safetensors
 import transformers.modeling_utils
 
 import bench.store.project_modules
-from pretrained import file_reads, fingerprints
+from pretrained import file_reads, fingerprints, model_info
 from pretrained.loading import DEFAULT_MODEL_DIR
 
 from ..helpers import run_cli
@@ -90,8 +90,11 @@ def test_one_compare_opens_the_config_once_and_reads_the_weights_once(tmp_path, 
     fingerprints._weights_digest.cache_clear()  # as a fresh process finds it
     file_reads.forget()
     counts = _counting(monkeypatch)
+    checked = []
+    monkeypatch.setattr(model_info, "check_json_files", lambda *args: checked.append(args))
     code, err = run_cli(capsys, *COMPARE, "--n", "1", "--out", tmp_path / "out")
     assert code == 0, err
+    assert len(checked) == 1  # the JSON files transformers reads, parsed once a run (before the model loads)
     assert counts["open", "config.json"] == 1 and counts["open", "files.json"] == 1, counts
     assert counts["open", WEIGHTS] == 1 and counts["safe_open", WEIGHTS] == 1, counts
 

@@ -1,5 +1,6 @@
 """Model loading: local directories, hub ids from the local cache only (offline), device and dtype."""
 
+import re
 import shutil
 
 import huggingface_hub.constants
@@ -10,7 +11,8 @@ from bench.commands.cli import main
 from bench.run.plan import plan
 from pretrained import loading
 from pretrained.loading import ModelSpec
-from tests.helpers import FAMILIES, compare_settings
+from runtime.errors import UsageError
+from tests.helpers import FAMILIES, compare_settings, copy_model, run_cli
 
 
 def _fake_cache(tmp_path, model_dir, repo="someorg/tiny-hybrid"):
@@ -59,6 +61,29 @@ def test_cuda_without_cuda_stops_before_loading(model_dir, tmp_path, capsys):
 def test_dtype_auto_keeps_the_checkpoints_dtype(model_dir):
     model, _, _ = loading.load(ModelSpec(str(model_dir), dtype="auto"))
     assert next(model.parameters()).dtype == torch.float32  # the tiny model was saved in float32
+
+
+def test_a_tokenizer_file_that_is_json_but_no_object_is_named_before_loading(model_dir, tmp_path, capsys,
+                                                                            no_model_load):
+    """Probe 9 (beside its deep tokenizer files): a tokenizer.json holding a JSON array ended in transformers'
+    ``TypeError``. Named in one line before the model loads."""
+    copy = copy_model(model_dir, tmp_path)
+    (copy / "tokenizer.json").write_text("[1]")
+    code, err = run_cli(capsys, "compare", "--model", copy, "--out", tmp_path / "out")
+    assert code == 2 and err.endswith(f"{copy / 'tokenizer.json'}: no JSON object (list at the top), where "
+                                      "transformers reads one; copy it again from where the model came from"), err
+
+
+def test_a_tokenizer_only_loading_finds_damaged_is_one_line(model_dir, tmp_path):
+    """A tokenizer.json that parses but is no tokenizer: transformers' ``KeyError`` (and the Rust tokenizers' bare
+    ``Exception`` for what its own parser refuses) ended the load in a traceback. One line naming the folder."""
+    copy = copy_model(model_dir, tmp_path)
+    deep = (copy / "tokenizer.json").read_text().strip()[:-1] + ', "extra": ' + "[" * 200 + "]" * 200 + "}"
+    for text, error in (('{"version": "1.0"}', "KeyError: 'added_tokens'"), (deep, "Exception: ")):
+        (copy / "tokenizer.json").write_text(text)
+        with pytest.raises(UsageError, match=f"^{re.escape(f'{copy}: its tokenizer could not be loaded ({error}')}.*; "
+                                             "copy the tokenizer's files again from where the model came from$"):
+            loading.load(copy)
 
 
 @pytest.mark.parametrize("family", FAMILIES)

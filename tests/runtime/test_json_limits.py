@@ -18,6 +18,7 @@ from pretrained.model_cache import read_source
 from pretrained.model_files import check_artifact, parse_config
 from runtime.errors import UsageError
 from runtime.json_text import JSONLimitError, parse_json
+from tests.helpers import copy_model, run_cli
 
 PAYLOADS = {"nested": "[" * 200000 + "]" * 200000, "a long integer": "[" + "7" * 5000 + "]"}
 """The probe's two texts: JSON too deep for Python's parser, and an integer past its 4300-digit limit."""
@@ -98,3 +99,18 @@ def test_head_shares(tmp_path, payload):
     with pytest.raises(UsageError, match=re.escape(f"{path}: not valid JSON ({REASONS[payload]}); run `bench "
                                                    "calibrate-shares")):
         HeadShares.load(tmp_path)
+
+
+@pytest.mark.parametrize("name", ["tokenizer.json", "tokenizer_config.json", "generation_config.json",
+                                  "special_tokens_map.json"])
+def test_a_json_file_transformers_reads_from_a_model_folder(model_dir, tmp_path, capsys, no_model_load, payload, name):
+    """Probe 9: ``--model PATH`` whose tokenizer_config.json or tokenizer.json was nested 200000 deep ended in a
+    ``RecursionError`` inside transformers' own ``json.load``. Every JSON file it reads from the folder is parsed
+    first, named in one line before the model loads or anything is written."""
+    copy = copy_model(model_dir, tmp_path)
+    (copy / "files.json").unlink(missing_ok=True)  # a folder of the user's, which records none of its files
+    (copy / name).write_text(PAYLOADS[payload])
+    code, err = run_cli(capsys, "compare", "--model", copy, "--out", tmp_path / "out")
+    assert code == 2 and err.endswith(f"{copy / name}: not valid JSON ({REASONS[payload]}); copy it again from "
+                                      "where the model came from"), err
+    assert not (tmp_path / "out").exists()
