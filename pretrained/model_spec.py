@@ -5,6 +5,7 @@ trained by :mod:`hybridmodel`). Nothing is downloaded unless the user allows it 
 from __future__ import annotations
 
 import os
+import reprlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +23,13 @@ DEFAULT_MODEL_DIR = Path(os.environ.get(MODEL_ENV)
 """The default model: the shipped checkout's ``models/hybrid-byte-12l`` unless :data:`MODEL_ENV` names another."""
 DEFAULT_MODEL_NAME = DEFAULT_MODEL_DIR.name
 """The default model's name, as its rows and the reports call it: ``--model`` takes it too."""
+
+MODEL_NAME_MAX = 128
+"""The longest model name a run takes, in characters: a model is named by its folder (:attr:`ModelInfo.name`), and
+a collection names each setting group's folder ``<model>-<length>-<digest>`` (:func:`bench.store.collection.
+group_folder`) in a file name of at most 255 bytes; a folder of 250 characters ran, and only ``bench publish``
+failed, with the file system's "File name too long" (probe 9). As press names are bounded (:data:`runtime.options.
+METHOD_NAME_MAX`); 128 is longer than any hub model's name."""
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 DEVICES = "cpu, cuda, cuda:N or auto"
@@ -98,8 +106,19 @@ def _check_named_as_recorded(directory: Path) -> None:
 
 def resolve(model: str | ModelSpec | None) -> Path:
     """The model's local directory: a catalogued name's converted directory, the path itself, or the hub id's
-    snapshot in the local HF cache."""
-    spec = spec_of(model)
+    snapshot in the local HF cache; its name, the model's as rows record it, at most :data:`MODEL_NAME_MAX`
+    characters."""
+    directory = _directory(spec_of(model))
+    if len(directory.name) > MODEL_NAME_MAX:
+        raise UsageError(f"model {reprlib.repr(directory.name)} in {directory.parent}: its name (its folder's, which "
+                         f"its rows carry) is {len(directory.name)} characters, and a model's name is at most "
+                         f"{MODEL_NAME_MAX}, so that its results' folders can be named after it; give the model a "
+                         "folder of a shorter name (a link to it of a shorter name will do)")
+    return directory
+
+
+def _directory(spec: ModelSpec) -> Path:
+    """:func:`resolve`'s directory, its name not checked."""
     if spec.path is None:
         if not (DEFAULT_MODEL_DIR / "config.json").exists():
             raise MissingFileError(f"no model at {DEFAULT_MODEL_DIR}: the default model ships with the source "
@@ -119,7 +138,7 @@ def resolve(model: str | ModelSpec | None) -> Path:
         _check_named_as_recorded(directory)
         return directory
     if spec.path == DEFAULT_MODEL_NAME and not directory.exists():  # as rows and reports name the default model
-        return resolve(None)
+        return _directory(ModelSpec(None))
     if directory.exists() or spec.path.count("/") != 1 or spec.path.startswith((".", "/", "~")):
         raise MissingFileError(f"no model at {spec.path}: expected a local HF model directory (with config.json) "
                                 "or a hub id such as Qwen/Qwen3.5-0.8B")

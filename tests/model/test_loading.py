@@ -1,6 +1,7 @@
 """Model loading: local directories, hub ids from the local cache only (offline), device and dtype."""
 
 import re
+import reprlib
 import shutil
 
 import huggingface_hub.constants
@@ -61,6 +62,29 @@ def test_cuda_without_cuda_stops_before_loading(model_dir, tmp_path, capsys):
 def test_dtype_auto_keeps_the_checkpoints_dtype(model_dir):
     model, _, _ = loading.load(ModelSpec(str(model_dir), dtype="auto"))
     assert next(model.parameters()).dtype == torch.float32  # the tiny model was saved in float32
+
+
+def test_a_model_name_too_long_for_a_folder_of_results_is_refused_before_work(model_dir, tmp_path, capsys,
+                                                                              no_model_load):
+    """Probe 9: a model folder named in 250 characters ran, and ``bench publish`` then failed with the file system's
+    "File name too long" (a group's folder is named after the model). The name is bounded where a model is resolved,
+    for every command: one line naming it, its length and the limit."""
+    from pretrained.model_spec import MODEL_NAME_MAX
+
+    longest = tmp_path / ("m" * MODEL_NAME_MAX)
+    longest.symlink_to(model_dir)
+    assert loading.resolve(str(longest)) == longest
+    longer = tmp_path / ("m" * 250)
+    longer.symlink_to(model_dir)
+    said = (f"model {reprlib.repr('m' * 250)} in {tmp_path}: its name (its folder's, which its rows carry) is 250 "
+            f"characters, and a model's name is at most {MODEL_NAME_MAX}, so that its results' folders can be named "
+            "after it; give the model a folder of a shorter name (a link to it of a shorter name will do)")
+    for command in (["compare", "--out", tmp_path / "out"],
+                    ["model-eval", "--tasks", "niah_single_1", "--lengths", "300", "--n", "1", "--rows",
+                     tmp_path / "out"]):
+        code, err = run_cli(capsys, *command, "--model", longer)
+        assert code == 2 and err.endswith(said), err
+        assert not (tmp_path / "out").exists()
 
 
 def test_a_tokenizer_file_that_is_json_but_no_object_is_named_before_loading(model_dir, tmp_path, capsys,
