@@ -26,7 +26,14 @@ from pretrained import loading
 from pretrained.model_info import ModelInfo
 from runtime import EvidenceRequest
 from runtime.adapters import ModelAdapter
-from runtime.errors import MissingFileError, UsageError, check_regular_file
+from runtime.errors import (
+    MissingFileError,
+    UsageError,
+    check_regular_file,
+    link_target,
+    missing_file,
+    not_a_directory,
+)
 from runtime.json_text import parse_json
 
 from .artifact_contents import check_estimator_geometry, estimator_layers, estimator_settings
@@ -190,7 +197,7 @@ class GateSightEstimator:
 def _load_estimator(directory: Path) -> GateSightEstimator:
     """The estimator saved in ``directory`` (a :class:`~runtime.errors.UsageError` naming it if there is none)."""
     if not directory.is_dir():
-        what = "a file, not a directory" if directory.exists() else "no such directory"
+        what = not_a_directory(directory)  # a link named with where it leads (/dev/null, nowhere)
         raise UsageError(f"estimator={str(directory)!r}: {what} (give the directory a GateSight estimator was saved "
                          "to, e.g. <model dir>/gatesight)")
     try:  # a folder, a pipe or a device in a file's place: named as such, never read
@@ -204,7 +211,10 @@ def _load_estimator(directory: Path) -> GateSightEstimator:
                          f"folder holds one: give estimator={str(directory / ARTIFACT_DIR)!r} (or nothing: a model's "
                          "own estimator is read from its directory)")
     if missing:
-        raise UsageError(f"estimator={str(directory)!r}: no GateSight estimator there (no {' or '.join(missing)}); "
+        # a link that leads nowhere named with its target: "no gatesight.safetensors" of a name that is there misleads
+        said = ", ".join(missing_file(directory / name) for name in missing) if any(
+            link_target(directory / name) for name in missing) else f"no {' or '.join(missing)}"
+        raise UsageError(f"estimator={str(directory)!r}: no GateSight estimator there ({said}); "
                          "train one with `bench label --model MODEL` then `bench train --model MODEL`")
     try:  # the checks a model directory's own estimator gets (pretrained.loading.check_artifacts)
         for name in ESTIMATOR_FILES:

@@ -17,7 +17,7 @@ import torch
 from artifacts.outputs import MODEL_CONFIG
 from pretrained import loading
 from pretrained.model_info import ModelInfo
-from runtime.errors import UsageError, check_regular_file
+from runtime.errors import UsageError, check_regular_file, not_a_directory
 
 from .base import Press, Scores, ScoringContext, group_reduce
 from .calibration import FILE, LEGACY_FILE, Calibration, band_frequencies, calibration_path, query_bands
@@ -89,7 +89,7 @@ class TriAttentionPress(Press):
                                  "the option out (a model's own calibration is read from its directory)")
             directory = Path(self.calibration)
             if not directory.is_dir():
-                what = "a file, not a directory" if directory.exists() else "no such directory"
+                what = not_a_directory(directory)  # a link named with where it leads (/dev/null, nowhere)
                 raise UsageError(f"calibration={str(directory)!r}: {what} (give the model directory `bench "
                                  "calibrate --model DIR` wrote its calibration into)")
             try:  # a folder, a pipe or a device in the file's place: named as such, never read

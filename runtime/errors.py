@@ -3,6 +3,7 @@ that do not match a store. ``bench`` shows it as one line (exit 2); every other 
 traceback. A ``ValueError``, so that callers that catch or expect one keep working; an argument of the wrong kind is
 its :class:`ArgumentTypeError`, a ``TypeError`` too."""
 
+import os
 from pathlib import Path
 
 
@@ -40,3 +41,25 @@ def check_regular_file(path, what: str, remedy: str = "move it away and put the 
     if path.exists() and not path.is_file():
         kind = "a folder" if path.is_dir() else "not a regular file"
         raise UsageError(f"{path}: {kind}, where {what} belongs; {remedy}")
+
+
+def link_target(path) -> str | None:
+    """Where the symbolic link ``path`` leads, as the link says it (``os.readlink``), or None where ``path`` is no
+    link: a message names it, since a link to ``/dev/null`` or to nothing is not what its name suggests."""
+    return os.readlink(path) if Path(path).is_symlink() else None
+
+
+def not_a_directory(path) -> str:
+    """What ``path``, where a directory was given, is instead, as a message says it: a file or nothing, or a link,
+    named with where it leads (``a link to /dev/null, not a directory``)."""
+    path, target = Path(path), link_target(path)
+    if target is None:
+        return "a file, not a directory" if path.exists() else "no such directory"
+    return f"a link to {target}, not a directory" if path.exists() else f"a link to {target}, which does not exist"
+
+
+def missing_file(path) -> str:
+    """A file that is not there, as a message says it: ``no NAME``, or for a link that leads nowhere ``NAME is a
+    link to TARGET, which does not exist``."""
+    path, target = Path(path), link_target(path)
+    return f"no {path.name}" if target is None else f"{path.name} is a link to {target}, which does not exist"

@@ -660,3 +660,29 @@ def test_an_artifact_path_that_is_a_file_is_named_a_file(model_dir, tmp_path, ca
     code, err = run_cli(capsys, "compare", "--model", model_dir, "--methods", f"{press}[{option}={given}]/flat",
                         "--n", "1", "--out", tmp_path / "out")
     assert code == 2 and f"{option}={str(given)!r}: a file, not a directory" in err, err
+
+
+@pytest.mark.parametrize("option", ["estimator", "calibration"])
+def test_an_artifact_path_that_is_a_link_is_named_with_where_it_leads(model_dir, tmp_path, option):
+    """Probe 9 (row 14d): ``estimator=LINK`` with LINK a link to /dev/null said "a file, not a directory", and one
+    that leads nowhere "no such directory": the link is named with its target."""
+    press = GateSightPress if option == "estimator" else TriAttentionPress
+    for target, said in (("/dev/null", "a link to /dev/null, not a directory"),
+                         (tmp_path / "gone", f"a link to {tmp_path / 'gone'}, which does not exist")):
+        link = tmp_path / "link"
+        link.unlink(missing_ok=True)
+        link.symlink_to(target)
+        with pytest.raises(UsageError, match=f"^{re.escape(f'{option}={str(link)!r}: {said} (give the ')}"):
+            press(**{option: str(link)})
+
+
+def test_an_estimators_file_that_is_a_link_leading_nowhere_is_named_so(model_dir, tmp_path):
+    """Probe 9 (row 14d): an estimator folder whose gatesight.safetensors is a link to a file that is gone said "no
+    gatesight.safetensors", of a name the folder shows."""
+    copy = shutil.copytree(model_dir / "gatesight", tmp_path / "estimator")
+    (copy / "gatesight.safetensors").unlink()
+    (copy / "gatesight.safetensors").symlink_to(tmp_path / "gone.safetensors")
+    with pytest.raises(UsageError, match="^" + re.escape(
+            f"estimator={str(copy)!r}: no GateSight estimator there (gatesight.safetensors is a link to "
+            f"{tmp_path / 'gone.safetensors'}, which does not exist); train one with")):
+        GateSightPress(estimator=str(copy))
