@@ -5,12 +5,16 @@ from __future__ import annotations
 import numbers
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from runtime.errors import UsageError
 
 from .integerize import round_half_up
+
+if TYPE_CHECKING:  # head_shares imports this module
+    from .head_shares import HeadShares
 
 
 def check_keep_fraction(p: float, what: str = "keep fraction") -> float:
@@ -39,8 +43,9 @@ class BudgetRequest:
         ``[H_kv, n_body]`` per layer, for allocators that look at scores (global top-B).
     layer_weights : dict[int, float] or None
         Calibrated per-layer weights (gate-proportional allocation).
-    head_shares : dict[int, list[float]] or None
-        Calibrated shares of the budget per layer and KV head (head_shares allocation).
+    head_shares : HeadShares, dict[int, list[float]] or None
+        Calibrated shares of the budget per layer and KV head (head_shares allocation): by kept fraction
+        (:class:`allocators.head_shares.HeadShares`), or one ``{layer: [share per KV head]}`` set for every p.
     """
 
     keep_fraction: float
@@ -49,7 +54,7 @@ class BudgetRequest:
     num_kv_heads: int
     scores: dict[int, torch.Tensor] | None = None
     layer_weights: dict[int, float] | None = None
-    head_shares: dict[int, list[float]] | None = None
+    head_shares: HeadShares | dict[int, list[float]] | None = None
 
     def __post_init__(self):
         check_keep_fraction(self.keep_fraction)

@@ -1,13 +1,18 @@
 """Static head shares: each (attention layer, KV head) keeps a fixed share of the model-wide budget B.
 
 The shares are calibrated once per model (``bench calibrate-shares``: KVzip's global top-B allocations on
-calibration windows of training text, averaged) and shipped in the model directory as :data:`FILE`. At serving
-they cost nothing: head (ℓ, h) keeps round(B · s_ℓh), integerised by largest remainder so that the counts sum to B
-exactly, each capped at the body with the excess re-spread over the other heads in proportion to their shares.
+calibration windows of training text, averaged over windows at each kept fraction p of a grid) and shipped in the
+model directory as :data:`FILE`. Which heads need the budget changes with p (at a small p a few heads hold what
+matters; at a large one those heads reach their whole body and the rest spreads out), so at a p between two
+calibrated fractions the shares are interpolated linearly between theirs, and outside the grid the nearest
+fraction's are used. At serving they cost nothing: head (ℓ, h) keeps round(B · s_ℓh(p)), integerised by largest
+remainder so that the counts sum to B exactly, each capped at the body with the excess re-spread over the other
+heads in proportion to their shares.
 """
 
 from __future__ import annotations
 
+import bisect
 import json
 import math
 import numbers
@@ -23,17 +28,23 @@ from .integerize import largest_remainder
 FILE = Path("calibration") / "head_shares.json"
 """Where a model directory holds its head shares, beside the calibration (a JSON file: no engine loads it as a
 weight shard)."""
-FORMAT = "hybridpress head shares 1"
+FORMAT = "hybridpress head shares 2"
+"""Shares by kept fraction: ``{"by_keep_fraction": {p: {layer: [share per KV head]}}}``."""
+FORMAT_ONE_SET = "hybridpress head shares 1"
+"""One set of shares for every kept fraction: ``{"shares": {layer: [share per KV head]}}`` (still read)."""
+
+Shares = dict[int, list[float]]
 
 
 @dataclass
 class HeadShares:
-    """Calibrated shares of the budget per (attention layer, KV head).
+    """Calibrated shares of the budget per (attention layer, KV head), at each calibrated kept fraction.
 
     Attributes
     ----------
-    shares : dict[int, list[float]]
-        ``{layer: [share per KV head]}``, non-negative, summing to 1 over every (layer, head).
+    by_fraction : dict[float, dict[int, list[float]]]
+        ``{p: {layer: [share per KV head]}}``, p in (0, 1] ascending; each set non-negative, summing to 1 over
+        every (layer, head), all sets over the same layers and heads. One set is the shares at every p.
     provenance : dict
         What they were calibrated from: the press and allocator, the keep fractions, the text sources, the
         number of windows and their tokens, the per-window stability (JSON-serialisable).
@@ -41,29 +52,48 @@ class HeadShares:
         The fingerprint of the model weights they were measured on (``presses.calibration.weights_fingerprint``).
     """
 
-    shares: dict[int, list[float]]
+    by_fraction: dict[float, Shares]
     provenance: dict = field(default_factory=dict)
     weights: str | None = None
 
     def __post_init__(self):
-        self.shares = _checked(self.shares, "head shares")
+        self.by_fraction = _checked_grid(self.by_fraction, "head shares")
+
+    @classmethod
+    def of(cls, shares: HeadShares | Shares) -> HeadShares:
+        """``shares`` as head shares: a ``{layer: [share per KV head]}`` mapping is one set for every p."""
+        return shares if isinstance(shares, HeadShares) else cls({1.0: shares})
+
+    def at(self, keep_fraction: float) -> Shares:
+        """``{layer: [share per KV head]}`` at ``keep_fraction``: linear between the two calibrated fractions around
+        it, the nearest one's outside the grid; summing to 1."""
+        grid = sorted(self.by_fraction)
+        i = bisect.bisect_left(grid, keep_fraction)
+        if i == 0 or i == len(grid):
+            return self.by_fraction[grid[min(i, len(grid) - 1)]]
+        low, high = grid[i - 1], grid[i]
+        t = (keep_fraction - low) / (high - low)
+        below, above = self.by_fraction[low], self.by_fraction[high]
+        return {layer: [(1 - t) * a + t * b for a, b in zip(below[layer], above[layer])] for layer in below}
 
     def check(self, layers: tuple[int, ...], num_kv_heads: int, shown: str = "head shares") -> None:
         """``UsageError`` unless there is one share per KV head for exactly the attention ``layers``."""
-        if sorted(self.shares) != sorted(layers):
-            raise UsageError(f"{shown} cover attention layers {sorted(self.shares)}; the model's are {list(layers)}: "
+        shares = next(iter(self.by_fraction.values()))  # every set covers the same heads (checked when made)
+        if sorted(shares) != sorted(layers):
+            raise UsageError(f"{shown} cover attention layers {sorted(shares)}; the model's are {list(layers)}: "
                              "calibrate them on this model (`bench calibrate-shares --model PATH`)")
-        wrong = [layer for layer, heads in self.shares.items() if len(heads) != num_kv_heads]
+        wrong = [layer for layer, heads in shares.items() if len(heads) != num_kv_heads]
         if wrong:
-            raise UsageError(f"{shown} give layer {wrong[0]} {len(self.shares[wrong[0]])} heads; the model has "
+            raise UsageError(f"{shown} give layer {wrong[0]} {len(shares[wrong[0]])} heads; the model has "
                              f"{num_kv_heads} KV heads per layer")
 
     def save(self, directory) -> Path:
         """Write :data:`FILE` under ``directory`` and return its path."""
         path = Path(directory) / FILE
         path.parent.mkdir(parents=True, exist_ok=True)
-        record = {"format": FORMAT, "weights": self.weights, "provenance": self.provenance,
-                  "shares": {str(layer): heads for layer, heads in sorted(self.shares.items())}}
+        grid = {str(p): {str(layer): heads for layer, heads in sorted(shares.items())}
+                for p, shares in sorted(self.by_fraction.items())}
+        record = {"format": FORMAT, "weights": self.weights, "provenance": self.provenance, "by_keep_fraction": grid}
         path.write_text(json.dumps(record, indent=1) + "\n")
         return path
 
@@ -79,24 +109,60 @@ class HeadShares:
         except (UnicodeDecodeError, json.JSONDecodeError) as error:
             raise UsageError(f"{path}: not valid JSON ({error}); run `bench calibrate-shares --model {directory} "
                              "--replace`") from None
-        if not isinstance(record, dict) or record.get("format") != FORMAT or not isinstance(record.get("shares"), dict):
-            raise UsageError(f"{path}: not a head-shares file (a JSON object with format {FORMAT!r} and shares "
-                             "{layer: [share per KV head]})")
-        try:
-            shares = {int(layer): heads for layer, heads in record["shares"].items()}
-        except ValueError:
-            raise UsageError(f"{path}: shares must be keyed by attention layer index, got "
-                             f"{sorted(record['shares'])}") from None
-        shares = _checked(shares, str(path))
+        if not isinstance(record, dict) or record.get("format") not in (FORMAT, FORMAT_ONE_SET):
+            raise UsageError(f"{path}: not a head-shares file (a JSON object with format {FORMAT!r} and "
+                             "by_keep_fraction {p: {layer: [share per KV head]}})")
+        if record["format"] == FORMAT_ONE_SET:
+            grid = {"1.0": record.get("shares")}
+        else:
+            grid = record.get("by_keep_fraction")
+            if not isinstance(grid, dict) or not grid:
+                raise UsageError(f"{path}: by_keep_fraction must map kept fractions to shares, got {grid!r}")
+        grid = _checked_grid({_fraction(p, path): _keyed(shares, path) for p, shares in grid.items()}, str(path))
         weights = record.get("weights")
         if not isinstance(weights, str):
             # without it shares of another model's weights would plan this one's children unseen
             raise UsageError(f"{path}: weights={weights!r}, expected the fingerprint of the model weights the shares "
                              f"were measured on; run `bench calibrate-shares --model {directory} --replace`")
-        return cls(shares, record.get("provenance") or {}, weights)
+        return cls(grid, record.get("provenance") or {}, weights)
 
 
-def _checked(shares, shown: str) -> dict[int, list[float]]:
+def _fraction(text: str, path: Path) -> float:
+    try:
+        p = float(text)
+    except ValueError:
+        p = math.nan
+    if not 0 < p <= 1:
+        raise UsageError(f"{path}: shares are keyed by kept fraction p in (0, 1], got {text!r}")
+    return p
+
+
+def _keyed(shares, path: Path) -> Shares:
+    if not isinstance(shares, dict):
+        raise UsageError(f"{path}: give shares as {{layer: [share per KV head]}}, got {shares!r}")
+    try:
+        return {int(layer): heads for layer, heads in shares.items()}
+    except ValueError:
+        raise UsageError(f"{path}: shares must be keyed by attention layer index, got {sorted(shares)}") from None
+
+
+def _checked_grid(grid, shown: str) -> dict[float, Shares]:
+    """``grid`` with each set checked (:func:`_checked`) and over the same heads, fractions ascending."""
+    if not isinstance(grid, dict) or not grid:
+        raise UsageError(f"{shown}: give {{kept fraction: {{attention layer: [share per KV head]}}}}, got {grid!r}")
+    out = {}
+    for p, shares in sorted(grid.items()):
+        if isinstance(p, bool) or not isinstance(p, numbers.Real) or not 0 < p <= 1:
+            raise UsageError(f"{shown}: shares are keyed by kept fraction p in (0, 1], got {p!r}")
+        out[float(p)] = _checked(shares, f"{shown} at p = {p}" if len(grid) > 1 else shown)
+    first, *rest = out.values()
+    for p, shares in out.items():
+        if {layer: len(heads) for layer, heads in shares.items()} != {layer: len(h) for layer, h in first.items()}:
+            raise UsageError(f"{shown}: the shares at p = {p} cover other layers or heads than at p = {min(out)}")
+    return out
+
+
+def _checked(shares, shown: str) -> Shares:
     """``shares`` as floats normalised to sum 1; a ``UsageError`` naming the first bad value."""
     if not isinstance(shares, dict) or not shares:
         raise UsageError(f"{shown}: give {{attention layer: [share per KV head]}}, got {shares!r}")
@@ -124,9 +190,10 @@ class HeadSharesAllocator(Allocator):
         if request.head_shares is None:
             raise UsageError("the head_shares allocator needs the model's calibrated head shares: run "
                              "`bench calibrate-shares --model PATH`")
-        shares = HeadShares(request.head_shares)
+        shares = HeadShares.of(request.head_shares)
         shares.check(request.layers, request.num_kv_heads)
-        flat = [shares.shares[layer][h] for layer in request.layers for h in range(request.num_kv_heads)]
+        at_p = shares.at(request.keep_fraction)
+        flat = [at_p[layer][h] for layer in request.layers for h in range(request.num_kv_heads)]
         counts = largest_remainder([request.total * s for s in flat], request.total, 0, request.n_body)
         heads = request.num_kv_heads
         return {layer: counts[i * heads : (i + 1) * heads] for i, layer in enumerate(request.layers)}

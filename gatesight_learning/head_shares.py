@@ -2,15 +2,17 @@
 allocations on calibration windows of the labelling text (:func:`gatesight_learning.record.corpus_windows`, the text
 GateSight's labels are recorded on and the calibration measured on; never an evaluation task's wording or haystack).
 
-Per window, KVzip scores the body once; for each kept fraction p the ``global`` allocator's counts give each
-(attention layer, KV head) its share count / B. The shares shipped are the mean over windows and p. How much of
-it is a property of the weights — the paper's Observation 1 asks it of GDN half-lives — is the rank correlation
-(Spearman) of the per-head shares between windows, recorded with them.
+Per window, KVzip scores the body once; for each kept fraction p of a grid the ``global`` allocator's counts give
+each (attention layer, KV head) its share count / B. The shares shipped are, at each p, the mean over windows (the
+allocator interpolates between the grid's fractions). How much of it is a property of the weights — the paper's
+Observation 1 asks it of GDN half-lives — is the rank correlation (Spearman) of the per-head shares between
+windows, recorded with them.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 import tempfile
 from pathlib import Path
 from statistics import mean, pstdev
@@ -33,9 +35,10 @@ from runtime.errors import UsageError
 from .evaluate import spearman
 from .record import CHAT_PREFIX, corpus_windows
 
-KEEP_FRACTIONS = (0.05, 0.1, 0.3)
-"""The kept fractions whose global allocations are averaged (the low end of the evaluation grid, where the
-allocation across heads decides most)."""
+KEEP_FRACTIONS = (0.01, 0.02, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+"""The kept fractions the shares are calibrated at: which heads need the budget changes with p (the heads that
+hold the most reach their whole body as p grows), and KVzip's scores are computed once a window, so a fine grid
+costs only its allocations."""
 
 
 def window_shares(parent, scores: dict[int, torch.Tensor], keep_fractions) -> torch.Tensor:
@@ -75,7 +78,7 @@ def calibrate_head_shares(model, windows: int, tokens: int, keep_fractions=KEEP_
     tokens : int
         Tokens per window, the chat prefix (protected) included.
     keep_fractions : sequence of float
-        The kept fractions whose allocations are averaged.
+        The kept fractions the shares are calibrated at (each its own set: the windows' mean).
     replace : bool
         Whether shares the directory already holds may be replaced (moved aside first).
 
@@ -93,8 +96,11 @@ def calibrate_head_shares(model, windows: int, tokens: int, keep_fractions=KEEP_
     adapter = adapter_for(model)
     press = prepare("kvzip", adapter, info)
     prefix = encode_text(tokenizer, CHAT_PREFIX)
-    if tokens <= len(prefix) + 16:
-        raise UsageError(f"--tokens {tokens}: give more than {len(prefix) + 16} (the chat prefix and a body)")
+    # the smallest kept fraction's budget must hold an entry a head (else its shares are 0 / 0)
+    least = len(prefix) + max(16, math.ceil(0.5 / min(keep_fractions)))
+    if tokens <= least:
+        raise UsageError(f"--tokens {tokens}: give more than {least} (the chat prefix and a body in which p = "
+                         f"{min(keep_fractions)} keeps an entry)")
     found = corpus_windows(tokenizer, tokens - len(prefix), per_document=1, limit=windows)
     if len(found) < windows:
         raise UsageError(f"--windows {windows}: the labelling sources hold {len(found)} windows of {tokens} tokens")
@@ -107,13 +113,14 @@ def calibrate_head_shares(model, windows: int, tokens: int, keep_fractions=KEEP_
         names.append(f"{corpus}/{doc}")
         parent.release()
     stacked = torch.stack(per_window)  # [W, P, L·H]
-    mean_shares = stacked.mean((0, 1))
+    mean_shares = stacked.mean(0)  # [P, L·H]
     heads = adapter.geometry.num_kv_heads
     layers = adapter.attention_layers
-    shares = {layer: mean_shares[i * heads : (i + 1) * heads].tolist() for i, layer in enumerate(layers)}
+    by_fraction = {p: {layer: row[i * heads : (i + 1) * heads].tolist() for i, layer in enumerate(layers)}
+                   for p, row in zip(keep_fractions, mean_shares)}
     provenance = {
         "from": "KVzip scores (default options) under the global allocator: each (layer, KV head)'s count / B, "
-                "averaged over windows and kept fractions",
+                "averaged over windows at each kept fraction",
         "keep_fractions": list(keep_fractions), "windows": len(found), "tokens_per_window": tokens,
         "protected": len(prefix), "text": "the labelling windows (gatesight_learning.record.corpus_windows, one per "
         "document, round-robin over workloads.corpus.LABEL_SOURCES)",
@@ -121,7 +128,7 @@ def calibrate_head_shares(model, windows: int, tokens: int, keep_fractions=KEEP_
         "stability": {"over windows (shares averaged over p)": stability(stacked.mean(1)),
                       **{f"over windows at p = {p}": stability(stacked[:, i]) for i, p in enumerate(keep_fractions)}},
     }
-    result = HeadShares(shares, provenance, weights_fingerprint(directory))
+    result = HeadShares(by_fraction, provenance, weights_fingerprint(directory))
     with tempfile.TemporaryDirectory(dir=directory) as scratch:
         [path] = install([result.save(Path(scratch))], (directory / FILE).parent, superseded=[directory / FILE])
     record_again(directory)

@@ -144,7 +144,7 @@ class Calibration:
                          f"model's ({here}): run `bench calibrate --model {model.directory}` to measure this model's")
 
 
-def head_shares_for(adapter: ModelAdapter, model: ModelInfo | None = None) -> dict[int, list[float]]:
+def head_shares_for(adapter: ModelAdapter, model: ModelInfo | None = None) -> HeadShares:
     """The head shares of ``adapter``'s model directory (:data:`allocators.head_shares.FILE`), checked against its
     attention layers, KV heads and weights (``model``: that model as read once, or None to read it from the
     adapter's directory); a one-line ``UsageError`` if they are missing, damaged or another model's."""
@@ -158,7 +158,7 @@ def head_shares_for(adapter: ModelAdapter, model: ModelInfo | None = None) -> di
     if shares.weights is not None and here is not None and shares.weights != here:
         raise UsageError(f"{shown} were measured on model weights {shares.weights}, not this model's ({here}): run "
                          f"`bench calibrate-shares --model {adapter.model_dir} --replace`")
-    return shares.shares
+    return shares
 
 
 class _Statistics:

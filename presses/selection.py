@@ -11,7 +11,7 @@ import numbers
 import time
 
 import allocators
-from allocators import Allocator, BudgetRequest, check_keep_fraction
+from allocators import Allocator, BudgetRequest, HeadShares, check_keep_fraction
 from pretrained.model_info import ModelInfo, model_of
 from runtime import Child, KeepPlan, Parent
 from runtime.errors import ArgumentTypeError, ReleasedError, UsageError, describe
@@ -175,7 +175,8 @@ class Selection:
         self.press = prepare(press, parent.adapter, self.model)
         check_evidence(parent, self.press)
         self.layer_weights = layer_weights
-        self.head_shares: dict[int, list[float]] | None = None  # read from the model directory when first needed
+        # read from the model directory when first needed
+        self.head_shares: HeadShares | dict[int, list[float]] | None = None
         self._scores: Scores | None = None
         self.score_seconds: float | None = None
 
@@ -213,7 +214,8 @@ class Selection:
 
 
 def _fill(parent: Parent, scores: Scores, allocator: Allocator, keep_fraction: float,
-          layer_weights: dict[int, float] | None, head_shares: dict[int, list[float]] | None = None) -> KeepPlan:
+          layer_weights: dict[int, float] | None,
+          head_shares: HeadShares | dict[int, list[float]] | None = None) -> KeepPlan:
     adapter = parent.adapter
     request = BudgetRequest(
         keep_fraction=keep_fraction,  # BudgetRequest refuses a fraction outside (0, 1]

@@ -57,9 +57,10 @@ def model_dir(tmp_path_factory):
     adapter = adapter_for(model)
     GateSightEstimator.random(adapter).save(directory / "gatesight")
     calibrate(model, [torch.randint(0, 256, (128,))], ["random bytes"]).save(directory)
-    # unequal shares, so that head_shares differs from flat wherever it runs
-    shares = {layer: [1.0 + i, 2.0 + i] for i, layer in enumerate(adapter.attention_layers)}
-    HeadShares(shares, {"from": "a test fixture"}, weights_fingerprint(directory)).save(directory)
+    # unequal shares that change with p, so that head_shares differs from flat wherever it runs
+    low = {layer: [1.0 + i, 2.0 + i] for i, layer in enumerate(adapter.attention_layers)}
+    high = {layer: [3.0 + i, 1.0] for i, layer in enumerate(adapter.attention_layers)}
+    HeadShares({0.1: low, 0.5: high}, {"from": "a test fixture"}, weights_fingerprint(directory)).save(directory)
     return directory
 
 

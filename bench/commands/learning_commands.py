@@ -152,7 +152,7 @@ def add_calibrate_shares_arguments(parser: argparse.ArgumentParser) -> None:
 def run_calibrate_shares(args: argparse.Namespace) -> None:
     result, path = calibrate_head_shares(model_spec(args), args.windows, args.tokens, KEEP_FRACTIONS, args.replace)
     overall = result.provenance["stability"]["over windows (shares averaged over p)"]
-    print(f"head shares from {args.windows} windows at p = {', '.join(map(str, KEEP_FRACTIONS))} -> {path}\n"
+    print(f"head shares from {args.windows} windows, at each p = {', '.join(map(str, KEEP_FRACTIONS))} -> {path}\n"
           f"Spearman between windows over {overall['pairs']} pairs: mean {overall['spearman_mean']:.3f}, "
           f"sd {overall['spearman_sd']:.3f}, min {overall['spearman_min']:.3f}, max {overall['spearman_max']:.3f}")
 

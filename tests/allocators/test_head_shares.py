@@ -1,4 +1,5 @@
-"""The head_shares allocator: exact budgets from calibrated shares, caps re-spread, its file refused when bad."""
+"""The head_shares allocator: exact budgets from calibrated shares (by kept fraction, interpolated between them),
+caps re-spread, its file refused when bad."""
 
 import itertools
 import json
@@ -61,18 +62,53 @@ def test_a_capped_head_hands_its_excess_to_the_others_in_proportion():
     assert counts == {1: [10, 4], 2: [3, 3]}
 
 
+def test_shares_between_calibrated_fractions_are_interpolated_and_sum_exactly():
+    g = torch.Generator().manual_seed(3)
+    layers, heads = (3, 7, 11), 2
+    grid = {p: _random_shares(layers, heads, g) for p in (0.1, 0.3, 0.6)}
+    shares = HeadShares(grid)
+    normalised = {p: HeadShares.of(s).at(p) for p, s in grid.items()}
+    # at a calibrated fraction its own set, outside the grid the nearest one's
+    assert shares.at(0.3) == normalised[0.3]
+    assert shares.at(0.01) == normalised[0.1] and shares.at(1.0) == normalised[0.6]
+    # between two: the straight line from one to the other (0.4 is a third of the way from 0.3 to 0.6)
+    between = shares.at(0.4)
+    for layer in layers:
+        for h in range(heads):
+            expected = normalised[0.3][layer][h] * 2 / 3 + normalised[0.6][layer][h] / 3
+            assert between[layer][h] == pytest.approx(expected)
+    assert sum(s for h in between.values() for s in h) == pytest.approx(1.0)
+    allocator = allocators.get("head_shares")
+    for p, n_body in itertools.product([0.02, 0.1, 0.2, 0.3, 0.45, 0.6, 0.95], [9, 100_000]):
+        request = _request(p, n_body, layers, heads, shares)
+        counts = allocator.allocate(request)
+        assert sum(c for h in counts.values() for c in h) == request.total
+        at_p = shares.at(p)
+        if max(s for h in at_p.values() for s in h) * request.total <= n_body:  # uncapped: the shares of the budget
+            assert all(abs(counts[layer][h] - request.total * at_p[layer][h]) < 1 for layer in layers
+                       for h in range(heads))
+
+
 def test_calibration_round_trips_to_the_same_counts(tmp_path):
     g = torch.Generator().manual_seed(2)
     layers, heads = (3, 7, 11), 3
-    shares = HeadShares(_random_shares(layers, heads, g), {"windows": 4, "sources": ["licenses"]}, "abc123")
+    grid = {p: _random_shares(layers, heads, g) for p in (0.05, 0.3)}
+    shares = HeadShares(grid, {"windows": 4, "sources": ["licenses"]}, "abc123")
     path = shares.save(tmp_path)
     assert path == tmp_path / FILE
     loaded = HeadShares.load(tmp_path)
     assert loaded.provenance == shares.provenance and loaded.weights == "abc123"
+    assert sorted(loaded.by_fraction) == [0.05, 0.3]
     allocator = allocators.get("head_shares")
-    for p, n_body in itertools.product([0.05, 0.1, 0.3], [50, 2000]):
-        assert (allocator.allocate(_request(p, n_body, layers, heads, loaded.shares))
-                == allocator.allocate(_request(p, n_body, layers, heads, shares.shares)))
+    for p, n_body in itertools.product([0.02, 0.05, 0.1, 0.3, 0.5], [50, 2000]):
+        assert (allocator.allocate(_request(p, n_body, layers, heads, loaded))
+                == allocator.allocate(_request(p, n_body, layers, heads, shares)))
+
+
+def test_a_file_of_one_set_of_shares_serves_every_fraction(tmp_path):
+    _write(tmp_path, '{"format": "hybridpress head shares 1", "weights": "abc", "shares": {"3": [1, 3], "5": [0, 4]}}')
+    loaded = HeadShares.load(tmp_path)
+    assert all(loaded.at(p) == {3: [0.125, 0.375], 5: [0.0, 0.5]} for p in (0.01, 0.3, 1.0))
 
 
 def _write(tmp_path, text):
@@ -91,6 +127,17 @@ def _write(tmp_path, text):
     # re-probe of 64: without the weights they were measured on, shares of another model passed unseen
     ('{"format": "hybridpress head shares 1", "shares": {"3": [1, 1]}}', r"weights=None, expected the fingerprint"),
     ('{"format": "hybridpress head shares 1", "weights": 7, "shares": {"3": [1]}}', r"weights=7, expected the"),
+    ('{"format": "hybridpress head shares 2", "weights": "a", "by_keep_fraction": []}', r"must map kept fractions"),
+    ('{"format": "hybridpress head shares 2", "weights": "a", "by_keep_fraction": {"0": {"3": [1]}}}',
+     r"keyed by kept fraction p in \(0, 1\], got '0'"),
+    ('{"format": "hybridpress head shares 2", "weights": "a", "by_keep_fraction": {"half": {"3": [1]}}}',
+     r"keyed by kept fraction p in \(0, 1\], got 'half'"),
+    ('{"format": "hybridpress head shares 2", "weights": "a", "by_keep_fraction": {"0.1": [1]}}',
+     r"give shares as \{layer: \[share per KV head\]\}"),
+    ('{"format": "hybridpress head shares 2", "weights": "a", "by_keep_fraction": {"0.1": {"3": [1, 2]}, '
+     '"0.5": {"3": [1]}}}', r"the shares at p = 0.5 cover other layers or heads than at p = 0.1"),
+    ('{"format": "hybridpress head shares 2", "weights": "a", "by_keep_fraction": {"0.1": {"3": [1, 2]}, '
+     '"0.5": {"3": [1, -2]}}}', r"at p = 0.5: layer 3 has the share -2"),
 ])
 def test_a_damaged_file_is_refused_in_one_line(tmp_path, text, message):
     _write(tmp_path, text)
@@ -127,7 +174,8 @@ def test_the_model_directorys_shares_plan_the_children(model_dir):
     plan = presses.Selection(parent, "keydiff").plan("head_shares", 0.25)
     shares = HeadShares.load(model_dir)
     expected = allocators.get("head_shares").allocate(_request(0.25, 192, parent.adapter.attention_layers,
-                                                              parent.adapter.geometry.num_kv_heads, shares.shares))
+                                                              parent.adapter.geometry.num_kv_heads, shares))
+    assert len(shares.by_fraction) == 2 and shares.at(0.25) not in shares.by_fraction.values()  # interpolated
     assert {layer: [len(h) for h in heads] for layer, heads in plan.layers.items()} == expected
     assert len({c for counts in expected.values() for c in counts}) > 1  # not flat
     record = json.loads((model_dir / FILE).read_text())

@@ -248,7 +248,8 @@ def test_an_allocators_own_calibration_is_its_method_code_not_the_groups(model_d
         ("keydiff", "head_shares")}
     # shares calibrated again: another version of head_shares' own code, refused beside its rows
     record = json.loads((copy / FILE).read_text())
-    record["shares"] = {layer: list(reversed(shares)) for layer, shares in record["shares"].items()}
+    record["by_keep_fraction"] = {p: {layer: list(reversed(heads)) for layer, heads in shares.items()}
+                                  for p, shares in record["by_keep_fraction"].items()}
     (copy / FILE).write_text(json.dumps(record))
     code, err = run_cli(capsys, "compare", "--model", copy, "--methods", "keydiff/head_shares", "--tasks",
                         "niah_single_1", "--n", "1", "--length", "300", "--keep-fractions", "0.5", "--out", out)

@@ -39,8 +39,8 @@ def test_stability_is_the_spearman_of_every_pair():
 
 
 def test_calibrate_shares_writes_shares_the_allocator_reads(model_dir, tmp_path, monkeypatch, capsys):
-    """The command on two windows of given text: the file holds the mean of the windows' global shares, with its
-    provenance, and a Selection on the model plans with it."""
+    """The command on two windows of given text: the file holds, at each kept fraction of the grid, the mean of the
+    windows' global shares, with its provenance."""
     model = shutil.copytree(model_dir, tmp_path / "model")
     texts = [("licenses", "a-0", "Permission is granted to copy this text. " * 6),
              ("python-stdlib", "b-0", "def f(x):\n    return x + 1\n" * 8)]
@@ -60,6 +60,9 @@ def test_calibrate_shares_writes_shares_the_allocator_reads(model_dir, tmp_path,
         parent = prefill(loaded, torch.tensor(ids), protected=len(prefix), tokenizer=tokenizer)
         per_window.append(calibration.window_shares(parent, presses.Selection(parent, "kvzip").scores,
                                                     calibration.KEEP_FRACTIONS))
-    mean = torch.stack(per_window).mean((0, 1)).tolist()
-    assert [s for layer in sorted(shipped.shares) for s in shipped.shares[layer]] == pytest.approx(mean)
+    mean = torch.stack(per_window).mean(0)  # [P, L·H]: at each kept fraction, the windows' mean
+    assert sorted(shipped.by_fraction) == list(calibration.KEEP_FRACTIONS)
+    for p, expected in zip(calibration.KEEP_FRACTIONS, mean.tolist()):
+        at_p = shipped.by_fraction[p]
+        assert [s for layer in sorted(at_p) for s in at_p[layer]] == pytest.approx(expected)
     assert (model / FILE).is_file() and list(model.glob("calibration.backup-*"))  # the fixture's moved aside
