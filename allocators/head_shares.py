@@ -19,6 +19,7 @@ import numbers
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from runtime.bounded_read import METADATA_LIMIT, read_text_bounded
 from runtime.errors import UsageError, check_regular_file
 from runtime.json_text import parse_json
 
@@ -105,7 +106,8 @@ class HeadShares:
         if not path.exists():
             raise UsageError(f"no head shares at {path}: run `bench calibrate-shares --model {directory}`")
         try:
-            record = parse_json(path.read_text())
+            record = parse_json(read_text_bounded(path, METADATA_LIMIT, f"run `bench calibrate-shares --model "
+                                                                        f"{directory} --replace`"))
         except (UnicodeDecodeError, json.JSONDecodeError) as error:
             raise UsageError(f"{path}: not valid JSON ({error}); run `bench calibrate-shares --model {directory} "
                              "--replace`") from None

@@ -26,6 +26,7 @@ from pretrained import loading
 from pretrained.model_info import ModelInfo
 from runtime import EvidenceRequest
 from runtime.adapters import ModelAdapter
+from runtime.bounded_read import METADATA_LIMIT, read_text_bounded
 from runtime.errors import (
     MissingFileError,
     UsageError,
@@ -176,7 +177,8 @@ class GateSightEstimator:
             check_regular_file(directory / name, "a GateSight estimator's file")
         settings = directory / "gatesight.json"
         try:
-            config = parse_json(settings.read_text())
+            config = parse_json(read_text_bounded(settings, METADATA_LIMIT, "train the estimator again (`bench "
+                                                                            "train --model MODEL`)"))
         except (UnicodeDecodeError, json.JSONDecodeError) as error:
             raise UsageError(f"{settings}: not valid JSON ({error})") from None
         window, gdn_layers = estimator_settings(config, settings)

@@ -13,6 +13,8 @@ import hashlib
 from collections import OrderedDict
 from pathlib import Path
 
+from runtime.bounded_read import METADATA_LIMIT, read_bounded
+
 KEEP_BYTES = 1 << 20
 """Files up to this size keep their bytes with their hash (a config, a tokenizer's settings): read for a hash, they
 are not read again to be parsed."""
@@ -35,14 +37,18 @@ def _hold(state: tuple, digest: str, data: bytes | None) -> None:
         _HELD.popitem(last=False)
 
 
-def read_whole(path: Path) -> bytes:
+def read_whole(path: Path, limit: int | None = METADATA_LIMIT) -> bytes:
     """The bytes of ``path``: a small file's (:data:`KEEP_BYTES`) from an earlier read of the same state, else read
-    now, its SHA-256 kept for :func:`sha256_of`."""
+    now, its SHA-256 kept for :func:`sha256_of`; ``limit``: the most bytes it may hold (a model's settings or
+    tokenizer, :mod:`runtime.bounded_read`), or None for weights, whose size the model sets."""
     state = file_state(path)
     held = _HELD.get(state)
     if held is not None and held[1] is not None:
         return held[1]
-    data = Path(path).read_bytes()
+    if limit is None:
+        data = Path(path).read_bytes()
+    else:
+        data = read_bounded(path, limit, "copy it again from where the model came from")
     _hold(state, hashlib.sha256(data).hexdigest(), data)
     return data
 

@@ -20,6 +20,7 @@ import json
 import sys
 from pathlib import Path
 
+from runtime.bounded_read import METADATA_LIMIT, read_bounded
 from runtime.errors import UsageError
 from runtime.json_text import parse_json
 
@@ -101,8 +102,9 @@ def read_record(directory: Path) -> dict | None:
             raise UsageError(f"{path} is missing: the checkout ships this folder with the record of its files; "
                              f"{restore_hint(directory)}")
         return None
+    text = read_bounded(path, METADATA_LIMIT, restore_hint(directory))
     try:
-        record = parse_json(path.read_text())
+        record = parse_json(text.decode())
         files = record["files"]
         if not all(isinstance(r, dict) and isinstance(r.get("size"), int) and isinstance(r.get("sha256"), str)
                    for r in files.values()):

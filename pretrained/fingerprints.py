@@ -13,8 +13,14 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from runtime.bounded_read import METADATA_LIMIT, TOKENIZER_LIMIT, read_bounded
+
 from .file_reads import file_state, read_whole
 from .model_files import ARTIFACTS, METHOD_ARTIFACTS, MODEL_PARTS, check_safetensors_bytes, matching_files, part_files
+
+PART_LIMITS = {"config": METADATA_LIMIT, "tokenizer": TOKENIZER_LIMIT}
+"""The most bytes each file of a model's small parts may hold (:mod:`runtime.bounded_read`): its settings, and its
+tokenizer's vocabulary, settings and chat template."""
 
 
 def _digest(directory: Path, paths, read: Callable[[Path], bytes] = Path.read_bytes) -> str:
@@ -45,7 +51,7 @@ def _weights_digest(directory: Path, paths: tuple[Path, ...], states: tuple) -> 
     # hashing half a gigabyte of weights each time cost SmolLM2's hybrid 0.5 s a context, 25 times GateSight's own
     # scoring
     def read(path: Path) -> bytes:
-        data = read_whole(path)  # its SHA-256 kept: the model's file record checks it without a second read
+        data = read_whole(path, None)  # its SHA-256 kept: the model's file record checks it without a second read
         if path.suffix == ".safetensors":
             check_safetensors_bytes(path, data)
         return data
@@ -101,10 +107,14 @@ def identity(directory: Path, config: dict | None = None, config_bytes: bytes | 
     directory = Path(directory)
     config_path = directory / "config.json"
 
-    def read(path: Path) -> bytes:
-        return config_bytes if config_bytes is not None and path == config_path else path.read_bytes()
+    def reader(part: str) -> Callable[[Path], bytes]:
+        def read(path: Path) -> bytes:
+            if config_bytes is not None and path == config_path:
+                return config_bytes
+            return read_bounded(path, PART_LIMITS[part], "copy it again from where the model came from")
+        return read
 
-    parts = {part: weights_digest(directory, files) if part == "weights" else _digest(directory, files, read)
+    parts = {part: weights_digest(directory, files) if part == "weights" else _digest(directory, files, reader(part))
              for part, files in ((part, part_files(directory, part, config)) for part in MODEL_PARTS)}
     return ModelIdentity(parts, artifacts_fingerprint(directory))
 
@@ -133,4 +143,7 @@ def fingerprint(directory: Path, part: str | None = None) -> str:
     if part is None:
         return identity(directory).weights
     files = part_files(directory, part)
-    return weights_digest(Path(directory), files) if part == "weights" else _digest(Path(directory), files)
+    if part == "weights":
+        return weights_digest(Path(directory), files)
+    return _digest(Path(directory), files, lambda path: read_bounded(path, PART_LIMITS[part], "copy it again from "
+                                                                      "where the model came from"))

@@ -6,6 +6,7 @@ import hashlib
 import os
 from pathlib import Path
 
+from runtime.bounded_read import METADATA_LIMIT, FileTooLargeError, read_bounded
 from runtime.errors import UsageError, check_regular_file
 from runtime.json_text import parse_json
 
@@ -98,9 +99,11 @@ def _parsed_source(path: Path) -> tuple[dict | None, str | None]:
     ``(None, why it is no record)``. A UTF-8 byte order mark is read past, as JSON's own rule allows: an editor
     that adds one (bench writes none) changes no value of the record, which no hash covers."""
     try:
-        source = parse_json(path.read_bytes())
+        source = parse_json(read_bounded(path, METADATA_LIMIT, "convert it again"))
     except FileNotFoundError:
         return None, None
+    except FileTooLargeError as error:
+        return None, error.reason
     except (OSError, ValueError) as error:
         return None, f"cannot be read ({error})"
     return (source, None) if isinstance(source, dict) else (None, "is no JSON object")
@@ -149,6 +152,9 @@ def _source_damage(directory: Path, source: dict, hashes: bool) -> str | None:
     if not isinstance(files, dict):
         return (f"its {SOURCE_FILE} records none of its files (converted before conversions recorded them, or edited "
                 "since)")
+    sizes = damage(directory, files)  # a stat each, before model_files reads the config (probe 10)
+    if sizes is not None:
+        return sizes
     names = (path.relative_to(directory).as_posix() for path in model_files(directory))
     unrecorded = next((name for name in names if name not in files), None)
     if unrecorded is not None:
@@ -197,16 +203,18 @@ def check_recorded(directory: Path, name: str | None = None) -> None:
     # a conversion in the cache is read by conversion_problem first, which says how to convert it again
     source = read_source(directory, restore_hint(Path(directory)))
     name = name or (source or {}).get("name") or Path(directory).name
-    _read_weights_once(Path(directory))
-    if source is not None:
-        reason = _source_damage(Path(directory), source, hashes=True)
-        if reason is not None:
-            raise UsageError(f"{name} in {directory} is damaged: {reason}; run `bench fetch-model {name}` to convert "
-                             "it again (what was stored beside its files is kept)")
     record = read_record(directory)
-    reason = None if record is None else damage(directory, record, hashes=True, by="its files.json")
-    if reason is not None:
-        raise UsageError(f"{name} in {directory} is damaged: {reason}; {restore_hint(Path(directory))}")
+    for hashes in (False, True):  # every size first (a stat each): a file of another size is never read (probe 10)
+        if hashes:
+            _read_weights_once(Path(directory))
+        if source is not None:
+            reason = _source_damage(Path(directory), source, hashes=hashes)
+            if reason is not None:
+                raise UsageError(f"{name} in {directory} is damaged: {reason}; run `bench fetch-model {name}` to "
+                                 "convert it again (what was stored beside its files is kept)")
+        reason = None if record is None else damage(directory, record, hashes=hashes, by="its files.json")
+        if reason is not None:
+            raise UsageError(f"{name} in {directory} is damaged: {reason}; {restore_hint(Path(directory))}")
 
 
 def _read_weights_once(directory: Path) -> None:

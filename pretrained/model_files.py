@@ -9,6 +9,7 @@ import os
 import struct
 from pathlib import Path
 
+from runtime.bounded_read import METADATA_LIMIT, TOKENIZER_LIMIT, read_text_bounded
 from runtime.errors import UsageError, check_regular_file, describe
 from runtime.json_text import parse_json
 
@@ -92,7 +93,7 @@ def check_artifact(path: Path) -> None:
         check_safetensors(path)
     else:
         try:
-            parse_json(path.read_text())
+            parse_json(read_text_bounded(path, METADATA_LIMIT, "make the artifact again, or give its own"))
         except (UnicodeDecodeError, json.JSONDecodeError) as error:
             raise UsageError(f"{path}: not valid JSON ({error})") from None
 
@@ -124,11 +125,13 @@ def check_json_files(directory: Path, config: dict) -> None:
     (the generation config, the tokenizer's files: :data:`MODEL_PARTS`; ``config``: its config as read, which names
     none of them) that is no JSON object Python can hold: nested too deep or holding too long an integer, transformers'
     own ``json.load`` ends in a ``RecursionError`` or a bare ``ValueError``, and a list in a ``TypeError``."""
-    for path in (*part_files(directory, "config", config), *part_files(directory, "tokenizer", config)):
+    paths = [(path, limit) for part, limit in (("config", METADATA_LIMIT), ("tokenizer", TOKENIZER_LIMIT))
+             for path in part_files(directory, part, config)]
+    for path, limit in paths:
         if path.suffix != ".json" or path.name == "config.json":  # config.json is the ModelInfo's, parsed already
             continue
         try:
-            value = parse_json(read_whole(path))
+            value = parse_json(read_whole(path, limit))
         except (UnicodeDecodeError, json.JSONDecodeError) as error:
             raise UsageError(f"{path}: not valid JSON ({error}); copy it again from where the model came from") \
                 from None

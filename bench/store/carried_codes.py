@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from runtime.bounded_read import METADATA_LIMIT, read_bounded
 from runtime.errors import UsageError, check_regular_file
 from runtime.json_text import parse_json
 
@@ -30,8 +31,9 @@ def read_records(path: Path) -> list[dict]:
     if not path.exists():
         return []
     check_regular_file(path, "the record of carried groups", "restore it from version control")
+    data = read_bounded(path, METADATA_LIMIT, "restore it from version control")
     try:
-        records = parse_json(path.read_text())
+        records = parse_json(data.decode())
         if not isinstance(records, list) or not all(
                 isinstance(r, dict) and all(isinstance(r.get(k), kind) for k, kind in _RECORD_FIELDS.items())
                 for r in records):

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from artifacts.files import atomic_path
 from artifacts.outputs import Output, check_place
+from runtime.bounded_read import read_bounded
 from runtime.errors import UsageError, check_regular_file
 from runtime.gunzip import GunzipLimitError, gunzip
 from runtime.json_text import parse_json
@@ -28,8 +29,9 @@ from .row_set_checks import verify_rows
 from .store_lock import lock_holder, release_lock, take_lock
 
 STORE_LIMIT = 2 << 30
-"""The most a store's committed rows may unpack to (the largest published group unpacks to tens of MB): past it, no
-store the bench wrote, refused before memory runs out (:mod:`runtime.gunzip`)."""
+"""The most a store's rows may hold, plain or unpacked from gzip (the largest published group unpacks to tens of MB):
+past it, no store the bench wrote, refused before memory runs out (:mod:`runtime.gunzip`,
+:mod:`runtime.bounded_read`)."""
 
 TAIL_BYTES = 256
 """How much of a file's end :func:`_snapshot` keeps: enough to hold the end of the last row written."""
@@ -137,7 +139,9 @@ class ResultStore:
     @staticmethod
     def _read(path: Path) -> bytes:
         """A store file's bytes, uncompressed; ``ValueError`` naming the file if it is not a readable store."""
-        raw = path.read_bytes()
+        # the plain rows are bounded as the unpacked ones are; packed, they are smaller than unpacked
+        raw = read_bounded(path, STORE_LIMIT, "no store the bench wrote holds that much: move it away, or split "
+                           "its rows into shards")
         if path.suffix != ".gz":
             return raw
         try:

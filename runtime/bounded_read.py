@@ -1,0 +1,51 @@
+"""Reading a file the user can replace (a record, a model's settings, a store) without trusting its size: a 20 GB
+file (sparse: it costs no disk) read whole ended a run in ``MemoryError``, or drew the machine's out-of-memory killer
+onto another process (probe 10). :func:`read_bounded` refuses a file past its bound before reading it, and reads at
+most one byte past the bound, so that a file that grows as it is read, or a device, is bounded too. The bounds sit
+well above any real file of each kind: they stop what no tool writes, never a big model's real file."""
+
+import os
+from pathlib import Path
+
+from .errors import UsageError
+
+METADATA_LIMIT = 64 << 20
+"""Bytes of a JSON record or settings file (head shares, an estimator's settings, carried.json, a conversion's or a
+folder's record, a model's config, generation config, tokenizer config and chat template): real ones hold kilobytes
+(a tokenizer config with every added token spelled out, a few MB), so 64 MiB is past any a tool writes, and small
+enough for Python to parse without the machine's memory."""
+TOKENIZER_LIMIT = 512 << 20
+"""Bytes of any of a model's tokenizer files (``tokenizer.json``, a vocabulary, merges, a sentencepiece model): the
+largest real ones hold tens of MB (Gemma 3's ``tokenizer.json``, 33 MB), so 512 MiB leaves a tenfold margin."""
+class FileTooLargeError(UsageError):
+    """A file past the bound of its kind: a :class:`~runtime.errors.UsageError`, shown as one line; ``reason``: what
+    is wrong, without the file's name or the remedy (for a caller that says it in a sentence of its own)."""
+
+    def __init__(self, path, reason: str, remedy: str):
+        super().__init__(f"{path}: {reason}; {remedy}")
+        self.reason = reason
+
+
+def _mib(limit: int) -> str:
+    return f"{limit >> 20} MiB" if limit % (1 << 20) == 0 else f"{limit:,} bytes"
+
+
+def read_bounded(path, limit: int, remedy: str) -> bytes:
+    """The bytes of ``path``; :class:`FileTooLargeError` naming it, its size and ``limit`` (bytes) with ``remedy``
+    (what the user does about it) where it holds more than ``limit`` bytes, said by its size before any read or,
+    for a file that grows or a device, found by reading ``limit + 1`` bytes at most."""
+    with open(path, "rb") as file:
+        size = os.fstat(file.fileno()).st_size
+        if size > limit:
+            raise FileTooLargeError(path, f"holds {size:,} bytes, more than the {_mib(limit)} such a file may hold",
+                                    remedy)
+        data = file.read(limit + 1)
+    if len(data) > limit:
+        raise FileTooLargeError(path, f"holds more than {_mib(limit)} as it is read (a file that grows, or a device)",
+                                remedy)
+    return data
+
+
+def read_text_bounded(path, limit: int, remedy: str) -> str:
+    """:func:`read_bounded` decoded as UTF-8, as ``Path.read_text`` reads (``UnicodeDecodeError`` where it is not)."""
+    return read_bounded(Path(path), limit, remedy).decode()
