@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from runtime.bounded_read import METADATA_LIMIT, read_text_bounded
-from runtime.errors import UsageError, check_regular_file
+from runtime.errors import UsageError, check_regular_file, link_target, missing_file
 from runtime.json_text import parse_json
 
 from .base import Allocator, BudgetRequest
@@ -103,6 +103,9 @@ class HeadShares:
         """The shares of a model ``directory``; a ``UsageError`` in one line if they are missing or damaged."""
         path = Path(directory) / FILE
         check_regular_file(path, "head shares (JSON)")
+        if link_target(path) is not None and not path.exists():  # calibrate-shares refuses to write through it
+            raise UsageError(f"{path.parent}: {missing_file(path)}; remove the link, then run `bench "
+                             f"calibrate-shares --model {directory}`")
         if not path.exists():
             raise UsageError(f"no head shares at {path}: run `bench calibrate-shares --model {directory}`")
         try:
@@ -120,7 +123,8 @@ class HeadShares:
             grid = record.get("by_keep_fraction")
             if not isinstance(grid, dict) or not grid:
                 raise UsageError(f"{path}: by_keep_fraction must map kept fractions to shares, got {grid!r}")
-        grid = _checked_grid({_fraction(p, path): _keyed(shares, path) for p, shares in grid.items()}, str(path))
+        grid = _checked_grid(_unique({p: _keyed(shares, path) for p, shares in grid.items()}, _fraction, path,
+                                     "kept fraction"), str(path))
         weights = record.get("weights")
         if not isinstance(weights, str):
             # without it shares of another model's weights would plan this one's children unseen
@@ -142,10 +146,27 @@ def _fraction(text: str, path: Path) -> float:
 def _keyed(shares, path: Path) -> Shares:
     if not isinstance(shares, dict):
         raise UsageError(f"{path}: give shares as {{layer: [share per KV head]}}, got {shares!r}")
+    return _unique(shares, _layer, path, "attention layer")
+
+
+def _layer(text: str, path: Path) -> int:
     try:
-        return {int(layer): heads for layer, heads in shares.items()}
+        return int(text)
     except ValueError:
-        raise UsageError(f"{path}: shares must be keyed by attention layer index, got {sorted(shares)}") from None
+        raise UsageError(f"{path}: shares must be keyed by attention layer index, got {text!r}") from None
+
+
+def _unique(keyed: dict, parse, path: Path, what: str) -> dict:
+    """``keyed`` with each key parsed (``parse(key, path)``); a ``UsageError`` naming two keys that are one value
+    written two ways (``"0.5"`` and ``"0.50"``, ``"3"`` and ``"03"``): one would silently replace the other."""
+    out, spelled = {}, {}
+    for key, value in keyed.items():
+        parsed = parse(key, path)
+        if parsed in out:
+            raise UsageError(f"{path}: the keys {spelled[parsed]!r} and {key!r} are one {what} written two ways; keep "
+                             "one of them")
+        out[parsed], spelled[parsed] = value, key
+    return out
 
 
 def _checked_grid(grid, shown: str) -> dict[float, Shares]:
@@ -172,14 +193,31 @@ def _checked(shares, shown: str) -> Shares:
     for layer, heads in shares.items():
         if not isinstance(heads, (list, tuple)) or not heads:
             raise UsageError(f"{shown}: layer {layer} must hold a list of shares (one per KV head), got {heads!r}")
-        for share in heads:
-            if isinstance(share, bool) or not isinstance(share, numbers.Real) or not math.isfinite(share) or share < 0:
-                raise UsageError(f"{shown}: layer {layer} has the share {share!r}; a share is a finite number >= 0")
-        out[int(layer)] = [float(s) for s in heads]
+        out[int(layer)] = [_share(share, layer, shown) for share in heads]
     total = sum(s for heads in out.values() for s in heads)
+    if math.isinf(total):  # shares each finite can sum past the largest float: scaled down first, as sum 1 is wanted
+        largest = max(s for heads in out.values() for s in heads)
+        out = {layer: [s / largest for s in heads] for layer, heads in out.items()}
+        total = sum(s for heads in out.values() for s in heads)
     if total <= 0:
         raise UsageError(f"{shown}: every share is 0; at least one head must keep a positive share")
     return {layer: [s / total for s in heads] for layer, heads in sorted(out.items())}
+
+
+def _share(share, layer, shown: str) -> float:
+    """``share`` as a float; a ``UsageError`` unless it is a finite number >= 0 (an integer past the largest float
+    too, which ``float`` cannot hold)."""
+    if isinstance(share, bool) or not isinstance(share, numbers.Real):
+        value = math.nan
+    else:
+        try:
+            value = float(share)
+        except OverflowError:
+            raise UsageError(f"{shown}: layer {layer} has a share of {len(str(abs(share)))} digits, past the largest "
+                             "float; a share is a finite number >= 0 (only ratios matter: scale them down)") from None
+    if not math.isfinite(value) or value < 0:
+        raise UsageError(f"{shown}: layer {layer} has the share {share!r}; a share is a finite number >= 0")
+    return value
 
 
 @dataclass

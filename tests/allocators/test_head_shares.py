@@ -3,6 +3,7 @@ caps re-spread, its file refused when bad."""
 
 import itertools
 import json
+import re
 
 import pytest
 import torch
@@ -138,12 +139,39 @@ def _write(tmp_path, text):
      '"0.5": {"3": [1]}}}', r"the shares at p = 0.5 cover other layers or heads than at p = 0.1"),
     ('{"format": "hybridpress head shares 2", "weights": "a", "by_keep_fraction": {"0.1": {"3": [1, 2]}, '
      '"0.5": {"3": [1, -2]}}}', r"at p = 0.5: layer 3 has the share -2"),
+    # probe 10: an integer past the largest float ended in OverflowError; keys written two ways, the last won
+    ('{"format": "hybridpress head shares 1", "weights": "a", "shares": {"3": [1, 1%s]}}' % ("0" * 309),
+     r"head_shares.json: layer 3 has a share of 310 digits, past the largest float; a share is a finite number"),
+    ('{"format": "hybridpress head shares 2", "weights": "a", "by_keep_fraction": {"0.5": {"3": [1, 1%s]}}}'
+     % ("0" * 400), r"layer 3 has a share of 401 digits"),
+    ('{"format": "hybridpress head shares 2", "weights": "a", "by_keep_fraction": {"0.5": {"3": [1]}, '
+     '"0.50": {"3": [1]}}}', r"head_shares.json: the keys '0.5' and '0.50' are one kept fraction written two ways; "
+                             r"keep one of them$"),
+    ('{"format": "hybridpress head shares 1", "weights": "a", "shares": {"3": [1], "03": [0]}}',
+     r"head_shares.json: the keys '3' and '03' are one attention layer written two ways; keep one of them$"),
 ])
 def test_a_damaged_file_is_refused_in_one_line(tmp_path, text, message):
     _write(tmp_path, text)
     with pytest.raises(UsageError, match=message) as error:
         HeadShares.load(tmp_path)
     assert "\n" not in str(error.value)
+
+
+def test_shares_that_sum_past_the_largest_float_are_normalised(tmp_path):
+    """Probe 10: shares each 1e308 summed to inf, and every one became 0 ("every share is 0")."""
+    _write(tmp_path, '{"format": "hybridpress head shares 1", "weights": "a", "shares": {"3": [1e308, 1e308], '
+                     '"5": [1e308, 0]}}')
+    assert HeadShares.load(tmp_path).at(0.5) == {3: [1 / 3, 1 / 3], 5: [1 / 3, 0.0]}
+
+
+def test_a_dangling_link_is_named_with_where_it_leads(tmp_path):
+    """Probe 10: "no head shares: run `bench calibrate-shares`", which then refused the link."""
+    (tmp_path / FILE).parent.mkdir(parents=True)
+    (tmp_path / FILE).symlink_to(tmp_path / "nowhere")
+    with pytest.raises(UsageError, match="^" + re.escape(
+            f"{tmp_path / FILE.parent}: head_shares.json is a link to {tmp_path / 'nowhere'}, which does not exist; "
+            f"remove the link, then run `bench calibrate-shares --model {tmp_path}`") + "$"):
+        HeadShares.load(tmp_path)
 
 
 def test_missing_shares_and_wrong_shapes_are_refused(tmp_path):
