@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import reprlib
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -114,7 +115,26 @@ def resolve(model: str | ModelSpec | None) -> Path:
                          f"its rows carry) is {len(directory.name)} characters, and a model's name is at most "
                          f"{MODEL_NAME_MAX}, so that its results' folders can be named after it; give the model a "
                          "folder of a shorter name (a link to it of a shorter name will do)")
+    unseen = _unseen(directory.name)
+    if unseen is not None:
+        raise UsageError(f"model {directory.name!r} in {directory.parent}: its name (its folder's, which its rows and "
+                         f"reports carry) holds {unseen}; a model's name is visible characters, spaces only between "
+                         "them, so that reports show it as it is; give the model a folder of such a name (a link to it "
+                         "will do)")
     return directory
+
+
+def _unseen(name: str) -> str | None:
+    """What of ``name`` a report would not show as it is, said as a message does, or None: a control character (a
+    newline began a heading of its own in summary.md, probe 10), one that shows nothing (a zero-width space, a
+    direction mark: Unicode's "other" categories, unassigned and undecodable bytes among them), whitespace but a
+    plain space, or spaces at either end (``"hybrid-byte-12l "`` read as the default model's name)."""
+    if name != name.strip():
+        return "whitespace at its start or end"
+    for i, char in enumerate(name):
+        if unicodedata.category(char).startswith("C") or (char.isspace() and char != " "):
+            return f"the character {char!r} (U+{ord(char):04X}) at {i}"
+    return None
 
 
 def _directory(spec: ModelSpec) -> Path:

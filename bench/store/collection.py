@@ -54,7 +54,9 @@ def group_folder(row: dict) -> str:
     code: a group carried to a new code (``bench carry``) keeps its files where they are."""
     fields = [row.get(f) for f in GROUP_FIELDS if f != "code"]
     digest = hashlib.sha256(json.dumps(fields).encode()).hexdigest()[:10]
-    return f"{_slug(row['model'])}-{row['length']}-{digest}"
+    # a name of no ASCII letter or digit (``é`` alone) slugs to nothing: the folder would start with ``-``, which a
+    # shell command takes for an option; the digest, of the name too, keeps such models apart
+    return f"{_slug(row['model']) or 'model'}-{row['length']}-{digest}"
 
 
 def method_folder(row: dict) -> str:

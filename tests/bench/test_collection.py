@@ -6,7 +6,7 @@ import gzip
 import json
 
 from bench.run.compare import run_compare
-from bench.store.collection import stores_below
+from bench.store.collection import group_folder, stores_below
 from tests.helpers import compare_settings, run_cli
 
 
@@ -98,3 +98,12 @@ def test_a_refused_publish_names_the_collections_files_and_says_what_it_checks(m
     assert f"{collection}/{next(iter(before)).parent.parent}/" in err, err
     assert f"publish: checking {two} …" in err and f"publish: reading the 2 store(s) of {collection} …" in err, err
     assert _files(collection) == before
+
+
+def test_a_model_name_of_no_ascii_letter_names_its_group_folder_model():
+    """Probe 10: a model named ``é`` alone gave the group folder ``-384-<digest>``, which a shell command takes for an
+    option. The folder says ``model`` in its place; the digest, of the name too, keeps two such models apart; an
+    ASCII name's folder is as before."""
+    one, other = group_folder({"model": "éé", "length": 384}), group_folder({"model": "ü", "length": 384})
+    assert one.startswith("model-384-") and other.startswith("model-384-") and one != other
+    assert group_folder({"model": "hybrid-byte-12l", "length": 384}).startswith("hybrid-byte-12l-384-")

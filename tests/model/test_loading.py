@@ -87,6 +87,36 @@ def test_a_model_name_too_long_for_a_folder_of_results_is_refused_before_work(mo
         assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("name, unseen", [
+    ("x\n## injected", "the character '\\n' (U+000A) at 1"),
+    ("hybrid-byte-12l\u200b", "the character '\\u200b' (U+200B) at 15"),
+    ("a\u202eb", "the character '\\u202e' (U+202E) at 1"),
+    ("a\u00a0b", "the character '\\xa0' (U+00A0) at 1"),
+    ("hybrid-byte-12l ", "whitespace at its start or end"),
+    ("\tm", "whitespace at its start or end"),
+])
+def test_a_model_name_a_report_would_not_show_as_it_is_is_refused_before_work(model_dir, tmp_path, capsys,
+                                                                              no_model_load, name, unseen):
+    """Probe 10: a folder named ``x<newline>## injected`` gave summary.md and leaderboard.md a heading of its own, and
+    ``hybrid-byte-12l `` or ``hybrid-byte-12l<zero-width space>`` ran under a heading that reads as the default
+    model's. Refused where the name is bounded, naming it as Python writes it."""
+    link = tmp_path / name
+    link.symlink_to(model_dir)
+    said = (f"model {name!r} in {tmp_path}: its name (its folder's, which its rows and reports carry) holds {unseen}; "
+            "a model's name is visible characters, spaces only between them, so that reports show it as it is; give "
+            "the model a folder of such a name (a link to it will do)")
+    code, err = run_cli(capsys, "compare", "--out", tmp_path / "out", "--model", link)
+    assert code == 2 and err.endswith(said), err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("name", ["my model", "éü", "模型-1"])
+def test_a_model_name_of_visible_characters_is_taken(model_dir, tmp_path, name):
+    link = tmp_path / name
+    link.symlink_to(model_dir)
+    assert loading.resolve(str(link)) == link
+
+
 def test_a_tokenizer_file_that_is_json_but_no_object_is_named_before_loading(model_dir, tmp_path, capsys,
                                                                             no_model_load):
     """Probe 9 (beside its deep tokenizer files): a tokenizer.json holding a JSON array ended in transformers'
