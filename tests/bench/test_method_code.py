@@ -209,6 +209,37 @@ def test_import_names_a_users_module_for_bench_compare(model_dir, tmp_path, monk
         sys.modules.pop("my_recency", None)
 
 
+@pytest.mark.parametrize("edit, says", [
+    ("scores[first] = scores[first] * float('nan')", "give layer {first} NaN or infinite values"),
+    ("scores[first] = scores[first][:, :5]", "give layer {first} the shape [{heads}, 5]"),
+    ("del scores[first]", "have no entry for attention layer {first}"),
+    ("scores = list(scores.values())", "are a list, not {{attention layer: tensor}}"),
+])
+def test_a_users_press_returning_bad_scores_is_named_in_one_line(model_dir, tmp_path, monkeypatch, capsys, edit,
+                                                                says):
+    """Probe 10: a ``--import``ed press whose scores were NaN, infinite, of the wrong shape or missing a layer ended
+    in a full traceback through the bench's own ``ValueError``, which did not name the press."""
+    scoring = RECENCY.replace("        return {layer:", "        scores = {layer:").replace(
+        "for layer in context.adapter.attention_layers}", "for layer in context.adapter.attention_layers}\n"
+        "        first = context.adapter.attention_layers[0]\n        " + edit + "\n        return scores")
+    (tmp_path / "bad_recency.py").write_text("SIGN = -1\n" + scoring)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(registry, "PRESSES", dict(registry.PRESSES))
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    from pretrained.model_files import read_config
+    config = read_config(model_dir)
+    first = next(i for i, kind in enumerate(config["layer_types"]) if kind == "full_attention")
+    try:
+        code, err = run_cli(capsys, "compare", "--methods", "recency/flat", "--keep-fractions", "0.3", "--tasks",
+                            "niah_single_1", "--n", "1", "--length", "300", "--model", model_dir, "--out",
+                            tmp_path / "out", "--import", "bad_recency")
+    finally:
+        sys.modules.pop("bad_recency", None)
+    said = f"press recency returned scores that {says.format(first=first, heads=config['num_key_value_heads'])}"
+    assert code == 2 and said in err.splitlines()[-1] and "Traceback" not in err, err
+    assert "a press scores each attention layer's body with a finite tensor [H_kv, n_body]" in err, err
+
+
 def test_an_entry_point_naming_another_class_is_refused(tmp_path, monkeypatch):
     site = tmp_path / "site"
     for name, text in PACKAGE.items():

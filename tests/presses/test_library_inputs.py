@@ -10,6 +10,7 @@ import allocators
 import presses
 from allocators import BudgetRequest
 from runtime import EvidenceRequest, KeepPlan, prefill
+from runtime.errors import UsageError
 from tests.helpers import HYBRID_FAMILIES, copy_model, truncate
 
 
@@ -34,10 +35,14 @@ def test_a_selection_refuses_bad_scores(tiny):
     scores = {layer: torch.rand(2, parent.n - parent.protected) for layer in parent.adapter.attention_layers}
     first = parent.adapter.attention_layers[0]
     with_nan = scores[first].masked_fill(torch.rand_like(scores[first]) < 0.1, float("nan"))
-    with pytest.raises(ValueError, match=f"scores of layer {first} contain NaN"):
+    with pytest.raises(UsageError, match=f"^press given-scores returned scores that give layer {first} NaN or "
+                                         r"infinite values; a press scores each attention layer's body with a finite "
+                                         r"tensor \[H_kv, n_body\] = \[2, 56\]$"):
         presses.Selection(parent, _GivenScores(scores={**scores, first: with_nan})).plan("flat", 0.5)
-    with pytest.raises(ValueError, match=r"shape \(2, 20\); expected \[H_kv, n_body\] = \[2, 56\]"):
+    with pytest.raises(UsageError, match=r"give layer \d+ the shape \[2, 20\]; .* = \[2, 56\]$"):
         presses.Selection(parent, _GivenScores(scores={**scores, first: torch.rand(2, 20)})).plan("flat", 0.5)
+    with pytest.raises(UsageError, match=r"returned scores that give layer \d+ a list;"):
+        presses.Selection(parent, _GivenScores(scores={**scores, first: [1.0]})).plan("flat", 0.5)
     assert presses.Selection(parent, _GivenScores(scores=scores)).plan("flat", 0.5).total() == 2 * 2 * 28
 
 
