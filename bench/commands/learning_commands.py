@@ -66,6 +66,14 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
                              "<out>.backup-<time>); refused otherwise")
 
 
+def model_folder(model: Path) -> Output:
+    """The model directory itself, where a command that stores an artifact in it makes the artifact (a scratch
+    folder), moves the old one aside and writes the folder's record again: a read-only one passed the check of the
+    artifact's folder and failed after all the work, in a raw "[Errno 1]" (probe 10). The folder the model's name
+    leads to: a model named by a link (which the bench takes) is written in where the link leads."""
+    return Output(model.resolve(), "--model (where its new artifact is made, then renamed into place)", model=model)
+
+
 def estimator_output(args: argparse.Namespace) -> Output:
     """Where ``bench train`` writes the estimator: ``--out``, else the model's own artifact folder (the one model
     directory it may lie in)."""
@@ -75,6 +83,11 @@ def estimator_output(args: argparse.Namespace) -> Output:
     return Output(target, "--out" if args.out else f"the {ARTIFACT_DIR}/ of --model", keeps=RESULTS,
                   held=tuple(target / name for name in ESTIMATOR_FILES), what="a GateSight estimator",
                   replace=args.replace, model=model if own else None, kind_of=ESTIMATOR)
+
+
+def _with_model_folder(output: Output) -> list[Output]:
+    """``output``, and the model directory where ``output`` is its own artifact folder (:func:`model_folder`)."""
+    return [output] if output.model is None else [output, model_folder(output.model)]
 
 
 def run_train(args: argparse.Namespace) -> None:
@@ -101,7 +114,7 @@ LABEL = Command("label", "GateSight utility labels (Eq. 2) and GDN signals on he
                 interrupted=lambda args: kept_in(args.out, "the windows labelled are",
                                                  "run the same command again to resume"))
 TRAIN = Command("train", "train the GateSight estimator (+ ridge, leave-one-corpus-out evaluation)",
-                add_train_arguments, run_train, outputs=lambda args: [estimator_output(args)],
+                add_train_arguments, run_train, outputs=lambda args: _with_model_folder(estimator_output(args)),
                 interrupted=lambda args: f"nothing was written: {estimator_output(args).path} holds what it held "
                                          "before (the estimator is saved whole once trained); it does not resume: "
                                          "run it again to start over")
@@ -133,7 +146,8 @@ def calibration_output(args: argparse.Namespace) -> Output:
 
 
 CALIBRATE = Command("calibrate", "TriAttention query statistics and layer gate weights, stored with the model",
-                    add_calibrate_arguments, run_calibrate, outputs=lambda args: [calibration_output(args)],
+                    add_calibrate_arguments, run_calibrate,
+                    outputs=lambda args: _with_model_folder(calibration_output(args)),
                     interrupted=lambda args: f"nothing was written: {calibration_output(args).path} holds what it "
                                              "held before (the calibration is saved whole once measured); it does "
                                              "not resume: run it again to start over")
@@ -166,6 +180,7 @@ def shares_output(args: argparse.Namespace) -> Output:
 
 CALIBRATE_SHARES = Command(
     "calibrate-shares", "the head_shares allocator's shares per (layer, KV head), from KVzip's global allocations",
-    add_calibrate_shares_arguments, run_calibrate_shares, outputs=lambda args: [shares_output(args)],
+    add_calibrate_shares_arguments, run_calibrate_shares,
+    outputs=lambda args: _with_model_folder(shares_output(args)),
     interrupted=lambda args: f"nothing was written: {shares_output(args).path} holds what it held before (the shares "
                              "are saved whole once measured); it does not resume: run it again to start over")

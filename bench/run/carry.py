@@ -19,6 +19,7 @@ from __future__ import annotations
 import gzip
 import json
 import math
+import os
 import platform
 import random
 import sys
@@ -175,6 +176,9 @@ def carry(directory: Path, sample: int = 2, seed: int = 0, batch: int = 32, mode
             row = store.rows[i]
             if row.get("code") != here[row.get("engine", "hf")]:
                 groups.setdefault(_group_of(row), []).append((store, i))
+        # where its records and rewritten rows go, checked before any context is rerun
+        _check_writable([held[0][0].directory.parent for held in groups.values()] if in_collection else
+                        [Path(directory), *(store.directory for held in groups.values() for store, _ in held)])
         records = [_carry_group(group, held, sample, seed, batch, model, list(artifacts), directory)
                    for group, held in groups.items()]
         carried = {}
@@ -232,6 +236,16 @@ def _versions() -> dict:
     import transformers
 
     return {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__}
+
+
+def _check_writable(folders: list[Path]) -> None:
+    """A :class:`~runtime.errors.UsageError` naming the first of ``folders`` that cannot be written: a read-only
+    group folder ended the run after its contexts were rerun, in a raw "[Errno 1]" (probe 10)."""
+    for folder in dict.fromkeys(folders):
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise UsageError(f"{folder} is not writable, and carry puts its {CARRIED} or the store's carried rows "
+                             "there (each written beside its place and renamed into it): make the folder writable, "
+                             "or carry a copy of the store")
 
 
 def _append_records(path: Path, records: list[dict]) -> None:

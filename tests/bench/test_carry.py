@@ -3,11 +3,14 @@ contexts gives every value again; one value that differs refuses it, naming the 
 takes a new method's rows by running only those."""
 
 import json
+import os
 import random
 import shutil
+from pathlib import Path
 
 import pytest
 
+import bench.run.carry
 import bench.run.plan
 from bench.run.compare import run_compare
 from bench.store.carried_codes import CARRIED
@@ -216,3 +219,22 @@ def test_a_carried_record_that_is_no_regular_file_is_refused_not_read(tmp_path, 
     code, err = run_cli(capsys, "verify", store)
     assert code == 2 and err.endswith(f"{record}: not a regular file, where the record of carried groups belongs; "
                                       "restore it from version control"), err
+
+
+def test_a_group_folder_that_cannot_be_written_is_refused_before_any_context_is_rerun(old_store, model_dir, tmp_path,
+                                                                                       capsys, monkeypatch):
+    """Probe 10: a read-only group folder (``chattr +i``) let carry rerun its contexts, then end in a raw
+    "[Errno 1] … .carried.json.*.tmp.json". The folder is named before any work (the test runs as root, whom mode
+    bits do not stop: the folder is made unwritable where the bench asks)."""
+    collection = tmp_path / "results"
+    assert run_cli(capsys, "publish", old_store, "--into", collection)[0] == 0
+    [group] = collection.iterdir()
+    packs = {path: path.read_bytes() for path in collection.rglob("*") if path.is_file()}
+    access = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode, **k: Path(path) != group and access(path, mode, **k))
+    monkeypatch.setattr(bench.run.carry, "_rerun", lambda *a, **k: pytest.fail("a context was rerun"))
+    code, err = run_cli(capsys, "carry", collection, "--sample", "1", "--model", model_dir)
+    assert code == 2 and err.splitlines()[-1].endswith(
+        f"{group} is not writable, and carry puts its carried.json or the store's carried rows there (each written "
+        "beside its place and renamed into it): make the folder writable, or carry a copy of the store"), err
+    assert {path: path.read_bytes() for path in collection.rglob("*") if path.is_file()} == packs

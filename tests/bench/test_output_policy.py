@@ -173,6 +173,30 @@ def test_calibrate_checks_its_model_folder(case, model_dir, tmp_path, capsys, gu
     assert _files(tmp_path) == before
 
 
+@pytest.mark.parametrize("argv", [["calibrate", "--tokens", "256", "--chunk", "128"],
+                                  ["calibrate-shares", "--windows", "2", "--tokens", "128"],
+                                  ["train", "--labels", "LABELS"]])
+def test_a_model_folder_that_cannot_be_written_is_refused_though_its_artifact_folder_can(argv, model_dir, tmp_path,
+                                                                                          capsys, monkeypatch, guarded):
+    """Probe 10: calibrate-shares on a read-only model folder whose calibration/ was writable measured the shares,
+    then ended in a raw "[Errno 1] … MODEL/tmpXXXX": the scratch, the old artifact moved aside and the folder's record
+    (files.json) are written in the model folder itself. Refused before work, naming it (as root, whom mode bits do
+    not stop, the folder is made unwritable where the bench asks)."""
+    model = shutil.copytree(model_dir, tmp_path / "model")
+    (tmp_path / "labels").mkdir()
+    (tmp_path / "link").symlink_to(model)  # a model named by a link is taken, its folder checked where it leads
+    access = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode, **k: Path(path) != model and access(path, mode, **k))
+    before = _files(tmp_path)
+    argv = [str(tmp_path / "labels") if part == "LABELS" else part for part in argv]
+    code = main([*argv, "--model", str(tmp_path / "link"), "--replace"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.endswith(f"--model (where its new artifact is made, then renamed into place) {model}: {model} is not "
+                        "writable\n"), err
+    assert _files(tmp_path) == before
+
+
 @pytest.mark.parametrize("command", ["train", "distill"])
 def test_an_output_into_a_model_directory_never_changes_its_fingerprint(command, model_dir, tmp_path, capsys,
                                                                         guarded):
