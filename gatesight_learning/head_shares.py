@@ -93,6 +93,7 @@ def calibrate_head_shares(model, windows: int, tokens: int, keep_fractions=KEEP_
     directory = info.directory
     check_replaceable((directory / FILE).parent, [directory / FILE], "head shares", replace)
     model, tokenizer, directory = loading.load(info)
+    weights = weights_fingerprint(directory)  # the weights the shares are measured on, as they were loaded
     adapter = adapter_for(model)
     press = prepare("kvzip", adapter, info)
     prefix = encode_text(tokenizer, CHAT_PREFIX)
@@ -128,7 +129,12 @@ def calibrate_head_shares(model, windows: int, tokens: int, keep_fractions=KEEP_
         "stability": {"over windows (shares averaged over p)": stability(stacked.mean(1)),
                       **{f"over windows at p = {p}": stability(stacked[:, i]) for i, p in enumerate(keep_fractions)}},
     }
-    result = HeadShares(by_fraction, provenance, weights_fingerprint(directory))
+    result = HeadShares(by_fraction, provenance, weights)
+    now = weights_fingerprint(directory)
+    if now != weights:  # shares of the loaded weights would be put beside others (probe 10)
+        raise UsageError(f"{directory}: its weights changed while the head shares were measured (fingerprint {weights} "
+                         f"as loaded, {now} now): nothing was written; keep the weights as they are while "
+                         f"`bench calibrate-shares --model {directory}` runs, and run it again")
     with tempfile.TemporaryDirectory(dir=directory) as scratch:
         [path] = install([result.save(Path(scratch))], (directory / FILE).parent, superseded=[directory / FILE])
     record_again(directory)

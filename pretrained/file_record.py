@@ -16,6 +16,7 @@ are.
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import sys
 from pathlib import Path
@@ -56,17 +57,42 @@ def recorded_files(directory: Path) -> list[Path]:
 
 def record_again(directory: Path) -> None:
     """Write ``directory``'s record anew where it keeps one: a command of the bench has just put an artifact of its
-    own in place there (a record left as it was would refuse the folder as changed by hand)."""
-    if (Path(directory) / RECORD_FILE).is_file():
-        write_record(directory)
-
-
-def write_record(directory: Path) -> Path:
-    """Write the :data:`RECORD_FILE` of ``directory`` (:func:`recorded_files`, each file's size and SHA-256); its
-    path."""
+    own in place there (a record left as it was would refuse the folder as changed by hand). Only the artifacts are
+    recorded anew: the files that make the model keep their recorded size and SHA-256, and each must still have them.
+    One changed while the command ran (weights overwritten during calibrate-shares were recorded as the folder's own,
+    probe 10) is a :class:`~runtime.errors.UsageError` naming it, and nothing is recorded: the folder is then refused
+    as damaged until it is restored, never run under its name with other weights."""
     directory = Path(directory)
-    files = {path.relative_to(directory).as_posix(): {"size": path.stat().st_size, "sha256": sha256_of(path)}
-             for path in recorded_files(directory)}
+    if not (directory / RECORD_FILE).is_file():
+        return
+    old = _recorded_files(directory)
+    made = [path.relative_to(directory).as_posix() for path in model_files(directory)]
+    gone = [name for name in old if not _is_artifact(name) and name not in made]
+    for name in gone + made:
+        path, was = directory / name, old.get(name)
+        now = {"size": path.stat().st_size, "sha256": sha256_of(path)} if path.is_file() else None
+        if now != (None if was is None else {"size": was["size"], "sha256": was["sha256"]}):
+            how = ("is gone" if now is None else "was not recorded" if was is None else
+                   f"has SHA-256 {now['sha256']}, not the recorded {was['sha256']}")
+            raise UsageError(f"{directory}: {name} changed while the command ran ({how}): what it wrote was made from "
+                             "other files than those recorded, so the record is not written again; "
+                             f"{restore_hint(directory)}, then run the command again")
+    write_record(directory, {name: old[name] for name in made})
+
+
+def _is_artifact(name: str) -> bool:
+    """Whether the recorded ``name`` is an artifact the bench keeps beside the model (recorded anew by the command
+    that writes it), not a file that makes the model."""
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in (*ARTIFACTS, *METHOD_ARTIFACTS))
+
+
+def write_record(directory: Path, kept: dict | None = None) -> Path:
+    """Write the :data:`RECORD_FILE` of ``directory`` (:func:`recorded_files`, each file's size and SHA-256; ``kept``:
+    entries of an earlier record to write as they are, checked by the caller); its path."""
+    directory = Path(directory)
+    kept = kept or {}
+    files = {name: kept.get(name) or {"size": path.stat().st_size, "sha256": sha256_of(path)}
+             for name, path in ((path.relative_to(directory).as_posix(), path) for path in recorded_files(directory))}
     (directory / RECORD_FILE).write_text(json.dumps({"files": files}, indent=2) + "\n")
     return directory / RECORD_FILE
 
@@ -92,7 +118,6 @@ def read_record(directory: Path) -> dict | None:
     nothing, and is never taken for none."""
     directory = Path(directory)
     path = directory / RECORD_FILE
-    damaged = f"{path} is not a record of the model's files ({{\"files\": {{name: {{\"size\", \"sha256\"}}}}}}"
     if path.is_symlink() or (path.exists() and not path.is_file()):
         kind = "a link" if path.is_symlink() else "a folder" if path.is_dir() else "not a regular file"
         raise UsageError(f"{path} is {kind}, where the record of the model's files belongs; "
@@ -102,6 +127,20 @@ def read_record(directory: Path) -> dict | None:
             raise UsageError(f"{path} is missing: the checkout ships this folder with the record of its files; "
                              f"{restore_hint(directory)}")
         return None
+    files = _recorded_files(directory)
+    unrecorded = [p.relative_to(directory).as_posix() for p in recorded_files(directory)
+                  if p.relative_to(directory).as_posix() not in files]
+    if unrecorded:
+        raise UsageError(f"{path} does not record {unrecorded[0]}, a file that makes the model; "
+                         f"{restore_hint(directory)}")
+    return files
+
+
+def _recorded_files(directory: Path) -> dict:
+    """The ``files`` of ``directory``'s :data:`RECORD_FILE`, a regular file; a :class:`~runtime.errors.UsageError`
+    naming it where it is no such JSON."""
+    path = directory / RECORD_FILE
+    damaged = f"{path} is not a record of the model's files ({{\"files\": {{name: {{\"size\", \"sha256\"}}}}}}"
     text = read_bounded(path, METADATA_LIMIT, restore_hint(directory))
     try:
         record = parse_json(text.decode())
@@ -111,11 +150,6 @@ def read_record(directory: Path) -> dict | None:
             raise TypeError
     except (ValueError, TypeError, KeyError, AttributeError):
         raise UsageError(f"{damaged}); {restore_hint(directory)}") from None
-    unrecorded = [p.relative_to(directory).as_posix() for p in recorded_files(directory)
-                  if p.relative_to(directory).as_posix() not in files]
-    if unrecorded:
-        raise UsageError(f"{path} does not record {unrecorded[0]}, a file that makes the model; "
-                         f"{restore_hint(directory)}")
     return files
 
 

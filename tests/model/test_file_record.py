@@ -172,3 +172,63 @@ def test_a_recorded_file_made_a_pipe_is_named_so(tmp_path, monkeypatch, capsys):
     os.mkfifo(copy / "generation_config.json")
     code, err = run_cli(capsys, "compare", "--press", "snapkv", "--n", "1", "--out", tmp_path / "out")
     assert code == 2 and "generation_config.json" in err and "not a regular file" in err, err
+
+
+def _flip(path, at: int = -1) -> None:
+    """One byte of ``path`` changed in place, its size kept: only its hash tells."""
+    data = bytearray(path.read_bytes())
+    data[at] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def test_recording_again_keeps_the_models_files_and_records_the_new_artifact(model_dir, tmp_path):
+    copy = shutil.copytree(model_dir, tmp_path / "model")
+    pretrained.file_record.write_record(copy)
+    before = read_record(copy)
+    (copy / "calibration" / "head_shares.json").write_text((copy / "calibration" / "head_shares.json").read_text()
+                                                           + "\n")
+    pretrained.file_record.record_again(copy)
+    after = read_record(copy)
+    assert after.pop("calibration/head_shares.json") != before.pop("calibration/head_shares.json")
+    assert after == before
+
+
+def test_weights_changed_while_a_command_ran_are_never_recorded(model_dir, tmp_path):
+    """Probe 10: weights overwritten while calibrate-shares ran were recorded (files.json re-hashed every file), and
+    the folder then ran silently under its name with other weights. The record is left as it was, and the folder is
+    refused as damaged until restored."""
+    copy = shutil.copytree(model_dir, tmp_path / "model")
+    pretrained.file_record.write_record(copy)
+    record = (copy / RECORD_FILE).read_bytes()
+    _flip(copy / "model.safetensors")
+    (copy / "calibration" / "head_shares.json").write_text("{}")
+    with pytest.raises(UsageError, match=f"^{copy}: model.safetensors changed while the command ran \\(has SHA-256 "
+                                         "[0-9a-f]{64}, not the recorded [0-9a-f]{64}\\): what it wrote was made from "
+                                         "other files than those recorded, so the record is not written again; "):
+        pretrained.file_record.record_again(copy)
+    assert (copy / RECORD_FILE).read_bytes() == record
+
+
+def test_calibrate_shares_writes_nothing_where_the_weights_change_while_it_runs(model_dir, tmp_path, capsys,
+                                                                                monkeypatch):
+    """The probe's race, its bytes flipped while the first window is scored: nothing is written, neither the shares
+    (measured on the weights as loaded) nor the record."""
+    import gatesight_learning.head_shares as calibration
+
+    copy = shutil.copytree(model_dir, tmp_path / "model")
+    pretrained.file_record.write_record(copy)
+    kept = {path: path.read_bytes() for path in (copy / RECORD_FILE, copy / "calibration" / "head_shares.json")}
+    measured = calibration.window_shares
+
+    def flipped_while_measuring(*args, **kwargs):
+        if not getattr(flipped_while_measuring, "done", False):
+            _flip(copy / "model.safetensors")
+            flipped_while_measuring.done = True
+        return measured(*args, **kwargs)
+
+    monkeypatch.setattr(calibration, "window_shares", flipped_while_measuring)
+    code, err = run_cli(capsys, "calibrate-shares", "--model", copy, "--windows", "2", "--tokens", "256",
+                        "--replace")
+    assert code == 2 and f"{copy}: its weights changed while the head shares were measured (fingerprint " in err, err
+    assert "nothing was written" in err
+    assert {path: path.read_bytes() for path in kept} == kept
