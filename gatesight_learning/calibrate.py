@@ -13,6 +13,7 @@ from artifacts.files import check_replaceable, install
 from presses.calibration import FILE, LEGACY_FILE, Calibration, calibrate
 from pretrained import loading
 from pretrained.file_record import record_again
+from pretrained.fingerprints import weights_fingerprint
 from runtime.errors import UsageError
 
 from .record import recording_chunks
@@ -60,6 +61,7 @@ def calibrate_model(model, tokens: int, chunk: int, replace: bool = False) -> tu
     held = [directory / FILE, directory / LEGACY_FILE]  # a root file of older versions is superseded too
     check_replaceable(target, held, "a calibration", replace)
     model, tokenizer, directory = loading.load(model)
+    weights = weights_fingerprint(directory)  # the weights the calibration is measured on, as they were loaded
     chunks, sources = recording_chunks(tokenizer, tokens, chunk)
     held_tokens = sum(c.numel() for c in chunks)
     if held_tokens < tokens:  # before the hours of calibration, not in its last line
@@ -67,6 +69,10 @@ def calibrate_model(model, tokens: int, chunk: int, replace: bool = False) -> tu
                          f"give --tokens {held_tokens} or fewer")
     with tqdm(total=sum(c.numel() for c in chunks), unit="tok", desc="calibrate") as bar:
         result = calibrate(model, chunks, sources, progress=bar.update)
+    if result.weights != weights:  # a calibration of the loaded weights would be put beside others (probe 10)
+        raise UsageError(f"{directory}: its weights changed while the calibration was measured (fingerprint {weights} "
+                         f"as loaded, {result.weights} now): nothing was written; keep the weights as they are while "
+                         f"`bench calibrate --model {directory}` runs, and run it again")
     with tempfile.TemporaryDirectory(dir=directory) as scratch:
         [path] = install([result.save(Path(scratch))], target, superseded=held)
     record_again(directory)

@@ -232,3 +232,23 @@ def test_calibrate_shares_writes_nothing_where_the_weights_change_while_it_runs(
     assert code == 2 and f"{copy}: its weights changed while the head shares were measured (fingerprint " in err, err
     assert "nothing was written" in err
     assert {path: path.read_bytes() for path in kept} == kept
+
+
+def test_calibrate_writes_nothing_where_the_weights_change_while_it_runs(model_dir, tmp_path, capsys, monkeypatch):
+    """As calibrate-shares: the weights flipped once the model is loaded, before the statistics are measured."""
+    import gatesight_learning.calibrate as calibration
+
+    copy = shutil.copytree(model_dir, tmp_path / "model")
+    pretrained.file_record.write_record(copy)
+    kept = {path: path.read_bytes() for path in [copy / RECORD_FILE, *(copy / "calibration").iterdir()]}
+    measure = calibration.calibrate
+
+    def flipped_while_measuring(*args, **kwargs):
+        _flip(copy / "model.safetensors")
+        return measure(*args, **kwargs)
+
+    monkeypatch.setattr(calibration, "calibrate", flipped_while_measuring)
+    code, err = run_cli(capsys, "calibrate", "--model", copy, "--tokens", "256", "--chunk", "128", "--replace")
+    assert code == 2 and f"{copy}: its weights changed while the calibration was measured (fingerprint " in err, err
+    assert "nothing was written" in err
+    assert {path: path.read_bytes() for path in [copy / RECORD_FILE, *(copy / "calibration").iterdir()]} == kept
