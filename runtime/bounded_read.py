@@ -26,8 +26,11 @@ class FileTooLargeError(UsageError):
         self.reason = reason
 
 
-def _mib(limit: int) -> str:
-    return f"{limit >> 20} MiB" if limit % (1 << 20) == 0 else f"{limit:,} bytes"
+def _shown(limit: int) -> str:
+    for shift, unit in ((30, "GiB"), (20, "MiB")):
+        if limit % (1 << shift) == 0:
+            return f"{limit >> shift} {unit}"
+    return f"{limit:,} bytes"
 
 
 def read_bounded(path, limit: int, remedy: str) -> bytes:
@@ -37,11 +40,11 @@ def read_bounded(path, limit: int, remedy: str) -> bytes:
     with open(path, "rb") as file:
         size = os.fstat(file.fileno()).st_size
         if size > limit:
-            raise FileTooLargeError(path, f"holds {size:,} bytes, more than the {_mib(limit)} such a file may hold",
+            raise FileTooLargeError(path, f"holds {size:,} bytes, more than the {_shown(limit)} such a file may hold",
                                     remedy)
         data = file.read(limit + 1)
     if len(data) > limit:
-        raise FileTooLargeError(path, f"holds more than {_mib(limit)} as it is read (a file that grows, or a device)",
+        raise FileTooLargeError(path, f"holds more than {_shown(limit)} as it is read (a file that grows, or a device)",
                                 remedy)
     return data
 

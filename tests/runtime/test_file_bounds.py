@@ -31,7 +31,8 @@ def _sparse(path, size: int):
 
 def _too_large(path, limit: int) -> str:
     """The start of the refusal of ``path``, ``limit + 1`` bytes."""
-    bound = f"{limit >> 20} MiB" if limit >= 1 << 20 else f"{limit:,} bytes"
+    bound = (f"{limit >> 30} GiB" if limit % (1 << 30) == 0 else f"{limit >> 20} MiB" if limit % (1 << 20) == 0
+             else f"{limit:,} bytes")
     return "^" + re.escape(f"{path}: holds {limit + 1:,} bytes, more than the {bound} such a file "
                            "may hold; ")
 
