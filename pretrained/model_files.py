@@ -9,7 +9,7 @@ import os
 import struct
 from pathlib import Path
 
-from runtime.bounded_read import METADATA_LIMIT, TOKENIZER_LIMIT, read_text_bounded
+from runtime.bounded_read import METADATA_LIMIT, TOKENIZER_LIMIT, read_bounded, read_text_bounded
 from runtime.errors import UsageError, check_regular_file, describe
 from runtime.json_text import parse_json
 
@@ -227,8 +227,9 @@ def indexed_shards(directory: Path, named: list[str] = ()) -> list[Path]:
         check_regular_file(index, "a weight index")
         if not index.is_file():
             continue
+        data = read_bounded(index, METADATA_LIMIT, "copy it again from where the model came from")
         try:
-            shards = set(parse_json(index.read_text())["weight_map"].values())
+            shards = set(parse_json(data.decode())["weight_map"].values())
             paths = [Path(directory) / shard for shard in shards]
         except (ValueError, KeyError, TypeError, AttributeError) as error:
             raise UsageError(f"{index}: not a weight index (JSON with a weight_map of tensor names to shard files: "

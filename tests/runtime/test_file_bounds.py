@@ -108,6 +108,13 @@ def test_a_model_folders_settings_and_tokenizer(model_dir, tmp_path, name, limit
         fingerprint(copy, "tokenizer" if name.startswith(("tokenizer", "chat")) else "config")
 
 
+def test_a_weight_index(model_dir, tmp_path):
+    copy = copy_model(model_dir, tmp_path)
+    _sparse(copy / "model.safetensors.index.json", METADATA_LIMIT + 1)
+    with pytest.raises(UsageError, match=_too_large(copy / "model.safetensors.index.json", METADATA_LIMIT)):
+        model_files.part_files(copy, "weights")
+
+
 def test_a_recorded_models_sizes_are_compared_before_any_file_is_read(model_dir, tmp_path, monkeypatch):
     """The cached model's config.json, of another size than its conversion recorded, is named by its size: read whole
     first (for the weights' fingerprint), a 20 GB one ended the run in ``MemoryError``."""
