@@ -5,16 +5,13 @@ from __future__ import annotations
 import numbers
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 
 from runtime.errors import UsageError
 
 from .integerize import round_half_up
-
-if TYPE_CHECKING:  # head_shares imports this module
-    from .head_shares import HeadShares
 
 
 def check_keep_fraction(p: float, what: str = "keep fraction") -> float:
@@ -24,6 +21,14 @@ def check_keep_fraction(p: float, what: str = "keep fraction") -> float:
     if not (0 < p <= 1):
         raise UsageError(f"{what} {p!r} is outside (0, 1]")
     return float(p)
+
+
+class SharesByFraction(Protocol):
+    """Shares of the budget per (attention layer, KV head) that depend on the kept fraction
+    (:class:`allocators.head_shares.HeadShares`, which imports this module)."""
+
+    def at(self, keep_fraction: float) -> dict[int, list[float]]:
+        """``{layer: [share per KV head]}`` at ``keep_fraction``, summing to 1."""
 
 
 @dataclass(frozen=True)
@@ -43,7 +48,7 @@ class BudgetRequest:
         ``[H_kv, n_body]`` per layer, for allocators that look at scores (global top-B).
     layer_weights : dict[int, float] or None
         Calibrated per-layer weights (gate-proportional allocation).
-    head_shares : HeadShares, dict[int, list[float]] or None
+    head_shares : SharesByFraction, dict[int, list[float]] or None
         Calibrated shares of the budget per layer and KV head (head_shares allocation): by kept fraction
         (:class:`allocators.head_shares.HeadShares`), or one ``{layer: [share per KV head]}`` set for every p.
     """
@@ -54,7 +59,7 @@ class BudgetRequest:
     num_kv_heads: int
     scores: dict[int, torch.Tensor] | None = None
     layer_weights: dict[int, float] | None = None
-    head_shares: HeadShares | dict[int, list[float]] | None = None
+    head_shares: SharesByFraction | dict[int, list[float]] | None = None
 
     def __post_init__(self):
         check_keep_fraction(self.keep_fraction)
