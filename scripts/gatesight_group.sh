@@ -21,8 +21,8 @@
 # sweep step from a worktree of that commit (git worktree add /tmp/wt COMMIT; then /tmp/wt/scripts/gatesight_group.sh
 # sweep2k K/N with OUT the absolute path of the same stores). `bench` runs the code of the checkout this script is in
 # (PYTHONPATH below), not the one pip installed in editable mode.
-#   MODEL, OUT, GROUP, WINDOWS, N2K, N4K, TASKS, PART from the environment. Cost: niah_multikey_1 asks four
-#   questions a context, ≈ 7 min a context at 2,048 tokens on one thread (≈ 2 min at 4,096, six methods, four
+#   MODEL, OUT, GROUP, KEPT, WINDOWS, N2K, N4K, TASKS, PART, METHODS_2K, METHODS_4K from the environment. Cost:
+#   niah_multikey_1 asks four questions a context, ≈ 7 min a context at 2,048 tokens on one thread (≈ 2 min at 4,096, six methods, four
 #   fractions), so it runs as a part of its own, begun with fewer contexts and grown to n (a store takes a larger
 #   --n of the same run and answers only the new contexts):
 #     TASKS=niah_multikey_1 PART=mk scripts/gatesight_group.sh sweep2k 0/2
@@ -39,15 +39,20 @@ N2K=${N2K:-30}
 N4K=${N4K:-30}
 TASKS=${TASKS:-niah_single_2,niah_multivalue,niah_multiquery,vt}  # niah_multikey_1: its own PART (above)
 ONE_SCALE="$GROUP/one-scale"
-METHODS_2K="gatesight/gate,gatesight/flat,gatesight/pyramid,gatesight[estimator=$ONE_SCALE]/global,kvzip/global"
-METHODS_2K="$METHODS_2K,kvzip/flat,keydiff/flat,snapkv/flat,triattention/flat,kvpress:TOVAPress/flat"
-METHODS_2K="$METHODS_2K,kvpress:ExpectedAttentionPress/flat"
+KEPT=${KEPT:-$GROUP/in-progress}
+GROUP_2K="gatesight/gate,gatesight/flat,gatesight/pyramid,gatesight[estimator=$ONE_SCALE]/global,kvzip/global"
+GROUP_2K="$GROUP_2K,kvzip/flat,keydiff/flat,snapkv/flat,triattention/flat,kvpress:TOVAPress/flat"
+GROUP_2K="$GROUP_2K,kvpress:ExpectedAttentionPress/flat"
 # the calibrated budget across heads (issue 66) under GateSight and the three scorers it lifted on the slice
-METHODS_2K="$METHODS_2K,gatesight/head_shares,kvzip/head_shares,keydiff/head_shares,snapkv/head_shares"
+GROUP_2K="$GROUP_2K,gatesight/head_shares,kvzip/head_shares,keydiff/head_shares,snapkv/head_shares"
+# METHODS_2K / METHODS_4K from the environment: only those methods, e.g. a method joining the published group (or
+# one whose own code changed) — give another OUT and KEPT (where pack keeps its shards), then the publish step
+METHODS_2K=${METHODS_2K:-$GROUP_2K}
 FRACTIONS_2K=0.02,0.05,0.1,0.2,0.3,0.4,0.5,0.7
 # GateSight's two best allocations at 2,048 tokens (gate and flat, a tie there) and the one-scale global variant
-METHODS_4K="gatesight/gate,gatesight/flat,gatesight[estimator=$ONE_SCALE]/global,kvzip/global,keydiff/flat,snapkv/flat"
-METHODS_4K="$METHODS_4K,gatesight/head_shares,kvzip/head_shares"
+GROUP_4K="gatesight/gate,gatesight/flat,gatesight[estimator=$ONE_SCALE]/global,kvzip/global,keydiff/flat,snapkv/flat"
+GROUP_4K="$GROUP_4K,gatesight/head_shares,kvzip/head_shares"
+METHODS_4K=${METHODS_4K:-$GROUP_4K}
 FRACTIONS_4K=0.05,0.1,0.2,0.3,0.4,0.5
 step=${1:?"give a step: labels, estimators, sweep2k K/N, sweep4k K/N, pack, unpack or publish"}
 mkdir -p "$OUT" "$GROUP"
@@ -79,7 +84,7 @@ case "$step" in
       --out "$OUT/$step${PART:+-$PART}/shard${shard%/*}"
     ;;
   pack|unpack)
-    python scripts/shard_packs.py "$step" "$OUT" "$GROUP/in-progress"
+    python scripts/shard_packs.py "$step" "$OUT" "$KEPT"
     ;;
   publish)
     for part in "$OUT"/sweep*/; do
