@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Callable
 
 from runtime import signals
+from runtime.bounded_read import METADATA_LIMIT, REPORT_LIMIT, read_bounded, read_text_bounded
 from runtime.errors import UsageError
 
 
@@ -81,8 +82,9 @@ def rebuilt_path(path: Path, log: Callable[[str], None] = print):
     with atomic_path(path) as scratch:
         yield scratch
         if path.exists() and not _empty_file(path):
-            written = record.read_text().strip() if record.is_file() else None
-            if hashlib.sha256(path.read_bytes()).hexdigest() != written:
+            remedy = "move it away (the command writes it again)"
+            written = read_text_bounded(record, METADATA_LIMIT, remedy).strip() if record.is_file() else None
+            if hashlib.sha256(read_bounded(path, REPORT_LIMIT, remedy)).hexdigest() != written:
                 backup = backup_path(path)
                 os.replace(path, backup)
                 log(f"{path.name} was not as the last run wrote it (edited by hand?): moved it to {backup}")

@@ -17,6 +17,9 @@ enough for Python to parse without the machine's memory."""
 TOKENIZER_LIMIT = 512 << 20
 """Bytes of any of a model's tokenizer files (``tokenizer.json``, a vocabulary, merges, a sentencepiece model): the
 largest real ones hold tens of MB (Gemma 3's ``tokenizer.json``, 33 MB), so 512 MiB leaves a tenfold margin."""
+REPORT_LIMIT = 256 << 20
+"""Bytes of a file a command writes for people and then reads back (a store's summary.md and curves.png, a
+leaderboard's page, tables and images, the rows of a model evaluation): real ones hold kilobytes to a few MB."""
 class FileTooLargeError(UsageError):
     """A file past the bound of its kind: a :class:`~runtime.errors.UsageError`, shown as one line; ``reason``: what
     is wrong, without the file's name or the remedy (for a caller that says it in a sentence of its own)."""

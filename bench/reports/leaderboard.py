@@ -25,6 +25,7 @@ from pathlib import Path
 
 from artifacts.files import INSTALLED, write_text
 from runtime import signals
+from runtime.bounded_read import METADATA_LIMIT, REPORT_LIMIT, read_bounded, read_text_bounded
 from runtime.errors import UsageError
 
 from ..store.result_store import open_stores
@@ -53,12 +54,15 @@ MANIFEST = "leaderboard.sha256"
 PUBLISHED = re.compile(r"leaderboard(-[^/]*)?\.(csv|png|html)")
 """The names of a leaderboard's tables and images (``leaderboard-2.png``, …): the only files a new build removes
 (those its manifest listed and it no longer writes), and those ``bench verify --docs`` refuses unlisted."""
+REBUILD_REMEDY = "move it aside, then run `bench leaderboard` again"
+"""What a user does about a published file or manifest too large to be one a leaderboard wrote."""
 SCRATCH_PREFIX = ".leaderboard-build-"
 """A build's scratch folder in ``--out``, renamed into place file by file at its end."""
 
 
 def sha256_of(path: Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    """The SHA-256 (hex) of a file a leaderboard publishes, read within :data:`~runtime.bounded_read.REPORT_LIMIT`."""
+    return hashlib.sha256(read_bounded(Path(path), REPORT_LIMIT, REBUILD_REMEDY)).hexdigest()
 
 
 def read_manifest(path: Path) -> dict[str, str]:
@@ -67,7 +71,7 @@ def read_manifest(path: Path) -> dict[str, str]:
         raise UsageError(f"{path} is missing: bench leaderboard writes it beside the files it publishes; run "
                          "`bench leaderboard` again")
     digests = {}
-    for number, line in enumerate(path.read_text().splitlines(), start=1):
+    for number, line in enumerate(read_text_bounded(path, METADATA_LIMIT, REBUILD_REMEDY).splitlines(), start=1):
         digest, sep, name = line.partition("  ")
         if not sep or len(digest) != 64 or not name:
             raise UsageError(f"{path}:{number}: expected '<sha256>  <file name>', got {line!r}; run `bench "

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Callable
 
 from artifacts.outputs import LEADERBOARD_PAGE, other_kind
+from runtime.bounded_read import REPORT_LIMIT, read_text_bounded
 from runtime.errors import UsageError, check_regular_file
 
 from ..store.result_store import open_stores
@@ -17,6 +18,7 @@ from .leaderboard import (
     MANIFEST,
     MARKDOWN,
     PUBLISHED,
+    REBUILD_REMEDY,
     read_manifest,
     recorded_digests,
     sha256_of,
@@ -120,7 +122,7 @@ def verify_stores(stores: list[Path], docs: Path | None = None, report: Callable
 def _check_text(published: Path, rebuilt: str) -> None:
     """``ValueError`` with the start of the diff unless ``published`` holds exactly ``rebuilt``; the advice is the
     one that works: a file edited by hand (which a rebuild refuses to write over) is first moved aside."""
-    current = published.read_text() if published.exists() else ""
+    current = read_text_bounded(published, REPORT_LIMIT, REBUILD_REMEDY) if published.exists() else ""
     if rebuilt != current:
         diff = "".join(line if len(line) <= DIFF_WIDTH else f"{line[:DIFF_WIDTH]} …\n" for line in list(
             difflib.unified_diff(current.splitlines(True), rebuilt.splitlines(True), str(published),

@@ -14,6 +14,7 @@ from artifacts.files import write_result, write_text
 from artifacts.outputs import FILE, RESULTS, Output, check
 from pretrained import loading
 from runtime import encode_text, prefill
+from runtime.bounded_read import REPORT_LIMIT, read_bounded
 from runtime.errors import UsageError
 from runtime.json_text import parse_json
 from workloads.metrics import METRICS
@@ -57,7 +58,8 @@ def not_evaluation_rows(path: Path) -> str | None:
     an evaluation or an empty file."""
     other = "never replaced, with --replace or not; give --rows a file of its own"
     try:
-        lines = path.read_bytes().decode("utf-8").splitlines()
+        lines = read_bounded(path, REPORT_LIMIT, "move it away, or give --rows a file of its own").decode(
+            "utf-8").splitlines()
     except UnicodeDecodeError:
         return f"is not text, not the rows of a model evaluation: {other}"
     for number, line in enumerate(lines, start=1):
