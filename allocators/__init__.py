@@ -8,7 +8,7 @@ from runtime.options import build_with_options, check_name, register_in, typed_o
 from runtime.plugins import load_plugin, plugin_names
 
 from .adakv import AdaKVAllocator
-from .base import Allocator, BudgetRequest, check_keep_fraction
+from .base import Allocator, BudgetRequest, check_allocation, check_keep_fraction
 from .flat import FlatAllocator
 from .gate import GateAllocator
 from .global_topk import GlobalAllocator
@@ -62,5 +62,5 @@ def options_of(name: str, options: dict) -> dict:
     return {key: getattr(built, key) for key in typed_options(ALLOCATORS[name], name, options)}
 
 
-__all__ = ["ALLOCATORS", "Allocator", "BudgetRequest", "HeadShares", "available", "check_keep_fraction", "get",
-           "largest_remainder", "options_of", "register"]
+__all__ = ["ALLOCATORS", "Allocator", "BudgetRequest", "HeadShares", "available", "check_allocation",
+           "check_keep_fraction", "get", "largest_remainder", "options_of", "register"]

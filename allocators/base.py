@@ -103,3 +103,42 @@ class Allocator(ABC):
     @abstractmethod
     def allocate(self, request: BudgetRequest) -> dict[int, list[int]]:
         """``{layer: [count per KV head]}``."""
+
+
+def _integer(count) -> bool:
+    """Whether ``count`` is an integer count: Python's or numpy's ``int``, or a 0-dim integer tensor (never a bool)."""
+    if isinstance(count, torch.Tensor):
+        return count.dim() == 0 and not (count.dtype == torch.bool or count.is_floating_point() or count.is_complex())
+    return isinstance(count, numbers.Integral) and not isinstance(count, bool)
+
+
+def check_allocation(allocation, request: BudgetRequest, allocator: Allocator) -> None:
+    """A :class:`~runtime.errors.UsageError` naming ``allocator`` and the first bad value unless ``allocation`` is
+    ``{layer: [count per KV head]}`` over exactly ``request.layers``, each ``num_kv_heads`` integers in
+    ``[0, n_body]``, summing to ``request.total``: a user's allocator is code the bench runs, and a malformed
+    allocation ended in a ``KeyError`` or ``IndexError`` deep in the plan, or ran with counts as strings (probe 11)."""
+    layers, heads = list(request.layers), request.num_kv_heads
+    wanted = (f"an allocator returns {{attention layer: [count per KV head]}} over the layers {layers}, each "
+              f"{heads} integers in [0, {request.n_body}], summing to {request.total}")
+
+    def refuse(problem: str):
+        raise UsageError(f"allocator {allocator.name or type(allocator).__name__} returned {problem}; {wanted}")
+
+    if not isinstance(allocation, dict):
+        refuse(f"a {type(allocation).__name__}, not a dict")
+    for key in allocation:
+        if not _integer(key) or isinstance(key, torch.Tensor) or key not in layers:
+            refuse(f"the key {key!r} ({type(key).__name__}), not an attention layer")
+    for layer in layers:
+        if layer not in allocation:
+            refuse(f"no counts for attention layer {layer}")
+        counts = allocation[layer]
+        if not isinstance(counts, (list, tuple, torch.Tensor)) or len(counts) != heads:
+            shown = f"{len(counts)} counts" if isinstance(counts, (list, tuple, torch.Tensor)) else repr(counts)
+            refuse(f"{shown} for layer {layer}")
+        for count in counts:
+            if not _integer(count) or not 0 <= int(count) <= request.n_body:
+                refuse(f"the count {count!r} ({type(count).__name__}) for layer {layer}")
+    total = sum(int(count) for layer in layers for count in allocation[layer])
+    if total != request.total:
+        refuse(f"counts summing to {total}")

@@ -13,7 +13,7 @@ import time
 import torch
 
 import allocators
-from allocators import Allocator, BudgetRequest, HeadShares, check_keep_fraction
+from allocators import Allocator, BudgetRequest, HeadShares, check_allocation, check_keep_fraction
 from pretrained.model_info import ModelInfo, model_of
 from runtime import Child, KeepPlan, Parent
 from runtime.errors import ArgumentTypeError, ReleasedError, UsageError, describe
@@ -241,7 +241,9 @@ def _fill(parent: Parent, scores: Scores, allocator: Allocator, keep_fraction: f
         layer_weights=layer_weights,
         head_shares=head_shares if allocator.needs_head_shares else None,
     )
-    return KeepPlan.from_scores(scores, allocator.allocate(request), parent.protected)
+    allocation = allocator.allocate(request)
+    check_allocation(allocation, request, allocator)
+    return KeepPlan.from_scores(scores, allocation, parent.protected)
 
 
 def compress(
