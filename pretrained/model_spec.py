@@ -124,15 +124,24 @@ def resolve(model: str | ModelSpec | None) -> Path:
     return directory
 
 
+BLANK_LETTERS = frozenset("\u115f\u1160\u3164\uffa0\u2800")
+"""Letters and symbols that draw nothing: the Hangul fillers (U+115F, U+1160, U+3164, U+FFA0) and the Braille blank
+(U+2800), outside Unicode's "other" categories that :func:`_unseen` refuses whole."""
+
+
 def _unseen(name: str) -> str | None:
     """What of ``name`` a report would not show as it is, said as a message does, or None: a control character (a
     newline began a heading of its own in summary.md, probe 10), one that shows nothing (a zero-width space, a
     direction mark: Unicode's "other" categories, unassigned and undecodable bytes among them), whitespace but a
-    plain space, or spaces at either end (``"hybrid-byte-12l "`` read as the default model's name)."""
+    plain space, or spaces at either end (``"hybrid-byte-12l "`` read as the default model's name); nor a blank
+    letter or symbol (:data:`BLANK_LETTERS`) or a combining mark (variation selectors and the combining grapheme
+    joiner among them), which render as nothing on their own (``"hybrid-byte-12l\u3164"``, probe 11)."""
     if name != name.strip():
         return "whitespace at its start or end"
     for i, char in enumerate(name):
-        if unicodedata.category(char).startswith("C") or (char.isspace() and char != " "):
+        category = unicodedata.category(char)
+        if (category.startswith("C") or category in ("Mn", "Me") or char in BLANK_LETTERS
+                or (char.isspace() and char != " ")):
             return f"the character {char!r} (U+{ord(char):04X}) at {i}"
     return None
 

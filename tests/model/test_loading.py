@@ -94,12 +94,16 @@ def test_a_model_name_too_long_for_a_folder_of_results_is_refused_before_work(mo
     ("a\u00a0b", "the character '\\xa0' (U+00A0) at 1"),
     ("hybrid-byte-12l ", "whitespace at its start or end"),
     ("\tm", "whitespace at its start or end"),
+    *[(f"hybrid-byte-12l{char}", f"the character {char!r} (U+{ord(char):04X}) at 15") for char in (
+        "\u3164", "\u115f", "\u1160", "\uffa0", "\u2800", "\u034f", "\ufe00", "\ufe0f", "\U000e0100",
+        "\U000e01ef", "\u0301", "\u20dd")],
 ])
 def test_a_model_name_a_report_would_not_show_as_it_is_is_refused_before_work(model_dir, tmp_path, capsys,
                                                                               no_model_load, name, unseen):
     """Probe 10: a folder named ``x<newline>## injected`` gave summary.md and leaderboard.md a heading of its own, and
     ``hybrid-byte-12l `` or ``hybrid-byte-12l<zero-width space>`` ran under a heading that reads as the default
-    model's. Refused where the name is bounded, naming it as Python writes it."""
+    model's; so did one ending in a Hangul filler or a combining mark (probe 11). Refused where the name is bounded,
+    naming it as Python writes it."""
     link = tmp_path / name
     link.symlink_to(model_dir)
     said = (f"model {name!r} in {tmp_path}: its name (its folder's, which its rows and reports carry) holds {unseen}; "
