@@ -4,6 +4,7 @@ plan, or ran silently (counts as text). Each is refused in one line naming the a
 an allocator returns; the project's own allocators and integer counts of numpy or torch pass."""
 
 import re
+import sys
 
 import numpy as np
 import pytest
@@ -82,3 +83,11 @@ def test_integer_counts_of_numpy_or_torch_are_taken(parent, form):
     selection = presses.Selection(parent, KeyDiffPress())
     edited = _allocator(lambda counts, request: {k: [form(c) for c in v] for k, v in counts.items()})
     assert selection.plan(edited, 0.5).counts() == selection.plan(FlatAllocator(), 0.5).counts()
+
+
+def test_an_allocator_that_calls_sys_exit_is_named(parent):
+    """Probe 11: ``sys.exit`` in a user's ``allocate`` ended the run silently with its status."""
+    with pytest.raises(UsageError, match=re.escape("allocator edited called sys.exit(0) in allocate; a press or "
+                                                   "allocator the bench runs returns its result and never ends the "
+                                                   "process") + "$"):
+        presses.compress(parent, KeyDiffPress(), _allocator(lambda counts, request: sys.exit(0)), keep_fraction=0.5)

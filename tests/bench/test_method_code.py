@@ -240,6 +240,27 @@ def test_a_users_press_returning_bad_scores_is_named_in_one_line(model_dir, tmp_
     assert "a press scores each attention layer's body with a finite tensor [H_kv, n_body]" in err, err
 
 
+@pytest.mark.parametrize("status", [0, 3])
+def test_a_users_press_that_calls_sys_exit_is_named_in_one_line(model_dir, tmp_path, monkeypatch, capsys, status):
+    """Probe 11: a ``--import``ed press calling ``sys.exit`` in ``score`` ended the run with that status, no rows and
+    nothing said; it is refused as importing such a module is, exit status 2."""
+    exiting = RECENCY.replace("        return {layer:", f"        import sys\n        sys.exit({status})\n"
+                              "        return {layer:")
+    (tmp_path / "exit_recency.py").write_text("SIGN = -1\n" + exiting)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(registry, "PRESSES", dict(registry.PRESSES))
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    try:
+        code, err = run_cli(capsys, "compare", "--methods", "recency/flat", "--keep-fractions", "0.3", "--tasks",
+                            "niah_single_1", "--n", "1", "--length", "300", "--model", model_dir, "--out",
+                            tmp_path / "out", "--import", "exit_recency")
+    finally:
+        sys.modules.pop("exit_recency", None)
+    said = (f"press recency called sys.exit({status}) in score; a press or allocator the bench runs returns its "
+            "result and never ends the process")
+    assert code == 2 and said in err.splitlines()[-1] and "Traceback" not in err, err
+
+
 def test_an_entry_point_naming_another_class_is_refused(tmp_path, monkeypatch):
     site = tmp_path / "site"
     for name, text in PACKAGE.items():
