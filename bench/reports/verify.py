@@ -122,7 +122,9 @@ def verify_stores(stores: list[Path], docs: Path | None = None, report: Callable
 def _check_text(published: Path, rebuilt: str) -> None:
     """``ValueError`` with the start of the diff unless ``published`` holds exactly ``rebuilt``; the advice is the
     one that works: a file edited by hand (which a rebuild refuses to write over) is first moved aside."""
-    current = read_text_bounded(published, REPORT_LIMIT, REBUILD_REMEDY) if published.exists() else ""
+    current = ""
+    if published.exists():  # newlines as Path.read_text gives them (universal): the CSV is written with \r\n
+        current = read_text_bounded(published, REPORT_LIMIT, REBUILD_REMEDY).replace("\r\n", "\n").replace("\r", "\n")
     if rebuilt != current:
         diff = "".join(line if len(line) <= DIFF_WIDTH else f"{line[:DIFF_WIDTH]} …\n" for line in list(
             difflib.unified_diff(current.splitlines(True), rebuilt.splitlines(True), str(published),
