@@ -209,6 +209,20 @@ def test_import_names_a_users_module_for_bench_compare(model_dir, tmp_path, monk
         sys.modules.pop("my_recency", None)
 
 
+def _compare_with_imported_press(name, source, model_dir, tmp_path, monkeypatch, capsys):
+    """``bench compare --methods recency/flat --import name`` with ``source`` as that module in ``tmp_path``."""
+    (tmp_path / f"{name}.py").write_text("SIGN = -1\n" + source)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(registry, "PRESSES", dict(registry.PRESSES))
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    try:
+        return run_cli(capsys, "compare", "--methods", "recency/flat", "--keep-fractions", "0.3", "--tasks",
+                       "niah_single_1", "--n", "1", "--length", "300", "--model", model_dir, "--out",
+                       tmp_path / "out", "--import", name)
+    finally:
+        sys.modules.pop(name, None)
+
+
 @pytest.mark.parametrize("edit, says", [
     ("scores[first] = scores[first] * float('nan')", "give layer {first} NaN or infinite values"),
     ("scores[first] = scores[first][:, :5]", "give layer {first} the shape [{heads}, 5]"),
@@ -222,19 +236,10 @@ def test_a_users_press_returning_bad_scores_is_named_in_one_line(model_dir, tmp_
     scoring = RECENCY.replace("        return {layer:", "        scores = {layer:").replace(
         "for layer in context.adapter.attention_layers}", "for layer in context.adapter.attention_layers}\n"
         "        first = context.adapter.attention_layers[0]\n        " + edit + "\n        return scores")
-    (tmp_path / "bad_recency.py").write_text("SIGN = -1\n" + scoring)
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(registry, "PRESSES", dict(registry.PRESSES))
-    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
     from pretrained.model_files import read_config
     config = read_config(model_dir)
     first = next(i for i, kind in enumerate(config["layer_types"]) if kind == "full_attention")
-    try:
-        code, err = run_cli(capsys, "compare", "--methods", "recency/flat", "--keep-fractions", "0.3", "--tasks",
-                            "niah_single_1", "--n", "1", "--length", "300", "--model", model_dir, "--out",
-                            tmp_path / "out", "--import", "bad_recency")
-    finally:
-        sys.modules.pop("bad_recency", None)
+    code, err = _compare_with_imported_press("bad_recency", scoring, model_dir, tmp_path, monkeypatch, capsys)
     said = f"press recency returned scores that {says.format(first=first, heads=config['num_key_value_heads'])}"
     assert code == 2 and said in err.splitlines()[-1] and "Traceback" not in err, err
     assert "a press scores each attention layer's body with a finite tensor [H_kv, n_body]" in err, err
@@ -246,16 +251,7 @@ def test_a_users_press_that_calls_sys_exit_is_named_in_one_line(model_dir, tmp_p
     nothing said; it is refused as importing such a module is, exit status 2."""
     exiting = RECENCY.replace("        return {layer:", f"        import sys\n        sys.exit({status})\n"
                               "        return {layer:")
-    (tmp_path / "exit_recency.py").write_text("SIGN = -1\n" + exiting)
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(registry, "PRESSES", dict(registry.PRESSES))
-    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
-    try:
-        code, err = run_cli(capsys, "compare", "--methods", "recency/flat", "--keep-fractions", "0.3", "--tasks",
-                            "niah_single_1", "--n", "1", "--length", "300", "--model", model_dir, "--out",
-                            tmp_path / "out", "--import", "exit_recency")
-    finally:
-        sys.modules.pop("exit_recency", None)
+    code, err = _compare_with_imported_press("exit_recency", exiting, model_dir, tmp_path, monkeypatch, capsys)
     said = (f"press recency called sys.exit({status}) in score; a press or allocator the bench runs returns its "
             "result and never ends the process")
     assert code == 2 and said in err.splitlines()[-1] and "Traceback" not in err, err
