@@ -52,7 +52,7 @@ def get(name: str, **kwargs) -> Allocator:
         load_plugin("allocator", name, ALLOCATORS, register)
     if name not in ALLOCATORS:
         raise UsageError(f"unknown allocator {name!r}; available: {', '.join(ALLOCATORS)}")
-    return build_with_options(ALLOCATORS[name], name, kwargs)
+    return build_with_options(ALLOCATORS[name], name, kwargs, "allocator")
 
 
 def options_of(name: str, options: dict) -> dict:

@@ -234,7 +234,7 @@ class KvpressScorer(Press):
                              "AdaKVPress, PerLayerCompressionPress and PyramidKVPress, as the allocators adakv, "
                              "perlayer and pyramid with the press they wrap (kvpress:<Class> with --alloc), or as "
                              "kvpress press objects in the library")
-        return build_with_options(cls, f"kvpress:{class_name}", options)
+        return build_with_options(cls, f"kvpress:{class_name}", options, "press")
 
     def evidence(self, adapter) -> EvidenceRequest:
         return EvidenceRequest(window=rows_read(self.press))

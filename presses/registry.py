@@ -92,7 +92,7 @@ def get(name: str, **kwargs) -> Press:
                          f"e.g. {KVPRESS_PREFIX}KnormPress")
     if name not in PRESSES:
         raise UsageError(f"unknown press {name!r}; available: {', '.join(available())}")
-    return build_with_options(PRESSES[name], name, kwargs)
+    return build_with_options(PRESSES[name], name, kwargs, "press")
 
 
 def options_of(name: str, options: dict) -> dict:

@@ -17,6 +17,7 @@ from allocators import Allocator, BudgetRequest, HeadShares, check_allocation, c
 from pretrained.model_info import ModelInfo, model_of
 from runtime import Child, KeepPlan, Parent
 from runtime.errors import ArgumentTypeError, ReleasedError, UsageError, describe
+from runtime.user_code import run_users
 
 from .base import Press, Scores, ScoringContext
 from .calibration import Calibration, head_shares_for
@@ -144,17 +145,6 @@ def check_scores(scores: Scores, layers, num_kv_heads: int, n_body: int, press: 
             raise UsageError(f"{shown} give layer {layer} NaN or infinite values; {wanted}")
 
 
-def _returning(shown: str, method: str, call, argument):
-    """``call(argument)``: a press's ``score`` or an allocator's ``allocate``, ``shown`` as a message names its owner;
-    a :class:`~runtime.errors.UsageError` where it calls ``sys.exit``, which ended a run silently with its status and
-    no rows (probe 11), as importing a module that does is refused (:mod:`runtime.user_imports`)."""
-    try:
-        return call(argument)
-    except SystemExit as called:
-        raise UsageError(f"{shown} called sys.exit({called.code!r}) in {method}; a press or allocator the bench runs "
-                         "returns its result and never ends the process") from None
-
-
 def _name(press: Press) -> str:
     """``press`` as a message names it: its registered name, or a kvpress press's class."""
     return type(press).__name__ if press.name == "kvpress" else press.name
@@ -214,7 +204,8 @@ class Selection:
                 raise ReleasedError("this parent was released, its cache and evidence with it: prefill the context "
                                     "again")
             t0 = time.perf_counter()
-            scores = _returning(f"press {_name(self.press)}", "score", self.press.score, self.parent)
+            scores = run_users(self.press.score, type(self.press), f"press {_name(self.press)}", "in score",
+                               self.parent)
             self.score_seconds = time.perf_counter() - t0
             adapter = self.parent.adapter
             check_scores(scores, adapter.attention_layers, adapter.geometry.num_kv_heads,
@@ -252,8 +243,8 @@ def _fill(parent: Parent, scores: Scores, allocator: Allocator, keep_fraction: f
         layer_weights=layer_weights,
         head_shares=head_shares if allocator.needs_head_shares else None,
     )
-    allocation = _returning(f"allocator {allocator.name or type(allocator).__name__}", "allocate", allocator.allocate,
-                            request)
+    shown = f"allocator {allocator.name or type(allocator).__name__}"
+    allocation = run_users(allocator.allocate, type(allocator), shown, "in allocate", request)
     check_allocation(allocation, request, allocator)
     return KeepPlan.from_scores(scores, allocation, parent.protected)
 

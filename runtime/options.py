@@ -7,6 +7,7 @@ The numbers every option and every count take (:func:`whole`, :func:`real`) are 
 
 from __future__ import annotations
 
+import inspect
 import math
 import numbers
 import re
@@ -16,6 +17,7 @@ import typing
 from dataclasses import MISSING, fields
 
 from .errors import ArgumentTypeError, UsageError, describe
+from .user_code import run_users
 
 BOOLEANS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
 
@@ -177,13 +179,16 @@ def typed_options(cls, name: str, options: dict, reserved: dict[str, str] | None
     return typed
 
 
-def build_with_options(cls, name: str, options: dict):
-    """``cls(**typed_options(...))``; a field without a default that is not given is a ``ValueError`` too."""
+def build_with_options(cls, name: str, options: dict, kind: str):
+    """``cls(**typed_options(...))``, ``cls`` a ``kind`` (``"press"``, ``"allocator"``) registered as ``name``; a field
+    without a default that is not given is a ``ValueError`` too, and what a user's class raises as it is built (its
+    ``__post_init__``) is a :class:`~runtime.user_code.UserCodeError` naming it."""
     typed = typed_options(cls, name, options)
     try:
-        return cls(**typed)
+        inspect.signature(cls).bind(**typed)
     except TypeError as error:  # a required field without a default, e.g. a wrapper's inner press
         raise UsageError(f"{name} cannot be built from these options: {error}") from None
+    return run_users(cls, cls, f"{kind} {name}", "as it was built", **typed)
 
 
 METHOD_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.-]*")

@@ -9,7 +9,6 @@ import difflib
 import importlib
 import os
 import sys
-import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -20,6 +19,7 @@ from pretrained.loading import ModelSpec
 from pretrained.model_info import ModelInfo, read
 from runtime.errors import UsageError
 from runtime.options import real, whole, written_plainly
+from runtime.user_code import raised_at
 from runtime.user_imports import import_guarded
 
 
@@ -247,14 +247,14 @@ def import_user_modules(args: argparse.Namespace) -> None:
         except ImportError as error:
             if not _not_found(error, module):  # the module was found: an import inside it failed
                 raise UsageError(f"--import {module}: importing it raised {type(error).__name__}: "
-                                 f"{' '.join(str(error).split())} ({_raised_at(error)})") from error
+                                 f"{' '.join(str(error).split())} ({raised_at(error)})") from error
             raise UsageError(f"--import {module}: {error} (give a module importable from the current directory, "
                              "e.g. my_press for ./my_press.py, or from an installed package)") from None
         except UsageError:
             raise
         except Exception as error:  # noqa: BLE001 - whatever the user's module raises is theirs to fix: one line
             raise UsageError(f"--import {module}: importing it raised {type(error).__name__}: "
-                             f"{' '.join(str(error).split())} ({_raised_at(error)})") from error
+                             f"{' '.join(str(error).split())} ({raised_at(error)})") from error
 
 
 def _not_found(error: ImportError, module: str) -> bool:
@@ -263,10 +263,3 @@ def _not_found(error: ImportError, module: str) -> bool:
     return isinstance(error, ModuleNotFoundError) and error.name is not None and (
         module == error.name or module.startswith(f"{error.name}."))
 
-
-def _raised_at(error: Exception) -> str:
-    """``file:line`` where ``error`` was raised: a syntax error's own place, else the innermost frame's."""
-    if isinstance(error, SyntaxError) and error.filename:
-        return f"{error.filename}:{error.lineno}"
-    frame = traceback.extract_tb(error.__traceback__)[-1]
-    return f"{frame.filename}:{frame.lineno}"

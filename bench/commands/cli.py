@@ -18,6 +18,7 @@ from artifacts.files import INSTALLED
 from artifacts.outputs import check as check_outputs
 from pretrained.cache_guard import check_outside_the_cache
 from runtime.errors import UsageError
+from runtime.user_code import UserCodeError
 
 from ..run.stopping import StopOnSignals, WorkerDied, stopped
 from .arguments import Command
@@ -294,8 +295,13 @@ def main(argv: list[str] | None = None) -> int:
             message = _usage_error(error, args)
             if message is None:
                 raise
-            if args.debug:
+            user_code = isinstance(error, UserCodeError)
+            if args.debug and user_code and error.details:  # the user's traceback: a worker's error comes without it
+                _say(error.details.rstrip())
+            elif args.debug:
                 traceback.print_exc()
+            if user_code:  # it failed part-way through the work, as a stop does
+                message = f"{message}; {_kept(command, args)}"
             _say(f"bench {args.command}: error: {message}")
             return 2
     return 0

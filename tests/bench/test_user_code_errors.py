@@ -1,0 +1,131 @@
+"""Probe 11: a user's press that raised in ``score`` or ``__post_init__``, or a user's allocator that raised in
+``allocate``, ended ``bench compare`` in a full traceback (exit 1; under ``--jobs 2`` through the worker's pipe). Each
+is one line naming the press or allocator, the error and the user's file and line, then what the run kept (exit 2);
+``--debug`` shows the user's traceback, also from a worker. The project's own code failing stays a bug with its
+traceback."""
+
+import re
+import sys
+
+import pytest
+import torch
+
+import presses
+from allocators.flat import FlatAllocator
+from bench.commands.cli import main
+from bench.store.project_modules import ROOT
+from presses import registry
+from presses.keydiff import KeyDiffPress
+from runtime import prefill
+from runtime.user_code import PROJECT_PACKAGES, UserCodeError
+from tests.helpers import run_cli
+
+RAISING = '''from dataclasses import dataclass
+
+import allocators
+import presses
+from presses.snapkv import SnapKVPress
+
+
+@presses.register
+@dataclass
+class RaisingPress(SnapKVPress):
+    name = "praise"
+
+    def score(self, context):
+        raise RuntimeError("boom in user score")
+
+
+@presses.register
+@dataclass
+class BuiltBadly(SnapKVPress):
+    name = "ppost"
+
+    def __post_init__(self):
+        raise ValueError("window too odd")
+
+
+@allocators.register
+@dataclass
+class RaisingAllocator(allocators.Allocator):
+    name = "araise"
+
+    def allocate(self, request):
+        raise KeyError("no such head")
+'''
+"""A user's module: ``praise`` raises on line 14, ``ppost`` on line 23, ``araise`` on line 32."""
+
+
+@pytest.fixture
+def users_module(tmp_path, monkeypatch):
+    """``m_raising.py`` in ``tmp_path``, the working directory, with the registries and ``sys.path`` put back after."""
+    (tmp_path / "m_raising.py").write_text(RAISING)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(registry, "PRESSES", dict(registry.PRESSES))
+    import allocators
+    monkeypatch.setattr(allocators, "ALLOCATORS", dict(allocators.ALLOCATORS))
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    yield tmp_path / "m_raising.py"
+    sys.modules.pop("m_raising", None)
+
+
+def _compare(model_dir, out, *flags):
+    return ["compare", *flags, "--keep-fractions", "0.3", "--tasks", "niah_single_1", "--length", "300", "--model",
+            model_dir, "--out", out, "--import", "m_raising"]
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+@pytest.mark.parametrize("method, said", [
+    ("praise/flat", "press praise raised RuntimeError in score: boom in user score ({file}:14)"),
+    ("ppost/flat", "press ppost raised ValueError as it was built: window too odd ({file}:23)"),
+    ("snapkv/araise", "allocator araise raised KeyError in allocate: 'no such head' ({file}:32)"),
+])
+def test_a_users_code_raising_is_one_line_naming_it(model_dir, tmp_path, users_module, capsys, jobs, method, said):
+    code, err = run_cli(capsys, *_compare(model_dir, tmp_path / "out", "--methods", method, "--n", jobs, "--jobs",
+                                          jobs))
+    assert code == 2 and "Traceback" not in err, err
+    assert err.startswith(f"bench compare: error: {said.format(file=users_module)}; "), err
+    assert "run the same command again" in err, err
+
+
+def test_debug_shows_the_users_traceback_from_a_worker(model_dir, tmp_path, users_module, capsys):
+    capsys.readouterr()
+    code = main(list(map(str, _compare(model_dir, tmp_path / "out", "--methods", "praise/flat", "--n", 2, "--jobs", 2,
+                                       "--debug"))))
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" in err, err
+    assert f'File "{users_module}", line 14, in score' in err, err
+    assert err.splitlines()[-1].startswith("bench compare: error: press praise raised RuntimeError in score"), err
+
+
+@pytest.fixture
+def parent(tiny):
+    torch.manual_seed(0)
+    return prefill(tiny("qwen3_5"), torch.randint(0, 97, (40,)), protected=4)
+
+
+def test_the_projects_own_press_failing_keeps_its_traceback(parent, monkeypatch):
+    """A bug of the bench's own press is no user's error: its exception goes on up as raised."""
+    def broken(self, context):
+        raise RuntimeError("a bug of the bench")
+
+    monkeypatch.setattr(KeyDiffPress, "score", broken)
+    with pytest.raises(RuntimeError, match="a bug of the bench") as raised:
+        presses.compress(parent, KeyDiffPress(), "flat", keep_fraction=0.5)
+    assert not isinstance(raised.value, UserCodeError)
+
+
+def test_a_class_made_outside_the_project_is_the_users(parent):
+    """Decided by where the class comes from: here ``type()`` over a project class, in this test module."""
+    raising = type("Made", (FlatAllocator,), {"allocate": lambda self, request: 1 / 0})
+    with pytest.raises(UserCodeError, match=re.escape("allocator flat raised ZeroDivisionError in allocate: division "
+                                                      "by zero (") + ".*test_user_code_errors.py:"):
+        presses.compress(parent, KeyDiffPress(), raising(), keep_fraction=0.5)
+
+
+def test_the_project_packages_are_those_the_project_installs():
+    """:data:`runtime.user_code.PROJECT_PACKAGES` tells the bench's classes from a user's: it names what
+    ``pyproject.toml`` installs."""
+    found = re.search(r"\[tool\.setuptools\.packages\.find\][^\[]*include = \[([^\]]*)\]",
+                      (ROOT / "pyproject.toml").read_text())  # tomllib is Python 3.11's, the project runs on 3.10
+    assert sorted(PROJECT_PACKAGES) == sorted(re.findall(r'"(\w+)\*"', found.group(1)))
