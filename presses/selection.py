@@ -10,8 +10,6 @@ import math
 import numbers
 import time
 
-import torch
-
 import allocators
 from allocators import Allocator, BudgetRequest, HeadShares, check_allocation, check_keep_fraction
 from pretrained.model_info import ModelInfo, model_of
@@ -24,6 +22,7 @@ from .calibration import Calibration, head_shares_for
 from .gatesight import GateSightPress
 from .preparation import prepare
 from .registry import PRESSES, available
+from .score_check import check_scores, press_label
 
 
 def keep_fraction_from(keep_fraction: float | None, compression_ratio: float | None) -> float:
@@ -123,33 +122,6 @@ def check_pair(press: Press, allocator: Allocator) -> None:
         )
 
 
-def check_scores(scores: Scores, layers, num_kv_heads: int, n_body: int, press: Press | None = None) -> None:
-    """A :class:`~runtime.errors.UsageError` naming ``press`` (the one that scored, if given: a user's own press is
-    code the bench runs, and its bad scores are its author's to fix, as a bad allocation is) and the first layer whose
-    scores are missing, of the wrong shape or type, or not finite."""
-    shown = "scores" if press is None else f"press {_name(press)} returned scores that"
-    wanted = (f"a press scores each attention layer's body with a finite tensor [H_kv, n_body] = "
-              f"{[num_kv_heads, n_body]}")
-    if not isinstance(scores, dict):
-        raise UsageError(f"{shown} are a {type(scores).__name__}, not {{attention layer: tensor}}; {wanted}")
-    for layer in layers:
-        if layer not in scores:
-            raise UsageError(f"{shown} have no entry for attention layer {layer} (layers: "
-                             f"{sorted(scores, key=str)}); {wanted}")
-        if not isinstance(scores[layer], torch.Tensor):
-            raise UsageError(f"{shown} give layer {layer} a {type(scores[layer]).__name__}; {wanted}")
-        shape = tuple(scores[layer].shape)
-        if shape != (num_kv_heads, n_body):
-            raise UsageError(f"{shown} give layer {layer} the shape {list(shape)}; {wanted}")
-        if not bool(scores[layer].isfinite().all()):
-            raise UsageError(f"{shown} give layer {layer} NaN or infinite values; {wanted}")
-
-
-def _name(press: Press) -> str:
-    """``press`` as a message names it: its registered name, or a kvpress press's class."""
-    return type(press).__name__ if press.name == "kvpress" else press.name
-
-
 def check_evidence(parent: Parent, press: Press) -> None:
     """``ValueError`` naming what ``press`` reads that ``parent`` was prefilled without (or that it was released)."""
     parent.kv  # noqa: B018 - a released parent says so, rather than that its evidence is missing
@@ -160,7 +132,7 @@ def check_evidence(parent: Parent, press: Press) -> None:
     if wanted.recurrent_signals and adapter.recurrent_layers and not recorded.recurrent_signals:
         missing.append("the recurrent layers' signals")
     if missing:
-        raise ValueError(f"press {_name(press)} reads {' and '.join(missing)}, which this parent was prefilled "
+        raise ValueError(f"press {press_label(press)} reads {' and '.join(missing)}, which this parent was prefilled "
                          "without: pass evidence=press.evidence(adapter) to prefill")
 
 
@@ -204,12 +176,10 @@ class Selection:
                 raise ReleasedError("this parent was released, its cache and evidence with it: prefill the context "
                                     "again")
             t0 = time.perf_counter()
-            scores = run_users(self.press.score, type(self.press), f"press {_name(self.press)}", "in score",
+            scores = run_users(self.press.score, type(self.press), f"press {press_label(self.press)}", "in score",
                                self.parent)
             self.score_seconds = time.perf_counter() - t0
-            adapter = self.parent.adapter
-            check_scores(scores, adapter.attention_layers, adapter.geometry.num_kv_heads,
-                         self.parent.n - self.parent.protected, self.press)
+            check_scores(scores, self.parent, self.press, self.model)
             self._scores = scores
         return self._scores
 

@@ -46,6 +46,46 @@ def test_a_selection_refuses_bad_scores(tiny):
     assert presses.Selection(parent, _GivenScores(scores=scores)).plan("flat", 0.5).total() == 2 * 2 * 28
 
 
+@pytest.mark.parametrize("made, says", [
+    (lambda s: s.to("meta"), r"a tensor on meta; .* = \[2, 56\], on the device of that layer's keys \(cpu\)$"),
+    (lambda s: s.to(torch.complex64), r"complex64 values; .* = \[2, 56\], of real numbers \(a floating-point, "
+                                      r"integer or bool dtype\)$"),
+])
+def test_a_selection_refuses_scores_it_cannot_rank(tiny, made, says):
+    """Probe 11: scores on the meta device ended in torch's ``Tensor.item() cannot be called on meta tensors``, and
+    complex ones were taken silently (ranked by their real part)."""
+    parent = _parent(tiny)
+    scores = {layer: torch.rand(2, parent.n - parent.protected) for layer in parent.adapter.attention_layers}
+    last = parent.adapter.attention_layers[-1]
+    with pytest.raises(UsageError, match=rf"^press given-scores returned scores that give layer {last} {says}"):
+        presses.Selection(parent, _GivenScores(scores={**scores, last: made(scores[last])})).plan("flat", 0.5)
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.bool, torch.float16, torch.float64])
+def test_real_scores_of_any_dtype_are_ranked(tiny, dtype):
+    """Integer, bool and other floating-point scores rank as they did before complex ones were refused."""
+    parent = _parent(tiny)
+    scores = {layer: (torch.rand(2, parent.n - parent.protected) * 10).to(dtype)
+              for layer in parent.adapter.attention_layers}
+    assert presses.Selection(parent, _GivenScores(scores=scores)).plan("flat", 0.5).total() == 2 * 2 * 28
+
+
+def test_a_model_whose_own_cache_is_not_finite_is_named_not_the_press(tiny):
+    """Probe 11: a model whose weights give NaN made every press's scores NaN, and the message blamed the press
+    (a built-in one) and not the model."""
+    parent = _parent(tiny)
+    layer = parent.adapter.attention_layers[-1]
+    parent.kv[layer].values[1, 7, 0] = float("inf")  # as the model's own prefill leaves it
+    parent.kv[layer].keys[0, 9, 0] = float("nan")
+    with pytest.raises(UsageError, match=rf"^the model gives NaN or infinite keys or values at attention layer {layer} "
+                                         "in its own prefill, before any press: .* its weights are damaged"):
+        presses.compress(parent, "keydiff", "flat", keep_fraction=0.5)
+    parent = _parent(tiny)
+    scores = {layer: torch.full((2, parent.n - parent.protected), float("nan")) for layer in parent.kv}
+    with pytest.raises(UsageError, match="^press given-scores returned scores that give layer"):  # a finite cache
+        presses.Selection(parent, _GivenScores(scores=scores)).plan("flat", 0.5)
+
+
 def test_snapkv_inputs(tiny):
     with pytest.raises(ValueError, match="window=-5"):
         presses.get("snapkv", window=-5)

@@ -1,0 +1,105 @@
+"""A press's scores checked before they are used: one line naming the press (a user's own press is code the bench
+runs, and its bad scores are its author's to fix, as a bad allocation is) and the first layer whose scores are
+missing, misshaped, of a kind a plan cannot rank (complex numbers, another device) or not finite.
+
+Scores that are not finite may come from the model rather than the press: a model whose weights give NaN or
+infinite values fills its own cache with them, and every press scores those. Where that is so, the model is named
+instead (:func:`_damaged_layer`), looked at only once the scores have failed.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from pretrained import CHECKPOINTS
+from pretrained.model_info import ModelInfo
+from runtime.errors import UsageError
+
+from .base import Press, Scores, ScoringContext
+
+
+def press_label(press: Press) -> str:
+    """``press`` as a message names it: its registered name, or a kvpress press's class."""
+    return type(press).__name__ if press.name == "kvpress" else press.name
+
+
+def check_scores(scores: Scores, context: ScoringContext, press: Press | None = None,
+                 model: ModelInfo | None = None) -> None:
+    """Refuse ``scores`` of ``context``'s attention layers that are not a finite real tensor ``[H_kv, n_body]`` on
+    that layer's keys' device, each.
+
+    Parameters
+    ----------
+    scores : dict[int, torch.Tensor]
+        What ``press`` returned: ``[H_kv, n_body]`` per attention layer.
+    context : ScoringContext
+        What was scored: its model's layout and its cache (the keys' devices; whether the model's own values are
+        finite).
+    press : Press, optional
+        The press that scored, named by the message.
+    model : ModelInfo, optional
+        The model as read, named where its own cache holds NaN or infinite values.
+
+    Raises
+    ------
+    UsageError
+        Naming the press and the first layer whose scores are missing, of the wrong shape, type, dtype or device, or
+        not finite; or naming the model and its first attention layer whose keys or values are not finite, where the
+        scores are not finite because the model's are not.
+    """
+    adapter = context.adapter
+    num_kv_heads, n_body = adapter.geometry.num_kv_heads, context.n - context.protected
+    shown = "scores" if press is None else f"press {press_label(press)} returned scores that"
+    wanted = (f"a press scores each attention layer's body with a finite tensor [H_kv, n_body] = "
+              f"{[num_kv_heads, n_body]}")
+    if not isinstance(scores, dict):
+        raise UsageError(f"{shown} are a {type(scores).__name__}, not {{attention layer: tensor}}; {wanted}")
+    for layer in adapter.attention_layers:
+        if layer not in scores:
+            raise UsageError(f"{shown} have no entry for attention layer {layer} (layers: "
+                             f"{sorted(scores, key=str)}); {wanted}")
+        tensor = scores[layer]
+        if not isinstance(tensor, torch.Tensor):
+            raise UsageError(f"{shown} give layer {layer} a {type(tensor).__name__}; {wanted}")
+        if tuple(tensor.shape) != (num_kv_heads, n_body):
+            raise UsageError(f"{shown} give layer {layer} the shape {list(tensor.shape)}; {wanted}")
+        if tensor.is_complex() or tensor.is_quantized:  # no order to rank by (complex) or none torch ranks by
+            raise UsageError(f"{shown} give layer {layer} {str(tensor.dtype).removeprefix('torch.')} values; {wanted}, "
+                             "of real numbers (a floating-point, integer or bool dtype)")
+        keys = _first_tensor(context.kv[layer].keys)
+        if tensor.device != keys.device:  # the meta device holds no values to check or rank
+            raise UsageError(f"{shown} give layer {layer} a tensor on {tensor.device}; {wanted}, on the device of "
+                             f"that layer's keys ({keys.device})")
+        if not bool(tensor.isfinite().all()):
+            damaged = _damaged_layer(context)
+            if damaged is not None:
+                raise UsageError(_model_message(damaged, model, adapter))
+            raise UsageError(f"{shown} give layer {layer} NaN or infinite values; {wanted}")
+
+
+def _first_tensor(heads) -> torch.Tensor:
+    """A layer's keys (``[H_kv, k, d]``), or its first head's where they are ragged (one tensor per head)."""
+    return heads[0] if isinstance(heads, tuple) else heads
+
+
+def _damaged_layer(context: ScoringContext) -> int | None:
+    """The first attention layer whose cached keys or values (the model's own prefill) are not finite, or None."""
+    for layer in context.adapter.attention_layers:
+        kv = context.kv[layer]
+        tensors = (*kv.keys, *kv.values) if kv.ragged else (kv.keys, kv.values)
+        if not all(bool(t.isfinite().all()) for t in tensors):
+            return layer
+    return None
+
+
+def _model_message(layer: int, model: ModelInfo | None, adapter) -> str:
+    """The model named as what gave NaN or infinite values at attention ``layer``, with what to do about it."""
+    directory = model.directory if model is not None else adapter.model_dir
+    shown = "the model" if directory is None else f"the model {directory.name} ({directory})"  # None: built in memory
+    fetch = f", or fetch it again: `bench fetch-model {directory.name}`" if getattr(directory, "name", None) in \
+        CHECKPOINTS else ""
+    wide = adapter.dtype == torch.float32  # else the values may only overflow in the narrower dtype
+    return (f"{shown} gives NaN or infinite keys or values at attention layer {layer} in its own prefill, before any "
+            "press: every press's scores are not finite there; its weights are damaged"
+            f"{'' if wide else ' or overflow in ' + str(adapter.dtype).removeprefix('torch.')}: check its weight files "
+            f"against where they came from{fetch}{'' if wide else ', or run it in float32 (--dtype float32)'}")
