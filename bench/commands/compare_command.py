@@ -212,6 +212,7 @@ def run(args) -> None:
         scbench_data=Path(args.scbench_data) if args.scbench_data else None, jobs=args.jobs, batch=args.batch,
         press_options=args.press_options, alloc_options=args.alloc_options, engine=args.engine,
         haystack=args.haystack, pairs=pairs, shard=args.shard, executor=args.executor, address=args.address,
+        imports=args.imports,
     ))
     store, identity = execute(run)
     if identity is None:  # a batch array with more shards than the run has contexts

@@ -153,7 +153,7 @@ def _check_types(settings: CompareSettings) -> None:
     """What a library caller gives in the wrong type, refused first naming the field (a string where a list belongs
     would otherwise be read as its characters)."""
     lists = {"presses": "snapkv", "allocators": "flat", "tasks": "niah_single_1", "pairs": "snapkv/flat",
-             "keep_fractions": 0.5}
+             "keep_fractions": 0.5, "imports": "my_press"}
     for name, example in lists.items():
         value = getattr(settings, name)
         if not isinstance(value, (list, tuple)):
@@ -266,16 +266,19 @@ def plan(settings: CompareSettings | RunPlan) -> RunPlan:
             (m.label for m in methods),
             method_codes([(press_built[m.press], built[m.allocator]) for m in methods], settings.engine,
                          model.directory))),
-        modules=_outside_modules([*press_built.values(), *built.values()]), out=Path(settings.out),
+        modules=_outside_modules(settings.imports, [*press_built.values(), *built.values()]), out=Path(settings.out),
         jobs=int(settings.jobs), batch=int(settings.batch), shard=shard, executor=settings.executor,
         address=settings.address)
 
 
-def _outside_modules(objects: list) -> tuple[str, ...]:
-    """The modules of ``objects``' classes that a fresh process does not import with the project: a user's own
-    (imported by a script, ``--import`` or an installed package's entry point)."""
+def _outside_modules(imports: list[str], objects: list) -> tuple[str, ...]:
+    """What a fresh process imports to register a user's presses and allocators: the modules the caller imported
+    for them (``imports``, ``--import``: first, in their order), then those of ``objects``' classes that it does not
+    import with the project (imported by a script or an installed package's entry point). A worker spawned has the
+    driver's ``sys.path`` (``multiprocessing`` hands it over), so it finds them where the driver did."""
     modules = {type(o).__module__ for o in objects}
-    return tuple(sorted(m for m in modules if m != "__main__" and m.partition(".")[0] not in ("presses", "allocators")))
+    outside = sorted(m for m in modules if m != "__main__" and m.partition(".")[0] not in ("presses", "allocators"))
+    return tuple(dict.fromkeys([*imports, *outside]))
 
 
 def _check_scbench_rows(names: list[str], n: int, data) -> None:

@@ -75,6 +75,10 @@ class CompareSettings:
     pairs : list[str]
         ``press/allocator`` pairs to run instead of every press with every allocator (``--methods``), each part
         with its own options if any (``snapkv[window=64]/flat``); the presses and allocators are then the pairs'.
+    imports : list[str]
+        The modules the caller imported to register its presses or allocators (``--import``), imported as named by
+        each worker process before it builds the run's methods: a press's class may name another module (one made
+        with ``type()`` over an ABC names ``abc``), and its own module alone would leave it unregistered there.
     """
 
     presses: list[str]
@@ -98,6 +102,7 @@ class CompareSettings:
     shard: tuple[int, int] | None = None
     executor: str = "local"
     address: str | None = None
+    imports: list[str] = field(default_factory=list)
 
 
 def check_ray_address(address: str, timeout: float = RAY_ANSWER_SECONDS) -> None:

@@ -308,3 +308,25 @@ def test_the_model_artifacts_left_out_of_the_group_are_the_allocators_own():
     from pretrained.model_files import METHOD_ARTIFACTS
 
     assert set(METHOD_ARTIFACTS) == {f for cls in allocators.ALLOCATORS.values() for f in cls.model_files}
+
+
+def test_an_imported_press_whose_class_names_another_module_runs_in_workers(model_dir, tmp_path, monkeypatch, capsys):
+    """Probe 11: a press an ``--import``ed module registered from a class made with ``type()`` over an ABC (its
+    ``__module__`` is ``abc``) was an unknown press under ``--jobs 2``: the workers imported the classes' modules
+    alone, not the ``--import``ed ones."""
+    made = (RECENCY.replace("@presses.register\n", "")
+            + "\npresses.register(type(RecencyPress)('Made', (RecencyPress,), {}))\n")
+    (tmp_path / "made_recency.py").write_text("SIGN = -1\n" + made)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(registry, "PRESSES", dict(registry.PRESSES))
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    try:
+        code, err = run_cli(capsys, "compare", "--methods", "recency/flat", "--keep-fractions", "0.3", "--tasks",
+                            "niah_single_1", "--n", "2", "--jobs", "2", "--length", "300", "--model", model_dir,
+                            "--out", tmp_path / "out", "--import", "made_recency")
+        assert registry.PRESSES["recency"].__module__ == "abc"
+    finally:
+        sys.modules.pop("made_recency", None)
+    assert code == 0, err
+    rows = ResultStore(tmp_path / "out", readonly=True).rows
+    assert {r["press"] for r in rows} == {"recency", "none"} and len({r["item"] for r in rows}) == 2
