@@ -157,9 +157,7 @@ def install(written: list[Path], target: Path, superseded: list[Path] = (),
         set_default_mode(path)
     with signals.held():  # a stop between these renames would leave half an artifact, or none, in target
         if backup is not None:
-            backup.mkdir(parents=True)
-            for path in old:
-                os.replace(path, backup / path.name)
+            _move_aside(old, backup, target)
         for path in written:
             os.replace(path, target / path.name)
         INSTALLED.append(f"{target} holds the new {', '.join(path.name for path in written)}" + (
@@ -167,3 +165,22 @@ def install(written: list[Path], target: Path, superseded: list[Path] = (),
     if backup is not None:
         log(f"moved the previous {', '.join(p.name for p in old)} to {backup}")
     return [target / path.name for path in written]
+
+
+def _move_aside(old: list[Path], backup: Path, target: Path) -> None:
+    """Move ``old`` into the new folder ``backup``; where one cannot be moved (an attribute that even root cannot
+    pass, :mod:`artifacts.file_flags`, set after the checks), those moved go back and ``backup`` is removed, and a
+    :class:`~runtime.errors.UsageError` names the file: ``target`` holds what it held, and no empty backup is left."""
+    backup.mkdir(parents=True)
+    moved = []
+    try:
+        for path in old:
+            os.replace(path, backup / path.name)
+            moved.append(path)
+    except OSError as error:
+        for path in reversed(moved):
+            os.replace(backup / path.name, path)
+        backup.rmdir()
+        raise UsageError(f"{old[len(moved)]} cannot be moved aside to {backup} ({error.strerror}): nothing was "
+                         f"replaced, {target} holds what it held before; make it movable (lsattr shows an attribute "
+                         "such as i or a: chattr -i), then run again") from None

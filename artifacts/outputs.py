@@ -42,6 +42,7 @@ from typing import Callable
 
 from runtime.errors import UsageError
 
+from .file_flags import protection, refusal
 from .files import check_replaceable
 
 FOLDER, FILE = "directory", "file"
@@ -308,3 +309,17 @@ def check(outputs: list[Output]) -> None:
                                 "give a folder of its own")
         if output.keeps == RESULTS:
             check_replaceable(output.path, list(held), output.what, output.replace)
+        _check_attributes(output, held)
+
+
+def _check_attributes(output: Output, held: tuple[Path, ...]) -> None:
+    """Refuse a file ``output`` writes over, moves aside (``held``, with ``--replace``) or appends to that an
+    attribute keeps even root from changing (:func:`artifacts.file_flags.protection`)."""
+    kept = [path for pattern in output.kind_of.files for path in sorted(Path(output.path).glob(pattern))] \
+        if output.kind == FOLDER and output.kind_of is not None else []
+    for path in dict.fromkeys([*held, *kept]):
+        attribute = protection(path, replaced=output.keeps != APPENDS)
+        if attribute is not None:
+            remedy = ("run without --replace, which leaves it as it is" if output.keeps == RESULTS else
+                      f"give another {output.flag}")
+            raise UsageError(refusal(path, attribute, remedy))

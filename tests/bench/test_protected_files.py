@@ -1,0 +1,100 @@
+"""Probe 11: a file that even root cannot change (``chattr +i``) where a command writes was found only after the work,
+with a bare ``[Errno 1] Operation not permitted``: a result store's results.jsonl or summary.md (``bench compare``),
+and a model's head_shares.json that ``calibrate-shares --replace`` moves aside, which also left an empty backup folder.
+Each is refused before any work, naming the file, its attribute and what to do; a move aside that fails anyway (the
+attribute set meanwhile) puts back what it moved and leaves no empty backup folder."""
+
+import errno
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from artifacts import files
+from artifacts.file_flags import protection
+from runtime.errors import UsageError
+from tests.helpers import run_cli
+
+
+@pytest.fixture
+def chattr():
+    """``chattr(path, "+i")``: set a file's attribute, taken off again after the test; the test is skipped where the
+    attributes cannot be set (no ``chattr``, a file system without them, no CAP_LINUX_IMMUTABLE)."""
+    flagged = []
+
+    def set_attribute(path, change):
+        if shutil.which("chattr") is None or subprocess.run(["chattr", change, str(path)],
+                                                             capture_output=True).returncode != 0:
+            pytest.skip("file attributes cannot be set here")
+        flagged.append((path, change.replace("+", "-")))
+
+    yield set_attribute
+    for path, undo in flagged:
+        subprocess.run(["chattr", undo, str(path)], capture_output=True)
+
+
+def test_the_attributes_are_read_as_the_write_needs(tmp_path, chattr):
+    rows = tmp_path / "results.jsonl"
+    rows.write_text("{}\n")
+    assert protection(rows) is None
+    chattr(rows, "+a")
+    assert protection(rows) == "append-only (chattr +a)" and protection(rows, replaced=False) is None
+    chattr(rows, "+i")
+    assert protection(rows, replaced=False) == "immutable (chattr +i)"
+
+
+@pytest.mark.parametrize("name", ["results.jsonl", "summary.md"])
+def test_compare_refuses_an_immutable_file_of_its_store_before_any_work(model_dir, tmp_path, capsys, chattr,
+                                                                        no_model_load, name):
+    out = tmp_path / "out"
+    out.mkdir()
+    for each in ("results.jsonl", "summary.md"):
+        (out / each).write_text("{}\n" if each == "results.jsonl" else "# summary\n")
+    chattr(out / name, "+i")
+    code, err = run_cli(capsys, "compare", "--press", "snapkv", "--tasks", "niah_single_1", "--n", "1", "--length",
+                        "300", "--keep-fractions", "0.5", "--model", model_dir, "--out", out)
+    assert code == 2 and "Errno" not in err, err
+    assert err == (f"bench compare: error: {out / name} is immutable (chattr +i), which stops even root from changing "
+                   f"it as this command would: remove the attribute (chattr -i {out / name}), or give another --out")
+
+
+def test_calibrate_shares_refuses_an_immutable_head_shares_file_before_any_work(model_dir, tmp_path, capsys, chattr,
+                                                                               no_model_load):
+    model = shutil.copytree(model_dir, tmp_path / "model")
+    shares = model / "calibration" / "head_shares.json"
+    before = sorted(os.listdir(model))
+    chattr(shares, "+i")
+    code, err = run_cli(capsys, "calibrate-shares", "--model", model, "--windows", "2", "--tokens", "256",
+                        "--replace")
+    assert code == 2 and f"{shares} is immutable (chattr +i)" in err and "run without --replace, which leaves it as " \
+        "it is" in err, err
+    assert sorted(os.listdir(model)) == before  # no backup folder
+
+
+def test_a_move_aside_that_fails_puts_back_what_it_moved(tmp_path, monkeypatch):
+    """The attribute set after the checks: the move aside fails part-way; the first file goes back, the backup folder
+    goes, and the line names the file that could not move."""
+    target = tmp_path / "calibration"
+    target.mkdir()
+    (target / "gates.json").write_text("old calibration")
+    (target / "head_shares.json").write_text("old shares")
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    for name in ("gates.json", "head_shares.json"):
+        (scratch / name).write_text("new")
+    replace = os.replace
+
+    def refused(source, destination):
+        if os.fspath(source) == os.fspath(target / "head_shares.json"):
+            raise PermissionError(errno.EPERM, "Operation not permitted", os.fspath(source))
+        replace(source, destination)
+
+    monkeypatch.setattr(files.os, "replace", refused)
+    with pytest.raises(UsageError, match=f"^{target / 'head_shares.json'} cannot be moved aside to .*backup-.* "
+                                         r"\(Operation not permitted\): nothing was replaced, .* holds what it held "
+                                         "before"):
+        files.install(sorted(scratch.iterdir()), target, log=lambda line: None)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["calibration", "scratch"]
+    assert (target / "gates.json").read_text() == "old calibration" and (target / "head_shares.json").read_text() == \
+        "old shares"
