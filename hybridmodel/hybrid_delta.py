@@ -42,6 +42,7 @@ from pretrained.model_cache import (
     sha256_of,
     source_hash,
 )
+from runtime.bounded_read import METADATA_LIMIT, read_text_bounded
 from runtime.errors import UsageError
 
 from .from_teacher import carry_over
@@ -180,7 +181,8 @@ def load_mixers(delta_dir: Path) -> dict[str, torch.Tensor]:
 def manifest(delta_dir: Path) -> dict:
     path = Path(delta_dir) / MANIFEST_FILE
     try:
-        return json.loads(path.read_text())
+        return json.loads(read_text_bounded(path, METADATA_LIMIT, "restore the delta directory (git checkout -- "
+                                                                  "models/)"))
     except FileNotFoundError:
         raise FileNotFoundError(f"{path}: no hybrid manifest (a delta directory holds {MANIFEST_FILE} and "
                                 f"{MIXERS_FILE})") from None
@@ -212,7 +214,8 @@ def _check_estimator_weights(directory: Path, weights: str, what: str) -> None:
     config = Path(directory) / ARTIFACT_DIR / "gatesight.json"
     if not config.exists():
         return
-    trained_on = json.loads(config.read_text()).get("meta", {}).get("weights")
+    settings = read_text_bounded(config, METADATA_LIMIT, "train the estimator again (`bench train --replace`)")
+    trained_on = json.loads(settings).get("meta", {}).get("weights")
     if trained_on is not None and trained_on != weights:
         raise UsageError(f"{config.parent} was trained on model weights {trained_on}, not {what}'s ({weights}): "
                          "train it again on this model (`bench label`, then `bench train --replace`)")
@@ -345,6 +348,7 @@ def ship_artifacts(checkpoint, root: Path, log=print) -> list[Path]:
         log(f"{target}: copied from {source}")
     if written:
         record_again(checkpoint.delta_dir)  # the shipped delta's record holds its artifacts
-    record = json.loads((directory / SOURCE_FILE).read_text())
+    record = json.loads(read_text_bounded(directory / SOURCE_FILE, METADATA_LIMIT,
+                                          f"convert it again (`bench fetch-model {checkpoint.name}`)"))
     write_text(directory / SOURCE_FILE, json.dumps({**record, "sha256": source_hash(checkpoint)}, indent=2) + "\n")
     return written

@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 
 from runtime.adapters import ADAPTERS
+from runtime.bounded_read import METADATA_LIMIT, read_text_bounded
 from runtime.errors import UsageError
 
 
@@ -100,7 +101,7 @@ def check_model(model_dir, dtype: str) -> None:
     path = Path(model_dir)
     if not (path / "config.json").is_file():
         raise UsageError(f"model {str(model_dir)!r}: the engine serves a local model directory with a config.json")
-    config = json.loads((path / "config.json").read_text())
+    config = _config(path)
     model_type = config.get("model_type")
     if model_type not in SERVED_MODEL_TYPES:
         raise UsageError(f"model {str(model_dir)!r} ({model_type}) does not run in the vLLM engine; the engine serves "
@@ -111,14 +112,19 @@ def check_model(model_dir, dtype: str) -> None:
 
 def has_experts(model_dir) -> bool:
     """Whether the model's MLPs are mixtures of experts (``num_experts`` > 0 in its text config)."""
-    config = json.loads((Path(model_dir) / "config.json").read_text())
+    config = _config(model_dir)
     return (config.get("text_config") or config).get("num_experts", 0) > 0
 
 
 def is_multimodal(model_dir) -> bool:
     """Whether the checkpoint carries a vision tower (its config has a ``vision_config``)."""
-    path = Path(model_dir) / "config.json"
-    return path.is_file() and "vision_config" in json.loads(path.read_text())
+    return (Path(model_dir) / "config.json").is_file() and "vision_config" in _config(model_dir)
+
+
+def _config(model_dir) -> dict:
+    """The model's ``config.json``, read within its bound (a 20 GB file is refused, not read whole)."""
+    return json.loads(read_text_bounded(Path(model_dir) / "config.json", METADATA_LIMIT,
+                                        "give the model's own config.json"))
 
 
 def check_engine_args(engine_args: dict) -> None:

@@ -17,7 +17,6 @@ path or by content, belongs to two roles):
 from __future__ import annotations
 
 import email
-import gzip
 import hashlib
 import re
 import sysconfig
@@ -26,7 +25,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Callable
 
+from runtime.bounded_read import FileTooLargeError, read_bounded
 from runtime.errors import UsageError
+from runtime.gunzip import gunzip
 
 SOURCES = ("python-stdlib", "licenses", "package-docs")
 """Train the default model, calibrate, time scoring."""
@@ -35,6 +36,9 @@ LABEL_SOURCES = SOURCES + EXTRA_LABEL_SOURCES
 """Label GateSight's estimator: the held-out split of :data:`SOURCES`, all of :data:`EXTRA_LABEL_SOURCES`."""
 HAYSTACK_SOURCES = ("manpages", "nodejs-docs")
 """Benchmark haystacks only."""
+DOCUMENT_LIMIT = 64 << 20
+"""Bytes of one document, packed or unpacked: real ones (a manual page, a package's manual) hold kilobytes to a few
+MB; a file past it is no document and is passed over, not read whole (:mod:`runtime.bounded_read`)."""
 _NODEJS_DOCS = Path("/usr/share/doc/nodejs")
 
 
@@ -87,8 +91,10 @@ def _roff_text(source: str) -> str:
 
 
 def _read_gzip_or_text(path: Path) -> str:
-    raw = path.read_bytes()
-    return (gzip.decompress(raw) if path.suffix == ".gz" else raw).decode("utf-8", errors="ignore")
+    """A document's text (gzip-packed where its name ends ``.gz``), packed and unpacked each within
+    :data:`DOCUMENT_LIMIT`."""
+    raw = read_bounded(path, DOCUMENT_LIMIT, "not a document")
+    return (gunzip(raw, DOCUMENT_LIMIT) if path.suffix == ".gz" else raw).decode("utf-8", errors="ignore")
 
 
 @dataclass(frozen=True)
@@ -148,7 +154,7 @@ def read_document(source: str, path: Path, min_chars: int = 400) -> str | None:
     """The plain text of one file of ``source``, or None if it is not a document (unreadable, not ASCII, short)."""
     try:
         text = _TEXT_SOURCES[source].read(_read_gzip_or_text(path)).strip()
-    except (OSError, EOFError):  # unreadable or damaged system files (gzip's errors included) are not documents
+    except (OSError, EOFError, FileTooLargeError):  # unreadable, damaged (gzip's errors) or huge: no document
         return None
     return text if len(text) >= min_chars and text.isascii() else None
 

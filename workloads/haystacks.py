@@ -23,6 +23,7 @@ import re
 from functools import lru_cache
 from pathlib import Path
 
+from runtime.bounded_read import read_bounded
 from runtime.errors import UsageError, check_regular_file
 from runtime.gunzip import gunzip
 from runtime.json_text import parse_json
@@ -68,7 +69,8 @@ def snapshot(source: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
     path = snapshot_path(source)
     check_regular_file(path, f"haystack {source!r}'s snapshot")  # a pipe or a device: read for ever, never refused
     try:
-        lines = gunzip(path.read_bytes(), SNAPSHOT_LIMIT).decode().splitlines()
+        packed = read_bounded(path, SNAPSHOT_LIMIT, "restore it from git")  # packed is smaller than unpacked
+        lines = gunzip(packed, SNAPSHOT_LIMIT).decode().splitlines()
         out = tuple(_document(parse_json(line)) for line in lines)
     except FileNotFoundError:
         raise UsageError(f"haystack {source!r}: its snapshot {path} is missing: restore it from git (`python -m "

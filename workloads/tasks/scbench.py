@@ -13,6 +13,7 @@ import os
 from functools import partial
 from pathlib import Path
 
+from runtime.bounded_read import read_bounded
 from runtime.errors import UsageError
 
 from .. import scbench_metrics
@@ -22,6 +23,10 @@ SCBENCH_TASKS = ("kv", "prefix_suffix", "vt", "repoqa", "qa_eng", "qa_chn", "cho
                  "mf", "summary_with_needles", "repoqa_and_kv")
 MAX_NEW_TOKENS = {"kv": 150, "prefix_suffix": 150, "vt": 30, "repoqa": 1024, "qa_eng": 40, "qa_chn": 40,
                   "choice_eng": 40, "many_shot": 10, "summary": 200, "mf": 5, "passkey": 15}
+FILE_LIMIT = 2 << 30
+"""Bytes of one task's JSONL file, read whole: SCBench's hold a hundred rows of up to a few hundred thousand tokens
+(tens of MB), so 2 GiB, as much as a result store (:data:`bench.store.result_store.STORE_LIMIT`), is a wide margin
+that a 20 GB file (sparse, or the wrong one) does not pass into memory (:mod:`runtime.bounded_read`)."""
 SUBTASK_MAX_NEW = {"summary_with_needles": {"summary": 800, "passkey": 15}, "repoqa_and_kv": {"repoqa": 1024, "kv": 80}}
 INSTRUCTIONS = {
     "kv": "Extract the value corresponding to the specified key in the JSON object below.",
@@ -62,7 +67,8 @@ def _lines(path: Path) -> list[str]:
     """The lines of an SCBench JSONL file (split at newlines only: JSON text may hold U+2028 as it is); a
     :class:`~runtime.errors.UsageError` naming the first line that is not UTF-8 (JSON's encoding)."""
     lines = []
-    for number, line in enumerate(path.read_bytes().split(b"\n"), 1):
+    raw = read_bounded(path, FILE_LIMIT, f"give SCBench's own {path.name} (one row a line)")
+    for number, line in enumerate(raw.split(b"\n"), 1):
         try:  # a byte-order mark before the first line is no part of it
             lines.append(line.decode("utf-8-sig" if number == 1 else "utf-8").removesuffix("\r"))
         except UnicodeDecodeError as error:
