@@ -33,6 +33,10 @@ STORE_LIMIT = 2 << 30
 past it, no store the bench wrote, refused before memory runs out (:mod:`runtime.gunzip`,
 :mod:`runtime.bounded_read`)."""
 
+ZEROS = ("holds NUL bytes, which no run writes (a crash or a failing disk leaves zeros where a file's blocks were "
+         "never written): the file is damaged; restore it from a backup or version control, or cut it after its "
+         "last whole row")
+"""Why a line holding NUL bytes is no row, nor a last line cut short by a stopped run (probe 11)."""
 TAIL_BYTES = 256
 """How much of a file's end :func:`_snapshot` keeps: enough to hold the end of the last row written."""
 
@@ -127,6 +131,8 @@ class ResultStore:
             if row is not None:
                 self.rows.append(row)
                 self.line_numbers.append(number)
+            elif b"\0" in raw:  # not what a stopped run leaves: a rerun would resume over a damaged file
+                self.skipped.append((number, ZEROS))
             elif number == len(lines) and value is None:  # a last line cut by a kill is normal (not JSON)
                 self.cut_line = number
             else:

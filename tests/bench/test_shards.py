@@ -108,3 +108,13 @@ def test_an_empty_shard_is_a_note_and_writes_nothing(model_dir, tmp_path, capsys
     assert code == 0 and captured.err.count("error") == 0, captured.err
     assert "shard 2/3 holds no context: the run has 1 context(s)" in captured.out
     assert not (out / "summary.md").exists() and not (out / "results.jsonl").exists()
+
+
+def test_zeros_after_the_rows_are_named_damage_not_a_cut_line(shards, tmp_path, capsys):
+    """Probe 11: NUL bytes after a store's rows (what a crash leaves where blocks were never written) were called a
+    last line cut short by a stopped run, to "rerun (it resumes)"; they are named as damage, by file and line."""
+    zeroed = _copy(shards[1], tmp_path / "zeroed", lambda lines: [*lines, b"\0" * 4096])
+    code, err = main(["verify", str(zeroed)]), capsys.readouterr().err
+    line = len((shards[1] / "results.jsonl").read_bytes().splitlines()) + 1
+    assert code == 2 and f"{zeroed / 'results.jsonl'}:{line}: holds NUL bytes, which no run writes" in err, err
+    assert "cut short" not in err and "it resumes" not in err, err
