@@ -6,7 +6,7 @@ retraining): each store's methods are renamed ``<method> [<label>]``, rows of bo
         --pairs "gatesight/gate [after]-kvzip/flat [after]" "gatesight/gate [after]-gatesight/gate [before]"
 
 A store that holds several models (the committed ``docs/results``) is read as ``label=directory#model``: that
-model's rows only. Items are paired by (task, haystack, item, question); the stores must hold the same items (same
+model's rows only, or ``label=directory#model@length`` where it holds the model at several lengths. Items are paired by (task, haystack, item, question); the stores must hold the same items (same
 generator seeds, same tokenizer): every store's no-prune rows must give exactly the first store's scores and
 log-likelihoods on them, and a store whose rows are not all on those items is refused. Without ``--pairs`` it
 prints every method's accuracy, ΔNLL and answer recall.
@@ -32,8 +32,9 @@ def load(labelled: list[str]) -> list[dict]:
     for index, spec in enumerate(labelled):
         label, _, location = spec.partition("=")
         directory, _, model = location.partition("#")
+        model, _, length = model.partition("@")
         stored = [row for store in open_stores([directory]) for row in store.rows  # a store or a collection
-                  if not model or row["model"] == model]
+                  if (not model or row["model"] == model) and (not length or row["length"] == int(length))]
         if not stored:
             raise SystemExit(f"{spec}: no rows" + (f" of model {model!r}" if model else ""))
         baseline = {_question(row): (row["score"], row.get("answer_nll"))
