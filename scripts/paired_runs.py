@@ -6,10 +6,11 @@ retraining): each store's methods are renamed ``<method> [<label>]``, rows of bo
         --pairs "gatesight/gate [after]-kvzip/flat [after]" "gatesight/gate [after]-gatesight/gate [before]"
 
 A store that holds several models (the committed ``docs/results``) is read as ``label=directory#model``: that
-model's rows only, or ``label=directory#model@length`` where it holds the model at several lengths. Items are paired by (task, haystack, item, question); the stores must hold the same items (same
-generator seeds, same tokenizer): every store's no-prune rows must give exactly the first store's scores and
-log-likelihoods on them, and a store whose rows are not all on those items is refused. Without ``--pairs`` it
-prints every method's accuracy, ΔNLL and answer recall.
+model's rows only, or ``label=directory#model@length`` where it holds the model at several lengths. Items are
+paired by (task, haystack, item, question); the stores must hold the same items (same generator seeds, same
+tokenizer): every store's no-prune rows must give exactly the first store's scores and log-likelihoods on them, and
+a store whose rows are not all on those items is refused. Without ``--pairs`` it prints every method's accuracy,
+ΔNLL and answer recall.
 """
 
 from __future__ import annotations
