@@ -15,10 +15,11 @@ from allocators import Allocator, BudgetRequest, HeadShares, check_allocation, c
 from pretrained.model_info import ModelInfo, model_of
 from runtime import Child, KeepPlan, Parent
 from runtime.errors import ArgumentTypeError, ReleasedError, UsageError, describe
-from runtime.user_code import run_users
+from runtime.user_code import is_users, run_users
 
 from .base import Press, Scores, ScoringContext
 from .calibration import Calibration, head_shares_for
+from .context_guard import check_unchanged, fingerprint
 from .gatesight import GateSightPress
 from .preparation import prepare
 from .registry import PRESSES, available
@@ -175,10 +176,13 @@ class Selection:
             if getattr(self.parent, "released", False):  # its evidence went with it: say that, not what it lacks
                 raise ReleasedError("this parent was released, its cache and evidence with it: prefill the context "
                                     "again")
+            shown, users = f"press {press_label(self.press)}", is_users(type(self.press))
+            before = fingerprint(self.parent) if users else None  # what a user's press must leave as it found it
             t0 = time.perf_counter()
-            scores = run_users(self.press.score, type(self.press), f"press {press_label(self.press)}", "in score",
-                               self.parent)
+            scores = run_users(self.press.score, type(self.press), shown, "in score", self.parent)
             self.score_seconds = time.perf_counter() - t0
+            if users:
+                check_unchanged(before, fingerprint(self.parent), shown)
             check_scores(scores, self.parent, self.press, self.model)
             self._scores = scores
         return self._scores
