@@ -6,6 +6,7 @@ A :class:`Selection` scores a parent with one press once and forks children for 
 
 from __future__ import annotations
 
+import copy
 import math
 import numbers
 import time
@@ -208,14 +209,21 @@ def _fill(parent: Parent, scores: Scores, allocator: Allocator, keep_fraction: f
           layer_weights: dict[int, float] | None,
           head_shares: HeadShares | dict[int, list[float]] | None = None) -> KeepPlan:
     adapter = parent.adapter
+    read = (scores if allocator.needs_scores else None, layer_weights,
+            head_shares if allocator.needs_head_shares else None)
+    if is_users(type(allocator)):
+        # its own copies: the press's scores, the weights and the shares are computed once and read by every
+        # allocator of the run after it, whose rows one changing them in place corrupted (probe 12: ``neg_()``); the
+        # scores are [H_kv, n_body] per layer, small beside the cache, and the others smaller still
+        read = copy.deepcopy(read)
     request = BudgetRequest(
         keep_fraction=keep_fraction,  # BudgetRequest refuses a fraction outside (0, 1]
         n_body=parent.n - parent.protected,
         layers=adapter.attention_layers,
         num_kv_heads=adapter.geometry.num_kv_heads,
-        scores=scores if allocator.needs_scores else None,
-        layer_weights=layer_weights,
-        head_shares=head_shares if allocator.needs_head_shares else None,
+        scores=read[0],
+        layer_weights=read[1],
+        head_shares=read[2],
     )
     shown = f"allocator {allocator.name or type(allocator).__name__}"
     allocation = run_users(allocator.allocate, type(allocator), shown, "in allocate", request)

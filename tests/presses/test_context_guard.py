@@ -1,12 +1,14 @@
 """Probe 12: a user's press that changed the context it scored (its cache in place, its ``kv`` dict, its fields)
 corrupted every row of the run, the built-ins' and the no-prune baseline's included. Such a press is refused in one
-line naming it and what it changed, before anything is computed from the changed context."""
+line naming it and what it changed, before anything is computed from the changed context; a user's allocator reads
+its own copy of the scores."""
 
 import re
 
 import pytest
 import torch
 
+from allocators.flat import FlatAllocator
 from presses import Selection
 from presses.context_guard import check_unchanged, fingerprint
 from presses.keydiff import KeyDiffPress
@@ -70,3 +72,23 @@ def test_the_fingerprint_tells_a_swap_a_sum_misses(parent):
     _swap(parent.kv[_first_layer(parent)].keys)
     with pytest.raises(UserCodeError, match=re.escape(f"(kv[{_first_layer(parent)}].keys)")):
         check_unchanged(before, fingerprint(parent), "press swapping")
+
+
+@pytest.mark.parametrize("first", [True, False])
+def test_a_users_allocator_changing_the_scores_changes_no_other_allocators_plan(parent, first):
+    """Probe 12 row 20: a user's allocator that negated the press's scores in place gave the built-in allocators
+    after it the negated scores; it now gets its own copy, whatever the order."""
+    def allocate(self, request):
+        for scores in request.scores.values():
+            scores.neg_()
+        return FlatAllocator.allocate(self, request)
+
+    negating = type("Negating", (FlatAllocator,), {"allocate": allocate, "needs_scores": True})()
+    reference = Selection(parent, KeyDiffPress()).plan("flat", 0.5)
+    selection = Selection(parent, KeyDiffPress())
+    scores = {layer: tensor.clone() for layer, tensor in selection.scores.items()}
+    plans = [selection.plan(allocator, 0.5) for allocator in ((negating, "flat") if first else ("flat", negating))]
+    assert all(torch.equal(selection.scores[layer], scores[layer]) for layer in scores)
+    flat = plans[1] if first else plans[0]
+    assert all(torch.equal(a, b) for layer in flat.layers
+               for a, b in zip(flat.layers[layer], reference.layers[layer]))
