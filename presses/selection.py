@@ -22,9 +22,9 @@ from .base import Press, Scores, ScoringContext
 from .calibration import Calibration, head_shares_for
 from .context_guard import check_unchanged, fingerprint
 from .gatesight import GateSightPress
-from .preparation import prepare
+from .preparation import prepare, press_call
 from .registry import PRESSES, available
-from .score_check import check_scores, press_label
+from .score_check import check_scores, plain_mapping, press_label
 
 
 def keep_fraction_from(keep_fraction: float | None, compression_ratio: float | None) -> float:
@@ -112,13 +112,14 @@ def check_pair(press: Press, allocator: Allocator) -> None:
     is its estimator's)."""
     if allocator.compares_layers and not press.comparable_scale:
         comparable = [name for name, cls in PRESSES.items() if cls.comparable_scale]  # as each press declares
+        shown = run_users(getattr, type(press), f"press {press_label(press)}", "in shown_name", press, "shown_name")
         remedy = ""
         if isinstance(press, GateSightPress):  # on one scale with an estimator trained on one
             has = "none" if press.estimator is None else f"one trained on scale {press.estimator.scale!r}"
             remedy = (f", or GateSight with an estimator trained on one scale (it has {has}): `bench train --scale "
                       "one`, into the model's gatesight/ or a directory given as gatesight[estimator=DIR]")
         raise UsageError(
-            f"the {allocator.name!r} allocator ranks scores across layers, but {press.shown_name} scores each layer "
+            f"the {allocator.name!r} allocator ranks scores across layers, but {shown} scores each layer "
             "on a scale of its own (a top-B over layers would keep whichever layer's scale runs highest); use it "
             f"with a press whose scores share one scale: {', '.join(comparable)}{remedy}"
         )
@@ -127,7 +128,7 @@ def check_pair(press: Press, allocator: Allocator) -> None:
 def check_evidence(parent: Parent, press: Press) -> None:
     """``ValueError`` naming what ``press`` reads that ``parent`` was prefilled without (or that it was released)."""
     parent.kv  # noqa: B018 - a released parent says so, rather than that its evidence is missing
-    adapter, wanted, recorded = parent.adapter, press.evidence(parent.adapter), parent.evidence
+    adapter, wanted, recorded = parent.adapter, press_call(press, "evidence", parent.adapter), parent.evidence
     missing = []
     if wanted.window and not all(layer in recorded.window_hidden for layer in adapter.attention_layers):
         missing.append(f"the attention layers' inputs of the last {min(wanted.window, parent.n)} context tokens")
@@ -180,7 +181,10 @@ class Selection:
             shown, users = f"press {press_label(self.press)}", is_users(type(self.press))
             before = fingerprint(self.parent) if users else None  # what a user's press must leave as it found it
             t0 = time.perf_counter()
-            scores = run_users(self.press.score, type(self.press), shown, "in score", self.parent)
+            # read once into a plain dict inside the user's call: a dict of its own may give other values (or raise)
+            # each time it is read, after the check (probe 12)
+            scores = run_users(lambda: plain_mapping(self.press.score(self.parent)), type(self.press), shown,
+                               "in score")
             self.score_seconds = time.perf_counter() - t0
             if users:
                 check_unchanged(before, fingerprint(self.parent), shown)

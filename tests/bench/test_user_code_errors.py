@@ -118,6 +118,8 @@ def _compare(model_dir, out, *flags):
     ("snapkv/araise", "allocator araise raised KeyError in allocate: 'no such head' ({file}:34)"),
     ("pox/flat", "press pox called os._exit(0) in score; a press or allocator the bench runs returns its result and "
                  "never ends the process"),
+    ("pevid/flat", "press pevid raised ZeroDivisionError in evidence: division by zero ({file}:59)"),
+    ("pcheck/flat", "press pcheck raised KeyError in check: 'x' ({file}:61)"),
     ("pbase/flat", "press pbase raised Boom in score: of its own ({file}:63)"),
     ("pgexit/flat", "press pgexit raised GeneratorExit in score: closed ({file}:64)"),
     ("pclear/flat", "press pclear changed the context it scores (kv): a press reads the context and returns scores"),
@@ -129,6 +131,19 @@ def test_a_users_code_raising_is_one_line_naming_it(model_dir, tmp_path, users_m
     assert code == 2 and "Traceback" not in err, err
     assert err.startswith(f"bench compare: error: {said.format(file=users_module)}"), err
     assert "run the same command again" in err, err
+
+
+@pytest.mark.parametrize("method, said", [
+    ("pbind/flat", "press pbind raised IndexError in bind: list index out of range ({file}:60)"),
+    ("pcode/flat", "press pcode raised ZeroDivisionError in code_objects: division by zero ({file}:62)"),
+    ("snapkv/achk", "allocator achk raised ZeroDivisionError in check_layers: division by zero ({file}:67)"),
+])
+def test_a_users_code_raising_before_the_run_is_one_line_naming_it(model_dir, tmp_path, users_module, capsys,
+                                                                    method, said):
+    """Probe 12: ``bind``, ``code_objects`` and ``check_layers`` run as the run is planned, before any model loads."""
+    code, err = run_cli(capsys, *_compare(model_dir, tmp_path / "out", "--methods", method, "--n", 1))
+    assert code == 2 and "Traceback" not in err, err
+    assert err.startswith(f"bench compare: error: {said.format(file=users_module)}; "), err
 
 
 def test_debug_shows_the_users_traceback_from_a_worker(model_dir, tmp_path, users_module, capsys):

@@ -92,3 +92,17 @@ def test_a_users_allocator_changing_the_scores_changes_no_other_allocators_plan(
     flat = plans[1] if first else plans[0]
     assert all(torch.equal(a, b) for layer in flat.layers
                for a, b in zip(flat.layers[layer], reference.layers[layer]))
+
+
+def test_a_users_scores_are_read_once_into_a_plain_dict(parent):
+    """Probe 12 (``ptrap``): scores in a dict of the user's whose ``__getitem__`` raised ended in a traceback from the
+    bench's check; they are read once, into a plain dict, as the press returned them."""
+    class Trap(dict):
+        def __getitem__(self, layer):
+            raise RuntimeError("read again")
+
+    press = type("Trapping", (KeyDiffPress,), {"score": lambda self, context: Trap(KeyDiffPress.score(self,
+                                                                                                      context))})()
+    scores = Selection(parent, press).scores
+    builtin = Selection(parent, KeyDiffPress()).scores
+    assert type(scores) is dict and all(torch.equal(scores[k], builtin[k]) for k in builtin)
