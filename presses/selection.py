@@ -230,8 +230,10 @@ def _fill(parent: Parent, scores: Scores, allocator: Allocator, keep_fraction: f
         head_shares=read[2],
     )
     shown = f"allocator {allocator.name or type(allocator).__name__}"
-    allocation = run_users(allocator.allocate, type(allocator), shown, "in allocate", request)
-    check_allocation(allocation, request, allocator)
+    # checked inside the user's call, which reads the allocation once into the plain counts planned from (a dict or
+    # list of its own may give other values each time it is read, or raise: probe 12)
+    allocation = run_users(lambda: check_allocation(allocator.allocate(request), request, allocator),
+                           type(allocator), shown, "in allocate")
     return KeepPlan.from_scores(scores, allocation, parent.protected)
 
 
