@@ -112,11 +112,15 @@ def _integer(count) -> bool:
     return isinstance(count, numbers.Integral) and not isinstance(count, bool)
 
 
-def check_allocation(allocation, request: BudgetRequest, allocator: Allocator) -> None:
-    """A :class:`~runtime.errors.UsageError` naming ``allocator`` and the first bad value unless ``allocation`` is
-    ``{layer: [count per KV head]}`` over exactly ``request.layers``, each ``num_kv_heads`` integers in
-    ``[0, n_body]``, summing to ``request.total``: a user's allocator is code the bench runs, and a malformed
-    allocation ended in a ``KeyError`` or ``IndexError`` deep in the plan, or ran with counts as strings (probe 11)."""
+def check_allocation(allocation, request: BudgetRequest, allocator: Allocator) -> dict[int, list[int]]:
+    """``allocation`` as plain counts ``{layer: [count per KV head]}`` in ``request.layers``' order, each value read
+    once; a :class:`~runtime.errors.UsageError` naming ``allocator`` and the first bad value unless it is that over
+    exactly ``request.layers``, each ``num_kv_heads`` integers in ``[0, n_body]``, summing to ``request.total``.
+
+    A user's allocator is code the bench runs: a malformed allocation ended in a ``KeyError`` or ``IndexError`` deep
+    in the plan, or ran with counts as strings (probe 11), and a dict of its own that gave other counts each time
+    they were read passed this check and was planned from with the later ones (probe 12); the plan reads only the
+    copy returned."""
     layers, heads = list(request.layers), request.num_kv_heads
     wanted = (f"an allocator returns {{attention layer: [count per KV head]}} over the layers {layers}, each "
               f"{heads} integers in [0, {request.n_body}], summing to {request.total}")
@@ -126,19 +130,23 @@ def check_allocation(allocation, request: BudgetRequest, allocator: Allocator) -
 
     if not isinstance(allocation, dict):
         refuse(f"a {type(allocation).__name__}, not a dict")
-    for key in allocation:
+    given = dict(allocation.items())
+    for key in given:
         if not _integer(key) or isinstance(key, torch.Tensor) or key not in layers:
             refuse(f"the key {key!r} ({type(key).__name__}), not an attention layer")
+    plain = {}
     for layer in layers:
-        if layer not in allocation:
+        if layer not in given:
             refuse(f"no counts for attention layer {layer}")
-        counts = allocation[layer]
-        if not isinstance(counts, (list, tuple, torch.Tensor)) or len(counts) != heads:
-            shown = f"{len(counts)} counts" if isinstance(counts, (list, tuple, torch.Tensor)) else repr(counts)
-            refuse(f"{shown} for layer {layer}")
-        for count in counts:
+        counts = given[layer]
+        read = list(counts) if isinstance(counts, (list, tuple, torch.Tensor)) else None
+        if read is None or len(read) != heads:
+            refuse(f"{repr(counts) if read is None else f'{len(read)} counts'} for layer {layer}")
+        for count in read:
             if not _integer(count) or not 0 <= int(count) <= request.n_body:
                 refuse(f"the count {count!r} ({type(count).__name__}) for layer {layer}")
-    total = sum(int(count) for layer in layers for count in allocation[layer])
+        plain[layer] = [int(count) for count in read]
+    total = sum(sum(counts) for counts in plain.values())
     if total != request.total:
         refuse(f"counts summing to {total}")
+    return plain

@@ -26,6 +26,7 @@ from .base import Press
 from .kvpress_adapter import KvpressScorer
 from .kvpress_names import NAMES, kvpress_object
 from .kvpress_wrappers import is_kvpress_press, translate
+from .preparation import press_call
 from .registry import KVPRESS_PREFIX, check_library_name, get
 from .selection import Selection, check_layer_weights, check_layer_weights_read, keep_fraction_from
 
@@ -179,8 +180,8 @@ class CompressedContextPipeline:
         check_layer_weights_read(layer_weights, compression.allocator)
         press = compression.press
         if press is not None:
-            press.check_context(len(context_ids))
-        evidence = press.evidence(adapter_for(self.model)) if press is not None else None
+            press_call(press, "check_context", len(context_ids))
+        evidence = press_call(press, "evidence", adapter_for(self.model)) if press is not None else None
         parent = prefill(self.model, context_ids, protected=protected, tokenizer=self.tokenizer,
                          **({"evidence": evidence} if evidence is not None else {}))
         child = parent

@@ -14,9 +14,23 @@ from pretrained.model_info import ModelInfo, model_of, read
 from runtime import EvidenceRequest
 from runtime.adapters import ModelAdapter
 from runtime.errors import UsageError
+from runtime.user_code import UserCodeError, run_users
 
 from .base import Press
 from .registry import get
+from .score_check import press_label
+
+REFUSALS = (ValueError, FileNotFoundError)
+"""What :meth:`Press.bind` and :meth:`Press.check` raise where a press cannot run on a model (its artifacts missing,
+damaged or another model's): said as such, a user's press's too, not as its code failing."""
+
+
+def press_call(press: Press, method: str, /, *arguments, passing: tuple[type[Exception], ...] = ()):
+    """``press.method(*arguments)`` (``method`` one of :class:`Press`'s own: ``bind``, ``check``, ``evidence`` …),
+    whose failure in a user's press is one line naming it (:func:`runtime.user_code.run_users`); ``passing``: what
+    the method raises by its contract, passed on."""
+    return run_users(lambda: getattr(press, method)(*arguments), type(press), f"press {press_label(press)}",
+                     f"in {method}", passing=passing)
 
 
 def prepare(press: Press | str, adapter: ModelAdapter, model: ModelInfo | str | os.PathLike | None = None,
@@ -47,9 +61,11 @@ def prepare(press: Press | str, adapter: ModelAdapter, model: ModelInfo | str | 
         raise UsageError(f"options {sorted(options)} are for a press built by name; {press.name!r} is built already")
     model = model_of(adapter) if model is None else read(model)
     try:
-        press.bind(model)
-        press.check(adapter)
-    except (ValueError, FileNotFoundError) as error:
+        press_call(press, "bind", model, passing=REFUSALS)
+        press_call(press, "check", adapter, passing=REFUSALS)
+    except UserCodeError:  # a UsageError, and so a ValueError too: said as it is
+        raise
+    except REFUSALS as error:
         raise UsageError(f"press {shown!r} cannot run on {None if model is None else model.directory}: {error}") \
             from None
     return press
@@ -59,5 +75,5 @@ def evidence_for(presses: Iterable[Press], adapter: ModelAdapter) -> EvidenceReq
     """The one prefill request that records what every press in ``presses`` reads."""
     request = EvidenceRequest()
     for press in presses:
-        request = request | press.evidence(adapter)
+        request = request | press_call(press, "evidence", adapter)
     return request

@@ -23,6 +23,12 @@ def press_label(press: Press) -> str:
     return type(press).__name__ if press.name == "kvpress" else press.name
 
 
+def plain_mapping(scores):
+    """``scores`` as a plain dict, each entry read once (a press's own dict subclass may give other values each time
+    one is read); anything else as it is, for :func:`check_scores` to refuse."""
+    return dict(scores.items()) if isinstance(scores, dict) else scores
+
+
 def check_scores(scores: Scores, context: ScoringContext, press: Press | None = None,
                  model: ModelInfo | None = None) -> None:
     """Refuse ``scores`` of ``context``'s attention layers that are not a finite real tensor ``[H_kv, n_body]`` on

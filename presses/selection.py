@@ -6,6 +6,7 @@ A :class:`Selection` scores a parent with one press once and forks children for 
 
 from __future__ import annotations
 
+import copy
 import math
 import numbers
 import time
@@ -15,14 +16,15 @@ from allocators import Allocator, BudgetRequest, HeadShares, check_allocation, c
 from pretrained.model_info import ModelInfo, model_of
 from runtime import Child, KeepPlan, Parent
 from runtime.errors import ArgumentTypeError, ReleasedError, UsageError, describe
-from runtime.user_code import run_users
+from runtime.user_code import is_users, run_users
 
 from .base import Press, Scores, ScoringContext
 from .calibration import Calibration, head_shares_for
+from .context_guard import check_unchanged, fingerprint
 from .gatesight import GateSightPress
-from .preparation import prepare
+from .preparation import prepare, press_call
 from .registry import PRESSES, available
-from .score_check import check_scores, press_label
+from .score_check import check_scores, plain_mapping, press_label
 
 
 def keep_fraction_from(keep_fraction: float | None, compression_ratio: float | None) -> float:
@@ -110,13 +112,14 @@ def check_pair(press: Press, allocator: Allocator) -> None:
     is its estimator's)."""
     if allocator.compares_layers and not press.comparable_scale:
         comparable = [name for name, cls in PRESSES.items() if cls.comparable_scale]  # as each press declares
+        shown = run_users(getattr, type(press), f"press {press_label(press)}", "in shown_name", press, "shown_name")
         remedy = ""
         if isinstance(press, GateSightPress):  # on one scale with an estimator trained on one
             has = "none" if press.estimator is None else f"one trained on scale {press.estimator.scale!r}"
             remedy = (f", or GateSight with an estimator trained on one scale (it has {has}): `bench train --scale "
                       "one`, into the model's gatesight/ or a directory given as gatesight[estimator=DIR]")
         raise UsageError(
-            f"the {allocator.name!r} allocator ranks scores across layers, but {press.shown_name} scores each layer "
+            f"the {allocator.name!r} allocator ranks scores across layers, but {shown} scores each layer "
             "on a scale of its own (a top-B over layers would keep whichever layer's scale runs highest); use it "
             f"with a press whose scores share one scale: {', '.join(comparable)}{remedy}"
         )
@@ -125,7 +128,7 @@ def check_pair(press: Press, allocator: Allocator) -> None:
 def check_evidence(parent: Parent, press: Press) -> None:
     """``ValueError`` naming what ``press`` reads that ``parent`` was prefilled without (or that it was released)."""
     parent.kv  # noqa: B018 - a released parent says so, rather than that its evidence is missing
-    adapter, wanted, recorded = parent.adapter, press.evidence(parent.adapter), parent.evidence
+    adapter, wanted, recorded = parent.adapter, press_call(press, "evidence", parent.adapter), parent.evidence
     missing = []
     if wanted.window and not all(layer in recorded.window_hidden for layer in adapter.attention_layers):
         missing.append(f"the attention layers' inputs of the last {min(wanted.window, parent.n)} context tokens")
@@ -175,10 +178,16 @@ class Selection:
             if getattr(self.parent, "released", False):  # its evidence went with it: say that, not what it lacks
                 raise ReleasedError("this parent was released, its cache and evidence with it: prefill the context "
                                     "again")
+            shown, users = f"press {press_label(self.press)}", is_users(type(self.press))
+            before = fingerprint(self.parent) if users else None  # what a user's press must leave as it found it
             t0 = time.perf_counter()
-            scores = run_users(self.press.score, type(self.press), f"press {press_label(self.press)}", "in score",
-                               self.parent)
+            # read once into a plain dict inside the user's call: a dict of its own may give other values (or raise)
+            # each time it is read, after the check (probe 12)
+            scores = run_users(lambda: plain_mapping(self.press.score(self.parent)), type(self.press), shown,
+                               "in score")
             self.score_seconds = time.perf_counter() - t0
+            if users:
+                check_unchanged(before, fingerprint(self.parent), shown)
             check_scores(scores, self.parent, self.press, self.model)
             self._scores = scores
         return self._scores
@@ -204,18 +213,27 @@ def _fill(parent: Parent, scores: Scores, allocator: Allocator, keep_fraction: f
           layer_weights: dict[int, float] | None,
           head_shares: HeadShares | dict[int, list[float]] | None = None) -> KeepPlan:
     adapter = parent.adapter
+    read = (scores if allocator.needs_scores else None, layer_weights,
+            head_shares if allocator.needs_head_shares else None)
+    if is_users(type(allocator)):
+        # its own copies: the press's scores, the weights and the shares are computed once and read by every
+        # allocator of the run after it, whose rows one changing them in place corrupted (probe 12: ``neg_()``); the
+        # scores are [H_kv, n_body] per layer, small beside the cache, and the others smaller still
+        read = copy.deepcopy(read)
     request = BudgetRequest(
         keep_fraction=keep_fraction,  # BudgetRequest refuses a fraction outside (0, 1]
         n_body=parent.n - parent.protected,
         layers=adapter.attention_layers,
         num_kv_heads=adapter.geometry.num_kv_heads,
-        scores=scores if allocator.needs_scores else None,
-        layer_weights=layer_weights,
-        head_shares=head_shares if allocator.needs_head_shares else None,
+        scores=read[0],
+        layer_weights=read[1],
+        head_shares=read[2],
     )
     shown = f"allocator {allocator.name or type(allocator).__name__}"
-    allocation = run_users(allocator.allocate, type(allocator), shown, "in allocate", request)
-    check_allocation(allocation, request, allocator)
+    # checked inside the user's call, which reads the allocation once into the plain counts planned from (a dict or
+    # list of its own may give other values each time it is read, or raise: probe 12)
+    allocation = run_users(lambda: check_allocation(allocator.allocate(request), request, allocator),
+                           type(allocator), shown, "in allocate")
     return KeepPlan.from_scores(scores, allocation, parent.protected)
 
 

@@ -7,6 +7,7 @@ The numbers every option and every count take (:func:`whole`, :func:`real`) are 
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 import numbers
@@ -188,7 +189,7 @@ def build_with_options(cls, name: str, options: dict, kind: str):
         inspect.signature(cls).bind(**typed)
     except TypeError as error:  # a required field without a default, e.g. a wrapper's inner press
         raise UsageError(f"{name} cannot be built from these options: {error}") from None
-    return run_users(cls, cls, f"{kind} {name}", "as it was built", **typed)
+    return run_users(functools.partial(cls, **typed), cls, f"{kind} {name}", "as it was built")
 
 
 METHOD_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.-]*")

@@ -22,6 +22,7 @@ import threading
 from typing import Callable, TypeVar
 
 from .errors import UsageError
+from .user_code import ProcessExit, process_exit_refused
 
 T = TypeVar("T")
 LIMITS = {"RLIMIT_FSIZE": "the file size limit", "RLIMIT_NOFILE": "the open files limit",
@@ -36,18 +37,6 @@ them (:mod:`bench.entry`), as Python's own shutdown would wait for ever."""
 EXIT_HANDLERS: list[str] = []
 """The user's imports (as messages name them) that registered ``atexit`` handlers: they run after the command, where
 the console script otherwise ignores Ctrl-C and SIGTERM (:mod:`bench.entry`)."""
-
-
-class _ProcessExit(BaseException):
-    """``os._exit`` called while a user's module is imported (it would end the process where it stands)."""
-
-    def __init__(self, status):
-        super().__init__(status)
-        self.status = status
-
-
-def _exit_refused(status):
-    raise _ProcessExit(status)
 
 
 class _StreamStandIn:
@@ -127,11 +116,10 @@ def import_guarded(load: Callable[[], T], shown: str) -> T:
     stand_ins = {name: _StreamStandIn(stream) for name, stream in streams.items()}
     for name, stand_in in stand_ins.items():
         setattr(sys, name, stand_in)
-    real_exit = os._exit
-    os._exit = _exit_refused
     try:
-        loaded = load()
-    except _ProcessExit as called:
+        with process_exit_refused():
+            loaded = load()
+    except ProcessExit as called:
         raise UsageError(f"{shown}: importing it called os._exit({called.status!r}); {WHAT_IT_IS_FOR}") from None
     except SystemExit as called:
         raise UsageError(f"{shown}: importing it called sys.exit({called.code!r}); {WHAT_IT_IS_FOR}") from None
@@ -141,7 +129,6 @@ def import_guarded(load: Callable[[], T], shown: str) -> T:
         raise UsageError(f"{shown}: importing it raised {type(raised).__name__}: {' '.join(str(raised).split())}; "
                          f"{WHAT_IT_IS_FOR}") from None
     finally:
-        os._exit = real_exit
         changed = _put_back(streams, stand_ins) + [f"file descriptor {fd} ({STREAMS[fd]})"
                                                    for fd in _descriptors_put_back(descriptors)]
         replaced, blocked = _modules_put_back(modules)

@@ -19,12 +19,14 @@ from pathlib import Path
 import allocators
 import presses
 from artifacts.outputs import RESULT_STORE, Output, check
+from presses.preparation import REFUSALS, press_call
 from presses.selection import check_pair
 from pretrained import loading
 from pretrained.cache_guard import check_outside_the_cache
 from pretrained.model_info import ModelInfo, read
 from pretrained.model_spec import ModelSpec
 from runtime.errors import UsageError, describe
+from runtime.user_code import UserCodeError, run_users
 from workloads.tasks import registry as tasks
 from workloads.tasks.scbench import load_rows
 
@@ -224,8 +226,11 @@ def plan(settings: CompareSettings | RunPlan) -> RunPlan:
     for method in methods:
         check_pair(press_built[method.press], built[method.allocator])
     if model.attention_layers is not None:
-        for allocator in built.values():
-            allocator.check_layers(len(model.attention_layers))
+        for spec, allocator in built.items():  # a ValueError is its refusal, said as a bad option
+            run_users(allocator.check_layers, type(allocator), f"allocator {spec.name}", "in check_layers",
+                      len(model.attention_layers), passing=(ValueError,))
+    for press in press_built.values():  # a user's failing there is one line here, before method_codes reads them
+        press_call(press, "code_objects")
     tasks.check(settings.tasks, settings.profile, settings.haystack, settings.scbench_data)
     # numpy's numbers as Python's: rows are written as JSON
     keep_fractions = tuple(allocators.check_keep_fraction(fraction, "keep fraction") for fraction in
@@ -298,8 +303,10 @@ def _bind(press: presses.Press, model: ModelInfo) -> None:
     Its artifacts are small files; the weight files are hashed (an estimator records the weights it was trained on,
     :attr:`~pretrained.model_info.ModelInfo.weights`, kept for the run), not loaded."""
     try:
-        press.bind(model)
-    except (ValueError, FileNotFoundError) as error:
+        press_call(press, "bind", model, passing=REFUSALS)
+    except UserCodeError:  # a UsageError, and so a ValueError too: said as it is
+        raise
+    except REFUSALS as error:
         raise UsageError(f"press {press.name!r} cannot run on {model.directory}: {error}") from None
 
 

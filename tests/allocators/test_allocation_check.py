@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import presses
+from allocators import check_allocation
 from allocators.flat import FlatAllocator
 from presses.keydiff import KeyDiffPress
 from runtime import prefill
@@ -91,3 +92,42 @@ def test_an_allocator_that_calls_sys_exit_is_named(parent):
                                                    "allocator the bench runs returns its result and never ends the "
                                                    "process") + "$"):
         presses.compress(parent, KeyDiffPress(), _allocator(lambda counts, request: sys.exit(0)), keep_fraction=0.5)
+
+
+class _Flipping(dict):
+    """Counts that are right the first ``right`` times one is read, then a million each."""
+
+    def __init__(self, counts, right):
+        super().__init__(counts)
+        self.reads, self.right = 0, right
+
+    def __getitem__(self, layer):
+        self.reads += 1
+        return dict.__getitem__(self, layer) if self.reads <= self.right else [10**6] * len(dict.__getitem__(self,
+                                                                                                             layer))
+
+
+@pytest.mark.parametrize("right", [0, 3, 6])
+def test_an_allocation_is_read_once_and_planned_from_as_checked(parent, right):
+    """Probe 12 (``aflip``): a dict of the user's that gave other counts each time they were read passed the check and
+    was planned from with the later ones, which broke the budget after the rows were written. The allocation is read
+    once into plain counts, which the check returns and the plan reads."""
+    selection = presses.Selection(parent, KeyDiffPress())
+    flipping = _allocator(lambda counts, request: _Flipping(counts, right))
+    assert selection.plan(flipping, 0.5).counts() == selection.plan(FlatAllocator(), 0.5).counts()
+
+
+def test_the_checked_allocation_is_plain_counts(parent):
+    counts = {}
+    request_of = {}
+
+    def recorded(given, request):
+        request_of["request"] = request
+        counts.update(given)
+        return {layer: torch.tensor(c) for layer, c in given.items()}
+
+    presses.compress(parent, KeyDiffPress(), _allocator(recorded), keep_fraction=0.5)
+    plain = check_allocation({np.int64(k): torch.tensor(v) for k, v in counts.items()}, request_of["request"],
+                             FlatAllocator())
+    assert type(plain) is dict and plain == counts
+    assert all(type(layer) is int and type(c) is int for layer, heads in plain.items() for c in heads)

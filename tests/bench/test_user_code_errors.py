@@ -20,10 +20,12 @@ from runtime import prefill
 from runtime.user_code import PROJECT_PACKAGES, UserCodeError
 from tests.helpers import run_cli
 
-RAISING = '''from dataclasses import dataclass
+RAISING = '''import os
+from dataclasses import dataclass
 
 import allocators
 import presses
+from allocators.flat import FlatAllocator
 from presses.snapkv import SnapKVPress
 
 
@@ -52,8 +54,43 @@ class RaisingAllocator(allocators.Allocator):
 
     def allocate(self, request):
         raise KeyError("no such head")
+
+
+class Boom(BaseException):
+    pass
+
+
+class Flip(dict):
+    """Counts that pass the check when first read, then others."""
+    reads = 0
+
+    def __getitem__(self, key):
+        Flip.reads += 1
+        return dict.__getitem__(self, key) if Flip.reads <= 3 else [10**6] * 2
+
+
+def _press(name, **methods):
+    presses.register(dataclass(type(name, (SnapKVPress,), {"name": name, "__module__": __name__, **methods})))
+
+
+def _allocator(name, **methods):
+    allocators.register(dataclass(type(name, (FlatAllocator,), {"name": name, "__module__": __name__, **methods})))
+
+
+_press("pox", score=lambda self, context: os._exit(0))
+_press("pevid", evidence=lambda self, adapter: 1 / 0)
+_press("pbind", bind=lambda self, model: [][0])
+_press("pcheck", check=lambda self, adapter: {}["x"])
+_press("pcode", code_objects=lambda self: 1 / 0)
+_press("pbase", score=lambda self, context: (_ for _ in ()).throw(Boom("of its own")))
+_press("pgexit", score=lambda self, context: (_ for _ in ()).throw(GeneratorExit("closed")))
+_press("pclear", score=lambda self, context: context.kv.clear())
+_allocator("abase", allocate=lambda self, request: (_ for _ in ()).throw(Boom("of its own")))
+_allocator("achk", check_layers=lambda self, count: 1 / 0)
+_allocator("aflip", allocate=lambda self, request: Flip(FlatAllocator.allocate(self, request)))
 '''
-"""A user's module: ``praise`` raises on line 14, ``ppost`` on line 23, ``araise`` on line 32."""
+"""A user's module: ``praise`` raises on line 14, ``ppost`` on line 23, ``araise`` on line 32, each press or
+allocator made by ``_press`` or ``_allocator`` on its own line after 56."""
 
 
 @pytest.fixture
@@ -76,16 +113,37 @@ def _compare(model_dir, out, *flags):
 
 @pytest.mark.parametrize("jobs", [1, 2])
 @pytest.mark.parametrize("method, said", [
-    ("praise/flat", "press praise raised RuntimeError in score: boom in user score ({file}:14)"),
-    ("ppost/flat", "press ppost raised ValueError as it was built: window too odd ({file}:23)"),
-    ("snapkv/araise", "allocator araise raised KeyError in allocate: 'no such head' ({file}:32)"),
+    ("praise/flat", "press praise raised RuntimeError in score: boom in user score ({file}:16)"),
+    ("ppost/flat", "press ppost raised ValueError as it was built: window too odd ({file}:25)"),
+    ("snapkv/araise", "allocator araise raised KeyError in allocate: 'no such head' ({file}:34)"),
+    ("pox/flat", "press pox called os._exit(0) in score; a press or allocator the bench runs returns its result and "
+                 "never ends the process"),
+    ("pevid/flat", "press pevid raised ZeroDivisionError in evidence: division by zero ({file}:59)"),
+    ("pcheck/flat", "press pcheck raised KeyError in check: 'x' ({file}:61)"),
+    ("pbase/flat", "press pbase raised Boom in score: of its own ({file}:63)"),
+    ("pgexit/flat", "press pgexit raised GeneratorExit in score: closed ({file}:64)"),
+    ("pclear/flat", "press pclear changed the context it scores (kv): a press reads the context and returns scores"),
+    ("snapkv/abase", "allocator abase raised Boom in allocate: of its own ({file}:66)"),
 ])
 def test_a_users_code_raising_is_one_line_naming_it(model_dir, tmp_path, users_module, capsys, jobs, method, said):
     code, err = run_cli(capsys, *_compare(model_dir, tmp_path / "out", "--methods", method, "--n", jobs, "--jobs",
                                           jobs))
     assert code == 2 and "Traceback" not in err, err
-    assert err.startswith(f"bench compare: error: {said.format(file=users_module)}; "), err
+    assert err.startswith(f"bench compare: error: {said.format(file=users_module)}"), err
     assert "run the same command again" in err, err
+
+
+@pytest.mark.parametrize("method, said", [
+    ("pbind/flat", "press pbind raised IndexError in bind: list index out of range ({file}:60)"),
+    ("pcode/flat", "press pcode raised ZeroDivisionError in code_objects: division by zero ({file}:62)"),
+    ("snapkv/achk", "allocator achk raised ZeroDivisionError in check_layers: division by zero ({file}:67)"),
+])
+def test_a_users_code_raising_before_the_run_is_one_line_naming_it(model_dir, tmp_path, users_module, capsys,
+                                                                    method, said):
+    """Probe 12: ``bind``, ``code_objects`` and ``check_layers`` run as the run is planned, before any model loads."""
+    code, err = run_cli(capsys, *_compare(model_dir, tmp_path / "out", "--methods", method, "--n", 1))
+    assert code == 2 and "Traceback" not in err, err
+    assert err.startswith(f"bench compare: error: {said.format(file=users_module)}; "), err
 
 
 def test_debug_shows_the_users_traceback_from_a_worker(model_dir, tmp_path, users_module, capsys):
@@ -94,7 +152,7 @@ def test_debug_shows_the_users_traceback_from_a_worker(model_dir, tmp_path, user
                                        "--debug"))))
     err = capsys.readouterr().err
     assert code == 2 and "Traceback" in err, err
-    assert f'File "{users_module}", line 14, in score' in err, err
+    assert f'File "{users_module}", line 16, in score' in err, err
     assert err.splitlines()[-1].startswith("bench compare: error: press praise raised RuntimeError in score"), err
 
 
