@@ -44,6 +44,12 @@ def _baseline_of(rows, row) -> dict:
     ({"kl": -0.001}, "kl=-0.001 (expected " + NLL_RANGE),
     ({"answer_nll": 1e308, "delta_nll": 1e308}, "answer_nll=1e+308 (expected " + NLL_RANGE),
     ({"answer_nll": float("nan")}, "answer_nll=nan (expected " + NLL_RANGE),
+    # probe 12: an integer past float's range raised OverflowError in the range check
+    ({"answer_nll": 10 ** 400}, f"answer_nll={reprlib.repr(10 ** 400)} (expected " + NLL_RANGE),
+    ({"kl": -10 ** 400}, f"kl={reprlib.repr(-10 ** 400)} (expected " + NLL_RANGE),
+    ({"keep_fraction": 10 ** 400}, f"keep_fraction={reprlib.repr(10 ** 400)} (expected a number in (0, 1])"),
+    ({"prefill_seconds": 10 ** 400}, f"prefill_seconds={reprlib.repr(10 ** 400)} (expected a finite number of "
+                                     "seconds in [0, 1e+09])"),
     ({"kl": float("inf")}, "kl=inf (expected " + NLL_RANGE),
     ({"kl": 1e300}, "kl=1e+300 (expected " + NLL_RANGE),
     ({"delta_nll": -float("inf")}, "delta_nll=-inf (expected a finite number in [-1e+06, 1e+06] nats: a "
