@@ -12,15 +12,11 @@ from runtime.json_text import parse_json
 
 from .catalog import CHECKPOINTS, DELTA_ARTIFACTS, MIXERS_FILE, DistilledCheckpoint, PackagedCheckpoint
 from .file_reads import sha256_of
-from .file_record import model_files, read_record, restore_hint
+from .file_record import ARTIFACT_RECORD, SOURCE_FILE, model_files, read_record, restore_hint
 from .fingerprints import weights_fingerprint
 
 CACHE_ENV = "HYBRIDPRESS_CACHE"
 """The cache's root, if set (default: ``~/.cache/hybridpress``); converted models live in its ``models/``."""
-
-SOURCE_FILE = "source.json"
-"""Written last into a converted directory: which file it was made from, and the size and SHA-256 of every file the
-conversion wrote (``files``: :func:`file_records`); a directory without it is incomplete."""
 
 
 def cache_dir(root: str | Path | None = None) -> Path:
@@ -159,7 +155,30 @@ def _source_damage(directory: Path, source: dict, hashes: bool) -> str | None:
     unrecorded = next((name for name in names if name not in files), None)
     if unrecorded is not None:
         return f"its {SOURCE_FILE} does not record {unrecorded}, a file that makes the model"
-    return damage(directory, files, hashes)
+    artifacts, by = _artifact_records(source)
+    if artifacts is None:
+        return f"its {SOURCE_FILE} holds {ARTIFACT_RECORD} in no such form ({{name: {{\"size\", \"sha256\"}}}})"
+    return damage(directory, files, hashes) or damage(directory, artifacts, hashes, by=by)
+
+
+def _artifact_records(source: dict) -> tuple[dict | None, str]:
+    """The records a conversion's artifacts are checked against, and what recorded them: its own
+    (:data:`~pretrained.file_record.ARTIFACT_RECORD`, written when a bench command replaced one), else for a rebuilt
+    hybrid its delta's record of the artifacts every rebuild copies (probe 12: a negated estimator tensor ran under
+    the catalogued name, though the delta records its hash), else none. None where the record is no such mapping."""
+    artifacts = source.get(ARTIFACT_RECORD)
+    if artifacts is not None:
+        well_formed = isinstance(artifacts, dict) and all(
+            isinstance(r, dict) and type(r.get("size")) is int and isinstance(r.get("sha256"), str)
+            for r in artifacts.values())
+        return (artifacts if well_formed else None), "its last bench command"
+    name = source.get("name")
+    checkpoint = CHECKPOINTS.get(name) if isinstance(name, str) else None
+    if not isinstance(checkpoint, DistilledCheckpoint):
+        return {}, ""
+    shipped = read_record(checkpoint.delta_dir) or {}
+    return ({name: record for name, record in shipped.items() if name.split("/")[0] in DELTA_ARTIFACTS},
+            f"the files.json of {checkpoint.delta_dir}")
 
 
 def installed(checkpoint: PackagedCheckpoint | DistilledCheckpoint, root: Path | None = None) -> Path | None:
