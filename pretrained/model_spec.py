@@ -88,19 +88,23 @@ def spec_of(model) -> ModelSpec:
     return model if isinstance(model, ModelSpec) else ModelSpec(None if model is None else str(model))
 
 
-def _check_named_as_recorded(directory: Path) -> None:
+def _check_named_as_recorded(directory: Path, by_env: bool = False) -> None:
     """``UsageError`` where ``directory`` (absolute, as :func:`resolve` makes it) bears a catalogued model's name or
     the default model's — the name its rows would carry — but records none of its files (no ``source.json``, no
-    ``files.json``): rows of any weights would pass for that model's."""
+    ``files.json``): rows of any weights would pass for that model's. ``by_env``: the directory is the default model,
+    named by :data:`MODEL_ENV` rather than ``--model`` — held to the same rule (probe 12: a damaged copy without its
+    record ran as the default model through the variable, and was refused through ``--model``)."""
     # the rows' own name (ModelInfo.name), not the resolved folder's: a link named like a catalogued model to a
     # folder of another name would otherwise run under the catalogue's name (probe 8, item 5)
     name = directory.name
     if name not in pretrained.CHECKPOINTS and name != DEFAULT_MODEL_NAME:
         return
     if not any((directory / record).exists() for record in (SOURCE_FILE, RECORD_FILE)):
-        instead = ("leave --model out (the default model ships in the checkout)" if name == DEFAULT_MODEL_NAME else
+        instead = (f"unset {MODEL_ENV} (the default model ships in the checkout)" if by_env else
+                   "leave --model out (the default model ships in the checkout)" if name == DEFAULT_MODEL_NAME else
                    f"give the name, --model {name} (`bench fetch-model {name}` converts it first)")
-        raise UsageError(f"--model {directory}: the folder is named {name}, the model its rows would be named after, "
+        given = f"{MODEL_ENV}={directory}" if by_env else f"--model {directory}"
+        raise UsageError(f"{given}: the folder is named {name}, the model its rows would be named after, "
                          f"but records none of its files ({SOURCE_FILE}, {RECORD_FILE}), so its weights could be any: "
                          f"{instead}, or copy the model into a folder of another name")
 
@@ -154,6 +158,8 @@ def _directory(spec: ModelSpec) -> Path:
                                     f"checkout (models/hybrid-byte-12l); set {MODEL_ENV} to its directory, or pass "
                                     "--model")
         check_recorded(DEFAULT_MODEL_DIR)  # its committed record (files.json): never run changed under its name
+        if os.environ.get(MODEL_ENV):  # the checkout's own folder ships its record: read_record refuses it without
+            _check_named_as_recorded(Path(os.path.abspath(DEFAULT_MODEL_DIR)), by_env=True)
         return DEFAULT_MODEL_DIR
     named = pretrained.locate(spec.path)  # a catalogued name: its converted directory, or how to fetch it
     if named is not None:
