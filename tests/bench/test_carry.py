@@ -263,24 +263,18 @@ def test_a_linked_carried_record_is_refused_before_any_context_is_rerun(old_stor
 
 
 @pytest.mark.parametrize("name, change", [(CARRIED, "+i"), (CARRIED, "+a"), ("results.jsonl", "+a")])
-def test_a_protected_file_carry_rewrites_is_refused_before_any_context_is_rerun(old_store, model_dir, tmp_path,
-                                                                              capsys, monkeypatch, name, change):
+def test_a_protected_file_carry_rewrites_is_refused_before_any_context_is_rerun(old_store, model_dir, capsys,
+                                                                              monkeypatch, chattr, name, change):
     """Probe 12: with carried.json protected, carry rewrote results.jsonl, then failed on the record in a bare
     errno (the carry's history lost); an append-only results.jsonl passed the check of a store's appender, though
     carry replaces it by rename. Both are named before any work."""
-    import subprocess
-
     path = old_store / name
     if not path.exists():
         path.write_text("[]\n")
     before = {each: each.read_bytes() for each in old_store.iterdir()}
-    if shutil.which("chattr") is None or subprocess.run(["chattr", change, path], capture_output=True).returncode:
-        pytest.skip("file attributes cannot be set here")
-    try:
-        monkeypatch.setattr(bench.run.carry, "_rerun", lambda *a, **k: pytest.fail("a context was rerun"))
-        code, err = run_cli(capsys, "carry", old_store, "--sample", "1", "--model", model_dir)
-    finally:
-        subprocess.run(["chattr", change.replace("+", "-"), path], capture_output=True)
+    chattr(path, change)
+    monkeypatch.setattr(bench.run.carry, "_rerun", lambda *a, **k: pytest.fail("a context was rerun"))
+    code, err = run_cli(capsys, "carry", old_store, "--sample", "1", "--model", model_dir)
     attribute = "immutable (chattr +i)" if change == "+i" else "append-only (chattr +a)"
     assert code == 2 and err.endswith(f"{path} is {attribute}, which stops even root from changing it as this "
                                       f"command would: remove the attribute (chattr -{change[1]} {path}), or give "

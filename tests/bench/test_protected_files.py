@@ -7,7 +7,6 @@ attribute set meanwhile) puts back what it moved and leaves no empty backup fold
 import errno
 import os
 import shutil
-import subprocess
 
 import pytest
 
@@ -16,23 +15,6 @@ from artifacts.file_flags import protection
 from artifacts.outputs import FILE, RESULTS, Output, check_place
 from runtime.errors import UsageError
 from tests.helpers import run_cli
-
-
-@pytest.fixture
-def chattr():
-    """``chattr(path, "+i")``: set a file's attribute, taken off again after the test; the test is skipped where the
-    attributes cannot be set (no ``chattr``, a file system without them, no CAP_LINUX_IMMUTABLE)."""
-    flagged = []
-
-    def set_attribute(path, change):
-        if shutil.which("chattr") is None or subprocess.run(["chattr", change, str(path)],
-                                                             capture_output=True).returncode != 0:
-            pytest.skip("file attributes cannot be set here")
-        flagged.append((path, change.replace("+", "-")))
-
-    yield set_attribute
-    for path, undo in flagged:
-        subprocess.run(["chattr", undo, str(path)], capture_output=True)
 
 
 def test_the_attributes_are_read_as_the_write_needs(tmp_path, chattr):
