@@ -161,3 +161,22 @@ def test_a_write_that_fails_part_way_says_the_collection_is_half_published(model
     monkeypatch.setattr(shutil, "copyfile", copy)
     assert run_cli(capsys, "publish", later, "--into", collection)[0] == 0
     assert run_cli(capsys, "verify", collection)[0] == 0
+
+
+def test_a_row_outside_its_groups_folder_is_named(model_dir, tmp_path, capsys):
+    """Probe 12: a published row's length edited by hand made a group the leaderboard published at a length that
+    never ran. A group folder is named after its model, length and settings: the row now lies in another's."""
+    first, collection = tmp_path / "first", tmp_path / "results"
+    run_compare(compare_settings(model_dir, first, n=1), show_progress=False)
+    code, err = run_cli(capsys, "publish", first, "--into", collection)
+    assert code == 0, err
+    [none] = [store for store in stores_below(collection) if store.name == "none"]
+    pack = none / "results.jsonl.gz"
+    rows = [json.loads(line) for line in gzip.decompress(pack.read_bytes()).splitlines()]
+    rows[0]["length"] = 4096
+    pack.write_bytes(gzip.compress("".join(json.dumps(row) + "\n" for row in rows).encode()))
+    code, err = run_cli(capsys, "verify", collection)
+    assert code == 2 and err.endswith(
+        f"{pack}:1: a row of {group_folder(rows[0])}/none, in the store {none.parent.name}/none of the collection "
+        f"{collection} (expected its group's and method's folder, named after its model, length and settings: one of "
+        "them was changed after it was published); restore the file from version control"), err

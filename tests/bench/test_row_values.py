@@ -266,6 +266,23 @@ def test_a_child_of_another_model_than_its_no_prune_row_is_named(run, tmp_path, 
                           "full cache run one model)")
 
 
+@pytest.mark.parametrize("edited", ["none", "keydiff"])
+def test_a_length_edited_apart_from_its_question_is_named(run, tmp_path, capsys, edited):
+    """Probe 12: a no-prune row's length edited by hand made a group of no prune alone, and its children a group
+    without a baseline: verify passed and the leaderboard published a length that never ran. A child's ΔNLL is the
+    difference with that row's NLL, so the pair is named, whichever of the two was edited."""
+    rows = stored_rows(run)
+    child = next(i for i, row in enumerate(rows) if row["press"] != "none")
+    full = next(i for i, row in enumerate(rows) if row is _baseline_of(rows, rows[child]))
+    rows[full if edited == "none" else child]["length"] = 4096
+    bad = store_of(rows, tmp_path / "bad")
+    path = bad / "results.jsonl"
+    assert_reports_refuse(capsys, bad, tmp_path / "docs",
+                          f"{path}:{child + 1}: length={rows[child]['length']!r}, where the no-prune row its delta_nll "
+                          f"was measured against ({path}:{full + 1}) holds {rows[full]['length']!r} (expected the "
+                          "same: a child and its full cache answer one context, fitted to one length)")
+
+
 def test_children_of_another_model_alone_beside_a_no_prune_row_pass(run, tmp_path, capsys):
     """Another model's children alone (their no-prune rows elsewhere) beside this model's: their ΔNLL was measured
     against their own full cache, not against these rows, so they are not held to them."""
