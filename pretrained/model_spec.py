@@ -125,7 +125,38 @@ def resolve(model: str | ModelSpec | None) -> Path:
                          f"reports carry) holds {unseen}; a model's name is visible characters, spaces only between "
                          "them, so that reports show it as it is; give the model a folder of such a name (a link to it "
                          "will do)")
+    lookalike = _lookalike(directory.name)
+    if lookalike is not None:
+        raise UsageError(f"model {directory.name!r} in {directory.parent}: its name (its folder's, which its rows and "
+                         f"reports carry) {lookalike}, so that it reads as another model's name does; give the model "
+                         "a folder of a name in one script, its punctuation ASCII (a link to it will do)")
     return directory
+
+
+def _lookalike(name: str) -> str | None:
+    """What of ``name`` could pass for another name, said as a message does, or None: a character outside ASCII
+    that is no letter or digit (U+2010 HYPHEN for ``-``), or letters of more than one script (a Cyrillic ``һ``
+    among Latin letters: ``һybrid-byte-12l`` read as the default model, probe 12). A letter's script is the first
+    word of its Unicode name (``LATIN``, ``CYRILLIC``, ``GREEK``, ``CJK``)."""
+    scripts: dict[str, list[str]] = {}  # each script of the name's letters: its letters there
+    for char in name:
+        if char.isascii() and not char.isalpha():
+            continue
+        if not unicodedata.category(char).startswith(("L", "N")):
+            return f"holds {_named(char)}, a character outside ASCII that is no letter or digit"
+        if unicodedata.category(char).startswith("L"):
+            scripts.setdefault(unicodedata.name(char, "UNNAMED").split()[0], []).append(char)
+    if len(scripts) > 1:  # the fewest letters are the ones that stand in for another script's
+        ordered = sorted(scripts, key=lambda script: len(scripts[script]))
+        fewest, most = ordered[0], ordered[-1]
+        return f"mixes scripts: {_named(scripts[fewest][0])}, a {fewest} letter, among {most} ones"
+    return None
+
+
+
+def _named(char: str) -> str:
+    """``char`` as a message names it: itself, its code point and its Unicode name."""
+    return f"{char!r} (U+{ord(char):04X} {unicodedata.name(char, 'UNNAMED')})"
 
 
 BLANK_LETTERS = frozenset("\u115f\u1160\u3164\uffa0\u2800")
