@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 from pathlib import Path
 
 from runtime.bounded_read import METADATA_LIMIT, FileTooLargeError, read_bounded
@@ -195,6 +196,7 @@ def locate(name: str, root: Path | None = None) -> Path | None:
     checkpoint = CHECKPOINTS.get(name)
     if checkpoint is None:
         return None
+    _check_cache_folder(Path(root or cache_dir()), CACHE_ENV if root is None else "the cache")
     directory = Path(root or cache_dir()) / name
     problem = conversion_problem(checkpoint, root)
     if problem is None:
@@ -211,6 +213,20 @@ def locate(name: str, root: Path | None = None) -> Path | None:
             f"{name} is not fetched yet, or was rebuilt from other files (looked in {directory}): run "
             f"`bench fetch-model {name}` once ({how}); set {CACHE_ENV} to keep it elsewhere")
     return directory
+
+
+def _check_cache_folder(models: Path, named: str) -> None:
+    """A :class:`~runtime.errors.UsageError` where the cache's ``models/`` folder, or the nearest of its folders that
+    exists, is no directory (``named``: what gave it): ``HYBRIDPRESS_CACHE=/dev/null`` made every model "damaged",
+    pointing to ``bench fetch-model``, which then refused the cache itself (probe 12). The location is named first."""
+    existing = next(place for place in (models, *models.parents) if place.exists())
+    if existing.is_dir():
+        return
+    mode = existing.stat().st_mode
+    what = ("a file" if stat.S_ISREG(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else
+            "a pipe" if stat.S_ISFIFO(mode) else "a socket")
+    raise UsageError(f"{named} {models}: {existing} is {what}, not a directory, so it holds no converted model; set "
+                     f"{CACHE_ENV} to a folder (or unset it: {Path.home() / '.cache' / 'hybridpress'})")
 
 
 def check_recorded(directory: Path, name: str | None = None) -> None:
