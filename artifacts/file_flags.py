@@ -35,12 +35,13 @@ def _attributes(path: Path) -> int:
 
 
 def protection(path: Path, replaced: bool = True) -> str | None:
-    """What keeps the command from writing the regular file ``path``, in words, or None.
+    """What keeps the command from writing the regular file or folder ``path``, in words, or None.
 
     Parameters
     ----------
     path : Path
-        A file the command writes: renames a new one over it or moves it aside (``replaced``), or appends to it.
+        A file the command writes: renames a new one over it or moves it aside (``replaced``), or appends to it; or a
+        folder it renames files into or removes them from (``replaced``: an append-only folder takes new names only).
     replaced : bool
         False where the command only appends to it, which an append-only file allows.
 
@@ -48,10 +49,10 @@ def protection(path: Path, replaced: bool = True) -> str | None:
     -------
     str or None
         ``"immutable (chattr +i)"`` or ``"append-only (chattr +a)"`` where that attribute stops the command's write,
-        else None (a link, a missing file or anything but a regular file included: other checks name those).
+        else None (a link, a missing file or anything but a regular file or folder included: other checks name those).
     """
     path = Path(path)
-    if path.is_symlink() or not path.is_file():
+    if path.is_symlink() or not (path.is_file() or path.is_dir()):
         return None
     flags = _attributes(path)
     if flags & IMMUTABLE:

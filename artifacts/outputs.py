@@ -282,6 +282,12 @@ def check_place(output: Output) -> None:
     folder = existing if existing.is_dir() else existing.parent
     if not os.access(folder, os.W_OK | os.X_OK):
         raise output.refuse(f"{folder} is not writable")
+    # every result is renamed into its folder (and a lock removed from it), which an append-only folder refuses only
+    # after the work (probe 12: a store's rows appended, then a bare errno); a folder still to be made has none
+    if folder == path or (output.kind == FILE and folder == path.parent):
+        attribute = protection(folder)
+        if attribute is not None:
+            raise UsageError(refusal(folder, attribute, f"give another {output.flag}"))
     model = model_directory(Path(os.path.realpath(existing)))  # a link into a model directory lands in it too
     if model is not None and (output.model is None or Path(os.path.realpath(output.model)) != model.resolve()):
         raise output.refuse(f"lies inside the model directory {model}, whose files make the model (a file there "

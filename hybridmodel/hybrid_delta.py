@@ -248,7 +248,8 @@ def rebuild(checkpoint, root: Path, log=print) -> Path:
                          f"{checkpoint.teacher.name}` to convert it again")
     if problem is not None:
         raise FileNotFoundError(f"{checkpoint.teacher.name} is not in {root} ({problem}): fetch it first")
-    done = installed(checkpoint, root)
+    # by SHA-256, as fetch-model checks a conversion: a file changed in place (its size kept) is rebuilt, not kept
+    done = root / checkpoint.name if conversion_problem(checkpoint, root, hashes=True) is None else None
     if done is not None:
         log(f"{checkpoint.name}: already rebuilt from this delta in {done}")
         return done

@@ -21,6 +21,7 @@ import json
 import sys
 from pathlib import Path
 
+from artifacts.files import write_text
 from runtime.bounded_read import METADATA_LIMIT, read_bounded
 from runtime.errors import UsageError
 from runtime.json_text import parse_json
@@ -30,6 +31,12 @@ from .model_files import ARTIFACTS, METHOD_ARTIFACTS, matching_files, part_files
 
 RECORD_FILE = "files.json"
 """A model folder's record of its own files: ``{"files": {name: {"size": bytes, "sha256": hex}}}``."""
+SOURCE_FILE = "source.json"
+"""Written last into a converted directory: which file it was made from, and the size and SHA-256 of every file the
+conversion wrote (``files``: :func:`pretrained.model_cache.file_records`); a directory without it is incomplete."""
+ARTIFACT_RECORD = "artifacts"
+"""The key of a conversion's :data:`SOURCE_FILE` that records the artifacts beside the model as a bench command last
+wrote them (``{name: {"size", "sha256"}}``): a rebuilt hybrid's start as its delta ships them, until one is replaced."""
 CHECKOUT = Path(__file__).resolve().parents[1]
 """The source checkout: a recorded folder in it (``models/…``) is restored by git."""
 SHIPPED = ("models/hybrid-byte-12l", "models/smollm2-135m-hybrid")
@@ -63,6 +70,7 @@ def record_again(directory: Path) -> None:
     probe 10) is a :class:`~runtime.errors.UsageError` naming it, and nothing is recorded: the folder is then refused
     as damaged until it is restored, never run under its name with other weights."""
     directory = Path(directory)
+    _record_conversion_artifacts(directory)
     if not (directory / RECORD_FILE).is_file():
         return
     old = _recorded_files(directory)
@@ -78,6 +86,22 @@ def record_again(directory: Path) -> None:
                              "other files than those recorded, so the record is not written again; "
                              f"{restore_hint(directory)}, then run the command again")
     write_record(directory, {name: old[name] for name in made})
+
+
+def _record_conversion_artifacts(directory: Path) -> None:
+    """Record anew, in the :data:`SOURCE_FILE` of a converted directory, the artifacts beside its model
+    (:data:`ARTIFACT_RECORD`): their record is checked as the weights are (:func:`pretrained.model_cache.
+    check_recorded`), so an artifact a bench command has just replaced must be recorded, and one changed by hand is
+    refused. A record that cannot be read is left as it is: the next run names it."""
+    path = directory / SOURCE_FILE
+    if path.is_symlink() or not path.is_file():
+        return
+    source = parse_json(read_bounded(path, METADATA_LIMIT, "convert it again"))
+    if not isinstance(source, dict):
+        return
+    artifacts = {each.relative_to(directory).as_posix(): {"size": each.stat().st_size, "sha256": sha256_of(each)}
+                 for each in matching_files(directory, (*ARTIFACTS, *METHOD_ARTIFACTS))}
+    write_text(path, json.dumps({**source, ARTIFACT_RECORD: artifacts}, indent=2) + "\n")
 
 
 def _is_artifact(name: str) -> bool:

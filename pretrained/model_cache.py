@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 from pathlib import Path
 
 from runtime.bounded_read import METADATA_LIMIT, FileTooLargeError, read_bounded
@@ -12,15 +13,11 @@ from runtime.json_text import parse_json
 
 from .catalog import CHECKPOINTS, DELTA_ARTIFACTS, MIXERS_FILE, DistilledCheckpoint, PackagedCheckpoint
 from .file_reads import sha256_of
-from .file_record import model_files, read_record, restore_hint
+from .file_record import ARTIFACT_RECORD, SOURCE_FILE, model_files, read_record, restore_hint
 from .fingerprints import weights_fingerprint
 
 CACHE_ENV = "HYBRIDPRESS_CACHE"
 """The cache's root, if set (default: ``~/.cache/hybridpress``); converted models live in its ``models/``."""
-
-SOURCE_FILE = "source.json"
-"""Written last into a converted directory: which file it was made from, and the size and SHA-256 of every file the
-conversion wrote (``files``: :func:`file_records`); a directory without it is incomplete."""
 
 
 def cache_dir(root: str | Path | None = None) -> Path:
@@ -159,7 +156,30 @@ def _source_damage(directory: Path, source: dict, hashes: bool) -> str | None:
     unrecorded = next((name for name in names if name not in files), None)
     if unrecorded is not None:
         return f"its {SOURCE_FILE} does not record {unrecorded}, a file that makes the model"
-    return damage(directory, files, hashes)
+    artifacts, by = _artifact_records(source)
+    if artifacts is None:
+        return f"its {SOURCE_FILE} holds {ARTIFACT_RECORD} in no such form ({{name: {{\"size\", \"sha256\"}}}})"
+    return damage(directory, files, hashes) or damage(directory, artifacts, hashes, by=by)
+
+
+def _artifact_records(source: dict) -> tuple[dict | None, str]:
+    """The records a conversion's artifacts are checked against, and what recorded them: its own
+    (:data:`~pretrained.file_record.ARTIFACT_RECORD`, written when a bench command replaced one), else for a rebuilt
+    hybrid its delta's record of the artifacts every rebuild copies (probe 12: a negated estimator tensor ran under
+    the catalogued name, though the delta records its hash), else none. None where the record is no such mapping."""
+    artifacts = source.get(ARTIFACT_RECORD)
+    if artifacts is not None:
+        well_formed = isinstance(artifacts, dict) and all(
+            isinstance(r, dict) and type(r.get("size")) is int and isinstance(r.get("sha256"), str)
+            for r in artifacts.values())
+        return (artifacts if well_formed else None), "its last bench command"
+    name = source.get("name")
+    checkpoint = CHECKPOINTS.get(name) if isinstance(name, str) else None
+    if not isinstance(checkpoint, DistilledCheckpoint):
+        return {}, ""
+    shipped = read_record(checkpoint.delta_dir) or {}
+    return ({name: record for name, record in shipped.items() if name.split("/")[0] in DELTA_ARTIFACTS},
+            f"the files.json of {checkpoint.delta_dir}")
 
 
 def installed(checkpoint: PackagedCheckpoint | DistilledCheckpoint, root: Path | None = None) -> Path | None:
@@ -176,6 +196,7 @@ def locate(name: str, root: Path | None = None) -> Path | None:
     checkpoint = CHECKPOINTS.get(name)
     if checkpoint is None:
         return None
+    _check_cache_folder(Path(root or cache_dir()), CACHE_ENV if root is None else "the cache")
     directory = Path(root or cache_dir()) / name
     problem = conversion_problem(checkpoint, root)
     if problem is None:
@@ -192,6 +213,20 @@ def locate(name: str, root: Path | None = None) -> Path | None:
             f"{name} is not fetched yet, or was rebuilt from other files (looked in {directory}): run "
             f"`bench fetch-model {name}` once ({how}); set {CACHE_ENV} to keep it elsewhere")
     return directory
+
+
+def _check_cache_folder(models: Path, named: str) -> None:
+    """A :class:`~runtime.errors.UsageError` where the cache's ``models/`` folder, or the nearest of its folders that
+    exists, is no directory (``named``: what gave it): ``HYBRIDPRESS_CACHE=/dev/null`` made every model "damaged",
+    pointing to ``bench fetch-model``, which then refused the cache itself (probe 12). The location is named first."""
+    existing = next(place for place in (models, *models.parents) if place.exists())
+    if existing.is_dir():
+        return
+    mode = existing.stat().st_mode
+    what = ("a file" if stat.S_ISREG(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else
+            "a pipe" if stat.S_ISFIFO(mode) else "a socket")
+    raise UsageError(f"{named} {models}: {existing} is {what}, not a directory, so it holds no converted model; set "
+                     f"{CACHE_ENV} to a folder (or unset it: {Path.home() / '.cache' / 'hybridpress'})")
 
 
 def check_recorded(directory: Path, name: str | None = None) -> None:

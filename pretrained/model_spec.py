@@ -88,19 +88,23 @@ def spec_of(model) -> ModelSpec:
     return model if isinstance(model, ModelSpec) else ModelSpec(None if model is None else str(model))
 
 
-def _check_named_as_recorded(directory: Path) -> None:
+def _check_named_as_recorded(directory: Path, by_env: bool = False) -> None:
     """``UsageError`` where ``directory`` (absolute, as :func:`resolve` makes it) bears a catalogued model's name or
     the default model's — the name its rows would carry — but records none of its files (no ``source.json``, no
-    ``files.json``): rows of any weights would pass for that model's."""
+    ``files.json``): rows of any weights would pass for that model's. ``by_env``: the directory is the default model,
+    named by :data:`MODEL_ENV` rather than ``--model`` — held to the same rule (probe 12: a damaged copy without its
+    record ran as the default model through the variable, and was refused through ``--model``)."""
     # the rows' own name (ModelInfo.name), not the resolved folder's: a link named like a catalogued model to a
     # folder of another name would otherwise run under the catalogue's name (probe 8, item 5)
     name = directory.name
     if name not in pretrained.CHECKPOINTS and name != DEFAULT_MODEL_NAME:
         return
     if not any((directory / record).exists() for record in (SOURCE_FILE, RECORD_FILE)):
-        instead = ("leave --model out (the default model ships in the checkout)" if name == DEFAULT_MODEL_NAME else
+        instead = (f"unset {MODEL_ENV} (the default model ships in the checkout)" if by_env else
+                   "leave --model out (the default model ships in the checkout)" if name == DEFAULT_MODEL_NAME else
                    f"give the name, --model {name} (`bench fetch-model {name}` converts it first)")
-        raise UsageError(f"--model {directory}: the folder is named {name}, the model its rows would be named after, "
+        given = f"{MODEL_ENV}={directory}" if by_env else f"--model {directory}"
+        raise UsageError(f"{given}: the folder is named {name}, the model its rows would be named after, "
                          f"but records none of its files ({SOURCE_FILE}, {RECORD_FILE}), so its weights could be any: "
                          f"{instead}, or copy the model into a folder of another name")
 
@@ -121,7 +125,38 @@ def resolve(model: str | ModelSpec | None) -> Path:
                          f"reports carry) holds {unseen}; a model's name is visible characters, spaces only between "
                          "them, so that reports show it as it is; give the model a folder of such a name (a link to it "
                          "will do)")
+    lookalike = _lookalike(directory.name)
+    if lookalike is not None:
+        raise UsageError(f"model {directory.name!r} in {directory.parent}: its name (its folder's, which its rows and "
+                         f"reports carry) {lookalike}, so that it reads as another model's name does; give the model "
+                         "a folder of a name in one script, its punctuation ASCII (a link to it will do)")
     return directory
+
+
+def _lookalike(name: str) -> str | None:
+    """What of ``name`` could pass for another name, said as a message does, or None: a character outside ASCII
+    that is no letter or digit (U+2010 HYPHEN for ``-``), or letters of more than one script (a Cyrillic ``һ``
+    among Latin letters: ``һybrid-byte-12l`` read as the default model, probe 12). A letter's script is the first
+    word of its Unicode name (``LATIN``, ``CYRILLIC``, ``GREEK``, ``CJK``)."""
+    scripts: dict[str, list[str]] = {}  # each script of the name's letters: its letters there
+    for char in name:
+        if char.isascii() and not char.isalpha():
+            continue
+        if not unicodedata.category(char).startswith(("L", "N")):
+            return f"holds {_named(char)}, a character outside ASCII that is no letter or digit"
+        if unicodedata.category(char).startswith("L"):
+            scripts.setdefault(unicodedata.name(char, "UNNAMED").split()[0], []).append(char)
+    if len(scripts) > 1:  # the fewest letters are the ones that stand in for another script's
+        ordered = sorted(scripts, key=lambda script: len(scripts[script]))
+        fewest, most = ordered[0], ordered[-1]
+        return f"mixes scripts: {_named(scripts[fewest][0])}, a {fewest} letter, among {most} ones"
+    return None
+
+
+
+def _named(char: str) -> str:
+    """``char`` as a message names it: itself, its code point and its Unicode name."""
+    return f"{char!r} (U+{ord(char):04X} {unicodedata.name(char, 'UNNAMED')})"
 
 
 BLANK_LETTERS = frozenset("\u115f\u1160\u3164\uffa0\u2800")
@@ -154,6 +189,8 @@ def _directory(spec: ModelSpec) -> Path:
                                     f"checkout (models/hybrid-byte-12l); set {MODEL_ENV} to its directory, or pass "
                                     "--model")
         check_recorded(DEFAULT_MODEL_DIR)  # its committed record (files.json): never run changed under its name
+        if os.environ.get(MODEL_ENV):  # the checkout's own folder ships its record: read_record refuses it without
+            _check_named_as_recorded(Path(os.path.abspath(DEFAULT_MODEL_DIR)), by_env=True)
         return DEFAULT_MODEL_DIR
     named = pretrained.locate(spec.path)  # a catalogued name: its converted directory, or how to fetch it
     if named is not None:

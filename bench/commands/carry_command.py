@@ -6,10 +6,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from artifacts.outputs import RESULT_STORE, Output
+from artifacts.outputs import DERIVED, FILE, RESULT_STORE, Output
 from runtime.errors import UsageError
 
 from ..run.carry import carry
+from ..store.carried_codes import CARRIED
+from ..store.collection import STORE_FILES, group_stores, is_collection, stores_below
 from .arguments import Command, count, natural
 
 
@@ -39,6 +41,22 @@ def run(args) -> None:
         print(f"every group of {args.store} is of this checkout's code: nothing to carry")
 
 
+def carry_outputs(args) -> list[Output]:
+    """What ``bench carry`` writes, each checked before a context is rerun: the store (or collection) itself, the
+    :data:`~bench.store.carried_codes.CARRIED` record of each folder it may append to, and each store file it may
+    rewrite. Both are written whole and renamed into place, so a link there would be replaced and an append-only file
+    refuses the rename (probe 12: a user's linked carried.json became a regular file; a protected one ended the
+    carry after its rows were rewritten, in a bare errno, its record lost)."""
+    given = Path(args.store)
+    group = group_stores(given)
+    stores = group or (stores_below(given) if is_collection(given) else [given])
+    # a collection's record lies in each group folder, a group folder's in itself, a store's in the store
+    folders = [given] if group or not is_collection(given) else sorted({store.parent for store in stores})
+    files = [*(folder / CARRIED for folder in folders),
+             *(store / name for store in stores for name in STORE_FILES if (store / name).exists())]
+    return [Output(given, "store", kind_of=RESULT_STORE),
+            *(Output(path, "store", kind=FILE, keeps=DERIVED, within=path.parent) for path in files)]
+
+
 CARRY = Command("carry", "rerun a sample of each group of an earlier code; if every value holds, name this code",
-                add_arguments, run,
-                outputs=lambda args: [Output(Path(args.store), "store", kind_of=RESULT_STORE)])
+                add_arguments, run, outputs=carry_outputs)

@@ -45,6 +45,10 @@ def expand(directories: list[Path]) -> list[Path]:
     return [store for d in map(Path, directories) for store in (stores_below(d) if is_collection(d) else [d])]
 
 
+GROUP_FOLDER = re.compile(r".+-\d+-[0-9a-f]{10}")
+"""The name of a setting group's folder (:func:`group_folder`)."""
+
+
 def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_")
 
@@ -62,3 +66,17 @@ def group_folder(row: dict) -> str:
 def method_folder(row: dict) -> str:
     """The folder of ``row``'s method in its group's: its label, in characters every file system takes."""
     return _slug(method_of(row).replace("/", "--"))
+
+
+def misplaced(store: Path, rows: list[dict]) -> tuple[int, str] | None:
+    """The first of ``rows`` (by index) that the collection's store ``store`` (``<group>/<method>/``) holds outside
+    its own folders, with the folders it belongs in; None if each lies in its own. A group folder is named after its
+    model, length and settings (:func:`group_folder`), so a field of one changed by hand after publishing (a length
+    that never ran, probe 12) leaves the row in another group's folder."""
+    store = Path(store)
+    here = f"{store.parent.name}/{store.name}"
+    for index, row in enumerate(rows):
+        own = f"{group_folder(row)}/{method_folder(row)}"
+        if own != here:
+            return index, own
+    return None

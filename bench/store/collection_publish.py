@@ -13,6 +13,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
+from artifacts.file_flags import protection, refusal
 from artifacts.files import atomic_path
 from runtime.errors import UsageError
 
@@ -43,6 +44,20 @@ def _check_place(into: Path, path: Path) -> None:
         if place != path and place.exists() and not place.is_dir():
             raise UsageError(f"--into {into}: {place} is not a folder, where the collection keeps a setting group's "
                              "or a method's store; move it away, then publish again")
+
+
+def _check_attributes(into: Path, paths: list[Path]) -> None:
+    """``UsageError`` if an attribute keeps even root from writing one of the collection's files ``paths`` as publish
+    does (:func:`artifacts.file_flags.protection`): the file renamed over, its method folder renamed into (an
+    append-only one takes the part file but neither the rename nor its removal), or the nearest folder it makes its
+    folders in (an immutable one). Checked for every file before any is written: probe 12 found an immutable file
+    after the files before it were rewritten, in a bare errno, the collection failing verify and a part file left."""
+    for path in paths:
+        folder = next(place for place in (path.parent, path.parent.parent, into) if place.is_dir() or place == into)
+        for place, replaced in ((path, True), (folder, folder == path.parent)):
+            attribute = protection(place, replaced=replaced)
+            if attribute is not None:
+                raise UsageError(refusal(place, attribute, "publish into a copy of the collection"))
 
 
 def publish(sources: list[Path], into: Path, say: Callable[[str], None] = lambda line: None) -> list[Path]:
@@ -86,6 +101,7 @@ def publish(sources: list[Path], into: Path, say: Callable[[str], None] = lambda
         known[row_key(row)] = row
     if not added:
         return []
+    _check_attributes(into, list(added))
     rows_then = sum(map(len, files.values())) + sum(map(len, added.values()))
     say(f"checking {into} with the {sum(map(len, added.values()))} new row(s): {rows_then} rows in all")
     with tempfile.TemporaryDirectory(prefix="publish-") as scratch:  # the collection as it will be, checked first
@@ -99,7 +115,14 @@ def publish(sources: list[Path], into: Path, say: Callable[[str], None] = lambda
             raise UsageError(f"{into} with the rows of {', '.join(map(str, sources))} (the new ones after its own in "
                              f"each file) would not verify, so nothing was written: "
                              f"{str(error).replace(str(scratch), str(into))}") from None
-        for path in added:
-            with atomic_path(path) as part:
-                shutil.copyfile(Path(scratch) / path.relative_to(into), part)
+        written = 0
+        try:
+            for path in added:
+                with atomic_path(path) as part:
+                    shutil.copyfile(Path(scratch) / path.relative_to(into), part)
+                written += 1
+        except OSError as error:  # a disk that fills, an attribute set since the check: say where it stopped
+            raise UsageError(f"{into}: {path} could not be written ({error}) after {written} of the {len(added)} "
+                             "files were: the collection is half-published and fails verify until publish is run "
+                             "again, which completes it") from None
     return sorted(added)

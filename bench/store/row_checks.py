@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import re
 import reprlib
+import sys
 
 from allocators.integerize import round_half_up
 from pretrained.loading import DTYPES, fingerprint_of_parts
@@ -52,7 +53,10 @@ SECONDS = "_seconds"
 
 
 def _number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    # JSON integers are unbounded: one of more than 308 digits is no float, and math.isfinite would raise on it
+    if _integer(value):
+        return abs(value) <= sys.float_info.max
+    return isinstance(value, float) and math.isfinite(value)
 
 
 def _integer(value) -> bool:

@@ -34,6 +34,9 @@ method keeps, the entries chosen among, the recurrent state (copied into every c
 
 MODEL_FIELDS = ("model", "weights", "artifacts")
 """The key fields that name the model a row ran: a child and its no-prune row name one model alike."""
+RENAMED_FIELDS = (*MODEL_FIELDS, "length")
+"""The key fields a hand edit may change in a child, or in its no-prune row, so that they no longer meet: its model,
+and the length its context was fitted to (probe 12: a no-prune row's length edited made a group of its own)."""
 
 
 def _question_of(row: dict, but: tuple = ()) -> tuple:
@@ -44,18 +47,20 @@ def _question_of(row: dict, but: tuple = ()) -> tuple:
 
 def _model_problem(row: dict, fulls: list[int], rows: list[dict], where) -> str | None:
     """What is wrong with a valid child ``row`` that has no no-prune row of its question, but whose ``delta_nll``
-    was measured against one of ``fulls`` (the valid no-prune rows of its question but its model,
-    :data:`MODEL_FIELDS`): its model field other than that row's. A child and its full cache run one model, so
-    such a row was renamed after it was written (probe 8, item 6: a child renamed smollm2-135m-instruct passed and
-    made a leaderboard section of its own, its ΔNLL the hybrid's). Another model's children alone, measured
-    against their own model, match no such row: their ΔNLL is no difference of these NLLs."""
+    was measured against one of ``fulls`` (the valid no-prune rows of its question but its model and length,
+    :data:`RENAMED_FIELDS`): its model field or length other than that row's. A child and its full cache run one
+    model on one context, so such a row, or that no-prune row, was changed after it was written (probe 8, item 6: a
+    child renamed smollm2-135m-instruct passed and made a leaderboard section of its own, its ΔNLL the hybrid's;
+    probe 12: a no-prune row's length edited). Another model's children alone, measured against their own model,
+    match no such row: their ΔNLL is no difference of these NLLs."""
     for full in fulls:
         nll, full_nll = row["answer_nll"], rows[full]["answer_nll"]
         if abs(row["delta_nll"] - (nll - full_nll)) <= DELTA_NLL_TOLERANCE * max(1.0, abs(nll), abs(full_nll)):
-            field = next(field for field in MODEL_FIELDS if row.get(field) != rows[full].get(field))
+            field = next(field for field in RENAMED_FIELDS if row.get(field) != rows[full].get(field))
+            one = "answer one context, fitted to one length" if field == "length" else "run one model"
             return (f"{field}={row.get(field)!r}, where the no-prune row its delta_nll was measured against "
                     f"({where(full)}) holds {rows[full].get(field)!r} (expected the same: a child and its full "
-                    "cache run one model)")
+                    f"cache {one})")
     return None
 
 
@@ -102,7 +107,7 @@ def _child_problems(rows: list[dict], valid: list[bool], where) -> dict[int, str
     for index, row in enumerate(rows):
         if valid[index] and row["press"] == BASELINE:
             baselines.setdefault(_question_of(row), index)
-            of_any_model.setdefault(_question_of(row, MODEL_FIELDS), []).append(index)
+            of_any_model.setdefault(_question_of(row, RENAMED_FIELDS), []).append(index)
     problems = {}
     layouts: dict[tuple, tuple[int, str, dict]] = {}
     needled: dict[tuple, tuple[int, bool]] = {}
@@ -140,7 +145,7 @@ def _child_problems(rows: list[dict], valid: list[bool], where) -> dict[int, str
         if full is not None and index != full and (problem := _child_problem(row, rows[full], where(full))):
             problems[index] = problem
         elif full is None and valid[index] and row["press"] != BASELINE and (problem := _model_problem(
-                row, of_any_model.get(_question_of(row, MODEL_FIELDS), []), rows, where)):
+                row, of_any_model.get(_question_of(row, RENAMED_FIELDS), []), rows, where)):
             problems[index] = problem
     return problems
 

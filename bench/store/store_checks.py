@@ -1,7 +1,7 @@
 """The checks every reader applies to its stores first (``bench verify``, reports, ``bench merge``, a resumed
-``bench compare``): each store given once, every row valid, no last line cut short, the shards of one run of one
-split (:mod:`bench.store.shards`), whole runs (:mod:`bench.store.completeness`) and one value per row key
-(:mod:`bench.store.copies`)."""
+``bench compare``): each store given once, every row valid and a collection's in its own folders, no last line cut
+short, the shards of one run of one split (:mod:`bench.store.shards`), whole runs (:mod:`bench.store.completeness`)
+and one value per row key (:mod:`bench.store.copies`)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pathlib import Path
 
 from runtime.errors import UsageError
 
+from .collection import GROUP_FOLDER, PACK, is_collection, misplaced
 from .completeness import RERUN, check_complete
 from .copies import check_one_value
 from .method_identity import check_one_method_code
@@ -27,6 +28,7 @@ def check_stores(stores: list[ResultStore], complete: bool = True, source: bool 
     check_given_once(stores)
     for store in stores:
         store.check_rows()
+    check_in_own_folders(stores)
     check_methods_alike(stores)
     if complete:
         check_not_cut(stores)
@@ -56,3 +58,23 @@ def check_not_cut(stores: list[ResultStore]) -> None:
     for store in stores:
         if store.cut_line is not None:
             raise UsageError(f"{store.path}: line {store.cut_line}, the last, is cut short: {RERUN}")
+
+
+def check_in_own_folders(stores: list[ResultStore]) -> None:
+    """``UsageError`` naming, by file and line, a row a collection's store holds outside the folders of its setting
+    group and method (:func:`bench.store.collection.misplaced`)."""
+    collections: dict[Path, bool] = {}  # each collection's folders listed once, not once per store of it
+    for store in stores:
+        parent = store.directory.parent.parent
+        # a collection's store is packed, in a folder named as a group's: a store of one's own is neither
+        if not (store.path.name == PACK and GROUP_FOLDER.fullmatch(store.directory.parent.name)
+                and collections.setdefault(parent, is_collection(parent))):
+            continue
+        found = misplaced(store.directory, store.rows)
+        if found is not None:
+            index, own = found
+            raise UsageError(f"{store.path}:{store.line_numbers[index]}: a row of {own}, in the store "
+                             f"{store.directory.parent.name}/{store.directory.name} of the collection "
+                             f"{store.directory.parent.parent} (expected its group's and method's folder, named after "
+                             "its model, length and settings: one of them was changed after it was published); "
+                             "restore the file from version control")

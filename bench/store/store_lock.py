@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import IO
 
+from artifacts.file_flags import protection, refusal
 from runtime.bounded_read import METADATA_LIMIT, read_bounded
 from runtime.errors import UsageError, check_regular_file
 
@@ -50,6 +51,9 @@ def take_lock(directory: Path) -> IO:
     ``UsageError`` naming the holder's pid when another process holds it past :data:`LOCK_WAIT_SECONDS`."""
     path = directory / ".lock"
     check_regular_file(path, "a store's lock", LOCK_REMEDY)
+    attribute = protection(path)  # a lock is cut and removed, not only appended to (probe 12: a traceback on +a)
+    if attribute is not None:
+        raise UsageError(refusal(path, attribute, "write to another store"))
     while True:
         handle = path.open("a+")
         try:

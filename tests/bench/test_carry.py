@@ -234,7 +234,49 @@ def test_a_group_folder_that_cannot_be_written_is_refused_before_any_context_is_
     monkeypatch.setattr(os, "access", lambda path, mode, **k: Path(path) != group and access(path, mode, **k))
     monkeypatch.setattr(bench.run.carry, "_rerun", lambda *a, **k: pytest.fail("a context was rerun"))
     code, err = run_cli(capsys, "carry", collection, "--sample", "1", "--model", model_dir)
-    assert code == 2 and err.splitlines()[-1].endswith(
-        f"{group} is not writable, and carry puts its carried.json or the store's carried rows there (each written "
-        "beside its place and renamed into it): make the folder writable, or carry a copy of the store"), err
+    assert code == 2 and err.splitlines()[-1].endswith(f"store {group / CARRIED}: {group} is not writable"), err
     assert {path: path.read_bytes() for path in collection.rglob("*") if path.is_file()} == packs
+
+
+@pytest.mark.parametrize("where", ["store", "group folder"])
+def test_a_linked_carried_record_is_refused_before_any_context_is_rerun(old_store, model_dir, tmp_path, capsys,
+                                                                        monkeypatch, where):
+    """Probe 12: carry renamed its record over a user's linked carried.json, in a store and in a collection's group
+    folder: the link was gone. It is refused, as every output's link is, before any work."""
+    if where == "group folder":
+        assert run_cli(capsys, "publish", old_store, "--into", tmp_path / "results")[0] == 0
+        [folder] = (tmp_path / "results").iterdir()
+    else:
+        folder = old_store
+    mine = tmp_path / "mine.json"
+    mine.write_text("[]\n")
+    (folder / CARRIED).symlink_to(mine)
+    files = {path: path.read_bytes() for path in folder.rglob("results.jsonl*")}
+    monkeypatch.setattr(bench.run.carry, "_rerun", lambda *a, **k: pytest.fail("a context was rerun"))
+    code, err = run_cli(capsys, "carry", folder, "--sample", "1", "--model", model_dir)
+    assert code == 2 and err.endswith(f"store {folder}: holds a link at {folder / CARRIED} (to {mine}), where this "
+                                      "command writes a file of its own; it never writes through a link nor replaces "
+                                      "one (a file is put in place by renaming): move the link away, or give another "
+                                      "store"), err
+    assert (folder / CARRIED).is_symlink() and mine.read_text() == "[]\n"
+    assert {path: path.read_bytes() for path in folder.rglob("results.jsonl*")} == files
+
+
+@pytest.mark.parametrize("name, change", [(CARRIED, "+i"), (CARRIED, "+a"), ("results.jsonl", "+a")])
+def test_a_protected_file_carry_rewrites_is_refused_before_any_context_is_rerun(old_store, model_dir, capsys,
+                                                                              monkeypatch, chattr, name, change):
+    """Probe 12: with carried.json protected, carry rewrote results.jsonl, then failed on the record in a bare
+    errno (the carry's history lost); an append-only results.jsonl passed the check of a store's appender, though
+    carry replaces it by rename. Both are named before any work."""
+    path = old_store / name
+    if not path.exists():
+        path.write_text("[]\n")
+    before = {each: each.read_bytes() for each in old_store.iterdir()}
+    chattr(path, change)
+    monkeypatch.setattr(bench.run.carry, "_rerun", lambda *a, **k: pytest.fail("a context was rerun"))
+    code, err = run_cli(capsys, "carry", old_store, "--sample", "1", "--model", model_dir)
+    attribute = "immutable (chattr +i)" if change == "+i" else "append-only (chattr +a)"
+    assert code == 2 and err.endswith(f"{path} is {attribute}, which stops even root from changing it as this "
+                                      f"command would: remove the attribute (chattr -{change[1]} {path}), or give "
+                                      "another store"), err
+    assert {each: each.read_bytes() for each in old_store.iterdir()} == before

@@ -4,6 +4,9 @@ files of the rows it adds, so a method joining a group adds one file and changes
 
 import gzip
 import json
+import shutil
+
+import pytest
 
 from bench.run.compare import run_compare
 from bench.store.collection import group_folder, stores_below
@@ -107,3 +110,73 @@ def test_a_model_name_of_no_ascii_letter_names_its_group_folder_model():
     one, other = group_folder({"model": "éé", "length": 384}), group_folder({"model": "ü", "length": 384})
     assert one.startswith("model-384-") and other.startswith("model-384-") and one != other
     assert group_folder({"model": "hybrid-byte-12l", "length": 384}).startswith("hybrid-byte-12l-384-")
+
+
+def _grown_collection(model_dir, tmp_path, capsys):
+    """A collection of one context (keydiff and no prune) and a later store of two, which adds a row to each file."""
+    first, later, collection = tmp_path / "first", tmp_path / "later", tmp_path / "results"
+    run_compare(compare_settings(model_dir, first, n=1), show_progress=False)
+    assert run_cli(capsys, "publish", first, "--into", collection)[0] == 0
+    run_compare(compare_settings(model_dir, later, n=2), show_progress=False)
+    [method] = [store for store in stores_below(collection) if store.name == "keydiff--flat"]
+    return later, collection, method
+
+
+@pytest.mark.parametrize("target, change", [("file", "+i"), ("file", "+a"), ("folder", "+a"), ("folder", "+i")])
+def test_a_protected_file_or_folder_of_the_collection_is_refused_before_any_is_written(model_dir, tmp_path, capsys,
+                                                                                     chattr, target, change):
+    """Probe 12: an immutable method file was found after the no-prune file was rewritten, in a bare errno, the
+    collection failing verify until publish ran again; an append-only method folder kept a part file. Every file
+    publish writes, and the folder it renames it into, is checked before the first is written."""
+    later, collection, method = _grown_collection(model_dir, tmp_path, capsys)
+    place = method / "results.jsonl.gz" if target == "file" else method
+    before = {path: path.read_bytes() for path in collection.rglob("*") if path.is_file()}
+    chattr(place, change)
+    code, err = run_cli(capsys, "publish", later, "--into", collection)
+    attribute = "immutable (chattr +i)" if change == "+i" else "append-only (chattr +a)"
+    assert code == 2 and err == (f"bench publish: error: {place} is {attribute}, which stops even root from changing "
+                                 f"it as this command would: remove the attribute (chattr -{change[1]} {place}), or "
+                                 "publish into a copy of the collection"), err
+    assert {path: path.read_bytes() for path in collection.rglob("*") if path.is_file()} == before
+
+
+def test_a_write_that_fails_part_way_says_the_collection_is_half_published(model_dir, tmp_path, capsys, monkeypatch):
+    """A failure after the checks (a full disk) names the file, how many were written, and that publishing again
+    completes the collection."""
+    later, collection, method = _grown_collection(model_dir, tmp_path, capsys)
+    copy = shutil.copyfile
+
+    def full_disk(source, target):
+        if "keydiff" in str(target):
+            raise OSError(28, "No space left on device")
+        return copy(source, target)
+
+    monkeypatch.setattr(shutil, "copyfile", full_disk)
+    code, err = run_cli(capsys, "publish", later, "--into", collection)
+    assert code == 2 and err.endswith(
+        f"{collection}: {method / 'results.jsonl.gz'} could not be written ([Errno 28] No space left on device) after "
+        "1 of the 2 files were: the collection is half-published and fails verify until publish is run again, which "
+        "completes it"), err
+    assert not [path for path in collection.rglob("*") if ".tmp" in path.name]
+    monkeypatch.setattr(shutil, "copyfile", copy)
+    assert run_cli(capsys, "publish", later, "--into", collection)[0] == 0
+    assert run_cli(capsys, "verify", collection)[0] == 0
+
+
+def test_a_row_outside_its_groups_folder_is_named(model_dir, tmp_path, capsys):
+    """Probe 12: a published row's length edited by hand made a group the leaderboard published at a length that
+    never ran. A group folder is named after its model, length and settings: the row now lies in another's."""
+    first, collection = tmp_path / "first", tmp_path / "results"
+    run_compare(compare_settings(model_dir, first, n=1), show_progress=False)
+    code, err = run_cli(capsys, "publish", first, "--into", collection)
+    assert code == 0, err
+    [none] = [store for store in stores_below(collection) if store.name == "none"]
+    pack = none / "results.jsonl.gz"
+    rows = [json.loads(line) for line in gzip.decompress(pack.read_bytes()).splitlines()]
+    rows[0]["length"] = 4096
+    pack.write_bytes(gzip.compress("".join(json.dumps(row) + "\n" for row in rows).encode()))
+    code, err = run_cli(capsys, "verify", collection)
+    assert code == 2 and err.endswith(
+        f"{pack}:1: a row of {group_folder(rows[0])}/none, in the store {none.parent.name}/none of the collection "
+        f"{collection} (expected its group's and method's folder, named after its model, length and settings: one of "
+        "them was changed after it was published); restore the file from version control"), err

@@ -7,31 +7,14 @@ attribute set meanwhile) puts back what it moved and leaves no empty backup fold
 import errno
 import os
 import shutil
-import subprocess
 
 import pytest
 
 from artifacts import files
 from artifacts.file_flags import protection
+from artifacts.outputs import FILE, RESULTS, Output, check_place
 from runtime.errors import UsageError
 from tests.helpers import run_cli
-
-
-@pytest.fixture
-def chattr():
-    """``chattr(path, "+i")``: set a file's attribute, taken off again after the test; the test is skipped where the
-    attributes cannot be set (no ``chattr``, a file system without them, no CAP_LINUX_IMMUTABLE)."""
-    flagged = []
-
-    def set_attribute(path, change):
-        if shutil.which("chattr") is None or subprocess.run(["chattr", change, str(path)],
-                                                             capture_output=True).returncode != 0:
-            pytest.skip("file attributes cannot be set here")
-        flagged.append((path, change.replace("+", "-")))
-
-    yield set_attribute
-    for path, undo in flagged:
-        subprocess.run(["chattr", undo, str(path)], capture_output=True)
 
 
 def test_the_attributes_are_read_as_the_write_needs(tmp_path, chattr):
@@ -98,3 +81,47 @@ def test_a_move_aside_that_fails_puts_back_what_it_moved(tmp_path, monkeypatch):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["calibration", "scratch"]
     assert (target / "gates.json").read_text() == "old calibration" and (target / "head_shares.json").read_text() == \
         "old shares"
+
+
+@pytest.mark.parametrize("change", ["+a", "+i"])
+def test_compare_refuses_a_protected_lock_file_before_any_work(model_dir, tmp_path, capsys, chattr, no_model_load,
+                                                               change):
+    """Probe 12: a lock file a killed writer left, append-only, gave a PermissionError traceback (the lock is cut and
+    removed, not only appended to); immutable, a bare errno."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / ".lock").write_text("123")
+    chattr(out / ".lock", change)
+    code, err = run_cli(capsys, "compare", "--press", "snapkv", "--tasks", "niah_single_1", "--n", "1", "--length",
+                        "300", "--keep-fractions", "0.5", "--model", model_dir, "--out", out)
+    flag = change[1]
+    attribute = "append-only (chattr +a)" if flag == "a" else "immutable (chattr +i)"
+    assert code == 2 and err == (f"bench compare: error: {out / '.lock'} is {attribute}, which stops even root from "
+                                 f"changing it as this command would: remove the attribute (chattr -{flag} "
+                                 f"{out / '.lock'}), or write to another store"), err
+    assert sorted(os.listdir(out)) == [".lock"]
+
+
+def test_compare_refuses_an_append_only_store_folder_before_any_work(model_dir, tmp_path, capsys, chattr,
+                                                                     no_model_load):
+    """Probe 12: rows were appended to a store in an append-only folder, then its lock could not be removed nor its
+    summary renamed into place: a bare errno and a stale summary."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "results.jsonl").write_text("")
+    chattr(out, "+a")
+    code, err = run_cli(capsys, "compare", "--press", "snapkv", "--tasks", "niah_single_1", "--n", "1", "--length",
+                        "300", "--keep-fractions", "0.5", "--model", model_dir, "--out", out)
+    assert code == 2 and err == (f"bench compare: error: {out} is append-only (chattr +a), which stops even root from "
+                                 f"changing it as this command would: remove the attribute (chattr -a {out}), or "
+                                 "give another --out"), err
+    assert sorted(os.listdir(out)) == ["results.jsonl"] and (out / "results.jsonl").read_text() == ""
+
+
+def test_a_file_output_in_an_append_only_folder_is_refused(tmp_path, chattr):
+    """A file is written whole beside its place and renamed there: an append-only folder refuses the rename."""
+    folder = tmp_path / "rows"
+    folder.mkdir()
+    chattr(folder, "+a")
+    with pytest.raises(UsageError, match=r"is append-only \(chattr \+a\).*or give another --rows"):
+        check_place(Output(folder / "rows.jsonl", "--rows", FILE, RESULTS))

@@ -44,6 +44,12 @@ def _baseline_of(rows, row) -> dict:
     ({"kl": -0.001}, "kl=-0.001 (expected " + NLL_RANGE),
     ({"answer_nll": 1e308, "delta_nll": 1e308}, "answer_nll=1e+308 (expected " + NLL_RANGE),
     ({"answer_nll": float("nan")}, "answer_nll=nan (expected " + NLL_RANGE),
+    # probe 12: an integer past float's range raised OverflowError in the range check
+    ({"answer_nll": 10 ** 400}, f"answer_nll={reprlib.repr(10 ** 400)} (expected " + NLL_RANGE),
+    ({"kl": -10 ** 400}, f"kl={reprlib.repr(-10 ** 400)} (expected " + NLL_RANGE),
+    ({"keep_fraction": 10 ** 400}, f"keep_fraction={reprlib.repr(10 ** 400)} (expected a number in (0, 1])"),
+    ({"prefill_seconds": 10 ** 400}, f"prefill_seconds={reprlib.repr(10 ** 400)} (expected a finite number of "
+                                     "seconds in [0, 1e+09])"),
     ({"kl": float("inf")}, "kl=inf (expected " + NLL_RANGE),
     ({"kl": 1e300}, "kl=1e+300 (expected " + NLL_RANGE),
     ({"delta_nll": -float("inf")}, "delta_nll=-inf (expected a finite number in [-1e+06, 1e+06] nats: a "
@@ -238,26 +244,34 @@ def test_children_without_a_no_prune_row_are_not_held_to_one(run, tmp_path, caps
     assert code == 0, err
 
 
-@pytest.mark.parametrize("field", ["model", "weights"])
-def test_a_child_of_another_model_than_its_no_prune_row_is_named(run, tmp_path, capsys, field):
+ONE_MODEL, ONE_CONTEXT = "run one model", "answer one context, fitted to one length"
+"""Why a child and its no-prune row hold one model, and one length."""
+
+
+@pytest.mark.parametrize("field, edited, one", [("model", "keydiff", ONE_MODEL), ("weights", "keydiff", ONE_MODEL),
+                                                ("length", "keydiff", ONE_CONTEXT), ("length", "none", ONE_CONTEXT)])
+def test_a_child_apart_from_its_no_prune_row_is_named(run, tmp_path, capsys, field, edited, one):
     """Probe 8, item 6: a child renamed smollm2-135m-instruct (or given other weights) beside the hybrid's no-prune
-    row passed verify, and the leaderboard made a section of it, its ΔNLL the hybrid's. Its ΔNLL is the difference
-    with that row's NLL, so it is named with both values and that row's line."""
+    row passed verify, and the leaderboard made a section of it, its ΔNLL the hybrid's. Probe 12: a no-prune row's
+    length edited made a group of no prune alone at a length that never ran. A child's ΔNLL is the difference with
+    that row's NLL, so the pair is named with both values and that row's line, whichever of the two was edited."""
     rows = stored_rows(run)
-    at = next(i for i, row in enumerate(rows) if row["press"] != "none")
-    full = next(i for i, row in enumerate(rows) if row is _baseline_of(rows, rows[at]))
-    was = rows[at][field]
+    child = next(i for i, row in enumerate(rows) if row["press"] != "none")
+    full = next(i for i, row in enumerate(rows) if row is _baseline_of(rows, rows[child]))
+    edit = rows[full if edited == "none" else child]
     if field == "model":
-        rows[at]["model"] = "smollm2-135m-instruct"
-    else:  # other weights, their fingerprint as a run would write it
-        rows[at]["model_parts"]["weights"] = "0" * 12
-        rows[at]["weights"] = fingerprint_of_parts(rows[at]["model_parts"])
+        edit["model"] = "smollm2-135m-instruct"
+    elif field == "weights":  # other weights, their fingerprint as a run would write it
+        edit["model_parts"]["weights"] = "0" * 12
+        edit["weights"] = fingerprint_of_parts(edit["model_parts"])
+    else:
+        edit["length"] = 4096
     bad = store_of(rows, tmp_path / "bad")
     path = bad / "results.jsonl"
     assert_reports_refuse(capsys, bad, tmp_path / "docs",
-                          f"{path}:{at + 1}: {field}={rows[at][field]!r}, where the no-prune row its delta_nll was "
-                          f"measured against ({path}:{full + 1}) holds {was!r} (expected the same: a child and its "
-                          "full cache run one model)")
+                          f"{path}:{child + 1}: {field}={rows[child][field]!r}, where the no-prune row its delta_nll "
+                          f"was measured against ({path}:{full + 1}) holds {rows[full][field]!r} (expected the same: "
+                          f"a child and its full cache {one})")
 
 
 def test_children_of_another_model_alone_beside_a_no_prune_row_pass(run, tmp_path, capsys):

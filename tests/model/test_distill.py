@@ -336,6 +336,43 @@ def test_shipped_artifacts_travel_with_the_delta_into_every_rebuild(catalogued, 
 
 
 
+@pytest.mark.parametrize("artifact", ["gatesight/gatesight.json", "calibration/calibration.safetensors"])
+def test_a_rebuilt_hybrids_artifact_changed_in_place_is_refused_until_rebuilt(catalogued, tmp_path, artifact):
+    """Probe 12: a rebuild's estimator and calibration, copied from the delta, ran changed in place (a tensor
+    negated, its size kept) under the catalogued name, though the delta's files.json records their SHA-256. They are
+    checked as the weights are; one a bench command writes anew is recorded anew; fetch-model's rebuild restores
+    the delta's."""
+    from pretrained.file_record import record_again
+    from pretrained.loading import fingerprint
+    from pretrained.model_cache import check_recorded, conversion_problem
+
+    checkpoint, root = catalogued
+    rebuilt = hybrid_delta.rebuild(checkpoint, root)
+    _artifacts(rebuilt, fingerprint(rebuilt, "weights"))
+    hybrid_delta.ship_artifacts(checkpoint, root)
+    cache = tmp_path / "fresh"
+    shutil.copytree(root / checkpoint.teacher.name, cache / checkpoint.teacher.name)
+    fresh = hybrid_delta.rebuild(checkpoint, cache)  # records the model's files alone, as rebuilds before did
+    check_recorded(fresh, checkpoint.name)
+    shipped = (fresh / artifact).read_bytes()
+    (fresh / artifact).write_bytes(shipped[:-1] + bytes([shipped[-1] ^ 1]))  # the size kept
+    with pytest.raises(UsageError, match=re.escape(
+            f"{checkpoint.name} in {fresh} is damaged: {artifact} has SHA-256 ")) as refused:
+        check_recorded(fresh, checkpoint.name)
+    assert f"the files.json of {checkpoint.delta_dir} recorded; run `bench fetch-model {checkpoint.name}`" \
+        in str(refused.value)
+    assert conversion_problem(checkpoint, cache, hashes=True).startswith(f"is damaged: {artifact} has SHA-256")
+    hybrid_delta.rebuild(checkpoint, cache)
+    assert (fresh / artifact).read_bytes() == shipped
+    check_recorded(fresh, checkpoint.name)
+    (fresh / artifact).write_bytes(b"made again by a bench command")
+    record_again(fresh)  # as bench train and bench calibrate do after writing one
+    check_recorded(fresh, checkpoint.name)
+    (fresh / artifact).write_bytes(b"made again by a bench commanD")
+    with pytest.raises(UsageError, match=re.escape(f"is damaged: {artifact} has SHA-256 ")):
+        check_recorded(fresh, checkpoint.name)
+
+
 @pytest.mark.parametrize("lost", ["tokenizer.json", "model.safetensors"])
 @pytest.mark.parametrize("recorded", [True, False], ids=["recorded", "rebuilt-before-records"])
 def test_a_damaged_rebuild_is_not_reported_rebuilt_but_rebuilt_again(catalogued, lost, recorded):

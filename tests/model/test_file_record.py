@@ -8,7 +8,7 @@ import pytest
 import pretrained.file_record
 import pretrained.model_spec
 from pretrained.file_record import RECORD_FILE, read_record
-from pretrained.model_spec import DEFAULT_MODEL_DIR
+from pretrained.model_spec import DEFAULT_MODEL_DIR, MODEL_ENV
 from runtime.errors import UsageError
 from tests.helpers import run_cli
 
@@ -105,6 +105,22 @@ def test_a_folder_named_as_a_catalogued_model_that_records_nothing_is_refused(tm
     code, err = run_cli(capsys, "compare", "--model", mine, "--press", "snapkv", "--n", "1", "--tasks", "niah_single_1",
                         "--length", "300", "--out", tmp_path / "out")
     assert code == 0, err
+
+
+def test_the_default_model_named_by_the_variable_that_records_nothing_is_refused(tmp_path, capsys, monkeypatch):
+    """Probe 12: a damaged copy of the default model without its files.json, named by HYBRIDPRESS_MODEL, ran as
+    hybrid-byte-12l, though the same folder given with --model is refused: one rule for both."""
+    copy = tmp_path / DEFAULT_MODEL_DIR.name
+    shutil.copytree(DEFAULT_MODEL_DIR, copy)
+    (copy / RECORD_FILE).unlink()
+    monkeypatch.setenv(MODEL_ENV, str(copy))
+    monkeypatch.setattr(pretrained.model_spec, "DEFAULT_MODEL_DIR", copy)  # as the variable makes it at import
+    code, err = run_cli(capsys, "compare", "--press", "snapkv", "--n", "1", "--out", tmp_path / "out")
+    assert code == 2 and err == (
+        f"bench compare: error: {MODEL_ENV}={copy}: the folder is named {copy.name}, the model its rows would be named "
+        f"after, but records none of its files (source.json, files.json), so its weights could be any: unset "
+        f"{MODEL_ENV} (the default model ships in the checkout), or copy the model into a folder of another name"), err
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize("name", ["hybrid-byte-12l", "smollm2-135m-instruct"])

@@ -104,17 +104,43 @@ def test_a_model_name_a_report_would_not_show_as_it_is_is_refused_before_work(mo
     ``hybrid-byte-12l `` or ``hybrid-byte-12l<zero-width space>`` ran under a heading that reads as the default
     model's; so did one ending in a Hangul filler or a combining mark (probe 11). Refused where the name is bounded,
     naming it as Python writes it."""
+    _assert_name_refused(model_dir, tmp_path, capsys, name, f"holds {unseen}; a model's name is visible characters, "
+                         "spaces only between them, so that reports show it as it is; give the model a folder of such "
+                         "a name (a link to it will do)")
+
+
+def _assert_name_refused(model_dir, tmp_path, capsys, name: str, why: str) -> None:
+    """``compare --model`` a link named ``name`` to the model is refused before work, its name followed by ``why``."""
     link = tmp_path / name
     link.symlink_to(model_dir)
-    said = (f"model {name!r} in {tmp_path}: its name (its folder's, which its rows and reports carry) holds {unseen}; "
-            "a model's name is visible characters, spaces only between them, so that reports show it as it is; give "
-            "the model a folder of such a name (a link to it will do)")
     code, err = run_cli(capsys, "compare", "--out", tmp_path / "out", "--model", link)
-    assert code == 2 and err.endswith(said), err
+    assert code == 2 and err.endswith(f"model {name!r} in {tmp_path}: its name (its folder's, which its rows and "
+                                      f"reports carry) {why}"), err
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("name", ["my model", "éü", "模型-1"])
+@pytest.mark.parametrize("name, lookalike", [
+    ("\u04bbybrid-byte-12l", "mixes scripts: '\u04bb' (U+04BB CYRILLIC SMALL LETTER SHHA), a CYRILLIC letter, among "
+                             "LATIN ones"),
+    ("hybrid-byte-12\u0399", "mixes scripts: '\u0399' (U+0399 GREEK CAPITAL LETTER IOTA), a GREEK letter, among "
+                             "LATIN ones"),
+    ("\uff48ybrid", "mixes scripts: '\uff48' (U+FF48 FULLWIDTH LATIN SMALL LETTER H), a FULLWIDTH letter, among "
+                    "LATIN ones"),
+    ("hybrid\u2010byte\u201012l", "holds '\u2010' (U+2010 HYPHEN), a character outside ASCII that is no letter or "
+                                  "digit"),
+    ("hybrid\u2024byte", "holds '\u2024' (U+2024 ONE DOT LEADER), a character outside ASCII that is no letter or "
+                         "digit"),
+])
+def test_a_model_name_that_could_pass_for_another_is_refused_before_work(model_dir, tmp_path, capsys, no_model_load,
+                                                                         name, lookalike):
+    """Probe 12: a Cyrillic ``һ`` among Latin letters, or U+2010 hyphens, ran under a heading that reads as the
+    default model's. A name holds letters of one script, and outside ASCII no punctuation or symbol."""
+    _assert_name_refused(model_dir, tmp_path, capsys, name, f"{lookalike}, so that it reads as another model's name "
+                         "does; give the model a folder of a name in one script, its punctuation ASCII (a link to it "
+                         "will do)")
+
+
+@pytest.mark.parametrize("name", ["my model", "éü", "模型-1", "модель-1", "Qwen3.5-0.8B", "m\u0661"])
 def test_a_model_name_of_visible_characters_is_taken(model_dir, tmp_path, name):
     link = tmp_path / name
     link.symlink_to(model_dir)

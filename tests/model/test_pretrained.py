@@ -6,6 +6,7 @@ import hashlib
 import json
 import re
 import zipfile
+from pathlib import Path
 
 import pytest
 import torch
@@ -45,6 +46,22 @@ def test_a_model_not_fetched_is_refused_with_the_command_that_fetches_it(empty_c
                  "--length", "256", "--out", str(empty_cache.parent / "results")])
     assert code == 2 and f"bench fetch-model {REAL_MODEL}" in capsys.readouterr().err
     assert not (empty_cache.parent / "results").exists()
+
+
+@pytest.mark.parametrize("cache, what", [("/dev/null", "a device"), ("file", "a file"), ("file/below", "a file")])
+def test_a_cache_that_is_no_folder_is_named_before_any_model_in_it(tmp_path, monkeypatch, capsys, cache, what):
+    """Probe 12: HYBRIDPRESS_CACHE=/dev/null called the model damaged and pointed to fetch-model, which refused the
+    cache as a device. The cache's location is named first, with what it is."""
+    (tmp_path / "file").write_text("not a cache")
+    root = cache if cache.startswith("/") else str(tmp_path / cache)
+    existing = root if cache == "/dev/null" else str(tmp_path / "file")
+    monkeypatch.setenv(pretrained.CACHE_ENV, root)
+    code, err = run_cli(capsys, "compare", "--model", REAL_MODEL, "--press", "keydiff", "--n", "1", "--length", "256",
+                        "--out", tmp_path / "results")
+    assert code == 2 and err.endswith(
+        f"{pretrained.CACHE_ENV} {root}/models: {existing} is {what}, not a directory, so it holds no converted "
+        f"model; set {pretrained.CACHE_ENV} to a folder (or unset it: {Path.home() / '.cache' / 'hybridpress'})"), err
+    assert not (tmp_path / "results").exists()
 
 
 def test_a_file_of_another_hash_is_refused(tmp_path):
