@@ -116,7 +116,9 @@ def _rerun(rows: list[dict], context: tuple, model, scratch: Path, batch: int, a
     pairs = list(dict.fromkeys(method_of(r) for r in mine if r["press"] != "none"))
     fractions = list(dict.fromkeys(r["keep_fraction"] for r in mine if r["press"] != "none"))
     first = mine[0]
-    named = haystack if haystack != tasks.GENERATED else (first.get("run") or {}).get("haystack", tasks.GENERATED)
+    # the haystack the context was built on: a task that reads none (vt) ran on the generated text whatever its run's
+    # --haystack said, and rerun alone it is given none (a --haystack no task reads is refused)
+    named = haystack if tasks.reads_haystack(task) else tasks.GENERATED
     settings = CompareSettings(
         presses=[], allocators=[], pairs=[f"{_item(p.split('/')[0], artifacts, _patterns)}/"
                                           f"{_item(p.split('/')[1], artifacts, lambda _: {})}" for p in pairs],

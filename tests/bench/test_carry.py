@@ -280,3 +280,18 @@ def test_a_protected_file_carry_rewrites_is_refused_before_any_context_is_rerun(
                                       f"command would: remove the attribute (chattr -{change[1]} {path}), or give "
                                       "another store"), err
     assert {each: each.read_bytes() for each in old_store.iterdir()} == before
+
+
+def test_a_task_that_reads_no_haystack_is_rerun_on_the_generated_text(model_dir, tmp_path, capsys, monkeypatch):
+    """A group run with --haystack manpages holds vt rows, which record the generated haystack they ran on: a vt
+    context is rerun alone, so without --haystack (which no task of it reads: refused, once)."""
+    out = tmp_path / "store"
+    monkeypatch.setattr(bench.run.plan, "code_version", lambda engine="hf": OLD)
+    run_compare(compare_settings(model_dir, out, tasks=["niah_single_2", "vt"], haystack="manpages", length=512),
+                show_progress=False)
+    monkeypatch.undo()
+    rows = ResultStore(out, readonly=True).rows
+    assert {(r["task"], r["haystack"]) for r in rows} == {("niah_single_2", "manpages"), ("vt", "generated")}
+    code, err = run_cli(capsys, "carry", out, "--sample", "2", "--model", model_dir)  # both contexts, vt's alone
+    assert code == 0, err
+    assert {r["code"] for r in ResultStore(out, readonly=True).rows} == {code_version()}
