@@ -310,6 +310,7 @@ def test_the_model_artifacts_left_out_of_the_group_are_the_allocators_own():
     assert set(METHOD_ARTIFACTS) == {f for cls in allocators.ALLOCATORS.values() for f in cls.model_files}
 
 
+@pytest.mark.slow  # workers
 def test_an_imported_press_whose_class_names_another_module_runs_in_workers(model_dir, tmp_path, monkeypatch, capsys):
     """Probe 11: a press an ``--import``ed module registered from a class made with ``type()`` over an ABC (its
     ``__module__`` is ``abc``) was an unknown press under ``--jobs 2``: the workers imported the classes' modules

@@ -111,7 +111,7 @@ def _compare(model_dir, out, *flags):
             model_dir, "--out", out, "--import", "m_raising"]
 
 
-@pytest.mark.parametrize("jobs", [1, 2])
+@pytest.mark.parametrize("jobs", [1, pytest.param(2, marks=pytest.mark.slow)])  # workers: the process-heavy run
 @pytest.mark.parametrize("method, said", [
     ("praise/flat", "press praise raised RuntimeError in score: boom in user score ({file}:16)"),
     ("ppost/flat", "press ppost raised ValueError as it was built: window too odd ({file}:25)"),
@@ -146,6 +146,7 @@ def test_a_users_code_raising_before_the_run_is_one_line_naming_it(model_dir, tm
     assert err.startswith(f"bench compare: error: {said.format(file=users_module)}; "), err
 
 
+@pytest.mark.slow  # workers
 def test_debug_shows_the_users_traceback_from_a_worker(model_dir, tmp_path, users_module, capsys):
     capsys.readouterr()
     code = main(list(map(str, _compare(model_dir, tmp_path / "out", "--methods", "praise/flat", "--n", 2, "--jobs", 2,
