@@ -229,8 +229,6 @@ def plan(settings: CompareSettings | RunPlan) -> RunPlan:
         for spec, allocator in built.items():  # a ValueError is its refusal, said as a bad option
             run_users(allocator.check_layers, type(allocator), f"allocator {spec.name}", "in check_layers",
                       len(model.attention_layers), passing=(ValueError,))
-    for press in press_built.values():  # a user's failing there is one line here, before method_codes reads them
-        press_call(press, "code_objects")
     tasks.check(settings.tasks, settings.profile, settings.haystack, settings.scbench_data)
     # numpy's numbers as Python's: rows are written as JSON
     keep_fractions = tuple(allocators.check_keep_fraction(fraction, "keep fraction") for fraction in

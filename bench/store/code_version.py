@@ -19,6 +19,7 @@ from pathlib import Path
 
 from pretrained.loading import files_fingerprint
 from runtime.errors import UsageError, check_regular_file
+from runtime.user_code import run_users
 
 from . import project_modules
 from .project_modules import imported_modules, module_files, packages_of
@@ -164,7 +165,8 @@ def method_codes(methods: list[tuple], engine: str = "hf", model_dir: Path | Non
         digest = hashlib.sha256()
         for cls in (type(press), type(allocator)):
             digest.update(_own_code(cls, engine, files, shared))
-        for obj in press.code_objects():
+        # a user's press failing there is one line naming it, not a traceback
+        for obj in run_users(press.code_objects, type(press), f"press {press.name}", "in code_objects"):
             cls = obj if isinstance(obj, type) else type(obj)
             root = sys.modules.get(cls.__module__.partition(".")[0])
             digest.update(f"{getattr(root, '__version__', '')}\n".encode())
