@@ -134,24 +134,43 @@ def resolve(model: str | ModelSpec | None) -> Path:
 
 
 def _lookalike(name: str) -> str | None:
-    """What of ``name`` could pass for another name, said as a message does, or None: a character outside ASCII
-    that is no letter or digit (U+2010 HYPHEN for ``-``), or letters of more than one script (a Cyrillic ``һ``
-    among Latin letters: ``һybrid-byte-12l`` read as the default model, probe 12). A letter's script is the first
-    word of its Unicode name (``LATIN``, ``CYRILLIC``, ``GREEK``, ``CJK``)."""
-    scripts: dict[str, list[str]] = {}  # each script of the name's letters: its letters there
+    """What of ``name`` could pass for another name, said as a message does, or None: a compatibility form of another
+    character (a fullwidth ``ｌ`` or ``２`` for ``l`` and ``2``), a character outside ASCII that is no letter or digit
+    (U+2010 HYPHEN for ``-``), or letters and digits of scripts no one writes together (a Cyrillic ``һ`` among Latin
+    letters: ``һybrid-byte-12l`` read as the default model, probe 12; an Arabic-Indic ``١`` among them). Scripts
+    written together are Unicode's (UTS #39, highly restrictive): Han with Hiragana and Katakana, with Bopomofo, or
+    with Hangul, each also with Latin, so ``日本語モデル`` and ``qwen-日本語`` are names."""
+    scripts: dict[str, list[str]] = {}  # each script of the name's letters and digits: its characters there
     for char in name:
         if char.isascii() and not char.isalpha():
             continue
+        if unicodedata.normalize("NFKC", char) != char:
+            return f"holds {_named(char)}, a compatibility form of {unicodedata.normalize('NFKC', char)!r}"
         if not unicodedata.category(char).startswith(("L", "N")):
             return f"holds {_named(char)}, a character outside ASCII that is no letter or digit"
-        if unicodedata.category(char).startswith("L"):
-            scripts.setdefault(unicodedata.name(char, "UNNAMED").split()[0], []).append(char)
-    if len(scripts) > 1:  # the fewest letters are the ones that stand in for another script's
-        ordered = sorted(scripts, key=lambda script: len(scripts[script]))
+        scripts.setdefault(_script(char), []).append(char)
+    if len(scripts) > 1 and not any(set(scripts) <= together for together in _WRITTEN_TOGETHER):
+        ordered = sorted(scripts, key=lambda script: len(scripts[script]))  # the fewest stand in for another's
         fewest, most = ordered[0], ordered[-1]
-        return f"mixes scripts: {_named(scripts[fewest][0])}, a {fewest} letter, among {most} ones"
+        return f"mixes scripts: {_named(scripts[fewest][0])}, of the {fewest} script, among {most} characters"
     return None
 
+
+_WRITTEN_TOGETHER = ({"LATIN", "HAN", "HIRAGANA", "KATAKANA"}, {"LATIN", "HAN", "BOPOMOFO"},
+                     {"LATIN", "HAN", "HANGUL"})
+"""The scripts one name may mix (UTS #39's highly restrictive level): the ways Japanese, Chinese and Korean are
+written, each beside Latin."""
+_SCRIPT_OF_WORD = {"CJK": "HAN", "IDEOGRAPHIC": "HAN", "KATAKANA-HIRAGANA": "KATAKANA", "ARABIC-INDIC": "ARABIC",
+                   "EXTENDED": "ARABIC"}
+"""Unicode names whose first word is not their script's: Han ideographs and marks (``CJK UNIFIED IDEOGRAPH``,
+``IDEOGRAPHIC ITERATION MARK``), the prolonged sound mark ``ー``, the (extended) Arabic-Indic digits."""
+
+
+def _script(char: str) -> str:
+    """The script of the letter or digit ``char``, from its Unicode name's first word (``LATIN``, ``CYRILLIC``,
+    ``GREEK``, ``DEVANAGARI``); an ASCII letter's is ``LATIN``."""
+    word = unicodedata.name(char, "UNNAMED").split()[0]
+    return _SCRIPT_OF_WORD.get(word, word)
 
 
 def _named(char: str) -> str:

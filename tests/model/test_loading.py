@@ -120,27 +120,34 @@ def _assert_name_refused(model_dir, tmp_path, capsys, name: str, why: str) -> No
 
 
 @pytest.mark.parametrize("name, lookalike", [
-    ("\u04bbybrid-byte-12l", "mixes scripts: '\u04bb' (U+04BB CYRILLIC SMALL LETTER SHHA), a CYRILLIC letter, among "
-                             "LATIN ones"),
-    ("hybrid-byte-12\u0399", "mixes scripts: '\u0399' (U+0399 GREEK CAPITAL LETTER IOTA), a GREEK letter, among "
-                             "LATIN ones"),
-    ("\uff48ybrid", "mixes scripts: '\uff48' (U+FF48 FULLWIDTH LATIN SMALL LETTER H), a FULLWIDTH letter, among "
-                    "LATIN ones"),
+    ("\u04bbybrid-byte-12l", "mixes scripts: '\u04bb' (U+04BB CYRILLIC SMALL LETTER SHHA), of the CYRILLIC script, "
+                             "among LATIN characters"),
+    ("hybrid-byte-12\u0399", "mixes scripts: '\u0399' (U+0399 GREEK CAPITAL LETTER IOTA), of the GREEK script, "
+                             "among LATIN characters"),
+    ("\uff48ybrid", "holds '\uff48' (U+FF48 FULLWIDTH LATIN SMALL LETTER H), a compatibility form of 'h'"),
+    ("hybrid-byte-1\uff12l", "holds '\uff12' (U+FF12 FULLWIDTH DIGIT TWO), a compatibility form of '2'"),
+    ("hybrid-byte-\u0661" "2l", "mixes scripts: '\u0661' (U+0661 ARABIC-INDIC DIGIT ONE), of the ARABIC script, "
+                               "among LATIN characters"),
+    ("\u6a21\u578b\u3105\u30a2", "mixes scripts: '\u3105' (U+3105 BOPOMOFO LETTER B), of the BOPOMOFO script, "
+                                 "among HAN characters"),
     ("hybrid\u2010byte\u201012l", "holds '\u2010' (U+2010 HYPHEN), a character outside ASCII that is no letter or "
                                   "digit"),
-    ("hybrid\u2024byte", "holds '\u2024' (U+2024 ONE DOT LEADER), a character outside ASCII that is no letter or "
-                         "digit"),
+    ("hybrid\u2024byte", "holds '\u2024' (U+2024 ONE DOT LEADER), a compatibility form of '.'"),
 ])
 def test_a_model_name_that_could_pass_for_another_is_refused_before_work(model_dir, tmp_path, capsys, no_model_load,
                                                                          name, lookalike):
-    """Probe 12: a Cyrillic ``һ`` among Latin letters, or U+2010 hyphens, ran under a heading that reads as the
-    default model's. A name holds letters of one script, and outside ASCII no punctuation or symbol."""
+    """Probe 12: a Cyrillic ``һ`` among Latin letters, U+2010 hyphens or a fullwidth ``２`` ran under a heading that
+    reads as the default model's. A name holds letters and digits of one script (or of the scripts Japanese, Chinese
+    or Korean are written in), no compatibility form of another character, and outside ASCII no punctuation or
+    symbol."""
     _assert_name_refused(model_dir, tmp_path, capsys, name, f"{lookalike}, so that it reads as another model's name "
                          "does; give the model a folder of a name in one script, its punctuation ASCII (a link to it "
                          "will do)")
 
 
-@pytest.mark.parametrize("name", ["my model", "éü", "模型-1", "модель-1", "Qwen3.5-0.8B", "m\u0661"])
+@pytest.mark.parametrize("name", ["my model", "éü", "模型-1", "модель-1", "Qwen3.5-0.8B",
+                                  "\u0646\u0645\u0648\u0630\u062c-\u0661", "日本語モデル", "東京ガス-7b",
+                                  "qwen-日本語", "한국어-모델", "模型ㄅ"])
 def test_a_model_name_of_visible_characters_is_taken(model_dir, tmp_path, name):
     link = tmp_path / name
     link.symlink_to(model_dir)
