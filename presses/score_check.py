@@ -1,6 +1,7 @@
 """A press's scores checked before they are used: one line naming the press (a user's own press is code the bench
 runs, and its bad scores are its author's to fix, as a bad allocation is) and the first layer whose scores are
-missing, misshaped, of a kind a plan cannot rank (complex numbers, another device) or not finite.
+missing, misshaped, of a kind a plan cannot rank (complex numbers, another device, a tensor subclass whose methods
+are the press's code) or not finite.
 
 Scores that are not finite may come from the model rather than the press: a model whose weights give NaN or
 infinite values fills its own cache with them, and every press scores those. Where that is so, the model is named
@@ -67,6 +68,9 @@ def check_scores(scores: Scores, context: ScoringContext, press: Press | None = 
         tensor = scores[layer]
         if not isinstance(tensor, torch.Tensor):
             raise UsageError(f"{shown} give layer {layer} a {type(tensor).__name__}; {wanted}")
+        if type(tensor) is not torch.Tensor:  # its own __torch_function__ would run in every check and rank below
+            raise UsageError(f"{shown} give layer {layer} a {type(tensor).__name__}, a subclass of torch.Tensor whose "
+                             f"methods are its own; {wanted}, a plain torch.Tensor (tensor.as_subclass(torch.Tensor))")
         if tuple(tensor.shape) != (num_kv_heads, n_body):
             raise UsageError(f"{shown} give layer {layer} the shape {list(tensor.shape)}; {wanted}")
         if tensor.is_complex() or tensor.is_quantized:  # no order to rank by (complex) or none torch ranks by

@@ -61,6 +61,32 @@ def test_a_selection_refuses_scores_it_cannot_rank(tiny, made, says):
         presses.Selection(parent, _GivenScores(scores={**scores, last: made(scores[last])})).plan("flat", 0.5)
 
 
+class _Watched(torch.Tensor):
+    """A tensor subclass that records every torch call made on it: code of the press's own."""
+
+    calls = []
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        cls.calls.append(func)
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
+def test_scores_of_a_tensor_subclass_are_refused_before_its_code_runs(tiny):
+    """Probe 12's leftover: a tensor subclass's ``__torch_function__`` ran in the bench's checks and in the ranking,
+    outside the guard on a user's code (a raising one ended in a traceback, a lying one could pass the checks)."""
+    parent = _parent(tiny)
+    scores = {layer: torch.rand(2, parent.n - parent.protected) for layer in parent.adapter.attention_layers}
+    first = parent.adapter.attention_layers[0]
+    watched = scores[first].as_subclass(_Watched)
+    _Watched.calls.clear()
+    with pytest.raises(UsageError, match=rf"^press given-scores returned scores that give layer {first} a _Watched, a "
+                                         r"subclass of torch.Tensor whose methods are its own; .* = \[2, 56\], a "
+                                         r"plain torch.Tensor \(tensor.as_subclass\(torch.Tensor\)\)$"):
+        presses.Selection(parent, _GivenScores(scores={**scores, first: watched})).plan("flat", 0.5)
+    assert _Watched.calls == []
+
+
 @pytest.mark.parametrize("dtype", [torch.int64, torch.bool, torch.float16, torch.float64])
 def test_real_scores_of_any_dtype_are_ranked(tiny, dtype):
     """Integer, bool and other floating-point scores rank as they did before complex ones were refused."""
