@@ -27,8 +27,9 @@ import torch
 import allocators
 import presses
 from presses.calibration import Calibration
-from presses.preparation import evidence_for
+from presses.preparation import evidence_for, press_call
 from runtime import Evidence
+from runtime.user_code import run_users
 
 from .rules import check_allocator
 from .served_context import Passes
@@ -108,7 +109,9 @@ class CompactionWorker:
         adapter = self._hybridpress().adapter
         check_allocator(allocator)
         built = allocators.get(allocator, **(options or {}))
-        built.check_layers(len(adapter.attention_layers))
+        # a user's allocator (an installed plugin) failing is one line naming it; a ValueError is its refusal
+        run_users(built.check_layers, type(built), f"allocator {allocator}", "in check_layers",
+                  len(adapter.attention_layers), passing=(ValueError,))
         model_dir = adapter.model_dir
         if built.needs_layer_weights and (model_dir is None or not Calibration.exists(model_dir)):
             Calibration.for_model(adapter)  # raises, naming the command that writes it
@@ -128,7 +131,7 @@ class CompactionWorker:
         if not chosen.runs_after_context:
             return []
         passes = Passes()
-        chosen.score(state.served_context(handle, context_ids, blocks, protected, chosen, passes))
+        press_call(chosen, "score", state.served_context(handle, context_ids, blocks, protected, chosen, passes))
         return passes.asked
 
     def hybridpress_record_pass(self, handle: str, ids: list[int]) -> None:

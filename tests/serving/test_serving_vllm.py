@@ -20,7 +20,9 @@ import torch
 vllm = pytest.importorskip("vllm", reason="the serving environment has vLLM: scripts/serving_env.sh")
 
 import allocators  # noqa: E402
+import allocators.flat  # noqa: E402
 import presses  # noqa: E402
+import presses.kvzip  # noqa: E402
 from runtime import EvidenceRequest, KeepPlan, adapter_for, prefill  # noqa: E402
 from runtime.adapters import apply_rope  # noqa: E402
 from tests.helpers import save_model, token_ids  # noqa: E402
@@ -510,6 +512,43 @@ def test_passes_longer_than_the_engine_holds_are_refused_and_the_context_release
     with pytest.raises(ValueError, match=r"read up to 5\d\d\d tokens \(the 3000-token context and a 2\d\d\d-token "
                                          r"pass\); the engine's max_model_len is 4096"):
         engine.prefill(_ids(3000, 91), keep_fraction=0.2, protected=PROTECTED)
+    assert engine.free_blocks == idle and not engine.scheduler.requests and not engine.contexts
+
+
+class _ChecksBadly(allocators.flat.FlatAllocator):
+    name = "achk"
+
+    def check_layers(self, count):
+        return 1 / 0
+
+
+class _ScoresBadly(presses.kvzip.KVzipPress):
+    name = "kraise"
+
+    def score(self, context):
+        raise RuntimeError("boom in user score")
+
+
+def test_a_users_allocator_or_press_failing_in_the_engine_is_one_line_naming_it(served, monkeypatch):
+    """Probe 12's leftover: the worker called an installed plugin's ``check_layers`` and a reconstruction press's
+    first ``score`` bare, so a user's bug ended the engine's call in the bench's own traceback. Each is a
+    :class:`~runtime.user_code.UserCodeError` naming the allocator or press, and the pool is idle after."""
+    from presses import registry
+    from runtime.user_code import UserCodeError
+
+    engine, _ = served
+    registered = dict(registry.PRESSES)  # one registry, read by both names (the engine's rules read presses')
+    monkeypatch.setattr(registry, "PRESSES", registered)
+    monkeypatch.setattr(presses, "PRESSES", registered)
+    monkeypatch.setattr(allocators, "ALLOCATORS", dict(allocators.ALLOCATORS))
+    allocators.register(dataclasses.dataclass(_ChecksBadly))
+    presses.register(dataclasses.dataclass(_ScoresBadly))
+    idle = engine.free_blocks
+    with pytest.raises(UserCodeError, match=r"^allocator achk raised ZeroDivisionError in check_layers: division by "
+                                            r"zero"):
+        engine.prefill(_ids(300, 7), 0.2, PROTECTED, allocator="achk", press="keydiff")
+    with pytest.raises(UserCodeError, match=r"^press kraise raised RuntimeError in score: boom in user score"):
+        engine.prefill(_ids(300, 7), 0.2, PROTECTED, press="kraise")
     assert engine.free_blocks == idle and not engine.scheduler.requests and not engine.contexts
 
 
