@@ -68,7 +68,7 @@ def check_scores(scores: Scores, context: ScoringContext, press: Press | None = 
         tensor = scores[layer]
         if not isinstance(tensor, torch.Tensor):
             raise UsageError(f"{shown} give layer {layer} a {type(tensor).__name__}; {wanted}")
-        if type(tensor) is not torch.Tensor:  # its own __torch_function__ would run in every check and rank below
+        if type(tensor) not in (torch.Tensor, torch.nn.Parameter):  # its own methods would run in every check
             raise UsageError(f"{shown} give layer {layer} a {type(tensor).__name__}, a subclass of torch.Tensor whose "
                              f"methods are its own; {wanted}, a plain torch.Tensor (tensor.as_subclass(torch.Tensor))")
         if tuple(tensor.shape) != (num_kv_heads, n_body):

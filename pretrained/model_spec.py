@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import reprlib
-import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,6 +14,7 @@ import torch
 import pretrained
 from pretrained.file_record import RECORD_FILE
 from pretrained.model_cache import SOURCE_FILE, check_recorded
+from pretrained.model_name import check_model_name
 from runtime.errors import MissingFileError, UsageError
 
 MODEL_ENV = "HYBRIDPRESS_MODEL"
@@ -119,85 +119,8 @@ def resolve(model: str | ModelSpec | None) -> Path:
                          f"its rows carry) is {len(directory.name)} characters, and a model's name is at most "
                          f"{MODEL_NAME_MAX}, so that its results' folders can be named after it; give the model a "
                          "folder of a shorter name (a link to it of a shorter name will do)")
-    unseen = _unseen(directory.name)
-    if unseen is not None:
-        raise UsageError(f"model {directory.name!r} in {directory.parent}: its name (its folder's, which its rows and "
-                         f"reports carry) holds {unseen}; a model's name is visible characters, spaces only between "
-                         "them, so that reports show it as it is; give the model a folder of such a name (a link to it "
-                         "will do)")
-    lookalike = _lookalike(directory.name)
-    if lookalike is not None:
-        raise UsageError(f"model {directory.name!r} in {directory.parent}: its name (its folder's, which its rows and "
-                         f"reports carry) {lookalike}, so that it reads as another model's name does; give the model "
-                         "a folder of a name in one script, its punctuation ASCII (a link to it will do)")
+    check_model_name(directory, known=(*pretrained.CHECKPOINTS, DEFAULT_MODEL_NAME, "hybrid-byte-12l"))
     return directory
-
-
-def _lookalike(name: str) -> str | None:
-    """What of ``name`` could pass for another name, said as a message does, or None: a compatibility form of another
-    character (a fullwidth ``ｌ`` or ``２`` for ``l`` and ``2``), a character outside ASCII that is no letter or digit
-    (U+2010 HYPHEN for ``-``), or letters and digits of scripts no one writes together (a Cyrillic ``һ`` among Latin
-    letters: ``һybrid-byte-12l`` read as the default model, probe 12; an Arabic-Indic ``١`` among them). Scripts
-    written together are Unicode's (UTS #39, highly restrictive): Han with Hiragana and Katakana, with Bopomofo, or
-    with Hangul, each also with Latin, so ``日本語モデル`` and ``qwen-日本語`` are names."""
-    scripts: dict[str, list[str]] = {}  # each script of the name's letters and digits: its characters there
-    for char in name:
-        if char.isascii() and not char.isalpha():
-            continue
-        if unicodedata.normalize("NFKC", char) != char:
-            return f"holds {_named(char)}, a compatibility form of {unicodedata.normalize('NFKC', char)!r}"
-        if not unicodedata.category(char).startswith(("L", "N")):
-            return f"holds {_named(char)}, a character outside ASCII that is no letter or digit"
-        scripts.setdefault(_script(char), []).append(char)
-    if len(scripts) > 1 and not any(set(scripts) <= together for together in _WRITTEN_TOGETHER):
-        ordered = sorted(scripts, key=lambda script: len(scripts[script]))  # the fewest stand in for another's
-        fewest, most = ordered[0], ordered[-1]
-        return f"mixes scripts: {_named(scripts[fewest][0])}, of the {fewest} script, among {most} characters"
-    return None
-
-
-_WRITTEN_TOGETHER = ({"LATIN", "HAN", "HIRAGANA", "KATAKANA"}, {"LATIN", "HAN", "BOPOMOFO"},
-                     {"LATIN", "HAN", "HANGUL"})
-"""The scripts one name may mix (UTS #39's highly restrictive level): the ways Japanese, Chinese and Korean are
-written, each beside Latin."""
-_SCRIPT_OF_WORD = {"CJK": "HAN", "IDEOGRAPHIC": "HAN", "KATAKANA-HIRAGANA": "KATAKANA", "ARABIC-INDIC": "ARABIC",
-                   "EXTENDED": "ARABIC"}
-"""Unicode names whose first word is not their script's: Han ideographs and marks (``CJK UNIFIED IDEOGRAPH``,
-``IDEOGRAPHIC ITERATION MARK``), the prolonged sound mark ``ー``, the (extended) Arabic-Indic digits."""
-
-
-def _script(char: str) -> str:
-    """The script of the letter or digit ``char``, from its Unicode name's first word (``LATIN``, ``CYRILLIC``,
-    ``GREEK``, ``DEVANAGARI``); an ASCII letter's is ``LATIN``."""
-    word = unicodedata.name(char, "UNNAMED").split()[0]
-    return _SCRIPT_OF_WORD.get(word, word)
-
-
-def _named(char: str) -> str:
-    """``char`` as a message names it: itself, its code point and its Unicode name."""
-    return f"{char!r} (U+{ord(char):04X} {unicodedata.name(char, 'UNNAMED')})"
-
-
-BLANK_LETTERS = frozenset("\u115f\u1160\u3164\uffa0\u2800")
-"""Letters and symbols that draw nothing: the Hangul fillers (U+115F, U+1160, U+3164, U+FFA0) and the Braille blank
-(U+2800), outside Unicode's "other" categories that :func:`_unseen` refuses whole."""
-
-
-def _unseen(name: str) -> str | None:
-    """What of ``name`` a report would not show as it is, said as a message does, or None: a control character (a
-    newline began a heading of its own in summary.md, probe 10), one that shows nothing (a zero-width space, a
-    direction mark: Unicode's "other" categories, unassigned and undecodable bytes among them), whitespace but a
-    plain space, or spaces at either end (``"hybrid-byte-12l "`` read as the default model's name); nor a blank
-    letter or symbol (:data:`BLANK_LETTERS`) or a combining mark (variation selectors and the combining grapheme
-    joiner among them), which render as nothing on their own (``"hybrid-byte-12l\u3164"``, probe 11)."""
-    if name != name.strip():
-        return "whitespace at its start or end"
-    for i, char in enumerate(name):
-        category = unicodedata.category(char)
-        if (category.startswith("C") or category in ("Mn", "Me") or char in BLANK_LETTERS
-                or (char.isspace() and char != " ")):
-            return f"the character {char!r} (U+{ord(char):04X}) at {i}"
-    return None
 
 
 def _directory(spec: ModelSpec) -> Path:

@@ -145,9 +145,26 @@ def test_a_model_name_that_could_pass_for_another_is_refused_before_work(model_d
                          "will do)")
 
 
+@pytest.mark.parametrize("name, known, stands", [
+    ("hybr\u0131d-byte-12l", "hybrid-byte-12l", "'\u0131' (U+0131 LATIN SMALL LETTER DOTLESS I) for 'i'"),
+    ("hybrid-byte-12\u01c0", "hybrid-byte-12l", "'\u01c0' (U+01C0 LATIN LETTER DENTAL CLICK) for 'l'"),
+    ("sm\u00f6llm2-135m-instruct", "smollm2-135m-instruct", "'\u00f6' (U+00F6 LATIN SMALL LETTER O WITH DIAERESIS) for "
+                                                         "'o'"),
+])
+def test_a_model_name_that_reads_as_a_known_models_is_refused_before_work(model_dir, tmp_path, capsys,
+                                                                          no_model_load, name, known, stands):
+    """Probe 13: ``hybrıd-byte-12l`` (a dotless i) and ``hybrid-byte-12ǀ`` (a dental click) are Latin letters of one
+    script, and ran under a heading that reads as the default model's. A name that reads as a catalogued or the
+    default model's, each non-ASCII letter read as the ASCII one it stands for, is refused unless it is that name."""
+    _assert_name_refused(model_dir, tmp_path, capsys, name, f"reads as the model {known!r} (its {stands}) but is "
+                         "another name, so that its rows would read as that model's; give the model a folder of a "
+                         "name of its own (a link to it will do)")
+
+
 @pytest.mark.parametrize("name", ["my model", "éü", "模型-1", "модель-1", "Qwen3.5-0.8B",
                                   "\u0646\u0645\u0648\u0630\u062c-\u0661", "日本語モデル", "東京ガス-7b",
-                                  "qwen-日本語", "한국어-모델", "模型ㄅ"])
+                                  "qwen-日本語", "한국어-모델", "模型ㄅ", "hybrid-byte-121",
+                                  "Hybrid-Byte-12L", "mödel"])
 def test_a_model_name_of_visible_characters_is_taken(model_dir, tmp_path, name):
     link = tmp_path / name
     link.symlink_to(model_dir)
