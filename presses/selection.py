@@ -11,6 +11,8 @@ import math
 import numbers
 import time
 
+import torch
+
 import allocators
 from allocators import Allocator, BudgetRequest, HeadShares, check_allocation, check_keep_fraction
 from pretrained.model_info import ModelInfo, model_of
@@ -128,7 +130,8 @@ def check_pair(press: Press, allocator: Allocator) -> None:
 def check_evidence(parent: Parent, press: Press) -> None:
     """``ValueError`` naming what ``press`` reads that ``parent`` was prefilled without (or that it was released)."""
     parent.kv  # noqa: B018 - a released parent says so, rather than that its evidence is missing
-    adapter, wanted, recorded = parent.adapter, press_call(press, "evidence", parent.adapter), parent.evidence
+    adapter, recorded = parent.adapter, parent.evidence
+    wanted = press_call(press, "evidence", adapter, model=adapter.model)
     missing = []
     if wanted.window and not all(layer in recorded.window_hidden for layer in adapter.attention_layers):
         missing.append(f"the attention layers' inputs of the last {min(wanted.window, parent.n)} context tokens")
@@ -184,7 +187,7 @@ class Selection:
             # read once into a plain dict inside the user's call: a dict of its own may give other values (or raise)
             # each time it is read, after the check (probe 12)
             scores = run_users(lambda: plain_mapping(self.press.score(self.parent)), type(self.press), shown,
-                               "in score")
+                               "in score", model=_model_of(self.parent))
             self.score_seconds = time.perf_counter() - t0
             if users:
                 check_unchanged(before, fingerprint(self.parent), shown)
@@ -207,6 +210,12 @@ class Selection:
     def fork(self, allocator: Allocator | str, keep_fraction: float) -> Child:
         """The compacted child of :meth:`plan`."""
         return self.parent.fork(self.plan(allocator, keep_fraction))
+
+
+def _model_of(context) -> torch.nn.Module | None:
+    """The torch module ``context`` is of (a served context's adapter may hold none)."""
+    model = getattr(getattr(context, "adapter", None), "model", None)
+    return model if isinstance(model, torch.nn.Module) else None
 
 
 def _fill(parent: Parent, scores: Scores, allocator: Allocator, keep_fraction: float,
@@ -232,6 +241,7 @@ def _fill(parent: Parent, scores: Scores, allocator: Allocator, keep_fraction: f
     shown = f"allocator {allocator.name or type(allocator).__name__}"
     # checked inside the user's call, which reads the allocation once into the plain counts planned from (a dict or
     # list of its own may give other values each time it is read, or raise: probe 12)
+    # the request holds no model: its modules are checked around the calls given it, and once per context
     allocation = run_users(lambda: check_allocation(allocator.allocate(request), request, allocator),
                            type(allocator), shown, "in allocate")
     return KeepPlan.from_scores(scores, allocation, parent.protected)

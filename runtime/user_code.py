@@ -13,6 +13,7 @@ import traceback
 from pathlib import Path
 from typing import Callable, TypeVar
 
+from . import model_guard
 from .errors import UsageError
 from .process_guard import HeldProcess, ProcessExit
 
@@ -64,31 +65,36 @@ SHOULD = "a press or allocator the bench runs returns its result"
 
 
 def run_users(call: Callable[..., T], owner: type, shown: str, doing: str, /, *arguments,
-              passing: tuple[type[Exception], ...] = ()) -> T:
+              passing: tuple[type[Exception], ...] = (), model=None) -> T:
     """``call(*arguments)``: ``owner`` (a press's or allocator's class) or one of its methods, ``shown`` as messages
     name that owner, ``doing`` what the call is (``"in score"``, ``"as it was built"``). Every call of a press or
     allocator goes through here (built with its options, ``bind``, ``check``, ``evidence``, ``score``, ``allocate``
     …), the project's own included, so that none can end the run in a traceback or without a word, nor leave the
-    process other than it found it (:class:`~runtime.process_guard.HeldProcess`).
+    process (:class:`~runtime.process_guard.HeldProcess`), the model or the functions it runs through
+    (:mod:`runtime.model_guard`) other than it found them.
 
     Parameters
     ----------
     passing : tuple of exception types
         What the method raises by its contract (``check``'s ``ValueError``: the press cannot run on this model),
         passed on unchanged for the caller to say.
+    model : torch.nn.Module, optional
+        The model the call reads (a press's ``score``: its context's), whose modules it is held to leave as they
+        were; torch's functions and global hooks are held whether or not it is given.
 
     Raises
     ------
     UserCodeError
         Where it calls ``sys.exit``, ``os._exit``, an ``os.exec*`` or ``os.abort`` (which ended a run silently with
-        its status and no rows, probes 11 to 13), whoever's it is; where it returns having changed the process (put
-        back first); where it raises anything else but ``KeyboardInterrupt`` (the user's Ctrl-C, which stops the run
-        as anywhere), a :class:`~runtime.errors.UsageError` or an exception of ``passing``, and ``owner`` is a user's
-        class (:func:`is_users`), naming the error and where it was raised, chained to it: a :class:`BaseException`
-        of its own or ``GeneratorExit`` included. The project's own classes' errors go on up unchanged: they are the
-        bench's bugs, with their tracebacks.
+        its status and no rows, probes 11 to 13), whoever's it is; where it returns having changed the process, the
+        model or torch's functions (put back first where the process's); where it raises anything else but
+        ``KeyboardInterrupt`` (the user's Ctrl-C, which stops the run as anywhere), a
+        :class:`~runtime.errors.UsageError` or an exception of ``passing``, and ``owner`` is a user's class
+        (:func:`is_users`), naming the error and where it was raised, chained to it: a :class:`BaseException` of its
+        own or ``GeneratorExit`` included. The project's own classes' errors go on up unchanged: they are the bench's
+        bugs, with their tracebacks.
     """
-    held = HeldProcess(shown)
+    held, before = HeldProcess(shown), model_guard.state(model)
     try:
         with held:
             result = call(*arguments)
@@ -104,7 +110,9 @@ def run_users(call: Callable[..., T], owner: type, shown: str, doing: str, /, *a
         raise UserCodeError(f"{shown} raised {type(raised).__name__} {doing}{': ' + said if said else ''} "
                             f"({raised_at(raised)})", "".join(traceback.format_exception(raised))) from raised
     change = held.changes()
+    if change is None and (found := model_guard.changed(before, model_guard.state(model))):
+        change = f"changed {found[0]}", found[1]
     if change is not None:
-        raise UserCodeError(f"{shown} {change[0]} {doing} ({change[1]}); {SHOULD} and leaves the process as it found "
-                            "it")
+        raise UserCodeError(f"{shown} {change[0]} {doing} ({change[1]}); {SHOULD} and leaves the process, the model "
+                            "and torch's functions as it found them")
     return result
