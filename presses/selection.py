@@ -22,7 +22,7 @@ from runtime.user_code import is_users, run_users
 
 from .base import Press, Scores, ScoringContext
 from .calibration import Calibration, head_shares_for
-from .context_guard import check_unchanged, fingerprint
+from .context_guard import Fingerprint, check_unchanged, fingerprint
 from .gatesight import GateSightPress
 from .preparation import prepare, press_call
 from .registry import PRESSES, available
@@ -173,6 +173,10 @@ class Selection:
         self.head_shares: HeadShares | dict[int, list[float]] | None = None
         self._scores: Scores | None = None
         self.score_seconds: float | None = None
+        self.fingerprinted: Fingerprint | None = None
+        """The parent's fingerprint (:func:`~presses.context_guard.fingerprint`) once scored; before, where the
+        caller sets it, what the parent is known to be as scoring starts (another press's, just scored: one pass
+        over the cache saved)."""
 
     @property
     def scores(self) -> Scores:
@@ -181,16 +185,22 @@ class Selection:
             if getattr(self.parent, "released", False):  # its evidence went with it: say that, not what it lacks
                 raise ReleasedError("this parent was released, its cache and evidence with it: prefill the context "
                                     "again")
-            shown, users = f"press {press_label(self.press)}", is_users(type(self.press))
-            before = fingerprint(self.parent) if users else None  # what a user's press must leave as it found it
-            t0 = time.perf_counter()
-            # read once into a plain dict inside the user's call: a dict of its own may give other values (or raise)
-            # each time it is read, after the check (probe 12)
-            scores = run_users(lambda: plain_mapping(self.press.score(self.parent)), type(self.press), shown,
-                               "in score", model=_model_of(self.parent))
-            self.score_seconds = time.perf_counter() - t0
-            if users:
-                check_unchanged(before, fingerprint(self.parent), shown)
+            shown = f"press {press_label(self.press)}"
+            # what every press must leave as it found it, the project's own too (probe 13: a press added as a file
+            # of presses/ is as new as a user's)
+            before = self.fingerprinted or fingerprint(self.parent)
+
+            def score() -> Scores:  # timed alone, without the checks around it
+                t0 = time.perf_counter()
+                # read once into a plain dict inside the user's call: a dict of its own may give other values (or
+                # raise) each time it is read, after the check (probe 12)
+                scores = plain_mapping(self.press.score(self.parent))
+                self.score_seconds = time.perf_counter() - t0
+                return scores
+
+            scores = run_users(score, type(self.press), shown, "in score", model=_model_of(self.parent))
+            self.fingerprinted = fingerprint(self.parent)
+            check_unchanged(before, self.fingerprinted, shown)
             check_scores(scores, self.parent, self.press, self.model)
             self._scores = scores
         return self._scores
