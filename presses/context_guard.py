@@ -5,7 +5,8 @@ every method's children: a press that changed them in place (``context.kv[3].key
 ``context.n = 5``) corrupted every row of the run, the built-ins' and the baseline's included (probe 12). Every press,
 the project's own too (probe 13: a new file in ``presses/`` is as new as a user's module), is therefore scored between
 two :func:`fingerprint` s of the context, and a difference is one line naming the press and the first part it changed
-(:func:`check_unchanged`).
+(:func:`check_unchanged`). Once the context's rows are made, before any is written, it is fingerprinted again
+(:func:`check_kept`): probe 13's press left a thread changing the cache after its own check.
 
 Each tensor is fingerprinted by the SHA-256 of its bytes (:func:`runtime.model_guard.tensor_digest`): exact, where sums
 of its values miss a permutation or changes that cancel. The model's weights are held here to their in-place version
@@ -99,3 +100,33 @@ def check_unchanged(before: Fingerprint, after: Fingerprint, shown: str) -> None
                             "context and returns scores; its cache, evidence and fields are what every other method "
                             "and the no-prune baseline of the run are computed from; change copies of them "
                             "(`.clone()`), not them")
+
+
+def kept_parts(fingerprint: Fingerprint) -> Fingerprint:
+    """``fingerprint`` but the evidence's parts: what a context's rows are made from once every press scored it and its
+    evidence was let go."""
+    return {path: was for path, was in fingerprint.items() if not path.startswith("evidence")}
+
+
+def after_scoring(scored_by: tuple[str, ...], context: str = "it") -> str:
+    """When a change after the fact was found, by the presses that scored ``context`` (their labels, in order):
+    ``"after presses pkeep, snapkv scored it, in that order"``."""
+    if not scored_by:
+        return f"after {context} was prefilled (no press scored {context})"
+    if len(scored_by) == 1:
+        return f"after press {scored_by[0]} scored {context}"
+    return f"after presses {', '.join(scored_by)} scored {context}, in that order"
+
+
+def check_kept(scored: Fingerprint, now: Fingerprint, scored_by: tuple[str, ...]) -> None:
+    """A :class:`~runtime.user_code.UserCodeError` where the context changed after it was scored (``scored``, its
+    fingerprint once every press scored it and its evidence was let go) and before its rows are written (``now``),
+    naming the presses that scored it (``scored_by``, labels in order: the last is the last that ran) and threads a
+    press left running (:func:`runtime.process_guard.threads_left`): probe 13's press left a thread changing the
+    cache it kept, whose changes the check around its own scoring missed."""
+    changed = _first_change(scored, now)
+    if changed is not None:
+        raise UserCodeError(f"the context changed {after_scoring(scored_by)} ({changed}), before its rows were "
+                            f"written{threads_left()}: a press reads the context and returns scores, and leaves "
+                            "nothing running that changes it later (a thread of its own holding its tensors); the "
+                            "context's rows were not written")
