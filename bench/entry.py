@@ -4,11 +4,18 @@ the command's modules load (seconds: torch, transformers) as during the command 
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import os
 import signal
 import sys
+import threading
+import time
 
 from bench.run.stopping import StopOnSignals, stopped
+
+LINGER_SECONDS = 2.0
+"""How long the console script waits, once its command is done, for threads that are not daemons to end."""
 
 
 def _stop_in_exit_handlers(handlers: list[str], code: int):
@@ -39,11 +46,22 @@ def main() -> int:
         sys.stderr.flush()
     for stop in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(stop, _stop_in_exit_handlers(handlers, code) if handlers else signal.SIG_IGN)
-    if user_imports is not None and any(thread.is_alive() for thread in user_imports.LINGERING):
-        # a user's module left threads running (refused, said): Python's shutdown would wait for them for ever, past
-        # the signals ignored above
-        sys.stdout.flush()
-        sys.stderr.flush()
+    left = [thread for thread in threading.enumerate() if not thread.daemon and thread is not threading.main_thread()]
+    deadline = time.monotonic() + LINGER_SECONDS
+    for thread in left:  # one that is ending (a library's, shutting down) ends as Python's shutdown would wait for it
+        thread.join(max(0.0, deadline - time.monotonic()))
+    left = [thread for thread in left if thread.is_alive()]
+    if left:
+        # a thread that is not a daemon, left by user code (refused and said where it was seen) or by anything else:
+        # Python's shutdown would wait for it for ever, past the signals ignored above (probe 13). The exit handlers
+        # run as Python would run them, then the process ends without waiting
+        with contextlib.suppress(OSError, ValueError):  # a stream closed by that code is no reason to hang
+            if code == 0:
+                print(f"bench: thread(s) {', '.join(thread.name for thread in left)} that are not daemons still ran "
+                      "after the command ended; it ends without waiting for them", file=sys.stderr)
+            atexit._run_exitfuncs()
+            sys.stdout.flush()
+            sys.stderr.flush()
         os._exit(code)
     return code
 

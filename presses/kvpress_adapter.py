@@ -273,9 +273,22 @@ class KvpressScorer(Press):
 
     def _score_layer(self, context: ScoringContext, layer: int, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         """``[H_kv, n_body]`` scores of one attention layer; its ``[1, n, D]`` layer inputs live only in this call."""
-        adapter, n = context.adapter, context.n
+        adapter = context.adapter
         module = adapter.attention_module(layer)
+        had = getattr(module, "rotary_emb", None)
         module.rotary_emb = adapter.model.model.rotary_emb  # what kvpress's context manager sets on every layer
+        try:
+            return self._score_module(context, layer, module, cos, sin)
+        finally:  # and takes off again: a press leaves the model as it found it (runtime.model_guard)
+            if had is None:
+                del module.rotary_emb
+            else:
+                module.rotary_emb = had
+
+    def _score_module(self, context: ScoringContext, layer: int, module: nn.Module, cos: torch.Tensor,
+                      sin: torch.Tensor) -> torch.Tensor:
+        """:meth:`_score_layer` of ``module``, its attention module with ``rotary_emb`` set."""
+        adapter, n = context.adapter, context.n
         kv = context.kv[layer]
         recorded = context.evidence.window_hidden.get(layer)
         hidden = _layer_inputs(recorded, n, adapter.config.hidden_size, cos.dtype, cos.device)

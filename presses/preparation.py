@@ -25,12 +25,13 @@ REFUSALS = (ValueError, FileNotFoundError)
 damaged or another model's): said as such, a user's press's too, not as its code failing."""
 
 
-def press_call(press: Press, method: str, /, *arguments, passing: tuple[type[Exception], ...] = ()):
+def press_call(press: Press, method: str, /, *arguments, passing: tuple[type[Exception], ...] = (), model=None):
     """``press.method(*arguments)`` (``method`` one of :class:`Press`'s own: ``bind``, ``check``, ``evidence`` …),
-    whose failure in a user's press is one line naming it (:func:`runtime.user_code.run_users`); ``passing``: what
-    the method raises by its contract, passed on."""
+    whose failure in a user's press is one line naming it, and which is held to leave ``model`` (the torch module it
+    is given, through an adapter) as it found it (:func:`runtime.user_code.run_users`); ``passing``: what the method
+    raises by its contract, passed on."""
     return run_users(lambda: getattr(press, method)(*arguments), type(press), f"press {press_label(press)}",
-                     f"in {method}", passing=passing)
+                     f"in {method}", passing=passing, model=model)
 
 
 def prepare(press: Press | str, adapter: ModelAdapter, model: ModelInfo | str | os.PathLike | None = None,
@@ -61,8 +62,8 @@ def prepare(press: Press | str, adapter: ModelAdapter, model: ModelInfo | str | 
         raise UsageError(f"options {sorted(options)} are for a press built by name; {press.name!r} is built already")
     model = model_of(adapter) if model is None else read(model)
     try:
-        press_call(press, "bind", model, passing=REFUSALS)
-        press_call(press, "check", adapter, passing=REFUSALS)
+        press_call(press, "bind", model, passing=REFUSALS)  # given the model's files, not the model
+        press_call(press, "check", adapter, passing=REFUSALS, model=adapter.model)
     except UserCodeError:  # a UsageError, and so a ValueError too: said as it is
         raise
     except REFUSALS as error:
@@ -75,5 +76,5 @@ def evidence_for(presses: Iterable[Press], adapter: ModelAdapter) -> EvidenceReq
     """The one prefill request that records what every press in ``presses`` reads."""
     request = EvidenceRequest()
     for press in presses:
-        request = request | press_call(press, "evidence", adapter)
+        request = request | press_call(press, "evidence", adapter, model=adapter.model)
     return request

@@ -11,6 +11,8 @@ import math
 import numbers
 import time
 
+import torch
+
 import allocators
 from allocators import Allocator, BudgetRequest, HeadShares, check_allocation, check_keep_fraction
 from pretrained.model_info import ModelInfo, model_of
@@ -20,7 +22,7 @@ from runtime.user_code import is_users, run_users
 
 from .base import Press, Scores, ScoringContext
 from .calibration import Calibration, head_shares_for
-from .context_guard import check_unchanged, fingerprint
+from .context_guard import Fingerprint, check_unchanged, fingerprint
 from .gatesight import GateSightPress
 from .preparation import prepare, press_call
 from .registry import PRESSES, available
@@ -128,7 +130,8 @@ def check_pair(press: Press, allocator: Allocator) -> None:
 def check_evidence(parent: Parent, press: Press) -> None:
     """``ValueError`` naming what ``press`` reads that ``parent`` was prefilled without (or that it was released)."""
     parent.kv  # noqa: B018 - a released parent says so, rather than that its evidence is missing
-    adapter, wanted, recorded = parent.adapter, press_call(press, "evidence", parent.adapter), parent.evidence
+    adapter, recorded = parent.adapter, parent.evidence
+    wanted = press_call(press, "evidence", adapter, model=adapter.model)
     missing = []
     if wanted.window and not all(layer in recorded.window_hidden for layer in adapter.attention_layers):
         missing.append(f"the attention layers' inputs of the last {min(wanted.window, parent.n)} context tokens")
@@ -170,6 +173,10 @@ class Selection:
         self.head_shares: HeadShares | dict[int, list[float]] | None = None
         self._scores: Scores | None = None
         self.score_seconds: float | None = None
+        self.fingerprinted: Fingerprint | None = None
+        """The parent's fingerprint (:func:`~presses.context_guard.fingerprint`) once scored; before, where the
+        caller sets it, what the parent is known to be as scoring starts (another press's, just scored: one pass
+        over the cache saved)."""
 
     @property
     def scores(self) -> Scores:
@@ -178,16 +185,22 @@ class Selection:
             if getattr(self.parent, "released", False):  # its evidence went with it: say that, not what it lacks
                 raise ReleasedError("this parent was released, its cache and evidence with it: prefill the context "
                                     "again")
-            shown, users = f"press {press_label(self.press)}", is_users(type(self.press))
-            before = fingerprint(self.parent) if users else None  # what a user's press must leave as it found it
-            t0 = time.perf_counter()
-            # read once into a plain dict inside the user's call: a dict of its own may give other values (or raise)
-            # each time it is read, after the check (probe 12)
-            scores = run_users(lambda: plain_mapping(self.press.score(self.parent)), type(self.press), shown,
-                               "in score")
-            self.score_seconds = time.perf_counter() - t0
-            if users:
-                check_unchanged(before, fingerprint(self.parent), shown)
+            shown = f"press {press_label(self.press)}"
+            # what every press must leave as it found it, the project's own too (probe 13: a press added as a file
+            # of presses/ is as new as a user's)
+            before = self.fingerprinted or fingerprint(self.parent)
+
+            def score() -> Scores:  # timed alone, without the checks around it
+                t0 = time.perf_counter()
+                # read once into a plain dict inside the user's call: a dict of its own may give other values (or
+                # raise) each time it is read, after the check (probe 12)
+                scores = plain_mapping(self.press.score(self.parent))
+                self.score_seconds = time.perf_counter() - t0
+                return scores
+
+            scores = run_users(score, type(self.press), shown, "in score", model=_model_of(self.parent))
+            self.fingerprinted = fingerprint(self.parent)
+            check_unchanged(before, self.fingerprinted, shown)
             check_scores(scores, self.parent, self.press, self.model)
             self._scores = scores
         return self._scores
@@ -207,6 +220,12 @@ class Selection:
     def fork(self, allocator: Allocator | str, keep_fraction: float) -> Child:
         """The compacted child of :meth:`plan`."""
         return self.parent.fork(self.plan(allocator, keep_fraction))
+
+
+def _model_of(context) -> torch.nn.Module | None:
+    """The torch module ``context`` is of (a served context's adapter may hold none)."""
+    model = getattr(getattr(context, "adapter", None), "model", None)
+    return model if isinstance(model, torch.nn.Module) else None
 
 
 def _fill(parent: Parent, scores: Scores, allocator: Allocator, keep_fraction: float,
@@ -232,6 +251,7 @@ def _fill(parent: Parent, scores: Scores, allocator: Allocator, keep_fraction: f
     shown = f"allocator {allocator.name or type(allocator).__name__}"
     # checked inside the user's call, which reads the allocation once into the plain counts planned from (a dict or
     # list of its own may give other values each time it is read, or raise: probe 12)
+    # the request holds no model: its modules are checked around the calls given it, and once per context
     allocation = run_users(lambda: check_allocation(allocator.allocate(request), request, allocator),
                            type(allocator), shown, "in allocate")
     return KeepPlan.from_scores(scores, allocation, parent.protected)

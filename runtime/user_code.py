@@ -8,14 +8,14 @@ class comes from: one of :data:`PROJECT_PACKAGES`, or not (a ``--import``ed modu
 
 from __future__ import annotations
 
-import contextlib
-import os
 import sysconfig
 import traceback
 from pathlib import Path
 from typing import Callable, TypeVar
 
+from . import model_guard
 from .errors import UsageError
+from .process_guard import HeldProcess, ProcessExit
 
 T = TypeVar("T")
 PROJECT_PACKAGES = ("runtime", "presses", "allocators", "workloads", "artifacts", "pretrained", "bench",
@@ -60,62 +60,47 @@ def raised_at(error: BaseException) -> str:
     return f"{frame.filename}:{frame.lineno}"
 
 
-class ProcessExit(BaseException):
-    """``os._exit`` called by a user's code while the bench runs it (:func:`process_exit_refused`), raised in its
-    place; a :class:`BaseException`, so that the user's own ``except Exception`` does not swallow it."""
-
-    def __init__(self, status):
-        super().__init__(status)
-        self.status = status
-
-
-def _exit_refused(status):
-    raise ProcessExit(status)
-
-
-@contextlib.contextmanager
-def process_exit_refused():
-    """``os._exit`` raising :class:`ProcessExit` within, put back after: it ends the process where it stands, without
-    the bench's line, its ``.lock`` removed or its exit status (probe 12: a press's ``os._exit(0)`` ended a run with
-    status 0, no rows and no word). Code that bound ``os._exit`` to a name of its own before is not reached."""
-    real_exit = os._exit
-    os._exit = _exit_refused
-    try:
-        yield
-    finally:
-        os._exit = real_exit
+SHOULD = "a press or allocator the bench runs returns its result"
+"""What a press or allocator does, as refusals of what one did instead say it."""
 
 
 def run_users(call: Callable[..., T], owner: type, shown: str, doing: str, /, *arguments,
-              passing: tuple[type[Exception], ...] = ()) -> T:
+              passing: tuple[type[Exception], ...] = (), model=None) -> T:
     """``call(*arguments)``: ``owner`` (a press's or allocator's class) or one of its methods, ``shown`` as messages
-    name that owner, ``doing`` what the call is (``"in score"``, ``"as it was built"``). Every call of a user's press
-    or allocator goes through here (built with its options, ``bind``, ``check``, ``evidence``, ``score``,
-    ``allocate`` …), so that none can end the run in a traceback or without a word.
+    name that owner, ``doing`` what the call is (``"in score"``, ``"as it was built"``). Every call of a press or
+    allocator goes through here (built with its options, ``bind``, ``check``, ``evidence``, ``score``, ``allocate``
+    …), the project's own included, so that none can end the run in a traceback or without a word, nor leave the
+    process (:class:`~runtime.process_guard.HeldProcess`), the model or the functions it runs through
+    (:mod:`runtime.model_guard`) other than it found them.
 
     Parameters
     ----------
     passing : tuple of exception types
         What the method raises by its contract (``check``'s ``ValueError``: the press cannot run on this model),
         passed on unchanged for the caller to say.
+    model : torch.nn.Module, optional
+        The model the call reads (a press's ``score``: its context's), whose modules it is held to leave as they
+        were; torch's functions and global hooks are held whether or not it is given.
 
     Raises
     ------
     UserCodeError
-        Where it calls ``sys.exit`` or ``os._exit`` (which ended a run silently with its status and no rows, probes
-        11 and 12), whoever's it is; where it raises anything else but ``KeyboardInterrupt`` (the user's Ctrl-C,
-        which stops the run as anywhere), a :class:`~runtime.errors.UsageError` or an exception of ``passing``, and
-        ``owner`` is a user's class (:func:`is_users`), naming the error and where it was raised, chained to it: a
-        :class:`BaseException` of its own or ``GeneratorExit`` included. The project's own classes' errors go on up
-        unchanged: they are the bench's bugs, with their tracebacks.
+        Where it calls ``sys.exit``, ``os._exit``, an ``os.exec*`` or ``os.abort`` (which ended a run silently with
+        its status and no rows, probes 11 to 13), whoever's it is; where it returns having changed the process, the
+        model or torch's functions (put back first where the process's); where it raises anything else but
+        ``KeyboardInterrupt`` (the user's Ctrl-C, which stops the run as anywhere), a
+        :class:`~runtime.errors.UsageError` or an exception of ``passing``, and ``owner`` is a user's class
+        (:func:`is_users`), naming the error and where it was raised, chained to it: a :class:`BaseException` of its
+        own or ``GeneratorExit`` included. The project's own classes' errors go on up unchanged: they are the bench's
+        bugs, with their tracebacks.
     """
+    held, before = HeldProcess(shown), model_guard.state(model)
     try:
-        with process_exit_refused():
-            return call(*arguments)
+        with held:
+            result = call(*arguments)
     except (SystemExit, ProcessExit) as called:
-        how = f"sys.exit({called.code!r})" if isinstance(called, SystemExit) else f"os._exit({called.status!r})"
-        raise UserCodeError(f"{shown} called {how} {doing}; a press or allocator the bench runs returns its result "
-                            "and never ends the process") from None
+        how = f"sys.exit({called.code!r})" if isinstance(called, SystemExit) else called.how
+        raise UserCodeError(f"{shown} called {how} {doing}; {SHOULD} and never ends the process") from None
     except (UsageError, KeyboardInterrupt, *passing):
         raise
     except BaseException as raised:
@@ -124,3 +109,10 @@ def run_users(call: Callable[..., T], owner: type, shown: str, doing: str, /, *a
         said = " ".join(str(raised).split())
         raise UserCodeError(f"{shown} raised {type(raised).__name__} {doing}{': ' + said if said else ''} "
                             f"({raised_at(raised)})", "".join(traceback.format_exception(raised))) from raised
+    change = held.changes()
+    if change is None and (found := model_guard.changed(before, model_guard.state(model))):
+        change = f"changed {found[0]}", found[1]
+    if change is not None:
+        raise UserCodeError(f"{shown} {change[0]} {doing} ({change[1]}); {SHOULD} and leaves the process, the model "
+                            "and torch's functions as it found them")
+    return result

@@ -3,7 +3,8 @@ question answered from each child.
 
 :class:`ContextRun` holds what every step of one context shares (the item, its questions' full-cache references,
 the rows' common fields) and runs the protocol through the harness's :class:`~bench.run.engine.Engine`, whichever it
-is. Rows already in the store are skipped, so a killed run resumes where it stopped.
+is. A context's rows are emitted together once all are made and its cache and the model are found as its presses
+left them; rows already in the store are skipped, so a killed run resumes where it stopped.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ class ContextRun:
     is_done : Callable[[tuple], bool]
         Whether the store holds the row of a key (:func:`bench.store.row_fields.row_key`).
     emit : Callable[[dict], None]
-        Receives each new row.
+        Receives each new row, once every row of the context is made and checked.
     """
 
     def __init__(self, harness: Harness, task: str, index: int, is_done: Callable[[tuple], bool],
@@ -40,6 +41,7 @@ class ContextRun:
         self.h, self.is_done, self.emit = harness, is_done, emit
         self.item = harness.item(task, index)
         self.rows, self.todo = [], []
+        self.made: list[dict] = []  # the new rows, emitted once the context is checked
         if self.item is None:
             return
         self.rows = [base_row(harness.run, harness.identity, task, self.item, q)
@@ -74,8 +76,14 @@ class ContextRun:
                         self._answer(questions, common, group)
                     finally:
                         group.release()
+            # every row of the context is made from its cache and the model: both as its presses left them, or none
+            # is written (probe 13: a press's thread, hooks or a weight changed through .data corrupted every row)
+            parent.check_kept()
+            h.check_model(parent.scored_by)
         finally:
             parent.release()
+        for row in self.made:
+            self.emit(row)
         return len(self.todo)
 
     def _common(self, parent: HeldContext) -> dict:
@@ -91,7 +99,7 @@ class ContextRun:
         these: ``tests/runtime/test_fork.py``), so nothing is decoded twice; their ΔNLL and KL are exactly 0."""
         for q, row in zip(questions, self.rows):
             if not self.is_done(row_key({**row, **fields})):
-                self.emit(answered_row(self.item, q, row, fields, q.answer, q.reference.log_probs))
+                self.made.append(answered_row(self.item, q, row, fields, q.answer, q.reference.log_probs))
 
     def _answer(self, questions: list[QuestionReference], common: dict, group: ChildGroup) -> None:
         """Every pending question of the children of ``group``, the pending children of a question answered
@@ -108,4 +116,5 @@ class ContextRun:
             for i, answer, child_log_probs in zip(which, answers, log_probs):
                 c = group.members[i]
                 needles = needle_fields(q, c.plan, lambda c=c: c.rank(q))
-                self.emit(answered_row(self.item, q, row, {**methods[i], **batch}, answer, child_log_probs, needles))
+                self.made.append(answered_row(self.item, q, row, {**methods[i], **batch}, answer, child_log_probs,
+                                              needles))

@@ -44,6 +44,18 @@ def median_seconds(fn, repeats: int = 3) -> float:
     return statistics.median(times)
 
 
+def _score_seconds(parent, press, repeats: int = 3) -> float:
+    """Median of ``repeats`` scorings' own time (:attr:`presses.Selection.score_seconds`: the checks that the press
+    left the context and model as it found them are not the press's cost), after one untimed warm-up scoring."""
+    Selection(parent, press).scores  # noqa: B018 - warm-up
+    times = []
+    for _ in range(repeats):
+        selection = Selection(parent, press)
+        selection.scores  # noqa: B018 - scored on first use
+        times.append(selection.score_seconds)
+    return statistics.median(times)
+
+
 def _context(tokenizer, length: int) -> torch.Tensor:
     """``[length]`` token ids of held-out generic text, repeated when the documents are shorter."""
     text = "\n\n".join(text for source in SOURCES for _, text in documents(source, "heldout")[:5])
@@ -120,7 +132,7 @@ def run_cost(model_path, press_names: list[str], lengths: list[int], out: Path, 
         prefill_s = median_seconds(lambda: prefill(model, context, evidence=EvidenceRequest()).release())
         parent = prefill(model, context, evidence=evidence, tokenizer=tokenizer)
         for name, press in built.items():
-            seconds = median_seconds(lambda: Selection(parent, press).scores)
+            seconds = _score_seconds(parent, press)
             rows.append({"press": name, "length": length, "score_s": seconds, "prefill_s": prefill_s,
                          "prefill_multiple": seconds / prefill_s})
             print(f"{name:>13} n={length:>6}: scoring {seconds:8.4f} s, prefill {prefill_s:8.3f} s, "

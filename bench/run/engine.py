@@ -17,6 +17,8 @@ from typing import Callable, Protocol
 import torch
 
 from presses import Press
+from presses.context_guard import check_kept, fingerprint, kept_parts
+from presses.score_check import press_label
 from presses.selection import Selection
 from pretrained.model_info import ModelInfo
 from runtime import Answer, Evidence, EvidenceRequest, KeepPlan, prefill
@@ -77,6 +79,12 @@ class HeldContext(Protocol):
     prefill_seconds: float
     kv_nbytes: int
     recurrent_nbytes: int
+    scored_by: tuple[str, ...]
+    """The labels of the presses that scored the context here, in order (none where the engine scores it)."""
+
+    def check_kept(self) -> None:
+        """A :class:`~runtime.user_code.UserCodeError` where the context changed since its presses scored it: its rows
+        are made from it, and none may be written."""
 
     def reference(self, prompt_ids: torch.Tensor, answer_ids: torch.Tensor, max_new_tokens: int,
                   eos_token_id) -> tuple[Answer, torch.Tensor]:
@@ -141,8 +149,14 @@ class _RuntimeContext:
         self.n, self.kv_nbytes, self.recurrent_nbytes = parent.n, parent.kv_nbytes, parent.recurrent_nbytes
         self.selections = {spec: Selection(parent, engine.presses[spec], engine.layer_weights, engine.model_info)
                            for spec in presses}
+        scored = None
         for selection in self.selections.values():
+            selection.fingerprinted = scored  # as the press before left it, checked
             selection.scores  # noqa: B018 - scored now, so that the evidence can go before any child is made
+            scored = selection.fingerprinted
+        self.scored_by = tuple(press_label(selection.press) for selection in self.selections.values())
+        # what every row of the context is made from (its evidence aside: it goes now)
+        self._scored = kept_parts(scored or fingerprint(parent))
         # what the presses read of the prefill (kvpress's presses: every attention layer's hidden states, 133 MiB
         # at 2,048 tokens on SmolLM2-135M) is not needed once every press has scored
         parent.evidence = Evidence()
@@ -172,6 +186,10 @@ class _RuntimeContext:
                  for child in children)
         for group in groups_within(self.parent, plans, tokens, forced, self.engine.memory_budget, self.engine.batch):
             yield _RuntimeGroup(self, group)
+
+    def check_kept(self) -> None:
+        # probe 13: a press's thread changed the cache it kept after the check around its scoring
+        check_kept(self._scored, kept_parts(fingerprint(self.parent)), self.scored_by)
 
     def release(self) -> None:
         self.parent.release()

@@ -213,8 +213,8 @@ def _how_it_ended(exitcode: int) -> str:
 
 def in_this_process(harness: Harness, jobs: list[ContextJob], is_done: Callable[[tuple], bool],
                     emit: Callable[[dict], None]) -> Iterator[None]:
-    """Every job answered by ``harness``, each row emitted as it is made (a killed run loses no finished row);
-    yields once per context."""
+    """Every job answered by ``harness``, each context's rows emitted as it is done (a killed run loses no finished
+    context); yields once per context."""
     for job in jobs:
         ContextRun(harness, job.task, job.index, is_done, emit).run()
         yield None

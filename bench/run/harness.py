@@ -6,10 +6,14 @@ import torch
 
 import allocators
 from presses.calibration import Calibration, head_shares_for
+from presses.context_guard import after_scoring
 from presses.preparation import evidence_for, prepare
 from pretrained import loading
 from runtime import adapter_for, encode_text
 from runtime.errors import UsageError
+from runtime.model_guard import HeldModel
+from runtime.process_guard import threads_left
+from runtime.user_code import UserCodeError
 from workloads.tasks import registry as tasks
 from workloads.tasks.items import Item
 
@@ -53,6 +57,7 @@ class Harness:
         task_settings = tasks.TaskSettings(run.length, self.encode_list, self.tokenizer.decode, run.profile, run.seed,
                                            run.haystack, run.scbench_data)
         self._builders = {}
+        self.held_model = HeldModel(self.model)  # as every context's rows must find it (check_model)
         for task in run.tasks:
             try:  # the first item of every task is built now: a task that cannot fit the length says so at once
                 self._builders[task] = tasks.family_of(task).builder(task, task_settings)
@@ -77,6 +82,18 @@ class Harness:
             head_shares_for(self.adapter, self.run.model)
         return RuntimeEngine(self.model, self.tokenizer, self.presses, self.allocators, layer_weights,
                              evidence_for(self.presses.values(), self.adapter), self.run.batch, self.run.model)
+
+    def check_model(self, scored_by: tuple[str, ...]) -> None:
+        """A :class:`~runtime.user_code.UserCodeError` where the model (its hooks, modules, parameters and buffers,
+        their values' SHA-256) or the torch functions it runs through changed since the harness was built, naming
+        ``scored_by``, the presses that scored the context (labels, in order): the context's rows, made from them,
+        are not written."""
+        changed = self.held_model.changed()
+        if changed:
+            raise UserCodeError(f"{changed[0]} changed {after_scoring(scored_by, 'the context')} ({changed[1]}), "
+                                f"before its rows were written{threads_left()}: a press reads the context and returns "
+                                "scores, and leaves the model and torch as it found them (no hook left, no weight "
+                                "changed through .data, no function replaced); the context's rows were not written")
 
     def encode_list(self, text: str) -> list[int]:
         return encode_text(self.tokenizer, text)

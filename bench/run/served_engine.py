@@ -56,10 +56,16 @@ class ServedEngine:
 class _ServedContext:
     """A :class:`~bench.run.engine.HeldContext` held in the engine."""
 
+    scored_by: tuple[str, ...] = ()  # each child is scored in the engine, as it is compacted
+
     def __init__(self, engine: ServedEngine, parent):
         self.engine, self.parent = engine, parent
         self.n, self.prefill_seconds = parent.n, parent.held.prefill_seconds
         self.kv_nbytes, self.recurrent_nbytes = parent.kv_nbytes, parent.recurrent_nbytes
+
+    def check_kept(self) -> None:
+        """Nothing is checked here: the context lives in the engine, where each child's press scores it
+        (:mod:`serving.worker`), which this process cannot fingerprint."""
 
     def reference(self, prompt_ids, answer_ids, max_new_tokens: int, eos_token_id) -> tuple[Answer, torch.Tensor]:
         # a context held in an engine answers and scores in two requests

@@ -4,6 +4,7 @@ is one line naming the press or allocator, the error and the user's file and lin
 ``--debug`` shows the user's traceback, also from a worker. The project's own code failing stays a bug with its
 traceback."""
 
+import json
 import re
 import sys
 
@@ -88,9 +89,50 @@ _press("pclear", score=lambda self, context: context.kv.clear())
 _allocator("abase", allocate=lambda self, request: (_ for _ in ()).throw(Boom("of its own")))
 _allocator("achk", check_layers=lambda self, count: 1 / 0)
 _allocator("aflip", allocate=lambda self, request: Flip(FlatAllocator.allocate(self, request)))
+_pending = []
+
+
+def _later(self, context):
+    """SnapKV's scores, and a thread that negates the keys it kept once the allocator below lets it: after the check
+    around this scoring, before the rows (probe 13's press, made sure of its timing); from the scoring numbered
+    $PLATE_FROM on."""
+    import threading
+
+    scores, keys = SnapKVPress.score(self, context), next(iter(context.kv.values())).keys
+    go, done = threading.Event(), threading.Event()
+
+    def change():
+        go.wait(60)
+        keys.mul_(-1.0)
+        done.set()
+
+    if len(_pending) >= int(os.environ.get("PLATE_FROM", "0")):
+        threading.Thread(target=change, daemon=True).start()
+    _pending.append((go, done))
+    return scores
+
+
+def _let_it(self, request):
+    go, done = _pending[-1]
+    go.set()
+    done.wait(60)
+    return FlatAllocator.allocate(self, request)
+
+
+def _halve(self, context):
+    scores = SnapKVPress.score(self, context)
+    for parameter in context.adapter.model.parameters():
+        parameter.data.mul_(0.5)
+    return scores
+
+
+_press("plate", score=_later)
+_allocator("alet", allocate=_let_it)
+_press("pdata", score=_halve)
 '''
 """A user's module: ``praise`` raises on line 14, ``ppost`` on line 23, ``araise`` on line 32, each press or
-allocator made by ``_press`` or ``_allocator`` on its own line after 56."""
+allocator made by ``_press`` or ``_allocator`` on its own line after 56; after them, probe 13's presses (``plate``
+with ``alet``, ``pdata``)."""
 
 
 @pytest.fixture
@@ -124,6 +166,11 @@ def _compare(model_dir, out, *flags):
     ("pgexit/flat", "press pgexit raised GeneratorExit in score: closed ({file}:64)"),
     ("pclear/flat", "press pclear changed the context it scores (kv): a press reads the context and returns scores"),
     ("snapkv/abase", "allocator abase raised Boom in allocate: of its own ({file}:66)"),
+    # probe 13: a thread of the press changed the context after the check around its scoring; .data escapes version
+    # counters: both found before any row of the context is written
+    ("plate/alet", "the context changed after press plate scored it (kv["),
+    ("pdata/flat", "the model's weights changed after press pdata scored the context (model.embed_tokens.weight: its "
+                   "SHA-256 differs), before its rows were written: a press reads the context and returns scores"),
 ])
 def test_a_users_code_raising_is_one_line_naming_it(model_dir, tmp_path, users_module, capsys, jobs, method, said):
     code, err = run_cli(capsys, *_compare(model_dir, tmp_path / "out", "--methods", method, "--n", jobs, "--jobs",
@@ -131,6 +178,19 @@ def test_a_users_code_raising_is_one_line_naming_it(model_dir, tmp_path, users_m
     assert code == 2 and "Traceback" not in err, err
     assert err.startswith(f"bench compare: error: {said.format(file=users_module)}"), err
     assert "run the same command again" in err, err
+
+
+def test_a_context_changed_after_its_scoring_has_no_row_written(model_dir, tmp_path, users_module, capsys,
+                                                                 monkeypatch):
+    """Probe 13: a press's thread changed the context after the check around its scoring: the rows made from it were
+    written (every one, on a second try), verify passed and a resume kept them. The first context's rows are kept; of
+    the second, changed, none is written."""
+    monkeypatch.setenv("PLATE_FROM", "1")
+    code, err = run_cli(capsys, *_compare(model_dir, tmp_path / "out", "--methods", "plate/alet", "--n", 2))
+    assert code == 2 and "the context changed after press plate scored it (kv[" in err, err
+    assert "the context's rows were not written; what was finished is kept" in err, err
+    rows = [json.loads(line) for line in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
+    assert sorted((row["item"], row["press"]) for row in rows) == [(0, "none"), (0, "plate")]
 
 
 @pytest.mark.parametrize("method, said", [

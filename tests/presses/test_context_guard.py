@@ -1,19 +1,26 @@
 """Probe 12: a user's press that changed the context it scored (its cache in place, its ``kv`` dict, its fields)
 corrupted every row of the run, the built-ins' and the no-prune baseline's included. Such a press is refused in one
 line naming it and what it changed, before anything is computed from the changed context; a user's allocator reads
-its own copy of the scores."""
+its own copy of the scores. Probe 13: a press of the project's own packages (a new file in ``presses/``) was not
+checked; every press is, and every registered one is tested here to leave the context and the model as it found
+them."""
 
 import re
 
 import pytest
 import torch
 
+import presses
 from allocators.flat import FlatAllocator
 from presses import Selection
 from presses.context_guard import check_unchanged, fingerprint
 from presses.keydiff import KeyDiffPress
-from runtime import prefill
+from presses.kvpress_adapter import scorer_names
+from runtime import adapter_for, model_guard, prefill
+from runtime.errors import UsageError
 from runtime.user_code import UserCodeError
+from testing.offline import REGISTERED_PRESSES, offline_press
+from tests.helpers import HYBRID_FAMILIES, token_ids
 
 
 @pytest.fixture
@@ -22,13 +29,14 @@ def parent(tiny):
     return prefill(tiny("qwen3_5"), torch.randint(0, 97, (40,)), protected=4)
 
 
-def _users_press(change):
-    """A press of this test module (a user's, as an imported one is): KeyDiff's scores, then ``change(context)``."""
+def _users_press(change, module=__name__):
+    """A press of ``module`` (this test module's: a user's, as an imported one is): KeyDiff's scores, then
+    ``change(context)``."""
     def score(self, context):
         scores = KeyDiffPress.score(self, context)
         change(context)
         return scores
-    return type("Changing", (KeyDiffPress,), {"score": score})()
+    return type("Changing", (KeyDiffPress,), {"score": score, "__module__": module})()
 
 
 def _swap(keys):
@@ -55,6 +63,44 @@ def test_a_users_press_changing_the_context_is_refused_naming_what(parent, chang
     with pytest.raises(UserCodeError, match=re.escape(f"press keydiff changed the context it scores "
                                                       f"({part.format(layer=_first_layer(parent))}")):
         Selection(parent, _users_press(change)).scores  # noqa: B018 - scored on first use
+
+
+def test_a_press_of_the_projects_own_packages_is_checked_too(parent):
+    """Probe 13: a press added as CONTRIBUTING.md says, one file in ``presses/``, negating the cache corrupted every
+    row: a class of the project's packages was not checked."""
+    press = _users_press(lambda c: c.kv[_first_layer(c)].keys.mul_(-1.0), module="presses.mine")
+    with pytest.raises(UserCodeError, match=re.escape(f"press keydiff changed the context it scores "
+                                                      f"(kv[{_first_layer(parent)}].keys)")):
+        Selection(parent, press).scores  # noqa: B018 - scored on first use
+
+
+def _kvpress_scorers() -> list[str]:
+    """Every kvpress scorer that builds here (the others are refused when built, each with its reason)."""
+    names = []
+    for name in scorer_names():
+        try:
+            presses.get(f"kvpress:{name}")
+        except UsageError:
+            continue
+        names.append(f"kvpress:{name}")
+    return names
+
+
+@pytest.mark.parametrize("family, press_name", [(family, name) for family in HYBRID_FAMILIES
+                                                for name in REGISTERED_PRESSES]
+                         + [("llama", name) for name in _kvpress_scorers()])  # full RoPE: every kvpress scorer runs
+def test_every_registered_press_leaves_the_context_and_the_model_as_it_found_them(tiny, family, press_name):
+    """The press's own ``score``, called directly (no guard around it): its context's fingerprint and its model —
+    hooks, modules, parameters and buffers with their SHA-256, torch's functions — are as they were. A new press in
+    the registry is held to it as soon as it is there."""
+    model = tiny(family)
+    press = offline_press(press_name, model)
+    parent = prefill(model, token_ids(160, 0), protected=5, evidence=press.evidence(adapter_for(model)))
+    before, held = fingerprint(parent), model_guard.HeldModel(model)
+    scores = press.score(parent)
+    check_unchanged(before, fingerprint(parent), f"press {press_name}")
+    assert held.changed() is None
+    assert set(scores) == set(parent.adapter.attention_layers)
 
 
 def test_a_users_press_reading_only_scores_as_its_parent_class(parent):
