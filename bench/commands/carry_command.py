@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from artifacts.outputs import DERIVED, FILE, RESULT_STORE, Output
+from artifacts.output_kinds import COLLECTION, COLLECTION_GROUP, RESULT_STORE
+from artifacts.outputs import DERIVED, FILE, Output
 from runtime.errors import UsageError
 
 from ..run.carry import carry
@@ -54,7 +55,8 @@ def carry_outputs(args) -> list[Output]:
     folders = [given] if group or not is_collection(given) else sorted({store.parent for store in stores})
     files = [*(folder / CARRIED for folder in folders),
              *(store / name for store in stores for name in STORE_FILES if (store / name).exists())]
-    return [Output(given, "store", kind_of=RESULT_STORE),
+    kind = COLLECTION_GROUP if group else COLLECTION if is_collection(given) else RESULT_STORE  # what it is given
+    return [Output(given, "store", kind_of=kind),
             *(Output(path, "store", kind=FILE, keeps=DERIVED, within=path.parent) for path in files)]
 
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from artifacts.outputs import DERIVED, FILE, LEADERBOARD_PAGE, Output
+from artifacts.output_kinds import LEADERBOARD_PAGE
+from artifacts.outputs import DERIVED, FILE, Output
 
 from ..reports.leaderboard import (
     CELLS,

@@ -8,7 +8,8 @@ import argparse
 from pathlib import Path
 
 from allocators.head_shares import FILE as SHARES_FILE
-from artifacts.outputs import ANALYSIS, DERIVED, ESTIMATOR, LABEL_SHARDS, RESULTS, Output
+from artifacts.output_kinds import ANALYSIS, ESTIMATOR, LABEL_SHARDS
+from artifacts.outputs import DERIVED, RESULTS, Output
 from gatesight_learning.calibrate import calibrate_model
 from gatesight_learning.estimator import TrainSettings
 from gatesight_learning.head_shares import KEEP_FRACTIONS, calibrate_head_shares

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from artifacts.output_kinds import GROUP_FOLDER
 from runtime.errors import UsageError
 
-from .collection import GROUP_FOLDER, PACK, is_collection, misplaced
+from .collection import PACK, is_collection, misplaced
 from .completeness import RERUN, check_complete
 from .copies import check_one_value
 from .method_identity import check_one_method_code

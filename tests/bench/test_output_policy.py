@@ -606,7 +606,8 @@ def test_a_delta_and_a_models_own_artifacts_are_written_inside_it(model_dir, tmp
     """What belongs there passes the check: bench distill --out models/<name>, a trained model, and a model's own
     estimator (an output that names its model)."""
     import pretrained.cache_guard
-    from artifacts.outputs import DISTILLED_DELTA, ESTIMATOR, TRAINED_MODEL, Output
+    from artifacts.output_kinds import DISTILLED_DELTA, ESTIMATOR, TRAINED_MODEL
+    from artifacts.outputs import Output
 
     shipped = tmp_path / "models"
     shipped.mkdir()
