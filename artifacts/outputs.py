@@ -3,6 +3,8 @@
 Each command declares its outputs (:class:`Output`, ``Command.outputs`` in the bench) and :func:`check` refuses, in
 one line that names the flag and the path, a place that
 
+- holds a name longer than a file system takes, or is longer than the kernel takes (every look at it fails,
+  :func:`check_name`);
 - is ``-`` (standard output to many tools), lies under ``/proc`` or ``/sys`` (the kernel's virtual files, not a
   place for results), is a device, a terminal, a pipe or a socket, or reaches one through links (its own or its
   folders'): a result is written whole beside its place and renamed there, which no stream takes (:func:`check_stream`);
@@ -50,6 +52,9 @@ FOLDER, FILE = "directory", "file"
 """What an output is."""
 APPENDS, DERIVED, RESULTS = "appends", "derived", "results"
 """What an output does with what it finds (the module's docstring)."""
+NAME_MAX, PATH_MAX = 255, 4096
+"""The most bytes one name of a path may hold on Linux's file systems (ext4, XFS, Btrfs, tmpfs), and a whole path
+with its end byte (``limits.h``)."""
 VIRTUAL = (Path("/proc"), Path("/sys"))
 """The kernel's virtual file systems: writing there changes the system or fails half way, never stores a result."""
 MODEL_WEIGHTS = ("*.safetensors", "*.bin")
@@ -200,9 +205,26 @@ def _held_inside(output: Output, what: str, path: Path) -> UsageError:
                       f"{output.flag}")
 
 
+def check_name(output: Output) -> None:
+    """A :class:`~runtime.errors.UsageError` if a name in ``output``'s path is longer than a file system takes
+    (:data:`NAME_MAX` bytes), or the whole path longer than the kernel takes (:data:`PATH_MAX`): every look at it
+    fails (``[Errno 36] File name too long``), so it is named before anything looks (probe 13: a traceback of the
+    first look in every writing command)."""
+    path = os.fsencode(os.path.abspath(output.path))
+    long = next((name for name in path.split(b"/") if len(name) > NAME_MAX), None)
+    if long is not None:
+        shown = os.fsdecode(long)[:40]
+        raise output.refuse(f"holds a name of {len(long)} bytes ({shown}…), longer than the {NAME_MAX} bytes a file "
+                            "system takes for one name; give a shorter one")
+    if len(path) >= PATH_MAX:
+        raise output.refuse(f"is {len(path)} bytes long, past the {PATH_MAX - 1} bytes the kernel takes for a path; "
+                            "give a shorter one")
+
+
 def check_place(output: Output) -> None:
-    """A :class:`~runtime.errors.UsageError` if ``output``'s place cannot take it (the module's list and
-    :func:`check_stream`, all but the result already there)."""
+    """A :class:`~runtime.errors.UsageError` if ``output``'s place cannot take it (the module's list, its names'
+    lengths (:func:`check_name`) and :func:`check_stream`, all but the result already there)."""
+    check_name(output)
     check_stream(output)
     path = Path(os.path.abspath(output.path))
     for link in path.parents:

@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 
 from artifacts.output_kinds import COLLECTION, COLLECTION_GROUP, RESULT_STORE
-from artifacts.outputs import DERIVED, FILE, Output
+from artifacts.outputs import DERIVED, FILE, Output, check_name
 from runtime.errors import UsageError
 
 from ..run.carry import carry
@@ -49,6 +49,7 @@ def carry_outputs(args) -> list[Output]:
     refuses the rename (probe 12: a user's linked carried.json became a regular file; a protected one ended the
     carry after its rows were rewritten, in a bare errno, its record lost)."""
     given = Path(args.store)
+    check_name(Output(given, "store"))  # before the folder is looked in: a name too long fails every look
     group = group_stores(given)
     stores = group or (stores_below(given) if is_collection(given) else [given])
     # a collection's record lies in each group folder, a group folder's in itself, a store's in the store

@@ -5,6 +5,7 @@ of GateSight's learning steps (:mod:`gatesight_learning.steps`), of the calibrat
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 from allocators.head_shares import FILE as SHARES_FILE
@@ -80,7 +81,9 @@ def estimator_output(args: argparse.Namespace) -> Output:
     directory it may lie in)."""
     model = loading.resolve(model_spec(args))
     target = Path(args.out) if args.out else model / ARTIFACT_DIR
-    own = target.resolve() == (model / ARTIFACT_DIR).resolve()
+    # realpath, not resolve(): a link loop given as --out is the output check's to name in one line, where
+    # Path.resolve raised RuntimeError (probe 13)
+    own = os.path.realpath(target) == os.path.realpath(model / ARTIFACT_DIR)
     return Output(target, "--out" if args.out else f"the {ARTIFACT_DIR}/ of --model", keeps=RESULTS,
                   held=tuple(target / name for name in ESTIMATOR_FILES), what="a GateSight estimator",
                   replace=args.replace, model=model if own else None, kind_of=ESTIMATOR)
