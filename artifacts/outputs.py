@@ -3,6 +3,8 @@
 Each command declares its outputs (:class:`Output`, ``Command.outputs`` in the bench) and :func:`check` refuses, in
 one line that names the flag and the path, a place that
 
+- holds a name longer than a file system takes, or is longer than the kernel takes (every look at it fails,
+  :func:`check_name`);
 - is ``-`` (standard output to many tools), lies under ``/proc`` or ``/sys`` (the kernel's virtual files, not a
   place for results), is a device, a terminal, a pipe or a socket, or reaches one through links (its own or its
   folders'): a result is written whole beside its place and renamed there, which no stream takes (:func:`check_stream`);
@@ -15,10 +17,10 @@ one line that names the flag and the path, a place that
   weight shard);
 - holds the result of earlier work (:data:`RESULTS`) and the command was not given ``--replace``, or holds something
   else (``Output.foreign``: another command's result), which ``--replace`` never moves aside;
-- is a folder that holds what another command writes (:data:`KINDS`: label shards beside a result store, an
-  estimator among label shards, a trained model or a distilled delta over a result store, …): one folder holds one
-  command's files, or each reads the other's as its own — but pages published side by side (a leaderboard and a
-  cost table in ``docs/``) do not refuse each other.
+- is a folder that holds what another command writes (:data:`~artifacts.output_kinds.KINDS`: label shards beside a
+  result store, an estimator among label shards, a trained model or a distilled delta over a result store, a store in
+  a collection's root, …): one folder holds one command's files, or each reads the other's as its own — but pages
+  published side by side (a leaderboard and a cost table in ``docs/``) do not refuse each other.
 
 What an output does with what it finds there is its ``keeps``:
 
@@ -44,77 +46,20 @@ from runtime.errors import UsageError
 
 from .file_flags import protection, refusal
 from .files import check_replaceable
+from .output_kinds import MODEL_CONFIG, Kind, mix_problem
 
 FOLDER, FILE = "directory", "file"
 """What an output is."""
 APPENDS, DERIVED, RESULTS = "appends", "derived", "results"
 """What an output does with what it finds (the module's docstring)."""
+NAME_MAX, PATH_MAX = 255, 4096
+"""The most bytes one name of a path may hold on Linux's file systems (ext4, XFS, Btrfs, tmpfs), and a whole path
+with its end byte (``limits.h``)."""
 VIRTUAL = (Path("/proc"), Path("/sys"))
 """The kernel's virtual file systems: writing there changes the system or fails half way, never stores a result."""
-MODEL_CONFIG = "config.json"
 MODEL_WEIGHTS = ("*.safetensors", "*.bin")
-"""What makes a directory a model directory: its config beside weight files (``pretrained.loading`` reads both)."""
-
-
-@dataclass(frozen=True)
-class Kind:
-    """What one command writes into a folder of its own, known by its files.
-
-    Attributes
-    ----------
-    name : str
-        As a refusal names it (``"label shards"``).
-    files : tuple[str, ...]
-        Glob patterns of its files: one match means the folder holds it.
-    not_files : tuple[str, ...]
-        Names the patterns match that are another kind's (an estimator's ``gatesight.safetensors`` is no shard).
-    page : bool
-        Whether it is a page that is published beside other pages (a leaderboard and a cost table both go to
-        ``docs/``): no reader takes a page's folder as its own, so pages do not refuse each other.
-    """
-
-    name: str
-    files: tuple[str, ...]
-    not_files: tuple[str, ...] = ()
-    page: bool = False
-
-    def found_in(self, folder: Path) -> Path | None:
-        """A file of this kind in ``folder``, or None."""
-        return next((path for pattern in self.files for path in sorted(folder.glob(pattern))
-                     if path.is_file() and path.name not in self.not_files), None)
-
-
-ESTIMATOR = Kind("a GateSight estimator (bench train)", ("gatesight.safetensors", "gatesight.json"))
-DISTILLED_DELTA = Kind("a distilled hybrid's delta (bench distill --out)", ("hybrid.json", "mixers.safetensors"))
-LABEL_SHARDS = Kind("label shards (bench label)", ("*--*.safetensors",))  # one per window: <corpus>--<doc>
-RESULT_STORE = Kind("a result store (bench compare, bench merge)", ("results.jsonl", "results.jsonl.gz"))
-ANALYSIS = Kind("an analysis of label shards (bench analyze)", ("observations.md", "observations.json"))
-COST_TABLE = Kind("a cost table (bench cost)", ("cost.json", "cost.md"), page=True)
-TRAINED_MODEL = Kind("a model (bench train-model, bench fetch-model)", (MODEL_CONFIG,))
-CHECKPOINTS = Kind("training checkpoints (bench train-model, bench distill --checkpoints)", ("last.pt",))
-LEADERBOARD_PAGE = Kind("a leaderboard (bench leaderboard)", ("leaderboard.md", "leaderboard.csv"), page=True)
-MODEL_CACHE = Kind("the model cache (bench fetch-model)", ("models/*/source.json", "*/source.json"))
-"""The cache's root or its ``models/`` folder: known by the record each converted model holds
-(``<name>/source.json``, :data:`pretrained.model_cache.SOURCE_FILE`)."""
-KINDS = (ESTIMATOR, DISTILLED_DELTA, LABEL_SHARDS, RESULT_STORE, ANALYSIS, COST_TABLE, TRAINED_MODEL, CHECKPOINTS,
-         LEADERBOARD_PAGE, MODEL_CACHE)
-"""The folders of one command each: a command that reads one (``bench train --labels``, a store) takes every file of
-its kind there as its own, so another command's files beside them make it unusable."""
-
-
-def other_kind(folder: Path, kind: Kind) -> str | None:
-    """What ``folder`` holds of a kind of :data:`KINDS` other than ``kind``, named with the file that shows it
-    (``a result store (bench compare, bench merge) (results.jsonl)``), or None; pages beside a page are no other
-    kind (they share ``docs/``)."""
-    if not folder.is_dir():
-        return None
-    for other in KINDS:
-        if other == kind or other.page and kind.page:
-            continue
-        found = other.found_in(folder)
-        if found is not None:
-            return f"{other.name} ({found.name})"
-    return None
+"""What makes a directory a model directory: its config (:data:`~artifacts.output_kinds.MODEL_CONFIG`) beside weight
+files (``pretrained.loading`` reads both)."""
 
 
 @dataclass(frozen=True)
@@ -144,7 +89,7 @@ class Output:
         What a file of ``held`` is when this command did not write it (another command's result, a file written by
         hand), or None; such a file is refused, even with ``--replace`` (which would move it aside).
     kind_of : Kind, optional
-        What this output is, of :data:`KINDS`: a folder holding another kind is refused.
+        What this output is, of :data:`~artifacts.output_kinds.KINDS`: a folder holding another kind is refused.
     within : Path, optional
         The folder the flag named, where ``path`` is a file the command keeps in it (a store's ``summary.md``): a
         refusal of the file names the folder as the flag's value.
@@ -260,9 +205,26 @@ def _held_inside(output: Output, what: str, path: Path) -> UsageError:
                       f"{output.flag}")
 
 
+def check_name(output: Output) -> None:
+    """A :class:`~runtime.errors.UsageError` if a name in ``output``'s path is longer than a file system takes
+    (:data:`NAME_MAX` bytes), or the whole path longer than the kernel takes (:data:`PATH_MAX`): every look at it
+    fails (``[Errno 36] File name too long``), so it is named before anything looks (probe 13: a traceback of the
+    first look in every writing command)."""
+    path = os.fsencode(os.path.abspath(output.path))
+    long = next((name for name in path.split(b"/") if len(name) > NAME_MAX), None)
+    if long is not None:
+        shown = os.fsdecode(long)[:40]
+        raise output.refuse(f"holds a name of {len(long)} bytes ({shown}…), longer than the {NAME_MAX} bytes a file "
+                            "system takes for one name; give a shorter one")
+    if len(path) >= PATH_MAX:
+        raise output.refuse(f"is {len(path)} bytes long, past the {PATH_MAX - 1} bytes the kernel takes for a path; "
+                            "give a shorter one")
+
+
 def check_place(output: Output) -> None:
-    """A :class:`~runtime.errors.UsageError` if ``output``'s place cannot take it (the module's list and
-    :func:`check_stream`, all but the result already there)."""
+    """A :class:`~runtime.errors.UsageError` if ``output``'s place cannot take it (the module's list, its names'
+    lengths (:func:`check_name`) and :func:`check_stream`, all but the result already there)."""
+    check_name(output)
     check_stream(output)
     path = Path(os.path.abspath(output.path))
     for link in path.parents:
@@ -309,10 +271,9 @@ def check(outputs: list[Output]) -> None:
             problem = output.foreign(path) if output.foreign is not None and path.is_file() else None
             if problem:
                 raise output.refuse(problem)
-        other = other_kind(output.path, output.kind_of) if output.kind_of is not None else None
-        if other is not None:
-            raise output.refuse(f"holds {other}, not {output.kind_of.name}: one folder holds one command's files; "
-                                "give a folder of its own")
+        mixed = mix_problem(Path(output.path), output.kind_of) if output.kind_of is not None else None
+        if mixed is not None:
+            raise output.refuse(mixed)
         if output.keeps == RESULTS:
             check_replaceable(output.path, list(held), output.what, output.replace)
         _check_attributes(output, held)
@@ -321,8 +282,8 @@ def check(outputs: list[Output]) -> None:
 def _check_attributes(output: Output, held: tuple[Path, ...]) -> None:
     """Refuse a file ``output`` writes over, moves aside (``held``, with ``--replace``) or appends to that an
     attribute keeps even root from changing (:func:`artifacts.file_flags.protection`)."""
-    kept = [path for pattern in output.kind_of.files for path in sorted(Path(output.path).glob(pattern))] \
-        if output.kind == FOLDER and output.kind_of is not None else []
+    kept = output.kind_of.found_all(Path(output.path)) \
+        if output.kind == FOLDER and output.kind_of is not None and output.kind_of.written else []
     for path in dict.fromkeys([*held, *kept]):
         attribute = protection(path, replaced=output.keeps != APPENDS)
         if attribute is not None:

@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 from safetensors import SafetensorError, safe_open
 
-from artifacts.outputs import LABEL_SHARDS
+from artifacts.output_kinds import LABEL_SHARDS
 from runtime.errors import UsageError, check_regular_file
 
 FUTURES = ("labels", "reconstruction")

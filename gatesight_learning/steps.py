@@ -11,7 +11,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from artifacts.files import check_replaceable, install, rebuilt_path, write_rebuilt
-from artifacts.outputs import ESTIMATOR, LABEL_SHARDS, other_kind
+from artifacts.output_kinds import ESTIMATOR, LABEL_SHARDS, other_kind
 from presses.gatesight import ARTIFACT_DIR, gdn_window
 from pretrained import loading
 from pretrained.file_record import record_again

@@ -7,7 +7,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from artifacts.outputs import DISTILLED_DELTA, MODEL_CACHE, TRAINED_MODEL, Output
+from artifacts.output_kinds import DISTILLED_DELTA, MODEL_CACHE, TRAINED_MODEL
+from artifacts.outputs import Output
 
 from .catalog import SHIPPED_DELTAS
 from .model_cache import CACHE_ENV, cache_dir

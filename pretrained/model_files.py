@@ -9,7 +9,14 @@ import os
 import struct
 from pathlib import Path
 
-from runtime.bounded_read import METADATA_LIMIT, TOKENIZER_LIMIT, read_bounded, read_text_bounded
+from runtime.bounded_read import (
+    ARTIFACT_LIMIT,
+    METADATA_LIMIT,
+    TOKENIZER_LIMIT,
+    check_size,
+    read_bounded,
+    read_text_bounded,
+)
 from runtime.errors import UsageError, check_regular_file, describe
 from runtime.json_text import parse_json
 
@@ -37,7 +44,7 @@ def parse_config(path: Path, data: bytes) -> dict:
 
 def check_safetensors(path: Path) -> None:
     """``ValueError`` naming ``path`` unless it is a complete safetensors file (its header and every tensor's
-    bytes are there)."""
+    bytes are there) that can be mapped."""
     from safetensors import SafetensorError, safe_open
 
     try:
@@ -45,6 +52,9 @@ def check_safetensors(path: Path) -> None:
             pass
     except (SafetensorError, OSError) as error:
         raise UsageError(f"{path}: not a complete safetensors file ({error}); copy or write it again") from None
+    except MemoryError:  # safetensors maps the file whole: past the process's address-space limit (ulimit -v)
+        raise UsageError(f"{path}: its {os.stat(path).st_size:,} bytes cannot be mapped in the address space this "
+                         "process may use (ulimit -v, prlimit --as); raise the limit, or give a smaller file") from None
 
 
 def check_safetensors_bytes(path: Path, data: bytes) -> None:
@@ -87,9 +97,11 @@ def check_artifacts(directory: Path) -> None:
 
 def check_artifact(path: Path) -> None:
     """``ValueError`` naming ``path``, an artifact file (of a model directory, or of a directory an option names),
-    unless it reads whole: a regular file, a complete safetensors file or JSON that parses."""
+    unless it reads whole: a regular file, a complete safetensors file (of at most :data:`ARTIFACT_LIMIT` bytes, said
+    by its size before safetensors maps it) or JSON that parses."""
     check_regular_file(path, "an artifact's file")
     if path.suffix == ".safetensors":
+        check_size(path, ARTIFACT_LIMIT, "make the artifact again, or give its own")
         check_safetensors(path)
     else:
         try:

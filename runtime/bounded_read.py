@@ -20,6 +20,14 @@ largest real ones hold tens of MB (Gemma 3's ``tokenizer.json``, 33 MB), so 512 
 REPORT_LIMIT = 256 << 20
 """Bytes of a file a command writes for people and then reads back (a store's summary.md and curves.png, a
 leaderboard's page, tables and images, the rows of a model evaluation): real ones hold kilobytes to a few MB."""
+ARTIFACT_LIMIT = 4 << 30
+"""Bytes of a tensor file a model's derived artifact keeps (a GateSight estimator, a calibration), which safetensors
+maps whole to open: an estimator holds a small network per attention layer and KV head (SmolLM2-135M's, 1 MB; a
+128-layer model of 128 KV heads would hold some 700 MB), a calibration a few statistics per head (kilobytes), so 4
+GiB is past any, and a 20 GB file (sparse: it costs no disk) mapped under an address-space limit ended a run in
+``MemoryError`` (probe 13)."""
+
+
 class FileTooLargeError(UsageError):
     """A file past the bound of its kind: a :class:`~runtime.errors.UsageError`, shown as one line; ``reason``: what
     is wrong, without the file's name or the remedy (for a caller that says it in a sentence of its own)."""
@@ -34,6 +42,15 @@ def _shown(limit: int) -> str:
         if limit % (1 << shift) == 0:
             return f"{limit >> shift} {unit}"
     return f"{limit:,} bytes"
+
+
+def check_size(path, limit: int, remedy: str) -> None:
+    """:class:`FileTooLargeError` naming ``path``, its size and ``limit`` (bytes) with ``remedy`` where it holds more
+    than ``limit`` bytes, said by its size alone: for a file that is mapped rather than read."""
+    size = os.stat(path).st_size
+    if size > limit:
+        raise FileTooLargeError(path, f"holds {size:,} bytes, more than the {_shown(limit)} such a file may hold",
+                                remedy)
 
 
 def read_bounded(path, limit: int, remedy: str) -> bytes:

@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from artifacts.outputs import DERIVED, FILE, RESULT_STORE, Output
+from artifacts.output_kinds import COLLECTION, COLLECTION_GROUP, RESULT_STORE
+from artifacts.outputs import DERIVED, FILE, Output, check_name
 from runtime.errors import UsageError
 
 from ..run.carry import carry
@@ -48,13 +49,15 @@ def carry_outputs(args) -> list[Output]:
     refuses the rename (probe 12: a user's linked carried.json became a regular file; a protected one ended the
     carry after its rows were rewritten, in a bare errno, its record lost)."""
     given = Path(args.store)
+    check_name(Output(given, "store"))  # before the folder is looked in: a name too long fails every look
     group = group_stores(given)
     stores = group or (stores_below(given) if is_collection(given) else [given])
     # a collection's record lies in each group folder, a group folder's in itself, a store's in the store
     folders = [given] if group or not is_collection(given) else sorted({store.parent for store in stores})
     files = [*(folder / CARRIED for folder in folders),
              *(store / name for store in stores for name in STORE_FILES if (store / name).exists())]
-    return [Output(given, "store", kind_of=RESULT_STORE),
+    kind = COLLECTION_GROUP if group else COLLECTION if is_collection(given) else RESULT_STORE  # what it is given
+    return [Output(given, "store", kind_of=kind),
             *(Output(path, "store", kind=FILE, keeps=DERIVED, within=path.parent) for path in files)]
 
 

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import allocators
 import presses
-from artifacts.outputs import RESULT_STORE, Output
+from artifacts.output_kinds import RESULT_STORE
+from artifacts.outputs import Output
 from runtime.errors import UsageError
 from workloads.tasks import registry as tasks
 

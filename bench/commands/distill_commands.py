@@ -8,7 +8,8 @@ import shutil
 from dataclasses import asdict
 from pathlib import Path
 
-from artifacts.outputs import CHECKPOINTS, DISTILLED_DELTA, Output
+from artifacts.output_kinds import CHECKPOINTS, DISTILLED_DELTA
+from artifacts.outputs import Output
 from hybridmodel.distill_config import PHASE_DEFAULTS, TEACHER_SAMPLES, DistillConfig, config_difference
 from pretrained.loading import ModelSpec
 from runtime.errors import UsageError

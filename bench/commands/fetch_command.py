@@ -6,7 +6,8 @@ import argparse
 import os
 from pathlib import Path
 
-from artifacts.outputs import MODEL_CACHE, Output
+from artifacts.output_kinds import MODEL_CACHE
+from artifacts.outputs import Output
 from pretrained import CACHE_ENV, CHECKPOINTS, DistilledCheckpoint, cache_dir
 from pretrained.fetch import fetch
 from pretrained.model_cache import check_recorded

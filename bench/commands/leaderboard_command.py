@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from artifacts.outputs import DERIVED, FILE, LEADERBOARD_PAGE, Output
+from artifacts.output_kinds import LEADERBOARD_PAGE
+from artifacts.outputs import DERIVED, FILE, Output, check_name
 
 from ..reports.leaderboard import (
     CELLS,
@@ -45,6 +46,7 @@ def _leaderboard_outputs(args: argparse.Namespace) -> list[Output]:
     """``--out``: rebuilt whole, but never over a file of a leaderboard's names (its markdown, tables and images,
     ``leaderboard-2.png`` among them) that no earlier build wrote as it is now."""
     out = Path(args.out)
+    check_name(Output(out, "--out"))  # before the folder is looked in: a name too long fails every look
     names = [path for path in sorted(out.glob("leaderboard*")) if path.name == MARKDOWN or PUBLISHED.fullmatch(
         path.name)] if out.is_dir() else []
     # every file it writes, where a folder or a pipe would stop the build half way: refused before any work

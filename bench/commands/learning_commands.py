@@ -5,10 +5,12 @@ of GateSight's learning steps (:mod:`gatesight_learning.steps`), of the calibrat
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 from allocators.head_shares import FILE as SHARES_FILE
-from artifacts.outputs import ANALYSIS, DERIVED, ESTIMATOR, LABEL_SHARDS, RESULTS, Output
+from artifacts.output_kinds import ANALYSIS, ESTIMATOR, LABEL_SHARDS
+from artifacts.outputs import DERIVED, RESULTS, Output
 from gatesight_learning.calibrate import calibrate_model
 from gatesight_learning.estimator import TrainSettings
 from gatesight_learning.head_shares import KEEP_FRACTIONS, calibrate_head_shares
@@ -79,7 +81,9 @@ def estimator_output(args: argparse.Namespace) -> Output:
     directory it may lie in)."""
     model = loading.resolve(model_spec(args))
     target = Path(args.out) if args.out else model / ARTIFACT_DIR
-    own = target.resolve() == (model / ARTIFACT_DIR).resolve()
+    # realpath, not resolve(): a link loop given as --out is the output check's to name in one line, where
+    # Path.resolve raised RuntimeError (probe 13)
+    own = os.path.realpath(target) == os.path.realpath(model / ARTIFACT_DIR)
     return Output(target, "--out" if args.out else f"the {ARTIFACT_DIR}/ of --model", keeps=RESULTS,
                   held=tuple(target / name for name in ESTIMATOR_FILES), what="a GateSight estimator",
                   replace=args.replace, model=model if own else None, kind_of=ESTIMATOR)

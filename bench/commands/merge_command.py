@@ -7,7 +7,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from artifacts.outputs import RESULT_STORE, Output
+from artifacts.output_kinds import RESULT_STORE
+from artifacts.outputs import Output
 
 from ..reports.report import REPORTS, report_outputs, write_reports
 from ..store.merge import merge_stores

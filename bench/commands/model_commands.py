@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from artifacts.outputs import CHECKPOINTS, TRAINED_MODEL, Output
+from artifacts.output_kinds import CHECKPOINTS, TRAINED_MODEL
+from artifacts.outputs import Output
 from hybridmodel.data import TRAIN_TASKS
 from pretrained.loading import ModelSpec
 from runtime.errors import UsageError

@@ -7,6 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from artifacts.output_kinds import COLLECTION
 from artifacts.outputs import Output
 
 from ..store.collection_publish import publish
@@ -28,4 +29,5 @@ def run(args) -> None:
 
 
 PUBLISH = Command("publish", "add finished stores' rows to a collection (docs/results), one file per group and method",
-                  add_arguments, run, loads_models=False, outputs=lambda args: [Output(Path(args.into), "--into")])
+                  add_arguments, run, loads_models=False,
+                  outputs=lambda args: [Output(Path(args.into), "--into", kind_of=COLLECTION)])

@@ -8,7 +8,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
-from artifacts.outputs import LEADERBOARD_PAGE, other_kind
+from artifacts.output_kinds import LEADERBOARD_PAGE, other_kind
 from runtime.bounded_read import REPORT_LIMIT, read_text_bounded
 from runtime.errors import UsageError, check_regular_file
 

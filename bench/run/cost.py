@@ -15,7 +15,8 @@ import torch
 
 import presses
 from artifacts.files import install
-from artifacts.outputs import COST_TABLE, RESULTS, Output, check
+from artifacts.output_kinds import COST_TABLE
+from artifacts.outputs import RESULTS, Output, check
 from presses.preparation import evidence_for, prepare
 from presses.selection import Selection
 from pretrained import loading

@@ -30,7 +30,7 @@ from .context_run import ContextRun
 from .harness import Harness
 from .plan import RunPlan
 from .stopping import WorkerDied
-from .worker_watch import BEAT_SECONDS, Feeder, end_worker, raise_if_silent, silence_limit
+from .worker_watch import BEAT_SECONDS, Feeder, WatchClock, end_worker, raise_if_silent, silence_limit
 
 DRIVER_CHECK_SECONDS = 1.0
 """How often a worker waiting for a job looks whether its driver is still there."""
@@ -166,7 +166,8 @@ def in_processes(run: RunPlan, identity: loading.ModelIdentity, jobs: Iterable[C
             writer.close()  # the worker holds its own copy: the driver's would hide the worker's end of file
             job_reader.close()
         feeders = {reader: Feeder(job_writer) for reader, (_, job_writer) in zip(readers, job_pipes)}
-        heard, started = dict.fromkeys(readers), time.monotonic()
+        clock = WatchClock()  # silence counted only while the driver runs: a Ctrl-Z of the run is none
+        heard, started = dict.fromkeys(readers), clock()
         top_up()
         while any(feeder.due for feeder in feeders.values()):
             if not readers:  # a worker ends as told only when idle, so not while rows are due: said, not spun on
@@ -177,14 +178,14 @@ def in_processes(run: RunPlan, identity: loading.ModelIdentity, jobs: Iterable[C
                 except (EOFError, OSError):  # the worker ended (OSError: part-way through a message)
                     _raise_if_it_died(readers.pop(reader))
                     continue
-                heard[reader] = time.monotonic()
+                heard[reader] = clock()
                 if kind == "error":
                     raise payload
                 if kind == "rows":
                     feeders[reader].due -= 1
                     top_up()
                     yield payload
-            raise_if_silent(readers, heard, started, silence)
+            raise_if_silent(readers, heard, started, silence, clock())
     finally:
         for process in processes:
             if process.pid is not None:  # started (a stop can come while they start)

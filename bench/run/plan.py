@@ -18,7 +18,8 @@ from pathlib import Path
 
 import allocators
 import presses
-from artifacts.outputs import RESULT_STORE, Output, check
+from artifacts.output_kinds import RESULT_STORE
+from artifacts.outputs import Output, check
 from presses.preparation import REFUSALS, press_call
 from presses.selection import check_pair
 from pretrained import loading

@@ -23,6 +23,32 @@ SILENCE_SECONDS = 120.0
 """How long, by default."""
 STARTUP_SECONDS = 600.0
 """How long a worker may take to send its first beat: starting, it imports torch and unpickles the run."""
+LOOK_SECONDS = 2 * BEAT_SECONDS
+"""The longest the driver's loop runs between two looks at its clock, running: it waits at most
+:data:`BEAT_SECONDS` for a message, then reads what came. A longer gap is time it was not running."""
+
+
+class WatchClock:
+    """Seconds the driver has watched its workers: a clock that a stop of the driver does not advance.
+
+    Ctrl-Z stops the whole process group, driver and workers, and ``fg`` continues it (probe 13: a healthy run was
+    then killed, each worker "silent" for as long as the driver had itself been stopped, on ``time.monotonic``,
+    which runs on while a process is stopped). No clock of the system leaves out the time a process was stopped,
+    and a SIGCONT handler would be the driver's to install, in its main thread alone. The driver looks at this clock
+    at least every :data:`LOOK_SECONDS` while it runs, so each look adds the time since the last one, but never more
+    than :data:`LOOK_SECONDS`: a gap longer than that (stopped, or kept from the processor) is time no silence could
+    be seen in, and counts as one look. A worker stopped alone (``kill -STOP``) is still silent on it while the
+    driver runs, so it is caught as before, at most a look later."""
+
+    def __init__(self):
+        self._real, self._watched = time.monotonic(), 0.0
+
+    def __call__(self) -> float:
+        """The seconds watched so far."""
+        real = time.monotonic()
+        self._watched += min(real - self._real, LOOK_SECONDS)
+        self._real = real
+        return self._watched
 
 
 class Feeder:
@@ -70,13 +96,12 @@ def silence_limit() -> float:
     return seconds
 
 
-def raise_if_silent(readers: dict, heard: dict, started: float, limit: float) -> None:
+def raise_if_silent(readers: dict, heard: dict, started: float, limit: float, now: float) -> None:
     """A :class:`WorkerDied` naming the first worker still running that has sent nothing (no beat, no rows) for
     ``limit`` seconds since its last message (``heard``, by its pipe; None before its first): stopped (``kill
     -STOP``) or wedged, it would be waited on for ever. Its first beat comes once it has imported torch, which a
     busy machine may take long over: it is allowed :data:`STARTUP_SECONDS` (or ``limit``, if longer) from
-    ``started``."""
-    now = time.monotonic()
+    ``started``. Every time is read on one :class:`WatchClock` (``now``: its reading now)."""
     for reader, process in readers.items():
         last = heard[reader]
         silent, allowed = (now - last, limit) if last is not None else (now - started, max(limit, STARTUP_SECONDS))

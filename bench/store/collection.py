@@ -45,10 +45,6 @@ def expand(directories: list[Path]) -> list[Path]:
     return [store for d in map(Path, directories) for store in (stores_below(d) if is_collection(d) else [d])]
 
 
-GROUP_FOLDER = re.compile(r".+-\d+-[0-9a-f]{10}")
-"""The name of a setting group's folder (:func:`group_folder`)."""
-
-
 def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_")
 

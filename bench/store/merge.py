@@ -21,7 +21,8 @@ import os
 from pathlib import Path
 from typing import NamedTuple
 
-from artifacts.outputs import RESULT_STORE, Output
+from artifacts.output_kinds import RESULT_STORE
+from artifacts.outputs import Output
 from pretrained.cache_guard import check_outside_the_cache
 from runtime.errors import UsageError
 

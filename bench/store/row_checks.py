@@ -20,6 +20,7 @@ from workloads.metrics import METRICS
 from workloads.tasks.registry import ALL_TASKS, haystack_of
 from workloads.tasks.ruler import METRIC, PROFILES
 
+from .context_fit import fit_problem
 from .legacy_rows import OPTIONAL_FIELDS
 from .row_fields import (
     BASELINE,
@@ -283,9 +284,10 @@ def row_problem(row: dict) -> str | None:
     agree a boolean; every time (``*_seconds``) a finite number in [0, :data:`SECONDS_MAX`]; its batch a digest
     (:data:`BATCH`); its prediction text and its answers a non-empty list of text, its score their metric's
     (:func:`_score_problem`); the context's counts within its size and the child's bytes
-    integers >= 0 (:func:`_count_problem`), a child's kept entries its allocator's budget (:func:`_budget_problem`); its
-    context one of its run's shard (:func:`_run_problem`); and a no-prune row — the full cache compared with itself — at
-    exactly zero ΔNLL and KL, agreeing."""
+    integers >= 0 (:func:`_count_problem`), the context's size one its length was fitted to
+    (:func:`~bench.store.context_fit.fit_problem`), a child's kept entries its allocator's budget
+    (:func:`_budget_problem`); its context one of its run's shard (:func:`_run_problem`); and a no-prune row — the
+    full cache compared with itself — at exactly zero ΔNLL and KL, agreeing."""
     missing = [f for f in (*KEY_FIELDS, "score", *FIDELITY_FIELDS) if row.get(f) is None and f not in OPTIONAL_FIELDS]
     if missing:
         return f"missing {', '.join(missing)}"
@@ -311,8 +313,8 @@ def row_problem(row: dict) -> str | None:
     for field, valid, allowed in checks:
         if not valid(row.get(field)):
             return f"{field}={reprlib.repr(row.get(field))} (expected {allowed})"
-    problem = (_score_problem(row) or _per_layer_problem(row) or _count_problem(row) or _budget_problem(row)
-               or _run_problem(row))
+    problem = (_score_problem(row) or _per_layer_problem(row) or _count_problem(row) or fit_problem(row)
+               or _budget_problem(row) or _run_problem(row))
     if problem:
         return problem
     held = next((field for field in CHILD_ONLY if row.get(field) is not None), None)

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from artifacts.output_kinds import GROUP_FOLDER
 from runtime.errors import UsageError
 
-from .collection import GROUP_FOLDER, PACK, is_collection, misplaced
+from .collection import PACK, is_collection, misplaced
 from .completeness import RERUN, check_complete
+from .context_identity import check_one_context
 from .copies import check_one_value
 from .method_identity import check_one_method_code
 from .result_store import ResultStore
@@ -19,17 +21,21 @@ from .shards import check_one_split
 
 def check_stores(stores: list[ResultStore], complete: bool = True, source: bool = False) -> None:
     """What ``bench verify`` checks before anything reports on ``stores``, as one ``UsageError``: each store given
-    once; every line a valid row (:meth:`~bench.store.result_store.ResultStore.check_rows`); one method code per
-    method and group (:func:`check_methods_alike`); with ``complete``, no last line cut short, the shards of one run
-    and split only (:func:`check_one_split`, as ``bench merge`` checks them) and whole runs (:func:`check_complete`);
-    and one value per row key, held once (:func:`check_one_value`). With ``source`` (``bench merge``'s check of each
-    store it joins): the contexts of the shards held alone, and a key held twice with one value let through (the merge
-    keeps one copy)."""
+    once; every line a valid row (:meth:`~bench.store.result_store.ResultStore.check_rows`); a collection's rows in
+    their own folders, under one name a model (:func:`check_in_own_folders`, :func:`check_one_name`); one method code
+    per method and group (:func:`check_methods_alike`); one text a context
+    (:func:`~bench.store.context_identity.check_one_context`); with ``complete``, no last line cut short, the shards
+    of one run and split only (:func:`check_one_split`, as ``bench merge`` checks them) and whole runs
+    (:func:`check_complete`); and one value per row key, held once (:func:`check_one_value`). With ``source``
+    (``bench merge``'s check of each store it joins): the contexts of the shards held alone, and a key held twice
+    with one value let through (the merge keeps one copy)."""
     check_given_once(stores)
     for store in stores:
         store.check_rows()
     check_in_own_folders(stores)
+    check_one_name(stores)
     check_methods_alike(stores)
+    check_one_context(stores)
     if complete:
         check_not_cut(stores)
         check_one_split(stores)
@@ -60,16 +66,42 @@ def check_not_cut(stores: list[ResultStore]) -> None:
             raise UsageError(f"{store.path}: line {store.cut_line}, the last, is cut short: {RERUN}")
 
 
+def _collection_stores(stores: list[ResultStore]) -> list[ResultStore]:
+    """The stores of ``stores`` that are a collection's (:mod:`bench.store.collection`)."""
+    collections: dict[Path, bool] = {}  # each collection's folders listed once, not once per store of it
+    # a collection's store is packed, in a folder named as a group's: a store of one's own is neither
+    return [store for store in stores if store.path.name == PACK and GROUP_FOLDER.fullmatch(
+        store.directory.parent.name) and collections.setdefault(store.directory.parent.parent,
+                                                                is_collection(store.directory.parent.parent))]
+
+
+def check_one_name(stores: list[ResultStore]) -> None:
+    """``UsageError`` naming, by file and line, a row of a collection's store that names its model otherwise than most
+    rows of the collection's stores with its ``weights`` do (the first of them in a tie): one fingerprint covers a
+    model's weight files, config and tokenizer, so it is one model, which a collection publishes under one name (probe
+    13: a store whose every row's model was renamed smollm2-135m-instruct was published as a section of that name,
+    with the default model's weights and rows). Stores of one's own may hold a model under two names (a run before it
+    was renamed)."""
+    named: dict[str, dict[str, list]] = {}  # weights -> model name -> [rows, where its first row is]
+    rows = [(row, f"{store.path}:{line}") for store in _collection_stores(stores)
+            for row, line in zip(store.rows, store.line_numbers)]
+    for row, where in rows:
+        named.setdefault(row["weights"], {}).setdefault(row["model"], [0, where])[0] += 1
+    for row, where in rows:
+        names = named[row["weights"]]
+        name = max(names, key=lambda model: names[model][0])  # the first of the most named, in a tie
+        if row["model"] != name:
+            raise UsageError(f"{where}: model={row['model']!r} (expected {name!r}, as {names[name][0]} row(s) of the "
+                             f"collection from {names[name][1]} on name the model of weights {row['weights']}: one "
+                             "fingerprint of weights, config and tokenizer is one model, published under one name; a "
+                             f"row's model was changed after it ran, or the model ran under another name: rerun it "
+                             f"as {name!r})")
+
+
 def check_in_own_folders(stores: list[ResultStore]) -> None:
     """``UsageError`` naming, by file and line, a row a collection's store holds outside the folders of its setting
     group and method (:func:`bench.store.collection.misplaced`)."""
-    collections: dict[Path, bool] = {}  # each collection's folders listed once, not once per store of it
-    for store in stores:
-        parent = store.directory.parent.parent
-        # a collection's store is packed, in a folder named as a group's: a store of one's own is neither
-        if not (store.path.name == PACK and GROUP_FOLDER.fullmatch(store.directory.parent.name)
-                and collections.setdefault(parent, is_collection(parent))):
-            continue
+    for store in _collection_stores(stores):
         found = misplaced(store.directory, store.rows)
         if found is not None:
             index, own = found

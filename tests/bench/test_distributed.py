@@ -352,6 +352,43 @@ def test_a_stopped_worker_is_named_and_the_run_ends_in_one_line(model_dir, tmp_p
     assert (out / "results.jsonl").read_text().count("\n") >= 1
 
 
+def test_a_run_stopped_and_continued_whole_is_not_taken_for_wedged(model_dir, tmp_path):
+    """Probe 13: Ctrl-Z stops the whole process group, driver and workers, and ``fg`` continues it: the driver woke
+    to find each worker "silent" for as long as it had itself been stopped, killed a healthy worker and ended the
+    run. Its silence is counted on the driver's :class:`~bench.run.worker_watch.WatchClock`, which a stop of the
+    driver does not advance: the run finishes, every row there."""
+    import os
+    import signal
+    import time
+
+    from bench.run.worker_watch import SILENCE_ENV
+
+    out, n = tmp_path / "out", 8
+    driver = _start_compare(model_dir, out, n=n, **{SILENCE_ENV: "4"})
+    workers = _workers(driver.pid)
+    _answering(out)
+    os.killpg(driver.pid, signal.SIGSTOP)  # what Ctrl-Z does to a terminal's foreground group (SIGTSTP, not caught)
+    time.sleep(10)
+    os.killpg(driver.pid, signal.SIGCONT)
+    err = _ended(driver)
+    assert driver.returncode == 0 and "Traceback" not in err, err
+    assert (out / "results.jsonl").read_text().count("\n") == 2 * n  # the no-prune row and keydiff's, per context
+    assert all([_gone(pid) for pid in workers])
+
+
+def test_the_watch_clock_counts_a_stop_of_the_driver_as_one_look(monkeypatch):
+    """Time the driver ran counts whole; a gap longer than one look of its loop (it was stopped) counts as one look,
+    so a worker's silence is never the driver's own stop."""
+    from types import SimpleNamespace
+
+    import bench.run.worker_watch as watch
+
+    real = iter([100.0, 100.5, 101.5, 131.5, 132.0])  # looks 0.5 s and 1 s apart, then 30 s stopped
+    monkeypatch.setattr(watch, "time", SimpleNamespace(monotonic=lambda: next(real)))
+    clock = watch.WatchClock()
+    assert [clock(), clock(), clock(), clock()] == [0.5, 1.5, 1.5 + watch.LOOK_SECONDS, 2.0 + watch.LOOK_SECONDS]
+
+
 def test_a_killed_resource_tracker_leaves_no_traceback(model_dir, tmp_path):
     """Issue 64: after ``kill -KILL`` of the run's multiprocessing resource tracker, the run ended 0 and three raw
     ``KeyError: '/mp-…'`` tracebacks followed (its job queue's semaphores, unlinked through a new tracker that never
@@ -453,7 +490,6 @@ def test_a_merge_stopped_after_its_first_row_is_finished_by_the_same_merge(model
 def test_a_worker_silent_since_it_started_is_named_with_the_startup_allowance(monkeypatch):
     """Probe 8: a worker stopped before its first beat was waited on 600 s whatever HYBRIDPRESS_WORKER_SILENCE said,
     and the line then named that setting as what decided the wait."""
-    import time
     from types import SimpleNamespace
 
     from bench.run.stopping import WorkerDied
@@ -461,9 +497,9 @@ def test_a_worker_silent_since_it_started_is_named_with_the_startup_allowance(mo
 
     reader = object()
     with pytest.raises(WorkerDied) as died:
-        raise_if_silent({reader: SimpleNamespace(pid=41)}, {reader: None}, time.monotonic() - STARTUP_SECONDS - 1, 5.0)
+        raise_if_silent({reader: SimpleNamespace(pid=41)}, {reader: None}, -STARTUP_SECONDS - 1, 5.0, 0.0)
     assert str(died.value) == (
         f"worker process 41 has sent nothing for {STARTUP_SECONDS:g} s since it started (stopped, as by kill -STOP, or "
         f"wedged; a worker still starting may take {STARTUP_SECONDS:g} s to send its first beat, {STARTUP_SECONDS:g} s "
         f"or {SILENCE_ENV} if longer): it was killed, and the run ended")
-    raise_if_silent({reader: SimpleNamespace(pid=41)}, {reader: None}, time.monotonic() - 10, 5.0)  # still starting
+    raise_if_silent({reader: SimpleNamespace(pid=41)}, {reader: None}, -10.0, 5.0, 0.0)  # still starting

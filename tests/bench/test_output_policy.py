@@ -63,9 +63,10 @@ def _base(command: str, flag: str, place: Path, model: Path, tmp: Path) -> list[
 
 
 def _files(root: Path) -> dict:
-    """Every file and directory under ``root``: ``{relative path: bytes, or None for a directory}``."""
-    return {path.relative_to(root).as_posix(): None if path.is_dir() else path.read_bytes()
-            for path in sorted(root.rglob("*"))}
+    """Every file and directory under ``root``: ``{relative path: bytes, None for a directory, or where a link
+    leads}``."""
+    return {path.relative_to(root).as_posix(): os.readlink(path) if path.is_symlink() else None if path.is_dir()
+            else path.read_bytes() for path in sorted(root.rglob("*"))}
 
 
 def _hostile(case: str, kind: str, tmp: Path) -> Path:
@@ -87,11 +88,17 @@ def _hostile(case: str, kind: str, tmp: Path) -> Path:
         return tmp / "read-only" / "out"
     if case == "inside a model directory":
         return tmp / "model" / "out"
+    if case == "a name of 300 bytes":  # probe 13: every look at it failed, in a traceback
+        return tmp / ("a" * 300)
+    if case == "a link loop":  # probe 13: train --out took it to Path.resolve, which raised RuntimeError
+        (tmp / "loopA").symlink_to("loopB")
+        (tmp / "loopB").symlink_to("loopA")
+        return tmp / "loopA"
     return Path({"/proc": "/proc/hybridpress-out", "/sys": "/sys/hybridpress-out"}[case])
 
 
 CASES = ["a file where a directory is expected", "below a file", "unwritable", "/proc", "/sys",
-         "inside a model directory"]
+         "inside a model directory", "a name of 300 bytes", "a link loop"]
 
 
 def test_every_command_that_declares_outputs_is_in_the_matrix():
@@ -113,8 +120,27 @@ def test_a_hostile_place_is_refused_before_any_work(command, flag, case, model_d
     assert code == 2 and err.count("\n") == 1 and err.startswith(f"bench {command}: error: "), err
     assert str(place) in err and "Traceback" not in err, err
     assert _files(tmp_path) == before
-    assert not place.exists() or case in ("a file where a directory is expected", "a directory where a file is "
+    assert not os.path.exists(place) or case in ("a file where a directory is expected", "a directory where a file is "
                                           "expected")
+
+
+@pytest.mark.parametrize("name", ["a" * 256, "é" * 128])  # bytes, not characters, are what a file system counts
+def test_a_name_too_long_for_the_file_system_is_named_before_any_look(name, tmp_path, capsys, monkeypatch,
+                                                                     guarded):
+    """Probe 13: ``[Errno 36] File name too long`` in a traceback of the first look at the place (carry's and
+    leaderboard's looks come before the output check: they list what the folder holds)."""
+    monkeypatch.chdir(tmp_path)  # a relative name, as typed
+    for argv in (["carry", str(tmp_path / name)], ["leaderboard", str(tmp_path), "--out", str(tmp_path / name)],
+                 ["compare", "--out", name], ["compare", "--out", str(tmp_path / "ok" / name / "deeper")]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "Traceback" not in err, err
+        assert f"holds a name of {len(name.encode())} bytes ({name[:40]}…), longer than the 255 bytes a file system " \
+               "takes for one name; give a shorter one" in err, err
+    assert main(["compare", "--out", str(tmp_path / "/".join(["b" * 200] * 21))]) == 2
+    assert "bytes long, past the 4095 bytes the kernel takes for a path; give a shorter one" in \
+        capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_the_cache_named_by_the_environment_is_checked_as_the_flag(tmp_path, capsys, monkeypatch, guarded):
@@ -606,7 +632,8 @@ def test_a_delta_and_a_models_own_artifacts_are_written_inside_it(model_dir, tmp
     """What belongs there passes the check: bench distill --out models/<name>, a trained model, and a model's own
     estimator (an output that names its model)."""
     import pretrained.cache_guard
-    from artifacts.outputs import DISTILLED_DELTA, ESTIMATOR, TRAINED_MODEL, Output
+    from artifacts.output_kinds import DISTILLED_DELTA, ESTIMATOR, TRAINED_MODEL
+    from artifacts.outputs import Output
 
     shipped = tmp_path / "models"
     shipped.mkdir()

@@ -265,7 +265,7 @@ def test_a_child_apart_from_its_no_prune_row_is_named(run, tmp_path, capsys, fie
         edit["model_parts"]["weights"] = "0" * 12
         edit["weights"] = fingerprint_of_parts(edit["model_parts"])
     else:
-        edit["length"] = 4096
+        edit["length"] += 16  # one its context fits (a far one is refused as a row: test_context_fit.py)
     bad = store_of(rows, tmp_path / "bad")
     path = bad / "results.jsonl"
     assert_reports_refuse(capsys, bad, tmp_path / "docs",

@@ -74,6 +74,45 @@ def test_the_cli_refuses_a_missing_artifact_directory_before_the_model_loads(mod
     assert code == 2 and f"={str(missing)!r}: no such directory" in err, err
 
 
+@pytest.mark.parametrize("item, folder, name", [("triattention[calibration={dir}]", "calibration", "calibration"),
+                                               ("gatesight[estimator={dir}]", "gatesight", "gatesight")])
+def test_an_artifact_larger_than_any_is_refused_before_it_is_mapped(model_dir, tmp_path, capsys, monkeypatch,
+                                                                   no_model_load, item, folder, name):
+    """Probe 13: a 20 GB (sparse) estimator under an address-space limit ended the run in ``MemoryError``, as
+    safetensors maps a file whole to open it; its size is now said before anything maps or reads it."""
+    import safetensors
+
+    given = shutil.copytree(model_dir / folder, tmp_path / folder)
+    os.truncate(given / f"{name}.safetensors", 20 << 30)
+
+    def mapped(path, *args, **kwargs):
+        pytest.fail(f"{path} was mapped before its size was checked")
+
+    monkeypatch.setattr(safetensors, "safe_open", mapped)
+    code, err = run_cli(capsys, "compare", "--model", model_dir, "--press", item.format(dir=given), "--alloc", "flat",
+                        "--out", tmp_path / "out")
+    assert code == 2 and "\n" not in err, err  # one line (run_cli strips its end)
+    assert err.endswith(f"{given / name}.safetensors: holds 21,474,836,480 bytes, more than the 4 GiB such a file "
+                        "may hold; make the artifact again, or give its own"), err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_safetensors_file_past_the_address_space_is_one_error(model_dir, monkeypatch):
+    """Under an address-space limit (``ulimit -v``) that a file's mapping passes, safetensors raises MemoryError."""
+    import safetensors
+
+    from pretrained.model_files import check_safetensors
+
+    def no_room(path, *args, **kwargs):
+        raise MemoryError("Cannot allocate memory (os error 12)")
+
+    monkeypatch.setattr(safetensors, "safe_open", no_room)
+    size = (model_dir / "model.safetensors").stat().st_size
+    with pytest.raises(UsageError, match=re.escape(
+            f"model.safetensors: its {size:,} bytes cannot be mapped in the address space this process may use")):
+        check_safetensors(model_dir / "model.safetensors")
+
+
 def test_a_kept_fraction_given_as_text_is_named_a_type_error(tiny):
     parent = prefill(tiny("qwen3_5"), torch.arange(40) % 97, protected=4)
     with pytest.raises(UsageError, match="keep fraction must be a number in \\(0, 1\\], got '0.5' \\(str\\)"):

@@ -45,6 +45,13 @@ METRIC = {**dict.fromkeys((*NIAH, "vt", "cwe", "fwe"), "string_match_all"),
 prediction and the references alone."""
 
 
+def answer_budget(task: str, profile: str) -> int:
+    """The tokens every question of ``task`` leaves for its answer in ``profile``: its context is fitted to the length
+    less its question and this (:func:`workloads.tasks.items.fit_units`)."""
+    return (MAX_NEW_TOKENS if profile == "faithful" else COMPACT_MAX_NEW_TOKENS)[
+        "niah" if task in NIAH else task.partition("_")[0]]
+
+
 @dataclass(frozen=True)
 class Config:
     """How items are drawn.

@@ -1,0 +1,98 @@
+"""A collection of result stores (``docs/results``) is ``bench publish``'s alone (probe 13, row 28): a store, a page
+or an estimator written into its root or into one of its group folders hides it (or is hidden) from every reader —
+``bench verify COLL`` read only the store written there — and a collection published into a group folder is one no
+reader of the collection reads. Each is refused before any work, in one line naming what the folder is and what to
+give; what the collection holds is kept byte for byte."""
+
+import shutil
+
+import pytest
+
+from artifacts.outputs import check
+from bench.commands.carry_command import carry_outputs
+from bench.commands.cli import COMMANDS, build_parser, main
+from tests.bench.test_output_policy import _base, _files
+
+GROUP = "hybrid-byte-12l-4096-5cd813c99d"
+"""A setting group's folder, named as :func:`bench.store.collection.group_folder` names one."""
+
+
+def _collection(tmp):
+    """A collection's folders: two groups, their methods' packs (the check reads names, not rows)."""
+    collection = tmp / "results"
+    for group in (GROUP, "smollm2-135m-hybrid-2048-180c6b6abf"):
+        for method in ("none", "snapkv--flat"):
+            (collection / group / method).mkdir(parents=True)
+            (collection / group / method / "results.jsonl.gz").write_bytes(b"rows")
+    (collection / GROUP / "carried.json").write_text("{}")
+    return collection
+
+
+def _command(name):
+    return next(command for command in COMMANDS if command.name == name)
+
+
+OUT_INTO = [("compare", "--out"), ("merge", "--out"), ("leaderboard", "--out"), ("cost", "--out"),
+            ("analyze", "--out"), ("train", "--out"), ("label", "--out"), ("distill", "--out")]
+"""Commands that write a folder of their own, pointed at a collection or at one of its group folders."""
+
+
+@pytest.mark.parametrize("where", ["the collection", "a group folder"])
+@pytest.mark.parametrize("command, flag", OUT_INTO)
+def test_no_other_command_writes_into_a_collection(command, flag, where, model_dir, tmp_path, capsys, guarded):
+    model = shutil.copytree(model_dir, tmp_path / "model")
+    (tmp_path / "store").mkdir()
+    (tmp_path / "labels").mkdir()
+    collection = _collection(tmp_path)
+    place = collection if where == "the collection" else collection / GROUP
+    before = _files(tmp_path)
+    code = main(_base(command, flag, place, model, tmp_path) + (["--replace"] if command == "train" else []))
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+    shown = (f"holds a collection of result stores (bench publish) ({GROUP}/none/results.jsonl.gz)"
+             if where == "the collection" else
+             "holds the stores of one setting group of a collection (bench publish) (none/results.jsonl.gz)")
+    assert f"{flag} {place}: {shown}, not " in err and "give a folder of its own" in err, err
+    if command in ("compare", "merge"):
+        assert err.endswith("(a store joins a collection by `bench publish STORE --into COLLECTION`)\n"), err
+    assert _files(tmp_path) == before
+
+
+@pytest.mark.parametrize("into, said", [
+    (f"results/{GROUP}", "is a setting group's folder of the collection {collection} (its stores are "
+                         "{collection}/" + GROUP + "/<method>/), and a collection is published into whole, each row "
+                         "into its group's folder; give the collection, {collection}"),
+    (f"results/{GROUP}/none", "is a result store (it holds its own results.jsonl.gz), not a collection of them: a "
+                              "store of the collection {collection}; give the collection, {collection}"),
+    ("store", "is a result store (it holds its own results.jsonl), not a collection of them: give the collection's "
+              "folder (docs/results)"),
+])
+def test_publish_into_a_part_of_a_collection_names_the_collection(into, said, tmp_path, capsys, guarded):
+    collection = _collection(tmp_path)
+    (tmp_path / "store").mkdir()
+    (tmp_path / "store" / "results.jsonl").write_text("")
+    before = _files(tmp_path)
+    code = main(["publish", str(tmp_path / "store"), "--into", str(tmp_path / into)])
+    err = capsys.readouterr().err
+    assert code == 2 and err == f"bench publish: error: --into {tmp_path / into}: " \
+                                f"{said.format(collection=collection)}\n", err
+    assert _files(tmp_path) == before
+
+
+def test_the_commands_that_write_a_collection_take_it(tmp_path):
+    """publish into the collection, carry of the collection and of one group folder (its carried.json) pass."""
+    collection = _collection(tmp_path)
+    parser = build_parser()
+    check(_command("publish").outputs(parser.parse_args(["publish", "s", "--into", str(collection)])))
+    for given in (collection, collection / GROUP):
+        check(carry_outputs(parser.parse_args(["carry", str(given)])))
+
+
+def test_a_folder_of_stores_that_is_no_collection_is_not_refused(tmp_path):
+    """``docs/`` holds stores two folders down (``docs/realmodel/<run>/``) and a leaderboard: not a collection, as no
+    folder there is named as a setting group's, so ``bench leaderboard --out docs`` is not refused."""
+    docs = tmp_path / "docs"
+    (docs / "realmodel" / "diag-2048").mkdir(parents=True)
+    (docs / "realmodel" / "diag-2048" / "results.jsonl.gz").write_bytes(b"rows")
+    (docs / "results").mkdir()
+    check(_command("leaderboard").outputs(build_parser().parse_args(["leaderboard", "s", "--out", str(docs)])))
