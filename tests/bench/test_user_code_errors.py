@@ -108,6 +108,8 @@ def _later(self, context):
 
     if len(_pending) >= int(os.environ.get("PLATE_FROM", "0")):
         threading.Thread(target=change, daemon=True).start()
+    else:  # nothing to wait for: the allocator goes on at once
+        done.set()
     _pending.append((go, done))
     return scores
 
