@@ -198,16 +198,15 @@ def test_rows_without_their_run_are_checked_as_before(runs, tmp_path, capsys):
 
 def test_the_committed_store_is_complete_its_legacy_rows_and_its_runs_alike():
     """Rows written before runs were recorded are checked as before; the groups run since record their runs (the
-    default model's, one process a run: n = 20 a task; the GateSight group's two shards: n = 30 at 2,048 tokens
-    (rerun on the shipped snapshots) and 30 at 4,096, whose multikey part grew in place from 8 contexts, its first
-    rows recording the smaller n), and all are complete: a grown run must hold every context of its larger n."""
+    default model's, one process a run: n = 20 a task; the GateSight group's, rerun on the shipped snapshots: two
+    shards, n = 30 at 2,048 and at 4,096 tokens), and all are complete."""
     from bench.store.completeness import check_complete
 
     stores = published_stores()
     rows = [row for store in stores for row in store.rows]
     assert any("run" not in row for row in rows)
     runs = {(row["run"]["n"], row["run"]["shards"]) for row in rows if "run" in row}
-    assert runs == {(20, 1), (30, 2), (8, 2)}
+    assert runs == {(20, 1), (30, 2)}
     check_complete(stores)
 
 
