@@ -17,6 +17,7 @@ import inspect
 import sys
 from pathlib import Path
 
+from presses.score_check import press_label
 from pretrained.loading import files_fingerprint
 from runtime.errors import UsageError, check_regular_file
 from runtime.user_code import run_users
@@ -166,7 +167,7 @@ def method_codes(methods: list[tuple], engine: str = "hf", model_dir: Path | Non
         for cls in (type(press), type(allocator)):
             digest.update(_own_code(cls, engine, files, shared))
         # a user's press failing there is one line naming it, not a traceback
-        for obj in run_users(press.code_objects, type(press), f"press {press.name}", "in code_objects"):
+        for obj in run_users(press.code_objects, type(press), f"press {press_label(press)}", "in code_objects"):
             cls = obj if isinstance(obj, type) else type(obj)
             root = sys.modules.get(cls.__module__.partition(".")[0])
             digest.update(f"{getattr(root, '__version__', '')}\n".encode())

@@ -28,6 +28,17 @@ def test_deterministic_answerable_and_fitted(task, profile):
     assert item.context.startswith(item.protected_text)
 
 
+def test_a_length_past_what_the_haystack_can_fill_is_refused_not_looped_on():
+    """cwe draws its other words without repeats from a fixed pool: past about 139,000 bytes (compact) its haystack
+    stops growing, and the search for the largest fitting haystack once doubled for ever."""
+    from runtime.errors import UsageError
+
+    with pytest.raises(UsageError, match=r"length 1000000 is more than this task's haystack can fill: it stops "
+                                         r"growing at about \d+ tokens"):
+        generate("cwe", 0, 0, Config(profile="compact", length=1_000_000))
+    assert generate("fwe", 0, 0, Config(profile="compact", length=8192)).context  # a task that grows is untouched
+
+
 def test_niah_structure_follows_ruler():
     cfg = Config(profile="faithful", length=4096)
     multikey = generate("niah_multikey_1", 0, 0, cfg)

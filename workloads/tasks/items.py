@@ -104,6 +104,13 @@ def fit_units(
                          "drawn differ a little from one length to another)")
     low, high = 1, 2
     while fits(high):
+        # every unit adds text (a line, a word, a document), so more units than the length's tokens that still
+        # fit mean a pool the units are drawn from without repeats ran out (cwe's words): the haystack stopped growing
+        if high > 4 * cfg.length:
+            most = cfg.count_tokens(CONTEXT_TEMPLATE.format(header=header, body=render(high))) + longest
+            raise UsageError(f"length {cfg.length} is more than this task's haystack can fill: it stops growing at "
+                             f"about {most} tokens (the framing, every unit it can draw, the longest question and "
+                             "its answer); give a shorter length")
         low, high = high, (grow(high) if grow else high * 2)
     while high - low > 1:
         mid = (low + high) // 2
