@@ -18,8 +18,12 @@ from functools import lru_cache
 
 import torch
 
+from .errors import UsageError
+
 KERNELS_VARIABLE = "HYBRIDPRESS_KERNELS"
 """``torch`` forces the pure-torch kernels on every device; unset or ``auto``: fused kernels on CUDA if installed."""
+KERNEL_CHOICES = ("auto", "torch")
+"""What :data:`KERNELS_VARIABLE` takes."""
 
 
 @lru_cache(maxsize=None)
@@ -27,10 +31,20 @@ def _installed(package: str) -> bool:
     return importlib.util.find_spec(package) is not None
 
 
-def _wanted(tensor: torch.Tensor, package: str) -> bool:
+def kernel_choice() -> str:
+    """:data:`KERNELS_VARIABLE`'s value, ``auto`` where it is unset; a :class:`~runtime.errors.UsageError` naming any
+    other value (empty too) and what is allowed. ``bench`` reads it as a command that loads a model starts, so that a
+    mistyped value is one line before any work, not an error inside the first prefill (probe 14)."""
     choice = os.environ.get(KERNELS_VARIABLE, "auto")
-    if choice not in ("auto", "torch"):
-        raise ValueError(f"{KERNELS_VARIABLE}={choice!r}: expected auto or torch")
+    if choice not in KERNEL_CHOICES:
+        raise UsageError(f"{KERNELS_VARIABLE}={choice!r}: expected {' or '.join(KERNEL_CHOICES)} (auto: the "
+                         "fused kernels on CUDA where installed; torch: the pure-torch kernels everywhere), or leave "
+                         "it unset")
+    return choice
+
+
+def _wanted(tensor: torch.Tensor, package: str) -> bool:
+    choice = kernel_choice()
     # a padded batch of children (runtime.batch) runs the layer loop under vmap, which a Triton kernel cannot join
     batched = torch._C._functorch.is_batchedtensor(tensor)
     return choice == "auto" and tensor.is_cuda and not batched and _installed(package)
