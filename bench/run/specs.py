@@ -10,7 +10,8 @@ A spec's :attr:`~PressSpec.label` is the name rows record, computed once: the na
 ``name(key=value,...)`` with the typed values, keys sorted, lists joined by ``;`` (so that a row's method
 ``press/allocator`` holds exactly one ``/``); an option that names a directory the press reads (GateSight's
 ``estimator``, TriAttention's ``calibration``) is shown by those files' content fingerprint, not by its path, so that
-the label changes with what the press reads. A spec is its label: two specs of one label are one setting. No prune
+the label changes with what the press reads; text it would show but cannot (a newline, ``|``, its own punctuation)
+is refused (:func:`check_shown_text`). A spec is its label: two specs of one label are one setting. No prune
 is :data:`BASELINE_METHOD`, ``none``/``none``.
 """
 
@@ -46,6 +47,24 @@ def _number(value) -> str:
     """A list entry as labels show it: every digit it has (two settings never share a label), integers without a
     fraction (``1.0`` is ``1``)."""
     return repr(float(value)).removesuffix(".0")
+
+
+LABEL_PUNCTUATION = "/,;[]"
+"""What a label's grammar reads: ``/`` between a method's press and allocator, ``,`` between options, ``;`` between a
+list's items, and the brackets of the ``name[options]`` item a label is read back to (``bench carry``)."""
+
+
+def check_shown_text(where: str, key: str, value: str) -> None:
+    """A :class:`~runtime.errors.UsageError` (``where``: the flag and item it came from) for the text option ``key``
+    whose ``value`` a label cannot show as it is: a character that is not printable (a newline split a row of
+    leaderboard.md in two, probe 14), ``|`` (a Markdown table's column: it added a cell to the row), or one of
+    :data:`LABEL_PUNCTUATION`, which would make the label read as other options, or another method."""
+    for i, char in enumerate(value):
+        if char == "|" or char in LABEL_PUNCTUATION or not char.isprintable():
+            raise UsageError(f"{where}: option {key}={value!r} holds {char!r} at character {i + 1}, which its label "
+                             "cannot show as it is: a text option that a label shows is printable characters (no "
+                             "control characters), without '|' or the label's own " +
+                             ", ".join(repr(c) for c in LABEL_PUNCTUATION))
 
 
 def _label(name: str, options: Options, fingerprints: Options) -> str:

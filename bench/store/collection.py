@@ -59,9 +59,45 @@ def group_folder(row: dict) -> str:
     return f"{_slug(row['model']) or 'model'}-{row['length']}-{digest}"
 
 
+_DIGESTED = re.compile(r"-[0-9a-f]{10}\Z")
+"""How the folder name of a label its slug does not name ends (:func:`method_folder`)."""
+
+
 def method_folder(row: dict) -> str:
-    """The folder of ``row``'s method in its group's: its label, in characters every file system takes."""
-    return _slug(method_of(row).replace("/", "--"))
+    """The folder of ``row``'s method in its group's: its label in characters every file system takes (``/`` as
+    ``--``, every run of other characters as ``_``), one folder a label. Where that slug does not read back as the
+    label (:func:`_read_back`), or ends as such a folder does, it is followed by a digest of the label: a slug loses
+    what it replaced, and ``tagp(tag=a|b)``, ``tagp(tag=a b)`` and ``tagp(tag=a_b)`` were published into one folder
+    (probe 14). Every label a slug does name (a name, ``kvpress:`` and fingerprint options alike) keeps its folder."""
+    label = method_of(row)
+    slug = _slug(label.replace("/", "--"))
+    if _read_back(slug) == label and not _DIGESTED.search(slug):
+        return slug
+    return f"{slug}-{hashlib.sha256(label.encode()).hexdigest()[:10]}"
+
+
+def _read_back(slug: str) -> str | None:
+    """The one label whose folder ``slug`` is where a slug names one: ``none``, or ``press--allocator``, the press
+    ``name`` or ``name_key_value_..._`` (``name(key=value,...)``) and the allocator a name, ``kvpress_`` read as the
+    ``kvpress:`` of a kvpress class's press; None for any other slug."""
+    if slug == "none":
+        return slug
+    parts = slug.split("--")
+    if len(parts) != 2:
+        return None
+    press, allocator = parts
+    options = press.endswith("_")
+    if options:
+        tokens = press.removesuffix("_").split("_")
+        prefixed = tokens[0] == "kvpress" and len(tokens) > 1
+        name = ":".join(tokens[:2]) if prefixed else tokens[0]
+        pairs = tokens[2:] if prefixed else tokens[1:]
+        if not pairs or len(pairs) % 2:
+            return None
+        press = name + "(" + ",".join(f"{k}={v}" for k, v in zip(pairs[::2], pairs[1::2])) + ")"
+    else:
+        press = re.sub(r"^kvpress_", "kvpress:", press)
+    return f"{press}/{allocator}"
 
 
 def misplaced(store: Path, rows: list[dict]) -> tuple[int, str] | None:
