@@ -1,7 +1,7 @@
 """A press's scores checked before they are used: one line naming the press (a user's own press is code the bench
-runs, and its bad scores are its author's to fix, as a bad allocation is) and the first layer whose scores are
-missing, misshaped, of a kind a plan cannot rank (complex numbers, another device, a tensor subclass whose methods
-are the press's code) or not finite.
+runs, and its bad scores are its author's to fix, as a bad allocation is) and the first key that is no attention
+layer, or the first layer whose scores are missing, misshaped, of a kind a plan cannot rank (complex numbers, sparse,
+another device, a tensor subclass whose methods are the press's code) or not finite.
 
 Scores that are not finite may come from the model rather than the press: a model whose weights give NaN or
 infinite values fills its own cache with them, and every press scores those. Where that is so, the model is named
@@ -9,6 +9,8 @@ instead (:func:`_damaged_layer`), looked at only once the scores have failed.
 """
 
 from __future__ import annotations
+
+import numbers
 
 import torch
 
@@ -31,14 +33,14 @@ def plain_mapping(scores):
 
 
 def check_scores(scores: Scores, context: ScoringContext, press: Press | None = None,
-                 model: ModelInfo | None = None) -> None:
-    """Refuse ``scores`` of ``context``'s attention layers that are not a finite real tensor ``[H_kv, n_body]`` on
-    that layer's keys' device, each.
+                 model: ModelInfo | None = None) -> dict[int, torch.Tensor]:
+    """``scores`` keyed by plain ``int`` layers, once they are a finite real dense tensor ``[H_kv, n_body]`` on each
+    of ``context``'s attention layers' keys' device, over exactly those layers.
 
     Parameters
     ----------
     scores : dict[int, torch.Tensor]
-        What ``press`` returned: ``[H_kv, n_body]`` per attention layer.
+        What ``press`` returned: ``[H_kv, n_body]`` per attention layer, keyed by its index (an ``int``, or numpy's).
     context : ScoringContext
         What was scored: its model's layout and its cache (the keys' devices; whether the model's own values are
         finite).
@@ -47,21 +49,36 @@ def check_scores(scores: Scores, context: ScoringContext, press: Press | None = 
     model : ModelInfo, optional
         The model as read, named where its own cache holds NaN or infinite values.
 
+    Returns
+    -------
+    dict[int, torch.Tensor]
+        The scores of each attention layer, in the model's order, keyed by Python's ``int``: a key that only equals
+        one (``3.0``, numpy's ``int64``) would reach the plan and the rows' per-layer fields (probe 14: rows keyed
+        ``'3.0'``, written, then refused by every command on the store).
+
     Raises
     ------
     UsageError
-        Naming the press and the first layer whose scores are missing, of the wrong shape, type, dtype or device, or
-        not finite; or naming the model and its first attention layer whose keys or values are not finite, where the
-        scores are not finite because the model's are not.
+        Naming the press and the first key that is no attention layer's index, or the first layer whose scores are
+        missing, of the wrong shape, type, layout, dtype or device, or not finite; or naming the model and its first
+        attention layer whose keys or values are not finite, where the scores are not finite because the model's are
+        not.
     """
     adapter = context.adapter
+    layers = list(adapter.attention_layers)
     num_kv_heads, n_body = adapter.geometry.num_kv_heads, context.n - context.protected
     shown = "scores" if press is None else f"press {press_label(press)} returned scores that"
     wanted = (f"a press scores each attention layer's body with a finite tensor [H_kv, n_body] = "
               f"{[num_kv_heads, n_body]}")
     if not isinstance(scores, dict):
         raise UsageError(f"{shown} are a {type(scores).__name__}, not {{attention layer: tensor}}; {wanted}")
-    for layer in adapter.attention_layers:
+    for key in scores:  # as an allocation's keys (allocators.base.check_allocation): an integer, never a bool
+        if not isinstance(key, numbers.Integral) or isinstance(key, bool):
+            raise UsageError(f"{shown} have the key {key!r} ({type(key).__name__}), not an attention layer's index, "
+                             f"an int (layers {layers}); {wanted}")
+        if key not in layers:  # KeepPlan.from_scores would find no count for it
+            raise UsageError(f"{shown} have the key {key!r}, not an attention layer (layers {layers}); {wanted}")
+    for layer in layers:
         if layer not in scores:
             raise UsageError(f"{shown} have no entry for attention layer {layer} (layers: "
                              f"{sorted(scores, key=str)}); {wanted}")
@@ -73,6 +90,10 @@ def check_scores(scores: Scores, context: ScoringContext, press: Press | None = 
                              f"methods are its own; {wanted}, a plain torch.Tensor (tensor.as_subclass(torch.Tensor))")
         if tuple(tensor.shape) != (num_kv_heads, n_body):
             raise UsageError(f"{shown} give layer {layer} the shape {list(tensor.shape)}; {wanted}")
+        if tensor.layout != torch.strided:  # sparse or MKL-DNN (torch._mkldnn): no isfinite, topk or sort of theirs
+            layout = str(tensor.layout).removeprefix("torch.").lstrip("_")
+            raise UsageError(f"{shown} give layer {layer} a {layout} tensor; {wanted}, a dense (strided) tensor "
+                             "(tensor.to_dense())")
         if tensor.is_complex() or tensor.is_quantized:  # no order to rank by (complex) or none torch ranks by
             raise UsageError(f"{shown} give layer {layer} {str(tensor.dtype).removeprefix('torch.')} values; {wanted}, "
                              "of real numbers (a floating-point, integer or bool dtype)")
@@ -85,6 +106,7 @@ def check_scores(scores: Scores, context: ScoringContext, press: Press | None = 
             if damaged is not None:
                 raise UsageError(_model_message(damaged, model, adapter))
             raise UsageError(f"{shown} give layer {layer} NaN or infinite values; {wanted}")
+    return {layer: scores[layer] for layer in layers}  # keyed by the adapter's own indices, plain ints
 
 
 def _first_tensor(heads) -> torch.Tensor:

@@ -201,8 +201,7 @@ class Selection:
             scores = run_users(score, type(self.press), shown, "in score", model=_model_of(self.parent))
             self.fingerprinted = fingerprint(self.parent)
             check_unchanged(before, self.fingerprinted, shown)
-            check_scores(scores, self.parent, self.press, self.model)
-            self._scores = scores
+            self._scores = check_scores(scores, self.parent, self.press, self.model)  # keyed by plain ints
         return self._scores
 
     def plan(self, allocator: Allocator | str, keep_fraction: float) -> KeepPlan:

@@ -1,8 +1,10 @@
 """The library's checks of what a caller passes: scores, press options and evidence, token ids and plans, budget
 weights, the pipeline's arguments, damaged artifacts; each refusal one clear error naming what is wrong."""
 
+import re
 from dataclasses import dataclass
 
+import numpy
 import pytest
 import torch
 
@@ -50,15 +52,52 @@ def test_a_selection_refuses_bad_scores(tiny):
     (lambda s: s.to("meta"), r"a tensor on meta; .* = \[2, 56\], on the device of that layer's keys \(cpu\)$"),
     (lambda s: s.to(torch.complex64), r"complex64 values; .* = \[2, 56\], of real numbers \(a floating-point, "
                                       r"integer or bool dtype\)$"),
+    (lambda s: s.to_sparse(), r"a sparse_coo tensor; .* = \[2, 56\], a dense \(strided\) tensor "
+                              r"\(tensor.to_dense\(\)\)$"),
+    pytest.param(lambda s: s.to_sparse_csr(), r"a sparse_csr tensor; .* a dense \(strided\) tensor",
+                 marks=pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta")),
+    pytest.param(lambda s: s.to_mkldnn(), r"a mkldnn tensor; .* a dense \(strided\) tensor",
+                 marks=pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="torch built without it")),
 ])
 def test_a_selection_refuses_scores_it_cannot_rank(tiny, made, says):
     """Probe 11: scores on the meta device ended in torch's ``Tensor.item() cannot be called on meta tensors``, and
-    complex ones were taken silently (ranked by their real part)."""
+    complex ones were taken silently (ranked by their real part). Probe 14: sparse (COO, CSR) and MKL-DNN scores
+    ended in a traceback of torch's from inside the check."""
     parent = _parent(tiny)
     scores = {layer: torch.rand(2, parent.n - parent.protected) for layer in parent.adapter.attention_layers}
     last = parent.adapter.attention_layers[-1]
     with pytest.raises(UsageError, match=rf"^press given-scores returned scores that give layer {last} {says}"):
         presses.Selection(parent, _GivenScores(scores={**scores, last: made(scores[last])})).plan("flat", 0.5)
+
+
+@pytest.mark.parametrize("keyed, says", [
+    (lambda scores: {float(layer): s for layer, s in scores.items()},
+     r"have the key {first}.0 \(float\), not an attention layer's index, an int \(layers {layers}\); a press scores"),
+    (lambda scores: {**scores, "3": scores[3]}, r"have the key '3' \(str\), not an attention layer's index, an int"),
+    (lambda scores: {**scores, 0: scores[3]}, r"have the key 0, not an attention layer \(layers {layers}\); a press"),
+    (lambda scores: {**scores, 999: scores[3]}, r"have the key 999, not an attention layer \(layers {layers}\)"),
+])
+def test_scores_keyed_by_no_attention_layer_are_refused(tiny, keyed, says):
+    """Probe 14: scores keyed ``3.0`` passed the check (``3.0 in scores`` finds the int 3) and wrote rows keyed
+    ``'3.0'``, which every later command on the store refused; an extra key (layer 0, a GDN layer) ended in a
+    ``KeyError`` in the plan."""
+    parent = _parent(tiny)
+    layers = list(parent.adapter.attention_layers)
+    assert 0 not in layers and 3 in layers
+    scores = {layer: torch.rand(2, parent.n - parent.protected) for layer in layers}
+    said = says.format(first=layers[0], layers=re.escape(str(layers)))
+    with pytest.raises(UsageError, match=f"^press given-scores returned scores that {said}"):
+        presses.Selection(parent, _GivenScores(scores=keyed(scores))).plan("flat", 0.5)
+
+
+def test_scores_keyed_by_numpy_integers_are_planned_by_plain_ints(tiny):
+    """An allocation's numpy integers are taken, and so are scores': keyed by Python's ints from the check on."""
+    parent = _parent(tiny)
+    layers = list(parent.adapter.attention_layers)
+    scores = {numpy.int64(layer): torch.rand(2, parent.n - parent.protected) for layer in layers}
+    selection = presses.Selection(parent, _GivenScores(scores=scores))
+    assert selection.plan("flat", 0.5).total() == 2 * 2 * 28
+    assert [(type(layer), layer) for layer in selection.scores] == [(int, layer) for layer in layers]
 
 
 class _Watched(torch.Tensor):
