@@ -3,19 +3,24 @@ question answered from each child.
 
 :class:`ContextRun` holds what every step of one context shares (the item, its questions' full-cache references,
 the rows' common fields) and runs the protocol through the harness's :class:`~bench.run.engine.Engine`, whichever it
-is. A context's rows are emitted together once all are made and its cache and the model are found as its presses
-left them; rows already in the store are skipped, so a killed run resumes where it stopped.
+is. A context's rows are emitted together once all are made, its cache and the model are found as its presses
+left them and every row is one the store's own checks take; rows already in the store are skipped, so a killed run
+resumes where it stopped.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Callable
 
 import torch
 
 from runtime import context_hash
+from runtime.user_code import UserCodeError, is_users
 
+from ..store.legacy_rows import read_row
 from ..store.row_fields import BASELINE_CODE, CONTEXT_SHA, METHOD_CODE, row_key
+from ..store.row_set_checks import verify_rows
 from .engine import Child, ChildGroup, HeldContext
 from .harness import Harness
 from .rows import QuestionReference, answered_row, base_row, batch_digest, method_fields, needle_fields
@@ -82,9 +87,36 @@ class ContextRun:
             h.check_model(parent.scored_by)
         finally:
             parent.release()
+        self._check_rows()
         for row in self.made:
             self.emit(row)
         return len(self.todo)
+
+    def _check_rows(self) -> None:
+        """Refuse the context's new rows where the store's own checks (:func:`verify_rows`: each row, and each child
+        against its no-prune row) would refuse one as read back: appended, it would block every later command on the
+        store (probe 14: a press's scores keyed ``3.0`` gave rows keyed ``'3.0'``). None of the context's rows is
+        written; a :class:`UserCodeError` where the row's press or allocator is a user's, else the bench's own bug."""
+        # as the store reads it: JSON's keys are text; read_row gives None only for a row lacking names, which
+        # row_problem then names as missing
+        stored = [read_row(json.loads(json.dumps(row))) or row for row in self.made]
+        named = [f"the context's row {index + 1}" for index in range(len(stored))]  # as one problem names another
+        problems = verify_rows(stored, named.__getitem__)
+        if not problems:
+            return
+        index = next(index for index, name in enumerate(named) if problems[0].startswith(f"{name}: "))
+        row, problem = stored[index], problems[0].removeprefix(f"{named[index]}: ")
+        method = next((method for method, _ in self.h.run.children if not method.is_baseline
+                       and (method.press.label, method.allocator.label) == (row.get("press"), row.get("allocator"))),
+                      None)
+        made_by = "the no-prune method" if method is None else (
+            f"press {row['press']} with allocator {row['allocator']} at keep fraction {row.get('keep_fraction')}")
+        message = (f"{made_by} made a row of {row.get('task')} item {row.get('item')} that the store would refuse: "
+                   f"{problem}; none of the context's rows was written")
+        if method is not None and (is_users(type(self.h.presses[method.press]))
+                                   or is_users(type(self.h.allocators[method.allocator]))):
+            raise UserCodeError(message)
+        raise RuntimeError(f"{message} (a bug of the bench: its own code made the row)")
 
     def _common(self, parent: HeldContext) -> dict:
         """What every row of the context records of it: the prefill's time, and its size in tokens (``protected``

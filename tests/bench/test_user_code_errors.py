@@ -131,10 +131,15 @@ def _halve(self, context):
 _press("plate", score=_later)
 _allocator("alet", allocate=_let_it)
 _press("pdata", score=_halve)
+_press("pfloat", score=lambda self, context: {float(layer): scores
+                                              for layer, scores in SnapKVPress.score(self, context).items()})
+_press("pextra", score=lambda self, context: (lambda s: {**s, 0: s[max(s)]})(SnapKVPress.score(self, context)))
+_press("pplain")
 '''
 """A user's module: ``praise`` raises on line 14, ``ppost`` on line 23, ``araise`` on line 32, each press or
 allocator made by ``_press`` or ``_allocator`` on its own line after 56; after them, probe 13's presses (``plate``
-with ``alet``, ``pdata``)."""
+with ``alet``, ``pdata``), then probe 14's (``pfloat`` keys its scores by floats, ``pextra`` scores layer 0, a GDN
+layer, too) and ``pplain``, SnapKV as a user's press."""
 
 
 @pytest.fixture
@@ -193,6 +198,59 @@ def test_a_context_changed_after_its_scoring_has_no_row_written(model_dir, tmp_p
     assert "the context's rows were not written; what was finished is kept" in err, err
     rows = [json.loads(line) for line in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
     assert sorted((row["item"], row["press"]) for row in rows) == [(0, "none"), (0, "plate")]
+
+
+@pytest.mark.parametrize("press, said", [
+    ("pfloat", "press pfloat returned scores that have the key 1.0 (float), not an attention layer's index, an int "
+               "(layers [1, 3]); "),
+    ("pextra", "press pextra returned scores that have the key 0, not an attention layer (layers [1, 3]); "),
+])
+def test_a_users_scores_keyed_by_no_attention_layer_leave_the_store_usable(model_dir, tmp_path, users_module, capsys,
+                                                                           press, said):
+    """Probe 14: scores keyed ``3.0`` passed the check and wrote rows keyed ``'3.0'``, which every later command on
+    the store refused (its good rows too); scores of layer 0 (a GDN layer) ended in a ``KeyError``. Both are one
+    line, before any row of theirs, and the store's rows still verify."""
+    out = tmp_path / "out"
+    assert run_cli(capsys, *_compare(model_dir, out, "--methods", "snapkv/flat", "--n", 1))[0] == 0
+    code, err = run_cli(capsys, *_compare(model_dir, out, "--methods", f"snapkv/flat,{press}/flat", "--n", 1))
+    assert code == 2 and err.startswith(f"bench compare: error: {said}"), err
+    assert run_cli(capsys, "verify", out)[0] == 0
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert {row["press"] for row in rows} == {"none", "snapkv"}
+
+
+def _made_badly(answered_row, press):
+    """``answered_row`` whose rows of ``press`` hold their per-layer recall keyed ``'1.0'`` as read back: what probe
+    14's float-keyed scores wrote, made by a press the check now refuses."""
+    def made(*args, **kwargs):
+        row = answered_row(*args, **kwargs)
+        if row["press"] == press and row.get("needle_recall_layers"):
+            row["needle_recall_layers"] = {float(layer): heads for layer, heads in row["needle_recall_layers"].items()}
+        return row
+    return made
+
+
+def test_a_row_the_store_would_refuse_is_never_written(model_dir, tmp_path, users_module, capsys, monkeypatch):
+    """Probe 14: a row that the store's own checks refuse was appended, and blocked every later command on the
+    store. A context with such a row has none written: one line naming the user's press and the problem; the
+    bench's own press making one is a bug, its traceback kept. The store's rows still verify."""
+    from bench.run import context_run
+
+    out = tmp_path / "out"
+    assert run_cli(capsys, *_compare(model_dir, out, "--methods", "snapkv/flat", "--n", 1))[0] == 0
+    monkeypatch.setattr(context_run, "answered_row", _made_badly(context_run.answered_row, "pplain"))
+    code, err = run_cli(capsys, *_compare(model_dir, out, "--methods", "pplain/flat", "--n", 1))
+    assert code == 2 and err.startswith(
+        "bench compare: error: press pplain with allocator flat at keep fraction 0.3 made a row of niah_single_1 "
+        "item 0 that the store would refuse: needle_recall_layers has the layer '1.0' (expected an attention layer's "
+        "index, e.g. '7'); none of the context's rows was written; "), err
+    monkeypatch.setattr(context_run, "answered_row", _made_badly(context_run.answered_row, "keydiff"))
+    with pytest.raises(RuntimeError, match="^press keydiff with allocator flat .* the store would refuse: .*; none "
+                                           r"of the context's rows was written \(a bug of the bench"):
+        main(list(map(str, _compare(model_dir, out, "--methods", "keydiff/flat", "--n", 1))))
+    assert run_cli(capsys, "verify", out)[0] == 0
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert {row["press"] for row in rows} == {"none", "snapkv"}
 
 
 @pytest.mark.parametrize("method, said", [
