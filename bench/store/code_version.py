@@ -15,6 +15,8 @@ import ast
 import hashlib
 import inspect
 import sys
+import sysconfig
+from importlib.machinery import ModuleSpec, PathFinder
 from pathlib import Path
 
 from presses.score_check import press_label
@@ -133,10 +135,78 @@ def code_version(engine: str = "hf") -> str:
     return digest.hexdigest()[:12]
 
 
-def _own_code(cls: type, engine: str, files: dict[str, Path], shared: set[str]) -> bytes:
+INSTALLATION = tuple(Path(sysconfig.get_paths()[key]).resolve() for key in ("stdlib", "platstdlib"))
+"""The standard library's folders: with every ``site-packages`` and ``dist-packages`` folder, the Python
+installation, whose modules a user's press imports without making them its own code (:class:`_UserModules`)."""
+
+
+def _installed(path: Path) -> bool:
+    """Whether the file ``path`` (resolved) is the Python installation's: the standard library's, or an installed
+    package's (under a ``site-packages`` or ``dist-packages`` folder)."""
+    return bool({"site-packages", "dist-packages"} & set(path.parts)) or any(
+        path.is_relative_to(folder) for folder in INSTALLATION)
+
+
+def _spec_of(name: str) -> ModuleSpec | None:
+    """Where the module ``name`` is: the loaded module's spec, else the one the import system would find, found
+    without importing anything (a parent package's folders as it is found, not run), so that an import inside a
+    function counts whether or not it has run yet."""
+    loaded = sys.modules.get(name)
+    if loaded is not None:
+        return getattr(loaded, "__spec__", None)
+    parent = name.rpartition(".")[0]
+    search = None
+    if parent:
+        spec = _spec_of(parent)
+        search = spec.submodule_search_locations if spec is not None else None
+        if not search:
+            return None
+    return PathFinder.find_spec(name, search)
+
+
+class _UserModules(dict):
+    """``{module: its file}`` of a user's own modules, each found as a walk of the imports asks for it (``name in
+    modules``, as :func:`bench.store.project_modules.imported_modules` and :func:`_walk` ask): a module whose source
+    file lies outside the Python installation (:func:`_installed`) and outside the project's modules (``project``:
+    the group's code or a method's, hashed as such). A file that does not parse is none: it never ran."""
+
+    def __init__(self, project: dict[str, Path]):
+        super().__init__()
+        self._project = {path.resolve() for path in project.values()}
+        self._others: set[str] = set()
+
+    def __contains__(self, name) -> bool:
+        if dict.__contains__(self, name):
+            return True
+        if name in self._others:
+            return False
+        spec = _spec_of(name)
+        origin = spec.origin if spec is not None and spec.has_location else None
+        path = Path(origin).resolve() if isinstance(origin, str) and origin.endswith(".py") else None
+        if path is None or _installed(path) or path in self._project or not _parses(path):
+            self._others.add(name)
+            return False
+        self[name] = path
+        return True
+
+
+def _parses(path: Path) -> bool:
+    try:
+        ast.parse(path.read_text())
+    except (OSError, SyntaxError, ValueError):  # unreadable, not Python, or undecodable (a UnicodeDecodeError)
+        return False
+    return True
+
+
+def _own_code(cls: type, engine: str, files: dict[str, Path], shared: set[str], helpers: bool = True) -> bytes:
     """What ``cls``'s rows run beyond the group's code: for a project class, its module and every project module it
     imports that the group does not share (another press's module included); for a class of a user's module, that
-    module's whole source (the file it was loaded from; the class's own source where there is no file)."""
+    module's whole source (the file it was loaded from; the class's own source where there is no file) and the
+    source of each of the user's own modules it imports, directly or through others (:class:`_UserModules`: a
+    helper module beside it, not the standard library, an installed package or the project), so that an edit of a
+    helper is a new version of the press too (probe 14). Not with ``helpers`` false: a class a press names as its own
+    code (:meth:`presses.Press.code_objects`) comes with its package's version, which stands for the rest of it
+    however that package is installed."""
     module = cls.__module__
     if module in files:
         owned = _walk([module], files, shared | _skipped(engine, files) | set(REGISTRIES))
@@ -150,7 +220,14 @@ def _own_code(cls: type, engine: str, files: dict[str, Path], shared: set[str]) 
     if source is None:
         raise UsageError(f"{cls.__qualname__} (module {module}): its source cannot be read, so its rows could not "
                          "name its code; define it in a module file and import that")
-    return f"{module}.{cls.__qualname__}\n".encode() + _normalised(source)
+    code = f"{module}.{cls.__qualname__}\n".encode() + _normalised(source)
+    if not (helpers and path and path.endswith(".py")) or _installed(Path(path).resolve()):
+        return code
+    user = _UserModules(files)
+    user[module] = Path(path)
+    for helper in sorted(_walk([module], user, set()) - {module}):  # none: the code as before helpers were hashed
+        code += f"\n{helper}\n".encode() + _normalised_source(user[helper])
+    return code
 
 
 def method_codes(methods: list[tuple], engine: str = "hf", model_dir: Path | None = None) -> list[str]:
@@ -171,7 +248,7 @@ def method_codes(methods: list[tuple], engine: str = "hf", model_dir: Path | Non
             cls = obj if isinstance(obj, type) else type(obj)
             root = sys.modules.get(cls.__module__.partition(".")[0])
             digest.update(f"{getattr(root, '__version__', '')}\n".encode())
-            digest.update(_own_code(cls, engine, files, shared))
+            digest.update(_own_code(cls, engine, files, shared, helpers=False))
         owned = getattr(allocator, "model_files", ())
         if owned and model_dir is not None:
             digest.update(files_fingerprint(model_dir, owned).encode())

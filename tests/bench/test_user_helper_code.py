@@ -1,0 +1,126 @@
+"""A user's press is its module's source and that of the user's own modules it imports, directly or through others:
+an edit of a helper module is a new version of the press, whose rows are never pooled with the old ones (probe 14,
+U1). The standard library, installed packages and the project are not the press's own code."""
+
+import importlib
+import sys
+import textwrap
+
+import pytest
+
+import allocators
+from bench.run.compare import run_compare
+from bench.store.code_version import _normalised, _own_code, method_codes
+from bench.store.project_modules import module_files
+from presses import registry
+from runtime.errors import UsageError
+from tests.helpers import compare_settings
+
+PRESS = '''
+from dataclasses import dataclass
+
+import presses
+{imports}
+
+
+@presses.register
+@dataclass
+class HelpedPress(presses.Press):
+    """Keeps the entries its helper's ages rank first."""
+
+    name = "helped"
+
+    def score(self, context):
+        {lazy}
+        n_body = context.n - context.protected
+        heads = context.adapter.geometry.num_kv_heads
+        return {{layer: ages(n_body).expand(heads, n_body) for layer in context.adapter.attention_layers}}
+'''
+HELPER = '''
+import torch
+{imports}
+
+SIGN = {sign}
+
+
+def ages(n):
+    return SIGN * torch.arange(n - 1, -1, -1, dtype=torch.float32)
+'''
+
+
+@pytest.fixture
+def user_code(tmp_path, monkeypatch):
+    """``write(files)`` writes ``{relative path: source}`` under a folder on ``sys.path`` and (re)imports the press
+    module ``mp``, as a user editing their files and rerunning; it returns the press's method code with ``flat``."""
+    monkeypatch.setattr(registry, "PRESSES", dict(registry.PRESSES))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    written: set[str] = set()
+
+    def write(files: dict[str, str]) -> str:
+        for path, source in files.items():
+            (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+            (tmp_path / path).write_text(textwrap.dedent(source))
+            written.add(path.removesuffix(".py").replace("/", ".").removeprefix("site-packages."))
+        registry.PRESSES.pop("helped", None)
+        for name in written:
+            sys.modules.pop(name, None)
+        importlib.invalidate_caches()
+        module = importlib.import_module("mp")
+        return method_codes([(module.HelpedPress(), allocators.get("flat"))])[0]
+
+    yield write
+    for name in written:
+        sys.modules.pop(name, None)
+
+
+def _press(imports="from hlp import ages", lazy="pass") -> str:
+    return PRESS.format(imports=imports, lazy=lazy)
+
+
+def test_an_edited_helper_module_is_a_new_version_of_the_press(user_code):
+    first = user_code({"mp.py": _press(), "hlp.py": HELPER.format(imports="", sign=-1.0)})
+    assert user_code({"hlp.py": HELPER.format(imports="", sign=1.0)}) != first
+    # a comment or a docstring is no edit of what runs
+    assert user_code({"hlp.py": '"""Ages."""\n' + HELPER.format(imports="# why", sign=-1.0)}) == first
+
+
+def test_a_helper_of_a_helper_and_one_imported_inside_a_function_count(user_code):
+    sign = "from hlp2 import SIGN"
+    files = {"mp.py": _press(imports="", lazy="from hlp import ages"),
+             "hlp.py": HELPER.format(imports=sign, sign="SIGN").replace("SIGN = SIGN\n", ""),
+             "hlp2.py": "SIGN = -1.0\n"}
+    first = user_code(files)
+    assert "hlp" not in sys.modules  # imported only when the press scores: found without running it
+    importlib.import_module("hlp")  # once it has run, the same code
+    assert method_codes([(sys.modules["mp"].HelpedPress(), allocators.get("flat"))]) == [first]
+    assert user_code({"hlp2.py": "SIGN = 1.0\n"}) != first
+
+
+def test_an_installed_module_is_not_the_press_s_own_code(user_code, tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(tmp_path / "site-packages"))
+    first = user_code({"mp.py": _press(), "site-packages/hlp.py": HELPER.format(imports="", sign=-1.0)})
+    assert user_code({"site-packages/hlp.py": HELPER.format(imports="", sign=1.0)}) == first
+
+
+def test_a_press_without_helpers_keeps_its_code(user_code):
+    """Its module's source alone, as before helpers were hashed: a store of such a press keeps taking its rows."""
+    source = _press(imports="import torch\nfrom presses import selection\n\nages = torch.ones",)
+    user_code({"mp.py": source})
+    cls = sys.modules["mp"].HelpedPress
+    files = module_files()
+    assert _own_code(cls, "hf", files, set()) == b"mp.HelpedPress\n" + _normalised(textwrap.dedent(source))
+
+
+def test_rows_of_an_edited_helper_are_refused_beside_the_old_ones(user_code, model_dir, tmp_path):
+    """The README's promise: edit the press (here its helper) and rerun into the same store, and the run refuses to
+    pool the new rows with the old ones."""
+    out = tmp_path / "store"
+    user_code({"mp.py": _press(), "hlp.py": HELPER.format(imports="", sign=-1.0)})
+    settings = compare_settings(model_dir, out, presses=["helped", "none"], keep_fractions=[0.3])
+    run_compare(settings, show_progress=False)
+    kept = (out / "results.jsonl").read_bytes()
+    user_code({"hlp.py": HELPER.format(imports="", sign=1.0)})
+    with pytest.raises(UsageError, match="another version of its own code"):
+        run_compare(compare_settings(model_dir, out, presses=["helped", "none"], keep_fractions=[0.3], n=2),
+                    show_progress=False)
+    assert (out / "results.jsonl").read_bytes() == kept
