@@ -4,6 +4,7 @@ trained by :mod:`hybridmodel`). Nothing is downloaded unless the user allows it 
 
 from __future__ import annotations
 
+import difflib
 import os
 import reprlib
 from dataclasses import dataclass
@@ -109,6 +110,14 @@ def _check_named_as_recorded(directory: Path, by_env: bool = False) -> None:
                          f"{instead}, or copy the model into a folder of another name")
 
 
+def is_hub_id(text: str) -> bool:
+    """Whether ``text`` can name a model of the Hugging Face hub, ``owner/name``: one ``/`` with text on each side,
+    not the start of a path (``.``, ``/``, ``~``). ``smollm2-135m-hybrid/`` is none (probe 14: it was sent to the
+    hub, which refused it as a repository id, read as a failed download)."""
+    owner, slash, name = text.partition("/")
+    return bool(slash and owner and name) and "/" not in name and not text.startswith((".", "~"))
+
+
 def resolve(model: str | ModelSpec | None) -> Path:
     """The model's local directory: a catalogued name's converted directory, the path itself, or the hub id's
     snapshot in the local HF cache; its name, the model's as rows record it, at most :data:`MODEL_NAME_MAX`
@@ -147,9 +156,11 @@ def _directory(spec: ModelSpec) -> Path:
         return directory
     if spec.path == DEFAULT_MODEL_NAME and not directory.exists():  # as rows and reports name the default model
         return _directory(ModelSpec(None))
-    if directory.exists() or spec.path.count("/") != 1 or spec.path.startswith((".", "/", "~")):
-        raise MissingFileError(f"no model at {spec.path}: expected a local HF model directory (with config.json) "
-                                "or a hub id such as Qwen/Qwen3.5-0.8B")
+    if directory.exists() or not is_hub_id(spec.path):
+        close = difflib.get_close_matches(spec.path, [DEFAULT_MODEL_NAME, *pretrained.CHECKPOINTS], n=3, cutoff=0.6)
+        meant = f" (did you mean {' or '.join(close)}?)" if close else ""
+        raise MissingFileError(f"no model at {spec.path}: expected a local HF model directory (with config.json), a "
+                               f"catalogued model's name{meant} or a hub id such as Qwen/Qwen3.5-0.8B")
     from huggingface_hub import constants, snapshot_download
     from huggingface_hub.constants import HF_HUB_CACHE
     from huggingface_hub.errors import LocalEntryNotFoundError

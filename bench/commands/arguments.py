@@ -17,6 +17,7 @@ from artifacts.outputs import Output
 from pretrained import CHECKPOINTS, loading
 from pretrained.loading import ModelSpec
 from pretrained.model_info import ModelInfo, read
+from pretrained.model_spec import is_hub_id
 from runtime.errors import UsageError
 from runtime.options import real, whole, written_plainly
 from runtime.user_code import raised_at
@@ -191,8 +192,7 @@ def check_model_name(name: str | None) -> None:
     """A :class:`~runtime.errors.UsageError` listing the catalogue (the names close to ``name`` first) if ``name``
     is none of what ``--model`` takes: a catalogued name, a path that exists, or a hub id (``owner/name``)."""
     names = [loading.DEFAULT_MODEL_NAME, *CHECKPOINTS]
-    if name is None or name in names or Path(name).expanduser().exists() or (
-            name.count("/") == 1 and not name.startswith((".", "/", "~"))):
+    if name is None or name in names or Path(name).expanduser().exists() or is_hub_id(name):
         return
     raise UsageError(f"no model at --model {name!r}: no such directory, and no catalogued model of that name"
                      f"{did_you_mean(name, names)}; catalogued: {', '.join(names)} (the first is the default; or "

@@ -1,0 +1,42 @@
+"""A ``--model`` that is no directory, no catalogued name and no hub id is refused naming the catalogued names close
+to it, never sent to the hub (probe 14, U3: ``smollm2-135m-hybrid/`` read as a failed download)."""
+
+import huggingface_hub
+import pytest
+
+from pretrained import loading
+from pretrained.model_spec import is_hub_id
+from runtime.errors import MissingFileError
+from tests.helpers import run_cli
+
+
+@pytest.fixture
+def no_hub(monkeypatch, tmp_path):
+    def fetch(*args, **kwargs):
+        raise AssertionError("sent to the hub")
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", fetch)
+    monkeypatch.chdir(tmp_path)  # no folder of that name here
+
+
+def test_a_catalogued_name_with_a_slash_is_named_not_fetched(no_hub, capsys, tmp_path):
+    code, err = run_cli(capsys, "compare", "--model", "smollm2-135m-hybrid/", "--tasks", "niah_single_1", "--n", "1",
+                        "--out", tmp_path / "out")
+    assert code == 2 and err.startswith(
+        "bench compare: error: no model at --model 'smollm2-135m-hybrid/': no such directory, and no catalogued "
+        "model of that name (did you mean smollm2-135m-hybrid"), err
+    assert "hub:" not in err and not (tmp_path / "out").exists()
+
+
+def test_the_library_names_it_too(no_hub):
+    with pytest.raises(MissingFileError, match=r"no model at smollm2-135m-hybrid/: expected a local HF model "
+                                               r"directory \(with config.json\), a catalogued model's name \(did you "
+                                               r"mean smollm2-135m-hybrid"):
+        loading.resolve("smollm2-135m-hybrid/")
+
+
+@pytest.mark.parametrize(("text", "hub"), [("Qwen/Qwen3.5-0.8B", True), ("owner/name", True), ("name/", False),
+                                           ("/name", False), ("a/b/c", False), ("./a", False), ("~/a", False),
+                                           ("name", False)])
+def test_a_hub_id_is_owner_slash_name(text, hub):
+    assert is_hub_id(text) is hub
