@@ -6,6 +6,7 @@ written into a collection's root, …). :func:`mix_problem` names a folder that 
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -104,6 +105,16 @@ def _found(folder: Path, kind: Kind) -> tuple[Kind, Path] | None:
     return None
 
 
+def collection_of(folder: Path) -> Path | None:
+    """The collection ``folder`` is a method's folder of, made or still to be made (``<collection>/<group>/<method>/``,
+    the group's folder named as :data:`GROUP_FOLDER`, holding stores or beside a group folder that does), or None."""
+    group = Path(os.path.abspath(folder)).parent
+    if GROUP_FOLDER.fullmatch(group.name) and (COLLECTION_GROUP.found_in(group) is not None
+                                               or COLLECTION.found_in(group.parent) is not None):
+        return group.parent
+    return None
+
+
 def other_kind(folder: Path, kind: Kind) -> str | None:
     """What ``folder`` holds of a kind of :data:`KINDS` other than ``kind``, named with the file that shows it
     (``a result store (bench compare, bench merge) (results.jsonl)``), or None."""
@@ -113,9 +124,17 @@ def other_kind(folder: Path, kind: Kind) -> str | None:
 
 def mix_problem(folder: Path, kind: Kind) -> str | None:
     """Why ``folder`` cannot take what ``kind`` writes, as the rest of a refusal that names it, or None: it holds
-    another command's files (:func:`other_kind`). A collection's group folder given where the collection is asked
-    for (``bench publish --into``) is named as such, with the collection to give: published into, it would hold a
-    collection of its own that no reader of the collection reads."""
+    another command's files (:func:`other_kind`), or it is a method's folder of a collection where a store is to be
+    written (:func:`collection_of`), as its root and group folders are refused. A collection's group folder given
+    where the collection is asked for (``bench publish --into``) is named as such, with the collection to give:
+    published into, it would hold a collection of its own that no reader of the collection reads."""
+    collection = collection_of(folder) if kind == RESULT_STORE else None
+    if collection is not None:  # probe 14: compare appended another group's rows beside a pack; verify passed
+        group = Path(os.path.abspath(folder)).parent.name
+        return (f"is a method's folder of the setting group {group} of the collection {collection}, whose stores "
+                "bench publish alone writes, checking the collection whole first: write a store into a folder of its "
+                f"own and publish it (`bench publish STORE --into {collection}`); a group of the collection is "
+                f"carried whole (`bench carry {collection / group}`)")
     found = _found(folder, kind)
     if found is None:
         return None

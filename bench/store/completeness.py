@@ -28,6 +28,7 @@ from workloads.tasks.registry import haystack_of
 from .code_version import code_version
 from .result_store import ResultStore
 from .row_fields import (
+    BASELINE,
     GROUP_FIELDS,
     QUESTIONS,
     RUN,
@@ -51,6 +52,12 @@ OTHER_CONTEXTS = ("a report compares methods on the same contexts: run the metho
 """The advice for stores of runs on other contexts pooled in one setting group."""
 NOT_WRITTEN = "no run writes such a row: remove its line, or restore the store from its run's own copy"
 """The advice for a row that contradicts its own context (a question past those it has)."""
+NO_BASELINE = ("every run writes a context's no-prune rows before its children, so they were removed after it: "
+               "restore the store from its run's own copy, or rerun it into a store of its own")
+"""The advice for children whose no-prune row no store given holds (probe 14: a store without them passed, its ΔNLL
+never checked; a method joining a collection's group finds them in the group's ``none`` store)."""
+NO_PRUNE = method_at({"press": BASELINE, "keep_fraction": 1.0})
+"""The no-prune row's method as :func:`~bench.store.row_fields.method_at` names it (``none p=1``)."""
 SHOWN = 5
 """How many missing rows or methods a message lists."""
 Entry = tuple[dict, ResultStore, int]
@@ -159,7 +166,8 @@ def _rows(count: int) -> str:
 def _missing_rows(held: list[Entry]) -> Gap | None:
     """A context of the group without the rows of every method of the group and every question of the context: its
     questions 0 … n − 1 where its rows record their count n (:data:`~bench.store.row_fields.QUESTIONS`), else those its
-    rows hold; or a row of a question its context does not have."""
+    rows hold; a child without the no-prune row of its question, named first (the group may hold no no-prune row at
+    all); or a row of a question its context does not have."""
     contexts: dict[tuple, set] = defaultdict(set)
     counts: dict[tuple, int] = {}
     for row, store, line in held:
@@ -181,6 +189,12 @@ def _missing_rows(held: list[Entry]) -> Gap | None:
     for context, answered in contexts.items():
         # a range, never listed: a count is not bounded by the rows that hold it
         questions = range(counts[context]) if context in counts else sorted({q for _, q in answered})
+        # a run writes a context's no-prune rows before any child, so a child without one was never a stopped run
+        unmeasured = min((q for method, q in answered if method != NO_PRUNE and (NO_PRUNE, q) not in answered),
+                         default=None)
+        if unmeasured is not None:
+            return (f"is incomplete: the no-prune row of task {context[0]}, item {context[2]}, question {unmeasured} "
+                    "is missing, against which its children's ΔNLL and KL were measured", NO_BASELINE)
         missing = len(methods) * len(questions) - len(answered)  # every row held is of a method and a question here
         if missing:
             lacking = [method for method in methods if any((method, q) not in answered for q in questions)]

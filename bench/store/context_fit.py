@@ -23,10 +23,12 @@ a byte-level model's single needle in a real text at 256 tokens)."""
 def fit_problem(row: dict) -> str | None:
     """What is wrong with a RULER row's ``n_context`` for its ``length`` (None where it fits, or where the row records
     no context size): at most the length less the answer's budget (:func:`~workloads.tasks.ruler.answer_budget`)
-    and one token of question; and at least the smaller of 1/:data:`FILLED` of that and that less
+    and one token of question; and at least the larger of 1/:data:`FILLED` of that and that less
     :data:`FIT_SLACK` — a context is filled until one more unit would not fit, so it falls short by less than a
-    question and a unit. SCBench items are cut to the length, never filled up to it: only its bound applies
-    (:mod:`bench.store.row_checks`)."""
+    question and a unit, and it holds at least one unit, no shorter than a unit or a question that fills the rest.
+    Both bounds hold of every context the builder makes, so the larger does (probe 14: the smaller, negative below
+    some 1050 tokens, let a 384-token run relabelled 1024, or a 2048-token one relabelled 4096, pass). SCBench items
+    are cut to the length, never filled up to it: only its bound applies (:mod:`bench.store.row_checks`)."""
     n, length = row.get("n_context"), row["length"]
     if n is None or row["task"] not in TASKS:
         return None
@@ -35,7 +37,7 @@ def fit_problem(row: dict) -> str | None:
     if n >= room:
         return (f"n_context={n} (expected at most {room - 1} at length={length}: the context, its longest question "
                 f"and the answer's budget of {budget} tokens fit the length)")
-    least = min(room // FILLED, room - FIT_SLACK)
+    least = max(room // FILLED, room - FIT_SLACK)
     if n < least:
         return (f"n_context={n} (expected at least {least} at length={length}: the context is filled with haystack "
                 f"until one more unit would not fit beside its question and the answer's budget of {budget} tokens, "

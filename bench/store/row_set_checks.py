@@ -95,19 +95,36 @@ def _child_problem(row: dict, full: dict, there: str) -> str | None:
     return None
 
 
-def _child_problems(rows: list[dict], valid: list[bool], where) -> dict[int, str]:
-    """By index, the valid rows that do not match the others: a schema other than the other rows' of its model and
-    code; a child with needle fields where another child of its task, model and code has none (or the reverse), or
-    with per-layer values of another layout than the model's other rows; a child that does not match the valid
-    no-prune row of its question (:func:`_child_problem`; a question without one among ``rows``, a run of compacted
-    children alone, is not checked against it, but a child measured against another model's is named,
-    :func:`_model_problem`)."""
+def measured_problems(rows: list[dict], valid: list[bool], where, skipped=()) -> dict[int, str]:
+    """By index, the valid rows (but ``skipped``) that do not match the valid no-prune row of their question among
+    ``rows`` (:func:`_child_problem`). A question without one, whose no-prune row is in another store (a method's
+    store of a collection beside its group's ``none``), is not checked against it here, but a child measured against
+    another model's is named (:func:`_model_problem`); a child whose no-prune row no store holds is refused as
+    incomplete (:mod:`bench.store.completeness`)."""
     baselines: dict[tuple, int] = {}
     of_any_model: dict[tuple, list[int]] = {}
     for index, row in enumerate(rows):
         if valid[index] and row["press"] == BASELINE:
             baselines.setdefault(_question_of(row), index)
             of_any_model.setdefault(_question_of(row, RENAMED_FIELDS), []).append(index)
+    problems = {}
+    for index, row in enumerate(rows):
+        if index in skipped:
+            continue
+        full = baselines.get(_question_of(row)) if valid[index] else None
+        if full is not None and index != full and (problem := _child_problem(row, rows[full], where(full))):
+            problems[index] = problem
+        elif full is None and valid[index] and row["press"] != BASELINE and (problem := _model_problem(
+                row, of_any_model.get(_question_of(row, RENAMED_FIELDS), []), rows, where)):
+            problems[index] = problem
+    return problems
+
+
+def _child_problems(rows: list[dict], valid: list[bool], where) -> dict[int, str]:
+    """By index, the valid rows that do not match the others: a schema other than the other rows' of its model and
+    code; a child with needle fields where another child of its task, model and code has none (or the reverse), or
+    with per-layer values of another layout than the model's other rows; a child that does not match the valid
+    no-prune row of its question (:func:`measured_problems`)."""
     problems = {}
     layouts: dict[tuple, tuple[int, str, dict]] = {}
     needled: dict[tuple, tuple[int, bool]] = {}
@@ -138,15 +155,7 @@ def _child_problems(rows: list[dict], valid: list[bool], where) -> dict[int, str
                 problems[index] = (f"{field} holds layers and heads {layout_text(layout)}, where the row at "
                                    f"{where(seen[0])} of the same model and weights holds {layout_text(seen[2])} in "
                                    f"{seen[1]} (expected one value per attention layer and KV head of the model)")
-    for index, row in enumerate(rows):
-        full = baselines.get(_question_of(row)) if valid[index] else None
-        if index in problems:
-            continue
-        if full is not None and index != full and (problem := _child_problem(row, rows[full], where(full))):
-            problems[index] = problem
-        elif full is None and valid[index] and row["press"] != BASELINE and (problem := _model_problem(
-                row, of_any_model.get(_question_of(row, RENAMED_FIELDS), []), rows, where)):
-            problems[index] = problem
+    problems.update(measured_problems(rows, valid, where, skipped=set(problems)))
     return problems
 
 

@@ -8,23 +8,32 @@ from __future__ import annotations
 from pathlib import Path
 
 from artifacts.output_kinds import GROUP_FOLDER
+from pretrained import CHECKPOINTS
+from pretrained.file_record import CHECKOUT
+from pretrained.fingerprints import identity
 from runtime.errors import UsageError
 
 from .collection import PACK, is_collection, misplaced
-from .completeness import RERUN, check_complete
+from .completeness import RERUN, SHOWN, check_complete
 from .context_identity import check_one_context
 from .copies import check_one_value
 from .method_identity import check_one_method_code
 from .result_store import ResultStore
+from .row_set_checks import measured_problems
 from .shards import check_one_split
+
+SHIPPED_DEFAULT = CHECKOUT / "models" / "hybrid-byte-12l"
+"""The shipped default model (``models/hybrid-byte-12l``), whatever ``HYBRIDPRESS_MODEL`` names as the default."""
 
 
 def check_stores(stores: list[ResultStore], complete: bool = True, source: bool = False) -> None:
     """What ``bench verify`` checks before anything reports on ``stores``, as one ``UsageError``: each store given
     once; every line a valid row (:meth:`~bench.store.result_store.ResultStore.check_rows`); a collection's rows in
-    their own folders, under one name a model (:func:`check_in_own_folders`, :func:`check_one_name`); one method code
+    their own folders, under one name a model (:func:`check_in_own_folders`, :func:`check_one_name`), no catalogued
+    name the shipped default model's (:func:`check_not_renamed_default`); one method code
     per method and group (:func:`check_methods_alike`); one text a context
-    (:func:`~bench.store.context_identity.check_one_context`); with ``complete``, no last line cut short, the shards
+    (:func:`~bench.store.context_identity.check_one_context`); each child against the no-prune row of its question
+    in another store (:func:`check_measured_across`); with ``complete``, no last line cut short, the shards
     of one run and split only (:func:`check_one_split`, as ``bench merge`` checks them) and whole runs
     (:func:`check_complete`); and one value per row key, held once (:func:`check_one_value`). With ``source``
     (``bench merge``'s check of each store it joins): the contexts of the shards held alone, and a key held twice
@@ -34,13 +43,31 @@ def check_stores(stores: list[ResultStore], complete: bool = True, source: bool 
         store.check_rows()
     check_in_own_folders(stores)
     check_one_name(stores)
+    check_not_renamed_default(stores)
     check_methods_alike(stores)
     check_one_context(stores)
+    check_measured_across(stores)
     if complete:
         check_not_cut(stores)
         check_one_split(stores)
         check_complete(stores, every_shard=not source)
     check_one_value(stores, copies=source)
+
+
+def check_measured_across(stores: list[ResultStore]) -> None:
+    """``UsageError`` naming, by file and line, a child that does not match the no-prune row of its question that
+    another store holds (:func:`~bench.store.row_set_checks.measured_problems`): each store's own rows are checked
+    alone (:meth:`~bench.store.result_store.ResultStore.check_rows`), and a method's store of a collection holds its
+    children alone, its group's no-prune rows being in the group's ``none`` store (probe 14: a child's ΔNLL set to 0
+    by hand there passed, where verify says it checked every one)."""
+    if len(stores) < 2:
+        return
+    rows = [(row, f"{store.path}:{line}") for store in stores for row, line in zip(store.rows, store.line_numbers)]
+    problems = measured_problems([row for row, _ in rows], [True] * len(rows), lambda index: rows[index][1])
+    if problems:
+        shown = "; ".join(f"{rows[index][1]}: {problems[index]}" for index in sorted(problems)[:SHOWN])
+        more = f"; … ({len(problems) - SHOWN} more)" if len(problems) > SHOWN else ""
+        raise UsageError(f"{len(problems)} row(s) are not valid results: {shown}{more}")
 
 
 def check_methods_alike(stores: list[ResultStore]) -> None:
@@ -69,10 +96,10 @@ def check_not_cut(stores: list[ResultStore]) -> None:
 def _collection_stores(stores: list[ResultStore]) -> list[ResultStore]:
     """The stores of ``stores`` that are a collection's (:mod:`bench.store.collection`)."""
     collections: dict[Path, bool] = {}  # each collection's folders listed once, not once per store of it
-    # a collection's store is packed, in a folder named as a group's: a store of one's own is neither
-    return [store for store in stores if store.path.name == PACK and GROUP_FOLDER.fullmatch(
-        store.directory.parent.name) and collections.setdefault(store.directory.parent.parent,
-                                                                is_collection(store.directory.parent.parent))]
+    # a collection's store lies in a folder named as a group's, whatever its file (probe 14: a results.jsonl that
+    # `compare --out` wrote beside a pack was skipped, its rows of another group read as this one's)
+    return [store for store in stores if GROUP_FOLDER.fullmatch(store.directory.parent.name) and collections.setdefault(
+        store.directory.parent.parent, is_collection(store.directory.parent.parent))]
 
 
 def check_one_name(stores: list[ResultStore]) -> None:
@@ -98,10 +125,36 @@ def check_one_name(stores: list[ResultStore]) -> None:
                              f"as {name!r})")
 
 
+def check_not_renamed_default(stores: list[ResultStore]) -> None:
+    """``UsageError`` naming, by file and line, a row that names a catalogued model (:data:`pretrained.CHECKPOINTS`)
+    with the fingerprint of the shipped default model (:data:`SHIPPED_DEFAULT`): one fingerprint covers weights,
+    config and tokenizer, so such a row's model was renamed after it ran (probe 14: a plain store renamed
+    smollm2-135m-instruct passed verify and was published as a section of that name into a new collection)."""
+    named = [(row, f"{store.path}:{line}") for store in stores for row, line in zip(store.rows, store.line_numbers)
+             if row["model"] in CHECKPOINTS]
+    if not named or not (SHIPPED_DEFAULT / "config.json").is_file():  # an install without the checkout's models
+        return
+    shipped = identity(SHIPPED_DEFAULT).weights
+    for row, where in named:
+        if row["weights"] == shipped:
+            raise UsageError(f"{where}: model={row['model']!r} (expected {SHIPPED_DEFAULT.name!r}: its weights "
+                             f"{shipped} are the shipped default model's, {SHIPPED_DEFAULT}, which is no catalogued "
+                             "checkpoint; the row's model was changed after it ran: restore it)")
+
+
 def check_in_own_folders(stores: list[ResultStore]) -> None:
-    """``UsageError`` naming, by file and line, a row a collection's store holds outside the folders of its setting
-    group and method (:func:`bench.store.collection.misplaced`)."""
+    """``UsageError`` naming a store of a collection that reads another file than its
+    :data:`~bench.store.collection.PACK` (a ``results.jsonl`` a command given the method's folder as its output wrote
+    there: ``bench publish`` alone writes a collection's stores, checking the collection whole first, so its rows
+    joined the collection unchecked), or naming, by file and line, a row a collection's store holds outside the
+    folders of its setting group and method (:func:`bench.store.collection.misplaced`)."""
     for store in _collection_stores(stores):
+        if store.path.name != PACK:
+            raise UsageError(f"{store.path}: a store of the collection {store.directory.parent.parent} reads "
+                             f"{store.path.name} (expected {PACK} alone, which bench publish writes): a command given "
+                             f"{store.directory} as its output wrote it, and its rows joined the collection "
+                             "unchecked; move it to a folder of its own (and restore the folder's pack from version "
+                             "control if it changed), then `bench publish FOLDER --into COLLECTION` adds its rows")
         found = misplaced(store.directory, store.rows)
         if found is not None:
             index, own = found

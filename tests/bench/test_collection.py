@@ -180,3 +180,26 @@ def test_a_row_outside_its_groups_folder_is_named(model_dir, tmp_path, capsys):
         f"{pack}:1: a row of {group_folder(rows[0])}/none, in the store {none.parent.name}/none of the collection "
         f"{collection} (expected its group's and method's folder, named after its model, length and settings: one of "
         "them was changed after it was published); restore the file from version control"), err
+
+
+@pytest.mark.parametrize("rows_of", ["the pack alone", "the pack and another run"])
+def test_a_store_file_beside_a_collections_pack_is_named(model_dir, tmp_path, capsys, rows_of):
+    """Probe 14, #2: a ``results.jsonl`` that ``compare --out <group>/none`` wrote beside the pack, continuing it with
+    a 384-token run's rows, was skipped by the folder checks (they read packs alone): ``verify`` of the collection
+    passed. A store of a collection is checked whatever its file, and one that reads another file than its pack is
+    named."""
+    first, other, collection = tmp_path / "first", tmp_path / "other", tmp_path / "results"
+    run_compare(compare_settings(model_dir, first), show_progress=False)
+    assert run_cli(capsys, "publish", first, "--into", collection)[0] == 0
+    [none] = [store for store in stores_below(collection) if store.name == "none"]
+    text = gzip.decompress((none / "results.jsonl.gz").read_bytes()).decode()
+    if rows_of == "the pack and another run":
+        run_compare(compare_settings(model_dir, other, length=320), show_progress=False)
+        text += (other / "results.jsonl").read_text()
+    (none / "results.jsonl").write_text(text)
+    code, err = run_cli(capsys, "verify", collection)
+    assert code == 2 and err.endswith(
+        f"{none / 'results.jsonl'}: a store of the collection {collection} reads results.jsonl (expected "
+        f"results.jsonl.gz alone, which bench publish writes): a command given {none} as its output wrote it, and its "
+        "rows joined the collection unchecked; move it to a folder of its own (and restore the folder's pack from "
+        "version control if it changed), then `bench publish FOLDER --into COLLECTION` adds its rows"), err

@@ -96,3 +96,29 @@ def test_a_folder_of_stores_that_is_no_collection_is_not_refused(tmp_path):
     (docs / "realmodel" / "diag-2048" / "results.jsonl.gz").write_bytes(b"rows")
     (docs / "results").mkdir()
     check(_command("leaderboard").outputs(build_parser().parse_args(["leaderboard", "s", "--out", str(docs)])))
+
+
+@pytest.mark.parametrize("method", ["none", "kvzip--flat", "a folder of no method"])
+@pytest.mark.parametrize("command", ["compare", "merge", "carry"])
+def test_no_store_is_written_into_a_method_folder_of_a_collection(command, method, model_dir, tmp_path, capsys,
+                                                                  guarded):
+    """Probe 14, #2: ``compare --out <collection>/<group>/none`` copied the pack to results.jsonl and appended a
+    384-token run's rows there, beside the pack, and ``verify`` of the collection still passed. A method's folder of a
+    collection, held or still to be made (of a group the collection holds or of a new one), is refused as its root
+    and group folders are, before any work; ``carry`` of one store of a group is named with the group to carry."""
+    model = shutil.copytree(model_dir, tmp_path / "model")
+    (tmp_path / "store").mkdir()
+    collection = _collection(tmp_path)
+    group = GROUP if method != "a folder of no method" else "hybrid-byte-12l-384-0123456789"
+    place = collection / group / (method if method != "a folder of no method" else "none")
+    before = _files(tmp_path)
+    argv = ["carry", str(place)] if command == "carry" else _base(command, "--out", place, model, tmp_path)
+    code = main(argv)
+    err = capsys.readouterr().err
+    flag = "store" if command == "carry" else "--out"
+    assert code == 2 and err == (
+        f"bench {command}: error: {flag} {place}: is a method's folder of the setting group {group} of the collection "
+        f"{collection}, whose stores bench publish alone writes, checking the collection whole first: write a store "
+        f"into a folder of its own and publish it (`bench publish STORE --into {collection}`); a group of the "
+        f"collection is carried whole (`bench carry {collection / group}`)\n"), err
+    assert _files(tmp_path) == before

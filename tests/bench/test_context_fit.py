@@ -9,6 +9,8 @@ import pytest
 
 from bench.run.compare import run_compare
 from bench.store.context_fit import fit_problem
+from bench.store.store_checks import SHIPPED_DEFAULT
+from pretrained.fingerprints import identity
 from runtime.errors import UsageError
 from tests.helpers import assert_reports_refuse, compare_settings, run_cli, store_of, stored_rows
 from workloads.tasks.ruler import HAYSTACK_TASKS, PROFILES, TASKS, Config, answer_budget, generate
@@ -26,8 +28,9 @@ def _files(root):
     return {path.relative_to(root).as_posix(): path.read_bytes() for path in sorted(root.rglob("*")) if path.is_file()}
 
 
-@pytest.mark.parametrize("length, expected", [(4096, "expected at least 1357 at length=4096"),
-                                              (2048, "expected at least 674 at length=2048"),
+@pytest.mark.parametrize("length, expected", [(4096, "expected at least 3048 at length=4096"),
+                                              (2048, "expected at least 1000 at length=2048"),
+                                              (1024, "expected at least 333 at length=1024"),
                                               (180, "expected at most 155 at length=180")])
 def test_every_row_given_a_length_its_context_never_fitted_is_refused(run, tmp_path, capsys, length, expected):
     rows = stored_rows(run)
@@ -62,6 +65,25 @@ def test_every_context_the_builder_makes_fits_its_length(task, profile):
             assert row["n_context"] + answer_budget(task, profile) < length
             built += 1
     assert built >= 1
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_a_context_fitted_to_a_length_is_refused_at_twice_it(task):
+    """Probe 14, #3: the least context was the smaller of a third of the room and the room less
+    :data:`~bench.store.context_fit.FIT_SLACK`, negative below some 1050 tokens and 1357 tokens at 4096: a 300-token
+    run relabelled 1024 and a 2048-token one relabelled 4096 passed. Each bound holds of every context the builder
+    makes (test above), so the larger does: from 1024 tokens on, a context fitted to a length is shorter than the
+    room less :data:`~bench.store.context_fit.FIT_SLACK` at twice it."""
+    count = lambda text: len(text.encode())  # noqa: E731
+    for length in (1024, 2048):
+        try:
+            item = generate(task, 0, 0, Config(profile="compact", length=length, count_tokens=count))
+        except UsageError:  # too short for one unit of this task, or more than its haystack fills
+            continue
+        row = {"task": task, "profile": "compact", "length": length, "n_context": count(item.context)}
+        assert fit_problem(row) is None
+        problem = fit_problem({**row, "length": 2 * length})
+        assert problem and problem.startswith(f"n_context={row['n_context']} (expected at least "), (length, problem)
 
 
 def test_rows_of_one_context_agree_on_its_text_across_stores(model_dir, run, tmp_path, capsys):
@@ -118,3 +140,18 @@ def test_a_collection_names_one_fingerprint_by_one_model(model_dir, run, tmp_pat
            "one model, published under one name; a row's model was changed after it ran, or the model ran under " \
            f"another name: rerun it as {original!r})" in err, err
     assert _files(collection) == before
+
+
+def test_a_catalogued_name_with_the_shipped_default_models_fingerprint_is_refused(run, tmp_path, capsys):
+    """Probe 14, U2: a plain store whose rows were renamed smollm2-135m-instruct, keeping the default model's
+    fingerprint, passed verify and was published into a new collection under that name. One fingerprint covers a
+    model's weights, config and tokenizer, and no catalogued checkpoint is the shipped default model."""
+    shipped = identity(SHIPPED_DEFAULT)
+    rows = [dict(row, model_parts=dict(shipped.parts), weights=shipped.weights) for row in stored_rows(run)]
+    assert run_cli(capsys, "verify", store_of(rows, tmp_path / "own-name"))[0] == 0  # a plain store names it freely
+    renamed = store_of([dict(row, model="smollm2-135m-instruct") for row in rows], tmp_path / "renamed")
+    code, err = run_cli(capsys, "verify", renamed)
+    assert code == 2 and err.endswith(
+        f"{renamed / 'results.jsonl'}:1: model='smollm2-135m-instruct' (expected 'hybrid-byte-12l': its weights "
+        f"{shipped.weights} are the shipped default model's, {SHIPPED_DEFAULT}, which is no catalogued checkpoint; "
+        "the row's model was changed after it ran: restore it)"), err
