@@ -22,10 +22,12 @@ from __future__ import annotations
 from collections import defaultdict
 from itertools import islice
 
+from artifacts.output_kinds import GROUP_FOLDER
 from runtime.errors import UsageError
 from workloads.tasks.registry import haystack_of
 
 from .code_version import code_version
+from .collection import is_collection
 from .result_store import ResultStore
 from .row_fields import (
     BASELINE,
@@ -167,12 +169,18 @@ def _missing_rows(held: list[Entry]) -> Gap | None:
     """A context of the group without the rows of every method of the group and every question of the context: its
     questions 0 … n − 1 where its rows record their count n (:data:`~bench.store.row_fields.QUESTIONS`), else those its
     rows hold; a child without the no-prune row of its question, named first (the group may hold no no-prune row at
-    all); or a row of a question its context does not have."""
+    all), unless it is a collection's (its group's no-prune rows are another store of it, ``none/``, which
+    :func:`~bench.store.store_checks.check_measured_across` holds it to where both are given); or a row of a question
+    its context does not have."""
     contexts: dict[tuple, set] = defaultdict(set)
     counts: dict[tuple, int] = {}
+    own: dict[tuple, set] = defaultdict(set)  # each context's (method, question) of stores that are no collection's
+    published: dict[int, bool] = {}
     for row, store, line in held:
         context = (row["task"], row["haystack"], row["item"])
         contexts[context].add((method_at(row), row["question"]))
+        if not published.setdefault(id(store), _published(store)):
+            own[context].add((method_at(row), row["question"]))
         count = row.get(QUESTIONS)
         if count is None:
             continue
@@ -190,7 +198,7 @@ def _missing_rows(held: list[Entry]) -> Gap | None:
         # a range, never listed: a count is not bounded by the rows that hold it
         questions = range(counts[context]) if context in counts else sorted({q for _, q in answered})
         # a run writes a context's no-prune rows before any child, so a child without one was never a stopped run
-        unmeasured = min((q for method, q in answered if method != NO_PRUNE and (NO_PRUNE, q) not in answered),
+        unmeasured = min((q for method, q in own[context] if method != NO_PRUNE and (NO_PRUNE, q) not in answered),
                          default=None)
         if unmeasured is not None:
             return (f"is incomplete: the no-prune row of task {context[0]}, item {context[2]}, question {unmeasured} "
@@ -209,6 +217,12 @@ def _missing_rows(held: list[Entry]) -> Gap | None:
             return (f"is incomplete: task {context[0]}, item {context[2]} lacks the rows of "
                     f"{listed(list(gone), missing)}", RERUN_NAMED)
     return None
+
+
+def _published(store: ResultStore) -> bool:
+    """Whether ``store`` is a collection's: in a folder named as a setting group's, within a collection (probe 15: a
+    published method's store, given alone or merged from its collection, holds no no-prune row of its own)."""
+    return bool(GROUP_FOLDER.fullmatch(store.directory.parent.name)) and is_collection(store.directory.parent.parent)
 
 
 def _runs_by(held: list[Entry]) -> dict:

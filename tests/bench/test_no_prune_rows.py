@@ -57,3 +57,21 @@ def test_children_are_checked_against_the_no_prune_rows_of_another_store(run, tm
     pack.write_bytes(gzip.compress("".join(json.dumps(dict(row, delta_nll=0.0)) + "\n" for row in packed).encode()))
     code, err = run_cli(capsys, "verify", collection)
     assert code == 2 and f"{pack}:1: delta_nll=0.0 (expected answer_nll " in err, err
+
+
+def test_a_collections_method_store_needs_no_no_prune_rows_of_its_own(run, tmp_path, capsys):
+    """Probe 15: a published method's store holds its children alone (its group's no-prune rows are the ``none``
+    store), so it was refused as rows removed — given alone to verify, leaderboard or merge, and in ``bench merge`` of
+    its whole collection, which checks each store it joins alone."""
+    collection = tmp_path / "results"
+    assert run_cli(capsys, "publish", run, "--into", collection)[0] == 0
+    [method] = [path.parent for path in collection.rglob("results.jsonl.gz") if path.parent.name == "keydiff--flat"]
+    code, err = run_cli(capsys, "verify", method)
+    assert code == 0, err
+    code, err = run_cli(capsys, "merge", collection, "--out", tmp_path / "merged")
+    assert code == 0, err
+    assert sorted(map(json.dumps, stored_rows(tmp_path / "merged"))) == sorted(map(json.dumps, stored_rows(run)))
+    # a plain store of the same children alone is still refused: no run writes one
+    packed = [json.loads(line) for line in gzip.decompress((method / "results.jsonl.gz").read_bytes()).splitlines()]
+    code, err = run_cli(capsys, "verify", store_of(packed, tmp_path / "plain"))
+    assert code == 2 and "the no-prune row of task niah_single_1, item 0, question 0 is missing" in err, err
