@@ -61,6 +61,8 @@ def group_folder(row: dict) -> str:
 
 _DIGESTED = re.compile(r"-[0-9a-f]{10}\Z")
 """How the folder name of a label its slug does not name ends (:func:`method_folder`)."""
+SLUG_LIMIT = 120
+"""The most characters of a label's slug a method's folder name keeps (file systems take 255 bytes a name)."""
 
 
 def method_folder(row: dict) -> str:
@@ -68,12 +70,14 @@ def method_folder(row: dict) -> str:
     ``--``, every run of other characters as ``_``), one folder a label. Where that slug does not read back as the
     label (:func:`_read_back`), or ends as such a folder does, it is followed by a digest of the label: a slug loses
     what it replaced, and ``tagp(tag=a|b)``, ``tagp(tag=a b)`` and ``tagp(tag=a_b)`` were published into one folder
-    (probe 14). Every label a slug does name (a name, ``kvpress:`` and fingerprint options alike) keeps its folder."""
+    (probe 14). Every label a slug does name (a name, ``kvpress:`` and fingerprint options alike) keeps its folder.
+    A slug past :data:`SLUG_LIMIT` characters is cut there, before its digest (probe 15: a 300-character option
+    ended ``bench publish`` in ``OSError: File name too long``)."""
     label = method_of(row)
     slug = _slug(label.replace("/", "--"))
-    if _read_back(slug) == label and not _DIGESTED.search(slug):
+    if len(slug) <= SLUG_LIMIT and _read_back(slug) == label and not _DIGESTED.search(slug):
         return slug
-    return f"{slug}-{hashlib.sha256(label.encode()).hexdigest()[:10]}"
+    return f"{slug[:SLUG_LIMIT]}-{hashlib.sha256(label.encode()).hexdigest()[:10]}"
 
 
 def _read_back(slug: str) -> str | None:

@@ -77,6 +77,17 @@ def test_each_label_has_a_folder_of_its_own():
     assert folders[:3] == [f"tagp_tag_a_b_--flat-{digest}" for digest in ("53ac9186f9", "2fe62fb926", "8dded43712")]
 
 
+def test_a_long_label_has_a_folder_name_a_file_system_takes():
+    """Probe 15, #2: a 300-character option ended ``bench publish`` in ``OSError: File name too long``; a slug is cut
+    at SLUG_LIMIT characters before its digest, and two labels alike in those characters still part."""
+    from bench.store.collection import SLUG_LIMIT
+
+    labels = [f"kvzip(prompt={'x' * 300})/flat", f"kvzip(prompt={'x' * 299}y)/flat"]
+    folders = [method_folder(_row(label)) for label in labels]
+    assert folders[0] != folders[1] and all(len(folder) == SLUG_LIMIT + 11 for folder in folders)
+    assert method_folder(_row("keydiff/flat")) == "keydiff--flat"
+
+
 def test_every_published_method_keeps_its_folder():
     """A folder of the published results is never renamed: each row's method folder is the one it lies in."""
     files = sorted((ROOT / "docs" / "results").glob("*/*/results.jsonl.gz"))
