@@ -13,6 +13,8 @@ import json
 import re
 from pathlib import Path
 
+from artifacts.output_kinds import GROUP_FOLDER
+
 from .row_fields import GROUP_FIELDS, method_of
 
 STORE_FILES = ("results.jsonl", "results.jsonl.gz")
@@ -116,3 +118,12 @@ def misplaced(store: Path, rows: list[dict]) -> tuple[int, str] | None:
         if own != here:
             return index, own
     return None
+
+
+def collection_stores(stores: list) -> list:
+    """The stores of ``stores`` (:class:`~bench.store.result_store.ResultStore`) that are a collection's."""
+    collections: dict[Path, bool] = {}  # each collection's folders listed once, not once per store of it
+    # a collection's store lies in a folder named as a group's, whatever its file (probe 14: a results.jsonl that
+    # `compare --out` wrote beside a pack was skipped, its rows of another group read as this one's)
+    return [store for store in stores if GROUP_FOLDER.fullmatch(store.directory.parent.name) and collections.setdefault(
+        store.directory.parent.parent, is_collection(store.directory.parent.parent))]

@@ -22,12 +22,11 @@ from __future__ import annotations
 from collections import defaultdict
 from itertools import islice
 
-from artifacts.output_kinds import GROUP_FOLDER
 from runtime.errors import UsageError
 from workloads.tasks.registry import haystack_of
 
 from .code_version import code_version
-from .collection import is_collection
+from .collection import collection_stores
 from .result_store import ResultStore
 from .row_fields import (
     BASELINE,
@@ -175,11 +174,11 @@ def _missing_rows(held: list[Entry]) -> Gap | None:
     contexts: dict[tuple, set] = defaultdict(set)
     counts: dict[tuple, int] = {}
     own: dict[tuple, set] = defaultdict(set)  # each context's (method, question) of stores that are no collection's
-    published: dict[int, bool] = {}
+    published = {id(store) for store in collection_stores(list({id(store): store for _, store, _ in held}.values()))}
     for row, store, line in held:
         context = (row["task"], row["haystack"], row["item"])
         contexts[context].add((method_at(row), row["question"]))
-        if not published.setdefault(id(store), _published(store)):
+        if id(store) not in published:
             own[context].add((method_at(row), row["question"]))
         count = row.get(QUESTIONS)
         if count is None:
@@ -217,12 +216,6 @@ def _missing_rows(held: list[Entry]) -> Gap | None:
             return (f"is incomplete: task {context[0]}, item {context[2]} lacks the rows of "
                     f"{listed(list(gone), missing)}", RERUN_NAMED)
     return None
-
-
-def _published(store: ResultStore) -> bool:
-    """Whether ``store`` is a collection's: in a folder named as a setting group's, within a collection (probe 15: a
-    published method's store, given alone or merged from its collection, holds no no-prune row of its own)."""
-    return bool(GROUP_FOLDER.fullmatch(store.directory.parent.name)) and is_collection(store.directory.parent.parent)
 
 
 def _runs_by(held: list[Entry]) -> dict:

@@ -7,13 +7,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from artifacts.output_kinds import GROUP_FOLDER
 from pretrained import CHECKPOINTS
 from pretrained.file_record import CHECKOUT
 from pretrained.fingerprints import identity
 from runtime.errors import UsageError
 
-from .collection import PACK, is_collection, misplaced
+from .collection import PACK, collection_stores, misplaced
 from .completeness import RERUN, SHOWN, check_complete
 from .context_identity import check_one_context
 from .copies import check_one_value
@@ -93,15 +92,6 @@ def check_not_cut(stores: list[ResultStore]) -> None:
             raise UsageError(f"{store.path}: line {store.cut_line}, the last, is cut short: {RERUN}")
 
 
-def _collection_stores(stores: list[ResultStore]) -> list[ResultStore]:
-    """The stores of ``stores`` that are a collection's (:mod:`bench.store.collection`)."""
-    collections: dict[Path, bool] = {}  # each collection's folders listed once, not once per store of it
-    # a collection's store lies in a folder named as a group's, whatever its file (probe 14: a results.jsonl that
-    # `compare --out` wrote beside a pack was skipped, its rows of another group read as this one's)
-    return [store for store in stores if GROUP_FOLDER.fullmatch(store.directory.parent.name) and collections.setdefault(
-        store.directory.parent.parent, is_collection(store.directory.parent.parent))]
-
-
 def check_one_name(stores: list[ResultStore]) -> None:
     """``UsageError`` naming, by file and line, a row of a collection's store that names its model otherwise than most
     rows of the collection's stores with its ``weights`` do (the first of them in a tie): one fingerprint covers a
@@ -110,7 +100,7 @@ def check_one_name(stores: list[ResultStore]) -> None:
     with the default model's weights and rows). Stores of one's own may hold a model under two names (a run before it
     was renamed)."""
     named: dict[str, dict[str, list]] = {}  # weights -> model name -> [rows, where its first row is]
-    rows = [(row, f"{store.path}:{line}") for store in _collection_stores(stores)
+    rows = [(row, f"{store.path}:{line}") for store in collection_stores(stores)
             for row, line in zip(store.rows, store.line_numbers)]
     for row, where in rows:
         named.setdefault(row["weights"], {}).setdefault(row["model"], [0, where])[0] += 1
@@ -148,7 +138,7 @@ def check_in_own_folders(stores: list[ResultStore]) -> None:
     there: ``bench publish`` alone writes a collection's stores, checking the collection whole first, so its rows
     joined the collection unchecked), or naming, by file and line, a row a collection's store holds outside the
     folders of its setting group and method (:func:`bench.store.collection.misplaced`)."""
-    for store in _collection_stores(stores):
+    for store in collection_stores(stores):
         if store.path.name != PACK:
             raise UsageError(f"{store.path}: a store of the collection {store.directory.parent.parent} reads "
                              f"{store.path.name} (expected {PACK} alone, which bench publish writes): a command given "
