@@ -6,7 +6,6 @@ written into a collection's root, …). :func:`mix_problem` names a folder that 
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -107,8 +106,10 @@ def _found(folder: Path, kind: Kind) -> tuple[Kind, Path] | None:
 
 def collection_of(folder: Path) -> Path | None:
     """The collection ``folder`` is a method's folder of, made or still to be made (``<collection>/<group>/<method>/``,
-    the group's folder named as :data:`GROUP_FOLDER`, holding stores or beside a group folder that does), or None."""
-    group = Path(os.path.abspath(folder)).parent
+    the group's folder named as :data:`GROUP_FOLDER`, holding stores or beside a group folder that does), or None.
+    ``folder`` is resolved, links and all (its nearest existing folder where it is still to be made), so that
+    ``lnk/none`` with ``lnk`` a link to a group's folder is that group's method folder (probe 15)."""
+    group = Path(folder).resolve().parent
     if GROUP_FOLDER.fullmatch(group.name) and (COLLECTION_GROUP.found_in(group) is not None
                                                or COLLECTION.found_in(group.parent) is not None):
         return group.parent
@@ -130,7 +131,7 @@ def mix_problem(folder: Path, kind: Kind) -> str | None:
     published into, it would hold a collection of its own that no reader of the collection reads."""
     collection = collection_of(folder) if kind == RESULT_STORE else None
     if collection is not None:  # probe 14: compare appended another group's rows beside a pack; verify passed
-        group = Path(os.path.abspath(folder)).parent.name
+        group = Path(folder).resolve().parent.name
         return (f"is a method's folder of the setting group {group} of the collection {collection}, whose stores "
                 "bench publish alone writes, checking the collection whole first: write a store into a folder of its "
                 f"own and publish it (`bench publish STORE --into {collection}`); a group of the collection is "

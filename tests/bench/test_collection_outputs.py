@@ -122,3 +122,21 @@ def test_no_store_is_written_into_a_method_folder_of_a_collection(command, metho
         f"into a folder of its own and publish it (`bench publish STORE --into {collection}`); a group of the "
         f"collection is carried whole (`bench carry {collection / group}`)\n"), err
     assert _files(tmp_path) == before
+
+
+@pytest.mark.parametrize("command", ["compare", "merge"])
+def test_a_method_folder_reached_through_a_link_is_refused_as_well(command, model_dir, tmp_path, capsys, guarded):
+    """Probe 15, #5: with ``lnk -> <collection>/<group>``, ``compare --out lnk/none`` wrote its store into the
+    collection's ``none/`` folder, beside the pack: the folder is resolved, links and all, before it is tested."""
+    model = shutil.copytree(model_dir, tmp_path / "model")
+    (tmp_path / "store").mkdir()
+    collection = _collection(tmp_path).resolve()
+    (tmp_path / "lnk").symlink_to(collection / GROUP)
+    place = tmp_path / "lnk" / "none"
+    before = _files(tmp_path)
+    code = main(_base(command, "--out", place, model, tmp_path))
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith(
+        f"bench {command}: error: --out {place}: is a method's folder of the setting group {GROUP} of the collection "
+        f"{collection}, whose stores bench publish alone writes"), err
+    assert _files(tmp_path) == before
