@@ -16,7 +16,7 @@ import hashlib
 import inspect
 import sys
 import sysconfig
-from importlib.machinery import ModuleSpec, PathFinder
+from importlib.machinery import BYTECODE_SUFFIXES, EXTENSION_SUFFIXES, ModuleSpec, PathFinder
 from pathlib import Path
 
 from presses.score_check import press_label
@@ -56,16 +56,16 @@ def _method_modules(files: dict[str, Path]) -> set[str]:
     return {cls.__module__ for cls in classes if cls.__module__ in files}
 
 
-def _walk(start: list[str], files: dict[str, Path], skip: set[str]) -> set[str]:
-    """Every module of ``files`` that ``start`` imports, directly or through others, with their packages, never
-    entering ``skip``."""
+def _walk(start: list[str], files: dict[str, Path], skip: set[str], imports=imported_modules) -> set[str]:
+    """Every module of ``files`` that ``start`` imports (as ``imports(module, files)`` reads it), directly or through
+    others, with their packages, never entering ``skip``."""
     seen, todo = set(), list(start)
     while todo:
         name = todo.pop()
         if name in seen or name in skip:
             continue
         seen.add(name)
-        todo.extend(p for imported in imported_modules(name, files) for p in packages_of(imported) if p in files)
+        todo.extend(p for imported in imports(name, files) for p in packages_of(imported) if p in files)
     return seen
 
 
@@ -164,11 +164,16 @@ def _spec_of(name: str) -> ModuleSpec | None:
     return PathFinder.find_spec(name, search)
 
 
+COMPILED = (*BYTECODE_SUFFIXES, *EXTENSION_SUFFIXES)
+"""How the file of a module without source ends: a sourceless ``.pyc``, a compiled extension (``.so``, ``.pyd``)."""
+
+
 class _UserModules(dict):
     """``{module: its file}`` of a user's own modules, each found as a walk of the imports asks for it (``name in
-    modules``, as :func:`bench.store.project_modules.imported_modules` and :func:`_walk` ask): a module whose source
-    file lies outside the Python installation (:func:`_installed`) and outside the project's modules (``project``:
-    the group's code or a method's, hashed as such). A file that does not parse is none: it never ran."""
+    modules``, as :func:`bench.store.project_modules.imported_modules` and :func:`_walk` ask): a module whose file
+    (its source, or a compiled file where it has none: :data:`COMPILED`) lies outside the Python installation
+    (:func:`_installed`) and outside the project's modules (``project``: the group's code or a method's, hashed as
+    such). A source file that does not parse is none: it never ran."""
 
     def __init__(self, project: dict[str, Path]):
         super().__init__()
@@ -182,12 +187,26 @@ class _UserModules(dict):
             return False
         spec = _spec_of(name)
         origin = spec.origin if spec is not None and spec.has_location else None
-        path = Path(origin).resolve() if isinstance(origin, str) and origin.endswith(".py") else None
-        if path is None or _installed(path) or path in self._project or not _parses(path):
+        path = Path(origin).resolve() if isinstance(origin, str) and origin.endswith((".py", *COMPILED)) else None
+        if path is None or _installed(path) or path in self._project or not (
+                _parses(path) if path.suffix == ".py" else path.is_file()):
             self._others.add(name)
             return False
         self[name] = path
         return True
+
+
+def _user_imports(name: str, files: _UserModules) -> set[str]:
+    """The user's modules that ``name`` imports: none where it is compiled, whose imports no source shows."""
+    return imported_modules(name, files) if files[name].suffix == ".py" else set()
+
+
+def _helper_code(name: str, path: Path) -> bytes:
+    """What a helper module adds to its press's code: its source's syntax tree, or, where it is a compiled file, that
+    named as such and its bytes' digest (probe 15: a sourceless ``.pyc`` helper was skipped)."""
+    if path.suffix == ".py":
+        return f"\n{name}\n".encode() + _normalised_source(path)
+    return f"\n{name} compiled {path.name} sha256 {hashlib.sha256(path.read_bytes()).hexdigest()}\n".encode()
 
 
 def _parses(path: Path) -> bool:
@@ -203,8 +222,9 @@ def _own_code(cls: type, engine: str, files: dict[str, Path], shared: set[str], 
     imports that the group does not share (another press's module included); for a class of a user's module, that
     module's whole source (the file it was loaded from; the class's own source where there is no file) and the
     source of each of the user's own modules it imports, directly or through others (:class:`_UserModules`: a
-    helper module beside it, not the standard library, an installed package or the project), so that an edit of a
-    helper is a new version of the press too (probe 14). Not with ``helpers`` false: a class a press names as its own
+    helper module beside it, not the standard library, an installed package or the project; a compiled one by its
+    bytes, :func:`_helper_code`, its own imports unread), so that an edit of a helper is a new version of the press
+    too (probe 14). Not with ``helpers`` false: a class a press names as its own
     code (:meth:`presses.Press.code_objects`) comes with its package's version, which stands for the rest of it
     however that package is installed."""
     module = cls.__module__
@@ -225,8 +245,8 @@ def _own_code(cls: type, engine: str, files: dict[str, Path], shared: set[str], 
         return code
     user = _UserModules(files)
     user[module] = Path(path)
-    for helper in sorted(_walk([module], user, set()) - {module}):  # none: the code as before helpers were hashed
-        code += f"\n{helper}\n".encode() + _normalised_source(user[helper])
+    for helper in sorted(_walk([module], user, set(), _user_imports) - {module}):  # none: the code as before helpers
+        code += _helper_code(helper, user[helper])
     return code
 
 

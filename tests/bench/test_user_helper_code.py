@@ -3,6 +3,7 @@ an edit of a helper module is a new version of the press, whose rows are never p
 U1). The standard library, installed packages and the project are not the press's own code."""
 
 import importlib
+import py_compile
 import sys
 import textwrap
 
@@ -50,22 +51,31 @@ def ages(n):
 
 @pytest.fixture
 def user_code(tmp_path, monkeypatch):
-    """``write(files)`` writes ``{relative path: source}`` under a folder on ``sys.path`` and (re)imports the press
-    module ``mp``, as a user editing their files and rerunning; it returns the press's method code with ``flat``."""
+    """``write(files, compiled, press)`` writes ``{relative path: source}`` under a folder on ``sys.path``, and each
+    ``{module: source}`` of ``compiled`` there as a sourceless ``.pyc`` alone, and (re)imports the press module
+    ``press``, as a user editing their files and rerunning; it returns the press's method code with ``flat``."""
     monkeypatch.setattr(registry, "PRESSES", dict(registry.PRESSES))
     monkeypatch.syspath_prepend(str(tmp_path))
     written: set[str] = set()
 
-    def write(files: dict[str, str]) -> str:
+    def write(files: dict[str, str], compiled: dict[str, str] | None = None, press: str = "mp") -> str:
         for path, source in files.items():
             (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
             (tmp_path / path).write_text(textwrap.dedent(source))
-            written.add(path.removesuffix(".py").replace("/", ".").removeprefix("site-packages."))
+            written.add(path.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
+                        .removeprefix("site-packages."))
+        for name, source in (compiled or {}).items():
+            (tmp_path / "sources").mkdir(exist_ok=True)
+            (tmp_path / "sources" / f"{name}.py").write_text(textwrap.dedent(source))
+            py_compile.compile(str(tmp_path / "sources" / f"{name}.py"), cfile=str(tmp_path / f"{name}.pyc"),
+                               doraise=True)
+            (tmp_path / "sources" / f"{name}.py").unlink()
+            written.add(name)
         registry.PRESSES.pop("helped", None)
         for name in written:
             sys.modules.pop(name, None)
         importlib.invalidate_caches()
-        module = importlib.import_module("mp")
+        module = importlib.import_module(press)
         return method_codes([(module.HelpedPress(), allocators.get("flat"))])[0]
 
     yield write
@@ -100,6 +110,13 @@ def test_an_installed_module_is_not_the_press_s_own_code(user_code, tmp_path, mo
     monkeypatch.syspath_prepend(str(tmp_path / "site-packages"))
     first = user_code({"mp.py": _press(), "site-packages/hlp.py": HELPER.format(imports="", sign=-1.0)})
     assert user_code({"site-packages/hlp.py": HELPER.format(imports="", sign=1.0)}) == first
+
+
+def test_a_sourceless_helper_module_is_hashed_by_its_bytes(user_code):
+    """Probe 15, #4: a helper that exists only as a ``.pyc`` (or a compiled extension) was skipped, so two versions
+    of it pooled their rows under one method code."""
+    first = user_code({"mp.py": _press()}, compiled={"hlp": HELPER.format(imports="", sign=-1.0)})
+    assert user_code({}, compiled={"hlp": HELPER.format(imports="", sign=1.0)}) != first
 
 
 def test_a_press_without_helpers_keeps_its_code(user_code):
