@@ -172,12 +172,14 @@ class _UserModules(dict):
     """``{module: its file}`` of a user's own modules, each found as a walk of the imports asks for it (``name in
     modules``, as :func:`bench.store.project_modules.imported_modules` and :func:`_walk` ask): a module whose file
     (its source, or a compiled file where it has none: :data:`COMPILED`) lies outside the Python installation
-    (:func:`_installed`) and outside the project's modules (``project``: the group's code or a method's, hashed as
-    such). A source file that does not parse is none: it never ran."""
+    (:func:`_installed`), or is of the press's own top-level ``package`` wherever that is installed, and outside the
+    project's modules (``project``: the group's code or a method's, hashed as such). A source file that does not
+    parse is none: it never ran."""
 
-    def __init__(self, project: dict[str, Path]):
+    def __init__(self, project: dict[str, Path], package: str):
         super().__init__()
         self._project = {path.resolve() for path in project.values()}
+        self._package = package
         self._others: set[str] = set()
 
     def __contains__(self, name) -> bool:
@@ -188,8 +190,11 @@ class _UserModules(dict):
         spec = _spec_of(name)
         origin = spec.origin if spec is not None and spec.has_location else None
         path = Path(origin).resolve() if isinstance(origin, str) and origin.endswith((".py", *COMPILED)) else None
-        if path is None or _installed(path) or path in self._project or not (
-                _parses(path) if path.suffix == ".py" else path.is_file()):
+        # an installed press's own package is its code (probe 15: an entry point's helpers were left out, so an
+        # upgrade that changed one pooled rows); another installed package, torch say, is not
+        others = path is None or path in self._project or (
+            _installed(path) and name.partition(".")[0] != self._package)
+        if others or not (_parses(path) if path.suffix == ".py" else path.is_file()):
             self._others.add(name)
             return False
         self[name] = path
@@ -222,8 +227,9 @@ def _own_code(cls: type, engine: str, files: dict[str, Path], shared: set[str], 
     imports that the group does not share (another press's module included); for a class of a user's module, that
     module's whole source (the file it was loaded from; the class's own source where there is no file) and the
     source of each of the user's own modules it imports, directly or through others (:class:`_UserModules`: a
-    helper module beside it, not the standard library, an installed package or the project; a compiled one by its
-    bytes, :func:`_helper_code`, its own imports unread), so that an edit of a helper is a new version of the press
+    helper module beside it or one of the press's own package however it is installed, not the standard library,
+    another installed package or the project; a compiled one by its bytes, :func:`_helper_code`, its own imports
+    unread), so that an edit of a helper is a new version of the press
     too (probe 14). Not with ``helpers`` false: a class a press names as its own
     code (:meth:`presses.Press.code_objects`) comes with its package's version, which stands for the rest of it
     however that package is installed."""
@@ -241,9 +247,9 @@ def _own_code(cls: type, engine: str, files: dict[str, Path], shared: set[str], 
         raise UsageError(f"{cls.__qualname__} (module {module}): its source cannot be read, so its rows could not "
                          "name its code; define it in a module file and import that")
     code = f"{module}.{cls.__qualname__}\n".encode() + _normalised(source)
-    if not (helpers and path and path.endswith(".py")) or _installed(Path(path).resolve()):
+    if not (helpers and path and path.endswith(".py")):
         return code
-    user = _UserModules(files)
+    user = _UserModules(files, module.partition(".")[0])
     user[module] = Path(path)
     for helper in sorted(_walk([module], user, set(), _user_imports) - {module}):  # none: the code as before helpers
         code += _helper_code(helper, user[helper])

@@ -119,6 +119,19 @@ def test_a_sourceless_helper_module_is_hashed_by_its_bytes(user_code):
     assert user_code({}, compiled={"hlp": HELPER.format(imports="", sign=1.0)}) != first
 
 
+def test_an_installed_press_s_own_package_is_its_code_and_other_packages_are_not(user_code, tmp_path, monkeypatch):
+    """Probe 15 (not counted): a press an installed package registers (an entry point's) had its package's helpers
+    left out as installed, so an upgrade that changed only a helper pooled rows. Its own top-level package counts
+    wherever it is installed; another installed package (``other``, as torch) does not."""
+    monkeypatch.syspath_prepend(str(tmp_path / "site-packages"))
+    files = {"site-packages/plug/__init__.py": "", "site-packages/plug/mp.py": _press("from .hlp import ages"),
+             "site-packages/plug/hlp.py": HELPER.format(imports="from other import SCALE", sign=-1.0),
+             "site-packages/other.py": "SCALE = 1.0\n"}
+    first = user_code(files, press="plug.mp")
+    assert user_code({"site-packages/other.py": "SCALE = 2.0\n"}, press="plug.mp") == first
+    assert user_code({"site-packages/plug/hlp.py": HELPER.format(imports="", sign=1.0)}, press="plug.mp") != first
+
+
 def test_a_press_without_helpers_keeps_its_code(user_code):
     """Its module's source alone, as before helpers were hashed: a store of such a press keeps taking its rows."""
     source = _press(imports="import torch\nfrom presses import selection\n\nages = torch.ones",)
