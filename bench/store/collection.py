@@ -120,6 +120,28 @@ def misplaced(store: Path, rows: list[dict]) -> tuple[int, str] | None:
     return None
 
 
+def older_named(store: Path, rows: list[dict]) -> dict[str, str] | None:
+    """``{label: its folder}`` of the methods of ``rows``, sorted, where the collection's store ``store``
+    (``<group>/<method>/``, their group's) is named as a bench older than this one named a folder of theirs; None
+    otherwise. Until each label had a folder of its own (probe 14) a method's folder was its slug alone, and until
+    long slugs were cut (probe 15) its whole slug before the digest: a collection published then keeps those names,
+    and one folder may hold the rows of labels alike in their slug (probe 15, U1)."""
+    store = Path(store)
+    if any(group_folder(row) != store.parent.name for row in rows):
+        return None
+    labels = {method_of(row): row for row in rows}
+    if not any(store.name in _older_names(row) for row in labels.values()):
+        return None
+    return {label: method_folder(row) for label, row in sorted(labels.items())}
+
+
+def _older_names(row: dict) -> set[str]:
+    """The names older benches gave ``row``'s method folder that are not its name now (:func:`method_folder`)."""
+    label = method_of(row)
+    slug = _slug(label.replace("/", "--"))
+    return {slug, f"{slug}-{hashlib.sha256(label.encode()).hexdigest()[:10]}"} - {method_folder(row)}
+
+
 def collection_stores(stores: list) -> list:
     """The stores of ``stores`` (:class:`~bench.store.result_store.ResultStore`) that are a collection's."""
     collections: dict[Path, bool] = {}  # each collection's folders listed once, not once per store of it

@@ -12,7 +12,7 @@ from pretrained.file_record import CHECKOUT
 from pretrained.fingerprints import identity
 from runtime.errors import UsageError
 
-from .collection import PACK, collection_stores, misplaced
+from .collection import PACK, collection_stores, misplaced, older_named
 from .completeness import RERUN, SHOWN, check_complete
 from .context_identity import check_one_context
 from .copies import check_one_value
@@ -137,7 +137,9 @@ def check_in_own_folders(stores: list[ResultStore]) -> None:
     :data:`~bench.store.collection.PACK` (a ``results.jsonl`` a command given the method's folder as its output wrote
     there: ``bench publish`` alone writes a collection's stores, checking the collection whole first, so its rows
     joined the collection unchecked), or naming, by file and line, a row a collection's store holds outside the
-    folders of its setting group and method (:func:`bench.store.collection.misplaced`)."""
+    folders of its setting group and method (:func:`bench.store.collection.misplaced`), or, where a bench older than
+    this one named that folder after its rows' methods (:func:`bench.store.collection.older_named`), the folder
+    each one's rows now lie in."""
     for store in collection_stores(stores):
         if store.path.name != PACK:
             raise UsageError(f"{store.path}: a store of the collection {store.directory.parent.parent} reads "
@@ -146,6 +148,9 @@ def check_in_own_folders(stores: list[ResultStore]) -> None:
                              "unchecked; move it to a folder of its own (and restore the folder's pack from version "
                              "control if it changed), then `bench publish FOLDER --into COLLECTION` adds its rows")
         found = misplaced(store.directory, store.rows)
+        folders = older_named(store.directory, store.rows) if found is not None else None
+        if folders is not None:
+            raise UsageError(_older_folder(store.path, folders))
         if found is not None:
             index, own = found
             raise UsageError(f"{store.path}:{store.line_numbers[index]}: a row of {own}, in the store "
@@ -153,3 +158,18 @@ def check_in_own_folders(stores: list[ResultStore]) -> None:
                              f"{store.directory.parent.parent} (expected its group's and method's folder, named after "
                              "its model, length and settings: one of them was changed after it was published); "
                              "restore the file from version control")
+
+
+def _older_folder(path: Path, folders: dict[str, str]) -> str:
+    """The message of a collection's store at ``path`` whose folder a bench older than this one named after the
+    methods whose rows it holds, each of ``folders`` (``{label: its folder now}``): rename it, or split it."""
+    store = path.parent
+    if len(folders) == 1:
+        [(label, folder)] = folders.items()
+        return (f"{path}: the folder {store.name} holds the rows of {label}, and is named as a bench older than this "
+                f"one named that method's folder, now {folder} (one folder a label): rename it, "
+                f"`mv {store} {store.parent / folder}`")
+    moves = ", ".join(f"{label} into {folder}" for label, folder in folders.items())
+    return (f"{path}: the folder {store.name} holds the rows of {' and '.join(folders)}, and is named as a bench "
+            "older than this one named their folders, each of its own now (one folder a label): move each one's rows "
+            f"into its own folder in {store.parent}, {moves}")
