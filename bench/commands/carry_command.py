@@ -13,7 +13,7 @@ from runtime.errors import UsageError
 from ..run.carry import carry
 from ..store.carried_codes import CARRIED
 from ..store.collection import STORE_FILES, group_stores, is_collection, stores_below
-from .arguments import Command, count, natural
+from .arguments import Command, add_import_argument, count, import_user_modules, natural
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -27,12 +27,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--artifacts", action="append", default=[],
                         help="a folder an option of a method named (an estimator, a calibration), found by the "
                              "fingerprint its label shows (repeatable)")
+    add_import_argument(parser)  # a group run with compare --import names presses only that module registers
 
 
 def run(args) -> None:
     for folder in args.artifacts:
         if not Path(folder).is_dir():
             raise UsageError(f"--artifacts {folder}: no such folder")
+    import_user_modules(args)
     records = carry(Path(args.store), args.sample, args.sample_seed, args.batch, model=args.model,
                     artifacts=[Path(f) for f in args.artifacts])
     for r in records:

@@ -37,6 +37,7 @@ from ..store.code_version import code_version
 from ..store.result_store import ResultStore, open_stores
 from ..store.row_fields import CARRIED_FROM, CONTEXT_SHA, GROUP_FIELDS, KEY_FIELDS, METHOD_CODE, describe_row, method_of
 from ..store.store_checks import check_stores
+from .carried_methods import check_registered
 from .settings import CompareSettings
 
 NOT_VALUES = {"code", METHOD_CODE, CARRIED_FROM, "prefill_seconds", "score_seconds", "run", "batch", "schema"}
@@ -178,7 +179,8 @@ def carry(directory: Path, sample: int = 2, seed: int = 0, batch: int = 32, mode
             row = store.rows[i]
             if row.get("code") != here[row.get("engine", "hf")]:
                 groups.setdefault(_group_of(row), []).append((store, i))
-        # where its records and rewritten rows go, checked before any context is rerun
+        # the methods it reruns, and where its records and rewritten rows go, checked before any context is rerun
+        check_registered([store.rows[i] for held in groups.values() for store, i in held], Path(directory))
         _check_writable([held[0][0].directory.parent for held in groups.values()] if in_collection else
                         [Path(directory), *(store.directory for held in groups.values() for store, _ in held)])
         records = [_carry_group(group, held, sample, seed, batch, model, list(artifacts), directory)
