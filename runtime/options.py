@@ -1,6 +1,7 @@
 """Options of a press or an allocator (dataclass fields), typed by the field's declared type: text such as the
 CLI's ``window=64`` or ``weights=1/2/3`` is parsed, values of the wrong type are refused naming the option, the
-value and what is allowed. Presses and allocators share it; it imports neither.
+value and what is allowed. Presses and allocators share it; it imports neither. The command line's text
+(:class:`EscapedText`) writes a text option with ``%XX`` escapes, as a method's label shows it.
 
 The numbers every option and every count take (:func:`whole`, :func:`real`) are Python's or numpy's alike
 (``np.int64(5)`` is 5, ``np.float32(0.5)`` is 0.5), or their text; a count is never rounded (2.5 is refused)."""
@@ -42,6 +43,39 @@ def written_plainly(text: str) -> bool:
     """Whether ``text`` writes its numbers in ASCII digits without ``_``: Python reads ``"２"`` as 2 and ``"2_0"`` as
     20, which no one typing a number means."""
     return text.isascii() and "_" not in text
+
+
+class EscapedText(str):
+    """An option's value as the command line gives it (``name[key=value,...]``, ``--press-options``): a text option's
+    ``%XX`` escapes, each a byte of its UTF-8, are decoded as it is typed (:func:`unescaped`), so that text holding
+    what a method's label shows escaped (``%``, ``|``, its punctuation, a newline: :func:`bench.run.specs.shown_text`)
+    is written as the label shows it. An option of another type reads the text as it is; a library's plain ``str``
+    is never decoded."""
+
+
+ESCAPES = re.compile(r"(?:%[0-9A-Fa-f]{2})+")
+"""A run of ``%XX`` escapes: the bytes of one or more characters."""
+
+
+def unescaped(text: str) -> str:
+    """``text`` with each ``%XX`` escape decoded (the bytes of UTF-8 text; a lone surrogate, which a label shows as
+    its three bytes, comes back); a ``%`` that starts none, or bytes that are no UTF-8, is a
+    :class:`~runtime.errors.UsageError` saying how to write ``%``."""
+    bad = re.search(r"%(?![0-9A-Fa-f]{2})", text)
+    if bad is not None:
+        raise UsageError(f"the '%' at character {bad.start() + 1} starts no %XX escape: text options take %XX "
+                         "escapes (of UTF-8 bytes: %7C is '|', %0A a newline), as labels show them; write '%' itself "
+                         "as %25")
+    return str(ESCAPES.sub(lambda run: _decoded(run.group()), text))  # plain text: never decoded twice
+
+
+def _decoded(run: str) -> str:
+    """The text of a run of ``%XX`` escapes; bytes that are no UTF-8 are a :class:`~runtime.errors.UsageError`."""
+    try:
+        return bytes.fromhex(run.replace("%", "")).decode("utf-8", "surrogatepass")
+    except UnicodeDecodeError:
+        raise UsageError(f"its escapes {run} are no UTF-8 text: text options take %XX escapes of UTF-8 bytes (%7C "
+                         "is '|', %C3%A9 is 'é'); write '%' itself as %25") from None
 
 
 def _from_text(value, kind):
@@ -126,7 +160,7 @@ def parse_option(value, kind):
     if kind is str:
         if not isinstance(value, str):
             raise UsageError("expected text")
-        return value
+        return unescaped(value) if isinstance(value, EscapedText) else value
     _, element = kind
     parsed = [_number(item, element) for item in _items(value)]
     if not parsed or any(item is None for item in parsed):  # ranges: the class's own checks
@@ -173,6 +207,8 @@ def typed_options(cls, name: str, options: dict, reserved: dict[str, str] | None
         field = init_fields[key]
         default = field.default if field.default is not MISSING else None
         kind = _kind(hints.get(key), default)
+        if kind is None and isinstance(value, EscapedText):
+            kind = str  # a type not parsed here takes the value as given: the command line's is text, decoded
         try:
             typed[key] = value if kind is None else parse_option(value, kind)
         except ValueError as error:

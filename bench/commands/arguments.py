@@ -19,7 +19,7 @@ from pretrained.loading import ModelSpec
 from pretrained.model_info import ModelInfo, read
 from pretrained.model_spec import is_hub_id
 from runtime.errors import UsageError
-from runtime.options import real, whole, written_plainly
+from runtime.options import EscapedText, real, whole, written_plainly
 from runtime.user_code import raised_at
 from runtime.user_imports import import_guarded
 
@@ -149,7 +149,8 @@ def part(text: str) -> tuple[int, int]:
 
 
 def options(text: str) -> dict:
-    """``key=value,...`` -> ``{key: value}``, the values left as text."""
+    """``key=value,...`` -> ``{key: value}``, the values left as text, with its escapes (``%2C`` for a comma: a text
+    option decodes them, :class:`runtime.options.EscapedText`)."""
     parsed = {}
     for pair in names(text):
         key, sep, value = pair.partition("=")
@@ -157,7 +158,7 @@ def options(text: str) -> dict:
             raise argparse.ArgumentTypeError(f"expected key=value pairs separated by commas, got {pair!r}")
         if key.strip() in parsed:
             raise argparse.ArgumentTypeError(f"option {key.strip()!r} is given twice in {text!r}; give it once")
-        parsed[key.strip()] = value.strip()  # text: each press or allocator types it by its field
+        parsed[key.strip()] = EscapedText(value.strip())  # text: each press or allocator types it by its field
     return parsed
 
 

@@ -39,6 +39,7 @@ from ..store.row_fields import CARRIED_FROM, CONTEXT_SHA, GROUP_FIELDS, KEY_FIEL
 from ..store.store_checks import check_stores
 from .carried_methods import check_registered
 from .settings import CompareSettings
+from .specs import shown_text
 
 NOT_VALUES = {"code", METHOD_CODE, CARRIED_FROM, "prefill_seconds", "score_seconds", "run", "batch", "schema"}
 """Fields a rerun may change without changing a result: the codes, timings, the run and batch a row names."""
@@ -72,7 +73,9 @@ def _group_of(row: dict) -> tuple:
 
 def _item(label: str, artifacts: list[Path], patterns_of) -> str:
     """The ``name[key=value,...]`` item whose spec is labelled ``label`` (:mod:`bench.run.specs`): lists back to ``/``,
-    and an option shown by its files' fingerprint back to the folder of ``artifacts`` that has it."""
+    an option shown by its files' fingerprint back to the folder of ``artifacts`` that has it, and text as it is
+    shown, escapes and all (:func:`bench.run.specs.shown_text`), but for a space at either end, which the item would
+    lose as it is read (``%20``)."""
     name, _, shown = label.partition("(")
     if not shown:
         return name
@@ -85,8 +88,11 @@ def _item(label: str, artifacts: list[Path], patterns_of) -> str:
             if not found:
                 raise UsageError(f"{label}: its {key} is the folder whose files' fingerprint is {value}; give that "
                                  f"folder with --artifacts (given: {', '.join(map(str, artifacts)) or 'none'})")
-            value = str(found[0])
-        options.append(f"{key}={value.replace(';', '/')}")
+            value = shown_text(str(found[0]))  # a path as the item's text: a ',' in it splits no pair
+        body = value.strip(" ")
+        lead = len(value) - len(value.lstrip(" "))
+        value = "%20" * lead + body.replace(";", "/") + "%20" * (len(value) - lead - len(body))
+        options.append(f"{key}={value}")
     return f"{name}[{','.join(options)}]"
 
 

@@ -19,7 +19,6 @@ from .specs import (
     AllocatorSpec,
     Method,
     PressSpec,
-    check_shown_text,
     frozen_options,
     parse_item,
     parse_pair,
@@ -68,9 +67,6 @@ def _spec(kind, text: str, flag: str, every: dict, registry, model: ModelInfo | 
             own = loading.files_fingerprint(model.directory / folder, patterns)
             if fingerprints[key] == own:  # the model's own files, which the press reads when not told: the default
                 del kept[key], fingerprints[key]
-    for key, value in kept.items():  # what the label shows as it is: a directory read is shown by its fingerprint
-        if key not in fingerprints and isinstance(value, str):
-            check_shown_text(f"{flag} {text!r}", key, value)
     return kind(name, frozen_options(kept), frozen_options(fingerprints))
 
 

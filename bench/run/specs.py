@@ -10,9 +10,11 @@ A spec's :attr:`~PressSpec.label` is the name rows record, computed once: the na
 ``name(key=value,...)`` with the typed values, keys sorted, lists joined by ``;`` (so that a row's method
 ``press/allocator`` holds exactly one ``/``); an option that names a directory the press reads (GateSight's
 ``estimator``, TriAttention's ``calibration``) is shown by those files' content fingerprint, not by its path, so that
-the label changes with what the press reads; text it would show but cannot (a newline, ``|``, its own punctuation)
-is refused (:func:`check_shown_text`). A spec is its label: two specs of one label are one setting. No prune
-is :data:`BASELINE_METHOD`, ``none``/``none``.
+the label changes with what the press reads. A text option shows ``%XX`` escapes (:func:`shown_text`) for what a
+label cannot show as it is (``%``, ``|``, its own punctuation, a newline or another character that is not
+printable), and the command line's items take the same escapes in a text option's value (KVzip's
+``kvzip[suffix=<|im_end|>%0A<|im_start|>assistant%0A]``): a label reads back as its item. A spec is its label: two
+specs of one label are one setting. No prune is :data:`BASELINE_METHOD`, ``none``/``none``.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from functools import cached_property
 from presses.kvpress_names import class_alias
 from presses.registry import KVPRESS_PREFIX
 from runtime.errors import UsageError
+from runtime.options import EscapedText
 
 from ..store.row_fields import BASELINE
 
@@ -54,25 +57,34 @@ LABEL_PUNCTUATION = "/,;[]"
 list's items, and the brackets of the ``name[options]`` item a label is read back to (``bench carry``)."""
 
 
-def check_shown_text(where: str, key: str, value: str) -> None:
-    """A :class:`~runtime.errors.UsageError` (``where``: the flag and item it came from) for the text option ``key``
-    whose ``value`` a label cannot show as it is: a character that is not printable (a newline split a row of
-    leaderboard.md in two, probe 14), ``|`` (a Markdown table's column: it added a cell to the row), or one of
-    :data:`LABEL_PUNCTUATION`, which would make the label read as other options, or another method."""
-    for i, char in enumerate(value):
-        if char == "|" or char in LABEL_PUNCTUATION or not char.isprintable():
-            raise UsageError(f"{where}: option {key}={value!r} holds {char!r} at character {i + 1}, which its label "
-                             "cannot show as it is: a text option that a label shows is printable characters (no "
-                             "control characters), without '|' or the label's own " +
-                             ", ".join(repr(c) for c in LABEL_PUNCTUATION))
+ESCAPED = "%|" + LABEL_PUNCTUATION
+"""What a label shows escaped, besides every character that is not printable: ``%``, the escape's own sign; ``|``, a
+Markdown table's column (it added a cell to the method's rows of leaderboard.md, probe 14); and
+:data:`LABEL_PUNCTUATION`, which would read as other options, a list or another method."""
+
+
+def shown_text(value: str) -> str:
+    """A text option's ``value`` as its label shows it: each character of :data:`ESCAPED` and each one that is not
+    printable (a newline split a row of leaderboard.md in two) as ``%XX``, each byte of its UTF-8 in uppercase hex
+    (``<|im_start|>`` is ``<%7Cim_start%7C>``), every other as it is (text without them shows as it was before such
+    text was taken). This is how the command line writes it too (:class:`runtime.options.EscapedText`), so that a
+    label reads back as the item it was given by (``bench carry``)."""
+    return "".join("".join(f"%{byte:02X}" for byte in char.encode("utf-8", "surrogatepass"))
+                   if char in ESCAPED or not char.isprintable() else char for char in value)
 
 
 def _label(name: str, options: Options, fingerprints: Options) -> str:
     if not options:
         return name
     shown = dict(options) | dict(fingerprints)
-    return name + "(" + ",".join(f"{key}={';'.join(map(_number, value)) if isinstance(value, tuple) else value}"
-                                 for key, value in sorted(shown.items())) + ")"
+    return name + "(" + ",".join(f"{key}={_shown(value)}" for key, value in sorted(shown.items())) + ")"
+
+
+def _shown(value) -> str:
+    """An option's value as a label shows it: a list's numbers joined by ``;``, text escaped (:func:`shown_text`)."""
+    if isinstance(value, tuple):
+        return ";".join(map(_number, value))
+    return shown_text(value) if isinstance(value, str) else str(value)
 
 
 @dataclass(frozen=True, eq=False)
@@ -180,7 +192,8 @@ def parse_item(text: str, flag: str) -> tuple[str, dict]:
             raise UsageError(f"{flag} {text!r}: {pair!r} is not key=value; expected name[key=value,...]")
         if key.strip() in options:
             raise UsageError(f"{flag} {text!r}: option {key.strip()!r} given twice")
-        options[key.strip()] = value.strip()  # text: the press or allocator types it by its field
+        # text, escapes and all (an escaped ',' split no pair above): the press or allocator types it by its field
+        options[key.strip()] = EscapedText(value.strip())
     return name, options
 
 

@@ -1,5 +1,6 @@
-"""A method's label is what reports show and folders are named after: text a label cannot show is refused as the
-options are read, and each label has a folder of its own (probe 14, item 8)."""
+"""A method's label is what reports show and folders are named after: text a label cannot show as it is is shown as
+``%XX`` escapes, which the command line takes too (probe 15, #3), and each label has a folder of its own (probe 14,
+item 8)."""
 
 import gzip
 import json
@@ -8,11 +9,17 @@ from dataclasses import dataclass
 import pytest
 
 import presses
+from bench.commands.arguments import options
+from bench.reports.leaderboard import _build
+from bench.reports.report import summary_markdown
+from bench.run.carry import _item
 from bench.run.methods import methods_of
 from bench.run.settings import CompareSettings
 from bench.store.collection import method_folder
 from bench.store.project_modules import ROOT
+from bench.store.row_fields import method_of
 from runtime.errors import UsageError
+from tests.bench.test_leaderboard_page import _rows
 
 
 @dataclass
@@ -34,28 +41,103 @@ def _labels(pairs: list[str], **options) -> list[str]:
     return [method.label for method in methods_of(settings, model=None)]
 
 
-@pytest.mark.parametrize(("tag", "char", "at"), [("a|b", "|", 2), ("a\nb", "\n", 2), ("a\tb", "\t", 2),
-                                                 ("a\u200bb", "\u200b", 2), ("x/y", "/", 2), ("x;y", ";", 2)])
-def test_text_a_label_cannot_show_is_refused_naming_the_option(tagp, tag, char, at):
+@pytest.mark.parametrize(("tag", "shown"), [
+    ("a|b", "a%7Cb"), ("a\nb", "a%0Ab"), ("a\tb", "a%09b"), ("a\u200bb", "a%E2%80%8Bb"), ("x/y", "x%2Fy"),
+    ("x;y", "x%3By"), ("x,y=z", "x%2Cy=z"), ("[x]", "%5Bx%5D"), ("50%", "50%25"), ("\udc80", "%ED%B2%80")])
+def test_text_a_label_cannot_show_as_it_is_is_shown_escaped(tagp, tag, shown):
     """``|`` added a column to each Markdown table row of the method, a newline split the row in two; ``/`` and
-    ``;`` would read back as another method or a list (``bench carry`` reads labels back)."""
+    ``;`` would read back as another method or a list (``bench carry`` reads labels back). Such text was refused,
+    which kept KVzip's ``suffix`` (a chat turn: ``<|im_start|>assistant``) from being set at all (probe 15, #3): it
+    is shown as ``%XX`` escapes of its UTF-8 bytes instead, ``%`` itself too."""
+    assert _labels(["tagp/flat"], tag=tag) == [f"tagp(tag={shown})/flat"]
+
+
+def test_the_command_line_takes_the_escapes_a_label_shows(tagp):
+    """An item's text option decodes ``%XX`` after the item is split (an escaped ',' splits no option), so that it is
+    written as its label shows it; ``--press-options`` values are the command line's too; a library's text is taken
+    as it is."""
+    settings = CompareSettings(presses=[], allocators=[], pairs=["tagp[tag=a%7cb%2C c%0A]/flat"])
+    (method,) = methods_of(settings, model=None)
+    assert method.press.kwargs == {"tag": "a|b, c\n"} and method.label == "tagp(tag=a%7Cb%2C c%0A)/flat"
+    assert options("tag=a%7Cb%2C c%0A") == {"tag": "a%7Cb%2C c%0A"}
+    assert _labels(["tagp/flat"], tag=options("tag=a%7Cb%2C c%0A")["tag"]) == [method.label]
+    assert _labels(["tagp/flat"], tag="a%7Cb") == ["tagp(tag=a%257Cb)/flat"]  # the library's '%' is a '%'
+
+
+def test_kvzip_takes_a_chat_turn_from_the_command_line():
+    """Its default turn, written with escapes, is its default (no option in the label); another model's turn is
+    shown escaped."""
+    assert _labels(["kvzip[suffix=<|im_end|>%0A<|im_start|>assistant%0A]/flat"]) == ["kvzip/flat"]
+    assert _labels(["kvzip[suffix=<|eot_id|><|start_header_id|>assistant<|end_header_id|>%0A%0A]/flat"]) == [
+        "kvzip(suffix=<%7Ceot_id%7C><%7Cstart_header_id%7C>assistant<%7Cend_header_id%7C>%0A%0A)/flat"]
+
+
+@pytest.mark.parametrize(("tag", "bad"), [("50%", "the '%' at character 3 starts no %XX escape"),
+                                          ("%zz", "the '%' at character 1 starts no %XX escape"),
+                                          ("a%FFb", "its escapes %FF are no UTF-8 text")])
+def test_a_percent_that_starts_no_escape_is_refused_naming_the_value(tagp, tag, bad):
     given = f"tagp[tag={tag}]"
     with pytest.raises(UsageError) as refused:
         _labels([f"{given}/flat"])
-    assert str(refused.value) == (
-        f"--methods {given!r}: option tag={tag!r} holds {char!r} at character {at}, which its label cannot show as "
-        "it is: a text option that a label shows is printable characters (no control characters), without '|' or "
-        "the label's own '/', ',', ';', '[', ']'")
+    assert str(refused.value).startswith(f"--methods {given!r}: tagp option tag={tag!r}: {bad}")
+    assert str(refused.value).endswith("write '%' itself as %25")
 
 
-def test_text_given_as_a_library_option_is_held_to_the_same_rule(tagp):
-    with pytest.raises(UsageError, match=r"option tag='x,y=z' holds ','"):
-        _labels(["tagp/flat"], tag="x,y=z")
+def test_a_number_option_reads_no_escapes(tagp):
+    with pytest.raises(UsageError, match=r"window='%36%34': expected an integer"):
+        _labels(["snapkv[window=%36%34]/flat"])
+
+
+@pytest.mark.parametrize("tag", ["a|b%c,d/e;f[g]h\ni", " both ends ", "%", "x=y", "(a)", "é\u200b\udc80"])
+def test_a_label_reads_back_as_an_item_of_the_same_label(tagp, tag):
+    """``bench carry`` reruns a method from its rows' label (:func:`bench.run.carry._item`): label -> item -> spec
+    -> label is the identity, whatever the text holds (a space at either end, which an item's value loses as it is
+    read, included)."""
+    (label,) = _labels(["tagp/flat"], tag=tag)
+    press, allocator = label.split("/")
+    item = f"{_item(press, [], lambda _: {})}/{_item(allocator, [], lambda _: {})}"
+    (method,) = methods_of(CompareSettings(presses=[], allocators=[], pairs=[item]), model=None)
+    assert method.label == label and method.press.kwargs == {"tag": tag}
 
 
 def test_text_a_label_shows_is_still_taken(tagp):
     assert _labels(["tagp[tag=a_b]/flat", "tagp[tag=a b (2)]/flat", "tagp[tag=é=1]/flat", "tagp/flat"]) == [
         "tagp(tag=a_b)/flat", "tagp(tag=a b (2))/flat", "tagp(tag=é=1)/flat", "tagp/flat"]
+
+
+def _published_methods() -> set[str]:
+    files = sorted((ROOT / "docs" / "results").glob("*/*/results.jsonl.gz"))
+    assert files
+    methods = set()
+    for path in files:
+        with gzip.open(path, "rt") as lines:
+            methods |= {method_of(json.loads(line)) for line in lines}
+    return methods
+
+
+def test_every_published_label_is_shown_as_it_was():
+    """A label shows escapes only for what it could not show before (then refused), and for ``%``, which no published
+    label holds: each is byte for byte the label it was published under."""
+    methods = _published_methods()
+    assert methods and not any("%" in method for method in methods)
+
+
+def test_a_label_with_an_escaped_bar_keeps_its_table_rows_whole(tmp_path):
+    """Every row of a table of summary.md and leaderboard.md has its header's cells, the escaped method's too."""
+    methods = {"none/none": 0.0, "tagp(tag=<%7Cim_start%7C>%0A)/flat": 0.2, "snapkv/flat": -0.1}
+    rows = _rows(2048, methods, items=6)
+    _build(rows, tmp_path, 50)
+    for text in (summary_markdown(rows, resamples=50), (tmp_path / "leaderboard.md").read_text()):
+        tables, previous = [], ""
+        for line in text.splitlines():
+            if line.startswith("|"):
+                if not previous.startswith("|"):
+                    tables.append([])
+                tables[-1].append(line)
+            previous = line
+        assert any("tagp(" in line for table in tables for line in table)
+        for table in tables:
+            assert len({line.count("|") for line in table}) == 1, table
 
 
 def _row(label: str) -> dict:
@@ -69,7 +151,8 @@ def test_each_label_has_a_folder_of_its_own():
     labels = ["tagp(tag=a|b)/flat", "tagp(tag=a\nb)/flat", "tagp(tag=a_b)/flat", "tagp(tag=a b)/flat",
               "gatesight(estimator=46e464d1a968)/global", "gatesight_estimator_46e464d1a968_/global",
               "kvpress:KnormPress/flat", "kvpress_KnormPress/flat", "a--b/c", "a/b--c", "p/b", "p/b_",
-              "snapkv/perlayer(weights=1;2)", "snapkv/perlayer_weights_1_2", "x/y-0123456789"]
+              "snapkv/perlayer(weights=1;2)", "snapkv/perlayer_weights_1_2", "x/y-0123456789",
+              "tagp(tag=a%7Cb)/flat", "tagp(tag=..%2F..%0A)/flat"]
     folders = [method_folder(_row(label)) for label in labels]
     assert len(set(folders)) == len(labels)
     assert all(set(folder) <= set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
