@@ -118,6 +118,24 @@ def is_hub_id(text: str) -> bool:
     return bool(slash and owner and name) and "/" not in name and not text.startswith((".", "~"))
 
 
+HUB_ID = ("a hub id is owner/name, each part of ASCII letters, digits, '-', '_' and '.', at most 96 characters, "
+          "starting and ending with a letter, digit or '_', without '--' or '..', and not ending in '.git'")
+"""What the hub's own check of an id (``huggingface_hub.utils.validate_repo_id``) takes."""
+
+
+def _check_hub_id(text: str) -> None:
+    """``UsageError`` naming ``text``, an ``owner/name`` that is no local directory, where the hub's own check of an
+    id refuses it (offline): such an id read as a failed download (probe 15, U3: ``Qwen/Qwen3.5 0.8B``)."""
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    try:
+        validate_repo_id(text)
+    except HFValidationError:
+        raise UsageError(f"no model at {text!r}: no local directory, and no id the Hugging Face hub takes: "
+                         f"{HUB_ID}") from None
+
+
 def resolve(model: str | ModelSpec | None) -> Path:
     """The model's local directory: a catalogued name's converted directory, the path itself, or the hub id's
     snapshot in the local HF cache; its name, the model's as rows record it, at most :data:`MODEL_NAME_MAX`
@@ -161,6 +179,7 @@ def _directory(spec: ModelSpec) -> Path:
         meant = f" (did you mean {' or '.join(close)}?)" if close else ""
         raise MissingFileError(f"no model at {spec.path}: expected a local HF model directory (with config.json), a "
                                f"catalogued model's name{meant} or a hub id such as Qwen/Qwen3.5-0.8B")
+    _check_hub_id(spec.path)
     from huggingface_hub import constants, snapshot_download
     from huggingface_hub.constants import HF_HUB_CACHE
     from huggingface_hub.errors import LocalEntryNotFoundError

@@ -6,7 +6,7 @@ import pytest
 
 from pretrained import loading
 from pretrained.model_spec import is_hub_id
-from runtime.errors import MissingFileError
+from runtime.errors import MissingFileError, UsageError
 from tests.helpers import run_cli
 
 
@@ -40,3 +40,18 @@ def test_the_library_names_it_too(no_hub):
                                            ("name", False)])
 def test_a_hub_id_is_owner_slash_name(text, hub):
     assert is_hub_id(text) is hub
+
+
+HUB_ID = ("a hub id is owner/name, each part of ASCII letters, digits, '-', '_' and '.', at most 96 characters, "
+          "starting and ending with a letter, digit or '_', without '--' or '..', and not ending in '.git'")
+
+
+@pytest.mark.parametrize("text", ["a/b c", "a/..", "a/-b", "a/b?c", "Qwen/Qwen3.5 0.8B"])
+def test_an_id_the_hub_would_refuse_is_named_not_fetched(no_hub, capsys, tmp_path, text):
+    """Probe 15, U3: such ids read as a failed download ("could not fetch a/b c from the Hugging Face hub")."""
+    code, err = run_cli(capsys, "compare", "--model", text, "--tasks", "niah_single_1", "--n", "1",
+                        "--out", tmp_path / "out")
+    assert code == 2 and err == (f"bench compare: error: no model at {text!r}: no local directory, and no id the "
+                                 f"Hugging Face hub takes: {HUB_ID}"), err
+    with pytest.raises(UsageError, match=r"^no model at .*: no local directory, and no id the Hugging Face hub takes"):
+        loading.resolve(text)
