@@ -10,8 +10,7 @@ instead (:func:`_damaged_layer`), looked at only once the scores have failed.
 
 from __future__ import annotations
 
-import numbers
-
+import numpy
 import torch
 
 from pretrained import CHECKPOINTS
@@ -72,17 +71,20 @@ def check_scores(scores: Scores, context: ScoringContext, press: Press | None = 
               f"{[num_kv_heads, n_body]}")
     if not isinstance(scores, dict):
         raise UsageError(f"{shown} are a {type(scores).__name__}, not {{attention layer: tensor}}; {wanted}")
-    for key in scores:  # as an allocation's keys (allocators.base.check_allocation): an integer, never a bool
-        if not isinstance(key, numbers.Integral) or isinstance(key, bool):
-            raise UsageError(f"{shown} have the key {key!r} ({type(key).__name__}), not an attention layer's index, "
-                             f"an int (layers {layers}); {wanted}")
-        if key not in layers:  # KeepPlan.from_scores would find no count for it
-            raise UsageError(f"{shown} have the key {key!r}, not an attention layer (layers {layers}); {wanted}")
+    keyed: dict[int, tuple] = {}  # layer -> (its key, its scores)
+    for key, tensor in scores.items():
+        layer = _layer_of(key, f"{shown} have the key", f"(layers {layers}); {wanted}")
+        if layer not in layers:  # KeepPlan.from_scores would find no count for it
+            raise UsageError(f"{shown} have the key {layer!r}, not an attention layer (layers {layers}); {wanted}")
+        if layer in keyed:  # numpy's with a hash of its own: the dict holds both, one of them would be dropped
+            first = keyed[layer][0]
+            raise UsageError(f"{shown} have two keys of attention layer {layer}, {int(first)} "
+                             f"({type(first).__name__}) and {layer} ({type(key).__name__}); {wanted}")
+        keyed[layer] = (key, tensor)
     for layer in layers:
-        if layer not in scores:
-            raise UsageError(f"{shown} have no entry for attention layer {layer} (layers: "
-                             f"{sorted(scores, key=str)}); {wanted}")
-        tensor = scores[layer]
+        if layer not in keyed:
+            raise UsageError(f"{shown} have no entry for attention layer {layer} (layers: {sorted(keyed)}); {wanted}")
+        tensor = keyed[layer][1]
         if not isinstance(tensor, torch.Tensor):
             raise UsageError(f"{shown} give layer {layer} a {type(tensor).__name__}; {wanted}")
         if type(tensor) not in (torch.Tensor, torch.nn.Parameter):  # its own methods would run in every check
@@ -106,7 +108,22 @@ def check_scores(scores: Scores, context: ScoringContext, press: Press | None = 
             if damaged is not None:
                 raise UsageError(_model_message(damaged, model, adapter))
             raise UsageError(f"{shown} give layer {layer} NaN or infinite values; {wanted}")
-    return {layer: scores[layer] for layer in layers}  # keyed by the adapter's own indices, plain ints
+    return {layer: keyed[layer][1] for layer in layers}  # keyed by the adapter's own indices, plain ints
+
+
+def _layer_of(key, shown: str, allowed: str) -> int:
+    """``key`` as the plain ``int`` of the layer it names: Python's ``int`` itself or a numpy integer, nothing that
+    only looks like one. A subclass of ``int`` hashes and compares by its own methods (probe 15, U4: one with its own
+    hash read as "no entry for attention layer 3" beside the key 3, and one equal to everything passed as an extra
+    key); a bool is no index; a float or text equal to one would reach the rows' per-layer fields (probe 14)."""
+    if type(key) is int:
+        return key
+    if isinstance(key, numpy.integer):
+        return int(key)
+    if isinstance(key, int) and not isinstance(key, bool):
+        raise UsageError(f"{shown} {int.__repr__(key)} ({type(key).__name__}, a subclass of int), not an attention "
+                         f"layer's index, an int or a numpy integer {allowed}")
+    raise UsageError(f"{shown} {key!r} ({type(key).__name__}), not an attention layer's index, an int {allowed}")
 
 
 def _first_tensor(heads) -> torch.Tensor:

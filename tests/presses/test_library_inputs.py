@@ -100,6 +100,44 @@ def test_scores_keyed_by_numpy_integers_are_planned_by_plain_ints(tiny):
     assert [(type(layer), layer) for layer in selection.scores] == [(int, layer) for layer in layers]
 
 
+class _Layer(int):
+    """An int with a hash of its own: ``3 in scores`` misses it, so the layer read "no entry" beside the key 3."""
+
+    def __hash__(self):
+        return hash(str(int(self)))
+
+
+class _AlwaysEqual(int):
+    def __eq__(self, other):
+        return True
+
+    __hash__ = int.__hash__
+
+
+class _OddInt64(numpy.int64):
+    def __hash__(self):
+        return -7
+
+
+@pytest.mark.parametrize("keyed, says", [
+    (lambda scores: {**scores, _Layer(3): scores[3]}, r"have the key 3 \(_Layer, a subclass of int\), not an "
+                                                       r"attention layer's index, an int or a numpy integer"),
+    (lambda scores: {_Layer(k): s for k, s in scores.items()}, r"have the key \d+ \(_Layer, a subclass of int\)"),
+    (lambda scores: {**scores, _AlwaysEqual(999): scores[3]}, r"have the key 999 \(_AlwaysEqual, a subclass of int\)"),
+    (lambda scores: {**scores, True: scores[3]}, r"have the key True \(bool\), not an attention layer's index"),
+    (lambda scores: {**scores, _OddInt64(3): scores[3]}, r"have two keys of attention layer 3, 3 \(int\) and 3 "
+                                                         r"\(_OddInt64\); a press scores"),
+], ids=["beside the int", "every key", "equal to everything", "bool", "numpy's twice"])
+def test_scores_keyed_by_what_only_looks_like_a_layer_are_refused(tiny, keyed, says):
+    """Probe 15, U4: an int subclass with its own hash read as "no entry for attention layer 3"; two keys of one
+    layer were taken, the plain int's entry used; an int subclass equal to everything passed as an extra key."""
+    parent = _parent(tiny)
+    layers = list(parent.adapter.attention_layers)
+    scores = {layer: torch.rand(2, parent.n - parent.protected) for layer in layers}
+    with pytest.raises(UsageError, match=f"^press given-scores returned scores that {says}"):
+        presses.Selection(parent, _GivenScores(scores=keyed(scores))).plan("flat", 0.5)
+
+
 class _Watched(torch.Tensor):
     """A tensor subclass that records every torch call made on it: code of the press's own."""
 
