@@ -104,15 +104,16 @@ def _found(folder: Path, kind: Kind) -> tuple[Kind, Path] | None:
     return None
 
 
-def collection_of(folder: Path) -> Path | None:
-    """The collection ``folder`` is a method's folder of, made or still to be made (``<collection>/<group>/<method>/``,
-    the group's folder named as :data:`GROUP_FOLDER`, holding stores or beside a group folder that does), or None.
-    ``folder`` is resolved, links and all (its nearest existing folder where it is still to be made), so that
-    ``lnk/none`` with ``lnk`` a link to a group's folder is that group's method folder (probe 15)."""
-    group = Path(folder).resolve().parent
-    if GROUP_FOLDER.fullmatch(group.name) and (COLLECTION_GROUP.found_in(group) is not None
-                                               or COLLECTION.found_in(group.parent) is not None):
-        return group.parent
+def group_holding(folder: Path) -> Path | None:
+    """The setting group's folder of a collection that ``folder`` lies inside, at any depth below it (a method's
+    folder ``<collection>/<group>/<method>/`` or a folder within one, made or still to be made: the group's folder
+    named as :data:`GROUP_FOLDER`, holding stores or beside a group folder that does), or None. ``folder`` is
+    resolved, links and all (its nearest existing folder where it is still to be made), so that ``lnk/none`` with
+    ``lnk`` a link to a group's folder is that group's method folder (probe 15)."""
+    for group in Path(folder).resolve().parents:
+        if GROUP_FOLDER.fullmatch(group.name) and (COLLECTION_GROUP.found_in(group) is not None
+                                                   or COLLECTION.found_in(group.parent) is not None):
+            return group
     return None
 
 
@@ -125,17 +126,18 @@ def other_kind(folder: Path, kind: Kind) -> str | None:
 
 def mix_problem(folder: Path, kind: Kind) -> str | None:
     """Why ``folder`` cannot take what ``kind`` writes, as the rest of a refusal that names it, or None: it holds
-    another command's files (:func:`other_kind`), or it is a method's folder of a collection where a store is to be
-    written (:func:`collection_of`), as its root and group folders are refused. A collection's group folder given
-    where the collection is asked for (``bench publish --into``) is named as such, with the collection to give:
-    published into, it would hold a collection of its own that no reader of the collection reads."""
-    collection = collection_of(folder) if kind == RESULT_STORE else None
-    if collection is not None:  # probe 14: compare appended another group's rows beside a pack; verify passed
-        group = Path(folder).resolve().parent.name
-        return (f"is a method's folder of the setting group {group} of the collection {collection}, whose stores "
+    another command's files (:func:`other_kind`), or it is a method's folder of a collection (or a folder within one,
+    :func:`group_holding`) where a store is to be written, as its root and group folders are refused. A collection's
+    group folder given where the collection is asked for (``bench publish --into``) is named as such, with the
+    collection to give: published into, it would hold a collection of its own that no reader of the collection
+    reads."""
+    group = group_holding(folder) if kind == RESULT_STORE else None
+    if group is not None:  # probe 14: compare appended another group's rows beside a pack; verify passed
+        collection = group.parent
+        return (f"is inside the setting group {group.name} of the collection {collection}, whose stores "
                 "bench publish alone writes, checking the collection whole first: write a store into a folder of its "
                 f"own and publish it (`bench publish STORE --into {collection}`); a group of the collection is "
-                f"carried whole (`bench carry {collection / group}`)")
+                f"carried whole (`bench carry {group}`)")
     found = _found(folder, kind)
     if found is None:
         return None

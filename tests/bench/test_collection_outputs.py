@@ -98,14 +98,15 @@ def test_a_folder_of_stores_that_is_no_collection_is_not_refused(tmp_path):
     check(_command("leaderboard").outputs(build_parser().parse_args(["leaderboard", "s", "--out", str(docs)])))
 
 
-@pytest.mark.parametrize("method", ["none", "kvzip--flat", "a folder of no method"])
+@pytest.mark.parametrize("method", ["none", "kvzip--flat", "a folder of no method", "none/sub"])
 @pytest.mark.parametrize("command", ["compare", "merge", "carry"])
 def test_no_store_is_written_into_a_method_folder_of_a_collection(command, method, model_dir, tmp_path, capsys,
                                                                   guarded):
     """Probe 14, #2: ``compare --out <collection>/<group>/none`` copied the pack to results.jsonl and appended a
     384-token run's rows there, beside the pack, and ``verify`` of the collection still passed. A method's folder of a
     collection, held or still to be made (of a group the collection holds or of a new one), is refused as its root
-    and group folders are, before any work; ``carry`` of one store of a group is named with the group to carry."""
+    and group folders are, before any work, and so is a folder within one (``none/sub``, probe 15: no reader of the
+    collection reads it); ``carry`` of one store of a group is named with the group to carry."""
     model = shutil.copytree(model_dir, tmp_path / "model")
     (tmp_path / "store").mkdir()
     collection = _collection(tmp_path)
@@ -117,7 +118,7 @@ def test_no_store_is_written_into_a_method_folder_of_a_collection(command, metho
     err = capsys.readouterr().err
     flag = "store" if command == "carry" else "--out"
     assert code == 2 and err == (
-        f"bench {command}: error: {flag} {place}: is a method's folder of the setting group {group} of the collection "
+        f"bench {command}: error: {flag} {place}: is inside the setting group {group} of the collection "
         f"{collection}, whose stores bench publish alone writes, checking the collection whole first: write a store "
         f"into a folder of its own and publish it (`bench publish STORE --into {collection}`); a group of the "
         f"collection is carried whole (`bench carry {collection / group}`)\n"), err
@@ -137,6 +138,6 @@ def test_a_method_folder_reached_through_a_link_is_refused_as_well(command, mode
     code = main(_base(command, "--out", place, model, tmp_path))
     err = capsys.readouterr().err
     assert code == 2 and err.startswith(
-        f"bench {command}: error: --out {place}: is a method's folder of the setting group {GROUP} of the collection "
+        f"bench {command}: error: --out {place}: is inside the setting group {GROUP} of the collection "
         f"{collection}, whose stores bench publish alone writes"), err
     assert _files(tmp_path) == before
