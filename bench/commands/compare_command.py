@@ -159,7 +159,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--press-options", type=options, default={},
                    help="key=value,... for every press of the run, each of which must have the option (e.g. "
                         "window=64 for snapkv; a kvpress:<Class> takes its own fields); one press's own: "
-                        "snapkv[window=64]. Rows name each press with its options")
+                        "snapkv[window=64]. A text value writes any character as %%XX (a newline %%0A, ',' %%2C, '%%' "
+                        "itself %%25: kvzip[suffix=<|im_start|>assistant%%0A]). Rows name each press with its options")
     p.add_argument("--alloc-options", type=options, default={},
                    help="key=value,... for every allocator, each of which must have the option (e.g. "
                         "weights=1/2/3 for perlayer, safeguard=0.1 for adakv); one allocator's own: "

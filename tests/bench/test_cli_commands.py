@@ -28,6 +28,14 @@ def test_every_command_is_in_the_parser_and_named_once():
         assert build_parser().parse_args([name, *required.get(name, [])]).command == name
 
 
+@pytest.mark.parametrize("name", [command.name for command in COMMANDS])
+def test_every_command_prints_its_help(name, capsys):
+    """argparse formats help with ``%``: a help text's own ``%XX`` (the escapes of a text option) must be ``%%``."""
+    with pytest.raises(SystemExit) as stop:
+        build_parser().parse_args([name, "--help"])
+    assert stop.value.code == 0 and f"usage: bench {name}" in capsys.readouterr().out
+
+
 def test_help_and_defaults_come_from_the_registries(capsys):
     with pytest.raises(SystemExit):
         build_parser().parse_args(["compare", "--help"])
