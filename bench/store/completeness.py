@@ -169,8 +169,8 @@ def _missing_rows(held: list[Entry]) -> Gap | None:
     questions 0 … n − 1 where its rows record their count n (:data:`~bench.store.row_fields.QUESTIONS`), else those its
     rows hold; a child without the no-prune row of its question, named first (the group may hold no no-prune row at
     all), unless it is a collection's (its group's no-prune rows are another store of it, ``none/``, which
-    :func:`~bench.store.store_checks.check_measured_across` holds it to where both are given); or a row of a question
-    its context does not have."""
+    :func:`~bench.store.store_checks.check_group_baselines` holds it to: it must be there and hold them); or a row of
+    a question its context does not have."""
     contexts: dict[tuple, set] = defaultdict(set)
     counts: dict[tuple, int] = {}
     own: dict[tuple, set] = defaultdict(set)  # each context's (method, question) of stores that are no collection's

@@ -39,7 +39,7 @@ RENAMED_FIELDS = (*MODEL_FIELDS, "length")
 and the length its context was fitted to (probe 12: a no-prune row's length edited made a group of its own)."""
 
 
-def _question_of(row: dict, but: tuple = ()) -> tuple:
+def question_of(row: dict, but: tuple = ()) -> tuple:
     """The key of ``row`` but the child's (:data:`CHILD_FIELDS`) and ``but``: one question of one context of one
     run."""
     return tuple(row.get(field) for field in KEY_FIELDS if field not in CHILD_FIELDS + but)
@@ -105,17 +105,17 @@ def measured_problems(rows: list[dict], valid: list[bool], where, skipped=()) ->
     of_any_model: dict[tuple, list[int]] = {}
     for index, row in enumerate(rows):
         if valid[index] and row["press"] == BASELINE:
-            baselines.setdefault(_question_of(row), index)
-            of_any_model.setdefault(_question_of(row, RENAMED_FIELDS), []).append(index)
+            baselines.setdefault(question_of(row), index)
+            of_any_model.setdefault(question_of(row, RENAMED_FIELDS), []).append(index)
     problems = {}
     for index, row in enumerate(rows):
         if index in skipped:
             continue
-        full = baselines.get(_question_of(row)) if valid[index] else None
+        full = baselines.get(question_of(row)) if valid[index] else None
         if full is not None and index != full and (problem := _child_problem(row, rows[full], where(full))):
             problems[index] = problem
         elif full is None and valid[index] and row["press"] != BASELINE and (problem := _model_problem(
-                row, of_any_model.get(_question_of(row, RENAMED_FIELDS), []), rows, where)):
+                row, of_any_model.get(question_of(row, RENAMED_FIELDS), []), rows, where)):
             problems[index] = problem
     return problems
 

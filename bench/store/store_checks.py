@@ -5,6 +5,7 @@ and one value per row key (:mod:`bench.store.copies`)."""
 
 from __future__ import annotations
 
+from collections import defaultdict
 from pathlib import Path
 
 from pretrained import CHECKPOINTS
@@ -12,13 +13,14 @@ from pretrained.file_record import CHECKOUT
 from pretrained.fingerprints import identity
 from runtime.errors import UsageError
 
-from .collection import PACK, collection_stores, misplaced, older_named
-from .completeness import RERUN, SHOWN, check_complete
+from .collection import PACK, STORE_FILES, collection_stores, misplaced, older_named
+from .completeness import RERUN, SHOWN, check_complete, listed
 from .context_identity import check_one_context
 from .copies import check_one_value
 from .method_identity import check_one_method_code
 from .result_store import ResultStore
-from .row_set_checks import measured_problems
+from .row_fields import BASELINE, method_of
+from .row_set_checks import measured_problems, question_of
 from .shards import check_one_split
 
 SHIPPED_DEFAULT = CHECKOUT / "models" / "hybrid-byte-12l"
@@ -32,7 +34,8 @@ def check_stores(stores: list[ResultStore], complete: bool = True, source: bool 
     name the shipped default model's (:func:`check_not_renamed_default`); one method code
     per method and group (:func:`check_methods_alike`); one text a context
     (:func:`~bench.store.context_identity.check_one_context`); each child against the no-prune row of its question
-    in another store (:func:`check_measured_across`); with ``complete``, no last line cut short, the shards
+    in another store (:func:`check_measured_across`), a collection's in its group's ``none`` store
+    (:func:`check_group_baselines`); with ``complete``, no last line cut short, the shards
     of one run and split only (:func:`check_one_split`, as ``bench merge`` checks them) and whole runs
     (:func:`check_complete`); and one value per row key, held once (:func:`check_one_value`). With ``source``
     (``bench merge``'s check of each store it joins): the contexts of the shards held alone, and a key held twice
@@ -45,6 +48,7 @@ def check_stores(stores: list[ResultStore], complete: bool = True, source: bool 
     check_not_renamed_default(stores)
     check_methods_alike(stores)
     check_one_context(stores)
+    check_group_baselines(stores)
     check_measured_across(stores)
     if complete:
         check_not_cut(stores)
@@ -67,6 +71,47 @@ def check_measured_across(stores: list[ResultStore]) -> None:
         shown = "; ".join(f"{rows[index][1]}: {problems[index]}" for index in sorted(problems)[:SHOWN])
         more = f"; … ({len(problems) - SHOWN} more)" if len(problems) > SHOWN else ""
         raise UsageError(f"{len(problems)} row(s) are not valid results: {shown}{more}")
+
+
+def check_group_baselines(stores: list[ResultStore]) -> None:
+    """``UsageError`` naming a setting group of a collection whose method stores among ``stores`` hold a child
+    without its no-prune row in the group's ``none`` store: no such store, or one that lacks the row (by the child's
+    file and line). A method's store of a collection holds its children alone, so it is exempt from holding their
+    no-prune rows (:mod:`bench.store.completeness`) only where its group's ``none`` store holds them (probe 16: a
+    group whose ``none`` store was deleted passed with its children's ΔNLL edited, and a method's store published
+    alone into a new collection made a group of no baseline). A group's ``none`` store not among ``stores`` (a
+    method's store given alone, as ``bench merge`` checks each) is read from beside it, and its children are held to
+    it (:func:`check_measured_across`)."""
+    given = {store.directory.resolve(): store for store in stores}
+    groups: dict[Path, list[ResultStore]] = defaultdict(list)
+    for store in collection_stores(stores):
+        if store.directory.name != BASELINE:
+            groups[store.directory.parent].append(store)
+    for group, held in groups.items():
+        folder = group / BASELINE
+        baseline = given.get(folder.resolve())
+        beside = baseline is None  # read from beside the stores given, not among them
+        if beside:
+            if not any((folder / name).is_file() for name in STORE_FILES):
+                methods = sorted({method_of(row) for store in held for row in store.rows})
+                raise UsageError(f"{group}: the setting group of the collection {group.parent} holds the children of "
+                                 f"{listed(methods)} but no none store ({folder / PACK}), whose no-prune rows every "
+                                 f"child's ΔNLL and KL are measured against; restore {folder} from version control, "
+                                 "or publish the store that holds them with its children (a collection's method "
+                                 "store holds its children alone: publish its group's none store with it)")
+            baseline = ResultStore(folder, readonly=True)
+            baseline.check_rows()
+        fulls = {question_of(row) for row in baseline.rows if row["press"] == BASELINE}
+        for store in held:
+            for row, line in zip(store.rows, store.line_numbers):
+                if question_of(row) not in fulls:
+                    raise UsageError(f"{store.path}:{line}: a child of {method_of(row)} whose no-prune row (task "
+                                     f"{row['task']}, item {row['item']}, question {row['question']}, code "
+                                     f"{row.get('code')}) {baseline.path} does not hold, against which its ΔNLL and "
+                                     f"KL were measured; restore {folder} from version control, or publish the run "
+                                     "that holds it with its children")
+        if beside:  # a none store given is held to its children with the others (check_stores)
+            check_measured_across([baseline, *held])
 
 
 def check_methods_alike(stores: list[ResultStore]) -> None:
