@@ -71,7 +71,8 @@ RESULT_STORE = Kind("a result store (bench compare, bench merge)", ("results.jso
 COLLECTION = Kind("a collection of result stores (bench publish)", ("*/*/results.jsonl.gz",), shows=_in_group_folder,
                   written=False)
 """``docs/results``: ``<group>/<method>/results.jsonl.gz`` (:mod:`bench.store.collection`). A store written into its
-root hides it: every reader takes a folder holding a store file for that store alone."""
+root hides it: every reader takes a folder holding a store file for that store alone. A store written anywhere below
+its root is refused too (:func:`collection_holding`): readers take every store two folders down as the collection's."""
 COLLECTION_GROUP = Kind("the stores of one setting group of a collection (bench publish)", ("*/results.jsonl.gz",),
                         shows=_in_group_folder, written=False)
 """One group's folder of a collection, ``<method>/results.jsonl.gz`` below it: a store written there, or a collection
@@ -104,16 +105,19 @@ def _found(folder: Path, kind: Kind) -> tuple[Kind, Path] | None:
     return None
 
 
-def group_holding(folder: Path) -> Path | None:
-    """The setting group's folder of a collection that ``folder`` lies inside, at any depth below it (a method's
-    folder ``<collection>/<group>/<method>/`` or a folder within one, made or still to be made: the group's folder
-    named as :data:`GROUP_FOLDER`, holding stores or beside a group folder that does), or None. ``folder`` is
-    resolved, links and all (its nearest existing folder where it is still to be made), so that ``lnk/none`` with
-    ``lnk`` a link to a group's folder is that group's method folder (probe 15)."""
-    for group in Path(folder).resolve().parents:
-        if GROUP_FOLDER.fullmatch(group.name) and (COLLECTION_GROUP.found_in(group) is not None
-                                                   or COLLECTION.found_in(group.parent) is not None):
-            return group
+def collection_holding(folder: Path) -> tuple[Path, Path | None] | None:
+    """The collection that ``folder`` lies inside, at any depth below its root, with the setting group's folder of
+    it that ``folder`` lies inside (named as :data:`GROUP_FOLDER`, held or still to be made) or None; None where no
+    folder above ``folder`` is a collection (:data:`COLLECTION`). ``folder`` is resolved, links and all (its nearest
+    existing folder where it is still to be made), so that ``lnk/none`` with ``lnk`` a link to a group's folder is
+    that group's method folder (probe 15). Every folder above is looked at, whatever its name: every reader of a
+    collection takes each store two folders below its root as one of its own (probe 16: ``<collection>/zz/x``)."""
+    resolved = Path(folder).resolve()
+    for collection in resolved.parents:
+        if COLLECTION.found_in(collection) is not None:
+            below = resolved.relative_to(collection).parts
+            inside = len(below) > 1 and GROUP_FOLDER.fullmatch(below[0])  # the group's folder itself is no inside
+            return collection, collection / below[0] if inside else None
     return None
 
 
@@ -126,19 +130,26 @@ def other_kind(folder: Path, kind: Kind) -> str | None:
 
 def mix_problem(folder: Path, kind: Kind) -> str | None:
     """Why ``folder`` cannot take what ``kind`` writes, as the rest of a refusal that names it, or None: it holds
-    another command's files (:func:`other_kind`), or it is a method's folder of a collection (or a folder within one,
-    :func:`group_holding`) where a store is to be written, as its root and group folders are refused. A collection's
+    another command's files (:func:`other_kind`), or it lies anywhere inside a collection (a method's folder, a folder
+    within one, a new folder of any name: :func:`collection_holding`) where a store is to be written, as its root and
+    group folders are refused; ``bench publish`` writes a collection's stores, as a collection (``--into``), not as a
+    store. A collection's
     group folder given where the collection is asked for (``bench publish --into``) is named as such, with the
     collection to give: published into, it would hold a collection of its own that no reader of the collection
     reads."""
-    group = group_holding(folder) if kind == RESULT_STORE else None
-    if group is not None:  # probe 14: compare appended another group's rows beside a pack; verify passed
-        collection = group.parent
+    held = collection_holding(folder) if kind == RESULT_STORE else None
+    if held is not None and held[1] is not None:  # probe 14: compare appended another group's rows beside a pack
+        collection, group = held
         return (f"is inside the setting group {group.name} of the collection {collection}, whose stores "
                 "bench publish alone writes, checking the collection whole first: write a store into a folder of its "
                 f"own and publish it (`bench publish STORE --into {collection}`); a group of the collection is "
                 f"carried whole (`bench carry {group}`)")
     found = _found(folder, kind)
+    if found is None and held is not None:  # probe 16: verify read <collection>/zz/x as the collection's, unchecked
+        return (f"is inside the collection {held[0]}, whose stores bench publish alone writes, checking the "
+                "collection whole first (every reader of the collection reads a store two folders below it as one "
+                "of its own): write a store into a folder of its own and publish it "
+                f"(`bench publish STORE --into {held[0]}`)")
     if found is None:
         return None
     if kind == COLLECTION and found[0] == COLLECTION_GROUP:

@@ -141,3 +141,28 @@ def test_a_method_folder_reached_through_a_link_is_refused_as_well(command, mode
         f"bench {command}: error: --out {place}: is inside the setting group {GROUP} of the collection "
         f"{collection}, whose stores bench publish alone writes"), err
     assert _files(tmp_path) == before
+
+
+@pytest.mark.parametrize("below", ["zz/x", "zz/x/deeper", "zz", "hybrid-byte-12l-384-e73c20eb28", "lnc/zz/x"])
+@pytest.mark.parametrize("command", ["compare", "merge"])
+def test_no_store_is_written_anywhere_inside_a_collection(command, below, model_dir, tmp_path, capsys, guarded):
+    """Probe 16, #2: ``compare --out <collection>/zz/x`` was accepted, and verify, leaderboard and publish then read
+    that store as the collection's own, unpacked and unchecked; a new folder named as a group right below the
+    collection was accepted too (its store read by no reader). A folder anywhere inside a collection, whatever its
+    name, held or still to be made, reached through a link or not, is refused before any work."""
+    model = shutil.copytree(model_dir, tmp_path / "model")
+    (tmp_path / "store").mkdir()
+    collection = _collection(tmp_path)
+    (collection / "zz").mkdir()
+    (tmp_path / "lnc").symlink_to(collection)
+    place = tmp_path / below if below.startswith("lnc/") else collection / below
+    before = _files(tmp_path)
+    code = main(_base(command, "--out", place, model, tmp_path))
+    err = capsys.readouterr().err
+    assert code == 2 and err == (
+        f"bench {command}: error: --out {place}: is inside the collection {collection}, whose stores bench publish "
+        "alone writes, checking the collection whole first (every reader of the collection reads a store two folders "
+        "below it as one of its own): write a store into a folder of its own and publish it "
+        f"(`bench publish STORE --into {collection}`)\n"), err
+    assert _files(tmp_path) == before
+
