@@ -56,11 +56,23 @@ def under_records(rows: list[dict], records: list[dict]) -> list[dict]:
     its method's code before, takes the ``to`` code and its method's code after, keeping the code it was computed by
     (``carried_from``); every other row is as it is."""
     for record in records:
-        group, before, after = record["group"], record.get("method_codes_from", {}), record["method_codes"]
+        before, after = record.get("method_codes_from", {}), record["method_codes"]
         for i, row in enumerate(rows):
             method = method_of(row)
-            if (row.get("code") == record["from"] and method in after and row.get(METHOD_CODE) == before.get(method)
-                    and all(row.get(k) == v for k, v in group.items() if k != "code")):
+            if _carried_away(row, record) and method in after and row.get(METHOD_CODE) == before.get(method):
                 rows[i] = {**row, "code": record["to"], METHOD_CODE: after[method],
                            CARRIED_FROM: row.get(CARRIED_FROM, record["from"])}
     return rows
+
+
+def carried_from(row: dict, records: list[dict]) -> dict | None:
+    """The first of ``records`` (a group folder's, :func:`read_records`) that carried ``row``'s group away from
+    ``row``'s code, or None: a row read under them (:func:`under_records`) that still names such a code is one the
+    carry did not cover (a method that was not in the group then, or another own code of it)."""
+    return next((record for record in records if _carried_away(row, record)), None)
+
+
+def _carried_away(row: dict, record: dict) -> bool:
+    """Whether ``row`` is of the group and the code ``record`` carried from."""
+    return row.get("code") == record["from"] and all(row.get(k) == v for k, v in record["group"].items()
+                                                     if k != "code")

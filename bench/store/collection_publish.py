@@ -17,6 +17,7 @@ from artifacts.file_flags import protection, refusal
 from artifacts.files import atomic_path
 from runtime.errors import UsageError
 
+from .carried_codes import CARRIED, carried_from, carried_records, read_records, under_records
 from .collection import PACK, STORE_FILES, group_folder, method_folder, stores_below
 from .copies import batch_difference, row_values
 from .result_store import open_stores
@@ -60,9 +61,32 @@ def _check_attributes(into: Path, paths: list[Path]) -> None:
                 raise UsageError(refusal(place, attribute, "publish into a copy of the collection"))
 
 
+def _as_read(row: dict, into: Path, source: Path, carries: dict[Path, tuple[list, list]]) -> dict:
+    """``row`` of the store ``source`` as the collection ``into`` will read it in its method's folder there: under
+    the carries its group folder's record (:data:`~bench.store.carried_codes.CARRIED`) names for that folder, as
+    every reader of the collection reads its rows (probe 16: a store of a group's code before its carry was compared
+    by its raw code, and its no-prune rows were written beside the carried ones, which verify then refused).
+    ``UsageError`` for a row of a code a carry of its group carried away from that the carry did not cover (a method
+    not in the group then): the group's rows are read under the other code. ``carries`` caches, by method folder, the
+    records that name it and every record of its group."""
+    store = into / group_folder(row) / method_folder(row)
+    if store not in carries:
+        carries[store] = (carried_records(store), read_records(store.parent / CARRIED))
+    covering, every = carries[store]
+    [read] = under_records([row], covering)
+    record = carried_from(read, every)
+    if record is not None:
+        raise UsageError(f"{source}: the row of {describe_row(row)} is of code {row.get('code')}, from which "
+                         f"{store.parent} was carried to code {record['to']} ({store.parent / CARRIED}), and the "
+                         "carry did not cover it (its method was not in the group then): carry the store to this "
+                         f"checkout's code (bench carry {source}), or rerun it here, then publish it")
+    return read
+
+
 def publish(sources: list[Path], into: Path, say: Callable[[str], None] = lambda line: None) -> list[Path]:
     """Add every row of the stores ``sources`` (each whole, as ``bench verify`` checks it) that the collection
-    ``into`` lacks; returns the files written. A row it holds with the same values is left (a no-prune row every run
+    ``into`` lacks, each read as the collection will read it (:func:`_as_read`: under its group's carries); returns
+    the files written. A row it holds with the same values is left (a no-prune row every run
     answers alike); one it holds with other values is refused, naming it. The collection with the new rows is checked
     whole (every context of every group with every method) before a file of it is written, and no file of it is
     written through a link (:func:`_check_place`). ``say`` receives a line as each step starts (a large collection
@@ -79,7 +103,8 @@ def publish(sources: list[Path], into: Path, say: Callable[[str], None] = lambda
     files: dict[Path, list[dict]] = {store.path: list(store.rows) for store in held}
     known = {row_key(row): row for rows in files.values() for row in rows}
     added: dict[Path, list[dict]] = {}
-    for row in (r for store in opened for r in store.rows):
+    carries: dict[Path, tuple[list, list]] = {}
+    for row in (_as_read(r, into, store.directory, carries) for store in opened for r in store.rows):
         old = known.get(row_key(row))
         if old is not None:  # the first copy is kept; another padded batch changes the last digits alone
             if old.get(CONTEXT_SHA) != row.get(CONTEXT_SHA):
@@ -109,6 +134,11 @@ def publish(sources: list[Path], into: Path, say: Callable[[str], None] = lambda
             target = Path(scratch) / path.relative_to(into).parent / PACK
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(_pack(rows))
+        # with each group's record of its carries, the scratch copy is read as verify will read the collection
+        for group in {path.parent.parent for path in [*files, *added]}:
+            records = read_records(group / CARRIED)
+            if records:
+                (Path(scratch) / group.relative_to(into) / CARRIED).write_text(json.dumps(records))
         try:
             check_stores(open_stores(stores_below(Path(scratch))))
         except UsageError as error:  # named by the collection's files, not the scratch copy that is gone by then
