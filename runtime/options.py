@@ -58,24 +58,39 @@ ESCAPES = re.compile(r"(?:%[0-9A-Fa-f]{2})+")
 
 
 def unescaped(text: str) -> str:
-    """``text`` with each ``%XX`` escape decoded (the bytes of UTF-8 text; a lone surrogate, which a label shows as
-    its three bytes, comes back); a ``%`` that starts none, or bytes that are no UTF-8, is a
-    :class:`~runtime.errors.UsageError` saying how to write ``%``."""
+    """``text`` with each ``%XX`` escape decoded (the bytes of UTF-8 text); a ``%`` that starts none, or bytes that
+    are no UTF-8 (a lone surrogate's three bytes among them, which no tokenizer takes: probe 16, #6), is a
+    :class:`~runtime.errors.UsageError` saying where and how to write ``%``."""
     bad = re.search(r"%(?![0-9A-Fa-f]{2})", text)
     if bad is not None:
         raise UsageError(f"the '%' at character {bad.start() + 1} starts no %XX escape: text options take %XX "
                          "escapes (of UTF-8 bytes: %7C is '|', %0A a newline), as labels show them; write '%' itself "
                          "as %25")
-    return str(ESCAPES.sub(lambda run: _decoded(run.group()), text))  # plain text: never decoded twice
+    return str(ESCAPES.sub(_decoded, text))  # plain text: never decoded twice
 
 
-def _decoded(run: str) -> str:
+def _decoded(run: re.Match) -> str:
     """The text of a run of ``%XX`` escapes; bytes that are no UTF-8 are a :class:`~runtime.errors.UsageError`."""
     try:
-        return bytes.fromhex(run.replace("%", "")).decode("utf-8", "surrogatepass")
+        return bytes.fromhex(run.group().replace("%", "")).decode("utf-8")
     except UnicodeDecodeError:
-        raise UsageError(f"its escapes {run} are no UTF-8 text: text options take %XX escapes of UTF-8 bytes (%7C "
-                         "is '|', %C3%A9 is 'é'); write '%' itself as %25") from None
+        raise UsageError(f"its escapes {run.group()} at character {run.start() + 1} are no UTF-8 text: text options "
+                         "take %XX escapes of UTF-8 bytes (%7C is '|', %C3%A9 is 'é'); write '%' itself as %25"
+                         ) from None
+
+
+def check_unicode(text: str) -> str:
+    """``text`` if it is Unicode text, which UTF-8 encodes; a lone surrogate (what Python makes of a byte of the
+    command line that is no UTF-8, ``\\xff``) is a :class:`~runtime.errors.UsageError` naming its place: no
+    tokenizer takes it, and KVzip's raised a TypeError only once the model had loaded (probe 16, #6)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise UsageError(f"character {error.start + 1} ({text[error.start]!r}) is no Unicode character but a lone "
+                         "surrogate (as a byte of the command line that is no UTF-8 is read): text options take UTF-8 "
+                         "text, any character written as itself or as the %XX escapes of its UTF-8 bytes (%C3%A9 is "
+                         "'é')") from None
+    return text
 
 
 def _from_text(value, kind):
@@ -160,7 +175,7 @@ def parse_option(value, kind):
     if kind is str:
         if not isinstance(value, str):
             raise UsageError("expected text")
-        return unescaped(value) if isinstance(value, EscapedText) else value
+        return unescaped(check_unicode(value)) if isinstance(value, EscapedText) else check_unicode(value)
     _, element = kind
     parsed = [_number(item, element) for item in _items(value)]
     if not parsed or any(item is None for item in parsed):  # ranges: the class's own checks
