@@ -142,6 +142,23 @@ def _older_names(row: dict) -> set[str]:
     return {slug, f"{slug}-{hashlib.sha256(label.encode()).hexdigest()[:10]}"} - {method_folder(row)}
 
 
+def case_twins(stores: list[Path]) -> str | None:
+    """Why two of ``stores`` (a collection's ``<group>/<method>/``) cannot both be there, or None: the first two of
+    one group whose method folders' names differ in letter case alone. Two labels may (``kvzip(prompt=A)/flat`` and
+    ``kvzip(prompt=a)/flat``, each its slug, probe 16, U3), and a file system that ignores case keeps one folder of
+    the two: a clone on macOS or Windows loses one method's rows, and publish there writes one's pack over the
+    other's."""
+    seen: dict[tuple, Path] = {}
+    for store in map(Path, stores):
+        first = seen.setdefault((store.parent, store.name.casefold()), store)
+        if first.name != store.name:
+            one, other = sorted((first, store))
+            return (f"{one} and {other}: two method folders of the setting group {store.parent} whose names differ "
+                    "in letter case alone, which a file system that ignores case (macOS, Windows) holds as one "
+                    "folder: a clone there loses one method's rows; keep one of the two in another collection")
+    return None
+
+
 def collection_stores(stores: list) -> list:
     """The stores of ``stores`` (:class:`~bench.store.result_store.ResultStore`) that are a collection's."""
     collections: dict[Path, bool] = {}  # each collection's folders listed once, not once per store of it

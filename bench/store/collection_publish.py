@@ -18,7 +18,7 @@ from artifacts.files import atomic_path
 from runtime.errors import UsageError
 
 from .carried_codes import CARRIED, carried_from, carried_records, read_records, under_records
-from .collection import PACK, STORE_FILES, group_folder, method_folder, stores_below
+from .collection import PACK, STORE_FILES, case_twins, group_folder, method_folder, stores_below
 from .copies import batch_difference, row_values
 from .result_store import open_stores
 from .row_fields import CONTEXT_SHA, describe_row, row_key
@@ -119,6 +119,10 @@ def publish(sources: list[Path], into: Path, say: Callable[[str], None] = lambda
         path = into / group_folder(row) / method_folder(row) / PACK
         if path not in added:
             _check_place(into, path)
+            # before the folder is looked for: where case is ignored, its twin would be found in its place
+            twins = case_twins([*below, *(new.parent for new in added), path.parent])
+            if twins is not None:
+                raise UsageError(twins)
         if path.exists() and path not in files:
             raise UsageError(f"{path} is not a store of this collection's (unreadable): restore it from version "
                              "control")

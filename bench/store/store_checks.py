@@ -13,7 +13,7 @@ from pretrained.file_record import CHECKOUT
 from pretrained.fingerprints import identity
 from runtime.errors import UsageError
 
-from .collection import PACK, STORE_FILES, collection_stores, misplaced, older_named
+from .collection import PACK, STORE_FILES, case_twins, collection_stores, misplaced, older_named
 from .completeness import RERUN, SHOWN, check_complete, listed
 from .context_identity import check_one_context
 from .copies import check_one_value
@@ -184,7 +184,11 @@ def check_in_own_folders(stores: list[ResultStore]) -> None:
     joined the collection unchecked), or naming, by file and line, a row a collection's store holds outside the
     folders of its setting group and method (:func:`bench.store.collection.misplaced`), or, where a bench older than
     this one named that folder after its rows' methods (:func:`bench.store.collection.older_named`), the folder
-    each one's rows now lie in."""
+    each one's rows now lie in; or naming two method folders of a group that differ in letter case alone
+    (:func:`bench.store.collection.case_twins`)."""
+    twins = case_twins([store.directory for store in collection_stores(stores)])
+    if twins is not None:
+        raise UsageError(twins)
     for store in collection_stores(stores):
         if store.path.name != PACK:
             raise UsageError(f"{store.path}: a store of the collection {store.directory.parent.parent} reads "
