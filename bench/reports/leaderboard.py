@@ -31,6 +31,7 @@ from runtime.errors import UsageError
 from ..store.result_store import open_stores
 from ..store.store_checks import check_stores
 from .leaderboard_page import PAGE, group_data, write_page
+from .markdown_text import escaped
 from .paper_tables import table3_markdown, table4_markdown
 from .report import (
     ACCURACY_FLOOR,
@@ -95,7 +96,7 @@ def allocation_ablation_markdown(report: GroupReport) -> list[str]:
         for alloc, method in sorted(by_press[press]):
             cells = [boot.average(method, r, tasks).format(1, 3) if r in report.columns(method) else "–"
                      for r in report.keep_fractions]
-            lines.append(f"| {press} | {alloc} | " + " | ".join(cells) + " |")
+            lines.append(f"| {escaped(press)} | {escaped(alloc)} | " + " | ".join(cells) + " |")
     return lines if len(lines) > 2 else []
 
 
@@ -114,7 +115,7 @@ def needle_recall_markdown(rows: list[dict], resamples: int = RESAMPLES) -> list
     for method in sorted({m for m, _ in boot.cells}):
         cells = [boot.average(method, p, boot.tasks).format(100, 0)
                  if all(boot.has(method, p, t) for t in boot.tasks) else "–" for p in fractions]
-        lines.append(f"| {method} | " + " | ".join(cells) + " |")
+        lines.append(f"| {escaped(method)} | " + " | ".join(cells) + " |")
     return lines + [""]
 
 

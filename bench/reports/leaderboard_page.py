@@ -23,6 +23,7 @@ from pathlib import Path
 from artifacts.files import write_text
 
 from ..store.row_fields import BASELINE
+from .markdown_text import unescaped
 from .paper_tables import benchmarks
 from .report import ACCURACY_FLOOR, METRICS, GroupReport
 from .stats import Interval
@@ -89,17 +90,17 @@ def _blocks(lines: list[str]) -> list[list]:
         if line.startswith("|---"):
             continue
         if line.startswith("|"):
-            cells = [cell.strip() for cell in line.strip("|").split("|")]
+            cells = [unescaped(cell.strip()) for cell in line.strip("|").split("|")]
             if blocks and blocks[-1][0] == "table":
                 blocks[-1][1].append(cells)
             else:
                 blocks.append(["table", [cells]])
         elif line.startswith("#"):
-            blocks.append(["h", line.lstrip("#").strip()])
+            blocks.append(["h", unescaped(line.lstrip("#").strip())])
         elif line.startswith("**") and line.endswith("**"):
-            blocks.append(["b", line.strip("*")])
+            blocks.append(["b", unescaped(line.strip("*"))])
         elif line:
-            blocks.append(["p", line])
+            blocks.append(["p", unescaped(line)])
     return blocks
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from ..store.row_fields import method_of
+from .markdown_text import escaped
 
 
 def needle_markdown(rows: list[dict], per_layer: bool = True) -> str:
@@ -39,5 +40,5 @@ def needle_markdown(rows: list[dict], per_layer: bool = True) -> str:
         overall = ([v for layer in layers for v in answer[key][layer]],
                    [v for layer in layers for v in sentence[key][layer]])
         both = f"{100 * mean(overall[0]):.0f} / {100 * mean(overall[1]):.0f}"
-        lines.append("| " + " | ".join([key[0], f"{key[1]:g}", both] + cells) + " |")
+        lines.append("| " + " | ".join([escaped(key[0]), f"{key[1]:g}", both] + cells) + " |")
     return "\n".join(lines) + "\n"

@@ -12,6 +12,7 @@ its interval excludes 0 and = (a tie) when it does not.
 from __future__ import annotations
 
 from ..store.row_fields import BASELINE
+from .markdown_text import escaped
 from .report import METRICS, GroupReport
 
 GATESIGHT, KVZIP = "gatesight/gate", "kvzip/global"
@@ -35,7 +36,7 @@ def _mark(diff, higher_is_better: bool) -> str:
 
 
 def _name(method: str) -> str:
-    return "no prune" if method == BASELINE else method
+    return "no prune" if method == BASELINE else escaped(method)
 
 
 def table3_markdown(report: GroupReport) -> list[str]:
@@ -86,12 +87,12 @@ def table4_markdown(report: GroupReport) -> list[str]:
             for method in ABLATION:
                 cells = [boot.average(method, p, tasks).format(scale, digits) for p in fractions]
                 cells.append(boot.mean_over_fractions(method, fractions, tasks).format(scale, digits))
-                lines.append(f"| {where} | {report.parts[method][1]} | " + " | ".join(cells) + " |")
+                lines.append(f"| {where} | {escaped(report.parts[method][1])} | " + " | ".join(cells) + " |")
                 where = ""
             for other in ABLATION[1:]:
                 diffs = [boot.difference(ABLATION[0], p, other, p, tasks) for p in fractions]
                 diffs.append(boot.difference_over_fractions(ABLATION[0], other, fractions, tasks))
-                lines.append(f"| | gate − {report.parts[other][1]} | "
+                lines.append(f"| | gate − {escaped(report.parts[other][1])} | "
                              + " | ".join(f"{_mark(d, higher)} {d.format(scale, digits)}" for d in diffs) + " |")
         lines.append("")
     return lines

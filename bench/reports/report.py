@@ -15,6 +15,7 @@ from artifacts.files import atomic_path, rebuilt_path, write_rebuilt
 from artifacts.outputs import DERIVED, FILE, Output
 
 from ..store.row_fields import BASELINE, GROUP_FIELDS, method_of
+from .markdown_text import escaped
 from .needle_table import needle_markdown
 from .stats import PairedBootstrap, shown
 
@@ -99,7 +100,7 @@ class GroupReport:
         for method in self.methods:
             cells = [boot.average(method, r, tasks).format(scale, digits) if self._ran(method, r) else "–"
                      for r in self.keep_fractions]
-            lines.append(f"| {method} | " + " | ".join(cells) + " |")
+            lines.append(f"| {escaped(method)} | " + " | ".join(cells) + " |")
         return lines + [""]
 
     def pairwise_markdown(self, field: str, p: float) -> list[str]:
@@ -111,7 +112,7 @@ class GroupReport:
             return []
         higher_is_better = field == "score"
         lines = [f"#### p = {p:g}: {label}, row − column", "",
-                 "| | " + " | ".join("no prune" if m == BASELINE else m for m in methods) + " |",
+                 "| | " + " | ".join(_shown(m) for m in methods) + " |",
                  "|---|" + "---|" * len(methods)]
         for a in methods:
             cells = []
@@ -122,12 +123,12 @@ class GroupReport:
                 diff = boot.difference(a, p, b, p, tasks)
                 mark = "=" if not diff.excludes_zero() else ("▲" if (diff.mean > 0) == higher_is_better else "▼")
                 cells.append(f"{mark} {diff.format(scale, digits)}")
-            lines.append(f"| {'no prune' if a == BASELINE else a} | " + " | ".join(cells) + " |")
+            lines.append(f"| {_shown(a)} | " + " | ".join(cells) + " |")
         return lines + [""]
 
     def per_task_markdown(self, method: str) -> list[str]:
         keep_fractions = self.columns(method)
-        lines = [f"### {method}: per task, accuracy (%) and ΔNLL", "",
+        lines = [f"### {escaped(method)}: per task, accuracy (%) and ΔNLL", "",
                  "| task | no prune | " + " | ".join(f"p={r:g}" for r in keep_fractions) + " |",
                  "|---|---|" + "---|" * len(keep_fractions)]
         accuracy, nll = self.boot["score"], self.boot["delta_nll"]
@@ -167,6 +168,11 @@ class GroupReport:
             for method in self.methods:
                 lines += self.per_task_markdown(method)
         return "\n".join(lines)
+
+
+def _shown(method: str) -> str:
+    """A method as a Markdown table names it: ``no prune``, or its label as it is (:func:`escaped`)."""
+    return "no prune" if method == BASELINE else escaped(method)
 
 
 def summary_markdown(rows: list[dict], pairwise_keep_fractions=None, resamples: int = RESAMPLES) -> str:

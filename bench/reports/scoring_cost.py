@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 
 from ..store.row_fields import BASELINE
+from .markdown_text import escaped
 from .stats import PairedBootstrap
 
 SHARE = "scoring_share"
@@ -61,7 +62,8 @@ def scoring_cost_markdown(rows: list[dict], resamples: int = 1000) -> list[str]:
     shared = set.intersection(*({_context(r) for r in per_context if r["press"] == press} for press in timed))
     if not shared:
         return ["### Cost: scoring time as a share of prefill", "",
-                f"No context was timed with every press ({', '.join(sorted(timed))}): no like-for-like table.", ""]
+                f"No context was timed with every press ({', '.join(map(escaped, sorted(timed)))}): no like-for-like "
+                "table.", ""]
     per_context = [row for row in per_context if _context(row) in shared]
     share, seconds = PairedBootstrap(per_context, SHARE, resamples), PairedBootstrap(per_context, "score_seconds",
                                                                                      resamples)
@@ -77,9 +79,11 @@ def scoring_cost_markdown(rows: list[dict], resamples: int = 1000) -> list[str]:
              f"was timed on (n = {counts}); times of the run that wrote these rows.", "",
              "| press | scoring (ms) | share of prefill (%) |", "|---|---|---|"]
     for method, _ in share.cells:
-        lines.append(f"| {method.removesuffix('/any')} | {seconds.average(method, 1.0, share.tasks).format(1000, 1)} "
+        lines.append(f"| {escaped(method.removesuffix('/any'))} | "
+                     f"{seconds.average(method, 1.0, share.tasks).format(1000, 1)} "
                      f"| {share.average(method, 1.0, share.tasks).format(100, 1)} |")
     untimed = sorted({row["press"] for row in rows if row["press"] != BASELINE} - timed)
     if untimed:
-        lines += ["", f"Not timed (rows without both times, or a prefill recorded as 0): {', '.join(untimed)}."]
+        lines += ["", "Not timed (rows without both times, or a prefill recorded as 0): "
+                      f"{', '.join(map(escaped, untimed))}."]
     return lines + [""]
