@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import importlib.util
 import inspect
 import sys
 import sysconfig
@@ -202,8 +203,57 @@ class _UserModules(dict):
 
 
 def _user_imports(name: str, files: _UserModules) -> set[str]:
-    """The user's modules that ``name`` imports: none where it is compiled, whose imports no source shows."""
-    return imported_modules(name, files) if files[name].suffix == ".py" else set()
+    """The user's modules that ``name`` imports, by an import statement or by name (:func:`_imported_by_name`): none
+    where it is compiled, whose imports no source shows."""
+    if files[name].suffix != ".py":
+        return set()
+    return imported_modules(name, files) | _imported_by_name(name, files)
+
+
+BY_NAME = {"import_module": ("name", "package"), "__import__": ("name", "globals", "locals", "fromlist", "level")}
+"""The calls that import a module by its name at run time, ``importlib.import_module`` (called so, or as
+``import_module``) and the built-in ``__import__``, with their parameters in order."""
+
+
+def _imported_by_name(name: str, files: dict[str, Path]) -> set[str]:
+    """The modules of ``files`` that ``name`` imports by a call of :data:`BY_NAME` whose module is written out: a
+    constant, relative to a constant ``package=`` (``__package__`` too) or ``level=``. A plugin loaded so was left
+    out of its press's code, and two versions of it pooled their rows (probe 16, #4); a name made at run time is not
+    seen (docs/bench.md says so)."""
+    path = files[name]
+    own_package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, ast.Call):
+            continue
+        called = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", None)
+        if called not in BY_NAME:
+            continue
+        given = dict(zip(BY_NAME[called], node.args)) | {k.arg: k.value for k in node.keywords if k.arg}
+        module = _written(given.get("name"), own_package)
+        if called == "__import__":  # relative by its level (0, absolute, unless given), to the caller's package
+            level = _written(given.get("level"), own_package, int) if "level" in given else 0
+            anchor = own_package
+            module = "." * level + module if level is not None and module is not None else None
+        else:
+            anchor = _written(given.get("package"), own_package)
+        try:
+            module = importlib.util.resolve_name(module, anchor) if module is not None else None
+        except (ImportError, ValueError):  # no package to be relative to, or beyond its top: it fails as it runs
+            module = None
+        while module and module not in files:
+            module = module.rpartition(".")[0]
+        if module:
+            found.add(module)
+    return found
+
+
+def _written(node: ast.expr | None, own_package: str, kind: type = str):
+    """What ``node``, an argument of a call, is where its source writes it out as a ``kind``: a constant's value, or
+    the calling module's package for ``__package__``; None otherwise."""
+    if isinstance(node, ast.Constant):
+        return node.value if type(node.value) is kind else None
+    return own_package if kind is str and isinstance(node, ast.Name) and node.id == "__package__" else None
 
 
 def _helper_code(name: str, path: Path) -> bytes:
@@ -226,7 +276,8 @@ def _own_code(cls: type, engine: str, files: dict[str, Path], shared: set[str], 
     """What ``cls``'s rows run beyond the group's code: for a project class, its module and every project module it
     imports that the group does not share (another press's module included); for a class of a user's module, that
     module's whole source (the file it was loaded from; the class's own source where there is no file) and the
-    source of each of the user's own modules it imports, directly or through others (:class:`_UserModules`: a
+    source of each of the user's own modules it imports (or loads by a name written out: :func:`_imported_by_name`),
+    directly or through others (:class:`_UserModules`: a
     helper module beside it or one of the press's own package however it is installed, not the standard library,
     another installed package or the project; a compiled one by its bytes, :func:`_helper_code`, its own imports
     unread), so that an edit of a helper is a new version of the press

@@ -106,6 +106,26 @@ def test_a_helper_of_a_helper_and_one_imported_inside_a_function_count(user_code
     assert user_code({"hlp2.py": "SIGN = 1.0\n"}) != first
 
 
+@pytest.mark.parametrize(("folder", "imports", "lazy"), [
+    ("", "import importlib", 'ages = importlib.import_module("hlp").ages'),
+    ("", "from importlib import import_module", 'ages = import_module(name="hlp").ages'),
+    ("", "", 'ages = __import__("hlp").ages'),
+    ("plug/", "import importlib", 'ages = importlib.import_module(".hlp", package=__package__).ages'),
+    ("plug/", "import importlib", 'ages = importlib.import_module("..hlp", "plug.mp").ages'),
+    ("plug/", "", 'ages = __import__("hlp", globals(), None, ["ages"], 1).ages'),
+])
+def test_a_helper_imported_by_its_name_counts(user_code, folder, imports, lazy):
+    """Probe 16, #4: a helper the press loads by a call, ``importlib.import_module("dynhelp")`` (a plugin's way), was
+    left out of its code, and the rows of two versions of it were pooled under one method code. A call whose module
+    is written out counts as an import of it, relative ones too."""
+    press = f"{folder.replace('/', '.')}mp"
+    files = {f"{folder}mp.py": _press(imports=imports, lazy=lazy),
+             f"{folder}hlp.py": HELPER.format(imports="", sign=-1.0),
+             **({f"{folder}__init__.py": ""} if folder else {})}
+    first = user_code(files, press=press)
+    assert user_code({f"{folder}hlp.py": HELPER.format(imports="", sign=1.0)}, press=press) != first
+
+
 def test_an_installed_module_is_not_the_press_s_own_code(user_code, tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path / "site-packages"))
     first = user_code({"mp.py": _press(), "site-packages/hlp.py": HELPER.format(imports="", sign=-1.0)})
