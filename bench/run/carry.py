@@ -30,6 +30,7 @@ from pathlib import Path
 from artifacts.files import atomic_path
 from pretrained import loading
 from runtime.errors import UsageError
+from runtime.options import unescaped
 from workloads.tasks import registry as tasks
 
 from ..store.carried_codes import CARRIED, read_records
@@ -89,11 +90,45 @@ def _item(label: str, artifacts: list[Path], patterns_of) -> str:
                 raise UsageError(f"{label}: its {key} is the folder whose files' fingerprint is {value}; give that "
                                  f"folder with --artifacts (given: {', '.join(map(str, artifacts)) or 'none'})")
             value = shown_text(str(found[0]))  # a path as the item's text: a ',' in it splits no pair
+        elif "%" in value:
+            _check_read_back(label, key, value)
         body = value.strip(" ")
         lead = len(value) - len(value.lstrip(" "))
         value = "%20" * lead + body.replace(";", "/") + "%20" * (len(value) - lead - len(body))
         options.append(f"{key}={value}")
     return f"{name}[{','.join(options)}]"
+
+
+def _check_read_back(label: str, key: str, value: str) -> None:
+    """``UsageError`` where the text ``value`` of the option ``key`` of ``label`` is not what this bench shows of
+    any text (:func:`bench.run.specs.shown_text`): an older bench wrote it, before a text option's ``%`` was shown
+    as ``%25`` (b9e8e9e), and its ``50% off`` is no escape here, while its ``a%41`` would be rerun as ``aA`` (probe 16,
+    U1: the refusal named a ``--methods`` flag the user never gave)."""
+    try:
+        text = unescaped(value)
+    except UsageError as error:
+        why = str(error).partition(":")[0]
+    else:
+        if shown_text(text) == value:
+            return
+        why = f"read as escapes it is {text!r}, which this bench shows as {shown_text(text)!r}"
+    raise UsageError(f"the label {label!r} cannot be read back: its {key} {value!r} is no text this bench shows "
+                     f"({why}). An older bench wrote it, which took a '%' in a text option as itself (this one reads "
+                     "%XX as an escape and shows '%' as %25), so its rows name no method a rerun here could match: "
+                     "rerun that method into a store of its own (bench compare --methods, each '%' of its text "
+                     "written %25), and carry the rest of the group without these rows (move them out)")
+
+
+def _check_labels(rows: list[dict], artifacts: list[Path], where: Path) -> None:
+    """Each method of ``rows`` read back as the item its rerun will give (:func:`_item`), before any context is rerun:
+    a label that does not read back, or an estimator's folder not given, is named with the store ``where``."""
+    for method in dict.fromkeys(method_of(row) for row in rows if row["press"] != "none"):
+        press, _, allocator = method.partition("/")
+        try:
+            _item(press, artifacts, _patterns)
+            _item(allocator, artifacts, lambda _: {})
+        except UsageError as error:
+            raise UsageError(f"{where}: its group's method {method}: {error}") from None
 
 
 def _patterns(name: str) -> dict:
@@ -186,7 +221,9 @@ def carry(directory: Path, sample: int = 2, seed: int = 0, batch: int = 32, mode
             if row.get("code") != here[row.get("engine", "hf")]:
                 groups.setdefault(_group_of(row), []).append((store, i))
         # the methods it reruns, and where its records and rewritten rows go, checked before any context is rerun
-        check_registered([store.rows[i] for held in groups.values() for store, i in held], Path(directory))
+        rerun_rows = [store.rows[i] for held in groups.values() for store, i in held]
+        check_registered(rerun_rows, Path(directory))
+        _check_labels(rerun_rows, list(artifacts), Path(directory))
         _check_writable([held[0][0].directory.parent for held in groups.values()] if in_collection else
                         [Path(directory), *(store.directory for held in groups.values() for store, _ in held)])
         records = [_carry_group(group, held, sample, seed, batch, model, list(artifacts), directory)

@@ -1,0 +1,56 @@
+"""``bench carry`` of a group whose label an older bench wrote: before a text option's ``%`` was shown as ``%25``
+(b9e8e9e), ``tag=50% off`` was written as it is. Such a label reads back as no method this bench can rerun (``50% off``
+starts no escape; ``a%41`` would rerun as ``aA``): carry refuses it before any context is rerun, naming the stored
+label, why it does not read back and what to do, not a ``--methods`` flag the user never gave (probe 16, U1)."""
+
+from dataclasses import dataclass
+
+import pytest
+
+import bench.run.carry
+import bench.run.plan
+import presses
+from bench.run.compare import run_compare
+from presses.keydiff import KeyDiffPress
+from tests.helpers import compare_settings, run_cli
+
+
+@dataclass
+class TaggedPress(KeyDiffPress):
+    """keydiff, with a text option that changes nothing."""
+
+    name = "taggedk"
+    tag: str = "x"
+
+
+@pytest.fixture
+def tagged(monkeypatch):
+    monkeypatch.setitem(presses.PRESSES, TaggedPress.name, TaggedPress)
+
+
+@pytest.mark.parametrize(("old", "why"), [
+    ("50% off", "the '%' at character 3 starts no %XX escape"),
+    ("a%41", "read as escapes it is 'aA', which this bench shows as 'aA'"),
+])
+def test_a_label_an_older_bench_wrote_is_named_before_any_context_is_rerun(tagged, old, why, model_dir, tmp_path,
+                                                                           capsys, monkeypatch):
+    store = tmp_path / "store"
+    with monkeypatch.context() as patch:
+        patch.setattr(bench.run.plan, "code_version", lambda engine="hf": "0ld0c0de0000")
+        run_compare(compare_settings(model_dir, store, presses=["taggedk[tag=placeholder]", "none"]),
+                    show_progress=False)
+    # the label as the older bench wrote it: its text as it was, '%' and all
+    rows = (store / "results.jsonl").read_text()
+    assert "taggedk(tag=placeholder)" in rows
+    (store / "results.jsonl").write_text(rows.replace("tag=placeholder", f"tag={old}"))
+    kept = (store / "results.jsonl").read_bytes()
+    monkeypatch.setattr(bench.run.carry, "_rerun", lambda *a, **k: pytest.fail("a context was rerun"))
+    code, err = run_cli(capsys, "carry", store, "--sample", "1", "--model", model_dir)
+    label = f"taggedk(tag={old})"
+    assert code == 2 and err == (
+        f"bench carry: error: {store}: its group's method {label}/flat: the label {label!r} cannot be read back: its "
+        f"tag {old!r} is no text this bench shows ({why}). An older bench wrote it, which took a '%' in a text option "
+        "as itself (this one reads %XX as an escape and shows '%' as %25), so its rows name no method a rerun here "
+        "could match: rerun that method into a store of its own (bench compare --methods, each '%' of its text "
+        "written %25), and carry the rest of the group without these rows (move them out)"), err
+    assert (store / "results.jsonl").read_bytes() == kept
