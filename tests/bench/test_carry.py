@@ -88,6 +88,7 @@ def test_a_group_whose_numbers_changed_is_refused_naming_the_value(old_store, mo
     assert (old_store / "results.jsonl").read_bytes() == kept and not (old_store / CARRIED).exists()
 
 
+@pytest.mark.slow  # ~7 s: carries the store twice; CI's slow run holds it
 def test_real_values_in_their_last_digits_are_equal_counts_and_texts_are_not(old_store, model_dir, capsys):
     """Another CPU moves float32 NLLs and KLs in their last digits: the group is carried. A text that moves is a
     changed answer: refused."""
@@ -109,6 +110,7 @@ def test_real_values_in_their_last_digits_are_equal_counts_and_texts_are_not(old
     assert code == 2 and "prediction of" in err, err
 
 
+@pytest.mark.slow  # ~19 s: answers the store again, then carries it twice; CI's slow run holds it
 def test_a_store_this_code_answered_again_is_carried_without_a_second_copy(old_store, model_dir, capsys):
     """A store an earlier code began and this code resumed holds each key twice, once a group: carried, the copies
     of equal values fold into one (verify then passes); a copy of another value is refused, nothing written."""
@@ -135,6 +137,7 @@ def test_a_store_this_code_answered_again_is_carried_without_a_second_copy(old_s
 
 
 @pytest.mark.parametrize("given", ["collection", "group folder"])
+@pytest.mark.slow  # ~5 s each: publishes, then carries; CI's slow run holds it
 def test_a_collection_is_carried_in_place(old_store, model_dir, tmp_path, capsys, given):
     """A collection, or one setting group's folder of it (what the leaderboard gate names: the collection may hold
     groups of another machine's text that cannot be carried here)."""
@@ -282,6 +285,7 @@ def test_a_protected_file_carry_rewrites_is_refused_before_any_context_is_rerun(
     assert {each: each.read_bytes() for each in old_store.iterdir()} == before
 
 
+@pytest.mark.slow  # ~7 s: a run at 512 tokens, then its carry; CI's slow run holds it
 def test_a_task_that_reads_no_haystack_is_rerun_on_the_generated_text(model_dir, tmp_path, capsys, monkeypatch):
     """A group run with --haystack manpages holds vt rows, which record the generated haystack they ran on: a vt
     context is rerun alone, so without --haystack (which no task of it reads: refused, once)."""

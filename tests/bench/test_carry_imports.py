@@ -50,6 +50,7 @@ def old_store(model_dir, tmp_path, monkeypatch):
     sys.modules.pop("carried_press", None)
 
 
+@pytest.mark.slow  # ~4 s: a carry; CI's slow run holds it
 def test_a_group_of_a_press_of_one_s_own_module_is_carried_with_import(old_store, model_dir, capsys):
     code, err = run_cli(capsys, "carry", old_store, "--sample", "1", "--model", model_dir, "--import", "carried_press")
     assert code == 0, err

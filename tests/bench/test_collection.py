@@ -17,6 +17,7 @@ def _files(folder):
     return {path.relative_to(folder): path.read_bytes() for path in sorted(folder.rglob("*.gz"))}
 
 
+@pytest.mark.slow  # ~3 s: two runs, each published; CI's slow run holds it
 def test_a_method_joining_a_group_adds_its_own_file_and_nothing_else(model_dir, tmp_path, capsys):
     first, later, collection = tmp_path / "first", tmp_path / "later", tmp_path / "results"
     run_compare(compare_settings(model_dir, first, n=2), show_progress=False)
@@ -65,6 +66,7 @@ def test_a_row_published_with_other_values_is_refused_and_nothing_written(model_
     assert code == 2 and "is a result store" in err, err
 
 
+@pytest.mark.slow  # ~3 s: two runs; CI's slow run holds it
 def test_a_method_run_on_another_text_cannot_join(model_dir, tmp_path, capsys):
     """A method run elsewhere, on a machine whose real-text haystack is another text, is refused beside the group's
     rows: its children name another context digest than their questions' no-prune rows."""
@@ -82,6 +84,7 @@ def test_a_method_run_on_another_text_cannot_join(model_dir, tmp_path, capsys):
     assert _files(collection) == before
 
 
+@pytest.mark.slow  # ~4 s: two runs; CI's slow run holds it
 def test_a_refused_publish_names_the_collections_files_and_says_what_it_checks(model_dir, tmp_path, capsys):
     """Probe 64: publishing an n=2 run beside the n=1 run of its group was refused naming the files of a scratch copy
     (``/tmp/publish-XXXX/…``) that were gone by then; and a large collection checked for a minute with no output.
@@ -123,6 +126,7 @@ def _grown_collection(model_dir, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("target, change", [("file", "+i"), ("file", "+a"), ("folder", "+a"), ("folder", "+i")])
+@pytest.mark.slow  # ~3 s each: two runs; CI's slow run holds it
 def test_a_protected_file_or_folder_of_the_collection_is_refused_before_any_is_written(model_dir, tmp_path, capsys,
                                                                                      chattr, target, change):
     """Probe 12: an immutable method file was found after the no-prune file was rewritten, in a bare errno, the

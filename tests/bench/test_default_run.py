@@ -3,11 +3,14 @@ costs on the shipped model, and its plot's title counts methods, not kept fracti
 
 from collections import defaultdict
 
+import pytest
+
 from bench.commands.cli import build_parser, main
 from bench.reports import report
 from bench.run.compare import CompareSettings, run_compare, run_rows
 
 
+@pytest.mark.slow  # ~11 s: the shipped model on the default tasks; CI's slow run holds it
 def test_the_default_workload_shows_what_eviction_costs(tmp_path):
     defaults = build_parser().parse_args(["compare", "--press", "gatesight", "--alloc", "flat"])
     settings = CompareSettings(presses=defaults.press, allocators=defaults.alloc, keep_fractions=[0.02, 0.9],
@@ -20,6 +23,7 @@ def test_the_default_workload_shows_what_eviction_costs(tmp_path):
     assert accuracy[0.02] <= accuracy[1.0] - 0.3, accuracy  # and a 2 % cache visibly does not
 
 
+@pytest.mark.slow  # ~3 s: two runs, each plotted; CI's slow run holds it
 def test_the_plot_title_counts_methods(model_dir, tmp_path, monkeypatch):
     titles, drawn = [], report.plot_curves
 

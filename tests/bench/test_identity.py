@@ -61,6 +61,7 @@ def test_a_copy_without_gatesight_is_kept_apart_not_refused(model_dir, tmp_path,
     assert len(own) == len(first.rows) and {r["artifacts"] for r in own} == {loading.identity(copy).artifacts}
 
 
+@pytest.mark.slow  # ~3 s: two runs; CI's slow run holds it
 def test_dtype_and_device_are_part_of_a_results_identity(model_dir, tmp_path):
     out = tmp_path / "out"
     first = run_compare(compare_settings(model_dir, out, presses=["none"]), show_progress=False)

@@ -11,6 +11,8 @@ from bench.store.project_modules import ROOT
 from bench.store.result_store import open_stores
 from presses import registry
 
+pytestmark = pytest.mark.slow  # ~22 s: they read the whole collection (the fixture); CI's slow run holds them
+
 
 @pytest.fixture(scope="module")
 def published() -> list[dict]:

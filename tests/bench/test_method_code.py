@@ -172,6 +172,7 @@ PACKAGE = {
 }
 
 
+@pytest.mark.slow  # ~14 s: a process with two workers; CI's slow run holds it
 def test_a_press_of_an_installed_package_runs_from_bench_compare(model_dir, tmp_path):
     """The package declares its press as an entry point and nothing imports it: ``bench compare`` finds it by name,
     in its worker processes too."""
@@ -273,6 +274,7 @@ def test_an_entry_point_naming_another_class_is_refused(tmp_path, monkeypatch):
     sys.modules.pop("recency_pkg", None)
 
 
+@pytest.mark.slow  # ~3 s: two runs on a copy of the model; CI's slow run holds it
 def test_an_allocators_own_calibration_is_its_method_code_not_the_groups(model_dir, tmp_path, capsys):
     """Calibrating head shares for a model (allocators' ``model_files``) changes neither the model's artifacts nor
     any other method's rows: keydiff/flat's rows stay where they are, head_shares' rows join the group, and shares

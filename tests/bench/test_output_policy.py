@@ -415,6 +415,7 @@ def test_an_empty_rows_file_is_written_without_a_backup(model_dir, tmp_path):
     assert rows.read_text().count("\n") == 1 and [p.name for p in tmp_path.iterdir()] == ["rows.jsonl"]
 
 
+@pytest.mark.slow  # ~3 s: two evaluations; CI's slow run holds it
 def test_model_eval_names_the_tasks_its_mean_averages(model_dir):
     """The mean row names the tasks it averages (it was "mean NIAH×8 + vt" over whatever was asked), and one task
     has no mean row."""
@@ -427,6 +428,7 @@ def test_model_eval_names_the_tasks_its_mean_averages(model_dir):
     assert "mean" not in one.split("full cache, greedy.", 1)[1]
 
 
+@pytest.mark.slow  # ~3 s: three runs; CI's slow run holds it
 def test_a_summary_edited_by_hand_is_kept_aside_when_compare_rebuilds_it(model_dir, tmp_path, capsys):
     """summary.md and curves.png are rebuilt on every run; one the last run did not write as it is (notes added by
     hand, a figure of one's own) is moved aside, not lost; one it wrote is written over without a backup."""
@@ -449,6 +451,7 @@ def test_a_summary_edited_by_hand_is_kept_aside_when_compare_rebuilds_it(model_d
     assert (tmp_path / "out" / "curves.png").read_bytes().startswith(b"\x89PNG")
 
 
+@pytest.mark.slow  # ~3 s: two runs and a merge; CI's slow run holds it
 def test_a_merge_into_a_store_rebuilds_its_summary_and_curves(model_dir, tmp_path, capsys):
     """A store's summary.md and curves.png describe every row it holds: a merge that adds rows to a compare's store
     rebuilds them (they would show the rows before the merge)."""

@@ -77,6 +77,7 @@ def test_an_address_that_is_not_host_and_port_is_refused(address):
         check_ray_address(address)
 
 
+@pytest.mark.slow  # ~7 s: a process that imports Ray; CI's slow run holds it
 def test_joining_a_server_that_answers_grpc_but_is_not_ray_is_bounded(listener):
     """A gRPC server of another kind passes the address check (it answers HTTP/2); ``ray.init`` would then retry it
     for minutes. The join is bounded: one clear error within the bound, and the process exits at once after it."""

@@ -83,6 +83,7 @@ def test_a_bad_option_is_refused_naming_it(model_dir, tmp_path, change, message)
     assert message in str(refused.value)
 
 
+@pytest.mark.slow  # ~4 s: two runs; CI's slow run holds it
 def test_per_press_options_on_the_command_line(model_dir, tmp_path, capsys):
     """``--press gatesight,snapkv[window=8]`` runs (``--press-options window=8`` is refused: gatesight has no
     window); an option in brackets gives the rows of the same option in ``--press-options``."""
@@ -146,6 +147,7 @@ def test_list_options_are_labelled_with_every_digit():
     assert AllocatorSpec("perlayer", (("weights", (1.0, 8.0)),)).label == "perlayer(weights=1;8)"
 
 
+@pytest.mark.slow  # ~3 s: five plans; CI's slow run holds it
 def test_an_option_at_its_default_is_the_setting_itself(model_dir, tmp_path):
     """snapkv[window=32] (SnapKV's default window) is snapkv: one label, so a store of one resumes the other's rows;
     a required option (perlayer's weights) stays."""
@@ -167,6 +169,7 @@ def test_an_option_given_twice_names_the_options_flag(model_dir, tmp_path):
                               alloc_options={"weights": "1/2"}))
 
 
+@pytest.mark.slow  # ~4 s: six plans; CI's slow run holds it
 def test_an_estimator_given_by_path_is_named_by_its_content(model_dir, tmp_path):
     """gatesight[estimator=DIR]: rows name the estimator's files by their fingerprint, not DIR, so that a store
     resumed after the files changed does not pass the old rows for the new estimator, and one estimator under two
@@ -194,6 +197,7 @@ def test_an_estimator_given_by_path_is_named_by_its_content(model_dir, tmp_path)
                               presses=["gatesight", f"gatesight[estimator={model_dir}/gatesight]"]))
 
 
+@pytest.mark.slow  # ~3 s: four plans; CI's slow run holds it
 def test_a_kvpress_short_name_is_labelled_by_the_class_it_names(model_dir, tmp_path):
     """kvpress:knorm is KnormPress() as its class builds it: one setting, labelled by the class, options too."""
     def label(press):

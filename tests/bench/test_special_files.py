@@ -114,6 +114,7 @@ def test_a_folder_at_a_leaderboard_file_is_refused_before_any_work(model_dir, tm
     assert [path.name for path in docs.iterdir()] == [name]
 
 
+@pytest.mark.slow  # ~6 s: two runs and two builds; CI's slow run holds it
 def test_a_leaderboard_stopped_half_way_leaves_the_last_one_whole(model_dir, tmp_path, capsys, monkeypatch):
     """Probes 70 and 71: a build stopped half way left its own files looking written by hand to the next build, or
     its new image beside the last build's tables, which verify passed. Now nothing of it reaches the folder."""
@@ -142,6 +143,7 @@ def test_a_leaderboard_stopped_half_way_leaves_the_last_one_whole(model_dir, tmp
     assert run_cli(capsys, "verify", large, "--docs", docs)[0] == 0
 
 
+@pytest.mark.slow  # ~3 s: a run and two builds; CI's slow run holds it
 def test_a_second_leaderboard_into_the_same_folder_at_once_is_refused(model_dir, tmp_path, capsys, monkeypatch):
     """Probe 71: two builds into one --out both exited 0, the folder mixing their files."""
     from bench.reports import leaderboard
@@ -259,6 +261,7 @@ def test_a_pipe_where_a_folder_belongs_is_not_called_a_file(tmp_path, capsys, co
     assert code == 2 and named.format(pipe=tmp_path / "pipe") in err, err
 
 
+@pytest.mark.slow  # ~3 s: a run and a build; CI's slow run holds it
 def test_a_stop_once_the_leaderboard_is_in_place_says_it_is(model_dir, tmp_path, capsys, monkeypatch):
     """Probe 72: a build moved in whole, then stopped (its last line blocked on a paused terminal), said it did not
     resume and had to be run again."""
@@ -282,6 +285,7 @@ def test_a_stop_once_the_leaderboard_is_in_place_says_it_is(model_dir, tmp_path,
 
 
 @pytest.mark.parametrize("reader", ["closed early", "a full disk", "not there"])
+@pytest.mark.slow  # ~4 s each: a run and a process; CI's slow run holds it
 def test_standard_output_that_fails_is_named_as_such(model_dir, tmp_path, capsys, reader):
     """Probe 72: `bench verify | head -1` ended in a BrokenPipeError traceback, and a full stdout (> /dev/full) was
     called a full disk under the store; probe 73: a closed one (``>&-``, None in Python) was an AttributeError."""
@@ -308,6 +312,7 @@ def test_standard_output_that_fails_is_named_as_such(model_dir, tmp_path, capsys
         assert done.returncode == 0 and done.stderr == "", done.stderr
 
 
+@pytest.mark.slow  # ~9 s: two processes; CI's slow run holds it
 def test_standard_error_that_fails_ends_the_run_with_its_code(model_dir, tmp_path):
     """Probe 73: a full or closed standard error (the progress bar's) ended compare in an uncaught error, exit 1;
     nothing can say it, the exit code does."""

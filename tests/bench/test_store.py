@@ -40,6 +40,7 @@ def test_code_version_ignores_comments_and_docstrings(tmp_path):
     assert not any(m.startswith("serving") for m in hf) and "serving.worker" in result_modules("vllm")
 
 
+@pytest.mark.slow  # ~4 s: it copies and hashes the sources; CI's slow run holds it
 def test_code_version_follows_what_each_engines_rows_import(tmp_path, monkeypatch):
     """A serving-only edit keeps the hf engine's code version (and changes vLLM's); a runtime edit changes both."""
     for package in ("runtime", "presses", "allocators", "workloads", "artifacts", "bench", "serving", "pretrained"):
@@ -59,6 +60,7 @@ def test_code_version_follows_what_each_engines_rows_import(tmp_path, monkeypatc
     assert code_version("hf") != hf and code_version("vllm") != vllm
 
 
+@pytest.mark.slow  # ~4 s: two runs; CI's slow run holds it
 def test_a_run_summarises_only_its_own_settings(model_dir, tmp_path):
     first = run_compare(compare_settings(model_dir, tmp_path), show_progress=False)
     run_compare(compare_settings(model_dir, tmp_path, length=400), show_progress=False)
@@ -259,6 +261,7 @@ def test_a_damaged_store_is_named(tmp_path, capsys, make, message):
         assert code == 2 and message in err, err
 
 
+@pytest.mark.slow  # ~6 s: a run and its resume; CI's slow run holds it
 def test_a_full_disk_is_one_error_and_a_rerun_resumes(model_dir, tmp_path, capsys, monkeypatch):
     import errno
 

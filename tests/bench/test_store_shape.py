@@ -196,6 +196,7 @@ def test_rows_without_their_run_are_checked_as_before(runs, tmp_path, capsys):
     assert code == 2 and f"{holed / 'results.jsonl'} is incomplete: task niah_single_1, item 1 lacks" in err, err
 
 
+@pytest.mark.slow  # ~16 s: it reads the whole collection; CI's slow run holds it
 def test_the_committed_store_is_complete_its_legacy_rows_and_its_runs_alike():
     """Rows written before runs were recorded are checked as before; the groups run since record their runs (the
     default model's, one process a run: n = 20 a task; the GateSight group's, rerun on the shipped snapshots: two

@@ -54,6 +54,7 @@ def test_an_internal_error_propagates(tmp_path, monkeypatch, error):
         main(["compare", "--press", "keydiff", "--out", str(tmp_path / "out")])
 
 
+@pytest.mark.slow  # ~5 s: a process of its own; CI's slow run holds it
 def test_an_internal_error_is_a_traceback_and_a_nonzero_exit(tmp_path):
     script = ("import sys, bench.run.compare\n"
               "def bug(settings):\n    raise ValueError('an unpacking mismatch')\n"

@@ -230,6 +230,7 @@ def _made_badly(answered_row, press):
     return made
 
 
+@pytest.mark.slow  # ~3 s: three runs; CI's slow run holds it
 def test_a_row_the_store_would_refuse_is_never_written(model_dir, tmp_path, users_module, capsys, monkeypatch):
     """Probe 14: a row that the store's own checks refuse was appended, and blocked every later command on the
     store. A context with such a row has none written: one line naming the user's press and the problem; the

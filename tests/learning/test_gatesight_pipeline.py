@@ -137,6 +137,7 @@ def test_corpus_windows_have_unique_ids():
     assert len(ids) == len(set(ids)) and {c for c, _ in ids} == present and len(present) >= 3
 
 
+@pytest.mark.slow  # ~4 s: it labels three times; CI's slow run holds it
 def test_label_parts_share_one_directory(model_dir, tmp_path):
     """Two processes labelling parts 0/2 and 1/2 write exactly the shards one process writes."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -154,6 +155,7 @@ def test_label_parts_share_one_directory(model_dir, tmp_path):
         record_corpus(model, tokenizer, tmp_path / "bad", part=(2, 2), **settings)
 
 
+@pytest.mark.slow  # ~3 s: it labels three times; CI's slow run holds it
 def test_label_the_sampled_futures_alone(model_dir, tmp_path, capsys):
     """`bench label --futures labels` (the paper's recipe) stores no reconstruction labels, records it, and its shards
     neither mix with both-future shards nor train a both-future estimator; shards from before the flag read back

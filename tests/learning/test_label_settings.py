@@ -46,6 +46,7 @@ def test_shards_record_their_settings_and_a_resume_under_others_is_refused(model
     assert list(labels.glob("*.safetensors")) == [shard] and shard.read_bytes() == written
 
 
+@pytest.mark.slow  # ~4 s: it labels three times; CI's slow run holds it
 def test_the_same_settings_resume_and_say_what_they_reused(model_dir, tmp_path, capsys):
     """The last line counts what this run labelled and gives the worst check error of those; a run that found
     every window labelled checked none, and says no error (probe 76: it said 0.00e+00, as if checked and exact)."""

@@ -129,6 +129,7 @@ def test_a_resplit_keeps_the_mixers_of_unchanged_layers_and_converts_the_moved_o
     assert names and all(name.startswith("model.layers.7.linear_attn.") for name in names)
 
 
+@pytest.mark.slow  # ~8 s: it distils, then resumes; CI's slow run holds it
 def test_a_run_resumes_where_it_stopped_and_refuses_other_settings(teacher, student, tmp_path):
     tokenizer, lines = build_tokenizer(), []
     first = copy.deepcopy(student)

@@ -162,6 +162,7 @@ def test_a_shipped_artifact_changed_in_place_is_refused(tmp_path, monkeypatch, c
     assert code == 2 and f"is damaged: {artifact} has SHA-256 " in err and "git checkout -- models/" in err, err
 
 
+@pytest.mark.slow  # ~3 s: it calibrates a copy of the shipped model; CI's slow run holds it
 def test_a_command_that_replaces_an_artifact_records_the_folder_again(tmp_path, capsys):
     """calibrate-shares into a copy of the default model (with its record): the record is written again, and the
     folder runs."""

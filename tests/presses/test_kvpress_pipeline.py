@@ -330,9 +330,10 @@ def smollm2():
 
 
 REAL_CONTEXTS = [  # framed by SmolLM2's template, n = 85 and 75 tokens: kvpress's count is not round(p·n) at any ratio
-    ("The museum opened in 1931 in the harbour town of Elmsworth. Its first curator, Margaret Ashdown, collected maps "
-     "and ship models; the lighthouse lens in the main hall came from Port Carrow in 1952. Entry is free on Sundays "
-     "and on public holidays.", "\nWho was the first curator?", 85),
+    pytest.param(  # ~9 s: the other context is the default run's; CI's slow run holds this one
+        "The museum opened in 1931 in the harbour town of Elmsworth. Its first curator, Margaret Ashdown, collected "
+        "maps and ship models; the lighthouse lens in the main hall came from Port Carrow in 1952. Entry is free on "
+        "Sundays and on public holidays.", "\nWho was the first curator?", 85, marks=pytest.mark.slow),
     ("Order 4471 was packed on Tuesday and left the warehouse in Leeds on Wednesday. It holds three blue kettles and a "
      "toaster. The courier, Swiftline, expects to deliver it to Mrs. Patel in York on Friday.",
      "\nWho is the courier?", 75),

@@ -108,6 +108,7 @@ def test_a_thread_left_running_that_is_no_daemon_is_refused():
     _run(daemon.start)  # a daemon does not keep the process
 
 
+@pytest.mark.slow  # ~3 s: a process of its own; CI's slow run holds it
 def test_the_console_script_ends_though_a_thread_that_is_no_daemon_runs_on():
     """Probe 13: a run whose press left such a thread printed its summary, then never exited (killed at 60 s). The
     command here is one that starts such a thread and returns, as anything the guards do not hold could."""

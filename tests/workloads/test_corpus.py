@@ -102,6 +102,7 @@ def test_real_sentences_are_consecutive_sentences_of_documents():
     assert all(s in corpus for s in sentences)
 
 
+@pytest.mark.slow  # ~3 s: two runs at 512 tokens; CI's slow run holds it
 def test_haystack_runs_share_one_store_without_mixing(model_dir, tmp_path):
     """A real-text run and a generated run in one store: rows name their haystack, a task without an essay filler
     is shared (same key), and each run's summary rows are its own."""
