@@ -13,7 +13,7 @@ from runtime.errors import UsageError
 from ..run.carry import carry
 from ..store.carried_codes import CARRIED
 from ..store.collection import STORE_FILES, group_stores, is_collection, stores_below
-from .arguments import Command, add_import_argument, count, import_user_modules, natural
+from .arguments import Command, add_import_argument, count, import_user_modules, model_info, natural
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -35,6 +35,8 @@ def run(args) -> None:
         if not Path(folder).is_dir():
             raise UsageError(f"--artifacts {folder}: no such folder")
     import_user_modules(args)
+    if args.model is not None:  # checked as compare checks it (name, files, weights), before the store is read
+        model_info(argparse.Namespace(model=args.model, device="cpu", dtype="float32", allow_download=False))
     records = carry(Path(args.store), args.sample, args.sample_seed, args.batch, model=args.model,
                     artifacts=[Path(f) for f in args.artifacts])
     for r in records:

@@ -226,7 +226,10 @@ def carry(directory: Path, sample: int = 2, seed: int = 0, batch: int = 32, mode
         _check_labels(rerun_rows, list(artifacts), Path(directory))
         _check_writable([held[0][0].directory.parent for held in groups.values()] if in_collection else
                         [Path(directory), *(store.directory for held in groups.values() for store, _ in held)])
-        records = [_carry_group(group, held, sample, seed, batch, model, list(artifacts), directory)
+        # each group's model, found before any context is rerun (bench carry checks --model as compare does)
+        models = {group: model if model is not None else _model(held[0][0].rows[held[0][1]]["model"])
+                  for group, held in groups.items()}
+        records = [_carry_group(group, held, sample, seed, batch, models[group], list(artifacts), directory)
                    for group, held in groups.items()]
         carried = {}
         for held in groups.values():
@@ -259,8 +262,7 @@ def _carry_group(group: tuple, held: list[tuple], sample: int, seed: int, batch:
         for number, context in enumerate(chosen, 1):
             print(f"group {dict(zip((*GROUP_FIELDS, 'seed'), group))}: context {number}/{len(chosen)} "
                   f"({context[0]}, item {context[1]})", file=sys.stderr)
-            rerun = _rerun(rows, context, model if model is not None else _model(rows[0]["model"]), Path(scratch),
-                           batch, artifacts)
+            rerun = _rerun(rows, context, model, Path(scratch), batch, artifacts)
             _compare([r for r in rows if (r["task"], r["item"], r.get("haystack")) == context], rerun, where)
             codes.update({method_of(r): r[METHOD_CODE] for r in rerun})
     missing = sorted({method_of(r) for r in rows} - set(codes))
