@@ -9,7 +9,8 @@
 # Two shards, one thread each (one per core), then merged and the group replaced in docs/results. Resumable
 # (≈ 110 min on the two cores); to span sessions, pack the shards into the tree before stopping and unpack them
 # after: python scripts/shard_packs.py pack|unpack "$(dirname "$OUT")" docs/hybrid/group/in-progress-instruct
-#   OUT from the environment (the shards are $OUT/shard0 and $OUT/shard1).
+#   OUT from the environment (the shards are $OUT/shard0 and $OUT/shard1); to be packed, OUT's own name starts with
+#   "sweep" (OUT=/work/inst/sweep-instruct).
 set -euo pipefail
 # glibc's large blocks on huge pages: 1.14-2x less time on a CPU, the same numbers (docs/profile_realmodel.md)
 export GLIBC_TUNABLES=${GLIBC_TUNABLES:-glibc.malloc.hugetlb=1}
