@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 from artifacts.files import atomic_path
-from pretrained import loading
+from pretrained import loading, model_info
 from runtime.errors import UsageError
 from runtime.options import unescaped
 from workloads.tasks import registry as tasks
@@ -229,6 +229,8 @@ def carry(directory: Path, sample: int = 2, seed: int = 0, batch: int = 32, mode
         # each group's model, found before any context is rerun (bench carry checks --model as compare does)
         models = {group: model if model is not None else _model(held[0][0].rows[held[0][1]]["model"])
                   for group, held in groups.items()}
+        if model is not None:
+            _check_weights(model, groups, Path(directory))
         records = [_carry_group(group, held, sample, seed, batch, models[group], list(artifacts), directory)
                    for group, held in groups.items()]
         carried = {}
@@ -249,6 +251,18 @@ def carry(directory: Path, sample: int = 2, seed: int = 0, batch: int = 32, mode
     finally:
         for store in stores:
             store.close()
+
+
+def _check_weights(model, groups: dict[tuple, list[tuple]], where: Path) -> None:
+    """A ``UsageError`` where ``--model``'s weights are not those a group's rows were computed on (probe 17: the
+    other model was loaded, every context rerun, and the differing values blamed on the code)."""
+    weights = model_info.read(model).identity.weights
+    at = GROUP_FIELDS.index("weights")
+    for group in groups:
+        if group[at] != weights:
+            raise UsageError(f"{where}: --model {model} has weights {weights}, but the rows of "
+                             f"{group[GROUP_FIELDS.index('model')]} were computed on weights {group[at]}: give the "
+                             "model they were computed on (or none, for a catalogued or the default model)")
 
 
 def _carry_group(group: tuple, held: list[tuple], sample: int, seed: int, batch: int, model, artifacts: list[Path],

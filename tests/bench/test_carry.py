@@ -299,3 +299,20 @@ def test_a_task_that_reads_no_haystack_is_rerun_on_the_generated_text(model_dir,
     code, err = run_cli(capsys, "carry", out, "--sample", "2", "--model", model_dir)  # both contexts, vt's alone
     assert code == 0, err
     assert {r["code"] for r in ResultStore(out, readonly=True).rows} == {code_version()}
+
+
+def test_a_model_of_other_weights_is_refused_before_any_context_is_rerun(old_store, model_dir, tmp_path, capsys,
+                                                                          no_model_load):
+    """Probe 17: ``--model`` of another model loaded it, reran every context and blamed the differing values on the
+    code. The model's weights are compared with the rows' before any rerun."""
+    from safetensors.torch import load_file, save_file
+
+    other = shutil.copytree(model_dir, tmp_path / "other")
+    for path in other.glob("*.safetensors"):
+        tensors = load_file(path)
+        name = sorted(tensors)[0]
+        save_file({**tensors, name: tensors[name] + 1.0}, path, metadata={"format": "pt"})
+    before = (old_store / "results.jsonl").read_bytes()
+    code, err = run_cli(capsys, "carry", old_store, "--sample", "1", "--model", other)
+    assert code == 2 and "but the rows of" in err and "were computed on weights" in err, err
+    assert (old_store / "results.jsonl").read_bytes() == before
