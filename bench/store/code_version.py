@@ -222,21 +222,29 @@ def _imported_by_name(name: str, files: dict[str, Path]) -> set[str]:
     seen (docs/bench.md says so)."""
     path = files[name]
     own_package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    tree = ast.parse(path.read_text())
+    # probe 17: `from importlib import import_module as load`, and a name kept in a module-level constant
+    called_as = {alias.asname or alias.name: alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+                 and node.module == "importlib" for alias in node.names if alias.name == "import_module"}
+    constants = {node.targets[0].id: node.value.value for node in tree.body if isinstance(node, ast.Assign)
+                 and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+                 and isinstance(node.value, ast.Constant)}
     found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(tree):
         if not isinstance(node, ast.Call):
             continue
         called = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", None)
+        called = called_as.get(called, called)
         if called not in BY_NAME:
             continue
         given = dict(zip(BY_NAME[called], node.args)) | {k.arg: k.value for k in node.keywords if k.arg}
-        module = _written(given.get("name"), own_package)
+        module = _written(given.get("name"), own_package, constants)
         if called == "__import__":  # relative by its level (0, absolute, unless given), to the caller's package
-            level = _written(given.get("level"), own_package, int) if "level" in given else 0
+            level = _written(given.get("level"), own_package, constants, int) if "level" in given else 0
             anchor = own_package
             module = "." * level + module if level is not None and module is not None else None
         else:
-            anchor = _written(given.get("package"), own_package)
+            anchor = _written(given.get("package"), own_package, constants)
         try:
             module = importlib.util.resolve_name(module, anchor) if module is not None else None
         except (ImportError, ValueError):  # no package to be relative to, or beyond its top: it fails as it runs
@@ -248,9 +256,12 @@ def _imported_by_name(name: str, files: dict[str, Path]) -> set[str]:
     return found
 
 
-def _written(node: ast.expr | None, own_package: str, kind: type = str):
-    """What ``node``, an argument of a call, is where its source writes it out as a ``kind``: a constant's value, or
-    the calling module's package for ``__package__``; None otherwise."""
+def _written(node: ast.expr | None, own_package: str, constants: dict, kind: type = str):
+    """What ``node``, an argument of a call, is where its source writes it out as a ``kind``: a constant's value (or
+    that of a name a module-level assignment binds to one, ``constants``), or the calling module's package for
+    ``__package__``; None otherwise."""
+    if isinstance(node, ast.Name) and node.id in constants:
+        node = ast.Constant(constants[node.id])
     if isinstance(node, ast.Constant):
         return node.value if type(node.value) is kind else None
     return own_package if kind is str and isinstance(node, ast.Name) and node.id == "__package__" else None

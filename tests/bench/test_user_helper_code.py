@@ -113,11 +113,14 @@ def test_a_helper_of_a_helper_and_one_imported_inside_a_function_count(user_code
     ("plug/", "import importlib", 'ages = importlib.import_module(".hlp", package=__package__).ages'),
     ("plug/", "import importlib", 'ages = importlib.import_module("..hlp", "plug.mp").ages'),
     ("plug/", "", 'ages = __import__("hlp", globals(), None, ["ages"], 1).ages'),
+    ("", "from importlib import import_module as load", 'ages = load("hlp").ages'),  # probe 17: an alias
+    ("", 'import importlib\nHELPER = "hlp"', "ages = importlib.import_module(HELPER).ages"),  # and a constant's
 ])
 def test_a_helper_imported_by_its_name_counts(user_code, folder, imports, lazy):
     """Probe 16, #4: a helper the press loads by a call, ``importlib.import_module("dynhelp")`` (a plugin's way), was
     left out of its code, and the rows of two versions of it were pooled under one method code. A call whose module
-    is written out counts as an import of it, relative ones too."""
+    is written out counts as an import of it, relative ones too, and (probe 17) by an alias of ``import_module`` or
+    through a module-level constant."""
     press = f"{folder.replace('/', '.')}mp"
     files = {f"{folder}mp.py": _press(imports=imports, lazy=lazy),
              f"{folder}hlp.py": HELPER.format(imports="", sign=-1.0),
