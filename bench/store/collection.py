@@ -14,6 +14,7 @@ import re
 from pathlib import Path
 
 from artifacts.output_kinds import GROUP_FOLDER
+from runtime.errors import UsageError
 
 from .row_fields import GROUP_FIELDS, method_of
 
@@ -43,8 +44,23 @@ def stores_below(folder: Path) -> list[Path]:
 
 
 def expand(directories: list[Path]) -> list[Path]:
-    """``directories`` with each collection replaced by its stores, in order."""
-    return [store for d in map(Path, directories) for store in (stores_below(d) if is_collection(d) else [d])]
+    """``directories`` with each collection replaced by its stores (:func:`laid_out`), in order."""
+    return [store for d in map(Path, directories) for store in (laid_out(d) if is_collection(d) else [d])]
+
+
+def laid_out(collection: Path) -> list[Path]:
+    """The stores of ``collection``, each checked to be where bench publish puts one: ``<group>/<method>/``, the
+    group's folder named as :data:`~artifacts.output_kinds.GROUP_FOLDER`, neither folder a link. Probe 17: a store
+    elsewhere (copied in, or through a link to a folder outside) was read as the collection's and checked by nothing,
+    and a clone that does not follow the link lost its rows."""
+    stores = stores_below(collection)
+    for store in stores:
+        if store.is_symlink() or store.parent.is_symlink() or not GROUP_FOLDER.fullmatch(store.parent.name):
+            raise UsageError(f"{store}: a store of the collection {collection} that bench publish did not put there "
+                             "(a collection's stores are <group>/<method>/ folders, the group's named "
+                             "<model>-<length>-<digest>, no links among them): move it out, then `bench publish "
+                             f"STORE --into {collection}`")
+    return stores
 
 
 def _slug(text: str) -> str:

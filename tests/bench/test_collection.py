@@ -207,3 +207,22 @@ def test_a_store_file_beside_a_collections_pack_is_named(model_dir, tmp_path, ca
         f"results.jsonl.gz alone, which bench publish writes): a command given {none} as its output wrote it, and its "
         "rows joined the collection unchecked; move it to a folder of its own (and restore the folder's pack from "
         "version control if it changed), then `bench publish FOLDER --into COLLECTION` adds its rows"), err
+
+
+@pytest.mark.parametrize("how", ["copied in", "through a link"])
+def test_a_store_outside_the_collections_layout_is_refused(model_dir, tmp_path, capsys, how):
+    """Probe 17, #2: a store under a collection but not at ``<group>/<method>/`` (copied in, or through a link to a
+    folder outside) was read as the collection's by verify and the leaderboard, and checked by nothing."""
+    first, collection = tmp_path / "first", tmp_path / "results"
+    run_compare(compare_settings(model_dir, first, n=1), show_progress=False)
+    assert run_cli(capsys, "publish", first, "--into", collection)[0] == 0
+    [none] = [store for store in stores_below(collection) if store.name == "none"]
+    if how == "copied in":
+        shutil.copytree(none, collection / "zz" / "x")
+    else:
+        shutil.copytree(none, tmp_path / "ext" / "x")
+        (collection / "zz").symlink_to(tmp_path / "ext")
+    for argv in (["verify", collection], ["leaderboard", collection, "--out", tmp_path / "docs"]):
+        code, err = run_cli(capsys, *argv)
+        assert code == 2 and f"{collection / 'zz' / 'x'}: a store of the collection {collection} that bench publish " \
+            "did not put there" in err, err
