@@ -15,10 +15,11 @@ from typing import Callable
 
 from artifacts.file_flags import protection, refusal
 from artifacts.files import atomic_path
+from artifacts.output_kinds import collection_holding
 from runtime.errors import UsageError
 
 from .carried_codes import CARRIED, carried_from, carried_records, read_records, under_records
-from .collection import PACK, STORE_FILES, case_twins, group_folder, method_folder, stores_below
+from .collection import PACK, STORE_FILES, case_twins, group_folder, laid_out, method_folder
 from .copies import batch_difference, row_values
 from .result_store import open_stores
 from .row_fields import CONTEXT_SHA, describe_row, row_key
@@ -94,10 +95,15 @@ def publish(sources: list[Path], into: Path, say: Callable[[str], None] = lambda
     if any((into / name).exists() for name in STORE_FILES):
         raise UsageError(f"--into {into} is a result store (it holds its own results file), not a collection of "
                          "them; give the collection's folder (docs/results)")
+    inside = collection_holding(into)
+    if inside is not None:  # probe 17: the rows went into a nested collection no reader of the outer one reads
+        raise UsageError(f"--into {into} is inside the collection {inside[0]}, and a collection is published into "
+                         "whole, each row into its group's folder (published into, this folder would hold a collection "
+                         f"of its own that no reader of {inside[0]} reads); give the collection, {inside[0]}")
     opened = open_stores(list(sources))  # a path that is no store is refused before a line is said
     say(f"checking {', '.join(map(str, sources))}")
     check_stores(opened)
-    below = stores_below(into) if into.is_dir() else []
+    below = laid_out(into) if into.is_dir() else []
     say(f"reading the {len(below)} store(s) of {into}")
     held = open_stores(below)
     files: dict[Path, list[dict]] = {store.path: list(store.rows) for store in held}
@@ -144,7 +150,7 @@ def publish(sources: list[Path], into: Path, say: Callable[[str], None] = lambda
             if records:
                 (Path(scratch) / group.relative_to(into) / CARRIED).write_text(json.dumps(records))
         try:
-            check_stores(open_stores(stores_below(Path(scratch))))
+            check_stores(open_stores(laid_out(Path(scratch))))
         except UsageError as error:  # named by the collection's files, not the scratch copy that is gone by then
             raise UsageError(f"{into} with the rows of {', '.join(map(str, sources))} (the new ones after its own in "
                              f"each file) would not verify, so nothing was written: "

@@ -226,3 +226,18 @@ def test_a_store_outside_the_collections_layout_is_refused(model_dir, tmp_path, 
         code, err = run_cli(capsys, *argv)
         assert code == 2 and f"{collection / 'zz' / 'x'}: a store of the collection {collection} that bench publish " \
             "did not put there" in err, err
+
+
+@pytest.mark.parametrize("into", ["zz", "a group's new method folder"])
+def test_publishing_into_a_folder_inside_a_collection_is_refused(model_dir, tmp_path, capsys, into):
+    """Probe 17, #1: ``publish --into <collection>/zz`` (or into a new method folder of a group) wrote a collection
+    of its own inside the collection, which no reader of the collection reads; verify still passed."""
+    first, collection = tmp_path / "first", tmp_path / "results"
+    run_compare(compare_settings(model_dir, first, n=1), show_progress=False)
+    assert run_cli(capsys, "publish", first, "--into", collection)[0] == 0
+    [none] = [store for store in stores_below(collection) if store.name == "none"]
+    target = collection / "zz" if into == "zz" else none.parent / "recency--flat"
+    before = _files(tmp_path)
+    code, err = run_cli(capsys, "publish", first, "--into", target)
+    assert code == 2 and f"--into {target} is inside the collection {collection}" in err, err
+    assert _files(tmp_path) == before
