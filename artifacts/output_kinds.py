@@ -133,10 +133,9 @@ def mix_problem(folder: Path, kind: Kind) -> str | None:
     another command's files (:func:`other_kind`), or it lies anywhere inside a collection (a method's folder, a folder
     within one, a new folder of any name: :func:`collection_holding`) where a store is to be written, as its root and
     group folders are refused; ``bench publish`` writes a collection's stores, as a collection (``--into``), not as a
-    store. A collection's
-    group folder given where the collection is asked for (``bench publish --into``) is named as such, with the
-    collection to give: published into, it would hold a collection of its own that no reader of the collection
-    reads."""
+    store. A collection's group folder given where the collection is asked for (``bench publish --into``) is named
+    as such, with the collection to give: published into, it would hold a collection of its own that no reader of
+    the collection reads."""
     held = collection_holding(folder) if kind == RESULT_STORE else None
     if held is not None and held[1] is not None:  # probe 14: compare appended another group's rows beside a pack
         collection, group = held
