@@ -136,14 +136,19 @@ def mix_problem(folder: Path, kind: Kind) -> str | None:
     store. A collection's group folder given where the collection is asked for (``bench publish --into``) is named
     as such, with the collection to give: published into, it would hold a collection of its own that no reader of
     the collection reads."""
-    held = collection_holding(folder) if kind == RESULT_STORE else None
-    if held is not None and held[1] is not None:  # probe 14: compare appended another group's rows beside a pack
+    held = collection_holding(folder) if kind in (RESULT_STORE, COLLECTION) else None
+    # probe 14: compare appended another group's rows beside a pack
+    if kind == RESULT_STORE and held is not None and held[1] is not None:
         collection, group = held
         return (f"is inside the setting group {group.name} of the collection {collection}, whose stores "
                 "bench publish alone writes, checking the collection whole first: write a store into a folder of its "
                 f"own and publish it (`bench publish STORE --into {collection}`); a group of the collection is "
                 f"carried whole (`bench carry {group}`)")
     found = _found(folder, kind)
+    if found is None and held is not None and kind == COLLECTION:  # probe 17: a collection no reader of it reads
+        return (f"is inside the collection {held[0]}, and a collection is published into whole, each row into its "
+                f"group's folder (published into, this folder would hold a collection of its own that no reader of "
+                f"{held[0]} reads); give the collection, {held[0]}")
     if found is None and held is not None:  # probe 16: verify read <collection>/zz/x as the collection's, unchecked
         return (f"is inside the collection {held[0]}, whose stores bench publish alone writes, checking the "
                 "collection whole first (every reader of the collection reads a store two folders below it as one "

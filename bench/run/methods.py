@@ -48,11 +48,15 @@ def _spec(kind, text: str, flag: str, every: dict, registry, model: ModelInfo | 
             raise UsageError(f"{flag} {text!r}: no prune ({BASELINE}) takes no options")
         return kind(BASELINE)
     try:
-        typed = registry.options_of(name, options)
+        registry.options_of(name, own)
     except UsageError as error:
-        if not options:  # an unknown name says so itself
+        if not own:  # an unknown name says so itself
             raise
         raise UsageError(f"{flag} {text!r}: {error}") from None  # an option, named with the item it came from
+    try:
+        typed = registry.options_of(name, options)
+    except UsageError as error:  # probe 17, U4: one of every method's options, named with that flag
+        raise UsageError(f"{every_flag}, for {flag} {text!r}: {error}") from None
     try:
         default = registry.get(name)
     except ValueError:  # a required option (perlayer's weights): no default build to compare with

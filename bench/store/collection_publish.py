@@ -15,11 +15,11 @@ from typing import Callable
 
 from artifacts.file_flags import protection, refusal
 from artifacts.files import atomic_path
-from artifacts.output_kinds import collection_holding
+from artifacts.output_kinds import COLLECTION, mix_problem
 from runtime.errors import UsageError
 
 from .carried_codes import CARRIED, carried_from, carried_records, read_records, under_records
-from .collection import PACK, STORE_FILES, case_twins, group_folder, laid_out, method_folder
+from .collection import PACK, case_twins, group_folder, laid_out, method_folder
 from .copies import batch_difference, row_values
 from .result_store import open_stores
 from .row_fields import CONTEXT_SHA, describe_row, row_key
@@ -92,14 +92,9 @@ def publish(sources: list[Path], into: Path, say: Callable[[str], None] = lambda
     whole (every context of every group with every method) before a file of it is written, and no file of it is
     written through a link (:func:`_check_place`). ``say`` receives a line as each step starts (a large collection
     takes a minute to check)."""
-    if any((into / name).exists() for name in STORE_FILES):
-        raise UsageError(f"--into {into} is a result store (it holds its own results file), not a collection of "
-                         "them; give the collection's folder (docs/results)")
-    inside = collection_holding(into)
-    if inside is not None:  # probe 17: the rows went into a nested collection no reader of the outer one reads
-        raise UsageError(f"--into {into} is inside the collection {inside[0]}, and a collection is published into "
-                         "whole, each row into its group's folder (published into, this folder would hold a collection "
-                         f"of its own that no reader of {inside[0]} reads); give the collection, {inside[0]}")
+    problem = mix_problem(into, COLLECTION)  # a library caller too: a store, a group's folder, one inside
+    if problem is not None:
+        raise UsageError(f"--into {into}: {problem}")
     opened = open_stores(list(sources))  # a path that is no store is refused before a line is said
     say(f"checking {', '.join(map(str, sources))}")
     check_stores(opened)

@@ -352,3 +352,16 @@ def test_an_option_of_no_finite_number_is_refused(item, model_dir, tmp_path, cap
                         tmp_path / "out")
     assert code == 2 and "expected a finite number, got 'inf'" in err or "got 'nan'" in err, err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_bad_value_of_press_options_names_that_flag(tmp_path, capsys, no_model_load):
+    """Probe 17, U4: a value given in ``--press-options`` was blamed on ``--methods 'kvzip'``; an item's own bracket
+    option is still named with its item."""
+    from tests.helpers import run_cli
+
+    code, err = run_cli(capsys, "compare", "--methods", "kvzip/flat", "--press-options", "suffix=%C0%80",
+                        "--out", tmp_path / "out")
+    assert code == 2 and "--press-options, for --methods 'kvzip': kvzip option suffix=" in err, err
+    code, err = run_cli(capsys, "compare", "--methods", "kvzip[suffix=%C0%80]/flat", "--out", tmp_path / "out")
+    assert code == 2 and "--methods 'kvzip[suffix=%C0%80]': kvzip option suffix=" in err, err
+    assert not (tmp_path / "out").exists()

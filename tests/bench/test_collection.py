@@ -10,6 +10,7 @@ import pytest
 
 from bench.run.compare import run_compare
 from bench.store.collection import group_folder, stores_below
+from runtime.errors import UsageError
 from tests.helpers import compare_settings, run_cli
 
 
@@ -239,5 +240,19 @@ def test_publishing_into_a_folder_inside_a_collection_is_refused(model_dir, tmp_
     target = collection / "zz" if into == "zz" else none.parent / "recency--flat"
     before = _files(tmp_path)
     code, err = run_cli(capsys, "publish", first, "--into", target)
-    assert code == 2 and f"--into {target} is inside the collection {collection}" in err, err
+    assert code == 2 and f"--into {target}: is inside the collection {collection}" in err, err
+    assert _files(tmp_path) == before
+
+
+def test_the_library_publish_refuses_a_folder_inside_a_collection_too(model_dir, tmp_path, capsys):
+    """Probe 17, #1 at the output policy (:func:`artifacts.output_kinds.mix_problem`): a library caller of
+    :func:`bench.store.collection_publish.publish` is refused as the CLI is, before a row is read."""
+    from bench.store.collection_publish import publish
+
+    first, collection = tmp_path / "first", tmp_path / "results"
+    run_compare(compare_settings(model_dir, first, n=1), show_progress=False)
+    publish([first], collection)
+    before = _files(tmp_path)
+    with pytest.raises(UsageError, match=f"--into {collection / 'zz'}: is inside the collection {collection}"):
+        publish([first], collection / "zz")
     assert _files(tmp_path) == before
