@@ -30,11 +30,11 @@ from pathlib import Path
 from artifacts.files import atomic_path
 from pretrained import loading, model_info
 from runtime.errors import UsageError
-from runtime.options import unescaped
 from workloads.tasks import registry as tasks
 
 from ..store.carried_codes import CARRIED, read_records
 from ..store.code_version import code_version
+from ..store.label_read_back import read_back_problem
 from ..store.result_store import ResultStore, open_stores
 from ..store.row_fields import CARRIED_FROM, CONTEXT_SHA, GROUP_FIELDS, KEY_FIELDS, METHOD_CODE, describe_row, method_of
 from ..store.store_checks import check_stores
@@ -90,8 +90,6 @@ def _item(label: str, artifacts: list[Path], patterns_of) -> str:
                 raise UsageError(f"{label}: its {key} is the folder whose files' fingerprint is {value}; give that "
                                  f"folder with --artifacts (given: {', '.join(map(str, artifacts)) or 'none'})")
             value = shown_text(str(found[0]))  # a path as the item's text: a ',' in it splits no pair
-        elif "%" in value:
-            _check_read_back(label, key, value)
         body = value.strip(" ")
         lead = len(value) - len(value.lstrip(" "))
         value = "%20" * lead + body.replace(";", "/") + "%20" * (len(value) - lead - len(body))
@@ -99,29 +97,25 @@ def _item(label: str, artifacts: list[Path], patterns_of) -> str:
     return f"{name}[{','.join(options)}]"
 
 
-def _check_read_back(label: str, key: str, value: str) -> None:
-    """``UsageError`` where the text ``value`` of the option ``key`` of ``label`` is not what this bench shows of
-    any text (:func:`bench.run.specs.shown_text`): an older bench wrote it, before a text option's ``%`` was shown
-    as ``%25`` (b9e8e9e), and its ``50% off`` is no escape here, while its ``a%41`` would be rerun as ``aA`` (probe 16,
-    U1: the refusal named a ``--methods`` flag the user never gave)."""
-    try:
-        text = unescaped(value)
-    except UsageError as error:
-        why = str(error).partition(":")[0]
-    else:
-        if shown_text(text) == value:
-            return
-        why = f"read as escapes it is {text!r}, which this bench shows as {shown_text(text)!r}"
-    raise UsageError(f"the label {label!r} cannot be read back: its {key} {value!r} is no text this bench shows "
-                     f"({why}). An older bench wrote it, which took a '%' in a text option as itself (this one reads "
-                     "%XX as an escape and shows '%' as %25), so its rows name no method a rerun here could match: "
-                     "rerun that method into a store of its own (bench compare --methods, each '%' of its text "
-                     "written %25), and carry the rest of the group without these rows (move them out)")
+def _check_read_back(rows: list[dict], where: Path) -> None:
+    """Each label of ``rows`` read back as itself (:func:`~bench.store.label_read_back.read_back_problem`), before the
+    rows are checked (which names such a row's file and line, but not what a carry of its group does about it): one
+    that does not is named with its method and the store ``where`` (probe 16, U1: the refusal named a ``--methods``
+    flag the user never gave)."""
+    # a label that is no text is the row checks' to name
+    methods = ((row.get("press"), row.get("allocator")) for row in rows)
+    for press, allocator in dict.fromkeys(m for m in methods if all(isinstance(label, str) for label in m)):
+        problem = read_back_problem(press) or read_back_problem(allocator)
+        if problem:
+            raise UsageError(f"{where}: its group's method {press}/{allocator}: {problem}: rerun that method into a "
+                             "store of its own (bench compare --methods, each '%' of its text written %25), and carry "
+                             "the rest of the group without these rows (move them out)")
 
 
 def _check_labels(rows: list[dict], artifacts: list[Path], where: Path) -> None:
     """Each method of ``rows`` read back as the item its rerun will give (:func:`_item`), before any context is rerun:
-    a label that does not read back, or an estimator's folder not given, is named with the store ``where``."""
+    an estimator's folder not given is named with the store ``where`` (each label reads back as itself: checked first,
+    :func:`_check_read_back`)."""
     for method in dict.fromkeys(method_of(row) for row in rows if row["press"] != "none"):
         press, _, allocator = method.partition("/")
         try:
@@ -208,6 +202,7 @@ def carry(directory: Path, sample: int = 2, seed: int = 0, batch: int = 32, mode
     # a writer's lock on each: nothing appends while their rows are rewritten
     stores = [ResultStore(d, named="store") for d in expand(given)]
     try:
+        _check_read_back([row for store in stores for row in store.rows], Path(directory))
         check_stores(stores)
         for store in stores:
             if store.path.name == "results.jsonl" and store.path.with_name("results.jsonl.gz").exists():

@@ -21,6 +21,7 @@ from workloads.tasks.registry import ALL_TASKS, haystack_of
 from workloads.tasks.ruler import METRIC, PROFILES
 
 from .context_fit import fit_problem
+from .label_read_back import read_back_problem
 from .legacy_rows import OPTIONAL_FIELDS
 from .row_fields import (
     BASELINE,
@@ -98,8 +99,8 @@ def key_problem(row: dict) -> str | None:
 def _setting_problem(row: dict) -> str | None:
     """The first key value no run writes, of a key of its types: a task no family builds, a template profile,
     engine, dtype or device the CLI refuses, a ``weights`` that is not the fingerprint of the row's ``model_parts``,
-    or a no-prune row (press and allocator ``none``) at another kept fraction than 1 or beside
-    a compacting press or allocator."""
+    a no-prune row (press and allocator ``none``) at another kept fraction than 1 or beside
+    a compacting press or allocator, or a label that does not read back as itself (:func:`_label_problem`)."""
     for field, known in (("task", ALL_TASKS), ("profile", PROFILES), ("engine", ENGINES)):
         if row[field] not in known:
             return f"{field}={reprlib.repr(row[field])} (expected one of {', '.join(known)})"
@@ -121,6 +122,17 @@ def _setting_problem(row: dict) -> str | None:
     if press == BASELINE and row["keep_fraction"] != 1:
         return (f"keep_fraction={row['keep_fraction']!r} (expected 1 in a no-prune row: the full cache keeps every "
                 "entry)")
+    return _label_problem(row)
+
+
+def _label_problem(row: dict) -> str | None:
+    """A press or allocator label that does not read back as itself (:mod:`bench.store.label_read_back`): beside its
+    setting's own label it would read as a second method of one setting (probe 17, #4)."""
+    for field in ("press", "allocator"):
+        problem = read_back_problem(row[field])
+        if problem:
+            return (f"{field}: {problem} (expected a label as this bench writes it: rerun that method into a store "
+                    "of its own, or move its rows out)")
     return None
 
 

@@ -1,0 +1,79 @@
+"""A method's label that does not read back as itself — ``%20`` for a space, a lowercase ``%0a``, a raw ``|``, keys
+out of order or given twice, a ``%`` that starts no escape — is refused by every reader of a store, naming its file,
+line, the label, the option and the label this bench shows; beside its setting's own label it would read as a second
+method of one setting, with a folder and table row of its own (probe 17, #4). Every label this bench writes reads
+back."""
+
+import pytest
+
+from bench.run.compare import run_compare
+from bench.store.label_read_back import read_back_problem
+from tests.helpers import assert_reports_refuse, compare_settings, run_cli, store_of, stored_rows
+
+OLDER_BENCH = ("An older bench wrote it, which took a '%' in a text option as itself (this one reads %XX as an escape "
+               "and shows '%' as %25), so its rows name no method a rerun here could match")
+BY_HAND = "it was written by hand or by another tool"
+
+
+@pytest.mark.parametrize("label", [
+    "none", "flat", "keydiff", "kvpress:ExpectedAttentionPress", "gatesight(estimator=46e464d1a968)",
+    "snapkv(window=0.1)", "perlayer(weights=1;2.5)", "tagp(tag= x )", "kvzip(suffix=<%7Cim_start%7C>assistant%0A)",
+    "tagp(tag=50%25 off)", "tagp(tag=a%3Bb)", "tagp(count=3,tag=x)", "tagp(tag=)",
+])
+def test_a_label_this_bench_writes_reads_back(label):
+    assert read_back_problem(label) is None
+
+
+@pytest.mark.parametrize(("label", "problem"), [
+    ("tagp(tag=50%25%20off)", "its tag '50%25%20off' is no text this bench shows (read as escapes it is '50% off', "
+                              f"which this bench shows as '50%25 off'). {OLDER_BENCH}"),
+    ("tagp(tag=a%0a)", "its tag 'a%0a' is no text this bench shows (read as escapes it is 'a\\n', which this bench "
+                       f"shows as 'a%0A'). {OLDER_BENCH}"),
+    ("tagp(tag=%G1)", "its tag '%G1' is no text this bench shows (the '%' at character 1 starts no %XX escape). "
+                      f"{OLDER_BENCH}"),
+    ("perlayer(weights=1;x%41)", "its weights '1;x%41' is no text this bench shows (read as escapes it is '1;xA', "
+                                 f"which this bench shows as '1;xA'). {OLDER_BENCH}"),
+    ("tagp(count=2,tag=a|b)", f"its tag 'a|b' is no text this bench shows (it shows that text as 'a%7Cb'); {BY_HAND}, "
+                              "and this bench shows that setting as 'tagp(count=2,tag=a%7Cb)'"),
+    ("tagp(tag=x,count=2)", f"its options are not in the order of their keys (tag, count); {BY_HAND}, and this bench "
+                            "shows that setting as 'tagp(count=2,tag=x)'"),
+    ("tagp(tag=x,tag=y)", f"its option tag is given 2 times, where this bench shows each option once; {BY_HAND}"),
+    ("(tag=x)", f"it names no press or allocator before its options; {BY_HAND} (this bench writes no such label)"),
+    ("tagp()", f"its brackets hold no options; {BY_HAND}"),
+    ("tagp(tag=x", "its options have no closing ')'"),
+    ("tagp(tag)", "its option 'tag' is no key=value pair of a field name and its value"),
+    ("tag|p", "its name 'tag|p' is neither a registered name"),
+])
+def test_a_label_that_does_not_read_back_is_named_with_why_and_its_setting_label(label, problem):
+    said = read_back_problem(label)
+    assert said.startswith(f"the label {label!r} cannot be read back: ") and problem in said, said
+    assert said.endswith("so its rows name no method a rerun here could match"), said
+
+
+@pytest.fixture(scope="module")
+def run(model_dir, tmp_path_factory):
+    """A finished run of the tiny model: no prune and keydiff/flat at p = 0.5 on one context."""
+    out = tmp_path_factory.mktemp("run")
+    run_compare(compare_settings(model_dir, out), show_progress=False)
+    return out
+
+
+def _relabelled(run, directory, label: str):
+    """A store of ``run``'s rows with keydiff's label replaced by ``label``."""
+    return store_of([{**row, "press": label} if row["press"] == "keydiff" else row for row in stored_rows(run)],
+                    directory)
+
+
+def test_a_store_naming_a_label_that_does_not_read_back_is_refused(run, tmp_path, capsys):
+    # the setting's own label passes: only the one that does not read back as itself is refused
+    assert run_cli(capsys, "verify", _relabelled(run, tmp_path / "good", "keydiff(tag=50%25 off)"))[0] == 0
+    label = "keydiff(tag=50%25%20off)"
+    bad = _relabelled(run, tmp_path / "bad", label)
+    at = next(i for i, row in enumerate(stored_rows(bad)) if row["press"] == label) + 1
+    assert_reports_refuse(capsys, bad, tmp_path / "docs", (
+        f"{bad / 'results.jsonl'}:{at}: press: the label {label!r} cannot be read back: its tag '50%25%20off' is no "
+        "text this bench shows (read as escapes it is '50% off', which this bench shows as '50%25 off'). "
+        f"{OLDER_BENCH} (expected a label as this bench writes it: rerun that method into a store of its own, or move "
+        "its rows out)"))
+    code, err = run_cli(capsys, "merge", run, bad, "--out", tmp_path / "merged")
+    assert code == 2 and f"{bad / 'results.jsonl'}:{at}: press: the label {label!r}" in err, err
