@@ -288,13 +288,12 @@ def _own_code(cls: type, engine: str, files: dict[str, Path], shared: set[str], 
     imports that the group does not share (another press's module included); for a class of a user's module, that
     module's whole source (the file it was loaded from; the class's own source where there is no file) and the
     source of each of the user's own modules it imports (or loads by a name written out: :func:`_imported_by_name`),
-    directly or through others (:class:`_UserModules`: a
-    helper module beside it or one of the press's own package however it is installed, not the standard library,
-    another installed package or the project; a compiled one by its bytes, :func:`_helper_code`, its own imports
-    unread), so that an edit of a helper is a new version of the press
-    too (probe 14). Not with ``helpers`` false: a class a press names as its own
-    code (:meth:`presses.Press.code_objects`) comes with its package's version, which stands for the rest of it
-    however that package is installed."""
+    directly or through others (:class:`_UserModules`: a helper module beside it or one of the press's own package
+    however it is installed, not the standard library, another installed package or the project; a compiled one by
+    its bytes, :func:`_helper_code`, its own imports unread), so that an edit of a helper is a new version of the
+    press too (probe 14). Not with ``helpers`` false: a class a press names as its own code
+    (:meth:`presses.Press.code_objects`) comes with its package's version, which stands for the rest of it however
+    that package is installed."""
     module = cls.__module__
     if module in files:
         owned = _walk([module], files, shared | _skipped(engine, files) | set(REGISTRIES))
@@ -319,25 +318,32 @@ def _own_code(cls: type, engine: str, files: dict[str, Path], shared: set[str], 
 
 
 def method_codes(methods: list[tuple], engine: str = "hf", model_dir: Path | None = None) -> list[str]:
-    """The method code of each ``(press, allocator)`` of ``methods`` (built objects): a hash of what it runs beyond
-    its group's code (:func:`code_version`), that is the own code of the press's and of the allocator's classes, of
-    any outside code the press names as its own (:meth:`presses.Press.code_objects`: a wrapped kvpress scorer's
-    class, with kvpress's version), and of the allocator's own calibration in ``model_dir``
-    (:attr:`allocators.Allocator.model_files`)."""
+    """The method code of each ``(press, allocator)`` of ``methods`` (built objects): :func:`class_method_codes` of
+    their classes, the outside code the press names as its own (:meth:`presses.Press.code_objects`: a wrapped kvpress
+    scorer's class; a user's press failing there is one line) and the allocator's
+    :attr:`~allocators.Allocator.model_files`."""
+    return class_method_codes([(type(press), type(allocator), run_users(
+        press.code_objects, type(press), f"press {press_label(press)}", "in code_objects"), getattr(
+        allocator, "model_files", ())) for press, allocator in methods], engine, model_dir)
+
+
+def class_method_codes(methods: list[tuple], engine: str = "hf", model_dir: Path | None = None) -> list[str]:
+    """The method code of each ``(press class, allocator class, code objects, model files)`` of ``methods``, what it
+    runs beyond its group's code (:func:`code_version`): the two classes' own code, the code objects' (with their
+    package's version) and ``model_dir``'s files the allocator reads (globs; not where ``model_dir`` is None). Of
+    classes, so that a carry's record is checked without building methods (:mod:`bench.store.carried_checks`)."""
     files = module_files(project_modules.ROOT)
     shared = set(result_modules(engine))
     codes = []
-    for press, allocator in methods:
+    for press, allocator, objects, owned in methods:
         digest = hashlib.sha256()
-        for cls in (type(press), type(allocator)):
+        for cls in (press, allocator):
             digest.update(_own_code(cls, engine, files, shared))
-        # a user's press failing there is one line naming it, not a traceback
-        for obj in run_users(press.code_objects, type(press), f"press {press_label(press)}", "in code_objects"):
+        for obj in objects:
             cls = obj if isinstance(obj, type) else type(obj)
             root = sys.modules.get(cls.__module__.partition(".")[0])
             digest.update(f"{getattr(root, '__version__', '')}\n".encode())
             digest.update(_own_code(cls, engine, files, shared, helpers=False))
-        owned = getattr(allocator, "model_files", ())
         if owned and model_dir is not None:
             digest.update(files_fingerprint(model_dir, owned).encode())
         codes.append(digest.hexdigest()[:12])

@@ -21,7 +21,7 @@ from runtime.errors import UsageError, check_regular_file
 from runtime.gunzip import GunzipLimitError, gunzip
 from runtime.json_text import parse_json
 
-from .carried_codes import carried_records, under_records
+from .carried_codes import read_under
 from .legacy_rows import not_a_row, read_row
 from .row_checks import key_problem
 from .row_fields import FIDELITY_FIELDS, SCHEMA, row_key
@@ -137,7 +137,9 @@ class ResultStore:
                 self.cut_line = number
             else:
                 self.skipped.append((number, not_a_row(value)))
-        self.rows = under_records(self.rows, carried_records(self.directory))  # a collection's carried groups
+        self.carried = read_under(self.rows, self.directory)  # a collection's carried groups, read under its records
+        """What each record of the group folder's carries that names this store carried of its rows: ``{index in the
+        file: rows of each context}`` (:func:`~bench.store.carried_codes.read_under`)."""
         # an append ends a last line without its newline first
         self._next_line = data.count(b"\n") + (2 if data and not data.endswith(b"\n") else 1)
         self.done = {row_key(r) for r in self.rows if key_problem(r) is None}  # a bad key is check_rows' to name

@@ -13,13 +13,15 @@ from pretrained.file_record import CHECKOUT
 from pretrained.fingerprints import identity
 from runtime.errors import UsageError
 
+from .carried_checks import check_carried_records
+from .carried_codes import CARRIED
 from .collection import PACK, STORE_FILES, case_twins, collection_stores, misplaced, older_named
 from .completeness import RERUN, SHOWN, check_complete, listed
 from .context_identity import check_one_context
 from .copies import check_one_value
 from .method_identity import check_one_method_code
 from .result_store import ResultStore
-from .row_fields import BASELINE, method_of
+from .row_fields import BASELINE, CARRIED_FROM, method_of
 from .row_set_checks import measured_problems, question_of
 from .shards import check_one_split
 
@@ -33,8 +35,9 @@ def check_stores(stores: list[ResultStore], complete: bool = True, source: bool 
     their own folders, under one name a model (:func:`check_in_own_folders`, :func:`check_one_name`), no catalogued
     name the shipped default model's (:func:`check_not_renamed_default`); one method code
     per method and group (:func:`check_methods_alike`); one text a context
-    (:func:`~bench.store.context_identity.check_one_context`); each child against the no-prune row of its question
-    in another store (:func:`check_measured_across`), a collection's in its group's ``none`` store
+    (:func:`~bench.store.context_identity.check_one_context`); a collection's records of carried groups against the
+    rows they carry (:func:`~bench.store.carried_checks.check_carried_records`); each child against the no-prune row
+    of its question in another store (:func:`check_measured_across`), a collection's in its group's ``none`` store
     (:func:`check_group_baselines`); with ``complete``, no last line cut short, the shards
     of one run and split only (:func:`check_one_split`, as ``bench merge`` checks them) and whole runs
     (:func:`check_complete`); and one value per row key, held once (:func:`check_one_value`). With ``source``
@@ -48,6 +51,7 @@ def check_stores(stores: list[ResultStore], complete: bool = True, source: bool 
     check_not_renamed_default(stores)
     check_methods_alike(stores)
     check_one_context(stores)
+    check_carried_records(stores)
     check_group_baselines(stores)
     check_measured_across(stores)
     if complete:
@@ -108,10 +112,31 @@ def check_group_baselines(stores: list[ResultStore]) -> None:
                     raise UsageError(f"{store.path}:{line}: a child of {method_of(row)} whose no-prune row (task "
                                      f"{row['task']}, item {row['item']}, question {row['question']}, code "
                                      f"{row.get('code')}) {baseline.path} does not hold, against which its ΔNLL and "
-                                     f"KL were measured; restore {folder} from version control, or publish the run "
-                                     "that holds it with its children")
+                                     f"KL were measured; {_restore_baseline(row, baseline, held, group)}")
         if beside:  # a none store given is held to its children with the others (check_stores)
             check_measured_across([baseline, *held])
+
+
+def _restore_baseline(child: dict, baseline: ResultStore, held: list[ResultStore], group: Path) -> str:
+    """What to restore where the ``baseline`` store (a collection's group's ``none`` store) lacks the no-prune row of
+    ``child``, a row of one of ``held``: the group's record of its carries (:data:`CARRIED`) where that store holds
+    the row at another code, or the child says it was carried, or rows do and the record is gone (probe 17, U2: with
+    the record deleted, an intact none store was named); else the none store."""
+    record = group / CARRIED
+    other = next((row.get("code") for row in baseline.rows if row["press"] == BASELINE
+                  and question_of(row, ("code",)) == question_of(child, ("code",))), None)
+    said = CARRIED_FROM in child or (not record.exists() and any(
+        CARRIED_FROM in row for store in (baseline, *held) for row in store.rows))
+    if other is None and not said:
+        return (f"restore {group / BASELINE} from version control, or publish the run that holds it with its "
+                "children")
+    elsewhere = f"the none store holds it at code {other}, and " if other is not None else ""
+    if not record.exists():
+        return (f"{elsewhere}the group's record of its carries, {record}, under which its rows read at the code they "
+                f"were carried to, is missing: restore {record} from version control")
+    return (f"{elsewhere}the group's record of its carries, {record}, does not carry the two to one code: restore it "
+            "from version control (or, where the child's store was put there by hand after a carry, move it out, "
+            "carry it and publish it)")
 
 
 def check_methods_alike(stores: list[ResultStore]) -> None:

@@ -18,7 +18,7 @@ from bench.store.code_version import code_version
 from bench.store.result_store import ResultStore
 from tests.helpers import compare_settings, run_cli
 
-OLD = "0ld0c0de0000"
+OLD = "01d0c0de0000"  # a code as the bench writes one: 12 hex digits (a record names it)
 
 
 @pytest.fixture(scope="module")
@@ -188,7 +188,10 @@ def test_a_record_of_a_carried_group_reads_old_rows_as_the_new_code_and_nothing_
     assert mapped[1:] == rows[1:]  # another own code, another group, another method: as they are
     folder = tmp_path / "group"
     (folder / "p--flat").mkdir(parents=True)
-    (folder / CARRIED).write_text(json.dumps([{**first, "stores": ["other"]}]))
+    written = {"group": {**group, "code": "a" * 12}, "from": "a" * 12, "to": "b" * 12,  # as a carry writes one
+               "method_codes_from": {"p/flat": "a" * 12}, "method_codes": {"p/flat": "b" * 12},
+               "contexts": [["t", 0, None]], "sample": 1, "seed": 0, "rows": 1, "stores": ["other"]}
+    (folder / CARRIED).write_text(json.dumps([written]))
     from bench.store.carried_codes import carried_records
 
     assert carried_records(folder / "p--flat") == []

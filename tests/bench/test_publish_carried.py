@@ -16,7 +16,7 @@ from bench.store.carried_codes import CARRIED
 from bench.store.code_version import code_version
 from tests.helpers import compare_settings, run_cli
 
-OLD = "0ld0c0de0000"
+OLD = "01d0c0de0000"  # a code as the bench writes one: 12 hex digits (a record names it)
 
 
 def _at_old_code(model_dir, out, **change):
