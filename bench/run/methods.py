@@ -48,15 +48,13 @@ def _spec(kind, text: str, flag: str, every: dict, registry, model: ModelInfo | 
             raise UsageError(f"{flag} {text!r}: no prune ({BASELINE}) takes no options")
         return kind(BASELINE)
     try:
-        registry.options_of(name, own)
-    except UsageError as error:
-        if not own:  # an unknown name says so itself
-            raise
-        raise UsageError(f"{flag} {text!r}: {error}") from None  # an option, named with the item it came from
-    try:
         typed = registry.options_of(name, options)
-    except UsageError as error:  # probe 17, U4: one of every method's options, named with that flag
-        raise UsageError(f"{every_flag}, for {flag} {text!r}: {error}") from None
+    except UsageError as error:
+        if not options:  # an unknown name says so itself
+            raise
+        # an option, named with the flag it came from (probe 17, U4): the item's own where they alone fail alike
+        raise UsageError(f"{flag} {text!r}: {error}" if _fails_alike(registry, name, own, error) else
+                         f"{every_flag}, for {flag} {text!r}: {error}") from None
     try:
         default = registry.get(name)
     except ValueError:  # a required option (perlayer's weights): no default build to compare with
@@ -72,6 +70,15 @@ def _spec(kind, text: str, flag: str, every: dict, registry, model: ModelInfo | 
             if fingerprints[key] == own:  # the model's own files, which the press reads when not told: the default
                 del kept[key], fingerprints[key]
     return kind(name, frozen_options(kept), frozen_options(fingerprints))
+
+
+def _fails_alike(registry, name: str, own: dict, error: UsageError) -> bool:
+    """Whether the item's own options ``own`` alone are refused as ``error`` refused them with every method's."""
+    try:
+        registry.options_of(name, own)
+    except UsageError as alone:
+        return str(alone) == str(error)
+    return False
 
 
 def methods_of(settings: CompareSettings, model: ModelInfo) -> tuple[Method, ...]:
