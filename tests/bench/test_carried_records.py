@@ -202,3 +202,16 @@ def test_a_methods_code_of_its_classes_is_its_code_built(label, model_dir):
     assert class_method_codes([_classes(label)], "hf", model_dir) == built
     if allocator == "head_shares":  # its file of the model folder is part of the code
         assert class_method_codes([_classes(label)], "hf", None) != built
+
+
+def test_carry_refuses_rows_of_a_code_no_run_writes_before_a_rerun(model_dir, tmp_path, capsys):
+    """A row's code edited to no code (``0ld0c0de0000``: an ``l``) was carried, and the record written named it as
+    its ``from``, which every reader then refused: carry names it first, and writes nothing."""
+    store = tmp_path / "store"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(bench.run.plan, "code_version", lambda engine="hf": "0ld0c0de0000")
+        run_compare(compare_settings(model_dir, store, n=1), show_progress=False)
+    before = {p: p.read_bytes() for p in store.iterdir() if p.is_file()}
+    code, err = run_cli(capsys, "carry", store, "--model", model_dir)
+    assert code == 2 and "rows of code '0ld0c0de0000', which no run writes (a code is 12 hex digits)" in err, err
+    assert {p: p.read_bytes() for p in store.iterdir() if p.is_file()} == before

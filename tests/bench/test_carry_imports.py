@@ -41,7 +41,7 @@ def old_store(model_dir, tmp_path, monkeypatch):
 
     out = tmp_path / "store"
     with monkeypatch.context() as patch:
-        patch.setattr(bench.run.plan, "code_version", lambda engine="hf": "0ld0c0de0000")
+        patch.setattr(bench.run.plan, "code_version", lambda engine="hf": "01d0c0de0000")
         run_compare(compare_settings(model_dir, out, presses=["carriedp", "none"]), show_progress=False)
     registry.PRESSES.pop("carriedp")
     sys.modules.pop("carried_press")

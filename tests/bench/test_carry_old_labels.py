@@ -36,7 +36,7 @@ def test_a_label_an_older_bench_wrote_is_named_before_any_context_is_rerun(tagge
                                                                            capsys, monkeypatch):
     store = tmp_path / "store"
     with monkeypatch.context() as patch:
-        patch.setattr(bench.run.plan, "code_version", lambda engine="hf": "0ld0c0de0000")
+        patch.setattr(bench.run.plan, "code_version", lambda engine="hf": "01d0c0de0000")
         run_compare(compare_settings(model_dir, store, presses=["taggedk[tag=placeholder]", "none"]),
                     show_progress=False)
     # the label as the older bench wrote it: its text as it was, '%' and all
