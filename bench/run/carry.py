@@ -32,7 +32,7 @@ from pretrained import loading, model_info
 from runtime.errors import UsageError
 from workloads.tasks import registry as tasks
 
-from ..store.carried_codes import CARRIED, CODE, read_records
+from ..store.carried_codes import CARRIED, read_records
 from ..store.code_version import code_version
 from ..store.label_read_back import read_back_problem
 from ..store.result_store import ResultStore, open_stores
@@ -199,6 +199,7 @@ def carry(directory: Path, sample: int = 2, seed: int = 0, batch: int = 32, mode
     in_collection = bool(group) or is_collection(Path(directory))
     given = group or [Path(directory)]
     open_stores(given)  # no such folder, a file, no store there, one being written: refused first
+    read_records(Path(directory) / CARRIED)  # the record appended to, read before any row is rewritten (probe 18)
     # a writer's lock on each: nothing appends while their rows are rewritten
     stores = [ResultStore(d, named="store") for d in expand(given)]
     try:
@@ -217,7 +218,6 @@ def carry(directory: Path, sample: int = 2, seed: int = 0, batch: int = 32, mode
                 groups.setdefault(_group_of(row), []).append((store, i))
         # the methods it reruns, and where its records and rewritten rows go, checked before any context is rerun
         rerun_rows = [store.rows[i] for held in groups.values() for store, i in held]
-        _check_codes(rerun_rows, Path(directory))
         check_registered(rerun_rows, Path(directory))
         _check_labels(rerun_rows, list(artifacts), Path(directory))
         _check_writable([held[0][0].directory.parent for held in groups.values()] if in_collection else
@@ -247,15 +247,6 @@ def carry(directory: Path, sample: int = 2, seed: int = 0, batch: int = 32, mode
     finally:
         for store in stores:
             store.close()
-
-
-def _check_codes(rows: list[dict], where: Path) -> None:
-    """A ``UsageError`` naming a code no run writes (12 hex digits), which no reader takes in a record, first."""
-    bad = next((row["code"] for row in rows if not (isinstance(row.get("code"), str) and CODE.fullmatch(row["code"]))),
-               None)
-    if bad is not None:
-        raise UsageError(f"{where}: rows of code {bad!r}, which no run writes (a code is 12 hex digits): they were "
-                         "edited after they ran; restore them from version control")
 
 
 def _check_weights(model, groups: dict[tuple, list[tuple]], where: Path) -> None:

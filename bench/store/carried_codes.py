@@ -22,12 +22,11 @@ from runtime.bounded_read import METADATA_LIMIT, read_bounded
 from runtime.errors import UsageError, check_regular_file
 from runtime.json_text import parse_json
 
-from .row_fields import BASELINE, BASELINE_CODE, CARRIED_FROM, METHOD_CODE, method_of
+from .label_read_back import read_back_problem
+from .row_fields import BASELINE, BASELINE_CODE, CARRIED_FROM, CODE, METHOD_CODE, method_of
 
 CARRIED = "carried.json"
 """A folder's record of its carried groups: a JSON list, one entry per carry, appended."""
-CODE = re.compile(r"[0-9a-f]{12}")
-"""The form of a code a record names: the first 12 hex digits of a SHA-256, as the bench computes every code."""
 REMEDY = "restore it from version control"
 """What a damaged record is refused with: a carry's record is committed with the rows it maps."""
 
@@ -78,16 +77,34 @@ def record_problem(record: dict) -> str | None:
         return (f"method_codes names {sorted(record['method_codes'])}, method_codes_from "
                 f"{sorted(record['method_codes_from'])} (expected the same methods, each with its code before and "
                 "after)")
+    if not all(method == BASELINE or _method_label(method) for method in record["method_codes"]):
+        return (f"method_codes names {_shown(sorted(record['method_codes']))} (expected method labels, "
+                "press/allocator, each as this bench writes it)")
     contexts = record.get("contexts")
-    if not isinstance(contexts, list) or not contexts or not all(_context(c) for c in contexts):
-        return f"contexts {_shown(contexts)} (expected the contexts it reran, one [task, item, haystack] at least)"
+    if not isinstance(contexts, list) or not contexts or not all(_context(c) for c in contexts) or len(
+            {json.dumps(c) for c in contexts}) < len(contexts):
+        return (f"contexts {_shown(contexts)} (expected the contexts it reran, one [task, item, haystack] at least, "
+                "each once)")
     for field, least in (("sample", len(contexts)), ("rows", 1), ("seed", 0)):
         if not (type(record.get(field)) is int and record[field] >= least):
             return f"{field} {_shown(record.get(field))} (expected an integer {least} or more)"
-    stores = record.get("stores", [""])
-    if not (isinstance(stores, list) and stores and all(isinstance(s, str) and s for s in stores)):
-        return f"stores {_shown(stores)} (expected the names of the method folders it carried, one at least)"
+    stores = record.get("stores")  # none: a carry that rewrote its store's rows, whose own record it is
+    if stores is not None and not (isinstance(stores, list) and stores and all(
+            isinstance(s, str) and s not in (".", "..") and _FOLDER.fullmatch(s) for s in stores)
+            and len(set(stores)) == len(stores)):
+        return f"stores {_shown(stores)} (expected the names of the method folders it carried, one at least, each once)"
     return None
+
+
+_FOLDER = re.compile(r"[A-Za-z0-9._-]+")
+"""What a method folder's name is made of (:func:`bench.store.collection.method_folder`)."""
+
+
+def _method_label(method: str) -> bool:
+    """Whether ``method`` is a method's label, ``press/allocator``, each read back as itself
+    (:func:`~bench.store.label_read_back.read_back_problem`)."""
+    press, slash, allocator = method.partition("/")
+    return bool(slash) and not read_back_problem(press) and not read_back_problem(allocator)
 
 
 def _method_code(method: str, code, before: bool) -> bool:

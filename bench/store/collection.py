@@ -52,10 +52,12 @@ def laid_out(collection: Path) -> list[Path]:
     """The stores of ``collection``, each checked to be where bench publish puts one: ``<group>/<method>/``, the
     group's folder named as :data:`~artifacts.output_kinds.GROUP_FOLDER`, neither folder a link. Probe 17: a store
     elsewhere (copied in, or through a link to a folder outside) was read as the collection's and checked by nothing,
-    and a clone that does not follow the link lost its rows."""
+    and a clone that does not follow the link lost its rows; probe 18: one deeper (a collection within) was not read."""
     stores = stores_below(collection)
-    for store in stores:
-        if store.is_symlink() or store.parent.is_symlink() or not GROUP_FOLDER.fullmatch(store.parent.name):
+    deeper = sorted({path.parent for name in STORE_FILES for path in collection.glob(f"*/*/*/**/{name}")})
+    for store in [*deeper, *stores]:  # probe 18: a collection published into a folder of one went unread
+        if store in deeper or store.is_symlink() or store.parent.is_symlink() or not GROUP_FOLDER.fullmatch(
+                store.parent.name):
             raise UsageError(f"{store}: a store of the collection {collection} that bench publish did not put there "
                              "(a collection's stores are <group>/<method>/ folders, the group's named "
                              "<model>-<length>-<digest>, no links among them): move it out, then `bench publish "

@@ -101,8 +101,9 @@ def publish(sources: list[Path], into: Path, say: Callable[[str], None] = lambda
     below = laid_out(into) if into.is_dir() else []
     say(f"reading the {len(below)} store(s) of {into}")
     held = open_stores(below)
-    files: dict[Path, list[dict]] = {store.path: list(store.rows) for store in held}
-    known = {row_key(row): row for rows in files.values() for row in rows}
+    # each file's rows as it holds them (its group's records read them again); as read, to meet the new rows
+    files: dict[Path, list[dict]] = {store.path: store.file_rows for store in held}
+    known = {row_key(row): row for store in held for row in store.rows}
     added: dict[Path, list[dict]] = {}
     carries: dict[Path, tuple[list, list]] = {}
     for row in (_as_read(r, into, store.directory, carries) for store in opened for r in store.rows):

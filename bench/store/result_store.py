@@ -137,6 +137,8 @@ class ResultStore:
                 self.cut_line = number
             else:
                 self.skipped.append((number, not_a_row(value)))
+        self.file_rows = list(self.rows)
+        """The rows as its file holds them, before its group's carries (what ``bench publish`` writes back)."""
         self.carried = read_under(self.rows, self.directory)  # a collection's carried groups, read under its records
         """What each record of the group folder's carries that names this store carried of its rows: ``{index in the
         file: rows of each context}`` (:func:`~bench.store.carried_codes.read_under`)."""

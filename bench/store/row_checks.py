@@ -26,6 +26,8 @@ from .legacy_rows import OPTIONAL_FIELDS
 from .row_fields import (
     BASELINE,
     BATCH,
+    CARRIED_FROM,
+    CODE,
     ENGINES,
     FIDELITY_FIELDS,
     FRACTION_FIELDS,
@@ -115,6 +117,9 @@ def _setting_problem(row: dict) -> str | None:
         if row["weights"] != fingerprint_of_parts(parts):
             return (f"weights={row['weights']!r} (expected {fingerprint_of_parts(parts)!r}, the fingerprint of its "
                     f"model_parts {reprlib.repr(parts)}: one model, one fingerprint)")
+    for field in ("code", CARRIED_FROM):  # probe 18: verify and publish took codes that carry then refused
+        if field in row and not (isinstance(row[field], str) and CODE.fullmatch(row[field])):
+            return f"{field}={reprlib.repr(row[field])} (expected a code, 12 hex digits, as every run writes it)"
     press, allocator = row["press"], row["allocator"]
     if (press == BASELINE) != (allocator == BASELINE):
         return (f"press={press!r} with allocator={allocator!r} (expected both {BASELINE!r}, no prune, or neither: "

@@ -7,6 +7,7 @@ within one group of settings (:data:`GROUP_FIELDS`), and each names the run (and
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from runtime.errors import UsageError
@@ -31,6 +32,8 @@ manual pages), so one task, item and haystack may be another text on another mac
 it, so that a method run elsewhere never joins a group's contexts with other texts. Rows written before it lack it."""
 BASELINE_CODE = "none"
 """No prune's method code: it runs nothing but the group's code."""
+CODE = re.compile(r"[0-9a-f]{12}")
+"""The form of a code a record names: the first 12 hex digits of a SHA-256, as the bench computes every code."""
 SHARED_FIELDS = (*GROUP_FIELDS, "seed")
 """What every row of one run shares: its group and its seed (the shards of a run share them too)."""
 BASELINE = "none"

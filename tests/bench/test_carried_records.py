@@ -206,12 +206,12 @@ def test_a_methods_code_of_its_classes_is_its_code_built(label, model_dir):
 
 def test_carry_refuses_rows_of_a_code_no_run_writes_before_a_rerun(model_dir, tmp_path, capsys):
     """A row's code edited to no code (``0ld0c0de0000``: an ``l``) was carried, and the record written named it as
-    its ``from``, which every reader then refused: carry names it first, and writes nothing."""
+    its ``from``, which every reader then refused: carry's check of the rows names it first, and writes nothing."""
     store = tmp_path / "store"
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(bench.run.plan, "code_version", lambda engine="hf": "0ld0c0de0000")
-        run_compare(compare_settings(model_dir, store, n=1), show_progress=False)
+    run_compare(compare_settings(model_dir, store, n=1), show_progress=False)
+    rows = [json.loads(line) for line in (store / "results.jsonl").read_text().splitlines()]
+    (store / "results.jsonl").write_text("".join(json.dumps({**r, "code": "0ld0c0de0000"}) + "\n" for r in rows))
     before = {p: p.read_bytes() for p in store.iterdir() if p.is_file()}
     code, err = run_cli(capsys, "carry", store, "--model", model_dir)
-    assert code == 2 and "rows of code '0ld0c0de0000', which no run writes (a code is 12 hex digits)" in err, err
+    assert code == 2 and "code='0ld0c0de0000' (expected a code, 12 hex digits" in err, err
     assert {p: p.read_bytes() for p in store.iterdir() if p.is_file()} == before

@@ -168,13 +168,13 @@ def test_a_row_outside_its_shard_is_named_by_its_line(runs, tmp_path, capsys):
 def test_a_row_of_another_code_version_is_named_by_its_line_even_after_a_rerun(runs, model_dir, tmp_path, capsys):
     rows = stored_rows(runs / "whole")
     at = next(i for i, row in enumerate(rows) if row["press"] != "none" and row["item"] == 1)
-    rows[at]["code"] = "0ther0c0de00"
+    rows[at]["code"] = "0a0e00c0de00"
     store = store_of(rows, tmp_path / "store")
     for rerun in (False, True):
         if rerun:  # the gap the odd row left in its run is filled: the odd row stays odd
             run_compare(_settings(model_dir, store, n=2), show_progress=False)
             assert len(stored_rows(store)) == len(rows) + 1
-        expected = f"{store / 'results.jsonl'}:{at + 1} (1 row of code 0ther0c0de00; the other " \
+        expected = f"{store / 'results.jsonl'}:{at + 1} (1 row of code 0a0e00c0de00; the other " \
                    f"{len(rows) - 1 + rerun} rows are of code c0dec0dec0de)"
         code, err = run_cli(capsys, "verify", store)
         assert code == 2 and expected in err and "remove it (or keep it in another store)" in err, err
@@ -517,12 +517,12 @@ def test_a_rerun_under_another_code_version_says_it_starts_anew(runs, model_dir,
     shutil.copytree(runs / "whole", store)
     run_compare(_settings(model_dir, store, n=2), show_progress=False)  # nothing left to run, same code
     assert "note:" not in capsys.readouterr().err
-    monkeypatch.setattr(bench.run.plan, "code_version", lambda engine="hf": "0ther0c0de00")
+    monkeypatch.setattr(bench.run.plan, "code_version", lambda engine="hf": "0a0e00c0de00")
     run_compare(_settings(model_dir, store, n=2), show_progress=False)
     count = len(stored_rows(runs / "whole"))
     assert f"note: {store / 'results.jsonl'} holds {count} rows of this model and settings computed by another code " \
            f"version (c0dec0dec0de): they are kept, and reported apart from this run's; this run (code " \
-           f"0ther0c0de00) does not resume them and starts anew" in capsys.readouterr().err
+           f"0a0e00c0de00) does not resume them and starts anew" in capsys.readouterr().err
     assert len(stored_rows(store)) == 2 * count
 
 
@@ -584,10 +584,10 @@ def test_merge_of_one_run_under_two_code_versions_says_what_to_do(runs, model_di
     """Two stores of the same run computed by two code versions are two results: merge refuses them naming the
     code versions and the ways out, as it does for runs of other contexts."""
     old = tmp_path / "old"
-    monkeypatch.setattr(bench.run.plan, "code_version", lambda engine="hf": "0ther0c0de00")
+    monkeypatch.setattr(bench.run.plan, "code_version", lambda engine="hf": "0a0e00c0de00")
     run_compare(_settings(model_dir, old, n=2), show_progress=False)
     code, err = run_cli(capsys, "merge", runs / "whole", old, "--out", tmp_path / "merged")
-    assert code == 2 and "differ in code (c0dec0dec0de against 0ther0c0de00); rows of two code versions are two " \
+    assert code == 2 and "differ in code (c0dec0dec0de against 0a0e00c0de00); rows of two code versions are two " \
                          "results, reported apart: keep each in its own store" in err, err
     assert not (tmp_path / "merged").exists()
 

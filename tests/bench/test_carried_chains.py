@@ -1,0 +1,125 @@
+"""Carries in sequence (probe 18): a collection group carried twice takes a new method by ``bench publish`` (its
+scratch check read the existing rows under the records twice, and refused every group of docs/results), and a store
+outside a collection is carried twice, its own record read back (it names no stores)."""
+
+import json
+import shutil
+from contextlib import contextmanager
+
+import pytest
+
+import bench.run.carry
+import bench.run.plan
+from bench.run.compare import run_compare
+from bench.store.carried_codes import CARRIED
+from bench.store.code_version import code_version
+from tests.helpers import compare_settings, run_cli
+
+FIRST, SECOND = "a0c0de000001", "a0c0de000002"
+"""The codes of two 'earlier checkouts'."""
+
+
+@contextmanager
+def _at(code: str | None):
+    """Runs and carries of ``code`` within (``None``: this checkout's)."""
+    with pytest.MonkeyPatch.context() as patch:
+        if code is not None:
+            patch.setattr(bench.run.plan, "code_version", lambda engine="hf": code)
+            patch.setattr(bench.run.carry, "code_version", lambda engine="hf": code)
+        yield
+
+
+@pytest.fixture(scope="module")
+def _twice(model_dir, tmp_path_factory):
+    """keydiff and no prune computed at :data:`FIRST`, published, carried to :data:`SECOND` and then to this
+    checkout's code; a collection and a plain store, each carried so."""
+    folder = tmp_path_factory.mktemp("chains")
+    first, collection = folder / "first", folder / "results"
+    with _at(FIRST):
+        run_compare(compare_settings(model_dir, first, n=1), show_progress=False)
+    plain = folder / "plain"
+    shutil.copytree(first, plain)
+    assert run_cli_ok("publish", first, "--into", collection)
+    [group] = collection.iterdir()
+    for code in (SECOND, None):
+        with _at(code):
+            assert run_cli_ok("carry", group, "--sample", "1", "--model", model_dir)
+            assert run_cli_ok("carry", plain, "--sample", "1", "--model", model_dir)
+    return collection, plain
+
+
+def run_cli_ok(*argv) -> bool:
+    from bench.commands.cli import main
+
+    return main(list(map(str, argv))) == 0
+
+
+def test_a_group_carried_twice_takes_a_new_method(_twice, model_dir, tmp_path, capsys):
+    collection = tmp_path / "results"
+    shutil.copytree(_twice[0], collection)
+    [group] = collection.iterdir()
+    assert [(r["from"], r["to"]) for r in json.loads((group / CARRIED).read_text())] == [
+        (FIRST, SECOND), (SECOND, code_version())]
+    before = {p: p.read_bytes() for p in collection.rglob("*") if p.is_file()}
+    new = tmp_path / "new"
+    run_compare(compare_settings(model_dir, new, presses=["snapkv"], n=1), show_progress=False)
+    code, err = run_cli(capsys, "publish", new, "--into", collection)
+    assert code == 0, err
+    assert {p: p.read_bytes() for p in before} == before  # the group's files as they were: the new method beside
+    assert run_cli(capsys, "verify", collection)[0] == 0
+
+
+def test_a_plain_store_carried_twice_keeps_both_records(_twice, capsys):
+    plain = _twice[1]
+    assert [(r["from"], r["to"]) for r in json.loads((plain / CARRIED).read_text())] == [
+        (FIRST, SECOND), (SECOND, code_version())]
+    assert {row["code"] for row in map(json.loads, (plain / "results.jsonl").read_text().splitlines())} == {
+        code_version()}
+    assert run_cli(capsys, "verify", plain)[0] == 0
+
+
+@pytest.mark.parametrize("change, says", [
+    (lambda r: r.update(stores=[*r["stores"], r["stores"][0]]), "stores"),  # a store named twice
+    (lambda r: r.update(stores=[*r["stores"], ".."]), "stores"),
+    (lambda r: r.update(contexts=[*r["contexts"], r["contexts"][0]]), "each once"),
+    (lambda r: [r[f].update({"no such/method/x": "4d7538aab877"}) for f in ("method_codes", "method_codes_from")],
+     "expected method labels"),
+    (lambda r: [r[f].update({"snapkv(window=16)": "4d7538aab877"}) for f in ("method_codes", "method_codes_from")],
+     "expected method labels"),
+])
+def test_a_record_naming_what_no_carry_names_is_refused(_twice, tmp_path, capsys, change, says):
+    """Probe 18, #7: a record's stores named twice or as ``..``, a context twice, a method key that is no method's
+    label passed every reader."""
+    collection = tmp_path / "results"
+    shutil.copytree(_twice[0], collection)
+    [group] = collection.iterdir()
+    records = json.loads((group / CARRIED).read_text())
+    change(records[-1])
+    (group / CARRIED).write_text(json.dumps(records))
+    code, err = run_cli(capsys, "verify", collection)
+    assert code == 2 and f"record {len(records) - 1}: " in err and says in err, err
+
+
+@pytest.mark.parametrize("code", ["", "0123", "DEADBEEF0000", "0123456789ab "])
+def test_a_row_of_a_code_no_run_writes_is_refused_by_every_reader(_twice, tmp_path, capsys, code):
+    """Probe 18, #6: verify and publish took rows whose code carry then refused as edited."""
+    store = tmp_path / "store"
+    shutil.copytree(_twice[1], store)
+    (store / CARRIED).unlink()
+    rows = [json.loads(line) for line in (store / "results.jsonl").read_text().splitlines()]
+    (store / "results.jsonl").write_text("".join(json.dumps({**row, "code": code}) + "\n" for row in rows))
+    for argv in (["verify", store], ["publish", store, "--into", tmp_path / "c"]):
+        status, err = run_cli(capsys, *argv)
+        assert status == 2 and f"code={code!r} (expected a code, 12 hex digits" in err, err
+    assert not (tmp_path / "c").exists()
+
+
+def test_publishing_into_a_folder_above_a_collection_is_refused(_twice, tmp_path, capsys):
+    """Probe 18, #5: ``publish --into up`` with ``up/c`` a collection made ``up`` a collection whose readers never
+    read ``up/c``."""
+    up = tmp_path / "up"
+    shutil.copytree(_twice[0], up / "c")
+    before = sorted(p for p in up.rglob("*"))
+    code, err = run_cli(capsys, "publish", _twice[0] / next(_twice[0].iterdir()).name / "none", "--into", up)
+    assert code == 2 and "a store of the collection" in err and str(up / "c") in err, err
+    assert sorted(p for p in up.rglob("*")) == before
