@@ -19,6 +19,7 @@ specs of one label are one setting. No prune is :data:`BASELINE_METHOD`, ``none`
 
 from __future__ import annotations
 
+import unicodedata
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -63,14 +64,27 @@ Markdown table's column (it added a cell to the method's rows of leaderboard.md,
 :data:`LABEL_PUNCTUATION`, which would read as other options, a list or another method."""
 
 
+_NOT_SHOWN = {"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp", "Zs"}
+"""The categories of what Python calls not printable: controls, formats, surrogates, private use, unassigned, and
+separators but the space."""
+
+
+def _printable(char: str) -> bool:
+    """Whether ``char`` is printable by Unicode 3.2, the database every Python ships frozen
+    (``unicodedata.ucd_3_2_0``): by its own, newer database the answer moves with the Python (probe 18: U+1FAE8 was
+    escaped by 3.11 and shown by 3.12, so each refused the other's label). A character newer than 3.2 (an emoji) is
+    shown escaped."""
+    return char == " " or unicodedata.ucd_3_2_0.category(char) not in _NOT_SHOWN
+
+
 def shown_text(value: str) -> str:
     """A text option's ``value`` as its label shows it: each character of :data:`ESCAPED` and each one that is not
-    printable (a newline split a row of leaderboard.md in two) as ``%XX``, each byte of its UTF-8 in uppercase hex
+    printable by Unicode 3.2 (:func:`_printable`; a newline split a row of leaderboard.md in two) as ``%XX``, each byte of its UTF-8 in uppercase hex
     (``<|im_start|>`` is ``<%7Cim_start%7C>``), every other as it is (text without them shows as it was before such
     text was taken). This is how the command line writes it too (:class:`runtime.options.EscapedText`), so that a
     label reads back as the item it was given by (``bench carry``)."""
     return "".join("".join(f"%{byte:02X}" for byte in char.encode("utf-8", "surrogatepass"))
-                   if char in ESCAPED or not char.isprintable() else char for char in value)
+                   if char in ESCAPED or not _printable(char) else char for char in value)
 
 
 def _label(name: str, options: Options, fingerprints: Options) -> str:

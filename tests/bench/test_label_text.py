@@ -216,3 +216,19 @@ def test_every_published_method_keeps_its_folder():
         with gzip.open(path, "rt") as lines:
             methods = {method_folder(json.loads(line)) for line in lines}
         assert methods == {path.parent.name}, path
+
+
+@pytest.mark.parametrize("text, shown", [
+    ("\U0001FAE8", "%F0%9F%AB%A8"),  # Unicode 15: escaped by Python 3.11, shown as itself by 3.12
+    ("\U0001FAE0", "%F0%9F%AB%A0"),  # Unicode 14: escaped by 3.10 alone
+    ("\U0001F604", "%F0%9F%98%84"),  # an emoji: newer than Unicode 3.2
+    ("é e\u0301 日本 ß", "é e\u0301 日本 ß"),  # letters and a combining mark of 3.2, and the space, as they are
+    ("\u00a0\u2028\u202e\ue000", "%C2%A0%E2%80%A8%E2%80%AE%EE%80%80"),
+])
+def test_what_a_label_escapes_is_the_same_under_every_python(text, shown):
+    """Probe 18, #4: whether a character was shown as itself followed the Python's own Unicode version, so a label
+    written under 3.12 was refused under 3.11 as written by hand (and the other way round); printable is now Unicode
+    3.2's, which every Python ships."""
+    from bench.run.specs import shown_text
+
+    assert shown_text(text) == shown
