@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 from artifacts.files import atomic_path
+from artifacts.output_kinds import GROUP_FOLDER
 from pretrained import loading, model_info
 from runtime.errors import UsageError
 from workloads.tasks import registry as tasks
@@ -196,6 +197,10 @@ def carry(directory: Path, sample: int = 2, seed: int = 0, batch: int = 32, mode
     from ..store.collection import expand, group_stores, is_collection
 
     group = group_stores(Path(directory))
+    if group and not (GROUP_FOLDER.fullmatch(Path(directory).name) and is_collection(Path(directory).parent)):
+        raise UsageError(f"{directory} holds stores one folder down ({group[0].name}, …) but is no setting group's "
+                         "folder of a collection (as verify reads it): carry each store of it, or publish them into a "
+                         "collection and carry that (probe 18: its record named stores no reader reads under it)")
     in_collection = bool(group) or is_collection(Path(directory))
     given = group or [Path(directory)]
     open_stores(given)  # no such folder, a file, no store there, one being written: refused first

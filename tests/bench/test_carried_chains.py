@@ -123,3 +123,15 @@ def test_publishing_into_a_folder_above_a_collection_is_refused(_twice, tmp_path
     code, err = run_cli(capsys, "publish", _twice[0] / next(_twice[0].iterdir()).name / "none", "--into", up)
     assert code == 2 and "a store of the collection" in err and str(up / "c") in err, err
     assert sorted(p for p in up.rglob("*")) == before
+
+
+def test_carry_refuses_a_folder_of_plain_stores_as_a_group(_twice, tmp_path, capsys):
+    """Probe 18, U4: a folder of plain stores was carried as a collection's group folder (its record naming them,
+    its rows left at their code), while verify refused the layout."""
+    multi = tmp_path / "w" / "multi"
+    shutil.copytree(_twice[1], multi / "a")
+    (multi / "a" / CARRIED).unlink()
+    before = sorted(p for p in multi.rglob("*"))
+    code, err = run_cli(capsys, "carry", multi)
+    assert code == 2 and f"{multi} holds stores one folder down (a, …) but is no setting group's folder" in err, err
+    assert sorted(p for p in multi.rglob("*")) == before
