@@ -79,10 +79,10 @@ def _printable(char: str) -> bool:
 
 def shown_text(value: str) -> str:
     """A text option's ``value`` as its label shows it: each character of :data:`ESCAPED` and each one that is not
-    printable by Unicode 3.2 (:func:`_printable`; a newline split a row of leaderboard.md in two) as ``%XX``, each byte of its UTF-8 in uppercase hex
-    (``<|im_start|>`` is ``<%7Cim_start%7C>``), every other as it is (text without them shows as it was before such
-    text was taken). This is how the command line writes it too (:class:`runtime.options.EscapedText`), so that a
-    label reads back as the item it was given by (``bench carry``)."""
+    printable by Unicode 3.2 (:func:`_printable`; a newline split a row of leaderboard.md in two) as ``%XX``, each
+    byte of its UTF-8 in uppercase hex (``<|im_start|>`` is ``<%7Cim_start%7C>``), every other as it is (text without
+    them shows as it was before such text was taken). This is how the command line writes it too
+    (:class:`runtime.options.EscapedText`), so that a label reads back as the item it was given by (``bench carry``)."""
     return "".join("".join(f"%{byte:02X}" for byte in char.encode("utf-8", "surrogatepass"))
                    if char in ESCAPED or not _printable(char) else char for char in value)
 

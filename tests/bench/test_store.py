@@ -192,7 +192,8 @@ def test_rows_stored_under_old_names_are_read_under_todays():
 
 def test_rows_from_before_the_engine_field_read_as_the_runtimes(tmp_path):
     row = {"schema": 2, "model": "m", "weights": "w", "press": "none", "allocator": "none", "keep_fraction": 1.0,
-           "task": "vt", "profile": "compact", "length": 512, "item": 0, "question": 0, "seed": 0, "code": "c0dec0dec0de"}
+           "task": "vt", "profile": "compact", "length": 512, "item": 0, "question": 0, "seed": 0,
+           "code": "c0dec0dec0de"}
     (tmp_path / "results.jsonl").write_text(json.dumps(row) + "\n")
     (stored,) = ResultStore(tmp_path, readonly=True).rows
     assert stored["engine"] == "hf"
