@@ -13,6 +13,7 @@ thread, which cannot be stopped from outside) and named, for the caller to refus
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import posix
 import signal
@@ -142,8 +143,11 @@ class HeldProcess:
         self._cwd, self._threads = _cwd(), set(threading.enumerate())
         self._handlers = {number: signal.getsignal(number) for number in SIGNALS}
         self._blocked = signal.pthread_sigmask(signal.SIG_BLOCK, [])
-        self._descriptors = {fd: (os.dup(fd), was) for fd in range(len(STREAMS))
-                             if (was := _descriptor(fd)) is not None}
+        # each copy above the standard ones: os.dup takes the lowest free, a closed stdout (`>&-`) for stdin's copy,
+        # which was then taken for stdout, and closed again on leaving as a change of the held code's (probe 19)
+        held = {fd: was for fd in range(len(STREAMS)) if (was := _descriptor(fd)) is not None}
+        self._descriptors = {fd: (fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, len(STREAMS)), was)
+                             for fd, was in held.items()}
         self._streams = {name: getattr(sys, name) for name in STREAMS if getattr(sys, name) is not None}
         self._stand_ins = {name: _StreamStandIn(stream) for name, stream in self._streams.items()}
         for name, stand_in in self._stand_ins.items():

@@ -119,3 +119,14 @@ def test_the_console_script_ends_though_a_thread_that_is_no_daemon_runs_on():
     assert done.returncode == 0, done.stderr
     assert done.stderr.strip().splitlines()[-1] == ("bench: thread(s) forever that are not daemons still ran after "
                                                     "the command ended; it ends without waiting for them")
+
+
+def test_a_standard_descriptor_closed_before_is_no_change_of_the_held_code():
+    """Probe 19 (the CI's run of ``bench verify >&-``): with stdout closed before, the copy of stdin taken on entering
+    landed on descriptor 1, was taken for stdout, and was closed on leaving: the held code was blamed for it."""
+    code = ("import os\nfrom runtime.process_guard import HeldProcess\nos.close(1)\n"
+            "with HeldProcess('press p') as held:\n    pass\n"
+            "import sys\nsys.stderr.write(repr(held.changes()))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parents[2], timeout=60)
+    assert done.returncode == 0 and done.stderr == "None", done.stderr
