@@ -74,6 +74,8 @@ def _as_read(row: dict, into: Path, source: Path, carries: dict[Path, tuple[list
     if store not in carries:
         carries[store] = (carried_records(store), read_records(store.parent / CARRIED))
     covering, every = carries[store]
+    if every and row.get("code") == every[-1]["to"]:  # the group's code now, whatever codes its chain revisits
+        return row
     [read] = under_records([row], covering)
     record = carried_from(read, every)
     if record is not None:
@@ -106,8 +108,14 @@ def publish(sources: list[Path], into: Path, say: Callable[[str], None] = lambda
     known = {row_key(row): row for store in held for row in store.rows}
     added: dict[Path, list[dict]] = {}
     carries: dict[Path, tuple[list, list]] = {}
-    for row in (_as_read(r, into, store.directory, carries) for store in opened for r in store.rows):
+    for source, raw in ((store, raw) for store in opened for raw in store.rows):
+        row = _as_read(raw, into, source.directory, carries)
         old = known.get(row_key(row))
+        if old is None and row.get("code") != raw.get("code"):  # probe 19: a record forged to name it carried it
+            raise UsageError(f"{source.directory}: the row of {describe_row(raw)} is of code {raw.get('code')}, which "
+                             f"{into / group_folder(row)} was carried away from to code {row.get('code')}, but the "
+                             "group does not hold it, so no carry reran it: carry the store to this checkout's code "
+                             f"(bench carry {source.directory}), then publish it")
         if old is not None:  # the first copy is kept; another padded batch changes the last digits alone
             if old.get(CONTEXT_SHA) != row.get(CONTEXT_SHA):
                 raise UsageError(f"task {row['task']}, item {row['item']} ({row.get('haystack')} haystack) of "

@@ -11,8 +11,8 @@ the label of its setting it would read as a second method of that setting, with 
 Nor does a label of a press or allocator registered here (:data:`presses.registry.PRESSES`, a ``kvpress:`` class,
 :data:`allocators.ALLOCATORS`) that reads back as text but names its setting otherwise than a run does: an option at
 its default (``snapkv(gqa=mean,window=16)``), one it has not (``windw``), a number written otherwise (``window=016``,
-``weights=1;2.5;0.1``, which perlayer normalises), another name of its class (``kvpress:knorm``), a name in another
-letter case (``FLAT``), a raw ``;`` in a text (probe 18, #3). Its setting is rebuilt from it as a run builds one
+``weights=1;2.5;0.1``, which perlayer normalises), another name of its class (``kvpress:knorm``), a raw ``;`` in a
+text (probe 18, #3). Its setting is rebuilt from it as a run builds one
 (:func:`bench.run.methods._spec`), and the label is refused unless that setting's label is the same text. A press
 or allocator not registered here (a user's module, which verify does not import) is checked as text alone, and so
 is a label with an option that names an artifact folder (``gatesight(estimator=46e464d1a968)``: its files'
@@ -42,16 +42,17 @@ OLDER_BENCH = ("An older bench wrote it, which took a '%' in a text option as it
 NO_RERUN = "so its rows name no method a rerun here could match"
 
 
-def read_back_problem(label: str) -> str | None:
+def read_back_problem(label: str, kind: str) -> str | None:
     """Why ``label`` does not read back as itself, as one sentence naming it (``the label '...' cannot be read back:
     ...``), or None where it does: a name, and options (if any) of ``key=value`` pairs in brackets, each key a field
     name, once, in sorted order, and each value, each ``;``-separated item of a list, the text this bench shows of
     what it reads as (``shown_text(unescaped(item)) == item``); and where it names a press or allocator registered
     here, the label of the setting a run builds from it (:func:`_setting_problem`). A value holding a ``%`` is blamed
     on an older bench (:data:`OLDER_BENCH`); anything else is named as written by hand or by another tool, with the
-    label this bench shows of that setting where there is one."""
+    label this bench shows of that setting where there is one. ``kind`` is ``"press"`` or ``"allocator"``: the
+    registry the name is looked up in (probe 19: a user's press named ``pyramid`` was rebuilt as the allocator)."""
     # the answer is cached per label and per class its name is registered as (a test registers and drops presses)
-    return _text_problem(label) or _setting_problem(label, _registered(label.partition("(")[0]))
+    return _text_problem(label) or _setting_problem(label, _registered(label.partition("(")[0], kind))
 
 
 @lru_cache(maxsize=CACHED_LABELS)
@@ -142,23 +143,20 @@ def _canonical(name: str, pairs: list[tuple[str, str]]) -> str:
     return f"{name}({','.join(shown)})"
 
 
-SPEC_KINDS = ((PressSpec, PRESSES), (AllocatorSpec, ALLOCATORS))
-"""The registries a label's name is looked up in, each with the spec a run builds of one of its names."""
 FLAG = "--methods"
 """The flag a rebuilt item is given as (:func:`bench.run.methods._spec` names it): left out of what is said, as the
 label's reader gave none (probe 16, U1)."""
 
 
-def _registered(name: str) -> tuple:
-    """The presses and allocators registered here that the label's ``name`` names, each ``(spec class, its name, its
-    class)``: a ``kvpress:`` name is a press of kvpress's; a name registered nowhere as it is written but in another
-    letter case (``FLAT``) is the one registered (no run writes it); none for a name registered nowhere (a user's
-    module verify does not import), whose label is checked as text alone."""
-    if name.startswith(KVPRESS_PREFIX):
+def _registered(name: str, kind: str) -> tuple:
+    """The press (``kind`` ``"press"``) or allocator registered here as ``name``, ``((spec class, its name, its
+    class),)``: a ``kvpress:`` name is a press of kvpress's; none for a name registered nowhere as it is written (a
+    user's module verify does not import, whatever the case of its letters: probe 19, ``SnapKV``), whose label is
+    checked as text alone."""
+    if kind == "press" and name.startswith(KVPRESS_PREFIX):
         return ((PressSpec, name, None),)
-    exact = tuple((kind, name, registry[name]) for kind, registry in SPEC_KINDS if name in registry)
-    return exact or tuple((kind, known, registry[known]) for kind, registry in SPEC_KINDS
-                          for known in registry if known.casefold() == name.casefold())
+    spec, registry = (PressSpec, PRESSES) if kind == "press" else (AllocatorSpec, ALLOCATORS)
+    return ((spec, name, registry[name]),) if name in registry else ()
 
 
 @lru_cache(maxsize=CACHED_LABELS)

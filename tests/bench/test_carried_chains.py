@@ -135,3 +135,42 @@ def test_carry_refuses_a_folder_of_plain_stores_as_a_group(_twice, tmp_path, cap
     code, err = run_cli(capsys, "carry", multi)
     assert code == 2 and f"{multi} holds stores one folder down (a, …) but is no setting group's folder" in err, err
     assert sorted(p for p in multi.rglob("*")) == before
+
+
+def test_a_chain_that_comes_back_to_a_code_takes_new_rows_of_it(_twice, model_dir, tmp_path, capsys):
+    """Probe 19, #2: after carries A→B→C→A, fresh rows of A (the group's code) were read through the first record,
+    as rows of a method its carry did not cover, and refused."""
+    collection = tmp_path / "results"
+    shutil.copytree(_twice[0], collection)
+    [group] = collection.iterdir()
+    new = tmp_path / "new"
+    with _at(FIRST):
+        assert run_cli_ok("carry", group, "--sample", "1", "--model", model_dir)
+        run_compare(compare_settings(model_dir, new, presses=["snapkv"], n=1), show_progress=False)
+        code, err = run_cli(capsys, "publish", new, "--into", collection)
+        assert code == 0, err
+        assert [r["to"] for r in json.loads((group / CARRIED).read_text())] == [SECOND, code_version(), FIRST]
+        assert run_cli(capsys, "verify", collection)[0] == 0
+
+
+def test_rows_a_forged_record_would_carry_are_refused(_twice, model_dir, tmp_path, capsys):
+    """Probe 19, #3: a method and its store added to every record of a group let rows of an earlier code be
+    published as carried, no carry having rerun them: publish refuses a new row that a record would carry."""
+    collection = tmp_path / "results"
+    shutil.copytree(_twice[0], collection)
+    [group] = collection.iterdir()
+    old = tmp_path / "old"
+    with _at(FIRST):
+        run_compare(compare_settings(model_dir, old, presses=["snapkv"], n=1), show_progress=False)
+    [own] = {row["method_code"] for row in map(json.loads, (old / "results.jsonl").read_text().splitlines())
+             if row["press"] == "snapkv"}
+    records = json.loads((group / CARRIED).read_text())
+    for record in records:
+        for field in ("method_codes_from", "method_codes"):
+            record[field]["snapkv/flat"] = own
+        record["stores"] = sorted([*record["stores"], "snapkv--flat"])
+    (group / CARRIED).write_text(json.dumps(records))
+    before = {p: p.read_bytes() for p in collection.rglob("*") if p.is_file()}
+    code, err = run_cli(capsys, "publish", old, "--into", collection)
+    assert code == 2 and f"is of code {FIRST}, which {group} was carried away from" in err, err
+    assert {p: p.read_bytes() for p in collection.rglob("*") if p.is_file()} == before

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import pytest
 
+import allocators
 import presses
 from bench.run.compare import run_compare
 from bench.run.methods import methods_of
@@ -29,7 +30,7 @@ BY_HAND = "it was written by hand or by another tool"
     "tagp(tag=50%25 off)", "tagp(tag=a%3Bb)", "tagp(count=3,tag=x)", "tagp(tag=)",
 ])
 def test_a_label_this_bench_writes_reads_back(label):
-    assert read_back_problem(label) is None
+    assert read_back_problem(label, _kind(label)) is None
 
 
 @pytest.mark.parametrize(("label", "problem"), [
@@ -53,7 +54,7 @@ def test_a_label_this_bench_writes_reads_back(label):
     ("tag|p", "its name 'tag|p' is neither a registered name"),
 ])
 def test_a_label_that_does_not_read_back_is_named_with_why_and_its_setting_label(label, problem):
-    said = read_back_problem(label)
+    said = read_back_problem(label, _kind(label))
     assert said.startswith(f"the label {label!r} cannot be read back: ") and problem in said, said
     assert said.endswith("so its rows name no method a rerun here could match"), said
 
@@ -87,6 +88,11 @@ def test_a_store_naming_a_label_that_does_not_read_back_is_refused(run, tmp_path
     assert code == 2 and f"{bad / 'results.jsonl'}:{at}: press: the label {label!r}" in err, err
 
 
+def _kind(label: str) -> str:
+    """The registry a test's label is of: an allocator's where its name is one, a press's otherwise."""
+    return "allocator" if label.partition("(")[0] in allocators.ALLOCATORS else "press"
+
+
 def _setting(shown: str) -> str:
     return f"{BY_HAND}, and this bench shows that setting as {shown!r}, so its rows name no method a rerun here " \
            "could match"
@@ -105,7 +111,6 @@ def _no_setting(why: str) -> str:
     ("perlayer(weights=1;2.5;0.1)", _setting("perlayer(weights=10;25;1)")),  # perlayer normalises its weights
     ("perlayer(weights=10.0;25;1)", _setting("perlayer(weights=10;25;1)")),
     ("pyramid(beta=0.5,floor=4)", _setting("pyramid(beta=0.5)")),
-    ("FLAT", _setting("flat")),  # the allocator flat in another letter case
     ("snapkv(windw=16)", _no_setting("read as the item 'snapkv[windw=16]': snapkv has no option 'windw'; valid: "
                                      "window, kernel, gqa")),
     ("snapkv(window=16;16)", _no_setting("read as the item 'snapkv[window=16/16]': snapkv option window='16/16': "
@@ -113,7 +118,7 @@ def _no_setting(why: str) -> str:
     ("perlayer", _no_setting("read as the item 'perlayer': perlayer needs its weights")),
 ])
 def test_a_label_naming_a_registered_setting_otherwise_than_a_run_is_refused(label, problem):
-    said = read_back_problem(label)
+    said = read_back_problem(label, _kind(label))
     assert said is not None and said.startswith(f"the label {label!r} cannot be read back: ") and problem in said, said
     assert BY_HAND in said and said.endswith("so its rows name no method a rerun here could match"), said
 
@@ -123,7 +128,17 @@ def test_a_label_naming_a_registered_setting_otherwise_than_a_run_is_refused(lab
     "perlayer(weights=10;25;1)", "pyramid(beta=0.5)", "head_shares", "gatesight", "kvpress:TOVAPress",
 ])
 def test_a_label_of_a_registered_setting_as_a_run_writes_it_reads_back(label):
-    assert read_back_problem(label) is None
+    assert read_back_problem(label, _kind(label)) is None
+
+
+@pytest.mark.parametrize(("label", "kind"), [
+    ("SnapKV(window=16)", "press"), ("Flat", "allocator"), ("FLAT", "allocator"), ("pyramid(tag=y)", "press"),
+    ("snapkv(tag=y)", "allocator"),
+])
+def test_a_users_name_like_a_registered_one_is_read_as_text(label, kind):
+    """Probe 19, #1: a user's press named as a registered one in another letter case (``SnapKV``), or as an
+    allocator (``pyramid``), was rebuilt as the registered class and its rows refused as written by hand."""
+    assert read_back_problem(label, kind) is None
 
 
 def test_each_label_a_run_writes_reads_back():
@@ -131,7 +146,8 @@ def test_each_label_a_run_writes_reads_back():
              "keydiff/pyramid[beta=0.5,floor=4]", "kvpress:SnapKVPress[window_size=16]/adakv[safeguard=0.1]",
              "snapkv[gqa=max,window=016]/global"]
     for method in methods_of(CompareSettings(presses=[], allocators=[], pairs=pairs), model=None):
-        assert read_back_problem(method.press.label) is None and read_back_problem(method.allocator.label) is None
+        assert read_back_problem(method.press.label, "press") is None
+        assert read_back_problem(method.allocator.label, "allocator") is None
 
 
 @dataclass
@@ -154,11 +170,11 @@ class TagPress(presses.Press):
     ("tagp(decay=)", _no_setting("read as the item 'tagp[decay=]': tagp option decay=''")),
 ])
 def test_a_users_press_is_rebuilt_where_it_is_registered_and_read_as_text_where_not(monkeypatch, label, problem):
-    assert read_back_problem(label) is None  # a user's module not imported (verify imports none): text alone
+    assert read_back_problem(label, "press") is None  # a user's module not imported (verify imports none): text alone
     monkeypatch.setitem(presses.PRESSES, TagPress.name, TagPress)
-    said = read_back_problem(label)
+    said = read_back_problem(label, "press")
     assert said is not None and problem in said, said
-    assert read_back_problem("tagp(decay=2.5,tag=x%3By%2Cz)") is None
+    assert read_back_problem("tagp(decay=2.5,tag=x%3By%2Cz)", "press") is None
 
 
 def test_a_store_naming_a_registered_setting_otherwise_than_a_run_is_refused(run, tmp_path, capsys):
