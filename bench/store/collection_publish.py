@@ -77,6 +77,8 @@ def _as_read(row: dict, into: Path, source: Path, carries: dict[Path, tuple[list
     if every and row.get("code") == every[-1]["to"]:  # the group's code now, whatever codes its chain revisits
         return row
     [read] = under_records([row], covering)
+    if every and read.get("code") == every[-1]["to"]:  # read at the group's code now: no record after carries it away
+        return read
     record = carried_from(read, every)
     if record is not None:
         raise UsageError(f"{source}: the row of {describe_row(row)} is of code {row.get('code')}, from which "

@@ -174,3 +174,20 @@ def test_rows_a_forged_record_would_carry_are_refused(_twice, model_dir, tmp_pat
     code, err = run_cli(capsys, "publish", old, "--into", collection)
     assert code == 2 and f"is of code {FIRST}, which {group} was carried away from" in err, err
     assert {p: p.read_bytes() for p in collection.rglob("*") if p.is_file()} == before
+
+
+def test_a_store_the_group_holds_is_published_as_nothing_new_after_the_chain_comes_back(_twice, model_dir, tmp_path,
+                                                                                        capsys):
+    """Probe 20, #1: after carries A→B→C→A→B, the store of A the group was published from (every row held) was
+    refused as a method the first carry did not cover, where nothing is new."""
+    collection = tmp_path / "results"
+    shutil.copytree(_twice[0], collection)
+    [group] = collection.iterdir()
+    with _at(FIRST):
+        assert run_cli_ok("carry", group, "--sample", "1", "--model", model_dir)
+    with _at(SECOND):
+        assert run_cli_ok("carry", group, "--sample", "1", "--model", model_dir)
+        before = {p: p.read_bytes() for p in collection.rglob("*") if p.is_file()}
+        code, err = run_cli(capsys, "publish", _twice[0].parent / "first", "--into", collection)
+    assert code == 0, err
+    assert {p: p.read_bytes() for p in collection.rglob("*") if p.is_file()} == before
