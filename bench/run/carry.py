@@ -106,7 +106,7 @@ def _check_read_back(rows: list[dict], where: Path) -> None:
     # a label that is no text is the row checks' to name
     methods = ((row.get("press"), row.get("allocator")) for row in rows)
     for press, allocator in dict.fromkeys(m for m in methods if all(isinstance(label, str) for label in m)):
-        problem = read_back_problem(press, "press") or read_back_problem(allocator, "allocator")
+        problem = read_back_problem(press) or read_back_problem(allocator)
         if problem:
             raise UsageError(f"{where}: its group's method {press}/{allocator}: {problem}: rerun that method into a "
                              "store of its own (bench compare --methods, each '%' of its text written %25), and carry "

@@ -14,6 +14,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from pretrained import CHECKPOINTS, installed
+from pretrained.file_record import CHECKOUT
 from pretrained.fingerprints import identity
 from runtime.errors import UsageError
 
@@ -22,6 +23,8 @@ from .code_version import class_method_codes, code_version
 from .collection import collection_stores
 from .row_fields import BASELINE, CARRIED_FROM
 
+SHIPPED_DEFAULT = CHECKOUT / "models" / "hybrid-byte-12l"
+"""The shipped default model (``models/hybrid-byte-12l``), whatever ``HYBRIDPRESS_MODEL`` names as the default."""
 
 def check_carried_records(stores: list) -> None:
     """``UsageError`` naming, by its file and index, the first record of the carried groups of a collection's group
@@ -126,8 +129,6 @@ def _classes(label: str) -> tuple | None:
 def _model_dir(group: dict) -> Path | None:
     """The folder of ``group``'s model here where it holds the group's weights: the shipped default model's, or a
     catalogued checkpoint's converted in the cache (:func:`pretrained.installed`); None otherwise."""
-    from .store_checks import SHIPPED_DEFAULT  # which imports this module
-
     name = group.get("model")
     try:
         directory = SHIPPED_DEFAULT if name == SHIPPED_DEFAULT.name else (

@@ -9,11 +9,10 @@ from collections import defaultdict
 from pathlib import Path
 
 from pretrained import CHECKPOINTS
-from pretrained.file_record import CHECKOUT
 from pretrained.fingerprints import identity
 from runtime.errors import UsageError
 
-from .carried_checks import check_carried_records
+from .carried_checks import SHIPPED_DEFAULT, check_carried_records
 from .carried_codes import CARRIED
 from .collection import PACK, STORE_FILES, case_twins, collection_stores, misplaced, older_named
 from .completeness import RERUN, SHOWN, check_complete, listed
@@ -24,9 +23,6 @@ from .result_store import ResultStore
 from .row_fields import BASELINE, CARRIED_FROM, method_of
 from .row_set_checks import measured_problems, question_of
 from .shards import check_one_split
-
-SHIPPED_DEFAULT = CHECKOUT / "models" / "hybrid-byte-12l"
-"""The shipped default model (``models/hybrid-byte-12l``), whatever ``HYBRIDPRESS_MODEL`` names as the default."""
 
 
 def check_stores(stores: list[ResultStore], complete: bool = True, source: bool = False) -> None:
