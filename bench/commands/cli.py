@@ -21,7 +21,9 @@ from runtime.errors import UsageError
 from runtime.fused_kernels import kernel_choice
 from runtime.user_code import UserCodeError
 
+from ..run.label_settings import setting_problem
 from ..run.stopping import StopOnSignals, WorkerDied, stopped
+from ..store.label_read_back import check_settings_with
 from .arguments import Command
 from .carry_command import CARRY
 from .compare_command import COMPARE
@@ -33,6 +35,8 @@ from .learning_commands import ANALYZE, CALIBRATE, CALIBRATE_SHARES, LABEL, TRAI
 from .merge_command import MERGE
 from .model_commands import MODEL_EVAL, TRAIN_MODEL
 from .publish_command import PUBLISH
+
+check_settings_with(setting_problem)  # every reader of a store rebuilds a registered label's setting (probe 18, #3)
 
 COMMANDS = (COMPARE, MERGE, PUBLISH, LEADERBOARD, VERIFY, CARRY, COST, FETCH_MODEL, CALIBRATE, CALIBRATE_SHARES,
             TRAIN_MODEL, MODEL_EVAL, DISTILL, SHIP_ARTIFACTS, LABEL, TRAIN, ANALYZE)

@@ -40,6 +40,7 @@ from ..store.result_store import ResultStore, open_stores
 from ..store.row_fields import CARRIED_FROM, CONTEXT_SHA, GROUP_FIELDS, KEY_FIELDS, METHOD_CODE, describe_row, method_of
 from ..store.store_checks import check_stores
 from .carried_methods import check_registered
+from .label_settings import item_value, setting_problem
 from .settings import CompareSettings
 from .specs import shown_text
 
@@ -91,11 +92,14 @@ def _item(label: str, artifacts: list[Path], patterns_of) -> str:
                 raise UsageError(f"{label}: its {key} is the folder whose files' fingerprint is {value}; give that "
                                  f"folder with --artifacts (given: {', '.join(map(str, artifacts)) or 'none'})")
             value = shown_text(str(found[0]))  # a path as the item's text: a ',' in it splits no pair
-        body = value.strip(" ")
-        lead = len(value) - len(value.lstrip(" "))
-        value = "%20" * lead + body.replace(";", "/") + "%20" * (len(value) - lead - len(body))
-        options.append(f"{key}={value}")
+        options.append(f"{key}={item_value(value)}")
     return f"{name}[{','.join(options)}]"
+
+
+def _label_problem(label: str, kind: str) -> str | None:
+    """Why ``label`` does not read back as itself, its setting's check asked here too: the bench command hands it to
+    every reader, a library caller of carry may not have."""
+    return read_back_problem(label, kind) or setting_problem(label, kind)
 
 
 def _check_read_back(rows: list[dict], where: Path) -> None:
@@ -106,7 +110,7 @@ def _check_read_back(rows: list[dict], where: Path) -> None:
     # a label that is no text is the row checks' to name
     methods = ((row.get("press"), row.get("allocator")) for row in rows)
     for press, allocator in dict.fromkeys(m for m in methods if all(isinstance(label, str) for label in m)):
-        problem = read_back_problem(press) or read_back_problem(allocator)
+        problem = _label_problem(press, "press") or _label_problem(allocator, "allocator")
         if problem:
             raise UsageError(f"{where}: its group's method {press}/{allocator}: {problem}: rerun that method into a "
                              "store of its own (bench compare --methods, each '%' of its text written %25), and carry "

@@ -104,7 +104,7 @@ def _method_label(method: str) -> bool:
     """Whether ``method`` is a method's label, ``press/allocator``, each read back as itself
     (:func:`~bench.store.label_read_back.read_back_problem`)."""
     press, slash, allocator = method.partition("/")
-    return bool(slash) and not read_back_problem(press) and not read_back_problem(allocator)
+    return bool(slash) and not read_back_problem(press, "press") and not read_back_problem(allocator, "allocator")
 
 
 def _method_code(method: str, code, before: bool) -> bool:

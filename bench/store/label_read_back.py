@@ -7,11 +7,17 @@ another tool (``%20`` for a space, a lowercase ``%0a``, a raw ``|``) — names n
 the label of its setting it would read as a second method of that setting, with a folder and table row of its own
 (probe 17, #4). ``bench carry`` refuses it before any context is rerun, every reader of a store as a row's problem
 (:mod:`bench.store.row_checks`).
+
+Nor does a label of a press or allocator registered here that names its setting otherwise than a run does (an option
+at its default, another name of its class: probe 18, #3). Telling those needs the run room, which builds settings and
+which this room may not import: the ``bench`` command hands its check over (:func:`check_settings_with`,
+:mod:`bench.run.label_settings`); a library reader that is not handed it checks labels as text alone.
 """
 
 from __future__ import annotations
 
 import unicodedata
+from collections.abc import Callable
 from functools import lru_cache
 
 from presses.registry import KVPRESS_PREFIX
@@ -45,14 +51,35 @@ OLDER_BENCH = ("An older bench wrote it, which took a '%' in a text option as it
 NO_RERUN = "so its rows name no method a rerun here could match"
 
 
+_setting_check: Callable[[str, str], str | None] | None = None
+"""The run room's check of a label's setting (:func:`check_settings_with`), or None before it is imported."""
+
+
+def check_settings_with(check: Callable[[str, str], str | None]) -> None:
+    """Have :func:`read_back_problem` ask ``check(label, kind)`` too, of a label that reads back as text: why the
+    setting a run builds of it is labelled otherwise, or None (:func:`bench.run.label_settings.setting_problem`)."""
+    global _setting_check
+    _setting_check = check
+
+
+def read_back_problem(label: str, kind: str) -> str | None:
+    """Why ``label``, a press's (``kind`` ``"press"``) or an allocator's (``"allocator"``), does not read back as
+    itself (:func:`text_problem`, then the run room's check of its setting where it is imported:
+    :func:`check_settings_with`), as one sentence naming it, or None where it does."""
+    problem = text_problem(label)
+    if problem is None and _setting_check is not None:
+        problem = _setting_check(label, kind)
+    return problem
+
+
 @lru_cache(maxsize=CACHED_LABELS)
-def read_back_problem(label: str) -> str | None:
-    """Why ``label`` does not read back as itself, as one sentence naming it (``the label '...' cannot be read back:
-    ...``), or None where it does: a name, and options (if any) of ``key=value`` pairs in brackets, each key a field
-    name, once, in sorted order, and each value, each ``;``-separated item of a list, the text this bench shows of
-    what it reads as (``shown_text(unescaped(item)) == item``). A value holding a ``%`` is blamed on an older bench
-    (:data:`OLDER_BENCH`); anything else is named as written by hand or by another tool, with the label this bench
-    shows of that setting where there is one."""
+def text_problem(label: str) -> str | None:
+    """Why ``label`` does not read back as itself as text, as one sentence naming it (``the label '...' cannot be
+    read back: ...``), or None where it does: a name, and options (if any) of ``key=value`` pairs in brackets, each
+    key a field name, once, in sorted order, and each value, each ``;``-separated item of a list, the text this
+    bench shows of what it reads as (``shown_text(unescaped(item)) == item``). A value holding a ``%`` is blamed on an
+    older bench (:data:`OLDER_BENCH`); anything else is named as written by hand or by another tool, with the label
+    this bench shows of that setting where there is one."""
     name, bracket, body = label.partition("(")
     problem = _shape_problem(name, bracket, body)
     if problem:

@@ -134,7 +134,7 @@ def _label_problem(row: dict) -> str | None:
     """A press or allocator label that does not read back as itself (:mod:`bench.store.label_read_back`): beside its
     setting's own label it would read as a second method of one setting (probe 17, #4)."""
     for field in ("press", "allocator"):
-        problem = read_back_problem(row[field])
+        problem = read_back_problem(row[field], field)
         if problem:
             return (f"{field}: {problem} (expected a label as this bench writes it: rerun that method into a store "
                     "of its own, or move its rows out)")

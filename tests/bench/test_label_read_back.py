@@ -1,12 +1,20 @@
 """A method's label that does not read back as itself — ``%20`` for a space, a lowercase ``%0a``, a raw ``|``, keys
 out of order or given twice, a ``%`` that starts no escape — is refused by every reader of a store, naming its file,
 line, the label, the option and the label this bench shows; beside its setting's own label it would read as a second
-method of one setting, with a folder and table row of its own (probe 17, #4). Every label this bench writes reads
-back."""
+method of one setting, with a folder and table row of its own (probe 17, #4). So is a label of a press or allocator
+registered here that reads back as text but names its setting otherwise than a run does: an option at its default,
+one it has not, a number written otherwise, another name of its class, a raw ';' in a text (probe 18, #3; the run
+room's check, :mod:`bench.run.label_settings`). Every label this bench writes reads back."""
+
+from dataclasses import dataclass
 
 import pytest
 
+import allocators
+import presses
 from bench.run.compare import run_compare
+from bench.run.methods import methods_of
+from bench.run.settings import CompareSettings
 from bench.store.label_read_back import read_back_problem
 from tests.helpers import assert_reports_refuse, compare_settings, run_cli, store_of, stored_rows
 
@@ -17,11 +25,12 @@ BY_HAND = "it was written by hand or by another tool"
 
 @pytest.mark.parametrize("label", [
     "none", "flat", "keydiff", "kvpress:ExpectedAttentionPress", "gatesight(estimator=46e464d1a968)",
-    "snapkv(window=0.1)", "perlayer(weights=1;2.5)", "tagp(tag= x )", "kvzip(suffix=<%7Cim_start%7C>assistant%0A)",
+    "snapkv(kernel=3,window=8)", "perlayer(weights=1;2.5)", "tagp(tag= x )",
+    "kvzip(suffix=<%7Cim_start%7C>assistant%0A)",
     "tagp(tag=50%25 off)", "tagp(tag=a%3Bb)", "tagp(count=3,tag=x)", "tagp(tag=)",
 ])
 def test_a_label_this_bench_writes_reads_back(label):
-    assert read_back_problem(label) is None
+    assert read_back_problem(label, _kind(label)) is None
 
 
 @pytest.mark.parametrize(("label", "problem"), [
@@ -45,7 +54,7 @@ def test_a_label_this_bench_writes_reads_back(label):
     ("tag|p", "its name 'tag|p' is neither a registered name"),
 ])
 def test_a_label_that_does_not_read_back_is_named_with_why_and_its_setting_label(label, problem):
-    said = read_back_problem(label)
+    said = read_back_problem(label, _kind(label))
     assert said.startswith(f"the label {label!r} cannot be read back: ") and problem in said, said
     assert said.endswith("so its rows name no method a rerun here could match"), said
 
@@ -66,7 +75,7 @@ def _relabelled(run, directory, label: str):
 
 def test_a_store_naming_a_label_that_does_not_read_back_is_refused(run, tmp_path, capsys):
     # the setting's own label passes: only the one that does not read back as itself is refused
-    assert run_cli(capsys, "verify", _relabelled(run, tmp_path / "good", "keydiff(tag=50%25 off)"))[0] == 0
+    assert run_cli(capsys, "verify", _relabelled(run, tmp_path / "good", "tagp(tag=50%25 off)"))[0] == 0
     label = "keydiff(tag=50%25%20off)"
     bad = _relabelled(run, tmp_path / "bad", label)
     at = next(i for i, row in enumerate(stored_rows(bad)) if row["press"] == label) + 1
@@ -91,8 +100,113 @@ def test_the_store_shows_text_as_a_run_does():
     assert label_read_back._ESCAPED == specs.ESCAPED and label_read_back._NOT_SHOWN == specs._NOT_SHOWN
 
 
-@pytest.mark.parametrize("label", ["SnapKV(window=16)", "Flat", "FLAT", "pyramid(tag=y)"])
-def test_a_users_name_like_a_registered_one_reads_back(label):
-    """Probe 19, #1: a user's press named as a registered one in another letter case, or as an allocator, was
-    refused as written by hand (the label is read back as text)."""
-    assert read_back_problem(label) is None
+def _kind(label: str) -> str:
+    """The registry a test's label is of: an allocator's where its name is one, a press's otherwise."""
+    return "allocator" if label.partition("(")[0] in allocators.ALLOCATORS else "press"
+
+
+def _setting(shown: str) -> str:
+    return f"{BY_HAND}, and this bench shows that setting as {shown!r}, so its rows name no method a rerun here " \
+           "could match"
+
+
+def _no_setting(why: str) -> str:
+    """The start of what is said of a label no run builds a setting from, up to ``why`` (the rest of why is the
+    registry's)."""
+    return f"a run here builds no setting from it ({why}"
+
+
+@pytest.mark.parametrize(("label", "problem"), [
+    ("snapkv(gqa=mean,window=16)", _setting("snapkv(window=16)")),  # a default named
+    ("snapkv(window=016)", _setting("snapkv(window=16)")),
+    ("kvpress:knorm", _setting("kvpress:KnormPress")),  # another name of its class
+    ("perlayer(weights=1;2.5;0.1)", _setting("perlayer(weights=10;25;1)")),  # perlayer normalises its weights
+    ("perlayer(weights=10.0;25;1)", _setting("perlayer(weights=10;25;1)")),
+    ("pyramid(beta=0.5,floor=4)", _setting("pyramid(beta=0.5)")),
+    ("snapkv(windw=16)", _no_setting("read as the item 'snapkv[windw=16]': snapkv has no option 'windw'; valid: "
+                                     "window, kernel, gqa")),
+    ("snapkv(window=16;16)", _no_setting("read as the item 'snapkv[window=16/16]': snapkv option window='16/16': "
+                                         "expected an integer")),
+    ("perlayer", _no_setting("read as the item 'perlayer': perlayer needs its weights")),
+])
+def test_a_label_naming_a_registered_setting_otherwise_than_a_run_is_refused(label, problem):
+    said = read_back_problem(label, _kind(label))
+    assert said is not None and said.startswith(f"the label {label!r} cannot be read back: ") and problem in said, said
+    assert BY_HAND in said and said.endswith("so its rows name no method a rerun here could match"), said
+
+
+@pytest.mark.parametrize("label", [
+    "snapkv(window=16)", "kvpress:KnormPress", "kvpress:SnapKVPress(window_size=16)", "adakv(safeguard=0.1)",
+    "perlayer(weights=10;25;1)", "pyramid(beta=0.5)", "head_shares", "gatesight", "kvpress:TOVAPress",
+])
+def test_a_label_of_a_registered_setting_as_a_run_writes_it_reads_back(label):
+    assert read_back_problem(label, _kind(label)) is None
+
+
+@pytest.mark.parametrize(("label", "kind"), [
+    ("SnapKV(window=16)", "press"), ("Flat", "allocator"), ("FLAT", "allocator"), ("pyramid(tag=y)", "press"),
+    ("snapkv(tag=y)", "allocator"),
+])
+def test_a_users_name_like_a_registered_one_is_read_as_text(label, kind):
+    """Probe 19, #1: a user's press named as a registered one in another letter case (``SnapKV``), or as an
+    allocator (``pyramid``), was rebuilt as the registered class and its rows refused as written by hand."""
+    assert read_back_problem(label, kind) is None
+
+
+def test_each_label_a_run_writes_reads_back():
+    pairs = ["snapkv[window=16]/flat", "kvpress:knorm/flat", "keydiff/perlayer[weights=1/2.5/0.1]",
+             "keydiff/pyramid[beta=0.5,floor=4]", "kvpress:SnapKVPress[window_size=16]/adakv[safeguard=0.1]",
+             "snapkv[gqa=max,window=016]/global"]
+    for method in methods_of(CompareSettings(presses=[], allocators=[], pairs=pairs), model=None):
+        assert read_back_problem(method.press.label, "press") is None
+        assert read_back_problem(method.allocator.label, "allocator") is None
+
+
+@dataclass
+class TagPress(presses.Press):
+    """A press of the user's, with a text option and a real one."""
+
+    name = "tagp"
+    tag: str = "x"
+    decay: float = 1.0
+
+    def score(self, context):
+        raise AssertionError("never scored here")
+
+
+@pytest.mark.parametrize(("label", "problem"), [
+    ("tagp(tag=x;y%2Cz)", _setting("tagp(tag=x%3By%2Cz)")),  # a raw ';' in a text is the text's own
+    ("tagp(decay=1.0)", _setting("tagp")),
+    ("tagp(decay=2.50,tag=y)", _setting("tagp(decay=2.5,tag=y)")),
+    ("tagp(decay=0.00001)", _setting("tagp(decay=1e-05)")),
+    ("tagp(decay=)", _no_setting("read as the item 'tagp[decay=]': tagp option decay=''")),
+])
+def test_a_users_press_is_rebuilt_where_it_is_registered_and_read_as_text_where_not(monkeypatch, label, problem):
+    assert read_back_problem(label, "press") is None  # a user's module not imported (verify imports none): text alone
+    monkeypatch.setitem(presses.PRESSES, TagPress.name, TagPress)
+    said = read_back_problem(label, "press")
+    assert said is not None and problem in said, said
+    assert read_back_problem("tagp(decay=2.5,tag=x%3By%2Cz)", "press") is None
+
+
+def test_a_store_naming_a_registered_setting_otherwise_than_a_run_is_refused(run, tmp_path, capsys):
+    label = "keydiff(normalized_anchor=False)"  # its default
+    bad = _relabelled(run, tmp_path / "bad", label)
+    at = next(i for i, row in enumerate(stored_rows(bad)) if row["press"] == label) + 1
+    assert_reports_refuse(capsys, bad, tmp_path / "docs", (
+        f"{bad / 'results.jsonl'}:{at}: press: the label {label!r} cannot be read back: {_setting('keydiff')} "
+        "(expected a label as this bench writes it: rerun that method into a store of its own, or move its rows out)"))
+    code, err = run_cli(capsys, "merge", run, bad, "--out", tmp_path / "merged")
+    assert code == 2 and f"{bad / 'results.jsonl'}:{at}: press: the label {label!r}" in err, err
+
+
+def test_the_bench_command_hands_the_store_its_check_of_settings():
+    """The store room imports no other room (tests/test_import_graph.py): the command hands every reader of a store
+    the run room's rebuild of a registered label's setting, which decides no value and is in no group's code."""
+    import bench.commands.cli  # noqa: F401 (it hands the check over as it is imported)
+    from bench.run.label_settings import setting_problem
+    from bench.store import label_read_back
+    from bench.store.code_version import result_modules
+
+    assert label_read_back._setting_check is setting_problem
+    assert "bench.run.label_settings" not in result_modules()

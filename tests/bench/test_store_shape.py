@@ -184,8 +184,8 @@ def test_a_row_of_another_code_version_is_named_by_its_line_even_after_a_rerun(r
 
 
 def test_rows_without_their_run_are_checked_as_before(runs, tmp_path, capsys):
-    """Rows written before runs were recorded (with neither their questions' count nor their batch, as every
-    store published before runs were recorded) are checked context by context, alone or beside rows that record theirs."""
+    """Rows written before runs were recorded (with neither their questions' count nor their batch, as every store
+    published before then) are checked context by context, alone or beside rows that record theirs."""
     rows = stored_rows(runs / "whole")
     legacy = [{k: v for k, v in row.items() if k not in ("run", "questions", "batch")} for row in rows]
     for name, stored in (("legacy", legacy), ("mixed", legacy[: len(rows) // 2] + rows[len(rows) // 2:])):
