@@ -100,7 +100,10 @@ def check_method_codes(record: dict, where: str) -> None:
         if record["method_codes"][label] != code:
             raise UsageError(f"{where}: its method_codes gives {label} the code {record['method_codes'][label]}, "
                              f"but this checkout, whose code it carried the group to, gives {label} the code {code}: "
-                             f"a carry names the codes its rerun gave; {REMEDY}")
+                             f"either a module of its press or allocator changed since that carry (a user's module "
+                             f"edited: its rows are then no numbers of this code; rerun it under this code into a "
+                             f"store of its own), or the record was changed (a carry names the codes its rerun gave; "
+                             f"{REMEDY})")
 
 
 def _classes(label: str) -> tuple | None:

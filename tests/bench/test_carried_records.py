@@ -116,7 +116,8 @@ def test_a_context_the_rows_lack_is_refused(collection, capsys):
 
 
 def test_a_method_code_this_checkout_does_not_give_is_refused(collection, capsys):
-    """The probe's docs copy: a method's code after the last record changed."""
+    """The probe's docs copy: a method's code after the last record changed; or, as round 20 U1 found, a user's
+    module edited since the carry: both are named."""
     copy, path = collection
     [record] = _records(path)
     real = record["method_codes"]["keydiff/flat"]
@@ -125,7 +126,9 @@ def test_a_method_code_this_checkout_does_not_give_is_refused(collection, capsys
     assert code == 2 and err.endswith(
         f"{path}: record 0 (carried from code {OLD} to {code_version()}): its method_codes gives keydiff/flat the "
         f"code aaaaaaaaaaaa, but this checkout, whose code it carried the group to, gives keydiff/flat the code "
-        f"{real}: a carry names the codes its rerun gave; restore it from version control"), err
+        f"{real}: either a module of its press or allocator changed since that carry (a user's module edited: its rows "
+        "are then no numbers of this code; rerun it under this code into a store of its own), or the record was "
+        "changed (a carry names the codes its rerun gave; restore it from version control)"), err
 
 
 def _chain(record):
