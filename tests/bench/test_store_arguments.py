@@ -48,6 +48,22 @@ def test_a_store_argument_that_is_no_store_is_named(store, tmp_path, capsys, rea
 
 
 @pytest.mark.parametrize("reader", READERS, ids=lambda reader: reader[0])
+@pytest.mark.parametrize("depth", [3, 4])
+def test_a_folder_with_a_store_further_down_names_it(store, tmp_path, capsys, reader, depth):
+    """Probe 19, U3: a folder holding a collection (``up/c``) or a store deeper still was called no store, naming
+    neither; the first store below is named, with the collection it would be in."""
+    up = tmp_path / "up"
+    below = up.joinpath(*["deep"] * (depth - 3), "c", "group", "method")  # depth folders below up
+    below.mkdir(parents=True)
+    (below / "results.jsonl").write_bytes((store / "results.jsonl").read_bytes())
+    code, err = run_cli(capsys, *_argv(reader, [up], tmp_path))
+    assert code == 2 and f"{up} holds no results.jsonl (nor results.jsonl.gz): it is not a result store (a store " \
+        f"lies below it, {below}: give that store, or the collection it is in, {below.parent.parent}, as a " \
+        "collection holds its stores at <group>/<method>/)" in err, err
+    assert not (tmp_path / "docs").exists() and not (tmp_path / "merged").exists()
+
+
+@pytest.mark.parametrize("reader", READERS, ids=lambda reader: reader[0])
 def test_a_store_being_written_is_named_so(store, tmp_path, capsys, reader):
     """A store a running bench compare holds (its lock) is not called unfinished: it is being written."""
     with held_by_a_writer(store) as pid:
