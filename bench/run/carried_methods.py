@@ -29,6 +29,7 @@ def check_registered(rows: list[dict], where: Path) -> None:
             if name in registries[kind] or name in declared[kind] or (
                     kind == "press" and name.startswith(registry.KVPRESS_PREFIX)):
                 continue
+            article = "an" if kind == "allocator" else "a"
             raise UsageError(f"{where}: its group's method {method_of(row)} names the {kind} {name!r}, which is not "
-                             f"registered here: a {kind} of your own module is registered by importing it, as the "
-                             "run that wrote the group did: give that module with --import MODULE")
+                             f"registered here: {article} {kind} of your own module is registered by importing it, as "
+                             "the run that wrote the group did: give that module with --import MODULE")

@@ -29,6 +29,7 @@ from ..store.row_fields import GROUP_FIELDS, KEY_FIELDS, RUN, ShardContexts, met
 from ..store.store_checks import check_stores
 from .execution import ContextJob, in_processes, in_ray, in_this_process
 from .harness import Harness
+from .label_settings import check_labels_rebuild
 from .plan import RunPlan, plan
 from .settings import CompareSettings
 
@@ -43,6 +44,7 @@ def run_compare(settings: CompareSettings | RunPlan, show_progress: bool = True)
 def execute(run: RunPlan, show_progress: bool = True) -> tuple[ResultStore, loading.ModelIdentity | None]:
     """Run (or resume) ``run``; returns the store and the model's fingerprints the rows record (computed once, here;
     None for a shard without contexts, which loads no model)."""
+    check_labels_rebuild(run.methods)  # a label no reader would take is refused before the store is made
     store = ResultStore(run.out)  # takes the writer's lock before the model loads
     try:
         store.check_schema()

@@ -12,13 +12,16 @@ values, so no group's shared code holds it (:func:`bench.store.code_version.resu
 
 A name is looked up in its own kind's registry by its exact text (:data:`presses.registry.PRESSES` or a ``kvpress:``
 class for a press, :data:`allocators.ALLOCATORS` for an allocator): a user's press named ``SnapKV`` or ``pyramid``,
-not imported where the store is read, is no registered setting and is checked as text alone (probe 19, #1). So is a
-label with an option that names an artifact folder (``gatesight(estimator=46e464d1a968)``: its files' fingerprint,
-which only the folder itself, given to carry with ``--artifacts``, and the model can rebuild).
+not imported where the store is read, is no registered setting and is checked as text alone (probe 19, #1). An
+option that names an artifact folder is shown by its files' fingerprint (``gatesight(estimator=46e464d1a968)``), which
+only the folder itself, given to carry with ``--artifacts``, rebuilds: it must be one, and the rest of the label is
+rebuilt without it (probe 21, #1). A run checks its own labels so before any work (:func:`check_labels_rebuild`): a
+class that changes its options again as it is built from them could write no label its readers take (probe 21, #2).
 """
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 
 import allocators
@@ -29,8 +32,12 @@ from runtime.errors import UsageError
 
 from ..store.label_read_back import NO_RERUN
 from .methods import _spec
-from .specs import AllocatorSpec, PressSpec
+from .specs import AllocatorSpec, PressSpec, frozen_options
 
+FINGERPRINT = re.compile("[0-9a-f]{12}")
+"""An artifact option's value in a label: its files' fingerprint (:func:`pretrained.fingerprints.files_fingerprint`)."""
+PROJECT_PACKAGES = ("presses", "allocators")
+"""Where the project's presses and allocators are defined: a class of another module is a user's."""
 CACHED_LABELS = 4096
 """How many labels' answers are kept: a store holds some 35,000 rows naming a dozen labels, each checked once."""
 FLAG = "--methods"
@@ -40,11 +47,33 @@ label's reader gave none (probe 16, U1)."""
 
 def setting_problem(label: str, kind: str) -> str | None:
     """Why no setting a run builds from ``label`` (a label that reads back as text) is labelled ``label``, as one
-    sentence naming it (``the label '...' cannot be read back: ...``), or None where one is, where its name is
-    registered nowhere as a ``kind`` (``"press"`` or ``"allocator"``), or where an option names an artifact folder.
-    """
+    sentence naming it (``the label '...' cannot be read back: ...``), or None where one is, or where its name is
+    registered nowhere as a ``kind`` (``"press"`` or ``"allocator"``)."""
     # cached per label and per class its name is registered as (a test registers and drops presses)
     return _setting_problem(label, _registered(label.partition("(")[0], kind))
+
+
+def rebuilt_label(label: str, kind: str) -> str | None:
+    """The label of the setting a run builds from ``label`` as a ``kind``, or None where its name is registered
+    nowhere as one (or is a kvpress class, and kvpress is not installed); a :class:`~runtime.errors.UsageError` where
+    a run builds no setting from it."""
+    registered = _registered(label.partition("(")[0], kind)
+    return _rebuilt_label(label, *registered[0]) if registered else None
+
+
+def check_labels_rebuild(methods) -> None:
+    """``UsageError``, before any work, naming the first press or allocator of ``methods`` whose label builds another
+    setting: its class changes its options as it is built (a ``__post_init__`` that scales a list to sum 1 moves
+    its floats again on a second build), so its rows' label would be refused by every reader (probe 21, #2)."""
+    specs = {(spec, kind) for method in methods for spec, kind in ((method.press, "press"),
+                                                                    (method.allocator, "allocator"))}
+    for spec, kind in sorted(specs, key=lambda pair: (pair[1], pair[0].label)):
+        shown = rebuilt_label(spec.label, kind)
+        if shown is not None and shown != spec.label:
+            raise UsageError(f"{kind} {spec.name}: built from its own label {spec.label!r}, it shows {shown!r}: its "
+                             "class changes its options as it is built (its __post_init__), and again when built "
+                             "from what it gave, so no label names its setting; make a build from its own values "
+                             "keep them (round them, or keep what it is given)")
 
 
 def _registered(name: str, kind: str) -> tuple:
@@ -61,22 +90,44 @@ def _setting_problem(label: str, registered: tuple) -> str | None:
     """:func:`setting_problem` of ``label`` as a press or allocator of ``registered`` (:func:`_registered`)."""
     if not registered:
         return None
-    (kind, cls), = registered
-    name, _, body = label.partition("(")
-    pairs = dict(pair.partition("=")[::2] for pair in body[:-1].split(",")) if body else {}
-    if set(pairs) & set(getattr(cls, "artifact_files", {})):
-        return None
     try:
-        shown = _rebuilt(kind, name, pairs).label
-    except ImportError:  # kvpress, which the serving install leaves out: its classes are unknown here
-        return None
+        shown = _rebuilt_label(label, *registered[0])
     except UsageError as error:
         return (f"the label {label!r} cannot be read back: a run here builds no setting from it ({error}); it was "
                 f"written by hand or by another tool (this bench writes no such label), {NO_RERUN}")
-    if shown == label:
+    if shown is None or shown == label:
         return None
-    return (f"the label {label!r} cannot be read back: it was written by hand or by another tool, and this bench "
-            f"shows that setting as {shown!r}, {NO_RERUN}")
+    name, cls = label.partition("(")[0], registered[0][1]
+    if name != shown.partition("(")[0]:  # kvpress:knorm, which an older bench wrote for KnormPress (probe 21, #4)
+        why = (f"{name} is another name of {shown.partition('(')[0]} (an older bench wrote it so), and this bench "
+               f"shows that setting as {shown!r}")
+    elif cls is not None and cls.__module__.split(".")[0] not in PROJECT_PACKAGES:
+        why = (f"{name} as its module {cls.__module__} is imported here shows that setting as {shown!r}: the module "
+               "changed since the label was written (a default or an option), or the label was written by hand")
+    else:
+        why = f"it was written by hand or by another tool, and this bench shows that setting as {shown!r}"
+    return f"the label {label!r} cannot be read back: {why}, {NO_RERUN}"
+
+
+def _rebuilt_label(label: str, kind, cls) -> str | None:
+    """The label of the setting (``kind``) a run builds from ``label``, a press or allocator of the class ``cls``
+    (None for a kvpress press); None where kvpress is not installed. An option naming an artifact folder is shown by
+    its files' fingerprint, which the folder alone rebuilds: it must be one (12 hex digits), and the rest of the
+    label is rebuilt without it (probe 21, #1)."""
+    name, _, body = label.partition("(")
+    pairs = dict(pair.partition("=")[::2] for pair in body[:-1].split(",")) if body else {}
+    artifacts = {key: value for key, value in pairs.items() if key in getattr(cls, "artifact_files", {})}
+    for key, value in artifacts.items():
+        if not FINGERPRINT.fullmatch(value):
+            raise UsageError(f"its {key} {value!r} is no fingerprint of a folder's files, 12 hex digits, as a run "
+                             "shows the folder it is given")
+    try:
+        spec = _rebuilt(kind, name, {key: value for key, value in pairs.items() if key not in artifacts})
+    except ImportError:  # kvpress, which the serving install leaves out: its classes are unknown here
+        return None
+    if not artifacts:
+        return spec.label
+    return kind(spec.name, frozen_options(dict(spec.options) | artifacts), frozen_options(artifacts)).label
 
 
 def _rebuilt(kind, name: str, pairs: dict[str, str]):

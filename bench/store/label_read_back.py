@@ -66,14 +66,14 @@ def read_back_problem(label: str, kind: str) -> str | None:
     """Why ``label``, a press's (``kind`` ``"press"``) or an allocator's (``"allocator"``), does not read back as
     itself (:func:`text_problem`, then the run room's check of its setting where it is imported:
     :func:`check_settings_with`), as one sentence naming it, or None where it does."""
-    problem = text_problem(label)
+    problem = text_problem(label, kind)
     if problem is None and _setting_check is not None:
         problem = _setting_check(label, kind)
     return problem
 
 
 @lru_cache(maxsize=CACHED_LABELS)
-def text_problem(label: str) -> str | None:
+def text_problem(label: str, kind: str) -> str | None:
     """Why ``label`` does not read back as itself as text, as one sentence naming it (``the label '...' cannot be
     read back: ...``), or None where it does: a name, and options (if any) of ``key=value`` pairs in brackets, each
     key a field name, once, in sorted order, and each value, each ``;``-separated item of a list, the text this
@@ -81,7 +81,7 @@ def text_problem(label: str) -> str | None:
     older bench (:data:`OLDER_BENCH`); anything else is named as written by hand or by another tool, with the label
     this bench shows of that setting where there is one."""
     name, bracket, body = label.partition("(")
-    problem = _shape_problem(name, bracket, body)
+    problem = _shape_problem(name, bracket, body, kind)
     if problem:
         return (f"the label {label!r} cannot be read back: {problem}; it was written by hand or by another tool "
                 f"(this bench writes no such label), {NO_RERUN}")
@@ -108,12 +108,14 @@ def text_problem(label: str) -> str | None:
     return None
 
 
-def _shape_problem(name: str, bracket: str, body: str) -> str | None:
+def _shape_problem(name: str, bracket: str, body: str, kind: str) -> str | None:
     """What of ``name(body`` is not ``name`` or ``name(key=value,...)``: an empty name, or one no registry or
-    ``kvpress:`` class is named by, options without their closing bracket or none in them, a pair without ``=`` or
-    whose key is no field name."""
+    ``kvpress:`` class is named by (a press's: no allocator is), options without their closing bracket or none in
+    them, a pair without ``=`` or whose key is no field name."""
     if not name:
         return "it names no press or allocator before its options"
+    if kind == "allocator" and name.startswith(KVPRESS_PREFIX):  # probe 21, #5
+        return f"its name {name!r} is a kvpress press's, and no allocator is named {KVPRESS_PREFIX}<class>"
     if not (METHOD_NAME.fullmatch(name) or (name.startswith(KVPRESS_PREFIX)
                                             and name.removeprefix(KVPRESS_PREFIX).isidentifier())):
         return (f"its name {name!r} is neither a registered name (ASCII letters, digits, '_', '-' and '.', beginning "

@@ -83,9 +83,16 @@ def test_a_plain_store_carried_twice_keeps_both_records(_twice, capsys):
     (lambda r: r.update(stores=[*r["stores"], ".."]), "stores"),
     (lambda r: r.update(contexts=[*r["contexts"], r["contexts"][0]]), "each once"),
     (lambda r: [r[f].update({"no such/method/x": "4d7538aab877"}) for f in ("method_codes", "method_codes_from")],
-     "expected method labels"),
+     "method_codes names \"no such/method/x\", which is no method's label as this bench writes it (press/allocator): "
+     "the label 'no such' cannot be read back"),
     (lambda r: [r[f].update({"snapkv(window=16)": "4d7538aab877"}) for f in ("method_codes", "method_codes_from")],
-     "expected method labels"),
+     "method_codes names \"snapkv(window=16)\", which is no method's label as this bench writes it (press/allocator): "
+     "it has no '/' between its press and its allocator"),
+    # probe 21, U2: the key named alone, not a list of them cut before it
+    (lambda r: [r[f].update({"snapkv(gqa=mean,window=16)/flat": "4d7538aab877"})
+                for f in ("method_codes", "method_codes_from")],
+     "method_codes names \"snapkv(gqa=mean,window=16)/flat\", which is no method's label as this bench writes it "
+     "(press/allocator): the label 'snapkv(gqa=mean,window=16)' cannot be read back"),
 ])
 def test_a_record_naming_what_no_carry_names_is_refused(_twice, tmp_path, capsys, change, says):
     """Probe 18, #7: a record's stores named twice or as ``..``, a context twice, a method key that is no method's

@@ -65,7 +65,8 @@ def test_a_label_an_older_bench_wrote_is_named_before_any_context_is_rerun(tagge
 def test_a_label_naming_its_setting_otherwise_is_named_before_any_context_is_rerun(tagged, model_dir, tmp_path,
                                                                                    capsys, monkeypatch):
     """Probe 18, #3: a registered press's label naming an option at its default reads back as text; carry rebuilt
-    its setting only by rerunning it, and then blamed the code. It asks the setting's check itself, whether or not
+    its setting only by rerunning it, and then blamed the code. A user's press: its module may have changed since
+    (probe 21, U1). It asks the setting's check itself, whether or not
     the bench command has handed it to the store's readers."""
     store = tmp_path / "store"
     kept = _relabelled(store, model_dir, monkeypatch, "x")  # its default, named
@@ -73,6 +74,7 @@ def test_a_label_naming_its_setting_otherwise_is_named_before_any_context_is_rer
     code, err = run_cli(capsys, "carry", store, "--sample", "1", "--model", model_dir)
     assert code == 2 and err.startswith(
         f"bench carry: error: {store}: its group's method taggedk(tag=x)/flat: the label 'taggedk(tag=x)' cannot be "
-        "read back: it was written by hand or by another tool, and this bench shows that setting as 'taggedk', so "
-        "its rows name no method a rerun here could match: rerun that method"), err
+        f"read back: taggedk as its module {__name__} is imported here shows that setting as 'taggedk': the module "
+        "changed since the label was written (a default or an option), or the label was written by hand, so its rows "
+        "name no method a rerun here could match: rerun that method"), err
     assert (store / "results.jsonl").read_bytes() == kept

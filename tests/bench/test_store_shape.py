@@ -212,6 +212,19 @@ def test_the_committed_store_records_every_run_and_is_complete():
     check_complete(stores)
 
 
+def test_every_store_the_documents_hold_verifies(capsys):
+    """The stores docs/ pages rebuild their tables from (``bench leaderboard DIR``), outside the collection: each
+    passes ``bench verify`` under this checkout (probe 21, #4: one held a label an older bench wrote)."""
+    from bench.store.project_modules import ROOT
+
+    stores = sorted(path.parent for path in (ROOT / "docs").rglob("results.jsonl.gz")
+                    if (ROOT / "docs" / "results") not in path.parents)
+    assert len(stores) >= 10
+    for store in stores:
+        code, err = run_cli(capsys, "verify", store)
+        assert code == 0, err
+
+
 def _packed(source, directory):
     """``source``'s store as a committed one: ``results.jsonl.gz`` alone in ``directory``."""
     directory.mkdir()
