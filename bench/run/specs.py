@@ -19,6 +19,7 @@ specs of one label are one setting. No prune is :data:`BASELINE_METHOD`, ``none`
 
 from __future__ import annotations
 
+import numbers
 import unicodedata
 from dataclasses import dataclass
 from functools import cached_property
@@ -48,8 +49,11 @@ def press_name(name: str) -> str:
 
 
 def _number(value) -> str:
-    """A list entry as labels show it: every digit it has (two settings never share a label), integers without a
-    fraction (``1.0`` is ``1``)."""
+    """A list entry as labels show it: every digit it has (two settings never share a label), an integer as itself
+    (a float would show 10**16 as ``1e+16``, which an integer list does not read, and 2**53 + 1 as 2**53: probe 21,
+    #3), a real number without a zero fraction (``1.0`` is ``1``)."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        return str(int(value))
     return repr(float(value)).removesuffix(".0")
 
 

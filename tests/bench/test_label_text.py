@@ -5,7 +5,7 @@ item 8)."""
 import gzip
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pytest
 
@@ -118,6 +118,31 @@ def test_a_lone_surrogate_is_refused_where_a_library_types_options(tagp, text):
     assert str(refused.value).startswith(f"kvzip option prompt={text!r}: {where}") and ALLOWED in str(refused.value)
     with pytest.raises(UsageError, match=f"tagp option tag=.*: {re.escape(where)}"):
         _labels(["tagp/flat"], tag=text)
+
+
+@dataclass
+class LayersPress(presses.Press):
+    """A user's press with a list of integers."""
+
+    name = "layersp"
+    layers: list[int] = field(default_factory=list)
+
+    def score(self, context):
+        raise AssertionError("never scored here")
+
+
+@pytest.mark.parametrize("layers", [[10**16], [2**53 + 1], [2**53], [3, 10**20]])
+def test_a_list_of_integers_is_shown_as_its_integers(monkeypatch, layers):
+    """Probe 21, #3: entries were shown as floats, ``10**16`` as ``1e+16`` (which the list does not read back) and
+    ``2**53 + 1`` as ``2**53`` (two settings, one label)."""
+    monkeypatch.setitem(presses.PRESSES, LayersPress.name, LayersPress)
+    item = f"layersp[layers={'/'.join(map(str, layers))}]/flat"
+    (label,) = _labels([item])
+    assert label == f"layersp(layers={';'.join(map(str, layers))})/flat"
+    press, allocator = label.split("/")
+    (method,) = methods_of(CompareSettings(presses=[], allocators=[], pairs=[f"{_item(press, [], lambda _: {})}/"
+                                                                             f"{allocator}"]), model=None)
+    assert method.label == label and method.press.kwargs == {"layers": layers}
 
 
 def test_a_number_option_reads_no_escapes(tagp):
