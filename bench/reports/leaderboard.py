@@ -163,7 +163,7 @@ def _build(rows: list[dict], out: Path, resamples: int) -> list[Path]:
     for number, (key, group) in enumerate(group_rows(rows).items(), start=1):
         report = GroupReport(group, resamples)
         png = IMAGE if number == 1 else f"leaderboard-{number}.png"
-        images.append(plot_curves(group, out / png, group_title(key), resamples))
+        images.append(plot_curves(group, out / png, group_title(key, with_code=False), resamples))
         text += [f"## {group_title(key)}", "", f"![task-averaged accuracy and ΔNLL against kept fraction]({png})",
                  "", report.markdown(PAIRWISE_KEEP_FRACTIONS)]
         tables = table3_markdown(report) + table4_markdown(report) + needle_recall_markdown(group, resamples)

@@ -34,9 +34,11 @@ def group_rows(rows: list[dict]) -> dict[tuple, list[dict]]:
     return dict(sorted(groups.items(), key=lambda kv: tuple(str(x) for x in kv[0])))
 
 
-def group_title(key: tuple) -> str:
+def group_title(key: tuple, with_code: bool = True) -> str:
     """The group's heading; settings at their defaults (HF engine, float32 on CPU; artifacts that rows from before
-    them do not record) are left out of it, so that headings of older stores read as they did."""
+    them do not record) are left out of it, so that headings of older stores read as they did. Without its code
+    (``with_code`` False), as a published image is titled: a carry moves the code, not one value drawn, and the
+    image stays as committed (the heading above it names the code)."""
     group = dict(zip(GROUP_FIELDS, key))
     fingerprints = f"weights {group['weights']}"
     if group.get("artifacts"):
@@ -44,7 +46,7 @@ def group_title(key: tuple) -> str:
     shown = [f"{field} {group[field]}" for field, default in (("engine", "hf"), ("dtype", "float32"), ("device", "cpu"))
              if group.get(field) not in (None, default)]  # rows built outside a store may lack them
     return " · ".join([f"{group['model']} ({fingerprints})", f"profile {group['profile']}",
-                       f"{group['length']} tokens", f"code {group['code']}", *shown])
+                       f"{group['length']} tokens", *([f"code {group['code']}"] if with_code else []), *shown])
 
 
 class GroupReport:

@@ -105,3 +105,16 @@ def test_a_group_folder_of_a_collection_is_named_so(store, tmp_path, capsys, rea
     code, err = run_cli(capsys, *_argv(reader, [group], tmp_path))
     assert code == 2 and f"{group} is a setting group's folder of the collection {collection}" in err, err
     assert "empty shard" not in err
+
+
+def test_a_carry_redraws_no_image(store, tmp_path, capsys):
+    """The images are titled without the group's code, which the heading above each names: rows carried to another
+    code (each value the same) draw the same bytes, so a carry commits no image again."""
+    other = tmp_path / "other"
+    other.mkdir()
+    rows = [json.loads(line) for line in (store / "results.jsonl").read_text().splitlines()]
+    (other / "results.jsonl").write_text("".join(json.dumps({**row, "code": "c0dec0dec0de"}) + "\n" for row in rows))
+    for source, docs in ((store, tmp_path / "a"), (other, tmp_path / "b")):
+        assert run_cli(capsys, "leaderboard", source, "--out", docs)[0] == 0
+    assert "code c0dec0dec0de" in (tmp_path / "b" / "leaderboard.md").read_text()
+    assert (tmp_path / "a" / "leaderboard.png").read_bytes() == (tmp_path / "b" / "leaderboard.png").read_bytes()
