@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import numbers
+
 from runtime.errors import UsageError
 from runtime.options import build_with_options, check_name, register_in, typed_options
 from runtime.plugins import load_plugin, plugin_names
@@ -59,7 +61,25 @@ def options_of(name: str, options: dict) -> dict:
     """``options`` of the allocator ``name`` as :func:`get` builds it with them: typed by its fields and read back
     from the built allocator, which holds one form of each setting (perlayer's ``weights=2/4`` is ``1/2``)."""
     built = get(name, **options)
-    return {key: getattr(built, key) for key in typed_options(ALLOCATORS[name], name, options)}
+    held = {key: getattr(built, key) for key in typed_options(ALLOCATORS[name], name, options)}
+    for key, value in held.items():
+        if not _shown_value(value):  # a label shows it, and a setting's equality compares it (probe 22, #4)
+            raise UsageError(f"allocator {name}: built, it holds {key} as a {type(value).__module__}."
+                             f"{type(value).__qualname__}, which no label shows: have its __post_init__ keep a "
+                             "number, a text, or a list of numbers")
+    try:  # what it holds, read as its options again: an integer held as 3.0 is no integer (probe 22, U1)
+        typed_options(ALLOCATORS[name], name, held)
+    except (UsageError, ValueError) as error:
+        raise UsageError(f"allocator {name}: built, it holds values its options do not take ({error}): have its "
+                         "__post_init__ keep each of its field's type") from None
+    return held
+
+
+def _shown_value(value) -> bool:
+    """Whether an allocator's held option is one a label shows: a number, a text, or a list or tuple of numbers."""
+    if isinstance(value, (list, tuple)):
+        return all(isinstance(item, numbers.Number) for item in value)
+    return value is None or isinstance(value, (numbers.Number, str))
 
 
 __all__ = ["ALLOCATORS", "Allocator", "BudgetRequest", "HeadShares", "available", "check_allocation",

@@ -101,7 +101,8 @@ def _a_list(action: argparse.Action) -> bool:
 
 def repeated_flag(parser: argparse.ArgumentParser, argv: list[str]) -> str | None:
     """The first flag of ``parser`` that ``argv`` gives twice, by its name, a prefix argparse accepts for it, or
-    ``--flag=value``; None if none is."""
+    ``--flag=value``; None if none is. A flag that gathers its values (``--import``, ``--artifacts``: repeatable, an
+    ``append`` action) is not one (probe 22, #1)."""
     options = parser._option_string_actions
     seen = set()
     for token in argv:
@@ -112,8 +113,8 @@ def repeated_flag(parser: argparse.ArgumentParser, argv: list[str]) -> str | Non
         name = token.split("=", 1)[0]
         actions = [options[name]] if name in options else list({id(action): action for option, action in
                                                                   options.items() if option.startswith(name)}.values())
-        if len(actions) != 1:
-            continue  # argparse has refused it already, or it is a value
+        if len(actions) != 1 or isinstance(actions[0], (argparse._AppendAction, argparse._ExtendAction)):
+            continue  # argparse has refused it already, it is a value, or each one counts
         if actions[0].dest in seen:
             return max(actions[0].option_strings, key=len)
         seen.add(actions[0].dest)

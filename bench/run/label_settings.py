@@ -62,18 +62,41 @@ def rebuilt_label(label: str, kind: str) -> str | None:
 
 
 def check_labels_rebuild(methods) -> None:
-    """``UsageError``, before any work, naming the first press or allocator of ``methods`` whose label builds another
-    setting: its class changes its options as it is built (a ``__post_init__`` that scales a list to sum 1 moves
-    its floats again on a second build), so its rows' label would be refused by every reader (probe 21, #2)."""
+    """``UsageError``, before any work, naming the first press or allocator of ``methods`` whose label names no
+    setting, or another: its class changes its options as it is built (its ``__post_init__``), so that a build from
+    the label gives other values (one that scales a list to sum 1 moves its floats again: probe 21, #2), values no
+    label reads (probe 22, U1), or, for a press, whose label shows the values it was given, values other than the
+    label's (one that clamps ``level=9`` to 5 ran as two settings: probe 22, #3)."""
     specs = {(spec, kind) for method in methods for spec, kind in ((method.press, "press"),
                                                                     (method.allocator, "allocator"))}
     for spec, kind in sorted(specs, key=lambda pair: (pair[1], pair[0].label)):
-        shown = rebuilt_label(spec.label, kind)
-        if shown is not None and shown != spec.label:
-            raise UsageError(f"{kind} {spec.name}: built from its own label {spec.label!r}, it shows {shown!r}: its "
-                             "class changes its options as it is built (its __post_init__), and again when built "
-                             "from what it gave, so no label names its setting; make a build from its own values "
-                             "keep them (round them, or keep what it is given)")
+        why = None
+        try:
+            shown = rebuilt_label(spec.label, kind)
+        except UsageError as error:
+            why = f"its own label {spec.label!r} builds no setting ({error})"
+        else:
+            if shown is not None and shown != spec.label:
+                why = f"built from its own label {spec.label!r}, it shows {shown!r}"
+            elif kind == "press" and spec.name in PRESSES:
+                why = _moved_options(spec)
+        if why is not None:
+            raise UsageError(f"{kind} {spec.name}: {why}: its class changes its options as it is built (its "
+                             "__post_init__), so no label names its setting; make a build keep the values it is "
+                             "given, or give again the values it made (round them)")
+
+
+def _moved_options(spec) -> str | None:
+    """What of a press's options its build holds otherwise than it was given (its label shows what it was given), or
+    None; an option naming an artifact folder is the folder's, which the build reads."""
+    built = presses.get(spec.name, **spec.kwargs)
+    artifacts = getattr(PRESSES[spec.name], "artifact_files", {})
+    for key, value in spec.options:
+        held = getattr(built, key)
+        if key not in artifacts and (list(held) if isinstance(held, tuple) else held) != (
+                list(value) if isinstance(value, tuple) else value):
+            return f"given {key}={value!r}, it holds {key}={held!r}"
+    return None
 
 
 def _registered(name: str, kind: str) -> tuple:

@@ -93,7 +93,7 @@ def check_method_codes(record: dict, where: str) -> None:
     folder, or a catalogued checkpoint converted in the cache, of the group's weights."""
     methods = {label: _classes(label) for label in record["method_codes"] if label != BASELINE}
     methods = {label: classes for label, classes in methods.items() if classes is not None}
-    model_dir = _model_dir(record["group"]) if any(classes[3] for classes in methods.values()) else None
+    model_dir = group_model_dir(record["group"]) if any(classes[3] for classes in methods.values()) else None
     methods = {label: classes for label, classes in methods.items() if model_dir is not None or not classes[3]}
     engine = record["group"].get("engine", "hf")
     for label, code in zip(methods, class_method_codes(list(methods.values()), engine, model_dir)):
@@ -129,7 +129,7 @@ def _classes(label: str) -> tuple | None:
     return type(built), cls, tuple(built.code_objects()), files
 
 
-def _model_dir(group: dict) -> Path | None:
+def group_model_dir(group: dict) -> Path | None:
     """The folder of ``group``'s model here where it holds the group's weights: the shipped default model's, or a
     catalogued checkpoint's converted in the cache (:func:`pretrained.installed`); None otherwise."""
     name = group.get("model")

@@ -19,6 +19,7 @@ from .completeness import RERUN, SHOWN, check_complete, listed
 from .context_identity import check_one_context
 from .copies import check_one_value
 from .method_identity import check_one_method_code
+from .own_artifacts import check_own_artifacts
 from .result_store import ResultStore
 from .row_fields import BASELINE, CARRIED_FROM, method_of
 from .row_set_checks import measured_problems, question_of
@@ -32,7 +33,8 @@ def check_stores(stores: list[ResultStore], complete: bool = True, source: bool 
     name the shipped default model's (:func:`check_not_renamed_default`); one method code
     per method and group (:func:`check_methods_alike`); one text a context
     (:func:`~bench.store.context_identity.check_one_context`); a collection's records of carried groups against the
-    rows they carry (:func:`~bench.store.carried_checks.check_carried_records`); each child against the no-prune row
+    rows they carry (:func:`~bench.store.carried_checks.check_carried_records`); no label naming its model's own
+    artifact (:func:`~bench.store.own_artifacts.check_own_artifacts`); each child against the no-prune row
     of its question in another store (:func:`check_measured_across`), a collection's in its group's ``none`` store
     (:func:`check_group_baselines`); with ``complete``, no last line cut short, the shards
     of one run and split only (:func:`check_one_split`, as ``bench merge`` checks them) and whole runs
@@ -48,6 +50,7 @@ def check_stores(stores: list[ResultStore], complete: bool = True, source: bool 
     check_methods_alike(stores)
     check_one_context(stores)
     check_carried_records(stores)
+    check_own_artifacts(stores)
     check_group_baselines(stores)
     check_measured_across(stores)
     if complete:

@@ -67,3 +67,22 @@ def test_without_the_module_the_press_is_named_before_any_context_is_rerun(old_s
         "press of your own module is registered by importing it, as the run that wrote the group did: give that "
         "module with --import MODULE"), err
     assert (old_store / "results.jsonl").read_bytes() == kept
+
+
+def test_two_modules_are_imported_by_two_flags(model_dir, tmp_path, capsys, monkeypatch):
+    """Probe 22, #1: ``--import`` is repeatable, but a second one was refused as a flag given twice."""
+    monkeypatch.chdir(tmp_path)
+    for module, name in (("mod_a", "pressa"), ("mod_b", "pressb")):
+        (tmp_path / f"{module}.py").write_text(MODULE.replace("CarriedPress", f"Press{name[-1].upper()}")
+                                               .replace('"carriedp"', repr(name)))
+        monkeypatch.delitem(sys.modules, module, raising=False)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        code, err = run_cli(capsys, "compare", "--model", model_dir, "--out", tmp_path / "out", "--import", "mod_a",
+                            "--import", "mod_b", "--methods", "pressa/flat,pressb/flat", "--keep-fractions", "0.5",
+                            "--tasks", "niah_single_1", "--n", "1", "--length", "300")
+    finally:
+        for name in ("pressa", "pressb"):
+            registry.PRESSES.pop(name, None)
+    assert code == 0, err
+    assert {row["press"] for row in ResultStore(tmp_path / "out", readonly=True).rows} == {"none", "pressa", "pressb"}

@@ -250,17 +250,69 @@ class UnitWeights(allocators.FlatAllocator):
         self.weights = [w / total for w in self.weights]
 
 
-def test_a_class_whose_options_move_as_it_is_rebuilt_is_refused_before_any_work(model_dir, tmp_path, capsys,
-                                                                               monkeypatch):
-    """Probe 21, #2: compare ran the context, then refused its own row's label as written by hand."""
-    monkeypatch.setitem(allocators.ALLOCATORS, UnitWeights.name, UnitWeights)
+@dataclass
+class ArrayWeights(allocators.FlatAllocator):
+    """A user's allocator that holds its weights as a numpy array, which no label shows."""
+
+    name = "arrayw"
+    weights: list[float] = field(default_factory=lambda: [1.0])
+
+    def __post_init__(self):
+        import numpy
+
+        self.weights = numpy.asarray(self.weights, numpy.float32)
+
+
+@dataclass
+class WholeLevel(allocators.FlatAllocator):
+    """A user's allocator that holds its integer level as a float, which the label then shows as no integer."""
+
+    name = "wholel"
+    level: int = 1
+
+    def __post_init__(self):
+        self.level = float(self.level)
+
+
+@dataclass
+class ClampedPress(presses.Press):
+    """A user's press that clamps its level to 5: ``level=9`` and ``level=5`` are one setting."""
+
+    name = "clampp"
+    level: int = 1
+
+    def __post_init__(self):
+        self.level = min(self.level, 5)
+
+    def score(self, context):
+        raise AssertionError("never scored here")
+
+
+MOVES = ("its class changes its options as it is built (its __post_init__), so no label names its setting; make a "
+         "build keep the values it is given, or give again the values it made (round them)")
+
+
+@pytest.mark.parametrize(("method", "said"), [
+    # probe 21, #2: compare ran the context, then refused its own row's label as written by hand
+    ("keydiff/unitw[weights=0.15/0.15/0.1]", "allocator unitw: built from its own label 'unitw(weights="
+     "0.37499999999999994;0.37499999999999994;0.25)', it shows 'unitw(weights=0.375;0.375;0.25000000000000006)': "
+     + MOVES),
+    # probe 22, #4: a traceback comparing arrays
+    ("keydiff/arrayw[weights=1/2]", "allocator arrayw: built, it holds weights as a numpy.ndarray, which no label "
+     "shows: have its __post_init__ keep a number, a text, or a list of numbers"),
+    # probe 22, U1: the rebuild's own error, naming neither the allocator nor why
+    ("keydiff/wholel[level=3]", "allocator wholel: built, it holds values its options do not take (wholel option "
+     "level=3.0: expected an integer): have its __post_init__ keep each of its field's type"),
+    # probe 22, #3: level=9 ran as a second label of level=5's setting
+    ("clampp[level=9]/flat", "press clampp: given level=9, it holds level=5: " + MOVES),
+])
+def test_a_class_whose_options_move_as_it_is_built_is_refused_before_any_work(model_dir, tmp_path, capsys,
+                                                                              monkeypatch, method, said):
+    for cls in (UnitWeights, ArrayWeights, WholeLevel):
+        monkeypatch.setitem(allocators.ALLOCATORS, cls.name, cls)
+    monkeypatch.setitem(presses.PRESSES, ClampedPress.name, ClampedPress)
     out = tmp_path / "out"
-    code, err = run_cli(capsys, "compare", "--model", model_dir, "--out", out, "--methods",
-                        "keydiff/unitw[weights=0.15/0.15/0.1]", "--keep-fractions", "0.5", "--tasks", "niah_single_1",
-                        "--n", "1", "--length", "300")
-    assert code == 2 and err == (
-        "bench compare: error: allocator unitw: built from its own label 'unitw(weights=0.37499999999999994;"
-        "0.37499999999999994;0.25)', it shows 'unitw(weights=0.375;0.375;0.25000000000000006)': its class changes its "
-        "options as it is built (its __post_init__), and again when built from what it gave, so no label names its "
-        "setting; make a build from its own values keep them (round them, or keep what it is given)"), err
+    code, err = run_cli(capsys, "compare", "--model", model_dir, "--out", out, "--methods", method,
+                        "--keep-fractions", "0.5", "--tasks", "niah_single_1", "--n", "1", "--length", "300")
+    assert code == 2 and said in err and "\n" not in err, err
     assert not out.exists()
