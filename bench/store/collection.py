@@ -55,6 +55,11 @@ def laid_out(collection: Path) -> list[Path]:
     and a clone that does not follow the link lost its rows; probe 18: one deeper (a collection within) was not read."""
     stores = stores_below(collection)
     deeper = sorted({path.parent for name in STORE_FILES for path in collection.glob(f"*/*/*/**/{name}")})
+    if stores and not any(GROUP_FOLDER.fullmatch(store.parent.name) for store in [*stores, *deeper]):  # probe 22, U2
+        shown = ", ".join(map(str, stores[:3])) + (", …" if len(stores) > 3 else "")
+        raise UsageError(f"{collection} holds no results.jsonl and is no collection (none of its folders is a "
+                         f"setting group's, <model>-<length>-<digest>): give the stores below it themselves "
+                         f"({shown})")
     for store in [*deeper, *stores]:  # probe 18: a collection published into a folder of one went unread
         if store in deeper or store.is_symlink() or store.parent.is_symlink() or not GROUP_FOLDER.fullmatch(
                 store.parent.name):

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from artifacts.files import atomic_path
+from artifacts.output_kinds import GROUP_FOLDER
 from artifacts.outputs import Output, check_place
 from runtime.bounded_read import read_bounded
 from runtime.errors import UsageError, check_regular_file
@@ -299,7 +300,7 @@ folder: probe 19, U3)."""
 
 def _store_below(directory: Path) -> Path | None:
     """The first store (in name order) at most :data:`STORE_DEPTH` folders below ``directory``, or None."""
-    for depth in range(2, STORE_DEPTH + 1):
+    for depth in range(1, STORE_DEPTH + 1):
         found = sorted(path.parent for name in ("results.jsonl", "results.jsonl.gz")
                        for path in directory.glob("/".join(["*"] * depth + [name])))
         if found:
@@ -331,15 +332,19 @@ def open_stores(directories: list[Path]) -> list[ResultStore]:
             raise UsageError(f"{directory}: no such directory (a store is the --out of bench compare or merge; "
                              f"{empty_shard})")
         if not any((directory / name).exists() for name in ("results.jsonl", "results.jsonl.gz")):
-            if any(directory.glob("*/results.jsonl*")):  # a collection's <group>/ holds its stores one level down
+            if GROUP_FOLDER.fullmatch(directory.name) and any(directory.glob("*/results.jsonl*")):
+                # a collection's <group>/ holds its stores one level down
                 raise UsageError(f"{directory} is a setting group's folder of the collection {directory.parent} "
                                  f"(its stores are {directory}/<method>/): give the collection {directory.parent}, "
                                  "or one store of it")
             below = _store_below(directory)
+            hint = f"({empty_shard})" if below is None else (
+                f"(a store lies below it, {below}: give that store, or the collection it is in, "
+                f"{below.parent.parent}, as a collection holds its stores at <group>/<method>/)"
+                if GROUP_FOLDER.fullmatch(below.parent.name) else f"(a store lies below it, {below}: give the "
+                "stores themselves)")
             raise UsageError(f"{directory} holds no results.jsonl (nor results.jsonl.gz): it is not a result store "
-                             + (f"({empty_shard})" if below is None else
-                                f"(a store lies below it, {below}: give that store, or the collection it is in, "
-                                f"{below.parent.parent}, as a collection holds its stores at <group>/<method>/)"))
+                             + hint)
         writer = lock_holder(directory)
         if writer is not None:
             raise UsageError(f"{directory} is being written by another process (pid {writer}); wait for it to "

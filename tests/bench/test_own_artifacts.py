@@ -8,8 +8,8 @@ import json
 import pytest
 
 from bench.store.carried_checks import SHIPPED_DEFAULT
-from pretrained.fingerprints import files_fingerprint
 from presses.gatesight import GateSightPress
+from pretrained.fingerprints import files_fingerprint
 from tests.helpers import assert_reports_refuse, published_rows, run_cli
 
 

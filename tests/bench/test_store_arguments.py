@@ -53,13 +53,31 @@ def test_a_folder_with_a_store_further_down_names_it(store, tmp_path, capsys, re
     """Probe 19, U3: a folder holding a collection (``up/c``) or a store deeper still was called no store, naming
     neither; the first store below is named, with the collection it would be in."""
     up = tmp_path / "up"
-    below = up.joinpath(*["deep"] * (depth - 3), "c", "group", "method")  # depth folders below up
+    below = up.joinpath(*["deep"] * (depth - 3), "c", "m-300-0123456789", "method")  # depth folders below up
     below.mkdir(parents=True)
     (below / "results.jsonl").write_bytes((store / "results.jsonl").read_bytes())
     code, err = run_cli(capsys, *_argv(reader, [up], tmp_path))
     assert code == 2 and f"{up} holds no results.jsonl (nor results.jsonl.gz): it is not a result store (a store " \
         f"lies below it, {below}: give that store, or the collection it is in, {below.parent.parent}, as a " \
         "collection holds its stores at <group>/<method>/)" in err, err
+    assert not (tmp_path / "docs").exists() and not (tmp_path / "merged").exists()
+
+
+@pytest.mark.parametrize("reader", READERS, ids=lambda reader: reader[0])
+@pytest.mark.parametrize("folders", [["runs"], ["runs", "x"]])
+def test_a_folder_of_runs_is_no_collection(store, tmp_path, capsys, reader, folders):
+    """Probe 22, U2: a folder holding runs one or two folders down was called a setting group's folder of the
+    collection '.', or a collection whose stores bench publish did not put there; it is neither."""
+    below = tmp_path.joinpath(*folders, "S1")
+    below.mkdir(parents=True)
+    (below / "results.jsonl").write_bytes((store / "results.jsonl").read_bytes())
+    given = tmp_path / "runs"
+    code, err = run_cli(capsys, *_argv(reader, [given], tmp_path))
+    said = (f"{given} holds no results.jsonl (nor results.jsonl.gz): it is not a result store (a store lies below "
+            f"it, {below}: give the stores themselves)" if len(folders) == 1 else
+            f"{given} holds no results.jsonl and is no collection (none of its folders is a setting group's, "
+            f"<model>-<length>-<digest>): give the stores below it themselves ({below})")
+    assert code == 2 and said in err and "collection ." not in err, err
     assert not (tmp_path / "docs").exists() and not (tmp_path / "merged").exists()
 
 
