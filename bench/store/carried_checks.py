@@ -21,7 +21,7 @@ from runtime.errors import UsageError
 from .carried_codes import CARRIED, REMEDY, read_records
 from .code_version import class_method_codes, code_version
 from .collection import collection_stores
-from .row_fields import BASELINE, CARRIED_FROM
+from .row_fields import BASELINE, CARRIED_FROM, method_of
 
 SHIPPED_DEFAULT = CHECKOUT / "models" / "hybrid-byte-12l"
 """The shipped default model (``models/hybrid-byte-12l``), whatever ``HYBRIDPRESS_MODEL`` names as the default."""
@@ -78,6 +78,13 @@ def check_chain(store, records: list[dict], path: Path) -> None:
     froms = {record["from"] for record in records[:last + 1]}
     for row, line in zip(store.rows, store.line_numbers):
         if row.get(CARRIED_FROM, row.get("code")) in froms and row.get("code") != records[last]["to"]:
+            missing = next((index for index, record in enumerate(records[:last + 1])
+                            if store.directory.name in record.get("stores", ())
+                            and method_of(row) not in record["method_codes"]), None)
+            if missing is not None:  # probe 22, U3: no record before it was removed; this one names no code
+                raise UsageError(f"{path}: record {missing} names the store {store.directory.name} but gives its "
+                                 f"method {method_of(row)} no code ({store.path}:{line} is of it): a carry names "
+                                 f"the code of each method it reran; {REMEDY}")
             raise UsageError(f"{store.path}:{line}: a row computed at code {row.get(CARRIED_FROM, row.get('code'))} "
                              f"reads at code {row.get('code')} under {path}, whose record {last}, the last that names "
                              f"its store, carried the group to code {records[last]['to']}: a record before it was "

@@ -218,3 +218,17 @@ def test_carry_refuses_rows_of_a_code_no_run_writes_before_a_rerun(model_dir, tm
     code, err = run_cli(capsys, "carry", store, "--model", model_dir)
     assert code == 2 and "code='0ld0c0de0000' (expected a code, 12 hex digits" in err, err
     assert {p: p.read_bytes() for p in store.iterdir() if p.is_file()} == before
+
+
+def test_a_method_key_renamed_is_named_as_the_record_s_own(collection, capsys):
+    """Probe 22, U3: a record whose key of a method it carried was renamed (to another readable label) was blamed on
+    a record before it, removed or changed, where it is the only one (a press not registered here: its code is not
+    checked)."""
+    copy, path = collection
+    [record] = _records(path)
+    renamed = {field: {("userp/flat" if m == "keydiff/flat" else m): c for m, c in record[field].items()}
+               for field in ("method_codes", "method_codes_from")}
+    _write(path, [{**record, **renamed}])
+    code, err = run_cli(capsys, "verify", copy)
+    assert code == 2 and f"{path}: record 0 names the store keydiff--flat but gives its method keydiff/flat no code" \
+        in err and "a record before it" not in err, err
