@@ -3,10 +3,8 @@
 
 from __future__ import annotations
 
-import numbers
-
 from runtime.errors import UsageError
-from runtime.options import build_with_options, check_name, register_in, typed_options
+from runtime.options import build_with_options, check_name, register_in, shown_value, typed_options
 from runtime.plugins import load_plugin, plugin_names
 
 from .adakv import AdaKVAllocator
@@ -63,7 +61,7 @@ def options_of(name: str, options: dict) -> dict:
     built = get(name, **options)
     held = {key: getattr(built, key) for key in typed_options(ALLOCATORS[name], name, options)}
     for key, value in held.items():
-        if not _shown_value(value):  # a label shows it, and a setting's equality compares it (probe 22, #4)
+        if not shown_value(value):  # a label shows it, and a setting's equality compares it (probe 22, #4)
             raise UsageError(f"allocator {name}: built, it holds {key} as a {type(value).__module__}."
                              f"{type(value).__qualname__}, which no label shows: have its __post_init__ keep a "
                              "number, a text, or a list of numbers")
@@ -72,14 +70,13 @@ def options_of(name: str, options: dict) -> dict:
     except (UsageError, ValueError) as error:
         raise UsageError(f"allocator {name}: built, it holds values its options do not take ({error}): have its "
                          "__post_init__ keep each of its field's type") from None
+    again = get(name, **held)  # a label shows what it holds, which must build the same (probe 23, #4)
+    moved = next((key for key in held if getattr(again, key) != held[key]), None)
+    if moved is not None:
+        raise UsageError(f"allocator {name}: built from what it holds ({moved}={held[moved]!r}), it holds "
+                         f"{moved}={getattr(again, moved)!r}: its __post_init__ changes its options again at each "
+                         "build, so no label names its setting; make a build from its own values keep them")
     return held
-
-
-def _shown_value(value) -> bool:
-    """Whether an allocator's held option is one a label shows: a number, a text, or a list or tuple of numbers."""
-    if isinstance(value, (list, tuple)):
-        return all(isinstance(item, numbers.Number) for item in value)
-    return value is None or isinstance(value, (numbers.Number, str))
 
 
 __all__ = ["ALLOCATORS", "Allocator", "BudgetRequest", "HeadShares", "available", "check_allocation",

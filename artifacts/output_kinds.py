@@ -6,6 +6,7 @@ written into a collection's root, …). :func:`mix_problem` names a folder that 
 
 from __future__ import annotations
 
+import glob
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,8 +51,12 @@ class Kind:
     written: bool = True
 
     def found_all(self, folder: Path) -> list[Path]:
-        """Every file of this kind in ``folder``."""
-        return [path for pattern in self.files for path in sorted(folder.glob(pattern))
+        """Every file of this kind in ``folder``. The standard library's glob, not pathlib's: a folder that vanishes
+        or cannot be read while it is searched holds nothing, where pathlib's raised (probe 23, #1: a temporary folder
+        of another process under /tmp, a folder above a run's --out)."""
+        return [path for pattern in self.files
+                for path in sorted(Path(folder) / found for found in glob.glob(pattern, root_dir=folder,
+                                                                                include_hidden=True))
                 if path.is_file() and path.name not in self.not_files and (self.shows is None or self.shows(path))]
 
     def found_in(self, folder: Path) -> Path | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from runtime.errors import UsageError
-from runtime.options import build_with_options, check_name, register_in, typed_options
+from runtime.options import build_with_options, check_name, register_in, shown_value, typed_options
 from runtime.plugins import load_plugin, plugin_names
 
 from .base import Press
@@ -102,5 +102,13 @@ def options_of(name: str, options: dict) -> dict:
         short = name.removeprefix(KVPRESS_PREFIX)
         cls = type(_kvpress_scorer(short, {})) if short in NAMES else KvpressScorer.scorer_class(short)
         return typed_options(cls, name, options, KVPRESS_RESERVED)
-    get(name, **options)  # unknown names and the bare "kvpress" fail as get's do
-    return typed_options(PRESSES[name], name, options)
+    built = get(name, **options)  # unknown names and the bare "kvpress" fail as get's do
+    typed = typed_options(PRESSES[name], name, options)
+    files = PRESSES[name].artifact_files  # an artifact option holds what it read from the folder
+    for key in typed.keys() - files.keys():
+        held = getattr(built, key)
+        if not shown_value(held):  # probe 23, #2: a traceback comparing two settings that hold arrays
+            raise UsageError(f"press {name}: built, it holds {key} as a {type(held).__module__}."
+                             f"{type(held).__qualname__}, which no label shows: have its __post_init__ keep a "
+                             "number, a text, or a list of numbers")
+    return typed

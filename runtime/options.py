@@ -201,6 +201,14 @@ def _items(value) -> list:
     return [value]
 
 
+def shown_value(value) -> bool:
+    """Whether an option a built press or allocator holds is one a label shows: a number, a text, or a list or tuple
+    of numbers (an array is none, and two settings holding one compare as no truth value: probe 22, #4)."""
+    if isinstance(value, (list, tuple)):
+        return all(isinstance(item, numbers.Number) for item in value)
+    return value is None or isinstance(value, (numbers.Number, str))
+
+
 def typed_options(cls, name: str, options: dict, reserved: dict[str, str] | None = None) -> dict:
     """``options`` for the dataclass ``cls`` (shown as ``name``), each parsed by its field's declared type.
     An unknown option, or a value its field's type does not allow, is a ``ValueError`` naming it; so is a field of
@@ -273,8 +281,10 @@ def register_in(registry: dict, cls, base: type, kind: str, reserved: tuple[str,
         shown = ["empty", *(repr(r) for r in reserved), *([f"'{reserved_prefix}...'"] if reserved_prefix else [])]
         raise UsageError(f"{cls.__name__}.name {cls.name!r}: give the {kind} a name of its own (not "
                          f"{', '.join(shown[:-1])} or {shown[-1]})")
-    if registry.get(cls.name, cls) is not cls:
-        raise UsageError(f"{kind} name {cls.name!r} is taken by {registry[cls.name].__name__}")
+    taken = registry.get(cls.name, cls)
+    if taken is not cls:  # each class by its module: two modules of a user's may both name theirs (probe 23, U3)
+        raise UsageError(f"{kind} name {cls.name!r} is taken by {taken.__module__}.{taken.__qualname__}: "
+                         f"{cls.__module__}.{cls.__qualname__} cannot take it too; give it a name of its own")
     registry[cls.name] = cls
     return cls
 

@@ -32,8 +32,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args) -> None:
     for folder in args.artifacts:
-        if not Path(folder).is_dir():
-            raise UsageError(f"--artifacts {folder}: no such folder")
+        if not Path(folder).is_dir():  # probe 23, U2: a file was called no such folder
+            raise UsageError(f"--artifacts {folder}: " + ("not a folder (an artifact's folder is given, which holds "
+                                                          "its files)" if Path(folder).exists() else "no such folder"))
     import_user_modules(args)
     if args.model is not None:  # checked as compare checks it (name, files, weights), before the store is read
         model_info(argparse.Namespace(model=args.model, device="cpu", dtype="float32", allow_download=False))

@@ -52,17 +52,24 @@ def laid_out(collection: Path) -> list[Path]:
     """The stores of ``collection``, each checked to be where bench publish puts one: ``<group>/<method>/``, the
     group's folder named as :data:`~artifacts.output_kinds.GROUP_FOLDER`, neither folder a link. Probe 17: a store
     elsewhere (copied in, or through a link to a folder outside) was read as the collection's and checked by nothing,
-    and a clone that does not follow the link lost its rows; probe 18: one deeper (a collection within) was not read."""
+    and a clone that does not follow the link lost its rows; probe 18: one deeper (a collection within) was not read;
+    probe 23: nor one a folder down (a run the collection was published beside)."""
     stores = stores_below(collection)
     deeper = sorted({path.parent for name in STORE_FILES for path in collection.glob(f"*/*/*/**/{name}")})
     if stores and not any(GROUP_FOLDER.fullmatch(store.parent.name) for store in [*stores, *deeper]):  # probe 22, U2
         shown = ", ".join(map(str, stores[:3])) + (", …" if len(stores) > 3 else "")
-        raise UsageError(f"{collection} holds no results.jsonl and is no collection (none of its folders is a "
-                         f"setting group's, <model>-<length>-<digest>): give the stores below it themselves "
-                         f"({shown})")
-    for store in [*deeper, *stores]:  # probe 18: a collection published into a folder of one went unread
-        if store in deeper or store.is_symlink() or store.parent.is_symlink() or not GROUP_FOLDER.fullmatch(
-                store.parent.name):
+        raise UsageError(f"{collection} holds no results.jsonl and is no collection: none of its folders is a "
+                         f"setting group's (<model>-<length>-<digest>), and the stores below it ({shown}) are runs "
+                         "of their own: give them themselves (bench publish writes a collection into a folder that "
+                         "holds no runs)")
+    # probe 23, #5: a run one folder down (published into, the folder became a collection whose readers skipped it)
+    shallow = sorted({path.parent for name in STORE_FILES for path in collection.glob(f"*/{name}")})
+    if shallow and not stores and not deeper:
+        raise UsageError(f"{collection} holds the run {shallow[0]} one folder down, so it is no collection's folder: "
+                         "publish into a folder that holds no runs, or move the run out first")
+    for store in [*shallow, *deeper, *stores]:  # probe 18: a collection published into a folder of one went unread
+        if store in shallow or store in deeper or store.is_symlink() or store.parent.is_symlink() or (
+                not GROUP_FOLDER.fullmatch(store.parent.name)):
             raise UsageError(f"{store}: a store of the collection {collection} that bench publish did not put there "
                              "(a collection's stores are <group>/<method>/ folders, the group's named "
                              "<model>-<length>-<digest>, no links among them): move it out, then `bench publish "

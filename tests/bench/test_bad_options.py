@@ -371,3 +371,14 @@ def test_a_bad_value_of_press_options_names_that_flag(tmp_path, capsys, no_model
     code, err = run_cli(capsys, "compare", "--methods", "kvzip[suffix=%C0%80]/flat", "--out", tmp_path / "out")
     assert code == 2 and "--methods 'kvzip[suffix=%C0%80]': kvzip option suffix=" in err, err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(("given", "said"), [("file", "not a folder (an artifact's folder is given, which holds its "
+                                                        "files)"), ("missing", "no such folder")])
+def test_carry_names_an_artifacts_path_that_is_no_folder(tmp_path, capsys, given, said):
+    """Probe 23, U2: a file given to ``carry --artifacts`` was called no such folder."""
+    from tests.helpers import run_cli
+
+    (tmp_path / "file").write_text("x")
+    code, err = run_cli(capsys, "carry", tmp_path / "store", "--artifacts", tmp_path / given)
+    assert code == 2 and err.endswith(f"--artifacts {tmp_path / given}: {said}"), err

@@ -256,3 +256,23 @@ def test_the_library_publish_refuses_a_folder_inside_a_collection_too(model_dir,
     with pytest.raises(UsageError, match=f"--into {collection / 'zz'}: is inside the collection {collection}"):
         publish([first], collection / "zz")
     assert _files(tmp_path) == before
+
+
+def test_a_run_one_folder_down_is_no_collection_s_store(model_dir, tmp_path, capsys):
+    """Probe 23, #5: ``publish --into R`` where ``R/S`` is a run made ``R`` a collection whose readers left the run
+    out, and it could not be resumed in place; a run one folder down a collection was read by no reader."""
+    first, runs = tmp_path / "first", tmp_path / "runs"
+    run_compare(compare_settings(model_dir, first, n=1), show_progress=False)
+    shutil.copytree(first, runs / "S")
+    before = _files(tmp_path)
+    code, err = run_cli(capsys, "publish", first, "--into", runs)
+    assert code == 2 and f"{runs} holds the run {runs / 'S'} one folder down, so it is no collection's folder" \
+        in err, err
+    assert _files(tmp_path) == before
+    collection = tmp_path / "results"
+    assert run_cli(capsys, "publish", first, "--into", collection)[0] == 0
+    shutil.copytree(first, collection / "S")
+    for argv in (["verify", collection], ["leaderboard", collection, "--out", tmp_path / "docs"]):
+        code, err = run_cli(capsys, *argv)
+        assert code == 2 and f"{collection / 'S'}: a store of the collection {collection} that bench publish did " \
+            "not put there" in err, err

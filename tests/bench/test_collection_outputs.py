@@ -166,3 +166,23 @@ def test_no_store_is_written_anywhere_inside_a_collection(command, below, model_
         f"(`bench publish STORE --into {collection}`)\n"), err
     assert _files(tmp_path) == before
 
+
+
+def test_a_folder_that_vanishes_while_it_is_searched_holds_nothing(tmp_path, monkeypatch):
+    """Probe 23, #1: the output check looks for a collection in every folder above ``--out`` (``/tmp`` among them);
+    a folder of another process that vanished while it was listed ended the command in ``FileNotFoundError``."""
+    import os
+
+    from artifacts.output_kinds import COLLECTION, collection_holding
+
+    (tmp_path / "gone" / "x").mkdir(parents=True)
+    listed = os.scandir
+
+    def scandir(path="."):
+        if os.fspath(path).endswith("gone"):
+            raise FileNotFoundError(2, "No such file or directory", os.fspath(path))
+        return listed(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    assert COLLECTION.found_in(tmp_path) is None
+    assert collection_holding(tmp_path / "out" / "store") is None

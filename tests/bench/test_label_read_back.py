@@ -275,6 +275,33 @@ class WholeLevel(allocators.FlatAllocator):
 
 
 @dataclass
+class NotFlag(allocators.FlatAllocator):
+    """A user's allocator that holds the negation of the flag it is given."""
+
+    name = "notf"
+    flag: bool = False
+
+    def __post_init__(self):
+        self.flag = not self.flag
+
+
+@dataclass
+class ArrayPress(presses.Press):
+    """A user's press that holds its weights as a numpy array (probe 23, #2: a traceback)."""
+
+    name = "arrayp"
+    weights: list[float] = field(default_factory=lambda: [1.0])
+
+    def __post_init__(self):
+        import numpy
+
+        self.weights = numpy.asarray(self.weights)
+
+    def score(self, context):
+        raise AssertionError("never scored here")
+
+
+@dataclass
 class ClampedPress(presses.Press):
     """A user's press that clamps its level to 5: ``level=9`` and ``level=5`` are one setting."""
 
@@ -288,15 +315,19 @@ class ClampedPress(presses.Press):
         raise AssertionError("never scored here")
 
 
+AGAIN = ("its __post_init__ changes its options again at each build, so no label names its setting; make a build "
+         "from its own values keep them")
 MOVES = ("its class changes its options as it is built (its __post_init__), so no label names its setting; make a "
          "build keep the values it is given, or give again the values it made (round them)")
 
 
 @pytest.mark.parametrize(("method", "said"), [
     # probe 21, #2: compare ran the context, then refused its own row's label as written by hand
-    ("keydiff/unitw[weights=0.15/0.15/0.1]", "allocator unitw: built from its own label 'unitw(weights="
-     "0.37499999999999994;0.37499999999999994;0.25)', it shows 'unitw(weights=0.375;0.375;0.25000000000000006)': "
-     + MOVES),
+    ("keydiff/unitw[weights=0.15/0.15/0.1]", "allocator unitw: built from what it holds (weights=[0.37499999999999994,"
+     " 0.37499999999999994, 0.25]), it holds weights=[0.375, 0.375, 0.25000000000000006]: " + AGAIN),
+    # probe 23, #4: flag=true held False, the default build's True: two settings, one label
+    ("keydiff/notf[flag=true]", "allocator notf: built from what it holds (flag=False), it holds flag=True: "
+     + AGAIN),
     # probe 22, #4: a traceback comparing arrays
     ("keydiff/arrayw[weights=1/2]", "allocator arrayw: built, it holds weights as a numpy.ndarray, which no label "
      "shows: have its __post_init__ keep a number, a text, or a list of numbers"),
@@ -305,12 +336,15 @@ MOVES = ("its class changes its options as it is built (its __post_init__), so n
      "level=3.0: expected an integer): have its __post_init__ keep each of its field's type"),
     # probe 22, #3: level=9 ran as a second label of level=5's setting
     ("clampp[level=9]/flat", "press clampp: given level=9, it holds level=5: " + MOVES),
+    ("arrayp[weights=1/2]/flat", "press arrayp: built, it holds weights as a numpy.ndarray, which no label shows: "
+     "have its __post_init__ keep a number, a text, or a list of numbers"),
 ])
 def test_a_class_whose_options_move_as_it_is_built_is_refused_before_any_work(model_dir, tmp_path, capsys,
                                                                               monkeypatch, method, said):
-    for cls in (UnitWeights, ArrayWeights, WholeLevel):
+    for cls in (UnitWeights, ArrayWeights, WholeLevel, NotFlag):
         monkeypatch.setitem(allocators.ALLOCATORS, cls.name, cls)
-    monkeypatch.setitem(presses.PRESSES, ClampedPress.name, ClampedPress)
+    for cls in (ClampedPress, ArrayPress):
+        monkeypatch.setitem(presses.PRESSES, cls.name, cls)
     out = tmp_path / "out"
     code, err = run_cli(capsys, "compare", "--model", model_dir, "--out", out, "--methods", method,
                         "--keep-fractions", "0.5", "--tasks", "niah_single_1", "--n", "1", "--length", "300")

@@ -75,8 +75,9 @@ def test_a_folder_of_runs_is_no_collection(store, tmp_path, capsys, reader, fold
     code, err = run_cli(capsys, *_argv(reader, [given], tmp_path))
     said = (f"{given} holds no results.jsonl (nor results.jsonl.gz): it is not a result store (a store lies below "
             f"it, {below}: give the stores themselves)" if len(folders) == 1 else
-            f"{given} holds no results.jsonl and is no collection (none of its folders is a setting group's, "
-            f"<model>-<length>-<digest>): give the stores below it themselves ({below})")
+            f"{given} holds no results.jsonl and is no collection: none of its folders is a setting group's "
+            f"(<model>-<length>-<digest>), and the stores below it ({below}) are runs of their own: give them "
+            "themselves")
     assert code == 2 and said in err and "collection ." not in err, err
     assert not (tmp_path / "docs").exists() and not (tmp_path / "merged").exists()
 

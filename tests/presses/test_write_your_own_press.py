@@ -42,7 +42,7 @@ def test_the_readme_press_keeps_the_most_recent_entries(recency, model_dir):
     k = round(0.25 * (200 - 8))
     for heads in plan.layers.values():
         assert all(head.tolist() == list(range(200 - k, 200)) for head in heads)  # the last k, after the prefix
-    with pytest.raises(ValueError, match="taken by RecencyPress"):
+    with pytest.raises(ValueError, match="taken by my_press.RecencyPress: "):
         presses.register(type("RecencyPress2", (recency.RecencyPress,), {}))
 
 
