@@ -43,6 +43,21 @@ def stores_below(folder: Path) -> list[Path]:
     return sorted({path.parent for name in STORE_FILES for path in folder.glob(f"*/*/{name}")})
 
 
+STORE_DEPTH = 4
+"""How many folders below a folder given as a store :func:`first_store_below` looks for one (a collection inside another
+folder: probe 19, U3)."""
+
+
+def first_store_below(directory: Path) -> Path | None:
+    """The first store (in name order) at most :data:`STORE_DEPTH` folders below ``directory``, or None."""
+    for depth in range(1, STORE_DEPTH + 1):
+        found = sorted(path.parent for name in ("results.jsonl", "results.jsonl.gz")
+                       for path in directory.glob("/".join(["*"] * depth + [name])))
+        if found:
+            return found[0]
+    return None
+
+
 def expand(directories: list[Path]) -> list[Path]:
     """``directories`` with each collection replaced by its stores (:func:`laid_out`), in order."""
     return [store for d in map(Path, directories) for store in (laid_out(d) if is_collection(d) else [d])]

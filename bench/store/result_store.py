@@ -293,21 +293,6 @@ class ResultStore:
         self.done.add(key)
 
 
-STORE_DEPTH = 4
-"""How many folders below a folder given as a store :func:`_store_below` looks for one (a collection inside another
-folder: probe 19, U3)."""
-
-
-def _store_below(directory: Path) -> Path | None:
-    """The first store (in name order) at most :data:`STORE_DEPTH` folders below ``directory``, or None."""
-    for depth in range(1, STORE_DEPTH + 1):
-        found = sorted(path.parent for name in ("results.jsonl", "results.jsonl.gz")
-                       for path in directory.glob("/".join(["*"] * depth + [name])))
-        if found:
-            return found[0]
-    return None
-
-
 def open_stores(directories: list[Path]) -> list[ResultStore]:
     """The stores a command reads (``bench verify``, ``leaderboard`` and ``merge``), read-only, each checked first:
     an existing directory (not the ``results.jsonl`` in it) that holds ``results.jsonl`` or ``results.jsonl.gz``
@@ -320,7 +305,7 @@ def open_stores(directories: list[Path]) -> list[ResultStore]:
         Naming the first store that is not one: no such directory, a file, a directory without rows, or one being
         written by another process (the pid in its lock file).
     """
-    from .collection import expand  # a collection (docs/results) is read as its stores
+    from .collection import expand, first_store_below  # a collection (docs/results) is read as its stores
 
     directories = expand(directories)
     for directory in map(Path, directories):
@@ -337,7 +322,7 @@ def open_stores(directories: list[Path]) -> list[ResultStore]:
                 raise UsageError(f"{directory} is a setting group's folder of the collection {directory.parent} "
                                  f"(its stores are {directory}/<method>/): give the collection {directory.parent}, "
                                  "or one store of it")
-            below = _store_below(directory)
+            below = first_store_below(directory)
             hint = f"({empty_shard})" if below is None else (
                 f"(a store lies below it, {below}: give that store, or the collection it is in, "
                 f"{below.parent.parent}, as a collection holds its stores at <group>/<method>/)"
