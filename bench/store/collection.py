@@ -8,6 +8,7 @@ are one set of rows, checked whole as one store would be.
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import json
 import re
@@ -24,6 +25,26 @@ PACK = "results.jsonl.gz"
 """The file of each store of a collection."""
 
 
+SEARCHES = 3
+"""How many times a search below a folder with ``**`` is made while its folders vanish under it (:func:`found`)."""
+
+
+def found(folder: Path, pattern: str) -> list[Path]:
+    """The paths below ``folder`` that ``pattern`` matches. A folder that vanishes while it is searched holds nothing
+    (probe 24, U2: a reader of a folder another process was changing said a bare ``[Errno 2]``): the standard
+    library's glob takes it so; with ``**``, whose pathlib search follows no link (the standard library's follows
+    links into loops), the search is made again, and a folder still changing is named in one line."""
+    if "**" not in pattern:
+        return [Path(folder) / path for path in glob.glob(pattern, root_dir=folder, include_hidden=True)]
+    for _ in range(SEARCHES):
+        try:
+            return list(Path(folder).glob(pattern))
+        except FileNotFoundError:
+            continue
+    raise UsageError(f"{folder}: its folders changed while they were read, {SEARCHES} times: read it when no other "
+                     "process is changing it")
+
+
 def is_collection(folder: Path) -> bool:
     """Whether ``folder`` is a collection: no store file of its own, and a store two folders below it."""
     return (folder.is_dir() and not any((folder / name).exists() for name in STORE_FILES)
@@ -35,12 +56,12 @@ def group_stores(folder: Path) -> list[Path]:
     it, no store file of its own), sorted; none otherwise."""
     if not folder.is_dir() or any((folder / name).exists() for name in STORE_FILES):
         return []
-    return sorted({path.parent for name in STORE_FILES for path in folder.glob(f"*/{name}")})
+    return sorted({path.parent for name in STORE_FILES for path in found(folder, f"*/{name}")})
 
 
 def stores_below(folder: Path) -> list[Path]:
     """The stores of the collection ``folder`` (``<group>/<method>/``), sorted."""
-    return sorted({path.parent for name in STORE_FILES for path in folder.glob(f"*/*/{name}")})
+    return sorted({path.parent for name in STORE_FILES for path in found(folder, f"*/*/{name}")})
 
 
 STORE_DEPTH = 4
@@ -51,10 +72,10 @@ folder: probe 19, U3)."""
 def first_store_below(directory: Path) -> Path | None:
     """The first store (in name order) at most :data:`STORE_DEPTH` folders below ``directory``, or None."""
     for depth in range(1, STORE_DEPTH + 1):
-        found = sorted(path.parent for name in ("results.jsonl", "results.jsonl.gz")
-                       for path in directory.glob("/".join(["*"] * depth + [name])))
-        if found:
-            return found[0]
+        stores = sorted(path.parent for name in STORE_FILES
+                        for path in found(directory, "/".join(["*"] * depth + [name])))
+        if stores:
+            return stores[0]
     return None
 
 
@@ -70,7 +91,7 @@ def laid_out(collection: Path) -> list[Path]:
     and a clone that does not follow the link lost its rows; probe 18: one deeper (a collection within) was not read;
     probe 23: nor one a folder down (a run the collection was published beside)."""
     stores = stores_below(collection)
-    deeper = sorted({path.parent for name in STORE_FILES for path in collection.glob(f"*/*/*/**/{name}")})
+    deeper = sorted({path.parent for name in STORE_FILES for path in found(collection, f"*/*/*/**/{name}")})
     if stores and not any(GROUP_FOLDER.fullmatch(store.parent.name) for store in [*stores, *deeper]):  # probe 22, U2
         shown = ", ".join(map(str, stores[:3])) + (", …" if len(stores) > 3 else "")
         raise UsageError(f"{collection} holds no results.jsonl and is no collection: none of its folders is a "
@@ -78,7 +99,7 @@ def laid_out(collection: Path) -> list[Path]:
                          "of their own: give them themselves (bench publish writes a collection into a folder that "
                          "holds no runs)")
     # probe 23, #5: a run one folder down (published into, the folder became a collection whose readers skipped it)
-    shallow = sorted({path.parent for name in STORE_FILES for path in collection.glob(f"*/{name}")})
+    shallow = sorted({path.parent for name in STORE_FILES for path in found(collection, f"*/{name}")})
     if shallow and not stores and not deeper:
         raise UsageError(f"{collection} holds the run {shallow[0]} one folder down, so it is no collection's folder: "
                          "publish into a folder that holds no runs, or move the run out first")

@@ -305,7 +305,7 @@ def open_stores(directories: list[Path]) -> list[ResultStore]:
         Naming the first store that is not one: no such directory, a file, a directory without rows, or one being
         written by another process (the pid in its lock file).
     """
-    from .collection import expand, first_store_below  # a collection (docs/results) is read as its stores
+    from .collection import expand, first_store_below, found  # a collection (docs/results) is read as its stores
 
     directories = expand(directories)
     for directory in map(Path, directories):
@@ -317,7 +317,7 @@ def open_stores(directories: list[Path]) -> list[ResultStore]:
             raise UsageError(f"{directory}: no such directory (a store is the --out of bench compare or merge; "
                              f"{empty_shard})")
         if not any((directory / name).exists() for name in ("results.jsonl", "results.jsonl.gz")):
-            if GROUP_FOLDER.fullmatch(directory.name) and any(directory.glob("*/results.jsonl*")):
+            if GROUP_FOLDER.fullmatch(directory.name) and found(directory, "*/results.jsonl*"):
                 # a collection's <group>/ holds its stores one level down
                 raise UsageError(f"{directory} is a setting group's folder of the collection {directory.parent} "
                                  f"(its stores are {directory}/<method>/): give the collection {directory.parent}, "

@@ -276,3 +276,25 @@ def test_a_run_one_folder_down_is_no_collection_s_store(model_dir, tmp_path, cap
         code, err = run_cli(capsys, *argv)
         assert code == 2 and f"{collection / 'S'}: a store of the collection {collection} that bench publish did " \
             "not put there" in err, err
+
+
+def test_a_folder_vanishing_while_a_collection_is_read_is_no_error(model_dir, tmp_path, capsys, monkeypatch):
+    """Probe 24, U2: a folder of the collection that another process removed while a reader searched it ended the
+    command in a bare ``[Errno 2]``; it holds nothing, and the search is made again where it follows no link."""
+    import os
+
+    first, collection = tmp_path / "first", tmp_path / "results"
+    run_compare(compare_settings(model_dir, first, n=1), show_progress=False)
+    assert run_cli(capsys, "publish", first, "--into", collection)[0] == 0
+    (collection / "gone" / "x").mkdir(parents=True)
+    listed, failures = os.scandir, []
+
+    def scandir(path="."):
+        if os.fspath(path).endswith("gone") and len(failures) < 2:  # vanished as the first searches reached it
+            failures.append(path)
+            raise FileNotFoundError(2, "No such file or directory", os.fspath(path))
+        return listed(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    code, err = run_cli(capsys, "verify", collection)
+    assert code == 0 and failures, err
