@@ -33,10 +33,8 @@ RESULT_ENTRIES = ("bench.run.harness", "bench.run.context_run", "bench.run.rows"
 through others (imports inside functions too), so a new module of the runtime is covered by itself."""
 NOT_RESULT_CODE = ("bench.store", "artifacts")
 """Imported by the entries (or liable to be) but not deciding a value, each a module or a package with every module
-under it: the store (:mod:`bench.store`: it reads, checks and writes rows, names their fields and, here, hashes the
-code that made them) and :mod:`artifacts` (it writes files atomically and decides where a command may write them;
-probe 23: a fix of how the output check reads the folders above ``--out`` moved every group's code). Editing them
-keeps stores."""
+under it: the store (:mod:`bench.store`: it reads, checks and writes rows, and hashes the code that made them) and
+:mod:`artifacts` (it writes files and decides where a command may write them). Editing them keeps stores."""
 RESULT_DATA = ("workloads/haystacks/*.jsonl.gz",)
 """Data files of the project that decide values, hashed (their bytes) into every group's code: the real-text
 haystack snapshots (a rebuilt snapshot gives other contexts)."""
