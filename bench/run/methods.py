@@ -59,9 +59,13 @@ def _spec(kind, text: str, flag: str, every: dict, registry, model: ModelInfo | 
         default = registry.get(name)
     except ValueError:  # a required option (perlayer's weights): no default build to compare with
         default = None
-    kept = {key: value for key, value in typed.items()
-            if default is None or registry.get(name, **{key: value}) != default}
     reads = presses.PRESSES[name].artifact_files if kind is PressSpec and name in presses.PRESSES else {}
+    # an option's held value against the default build's, not whole builds: a field the user did not give may hold
+    # an array (a table made in __post_init__), which compares as no truth value (probe 24, #1); an artifact
+    # option holds what it read, so its folder's fingerprint decides below
+    kept = {key: value for key, value in typed.items()
+            if default is None or key in reads or _held(registry.get(name, **{key: value}), name, key) != _held(
+                default, name, key)}
     fingerprints = {}
     for key, (folder, patterns) in reads.items():
         if isinstance(kept.get(key), (str, Path)):
@@ -70,6 +74,13 @@ def _spec(kind, text: str, flag: str, every: dict, registry, model: ModelInfo | 
             if fingerprints[key] == own:  # the model's own files, which the press reads when not told: the default
                 del kept[key], fingerprints[key]
     return kind(name, frozen_options(kept), frozen_options(fingerprints))
+
+
+def _held(built, name: str, key: str):
+    """The value of the option ``key`` that ``built`` (the press or allocator ``name``) holds, a tuple as a list: a
+    ``kvpress:`` press's options are its kvpress scorer's fields."""
+    held = getattr(built.press if name.startswith(KVPRESS_PREFIX) else built, key)
+    return list(held) if isinstance(held, tuple) else held
 
 
 def _fails_alike(registry, name: str, own: dict, error: UsageError) -> bool:

@@ -7,8 +7,10 @@ import json
 import re
 from dataclasses import dataclass, field
 
+import numpy as np
 import pytest
 
+import allocators
 import presses
 from bench.commands.arguments import options
 from bench.reports.leaderboard import _build
@@ -257,3 +259,39 @@ def test_what_a_label_escapes_is_the_same_under_every_python(text, shown):
     from bench.run.specs import shown_text
 
     assert shown_text(text) == shown
+
+
+@dataclass
+class TablePress(presses.Press):
+    """A user's press holding a table it makes itself in a field no one gives (probe 24, #1)."""
+
+    name = "tablep"
+    scale: float = 1.0
+    table: np.ndarray = field(init=False, repr=False)
+
+    def __post_init__(self):
+        self.table = np.linspace(0, 1, 8) * self.scale
+
+    def score(self, context):
+        raise AssertionError("never scored here")
+
+
+@dataclass
+class TableAllocator(allocators.FlatAllocator):
+    """The same as an allocator."""
+
+    name = "tablea"
+    scale: float = 1.0
+    table: np.ndarray = field(init=False, repr=False)
+
+    def __post_init__(self):
+        self.table = np.linspace(0, 1, 8) * self.scale
+
+
+def test_an_option_at_its_default_is_left_out_beside_a_field_holding_an_array(monkeypatch):
+    """Probe 24, #1: two builds were compared whole, and a table made in ``__post_init__`` compares as no truth
+    value (a traceback before any work); each option's held value is compared with the default build's."""
+    monkeypatch.setitem(presses.PRESSES, TablePress.name, TablePress)
+    monkeypatch.setitem(allocators.ALLOCATORS, TableAllocator.name, TableAllocator)
+    assert _labels(["tablep[scale=1]/tablea[scale=1.0]", "tablep[scale=2]/tablea[scale=0.5]"]) == [
+        "tablep/tablea", "tablep(scale=2.0)/tablea(scale=0.5)"]
