@@ -72,6 +72,12 @@ KVPRESS_RESERVED = {"compression_ratio": "kvpress's budget, which the run sets f
 """The fields of a kvpress scorer that are not its options here, and why."""
 
 
+RUN_SETS = {KVzipPress.name: {"tokenizer": "the model's own, which the run hands the press (a library call may give "
+                                          "one: presses.get('kvzip', tokenizer=...)): leave it out"}}
+"""Fields of a press that a run sets itself, so that no run's options give them (probe 24, #3: ``tokenizer=x`` was
+taken as text and failed after the model loaded), and why; the press's own module is unchanged, and so is its code."""
+
+
 def check_library_name(name) -> None:
     """Refuse a press name the library cannot take (not text; bench compare's bracket options) before any look-up
     (:func:`runtime.options.check_name`), ``kvpress:`` names included."""
@@ -102,6 +108,8 @@ def options_of(name: str, options: dict) -> dict:
         short = name.removeprefix(KVPRESS_PREFIX)
         cls = type(_kvpress_scorer(short, {})) if short in NAMES else KvpressScorer.scorer_class(short)
         return typed_options(cls, name, options, KVPRESS_RESERVED)
+    if name in PRESSES:  # before the build, which takes them from a library call
+        typed_options(PRESSES[name], name, options, RUN_SETS.get(name))
     built = get(name, **options)  # unknown names and the bare "kvpress" fail as get's do
     typed = typed_options(PRESSES[name], name, options)
     files = PRESSES[name].artifact_files  # an artifact option holds what it read from the folder

@@ -61,3 +61,13 @@ def test_a_kvpress_scorer_under_global_is_named_as_given(model_dir, tmp_path, ca
                         *SMALL_RUN, "--out", tmp_path / "out")
     assert code == 2 and "but kvpress:KnormPress scores each layer on a scale of its own" in err, err
     assert "'kvpress'" not in err
+
+
+@pytest.mark.parametrize("given", [("--methods", "kvzip[tokenizer=x]/flat"),
+                                   ("--methods", "kvzip/flat", "--press-options", "tokenizer=x")])
+def test_a_field_the_run_sets_is_no_option(model_dir, tmp_path, capsys, no_model_load, given):
+    """Probe 24, #3: KVzip's ``tokenizer`` was taken as text and the run failed in a traceback after the model
+    loaded; the run hands the press the model's own, so the option is refused, in one line, before any work."""
+    code, err = run_cli(capsys, "compare", "--model", model_dir, *given, *SMALL_RUN, "--out", tmp_path / "out")
+    assert code == 2 and "kvzip: tokenizer is the model's own, which the run hands the press" in err, err
+    assert "\n" not in err.strip() and not (tmp_path / "out").exists()
