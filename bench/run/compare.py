@@ -27,10 +27,11 @@ from ..store.method_identity import check_run_method_codes
 from ..store.result_store import ResultStore
 from ..store.row_fields import GROUP_FIELDS, KEY_FIELDS, RUN, ShardContexts, method_at, shard_contexts, shown_fraction
 from ..store.store_checks import check_stores
-from .execution import ContextJob, in_processes, in_ray, in_this_process
+from .execution import ContextJob, in_processes, in_this_process
 from .harness import Harness
 from .label_settings import check_labels_rebuild
 from .plan import RunPlan, plan
+from .ray_workers import in_ray
 from .settings import CompareSettings
 
 __all__ = ["CompareSettings", "RunPlan", "contexts_of", "execute", "plan", "run_compare", "run_rows"]

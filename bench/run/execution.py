@@ -16,7 +16,6 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from itertools import islice
 
 import torch
 from tqdm import tqdm
@@ -35,9 +34,6 @@ from .worker_watch import BEAT_SECONDS, Feeder, WatchClock, end_worker, raise_if
 DRIVER_CHECK_SECONDS = 1.0
 """How often a worker waiting for a job looks whether its driver is still there."""
 
-RAY_CONNECT_SECONDS = 60.0
-"""How long ``ray.init`` may take to join the cluster at ``--address``: a server that answers as gRPC but is not
-Ray's (which :func:`bench.run.settings.check_ray_address` lets through) would have it retry for minutes."""
 
 
 @dataclass(frozen=True)
@@ -185,7 +181,8 @@ def in_processes(run: RunPlan, identity: loading.ModelIdentity, jobs: Iterable[C
                     feeders[reader].due -= 1
                     top_up()
                     yield payload
-            raise_if_silent(readers, heard, started, silence, clock())
+            raise_if_silent({reader: f"worker process {process.pid}" for reader, process in readers.items()}, heard,
+                            started, silence, clock())
     finally:
         for process in processes:
             if process.pid is not None:  # started (a stop can come while they start)
@@ -219,87 +216,3 @@ def in_this_process(harness: Harness, jobs: list[ContextJob], is_done: Callable[
     for job in jobs:
         ContextRun(harness, job.task, job.index, is_done, emit).run()
         yield None
-
-
-def in_ray(run: RunPlan, identity: loading.ModelIdentity, jobs: Iterable[ContextJob],
-           workers: int) -> Iterator[list[dict]]:
-    """The rows of every job from ``workers`` Ray actors, each a :class:`ContextWorker` (one CPU each), context by
-    context as they finish: on the cluster at ``run.address``, or on a Ray instance started here for the run."""
-    import ray
-    from ray.util import ActorPool
-
-    started = not ray.is_initialized()
-    if started:
-        _join_ray(ray, run.address)
-    try:
-        actor = ray.remote(num_cpus=1)(_RayWorker)
-        pool = ActorPool([actor.remote(run, identity) for _ in range(workers)])
-        feed = iter(jobs)  # submitted a few ahead of the actors (ActorPool.map would queue every job of any --n)
-        for job in islice(feed, 2 * workers):
-            pool.submit(_rows_of, job)
-        while pool.has_next():
-            rows = pool.get_next_unordered()
-            for job in islice(feed, 1):
-                pool.submit(_rows_of, job)
-            yield rows
-    except ray.exceptions.RayError as error:
-        raise _worker_error(error) from None
-    finally:
-        if started:
-            ray.shutdown()
-
-
-def _rows_of(worker, job: ContextJob):
-    """The call an actor of the pool makes for ``job``: its rows, as a Ray object reference."""
-    return worker.rows.remote(job)
-
-
-class _RayWorker:
-    """A :class:`ContextWorker` as a Ray actor whose construction error is raised by its first call: Ray hands a
-    method's exception back as it was raised (``RayTaskError.cause``), a constructor's only as text."""
-
-    def __init__(self, run: RunPlan, identity: loading.ModelIdentity):
-        try:
-            self.worker, self.error = ContextWorker(run, identity), None
-        except Exception as error:  # noqa: BLE001 - raised by rows(), where the driver receives it whole
-            self.worker, self.error = None, error
-
-    def rows(self, job: ContextJob) -> list[dict]:
-        if self.error is not None:
-            raise self.error
-        return self.worker.rows(job)
-
-
-def _worker_error(error: BaseException) -> BaseException:
-    """The exception an actor raised, as it was raised there (a worker process's is re-raised so too), out of the
-    ``RayTaskError`` Ray wraps it in; Ray's own error where no exception of the worker's is inside."""
-    cause = error
-    while getattr(cause, "cause", None) is not None and cause.cause is not cause:
-        cause = cause.cause
-    return cause if isinstance(cause, Exception) and not type(cause).__module__.startswith("ray.") else error
-
-
-def _join_ray(ray, address: str | None, timeout: float = RAY_CONNECT_SECONDS) -> None:
-    """``ray.init`` at ``address``, bounded by ``timeout`` seconds when an address is given: that call runs in a
-    daemon thread, which does not keep the process if it never returns. A cluster started here (no address) starts
-    in this thread, as Ray expects of a local start, and takes what it takes."""
-    if address is None:
-        ray.init(include_dashboard=False, log_to_driver=False)
-        return
-    failure: list[BaseException] = []
-
-    def join() -> None:
-        try:
-            ray.init(address=address, include_dashboard=False, log_to_driver=False)
-        except BaseException as error:  # noqa: BLE001 - raised again in the caller's thread
-            failure.append(error)
-
-    thread = threading.Thread(target=join, name="ray-init", daemon=True)
-    thread.start()
-    thread.join(timeout)
-    if thread.is_alive():
-        raise UsageError(f"--address {address}: no Ray cluster joined within {timeout:g} s (something answers there, "
-                         "but ray.init keeps retrying); give the head node's GCS address (HOST:6379 by default) or "
-                         "ray://HOST:10001")
-    if failure:
-        raise failure[0]

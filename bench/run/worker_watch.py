@@ -96,22 +96,24 @@ def silence_limit() -> float:
     return seconds
 
 
-def raise_if_silent(readers: dict, heard: dict, started: float, limit: float, now: float) -> None:
-    """A :class:`WorkerDied` naming the first worker still running that has sent nothing (no beat, no rows) for
-    ``limit`` seconds since its last message (``heard``, by its pipe; None before its first): stopped (``kill
-    -STOP``) or wedged, it would be waited on for ever. Its first beat comes once it has imported torch, which a
-    busy machine may take long over: it is allowed :data:`STARTUP_SECONDS` (or ``limit``, if longer) from
-    ``started``. Every time is read on one :class:`WatchClock` (``now``: its reading now)."""
-    for reader, process in readers.items():
-        last = heard[reader]
+def raise_if_silent(names: dict, heard: dict, started: float, limit: float, now: float, starting: str = "") -> None:
+    """A :class:`WorkerDied` naming (``names``: each worker's key to how it is named, ``worker process 41``) the first
+    worker still running that has sent nothing (no beat, no rows) for ``limit`` seconds since its last message
+    (``heard``, by its key; None before its first): stopped (``kill -STOP``) or wedged, it would be waited on for
+    ever. Its first beat comes once it has imported torch, which a busy machine may take long over: it is allowed
+    :data:`STARTUP_SECONDS` (or ``limit``, if longer) from ``started``, and ``starting`` is said of one silent since
+    then (where its own words went). Every time is read on one :class:`WatchClock` (``now``: its reading now)."""
+    for key, name in names.items():
+        last = heard[key]
         silent, allowed = (now - last, limit) if last is not None else (now - started, max(limit, STARTUP_SECONDS))
         if silent > allowed:
             limit_said = (f"{SILENCE_ENV} sets how long a worker may stay silent" if last is not None else
                           f"a worker still starting may take {max(limit, STARTUP_SECONDS):g} s to send its first "
                           f"beat, {STARTUP_SECONDS:g} s or {SILENCE_ENV} if longer")
-            raise WorkerDied(f"worker process {process.pid} has sent nothing for {allowed:g} s"
+            raise WorkerDied(f"{name} has sent nothing for {allowed:g} s"
                              f"{'' if last is not None else ' since it started'} (stopped, as by kill -STOP, or "
-                             f"wedged; {limit_said}): it was killed, and the run ended")
+                             f"wedged; {limit_said}{'; ' + starting if starting and last is None else ''}): it was "
+                             "killed, and the run ended")
 
 
 def end_worker(process) -> None:

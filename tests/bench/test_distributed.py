@@ -115,7 +115,8 @@ def test_ray_actors_are_given_jobs_a_few_ahead(model_dir, tmp_path, one_thread):
     from itertools import count
 
     from bench.run.compare import plan
-    from bench.run.execution import ContextJob, in_ray
+    from bench.run.execution import ContextJob
+    from bench.run.ray_workers import in_ray
     from pretrained import loading
 
     run = plan(_settings(model_dir, tmp_path / "ray", executor="ray", jobs=2, n=10**8))
@@ -490,16 +491,15 @@ def test_a_merge_stopped_after_its_first_row_is_finished_by_the_same_merge(model
 def test_a_worker_silent_since_it_started_is_named_with_the_startup_allowance(monkeypatch):
     """Probe 8: a worker stopped before its first beat was waited on 600 s whatever HYBRIDPRESS_WORKER_SILENCE said,
     and the line then named that setting as what decided the wait."""
-    from types import SimpleNamespace
 
     from bench.run.stopping import WorkerDied
     from bench.run.worker_watch import SILENCE_ENV, STARTUP_SECONDS, raise_if_silent
 
     reader = object()
     with pytest.raises(WorkerDied) as died:
-        raise_if_silent({reader: SimpleNamespace(pid=41)}, {reader: None}, -STARTUP_SECONDS - 1, 5.0, 0.0)
+        raise_if_silent({reader: "worker process 41"}, {reader: None}, -STARTUP_SECONDS - 1, 5.0, 0.0)
     assert str(died.value) == (
         f"worker process 41 has sent nothing for {STARTUP_SECONDS:g} s since it started (stopped, as by kill -STOP, or "
         f"wedged; a worker still starting may take {STARTUP_SECONDS:g} s to send its first beat, {STARTUP_SECONDS:g} s "
         f"or {SILENCE_ENV} if longer): it was killed, and the run ended")
-    raise_if_silent({reader: SimpleNamespace(pid=41)}, {reader: None}, -10.0, 5.0, 0.0)  # still starting
+    raise_if_silent({reader: "worker process 41"}, {reader: None}, -10.0, 5.0, 0.0)  # still starting

@@ -87,7 +87,7 @@ def test_joining_a_server_that_answers_grpc_but_is_not_ray_is_bounded(listener):
     port, reply = listener
     reply.append(bytes([0, 0, 0, 4, 0, 0, 0, 0, 0]))  # an empty HTTP/2 SETTINGS frame, as any gRPC server sends
     check_ray_address(f"127.0.0.1:{port}", timeout=2)  # let through: it looks like gRPC
-    script = ("import ray, sys\nfrom bench.run.execution import _join_ray\nfrom runtime.errors import UsageError\n"
+    script = ("import ray, sys\nfrom bench.run.ray_workers import _join_ray\nfrom runtime.errors import UsageError\n"
               f"try:\n    _join_ray(ray, '127.0.0.1:{port}', timeout=3)\nexcept UsageError as error:\n"
               "    print(error)\n    sys.exit(7)\n")
     started = time.monotonic()
