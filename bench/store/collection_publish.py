@@ -19,6 +19,7 @@ from artifacts.output_kinds import COLLECTION, mix_problem
 from runtime.errors import UsageError
 
 from .carried_codes import CARRIED, carried_from, carried_records, read_records, under_records
+from .code_version import code_version
 from .collection import PACK, case_twins, group_folder, laid_out, method_folder
 from .copies import batch_difference, row_values
 from .result_store import open_stores
@@ -81,10 +82,17 @@ def _as_read(row: dict, into: Path, source: Path, carries: dict[Path, tuple[list
         return read
     record = carried_from(read, every)
     if record is not None:
+        now, here = every[-1]["to"], code_version(row.get("engine", "hf"))
+        # a carry takes a store to the code of the checkout it runs in (probe 24, U1: advised where it did nothing)
+        advice = (f"carry the store to this checkout's code (bench carry {source}), or rerun it here, then publish it"
+                  if here == now else
+                  f"the group is of code {now} now, this checkout of code {here}: carry the store to code {now} with "
+                  f"a checkout of that code (bench carry {source}) and publish it from there, or carry the group to "
+                  f"this checkout's code first (bench carry {store.parent})")
         raise UsageError(f"{source}: the row of {describe_row(row)} is of code {row.get('code')}, from which "
-                         f"{store.parent} was carried to code {record['to']} ({store.parent / CARRIED}), and the "
-                         "carry did not cover it (its method was not in the group then): carry the store to this "
-                         f"checkout's code (bench carry {source}), or rerun it here, then publish it")
+                         f"{store.parent} was carried to code {record['to']}"
+                         f"{'' if record['to'] == now else f' and on to code {now}'} ({store.parent / CARRIED}), and "
+                         f"the carry did not cover it (its method was not in the group then): {advice}")
     return read
 
 

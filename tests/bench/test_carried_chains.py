@@ -10,6 +10,7 @@ import pytest
 
 import bench.run.carry
 import bench.run.plan
+import bench.store.collection_publish
 from bench.run.compare import run_compare
 from bench.store.carried_codes import CARRIED
 from bench.store.code_version import code_version
@@ -26,6 +27,7 @@ def _at(code: str | None):
         if code is not None:
             patch.setattr(bench.run.plan, "code_version", lambda engine="hf": code)
             patch.setattr(bench.run.carry, "code_version", lambda engine="hf": code)
+            patch.setattr(bench.store.collection_publish, "code_version", lambda engine="hf": code)
         yield
 
 
@@ -197,4 +199,23 @@ def test_a_store_the_group_holds_is_published_as_nothing_new_after_the_chain_com
         before = {p: p.read_bytes() for p in collection.rglob("*") if p.is_file()}
         code, err = run_cli(capsys, "publish", _twice[0].parent / "first", "--into", collection)
     assert code == 0, err
+    assert {p: p.read_bytes() for p in collection.rglob("*") if p.is_file()} == before
+
+
+def test_a_method_the_carries_did_not_cover_is_told_where_to_carry_it(_twice, model_dir, tmp_path, capsys):
+    """Probe 24, U1: a store of the first code of a group carried on twice was told to carry itself under that
+    checkout, where a carry has nothing to do, and the line named the first carry's code, not the group's now."""
+    collection, group = _twice[0], next(_twice[0].iterdir())
+    before = {p: p.read_bytes() for p in collection.rglob("*") if p.is_file()}
+    new = tmp_path / "new"
+    with _at(FIRST):
+        run_compare(compare_settings(model_dir, new, presses=["snapkv"], n=1), show_progress=False)
+        code, err = run_cli(capsys, "publish", new, "--into", collection)
+    now = code_version()
+    assert code == 2 and err.endswith(
+        f"is of code {FIRST}, from which {group} was carried to code {SECOND} and on to code {now} "
+        f"({group / CARRIED}), and the carry did not cover it (its method was not in the group then): the group is of "
+        f"code {now} now, this checkout of code {FIRST}: carry the store to code {now} with a checkout of that code "
+        f"(bench carry {new}) and publish it from there, or carry the group to this checkout's code first (bench carry "
+        f"{group})"), err
     assert {p: p.read_bytes() for p in collection.rglob("*") if p.is_file()} == before
