@@ -44,10 +44,11 @@ def _printable(char: str) -> bool:
 
 CACHED_LABELS = 4096
 """How many labels' answers are kept: a store holds some 35,000 rows naming a dozen labels, each checked once."""
-OLDER_BENCH = ("An older bench wrote it, which took a '%' in a text option as itself (this one reads %XX as an escape "
-               "and shows '%' as %25)")
-"""Why a text holding a ``%`` is no text this bench shows: before b9e8e9e a text option's ``%`` was shown as it is
-(``50% off``), which no longer reads back (``50% off`` starts no escape; ``a%41`` reads as ``aA``)."""
+OLDER_BENCH = ("If {key} is a text option, an older bench wrote it, which took a '%' in a text as itself (this one "
+               "reads %XX as an escape and shows '%' as %25); if not, it was written by hand or by another tool")
+"""Why a value holding a ``%`` is no text this bench shows: before b9e8e9e a text option's ``%`` was shown as it is
+(``50% off``), which no longer reads back (``50% off`` starts no escape; ``a%41`` reads as ``aA``). The option's type
+is its class's, which this room does not read: no bench wrote a ``%`` in a number (probe 21, U3)."""
 NO_RERUN = "so its rows name no method a rerun here could match"
 
 
@@ -97,7 +98,7 @@ def text_problem(label: str, kind: str) -> str | None:
     for key, value in pairs:
         problem = _value_problem(key, value)
         if problem and "%" in value:
-            return f"the label {label!r} cannot be read back: {problem}. {OLDER_BENCH}, {NO_RERUN}"
+            return f"the label {label!r} cannot be read back: {problem}. {OLDER_BENCH.format(key=key)}, {NO_RERUN}"
         if problem:
             return (f"the label {label!r} cannot be read back: {problem}; it was written by hand or by another tool, "
                     f"and this bench shows that setting as {_canonical(name, pairs)!r}, {NO_RERUN}")

@@ -55,10 +55,11 @@ def test_a_label_an_older_bench_wrote_is_named_before_any_context_is_rerun(tagge
     label = f"taggedk(tag={old})"
     assert code == 2 and err == (
         f"bench carry: error: {store}: its group's method {label}/flat: the label {label!r} cannot be read back: its "
-        f"tag {old!r} is no text this bench shows ({why}). An older bench wrote it, which took a '%' in a text option "
-        "as itself (this one reads %XX as an escape and shows '%' as %25), so its rows name no method a rerun here "
-        "could match: rerun that method into a store of its own (bench compare --methods, each '%' of its text "
-        "written %25), and carry the rest of the group without these rows (move them out)"), err
+        f"tag {old!r} is no text this bench shows ({why}). If tag is a text option, an older bench wrote it, which "
+        "took a '%' in a text as itself (this one reads %XX as an escape and shows '%' as %25); if not, it was "
+        "written by hand or by another tool, so its rows name no method a rerun here could match: rerun that method "
+        "into a store of its own (bench compare --methods, each '%' of its text written %25), and carry the rest of "
+        "the group without these rows (move them out)"), err
     assert (store / "results.jsonl").read_bytes() == kept
 
 
