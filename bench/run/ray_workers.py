@@ -15,11 +15,16 @@ from runtime.errors import UsageError
 
 from .execution import ContextJob, ContextWorker
 from .plan import RunPlan
+from .stopping import WorkerDied
 from .worker_watch import BEAT_SECONDS, WatchClock, raise_if_silent, silence_limit
 
 RAY_CONNECT_SECONDS = 60.0
 """How long ``ray.init`` may take to join the cluster at ``--address``: a server that answers as gRPC but is not
 Ray's (which :func:`bench.run.settings.check_ray_address` lets through) would have it retry for minutes."""
+OBJECT_STORE_BYTES = 1 << 30
+"""The object store of a Ray instance started for the run: a context's rows are kilobytes, and Ray's default (30 % of
+the memory) is mapped by every Ray process, which an address-space limit (``ulimit -v``, ``prlimit --as``) refuses:
+``ray.init`` then waited for ever, before any worker could be watched (probe 25, #1)."""
 RAY_LOGS = ("Ray hides its workers' output here: their logs say why one did not start (session_latest/logs in Ray's "
             "temporary folder, /tmp/ray by default, on the node that ran it)")
 """What a worker silent since it started is said with: Ray is told not to copy its workers' output to the run's."""
@@ -54,11 +59,11 @@ def in_ray(run: RunPlan, identity: loading.ModelIdentity, jobs: Iterable[Context
             for reference in ready:
                 if reference in beats:
                     actor = beats.pop(reference)
-                    names[actor] = f"Ray worker process {ray.get(reference)}"
+                    names[actor] = f"Ray worker process {_answer(ray, reference, names[actor])}"
                     heard[actor] = clock()
                 else:
                     actor = due.pop(reference)
-                    rows = ray.get(reference)
+                    rows = _answer(ray, reference, names[actor])
                     _give(actor, feed, due)
                     yield rows
             now = clock()
@@ -73,6 +78,19 @@ def in_ray(run: RunPlan, identity: loading.ModelIdentity, jobs: Iterable[Context
             ray.kill(actor)
         if started_here:
             ray.shutdown()
+
+
+def _answer(ray, reference, name: str):
+    """``ray.get(reference)``, the call of the actor ``name``; a :class:`~bench.run.stopping.WorkerDied` naming it
+    where its process died (killed, as the out-of-memory killer does, or its node lost) rather than Ray's traceback
+    (probe 25, #2), as a worker process's death is said."""
+    try:
+        return ray.get(reference)
+    except ray.exceptions.RayActorError as error:
+        if _worker_error(error) is not error:  # the actor's own exception, raised by its build or its job
+            raise
+        raise WorkerDied(f"{name} died before the run finished (killed, as the out-of-memory killer does, or its "
+                         "node was lost; Ray's logs say which)") from None
 
 
 def _give(actor, feed: Iterator[ContextJob], due: dict) -> None:
@@ -113,9 +131,10 @@ def _worker_error(error: BaseException) -> BaseException:
 def _join_ray(ray, address: str | None, timeout: float = RAY_CONNECT_SECONDS) -> None:
     """``ray.init`` at ``address``, bounded by ``timeout`` seconds when an address is given: that call runs in a
     daemon thread, which does not keep the process if it never returns. A cluster started here (no address) starts
-    in this thread, as Ray expects of a local start, and takes what it takes."""
+    in this thread, as Ray expects of a local start (the processes it starts die with the thread that started
+    them), with an object store of :data:`OBJECT_STORE_BYTES`."""
     if address is None:
-        ray.init(include_dashboard=False, log_to_driver=False)
+        ray.init(include_dashboard=False, log_to_driver=False, object_store_memory=OBJECT_STORE_BYTES)
         return
     failure: list[BaseException] = []
 

@@ -3,7 +3,10 @@ and the run ends; one that computes long is waited for, its beats answering mean
 
 import importlib.util
 import os
+import re
 import signal
+import subprocess
+import sys
 import time
 
 import pytest
@@ -112,3 +115,38 @@ def test_an_actor_computing_longer_than_the_silence_is_waited_for(ray_here, mode
             return [{"task": job.task, "index": job.index}]
 
     assert _answers(monkeypatch, model_dir, tmp_path, Slow) == [[{"task": "niah_single_1", "index": 0}]]
+
+
+def test_an_actor_killed_in_a_job_is_named_in_one_line(ray_here, model_dir, tmp_path, monkeypatch):
+    """Probe 25, #2: a Ray worker killed (SIGKILL, as the out-of-memory killer does) ended the run in Ray's
+    ``ActorDiedError`` traceback; it is named as a dead worker process is, and the run ends in one line."""
+    from bench.run.stopping import WorkerDied
+
+    class KillsItself:
+        def __init__(self, run, identity):
+            pass
+
+        def beat(self):
+            return os.getpid()
+
+        def rows(self, job):
+            time.sleep(1.5)  # a beat answered first: the worker is named by its pid
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    with pytest.raises(WorkerDied) as died:
+        _answers(monkeypatch, model_dir, tmp_path, KillsItself)
+    assert re.fullmatch(r"Ray worker process \d+ died before the run finished \(killed, as the out-of-memory killer "
+                        r"does, or its node was lost; Ray's logs say which\)", str(died.value)), str(died.value)
+
+
+def test_a_ray_instance_starts_under_an_address_space_limit():
+    """Probe 25, #1: under ``prlimit --as=8000000000`` a local ``ray.init`` waited for ever, as every Ray process maps
+    its object store (30 % of the memory by default); the run's instance holds a small one."""
+    script = ("import resource, sys\nresource.setrlimit(resource.RLIMIT_AS, (8 * 10**9, 8 * 10**9))\n"
+              "import ray, torch\nfrom bench.run.ray_workers import _join_ray\n_join_ray(ray, None)\n"
+              "print('joined', flush=True)\nray.shutdown()\n")
+    try:
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=180)
+    except subprocess.TimeoutExpired:
+        pytest.fail("ray.init did not return within 180 s under an 8 GB address-space limit")
+    assert done.returncode == 0 and "joined" in done.stdout, done.stderr[-2000:]
