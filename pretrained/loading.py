@@ -23,7 +23,7 @@ from .model_files import (
     part_files,
     read_config,
 )
-from .model_info import ModelInfo, read
+from .model_info import ModelInfo, config_error, read
 from .model_spec import DEFAULT_MODEL_DIR, DEFAULT_MODEL_NAME, DTYPES, ModelSpec, resolve
 
 __all__ = ["DEFAULT_MODEL_DIR", "DEFAULT_MODEL_NAME", "DTYPES", "MODEL_PARTS", "ModelIdentity", "ModelInfo",
@@ -76,6 +76,8 @@ def load(model: str | ModelSpec | ModelInfo | None = None):
         loaded, loading_info = AutoModelForCausalLM.from_pretrained(directory, config=config, dtype=dtype,
                                                                     local_files_only=True, output_loading_info=True)
     # a PyTorch checkpoint (.bin) cut, damaged or not a state dict; a weight file transformers cannot take
+    except ZeroDivisionError as error:  # a setting the model's build divides by (head_dim 0): no weight's doing
+        raise config_error(directory, error) from None
     except (RuntimeError, pickle.UnpicklingError, EOFError, ValueError, TypeError) as error:
         reason = " ".join(str(error).split()) or "cut short"
         raise UsageError(f"{directory}: its weights could not be read ({type(error).__name__}: {reason}); copy "

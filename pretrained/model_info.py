@@ -11,7 +11,7 @@ from functools import cached_property
 from pathlib import Path
 
 from runtime import adapters
-from runtime.errors import check_regular_file
+from runtime.errors import UsageError, check_regular_file
 from runtime.json_text import parse_json
 
 from .file_reads import read_whole
@@ -90,11 +90,14 @@ class ModelInfo:
         from transformers import AutoConfig, PreTrainedConfig
         from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
-        if self.family not in adapters.MODEL_TYPES:
-            return AutoConfig.from_pretrained(self.directory, local_files_only=True)
-        # as transformers reads config.json: Infinity and NaN are stored tagged (a Bamba's time_step_limit)
-        settings = PreTrainedConfig._decode_special_floats(parse_json(self.config_bytes.decode("utf-8")))
-        return CONFIG_MAPPING[self.family].from_dict(settings, name_or_path=str(self.directory))
+        try:  # a hand-edited config.json (no files.json to hold it to): transformers' own refusal, in one line
+            if self.family not in adapters.MODEL_TYPES:
+                return AutoConfig.from_pretrained(self.directory, local_files_only=True)
+            # as transformers reads config.json: Infinity and NaN are stored tagged (a Bamba's time_step_limit)
+            settings = PreTrainedConfig._decode_special_floats(parse_json(self.config_bytes.decode("utf-8")))
+            return CONFIG_MAPPING[self.family].from_dict(settings, name_or_path=str(self.directory))
+        except (ValueError, TypeError, KeyError) as error:
+            raise config_error(self.directory, error) from None
 
     @cached_property
     def layer_kinds(self) -> tuple[str, ...] | None:
@@ -199,3 +202,12 @@ def model_of(adapter) -> ModelInfo | None:
     (:attr:`runtime.ModelAdapter.model_dir`), read now; None for a model built in memory. For a caller that holds a
     loaded model and not the run's object (a library caller's :class:`presses.Selection`)."""
     return None if adapter.model_dir is None else read_directory(adapter.model_dir)
+
+
+def config_error(directory: Path, error: Exception) -> UsageError:
+    """The one line for a ``config.json`` in ``directory`` whose settings transformers builds no configuration or
+    model from (``error``: its refusal), probe 25, #3."""
+    reason = " ".join(str(error).split()) or type(error).__name__
+    return UsageError(f"{directory / 'config.json'}: its settings make no model transformers can build "
+                      f"({type(error).__name__}: {reason}); copy it again from where the model came from")
+

@@ -209,3 +209,27 @@ def test_perlayer_takes_one_weight_per_attention_layer_of_every_family(tiny, fam
                                          "layers"):
         plan(compare_settings(tmp_path, tmp_path / "out", allocators=["perlayer"],
                                   alloc_options={"weights": [*weights, 1.0]}))
+
+
+@pytest.mark.parametrize("change, says", [
+    ({"num_hidden_layers": 5}, "ValueError: `num_hidden_layers` (5) must be equal to the number of layer types (4)"),
+    ({"layer_types": ["x"] * 4}, "ValueError: The `layer_types` entries must be in"),
+    ({"model_type": None}, "ValueError: Unrecognized model in"),
+    ({"head_dim": 0}, "ZeroDivisionError: "),
+])
+def test_a_config_transformers_builds_no_model_from_is_one_line(model_dir, tmp_path, capsys, change, says):
+    """Probe 25, #3: a model folder without files.json (a user's own) whose config.json was edited by hand ended the
+    run in transformers' traceback; its refusal is one line naming config.json, and nothing is written."""
+    import json
+
+    copy = copy_model(model_dir, tmp_path)
+    (copy / "files.json").unlink(missing_ok=True)
+    config = json.loads((copy / "config.json").read_text())
+    config.update(change)
+    (copy / "config.json").write_text(json.dumps({k: v for k, v in config.items() if v is not None}))
+    code, err = run_cli(capsys, "compare", "--model", copy, "--press", "snapkv", "--keep-fractions", "0.5", "--n", "1",
+                        "--tasks", "niah_single_1", "--length", "300", "--out", tmp_path / "out")
+    assert code == 2 and err.startswith(f"bench compare: error: {copy / 'config.json'}: its settings make no model "
+                                        "transformers can build (") and says in err, err
+    assert "\n" not in err.strip() and "copy it again from where the model came from" in err
+    assert not (tmp_path / "out").exists()
