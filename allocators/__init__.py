@@ -4,7 +4,14 @@
 from __future__ import annotations
 
 from runtime.errors import UsageError
-from runtime.options import build_with_options, check_name, register_in, shown_value, typed_options
+from runtime.options import (
+    build_with_options,
+    check_name,
+    held_as,
+    register_in,
+    shown_value,
+    typed_options,
+)
 from runtime.plugins import load_plugin, plugin_names
 
 from .adakv import AdaKVAllocator
@@ -62,9 +69,8 @@ def options_of(name: str, options: dict) -> dict:
     held = {key: getattr(built, key) for key in typed_options(ALLOCATORS[name], name, options)}
     for key, value in held.items():
         if not shown_value(value):  # a label shows it, and a setting's equality compares it (probe 22, #4)
-            raise UsageError(f"allocator {name}: built, it holds {key} as a {type(value).__module__}."
-                             f"{type(value).__qualname__}, which no label shows: have its __post_init__ keep a "
-                             "number, a text, or a list of numbers")
+            raise UsageError(f"allocator {name}: built, it holds {key} as {held_as(value)}, which no "
+                             "label shows: have its __post_init__ keep a number, a text, or a list of numbers")
     try:  # what it holds, read as its options again: an integer held as 3.0 is no integer (probe 22, U1)
         typed_options(ALLOCATORS[name], name, held)
     except (UsageError, ValueError) as error:

@@ -5,7 +5,14 @@ from __future__ import annotations
 import dataclasses
 
 from runtime.errors import UsageError
-from runtime.options import build_with_options, check_name, register_in, shown_value, typed_options
+from runtime.options import (
+    build_with_options,
+    check_name,
+    held_as,
+    register_in,
+    shown_value,
+    typed_options,
+)
 from runtime.plugins import load_plugin, plugin_names
 
 from .base import Press
@@ -116,7 +123,6 @@ def options_of(name: str, options: dict) -> dict:
     for key in typed.keys() - files.keys():
         held = getattr(built, key)
         if not shown_value(held):  # probe 23, #2: a traceback comparing two settings that hold arrays
-            raise UsageError(f"press {name}: built, it holds {key} as a {type(held).__module__}."
-                             f"{type(held).__qualname__}, which no label shows: have its __post_init__ keep a "
-                             "number, a text, or a list of numbers")
+            raise UsageError(f"press {name}: built, it holds {key} as {held_as(held)}, which no "
+                             "label shows: have its __post_init__ keep a number, a text, or a list of numbers")
     return typed

@@ -209,6 +209,14 @@ def shown_value(value) -> bool:
     return value is None or isinstance(value, (numbers.Number, str))
 
 
+def held_as(value) -> str:
+    """How a message names a held value no label shows: its type, and a list's first item that is no number."""
+    kind = f"a {type(value).__module__}.{type(value).__qualname__}"
+    item = next((i for i, v in enumerate(value) if not isinstance(v, numbers.Number)), None) if isinstance(
+        value, (list, tuple)) else None  # probe 25, U1: "as a builtins.list" pointed at nothing
+    return kind if item is None else f"{kind} whose item {item} is {held_as(value[item])}"
+
+
 def typed_options(cls, name: str, options: dict, reserved: dict[str, str] | None = None) -> dict:
     """``options`` for the dataclass ``cls`` (shown as ``name``), each parsed by its field's declared type.
     An unknown option, or a value its field's type does not allow, is a ``ValueError`` naming it; so is a field of

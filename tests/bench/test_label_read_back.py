@@ -268,6 +268,19 @@ class ArrayWeights(allocators.FlatAllocator):
 
 
 @dataclass
+class ArrayListWeights(allocators.FlatAllocator):
+    """A user's allocator that holds its weights as a list of numpy arrays (probe 25, U1: named a list alone)."""
+
+    name = "arraylw"
+    weights: list[float] = field(default_factory=lambda: [1.0])
+
+    def __post_init__(self):
+        import numpy
+
+        self.weights = [numpy.asarray([w]) for w in self.weights]
+
+
+@dataclass
 class WholeLevel(allocators.FlatAllocator):
     """A user's allocator that holds its integer level as a float, which the label then shows as no integer."""
 
@@ -335,6 +348,8 @@ MOVES = ("its class changes its options as it is built (its __post_init__), so n
     # probe 22, #4: a traceback comparing arrays
     ("keydiff/arrayw[weights=1/2]", "allocator arrayw: built, it holds weights as a numpy.ndarray, which no label "
      "shows: have its __post_init__ keep a number, a text, or a list of numbers"),
+    ("keydiff/arraylw[weights=1/2]", "allocator arraylw: built, it holds weights as a builtins.list whose item 0 is "
+     "a numpy.ndarray, which no label shows"),
     # probe 22, U1: the rebuild's own error, naming neither the allocator nor why
     ("keydiff/wholel[level=3]", "allocator wholel: built, it holds values its options do not take (wholel option "
      "level=3.0: expected an integer): have its __post_init__ keep each of its field's type"),
@@ -345,7 +360,7 @@ MOVES = ("its class changes its options as it is built (its __post_init__), so n
 ])
 def test_a_class_whose_options_move_as_it_is_built_is_refused_before_any_work(model_dir, tmp_path, capsys,
                                                                               monkeypatch, method, said):
-    for cls in (UnitWeights, ArrayWeights, WholeLevel, NotFlag):
+    for cls in (UnitWeights, ArrayWeights, ArrayListWeights, WholeLevel, NotFlag):
         monkeypatch.setitem(allocators.ALLOCATORS, cls.name, cls)
     for cls in (ClampedPress, ArrayPress):
         monkeypatch.setitem(presses.PRESSES, cls.name, cls)
