@@ -190,10 +190,16 @@ def check_stream(output: Output) -> None:
         if not path.exists():  # nothing can be made through it: mkdir says "File exists"
             raise output.refuse(f"{path} is a link to {os.readlink(path)}, which does not exist (or loops back); "
                                 "remove the link or make what it names")
-        fixed = (f"give the real path ({hops[-1]})" if output.flag.startswith("-") else
-                 f"replace the link by the folder it names (or a copy of it), {output.path} being where the command "
-                 "writes")
-        raise output.refuse(f"is a link (to {hops[-1]}): a result is put in place by renaming, which would replace "
+        target = hops[-1]
+        if output.flag.startswith("-") and target.is_dir() != (output.kind == FOLDER):  # its real path: refused too
+            fixed = (f"it names a {FOLDER if target.is_dir() else FILE}, where {output.flag} names a {output.kind}: "
+                     f"give the path of a new {output.kind}")  # probe 25, U2
+        elif output.flag.startswith("-"):
+            fixed = f"give the real path ({target})"
+        else:
+            fixed = (f"replace the link by the folder it names (or a copy of it), {output.path} being where the "
+                     "command writes")
+        raise output.refuse(f"is a link (to {target}): a result is put in place by renaming, which would replace "
                             f"the link; {fixed}")
 
 

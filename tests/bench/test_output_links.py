@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from bench.commands.cli import main
-from tests.bench.test_output_policy import WRITERS, _base
+from tests.bench.test_output_policy import FILE_FLAGS, WRITERS, _base
 
 pytestmark = pytest.mark.slow  # process-heavy: run by .ci/run beside the default run (-m slow)
 
@@ -53,8 +53,12 @@ def test_an_output_given_as_a_link_is_refused_and_left_as_it_is(command, flag, c
         assert f"is a device ({os.devnull}), not a" in err, err
     elif case == "dangling":
         assert "which does not exist" in err, err
-    else:
-        assert f"is a link (to {os.path.realpath(place)}): " in err and "give the real path" in err, err
+    else:  # the real path where it is of the kind the flag names, else a new one (probe 25, U2: refused in turn)
+        kind, written = ("directory" if case == "to a folder" else "file",
+                         "file" if (command, flag) in FILE_FLAGS else "directory")
+        fixed = ("give the real path" if kind == written else
+                 f"it names a {kind}, where {flag} names a {written}: give the path of a new {written}")
+        assert f"is a link (to {os.path.realpath(place)}): " in err and fixed in err, err
     assert _state(tmp_path) == before
 
 
