@@ -25,6 +25,8 @@ OBJECT_STORE_BYTES = 1 << 30
 """The object store of a Ray instance started for the run: a context's rows are kilobytes, and Ray's default (30 % of
 the memory) is mapped by every Ray process, which an address-space limit (``ulimit -v``, ``prlimit --as``) refuses:
 ``ray.init`` then waited for ever, before any worker could be watched (probe 25, #1)."""
+RAY_ADDRESS_ENV = "RAY_ADDRESS"
+"""Where ``ray.init`` looks for a cluster's address when none is given."""
 RAY_LOGS = ("Ray hides its workers' output here: their logs say why one did not start (session_latest/logs in Ray's "
             "temporary folder, /tmp/ray by default, on the node that ran it)")
 """What a worker silent since it started is said with: Ray is told not to copy its workers' output to the run's."""
@@ -129,12 +131,15 @@ def _worker_error(error: BaseException) -> BaseException:
 
 
 def _join_ray(ray, address: str | None, timeout: float = RAY_CONNECT_SECONDS) -> None:
-    """``ray.init`` at ``address``, bounded by ``timeout`` seconds when an address is given: that call runs in a
-    daemon thread, which does not keep the process if it never returns. A cluster started here (no address) starts
-    in this thread, as Ray expects of a local start (the processes it starts die with the thread that started
-    them), with an object store of :data:`OBJECT_STORE_BYTES`."""
-    if address is None:
-        ray.init(include_dashboard=False, log_to_driver=False, object_store_memory=OBJECT_STORE_BYTES)
+    """``ray.init`` at ``address`` (None: ``RAY_ADDRESS``'s, as Ray reads it, else none). A cluster started here (none,
+    or ``local``) starts in this thread, as Ray expects of a local start (the processes it starts die with the thread
+    that started them), with an object store of :data:`OBJECT_STORE_BYTES` (probe 26, #1: ``local`` had Ray's
+    default). Joining a running one is bounded by ``timeout`` seconds: that call runs in a daemon thread, which does
+    not keep the process if it never returns."""
+    joined = address if address is not None else os.environ.get(RAY_ADDRESS_ENV) or None
+    if joined in (None, "local"):
+        ray.init(address=address, include_dashboard=False, log_to_driver=False,
+                 object_store_memory=OBJECT_STORE_BYTES)
         return
     failure: list[BaseException] = []
 
@@ -148,7 +153,8 @@ def _join_ray(ray, address: str | None, timeout: float = RAY_CONNECT_SECONDS) ->
     thread.start()
     thread.join(timeout)
     if thread.is_alive():
-        raise UsageError(f"--address {address}: no Ray cluster joined within {timeout:g} s (something answers there, "
+        given = f"--address {address}" if address is not None else f"{RAY_ADDRESS_ENV}={joined}"
+        raise UsageError(f"{given}: no Ray cluster joined within {timeout:g} s (something answers there, "
                          "but ray.init keeps retrying); give the head node's GCS address (HOST:6379 by default) or "
                          "ray://HOST:10001")
     if failure:

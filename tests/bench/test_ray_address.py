@@ -95,3 +95,25 @@ def test_joining_a_server_that_answers_grpc_but_is_not_ray_is_bounded(listener):
     assert done.returncode == 7, done.stderr[-2000:]
     assert f"--address 127.0.0.1:{port}: no Ray cluster joined within 3 s" in done.stdout
     assert time.monotonic() - started < 60
+
+
+@pytest.mark.parametrize(("address", "environment", "starts_here"), [
+    (None, None, True), ("local", None, True), (None, "local", True), (None, "10.0.0.1:6379", False),
+    ("auto", None, False), ("10.0.0.1:6379", "local", False)])
+def test_a_ray_instance_started_here_holds_a_small_object_store(address, environment, starts_here, monkeypatch):
+    """Probe 26, #1: ``--address local`` started Ray here with its default object store, which an address-space
+    limit refuses (``ray.init`` then waited for ever); a cluster joined takes no store size (Ray refuses one)."""
+    from types import SimpleNamespace
+
+    from bench.run.ray_workers import OBJECT_STORE_BYTES, RAY_ADDRESS_ENV, _join_ray
+
+    if environment is None:
+        monkeypatch.delenv(RAY_ADDRESS_ENV, raising=False)
+    else:
+        monkeypatch.setenv(RAY_ADDRESS_ENV, environment)
+    calls = []
+    _join_ray(SimpleNamespace(init=lambda **given: calls.append((threading.current_thread(), given))), address)
+    [(thread, given)] = calls
+    assert given["address"] == address
+    assert (given.get("object_store_memory") == OBJECT_STORE_BYTES) == starts_here
+    assert (thread is threading.main_thread()) == starts_here  # its processes die with the thread that starts them

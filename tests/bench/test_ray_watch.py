@@ -139,11 +139,14 @@ def test_an_actor_killed_in_a_job_is_named_in_one_line(ray_here, model_dir, tmp_
                         r"does, or its node was lost; Ray's logs say which\)", str(died.value)), str(died.value)
 
 
-def test_a_ray_instance_starts_under_an_address_space_limit():
+@pytest.mark.parametrize("address", [None, "local"])
+def test_a_ray_instance_starts_under_an_address_space_limit(address, monkeypatch):
     """Probe 25, #1: under ``prlimit --as=8000000000`` a local ``ray.init`` waited for ever, as every Ray process maps
-    its object store (30 % of the memory by default); the run's instance holds a small one."""
+    its object store (30 % of the memory by default); the run's instance holds a small one, ``--address local``'s
+    too (probe 26, #1)."""
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
     script = ("import resource, sys\nresource.setrlimit(resource.RLIMIT_AS, (8 * 10**9, 8 * 10**9))\n"
-              "import ray, torch\nfrom bench.run.ray_workers import _join_ray\n_join_ray(ray, None)\n"
+              f"import ray, torch\nfrom bench.run.ray_workers import _join_ray\n_join_ray(ray, {address!r})\n"
               "print('joined', flush=True)\nray.shutdown()\n")
     try:
         done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=180)
