@@ -5,6 +5,8 @@ to fingerprint it and once to load it)."""
 
 from __future__ import annotations
 
+import math
+import numbers
 import os
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -95,9 +97,11 @@ class ModelInfo:
                 return AutoConfig.from_pretrained(self.directory, local_files_only=True)
             # as transformers reads config.json: Infinity and NaN are stored tagged (a Bamba's time_step_limit)
             settings = PreTrainedConfig._decode_special_floats(parse_json(self.config_bytes.decode("utf-8")))
-            return CONFIG_MAPPING[self.family].from_dict(settings, name_or_path=str(self.directory))
-        except (ValueError, TypeError, KeyError) as error:
+            config = CONFIG_MAPPING[self.family].from_dict(settings, name_or_path=str(self.directory))
+        except (ValueError, TypeError, KeyError, AttributeError) as error:
             raise config_error(self.directory, error) from None
+        _check_forward_settings(self.directory, config.get_text_config())
+        return config
 
     @cached_property
     def layer_kinds(self) -> tuple[str, ...] | None:
@@ -202,6 +206,22 @@ def model_of(adapter) -> ModelInfo | None:
     (:attr:`runtime.ModelAdapter.model_dir`), read now; None for a model built in memory. For a caller that holds a
     loaded model and not the run's object (a library caller's :class:`presses.Selection`)."""
     return None if adapter.model_dir is None else read_directory(adapter.model_dir)
+
+
+def _check_forward_settings(directory: Path, config) -> None:
+    """A :class:`UsageError` naming a setting of ``config`` (a text config) that the bench's own forward reads and
+    transformers takes unchecked, out of its range: a prefill failed or gave NaN, blamed on the weights (probe 26)."""
+    rope = getattr(config, "rope_parameters", None) or {}
+    ropes = list(rope.values()) if rope and all(isinstance(v, dict) for v in rope.values()) else [rope]
+    given = [("rms_norm_eps", getattr(config, "rms_norm_eps", None), math.inf)] + [
+        (key, each.get(key), high) for each in ropes for key, high in (("rope_theta", math.inf),
+                                                                     ("partial_rotary_factor", 1.0))]
+    for key, value, high in given:
+        if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Real)
+                                  or not 0 < value <= high or not math.isfinite(value)):
+            raise UsageError(f"{directory / 'config.json'}: {key}={value!r}: expected a number above 0"
+                             f"{'' if high == math.inf else f' and at most {high:g}'}; copy it again from where the "
+                             "model came from")
 
 
 def config_error(directory: Path, error: Exception) -> UsageError:

@@ -216,10 +216,53 @@ def test_perlayer_takes_one_weight_per_attention_layer_of_every_family(tiny, fam
     ({"layer_types": ["x"] * 4}, "ValueError: The `layer_types` entries must be in"),
     ({"model_type": None}, "ValueError: Unrecognized model in"),
     ({"head_dim": 0}, "ZeroDivisionError: "),
+    # probe 26, #2: raised as the model is built, or in the bench's own first prefill
+    ({"hidden_act": "nope"}, "KeyError: 'nope'"), ({"rope_parameters": [1, 2]}, "AttributeError: "),
+    ({"vocab_size": 100, "pad_token_id": 200}, "AssertionError: "),
 ])
 def test_a_config_transformers_builds_no_model_from_is_one_line(model_dir, tmp_path, capsys, change, says):
     """Probe 25, #3: a model folder without files.json (a user's own) whose config.json was edited by hand ended the
     run in transformers' traceback; its refusal is one line naming config.json, and nothing is written."""
+    copy = _edited_config(model_dir, tmp_path, change)
+    code, err = run_cli(capsys, "compare", "--model", copy, "--press", "snapkv", "--keep-fractions", "0.5", "--n", "1",
+                        "--tasks", "niah_single_1", "--length", "300", "--out", tmp_path / "out")
+    assert code == 2 and err.startswith(f"bench compare: error: {copy / 'config.json'}: its settings make no model "
+                                        "transformers can build (") and says in err, err
+    assert "\n" not in err.strip() and "copy it again from where the model came from" in err
+    assert not (tmp_path / "out").exists()
+
+
+
+@pytest.mark.parametrize("change, says", [
+    ({"rms_norm_eps": "x"}, "rms_norm_eps='x': expected a number above 0;"),
+    ({"rms_norm_eps": -1}, "rms_norm_eps=-1: expected a number above 0;"),
+    ({"rope_parameters": {"rope_type": "default", "rope_theta": 0.0, "partial_rotary_factor": 0.5}},
+     "rope_theta=0.0: expected a number above 0;"),
+    ({"rope_parameters": {"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 2.0}},
+     "partial_rotary_factor=2.0: expected a number above 0 and at most 1;"),
+])
+def test_a_config_setting_the_bench_forward_reads_is_checked(model_dir, tmp_path, capsys, change, says):
+    """Probe 26, #2 and U1: settings transformers takes unchecked failed in the first prefill (a traceback) or gave
+    NaN keys, blamed on the weights; each is one line naming config.json, before the model loads."""
+    copy = _edited_config(model_dir, tmp_path, change)
+    code, err = run_cli(capsys, "compare", "--model", copy, "--press", "snapkv", "--keep-fractions", "0.5", "--n", "1",
+                        "--tasks", "niah_single_1", "--length", "300", "--out", tmp_path / "out")
+    assert code == 2 and err.startswith(f"bench compare: error: {copy / 'config.json'}: {says}"), err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_config_that_does_not_fit_the_weights_names_the_tensor(model_dir, tmp_path, capsys):
+    """Probe 26, U1: transformers' error pointed at a report its logging hides, and the line blamed the weights."""
+    copy = _edited_config(model_dir, tmp_path, {"num_key_value_heads": 4})
+    code, err = run_cli(capsys, "compare", "--model", copy, "--press", "snapkv", "--keep-fractions", "0.5", "--n", "1",
+                        "--tasks", "niah_single_1", "--length", "300", "--out", tmp_path / "out")
+    assert code == 2 and re.search(r"its config\.json does not fit its weights \(model\.layers\.\d+\.self_attn\.[kv]_"
+                                   r"proj\.weight is \[16, 32\] in the weight files, \[32, 32\] as config\.json makes "
+                                   r"it\); one of them changed since the model was made", err), err
+
+
+def _edited_config(model_dir, tmp_path, change: dict):
+    """A copy of ``model_dir`` without files.json (a user's own model), its config.json updated by ``change``."""
     import json
 
     copy = copy_model(model_dir, tmp_path)
@@ -227,9 +270,4 @@ def test_a_config_transformers_builds_no_model_from_is_one_line(model_dir, tmp_p
     config = json.loads((copy / "config.json").read_text())
     config.update(change)
     (copy / "config.json").write_text(json.dumps({k: v for k, v in config.items() if v is not None}))
-    code, err = run_cli(capsys, "compare", "--model", copy, "--press", "snapkv", "--keep-fractions", "0.5", "--n", "1",
-                        "--tasks", "niah_single_1", "--length", "300", "--out", tmp_path / "out")
-    assert code == 2 and err.startswith(f"bench compare: error: {copy / 'config.json'}: its settings make no model "
-                                        "transformers can build (") and says in err, err
-    assert "\n" not in err.strip() and "copy it again from where the model came from" in err
-    assert not (tmp_path / "out").exists()
+    return copy
