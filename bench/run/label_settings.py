@@ -31,7 +31,7 @@ from presses.registry import KVPRESS_PREFIX, PRESSES
 from runtime.errors import UsageError
 
 from ..store.label_read_back import NO_RERUN
-from .methods import _spec
+from .methods import _held, _spec
 from .specs import AllocatorSpec, PressSpec, frozen_options
 
 FINGERPRINT = re.compile("[0-9a-f]{12}")
@@ -92,9 +92,8 @@ def _moved_options(spec) -> str | None:
     built = presses.get(spec.name, **spec.kwargs)
     artifacts = getattr(PRESSES[spec.name], "artifact_files", {})
     for key, value in spec.options:
-        held = getattr(built, key)
-        if key not in artifacts and (list(held) if isinstance(held, tuple) else held) != (
-                list(value) if isinstance(value, tuple) else value):
+        held = _held(built, spec.name, key)
+        if key not in artifacts and held != (list(value) if isinstance(value, tuple) else value):
             return f"given {key}={value!r}, it holds {key}={held!r}"
     return None
 
