@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy
 import torch
 
-from pretrained import CHECKPOINTS
+from pretrained.model_fault import model_fault
 from pretrained.model_info import ModelInfo
 from runtime.errors import UsageError
 
@@ -106,7 +106,9 @@ def check_scores(scores: Scores, context: ScoringContext, press: Press | None = 
         if not bool(tensor.isfinite().all()):
             damaged = _damaged_layer(context)
             if damaged is not None:
-                raise UsageError(_model_message(damaged, model, adapter))
+                directory = model.directory if model is not None else adapter.model_dir
+                raise UsageError(model_fault(f"NaN or infinite keys or values at attention layer {damaged} in its "
+                                             "own prefill", directory, adapter.dtype))
             raise UsageError(f"{shown} give layer {layer} NaN or infinite values; {wanted}")
     return {layer: keyed[layer][1] for layer in layers}  # keyed by the adapter's own indices, plain ints
 
@@ -139,16 +141,3 @@ def _damaged_layer(context: ScoringContext) -> int | None:
         if not all(bool(t.isfinite().all()) for t in tensors):
             return layer
     return None
-
-
-def _model_message(layer: int, model: ModelInfo | None, adapter) -> str:
-    """The model named as what gave NaN or infinite values at attention ``layer``, with what to do about it."""
-    directory = model.directory if model is not None else adapter.model_dir
-    shown = "the model" if directory is None else f"the model {directory.name} ({directory})"  # None: built in memory
-    fetch = f", or fetch it again: `bench fetch-model {directory.name}`" if getattr(directory, "name", None) in \
-        CHECKPOINTS else ""
-    wide = adapter.dtype == torch.float32  # else the values may only overflow in the narrower dtype
-    return (f"{shown} gives NaN or infinite keys or values at attention layer {layer} in its own prefill, before any "
-            "press: every press's scores are not finite there; its weights are damaged"
-            f"{'' if wide else ' or overflow in ' + str(adapter.dtype).removeprefix('torch.')}: check its weight files "
-            f"against where they came from{fetch}{'' if wide else ', or run it in float32 (--dtype float32)'}")

@@ -85,6 +85,9 @@ def load(model: str | ModelSpec | ModelInfo | None = None):
     # a PyTorch checkpoint (.bin) cut, damaged or not a state dict; a weight file transformers cannot take
     except (RuntimeError, pickle.UnpicklingError, EOFError, ValueError, TypeError) as error:
         reason = " ".join(str(error).split()) or "cut short"
+        if isinstance(error, RuntimeError) and "allocate" in reason:  # the sizes config.json asks for (probe 27, U2)
+            raise UsageError(f"{directory}: its config.json makes a model larger than this machine can hold "
+                             f"({reason}); copy it again from where the model came from") from None
         raise UsageError(f"{directory}: its weights could not be read ({type(error).__name__}: {reason}), or its "
                          "config.json does not fit them; copy the model again from where it came from") from None
     mismatched = sorted(loading_info["mismatched_keys"])
@@ -96,8 +99,9 @@ def load(model: str | ModelSpec | ModelInfo | None = None):
     missing = sorted(loading_info["missing_keys"])
     if missing:  # transformers would fill them with random values, another model each run
         shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
-        raise UsageError(f"{directory}: its weight files lack {len(missing)} of the model's tensors ({shown}); copy "
-                         "them again from where the model came from")
+        raise UsageError(f"{directory}: its weight files lack {len(missing)} of the tensors its config.json makes "
+                         f"({shown}); one of them changed since the model was made: copy the model again from where "
+                         "it came from")
     try:
         tokenizer = AutoTokenizer.from_pretrained(directory, config=config, local_files_only=True)
     except Exception as error:

@@ -80,8 +80,14 @@ class ModelInfo:
 
     @property
     def position_limit(self) -> int | None:
-        """``max_position_embeddings`` (a multimodal checkpoint's in its ``text_config``), if the config says."""
-        return self.config.get("max_position_embeddings", _text_config(self.config).get("max_position_embeddings"))
+        """``max_position_embeddings`` (a multimodal checkpoint's in its ``text_config``), if the config says; a
+        :class:`UsageError` naming config.json where it is no positive integer (probe 27, #2: ``"x"`` failed in a
+        comparison with ``--length``, and 0 advised ``--length <= 0``)."""
+        limit = self.config.get("max_position_embeddings", _text_config(self.config).get("max_position_embeddings"))
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+            raise UsageError(f"{self.directory / 'config.json'}: max_position_embeddings={limit!r}: expected an "
+                             "integer >= 1; copy it again from where the model came from")
+        return limit
 
     def transformers_config(self):
         """The config transformers builds the model from, as ``AutoConfig.from_pretrained`` would make it from this
@@ -210,18 +216,25 @@ def model_of(adapter) -> ModelInfo | None:
 
 def _check_forward_settings(directory: Path, config) -> None:
     """A :class:`UsageError` naming a setting of ``config`` (a text config) that the bench's own forward reads and
-    transformers takes unchecked, out of its range: a prefill failed or gave NaN, blamed on the weights (probe 26)."""
+    transformers takes unchecked, out of its range or given as ``null`` (which overrides transformers' default): a
+    prefill failed or gave NaN, blamed on the weights (probe 26, #2; probe 27, #2)."""
     rope = getattr(config, "rope_parameters", None) or {}
     ropes = list(rope.values()) if rope and all(isinstance(v, dict) for v in rope.values()) else [rope]
-    given = [("rms_norm_eps", getattr(config, "rms_norm_eps", None), math.inf)] + [
-        (key, each.get(key), high) for each in ropes for key, high in (("rope_theta", math.inf),
-                                                                     ("partial_rotary_factor", 1.0))]
+    given = [("rms_norm_eps", config.rms_norm_eps, math.inf)] if hasattr(config, "rms_norm_eps") else []
+    given += [(key, each[key], high) for each in ropes for key, high in (("rope_theta", math.inf),
+                                                                       ("partial_rotary_factor", 1.0)) if key in each]
     for key, value, high in given:
-        if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Real)
-                                  or not 0 < value <= high or not math.isfinite(value)):
+        if (isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < value <= high
+                or not math.isfinite(value)):
             raise UsageError(f"{directory / 'config.json'}: {key}={value!r}: expected a number above 0"
                              f"{'' if high == math.inf else f' and at most {high:g}'}; copy it again from where the "
                              "model came from")
+    for each in ropes:  # the rotary embedding's split of a head's rotated pairs among positions' axes
+        sections = each.get("mrope_section", [0, 0, 0])
+        if not isinstance(sections, list) or len(sections) < 3 or not all(
+                isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in sections):
+            raise UsageError(f"{directory / 'config.json'}: mrope_section={sections!r}: expected a list of three "
+                             "integers >= 0 (one a position axis); copy it again from where the model came from")
 
 
 def config_error(directory: Path, error: Exception) -> UsageError:

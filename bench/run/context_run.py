@@ -11,11 +11,14 @@ resumes where it stopped.
 from __future__ import annotations
 
 import json
+import math
 from typing import Callable
 
 import torch
 
+from pretrained.model_fault import model_fault
 from runtime import context_hash
+from runtime.errors import UsageError
 from runtime.user_code import UserCodeError, is_users
 
 from ..store.legacy_rows import read_row
@@ -100,6 +103,14 @@ class ContextRun:
         # as the store reads it: JSON's keys are text; read_row gives None only for a row lacking names, which
         # row_problem then names as missing
         stored = [read_row(json.loads(json.dumps(row))) or row for row in self.made]
+        for row in stored:  # the full cache's own numbers: no method's, and no bug of the bench's (probe 27, #3)
+            shown = [f"{key}={value!r}" for key, value in row.items()
+                     if isinstance(value, float) and not math.isfinite(value)]
+            if shown and (row.get("press"), row.get("allocator")) == (BASELINE_METHOD.press.label,
+                                                                      BASELINE_METHOD.allocator.label):
+                raise UsageError(model_fault(f"NaN or infinite log-probabilities on its own full cache ({shown[0]} "
+                                             f"on {row.get('task')} item {row.get('item')})", self.h.model_dir,
+                                             self.h.adapter.dtype) + "; none of the context's rows was written")
         named = [f"the context's row {index + 1}" for index in range(len(stored))]  # as one problem names another
         problems = verify_rows(stored, named.__getitem__)
         if not problems:

@@ -34,7 +34,14 @@ from workloads.tasks.scbench import load_rows
 from ..store.code_version import code_version, method_codes
 from ..store.row_fields import BASELINE, BASELINE_CODE, ENGINES, check_items, shown_fraction
 from .methods import check_nonempty, methods_of, registry_names
-from .settings import EXECUTORS, KEEP_FRACTION_GRIDS, MIN_LENGTH, CompareSettings, check_ray_address
+from .settings import (
+    EXECUTORS,
+    KEEP_FRACTION_GRIDS,
+    MIN_LENGTH,
+    RAY_ADDRESS_ENV,
+    CompareSettings,
+    check_ray_address,
+)
 from .specs import (
     BASELINE_METHOD,
     AllocatorSpec,
@@ -320,6 +327,8 @@ def _check_executor(settings: CompareSettings) -> None:
                              "process")
         if settings.address is not None:
             check_ray_address(settings.address)
+        elif os.environ.get(RAY_ADDRESS_ENV):  # where ray.init looks then (probe 27, #1: never checked)
+            check_ray_address(os.environ[RAY_ADDRESS_ENV], given=RAY_ADDRESS_ENV)
     elif settings.address is not None:
         raise UsageError("--address is the Ray cluster's: it needs --executor ray")
     if settings.engine not in ENGINES:

@@ -15,6 +15,7 @@ from runtime.errors import UsageError
 
 from .execution import ContextJob, ContextWorker
 from .plan import RunPlan
+from .settings import RAY_ADDRESS_ENV
 from .stopping import WorkerDied
 from .worker_watch import BEAT_SECONDS, WatchClock, raise_if_silent, silence_limit
 
@@ -25,8 +26,6 @@ OBJECT_STORE_BYTES = 1 << 30
 """The object store of a Ray instance started for the run: a context's rows are kilobytes, and Ray's default (30 % of
 the memory) is mapped by every Ray process, which an address-space limit (``ulimit -v``, ``prlimit --as``) refuses:
 ``ray.init`` then waited for ever, before any worker could be watched (probe 25, #1)."""
-RAY_ADDRESS_ENV = "RAY_ADDRESS"
-"""Where ``ray.init`` looks for a cluster's address when none is given."""
 RAY_LOGS = ("Ray hides its workers' output here: their logs say why one did not start (session_latest/logs in Ray's "
             "temporary folder, /tmp/ray by default, on the node that ran it)")
 """What a worker silent since it started is said with: Ray is told not to copy its workers' output to the run's."""
@@ -152,10 +151,14 @@ def _join_ray(ray, address: str | None, timeout: float = RAY_CONNECT_SECONDS) ->
     thread = threading.Thread(target=join, name="ray-init", daemon=True)
     thread.start()
     thread.join(timeout)
+    given = f"--address {address}" if address is not None else f"{RAY_ADDRESS_ENV}={joined}"
     if thread.is_alive():
-        given = f"--address {address}" if address is not None else f"{RAY_ADDRESS_ENV}={joined}"
         raise UsageError(f"{given}: no Ray cluster joined within {timeout:g} s (something answers there, "
-                         "but ray.init keeps retrying); give the head node's GCS address (HOST:6379 by default) or "
-                         "ray://HOST:10001")
+                         "but ray.init keeps retrying); give the head node's GCS address (HOST:PORT, port 6379 by "
+                         "default)")
+    if failure and isinstance(failure[0], (ValueError, ConnectionError)):  # Ray's refusal of the address or cluster
+        reason = " ".join(str(failure[0]).split()) or type(failure[0]).__name__
+        raise UsageError(f"{given}: Ray could not join a cluster there ({type(failure[0]).__name__}: {reason}); give "
+                         "the head node's GCS address (HOST:PORT, port 6379 by default)") from None
     if failure:
         raise failure[0]

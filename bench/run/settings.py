@@ -27,6 +27,8 @@ EXECUTORS = ("local", "ray")
 RAY_ANSWER_SECONDS = 5.0
 """How long a Ray cluster's address has to accept a connection and answer as a gRPC server (:func:`check_ray_address`):
 ``ray.init`` itself retries an address that does not answer for minutes."""
+RAY_ADDRESS_ENV = "RAY_ADDRESS"
+"""Where ``ray.init`` looks for a cluster's address when none is given: checked as ``--address`` is."""
 HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
 """What an HTTP/2 client sends first (RFC 9113 §3.4), with an empty SETTINGS frame; a gRPC server such as Ray's GCS
 or its client server answers with a SETTINGS frame of its own (frame type 4)."""
@@ -105,24 +107,33 @@ class CompareSettings:
     imports: list[str] = field(default_factory=list)
 
 
-def check_ray_address(address: str, timeout: float = RAY_ANSWER_SECONDS) -> None:
-    """``ValueError`` unless a gRPC server (a Ray cluster's GCS, or its client server for ``ray://``) answers at
-    ``address`` within ``timeout`` seconds in all: a typo in the address fails here at once, where ``ray.init``
-    would retry it for minutes. ``auto`` and ``local`` are Ray's own to resolve (it answers them at once).
+def check_ray_address(address: str, timeout: float = RAY_ANSWER_SECONDS, given: str = "--address") -> None:
+    """``UsageError`` unless a gRPC server (a Ray cluster's GCS) answers at ``address`` within ``timeout`` seconds in
+    all: a typo in the address fails here at once, where ``ray.init`` would retry it for minutes. ``auto`` and
+    ``local`` are Ray's own to resolve (it answers them at once). ``ray://`` (Ray's client, deprecated by Ray and
+    not in the ``ray`` extra) is refused: the run's actors join the cluster itself (probe 27, #1).
 
     Parameters
     ----------
     address : str
-        ``HOST:PORT``, ``ray://HOST:PORT``, ``auto`` or ``local`` (``ray.init``'s ``address``).
+        ``HOST:PORT``, ``auto`` or ``local`` (``ray.init``'s ``address``).
     timeout : float
         Seconds to connect and to read the server's first frame, together.
+    given : str
+        Where the address came from, as the message names it: ``--address``, or :data:`RAY_ADDRESS_ENV` (where
+        ``ray.init`` reads one when ``--address`` is left out).
     """
     if address in ("auto", "local"):
         return
-    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    shown = f"--address {address}" if given == "--address" else f"{given}={address}"
+    without = "leave --address out" if given == "--address" else f"unset {given}"
+    if address.startswith("ray://"):
+        raise UsageError(f"{shown}: ray:// is Ray's client, which the bench does not run through; give the head "
+                         "node's GCS address (HOST:PORT, port 6379 by default)")
+    host, sep, port = address.rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise UsageError(f"--address {address!r}: expected HOST:PORT (a Ray cluster's head, e.g. 10.0.0.1:6379; a "
-                         "port in 1 … 65535), ray://HOST:PORT, auto or local")
+        raise UsageError(f"{shown}: expected HOST:PORT (a Ray cluster's head, e.g. 10.0.0.1:6379; a port in "
+                         "1 … 65535), auto or local")
     deadline = time.monotonic() + timeout
     try:
         with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout) as connection:
@@ -131,9 +142,8 @@ def check_ray_address(address: str, timeout: float = RAY_ANSWER_SECONDS) -> None
             frame = connection.recv(9)
     except (OSError, UnicodeError) as error:  # refused, unreachable, unknown or malformed host, or no answer in time
         reason = "no answer" if isinstance(error, TimeoutError) else getattr(error, "strerror", None) or str(error)
-        raise UsageError(f"--address {address}: no Ray cluster answers there within {timeout:g} s ({reason}); "
-                         "check the head node's address and port, or leave --address out to start Ray for the run") \
-            from None
+        raise UsageError(f"{shown}: no Ray cluster answers there within {timeout:g} s ({reason}); check the head "
+                         f"node's address and port, or {without} to start Ray for the run") from None
     if len(frame) < 4 or frame[3] != 4:
-        raise UsageError(f"--address {address}: something answers there, but not a Ray cluster (no gRPC reply within "
+        raise UsageError(f"{shown}: something answers there, but not a Ray cluster (no gRPC reply within "
                          f"{timeout:g} s); check the head node's address and port")

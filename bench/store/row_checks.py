@@ -291,6 +291,8 @@ NATS_MAX = 1e6
 under 33): a value past it is a damaged row, which reports would print as a 300-digit mean (and past float32's
 largest, as ``nan``)."""
 NATS_RANGE = f"a finite number in [0, {NATS_MAX:g}] nats: a sum of a language model's log-probabilities"
+KL_RANGE = (f"a finite number in [-{KL_TOLERANCE:g}, {NATS_MAX:g}] nats: a mean KL divergence of two distributions "
+            "(below 0 by rounding only)")
 
 
 def row_problem(row: dict) -> str | None:
@@ -318,7 +320,7 @@ def row_problem(row: dict) -> str | None:
               ("answer_nll", lambda v: _number(v) and 0 <= v <= NATS_MAX, NATS_RANGE),
               ("delta_nll", lambda v: _number(v) and abs(v) <= NATS_MAX,
                f"a finite number in [-{NATS_MAX:g}, {NATS_MAX:g}] nats: a difference of two NLLs"),
-              ("kl", lambda v: _number(v) and -KL_TOLERANCE <= v <= NATS_MAX, NATS_RANGE),
+              ("kl", lambda v: _number(v) and -KL_TOLERANCE <= v <= NATS_MAX, KL_RANGE),
               ("agree", lambda v: isinstance(v, bool), "true or false"),
               *((field, lambda v: v is None or (_number(v) and 0 <= v <= SECONDS_MAX),
                  f"a finite number of seconds in [0, {SECONDS_MAX:g}]") for field in seconds),

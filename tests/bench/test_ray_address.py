@@ -67,8 +67,54 @@ def test_a_port_that_never_answers_fails_within_the_timeout(listener):
 def test_a_server_that_is_not_ray_is_named(model_dir, tmp_path, capsys, listener):
     port, reply = listener
     reply.append(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
-    assert _compare(model_dir, tmp_path, f"ray://127.0.0.1:{port}") == 2
+    assert _compare(model_dir, tmp_path, f"127.0.0.1:{port}") == 2
     assert "something answers there, but not a Ray cluster" in capsys.readouterr().err
+
+
+def test_a_ray_client_address_is_refused_before_work(model_dir, tmp_path, capsys, listener, no_model_load):
+    """Probe 27, #1: ``ray://`` (Ray's client, which the ``ray`` extra does not install, and the bench's advice
+    named) passed the check and ended in ``ray.init``'s traceback."""
+    port, reply = listener
+    reply.append(bytes([0, 0, 0, 4, 0, 0, 0, 0, 0]))  # answers as a gRPC server would
+    assert _compare(model_dir, tmp_path, f"ray://127.0.0.1:{port}") == 2
+    err = capsys.readouterr().err
+    assert err == (f"bench compare: error: --address ray://127.0.0.1:{port}: ray:// is Ray's client, which the bench "
+                   "does not run through; give the head node's GCS address (HOST:PORT, port 6379 by default)\n")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(("environment", "says"), [
+    ("nope", "RAY_ADDRESS=nope: expected HOST:PORT"),
+    ("127.0.0.1:1", "RAY_ADDRESS=127.0.0.1:1: no Ray cluster answers there within 5 s (Connection refused); check "
+                    "the head node's address and port, or unset RAY_ADDRESS to start Ray for the run"),
+    ("ray://127.0.0.1:1", "RAY_ADDRESS=ray://127.0.0.1:1: ray:// is Ray's client")])
+def test_the_environments_ray_address_is_checked_as_the_option_is(model_dir, tmp_path, capsys, monkeypatch,
+                                                                  no_model_load, environment, says):
+    """Probe 27, #1 and U1: with ``--address`` left out, ``ray.init`` reads ``RAY_ADDRESS``, which was never checked:
+    ``nope`` ended in Ray's ValueError traceback, and a port nothing listens on waited 60 s to be called "something
+    answers there"."""
+    monkeypatch.setenv("RAY_ADDRESS", environment)
+    assert main(["compare", "--model", str(model_dir), "--out", str(tmp_path / "out"), "--press", "keydiff",
+                 "--executor", "ray"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"bench compare: error: {says}") and err.count("\n") == 1, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_rays_own_refusal_of_an_address_is_one_line(monkeypatch):
+    """What ``ray.init`` raises of an address or a cluster it cannot join (a ValueError, a ConnectionError) is one
+    line naming the address, not Ray's traceback."""
+    from types import SimpleNamespace
+
+    from bench.run.ray_workers import _join_ray
+    from runtime.errors import UsageError
+
+    def refuse(**given):
+        raise ConnectionError("Could not find any running Ray instance.\nPlease specify the one to connect to.")
+
+    with pytest.raises(UsageError, match=r"^--address auto: Ray could not join a cluster there \(ConnectionError: "
+                                         r"Could not find any running Ray instance\. Please specify"):
+        _join_ray(SimpleNamespace(init=refuse), "auto", timeout=5)
 
 
 @pytest.mark.parametrize("address", ["abc", "10.0.0.1:", ":6379", "host:port"])
@@ -105,7 +151,8 @@ def test_a_ray_instance_started_here_holds_a_small_object_store(address, environ
     limit refuses (``ray.init`` then waited for ever); a cluster joined takes no store size (Ray refuses one)."""
     from types import SimpleNamespace
 
-    from bench.run.ray_workers import OBJECT_STORE_BYTES, RAY_ADDRESS_ENV, _join_ray
+    from bench.run.ray_workers import OBJECT_STORE_BYTES, _join_ray
+    from bench.run.settings import RAY_ADDRESS_ENV
 
     if environment is None:
         monkeypatch.delenv(RAY_ADDRESS_ENV, raising=False)

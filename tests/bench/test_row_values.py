@@ -17,6 +17,8 @@ from tests.helpers import assert_reports_refuse, compare_settings, run_cli, stor
 from workloads.metrics import string_match_all
 
 NLL_RANGE = "a finite number in [0, 1e+06] nats: a sum of a language model's log-probabilities)"
+KL_RANGE = ("a finite number in [-1e-06, 1e+06] nats: a mean KL divergence of two distributions (below 0 by rounding "
+            "only))")
 """How a refusal names the range of an NLL and a KL."""
 QUESTION_FIELDS = ("task", "item", "question", "haystack")
 """What names one question of one context within a run's rows."""
@@ -41,17 +43,17 @@ def _baseline_of(rows, row) -> dict:
 @pytest.mark.parametrize("press", ["keydiff", "none"])
 @pytest.mark.parametrize("change, message", [
     ({"answer_nll": -0.5}, "answer_nll=-0.5 (expected " + NLL_RANGE),
-    ({"kl": -0.001}, "kl=-0.001 (expected " + NLL_RANGE),
+    ({"kl": -0.001}, "kl=-0.001 (expected " + KL_RANGE),
     ({"answer_nll": 1e308, "delta_nll": 1e308}, "answer_nll=1e+308 (expected " + NLL_RANGE),
     ({"answer_nll": float("nan")}, "answer_nll=nan (expected " + NLL_RANGE),
     # probe 12: an integer past float's range raised OverflowError in the range check
     ({"answer_nll": 10 ** 400}, f"answer_nll={reprlib.repr(10 ** 400)} (expected " + NLL_RANGE),
-    ({"kl": -10 ** 400}, f"kl={reprlib.repr(-10 ** 400)} (expected " + NLL_RANGE),
+    ({"kl": -10 ** 400}, f"kl={reprlib.repr(-10 ** 400)} (expected " + KL_RANGE),
     ({"keep_fraction": 10 ** 400}, f"keep_fraction={reprlib.repr(10 ** 400)} (expected a number in (0, 1])"),
     ({"prefill_seconds": 10 ** 400}, f"prefill_seconds={reprlib.repr(10 ** 400)} (expected a finite number of "
                                      "seconds in [0, 1e+09])"),
-    ({"kl": float("inf")}, "kl=inf (expected " + NLL_RANGE),
-    ({"kl": 1e300}, "kl=1e+300 (expected " + NLL_RANGE),
+    ({"kl": float("inf")}, "kl=inf (expected " + KL_RANGE),
+    ({"kl": 1e300}, "kl=1e+300 (expected " + KL_RANGE),
     ({"delta_nll": -float("inf")}, "delta_nll=-inf (expected a finite number in [-1e+06, 1e+06] nats: a "
                                      "difference of two NLLs)"),
     ({"delta_nll": 1e300}, "delta_nll=1e+300 (expected a finite number in [-1e+06, 1e+06]"),

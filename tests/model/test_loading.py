@@ -15,6 +15,9 @@ from pretrained.loading import ModelSpec
 from runtime.errors import UsageError
 from tests.helpers import FAMILIES, compare_settings, copy_model, run_cli
 
+REMOVED = object()
+"""A value of :func:`_edited_config`'s ``change`` that removes its key (None writes a JSON null)."""
+
 
 def _fake_cache(tmp_path, model_dir, repo="someorg/tiny-hybrid"):
     """A Hugging Face hub cache holding ``model_dir`` as ``repo`` (the layout snapshot_download reads)."""
@@ -214,7 +217,7 @@ def test_perlayer_takes_one_weight_per_attention_layer_of_every_family(tiny, fam
 @pytest.mark.parametrize("change, says", [
     ({"num_hidden_layers": 5}, "ValueError: `num_hidden_layers` (5) must be equal to the number of layer types (4)"),
     ({"layer_types": ["x"] * 4}, "ValueError: The `layer_types` entries must be in"),
-    ({"model_type": None}, "ValueError: Unrecognized model in"),
+    ({"model_type": REMOVED}, "ValueError: Unrecognized model in"),
     ({"head_dim": 0}, "ZeroDivisionError: "),
     # probe 26, #2: raised as the model is built, or in the bench's own first prefill
     ({"hidden_act": "nope"}, "KeyError: 'nope'"), ({"rope_parameters": [1, 2]}, "AttributeError: "),
@@ -240,6 +243,15 @@ def test_a_config_transformers_builds_no_model_from_is_one_line(model_dir, tmp_p
      "rope_theta=0.0: expected a number above 0;"),
     ({"rope_parameters": {"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 2.0}},
      "partial_rotary_factor=2.0: expected a number above 0 and at most 1;"),
+    # probe 27, #2: a null overrides transformers' default; the rotary split and the position limit were unchecked
+    ({"rms_norm_eps": None}, "rms_norm_eps=None: expected a number above 0;"),
+    ({"rope_parameters": {"rope_type": "default", "rope_theta": None}}, "rope_theta=None: expected a number above 0;"),
+    ({"rope_parameters": {"rope_type": "default", "rope_theta": 1e4, "mrope_section": "x"}},
+     "mrope_section='x': expected a list of three integers >= 0"),
+    ({"rope_parameters": {"rope_type": "default", "rope_theta": 1e4, "mrope_section": [1, -1, 0]}},
+     "mrope_section=[1, -1, 0]: expected a list of three integers >= 0"),
+    ({"max_position_embeddings": "x"}, "max_position_embeddings='x': expected an integer >= 1;"),
+    ({"max_position_embeddings": 0}, "max_position_embeddings=0: expected an integer >= 1;"),
 ])
 def test_a_config_setting_the_bench_forward_reads_is_checked(model_dir, tmp_path, capsys, change, says):
     """Probe 26, #2 and U1: settings transformers takes unchecked failed in the first prefill (a traceback) or gave
@@ -261,6 +273,37 @@ def test_a_config_that_does_not_fit_the_weights_names_the_tensor(model_dir, tmp_
                                    r"it\); one of them changed since the model was made", err), err
 
 
+def test_a_config_too_large_to_build_names_config_json(model_dir, tmp_path, capsys):
+    """Probe 27, U2: sizes no machine holds (an edited ``vocab_size``) were "weights that could not be read"."""
+    copy = _edited_config(model_dir, tmp_path, {"vocab_size": 10**12})
+    code, err = run_cli(capsys, "compare", "--model", copy, "--press", "snapkv", "--keep-fractions", "0.5", "--n", "1",
+                        "--tasks", "niah_single_1", "--length", "300", "--out", tmp_path / "out")
+    assert code == 2 and err.startswith(f"bench compare: error: {copy}: its config.json makes a model larger than this "
+                                        "machine can hold ("), err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_model_whose_full_cache_gives_nan_is_named_not_the_bench(model_dir, tmp_path, capsys):
+    """Probe 27, #3: NaN weights in output rows the context never reads (no files.json to hold them to) made the
+    no-prune row's NLL NaN, and the run ended blaming "a bug of the bench"; the model is named, with its config.json
+    as the other suspect, and nothing is written."""
+    from safetensors.torch import load_file, save_file
+
+    copy = _edited_config(model_dir, tmp_path, {})
+    weights = load_file(copy / "model.safetensors")
+    (name,) = [key for key in weights if key.endswith("embed_tokens.weight")]  # tied: the output layer's too
+    weights[name][259] = float("nan")  # a token no context holds: its prefill's keys and values stay finite
+    save_file(weights, copy / "model.safetensors", metadata={"format": "pt"})
+    code, err = run_cli(capsys, "compare", "--model", copy, "--press", "snapkv", "--keep-fractions", "0.5", "--n", "1",
+                        "--tasks", "niah_single_1", "--length", "300", "--out", tmp_path / "out")
+    assert code == 2 and err.startswith(f"bench compare: error: the model {copy.name} ({copy}) gives NaN or infinite "
+                                        "log-probabilities on its own full cache (answer_nll=nan on niah_single_1 "
+                                        "item 0), before any press: its weights are damaged or its config.json was "
+                                        "edited: check its files against where they came from"), err
+    assert "bug of the bench" not in err and "\n" not in err.strip()
+    assert not list((tmp_path / "out").glob("results*"))
+
+
 def _edited_config(model_dir, tmp_path, change: dict):
     """A copy of ``model_dir`` without files.json (a user's own model), its config.json updated by ``change``."""
     import json
@@ -269,5 +312,5 @@ def _edited_config(model_dir, tmp_path, change: dict):
     (copy / "files.json").unlink(missing_ok=True)
     config = json.loads((copy / "config.json").read_text())
     config.update(change)
-    (copy / "config.json").write_text(json.dumps({k: v for k, v in config.items() if v is not None}))
+    (copy / "config.json").write_text(json.dumps({k: v for k, v in config.items() if v is not REMOVED}))
     return copy

@@ -181,7 +181,7 @@ def test_a_model_whose_own_cache_is_not_finite_is_named_not_the_press(tiny):
     parent.kv[layer].values[1, 7, 0] = float("inf")  # as the model's own prefill leaves it
     parent.kv[layer].keys[0, 9, 0] = float("nan")
     with pytest.raises(UsageError, match=rf"^the model gives NaN or infinite keys or values at attention layer {layer} "
-                                         "in its own prefill, before any press: .* its weights are damaged"):
+                                         "in its own prefill, before any press: its weights are damaged"):
         presses.compress(parent, "keydiff", "flat", keep_fraction=0.5)
     parent = _parent(tiny)
     scores = {layer: torch.full((2, parent.n - parent.protected), float("nan")) for layer in parent.kv}

@@ -384,7 +384,8 @@ def test_weights_missing_tensors_are_refused(model_dir, tmp_path):
     save_file({name: t for name, t in tensors.items() if name != dropped}, directory / "model.safetensors",
               metadata={"format": "pt"})
     short = ".".join(dropped.split(".")[-2:])  # named as the model names it, the checkpoint's prefix aside
-    with pytest.raises(UsageError, match=f"weight files lack 1 of the model's tensors \\(\\S*{re.escape(short)}\\)"):
+    with pytest.raises(UsageError, match=f"weight files lack 1 of the tensors its config.json makes "
+                                         f"\\(\\S*{re.escape(short)}\\)"):
         loading.load(directory)
 
 
