@@ -289,7 +289,7 @@ def _distilled_checkpoint(name: str):
 
 def run_ship_artifacts(args: argparse.Namespace) -> None:
     import pretrained
-    from hybridmodel.hybrid_delta import ship_artifacts
+    from hybridmodel.delta_artifacts import ship_artifacts
 
     ship_artifacts(_distilled_checkpoint(args.name), pretrained.cache_dir(args.cache))
 

@@ -7,6 +7,7 @@ import subprocess
 import pytest
 
 import bench.commands.fetch_command
+import hybridmodel.delta_artifacts
 import hybridmodel.hybrid_delta
 import hybridmodel.train
 
@@ -19,7 +20,7 @@ def guarded(monkeypatch, no_model_load):
 
     monkeypatch.setattr(bench.commands.fetch_command, "fetch", fail)
     monkeypatch.setattr(hybridmodel.train, "train", fail)
-    monkeypatch.setattr(hybridmodel.hybrid_delta, "ship_artifacts", fail)
+    monkeypatch.setattr(hybridmodel.delta_artifacts, "ship_artifacts", fail)
     monkeypatch.setattr(hybridmodel.hybrid_delta, "rebuild", fail)
 
 

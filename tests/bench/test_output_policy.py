@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import bench.commands.fetch_command
+import hybridmodel.delta_artifacts
 import hybridmodel.hybrid_delta
 import hybridmodel.train
 from artifacts.files import write_result
@@ -158,7 +159,7 @@ def test_the_cache_flag_and_the_environment_name_one_place(command, tmp_path, mo
     name = {"fetch-model": "smollm2-135m-instruct", "ship-artifacts": "smollm2-135m-hybrid"}[command]
     roots = []
     monkeypatch.setattr(bench.commands.fetch_command, "fetch", lambda checkpoint, root, **kwargs: roots.append(root))
-    monkeypatch.setattr(hybridmodel.hybrid_delta, "ship_artifacts", lambda checkpoint, root: roots.append(root))
+    monkeypatch.setattr(hybridmodel.delta_artifacts, "ship_artifacts", lambda checkpoint, root: roots.append(root))
     monkeypatch.setattr(hybridmodel.hybrid_delta, "rebuild", lambda checkpoint, root: None)
     main([command, name, "--cache", str(tmp_path / "cache")])
     monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))

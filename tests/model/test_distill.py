@@ -14,7 +14,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 import pretrained
-from hybridmodel import hybrid_delta
+from hybridmodel import delta_artifacts, hybrid_delta
 from hybridmodel.distill import distill, retrieval_probe
 from hybridmodel.distill_config import MIN_COPY, TEACHER_SAMPLES, DistillConfig
 from hybridmodel.distill_losses import mixer_parameters
@@ -305,15 +305,15 @@ def test_shipped_artifacts_travel_with_the_delta_into_every_rebuild(catalogued, 
 
     checkpoint, root = catalogued
     with pytest.raises(FileNotFoundError, match="is not rebuilt from") as refused:
-        hybrid_delta.ship_artifacts(checkpoint, root)
+        delta_artifacts.ship_artifacts(checkpoint, root)
     _parses_every_command(str(refused.value), ["fetch-model", "label", "train", "calibrate"])
     rebuilt = hybrid_delta.rebuild(checkpoint, root)
     with pytest.raises(ValueError, match="holds no GateSight estimator nor calibration") as refused:
-        hybrid_delta.ship_artifacts(checkpoint, root)
+        delta_artifacts.ship_artifacts(checkpoint, root)
     _parses_every_command(str(refused.value), ["label", "train", "calibrate"])
     weights = fingerprint(rebuilt, "weights")
     _artifacts(rebuilt, weights)
-    shipped = hybrid_delta.ship_artifacts(checkpoint, root)
+    shipped = delta_artifacts.ship_artifacts(checkpoint, root)
     assert shipped == [checkpoint.delta_dir / "gatesight", checkpoint.delta_dir / "calibration"]
     assert installed(checkpoint, root) == rebuilt  # the rebuilt directory is what the delta now rebuilds
     elsewhere = tmp_path / "elsewhere"
@@ -326,11 +326,11 @@ def test_shipped_artifacts_travel_with_the_delta_into_every_rebuild(catalogued, 
     (rebuilt / "gatesight" / "gatesight.json").write_text(json.dumps({"meta": {"weights": "0" * 12}}))
     before = (checkpoint.delta_dir / "gatesight" / "gatesight.json").read_bytes()
     with pytest.raises(ValueError, match="was trained on model weights 000000000000, not"):
-        hybrid_delta.ship_artifacts(checkpoint, root)
+        delta_artifacts.ship_artifacts(checkpoint, root)
     assert (checkpoint.delta_dir / "gatesight" / "gatesight.json").read_bytes() == before
 
     _artifacts(rebuilt, weights, calibration=b"a new calibration")
-    assert hybrid_delta.ship_artifacts(checkpoint, root) == [checkpoint.delta_dir / "calibration"]
+    assert delta_artifacts.ship_artifacts(checkpoint, root) == [checkpoint.delta_dir / "calibration"]
     [aside] = checkpoint.delta_dir.glob("calibration.backup-*")
     assert (aside / "calibration.safetensors").read_bytes() == b"calibration"  # moved aside, never written over
     assert (checkpoint.delta_dir / "calibration" / "calibration.safetensors").read_bytes() == b"a new calibration"
@@ -350,7 +350,7 @@ def test_a_rebuilt_hybrids_artifact_changed_in_place_is_refused_until_rebuilt(ca
     checkpoint, root = catalogued
     rebuilt = hybrid_delta.rebuild(checkpoint, root)
     _artifacts(rebuilt, fingerprint(rebuilt, "weights"))
-    hybrid_delta.ship_artifacts(checkpoint, root)
+    delta_artifacts.ship_artifacts(checkpoint, root)
     cache = tmp_path / "fresh"
     shutil.copytree(root / checkpoint.teacher.name, cache / checkpoint.teacher.name)
     fresh = hybrid_delta.rebuild(checkpoint, cache)  # records the model's files alone, as rebuilds before did

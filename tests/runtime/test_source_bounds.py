@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from hybridmodel import hybrid_delta
+from hybridmodel import delta_artifacts, hybrid_delta
 from runtime.bounded_read import METADATA_LIMIT, FileTooLargeError
 from serving import rules
 from tests.runtime.test_file_bounds import _sparse, _too_large
@@ -19,9 +19,9 @@ def test_a_delta_manifest_and_an_estimators_settings(tmp_path):
     manifest = _sparse(tmp_path / "delta" / hybrid_delta.MANIFEST_FILE, METADATA_LIMIT + 1)
     with pytest.raises(FileTooLargeError, match=_too_large(manifest, METADATA_LIMIT) + "restore the delta"):
         hybrid_delta.manifest(tmp_path / "delta")
-    settings = _sparse(tmp_path / "model" / hybrid_delta.ARTIFACT_DIR / "gatesight.json", METADATA_LIMIT + 1)
+    settings = _sparse(tmp_path / "model" / delta_artifacts.ARTIFACT_DIR / "gatesight.json", METADATA_LIMIT + 1)
     with pytest.raises(FileTooLargeError, match=_too_large(settings, METADATA_LIMIT) + "train the estimator again"):
-        hybrid_delta._check_estimator_weights(tmp_path / "model", "0" * 12, "the hybrid")
+        delta_artifacts.check_estimator_weights(tmp_path / "model", "0" * 12, "the hybrid")
 
 
 @pytest.mark.parametrize("ask", [lambda d: rules.check_model(d, "float32"), rules.has_experts, rules.is_multimodal])
