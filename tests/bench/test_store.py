@@ -225,7 +225,7 @@ GOOD_ROW = {"schema": 2, "model": "m", "weights": "w", "artifacts": "a", "press"
 
 
 @pytest.mark.parametrize("change, message", [
-    ({"kl": -1.0}, "kl=-1.0 (expected a finite number in [0, 1e+06] nats"),
+    ({"kl": -1.0}, "kl=-1.0 (expected a finite number in [-1e-06, 1e+06] nats: a mean KL divergence"),
     ({"score": float("nan")}, "score=nan (expected a number in [0, 1])"),
     ({"score": 1.5}, "score=1.5 (expected a number in [0, 1])"),
     ({"delta_nll": "abc"}, "delta_nll='abc' (expected a finite number in [-1e+06"),
