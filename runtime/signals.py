@@ -37,11 +37,18 @@ def held(signals=STOPS) -> Iterator[None]:
 
 @contextmanager
 def kept_from_children(signals=(signal.SIGINT,)) -> Iterator[None]:
-    """``signals`` blocked in the processes started inside the ``with`` block: they inherit this thread's signal
-    mask (a worker then never sees a terminal's Ctrl-C, which reaches its whole process group; its driver stops
-    it). This process still gets them: another of its threads takes them, and Python raises them in the main one."""
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, set(signals))
+    """``signals`` ignored in the processes started inside the ``with`` block (a worker then never sees a terminal's
+    Ctrl-C, which reaches its whole process group; its driver stops it). An ignored signal stays ignored through
+    ``exec``, where a blocked mask does not: a spawned Python starts with none blocked (probe 28, #3: a worker's
+    ``KeyboardInterrupt`` traceback while it imported the bench). This process ignores them too meanwhile: keep the
+    block to the starts themselves (milliseconds), as one that comes then is lost. Only in the main thread, where
+    Python sets handlers."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    handlers = {number: signal.signal(number, signal.SIG_IGN) for number in signals}
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        for number, handler in handlers.items():
+            signal.signal(number, handler)

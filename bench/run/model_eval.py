@@ -13,6 +13,7 @@ import torch
 from artifacts.files import write_result, write_text
 from artifacts.outputs import FILE, RESULTS, Output, check
 from pretrained import loading
+from pretrained.model_fault import model_fault
 from runtime import encode_text, prefill
 from runtime.bounded_read import REPORT_LIMIT, read_bounded
 from runtime.errors import UsageError
@@ -142,6 +143,9 @@ def evaluate_model(model_path, tasks: list[str], lengths: list[int], n: int, see
             for index in range(n):
                 item = generate(task, index, seed, cfg)
                 parent = prefill(model, encode(item.context), tokenizer=tokenizer)
+                if not bool(parent.last_logits.isfinite().all()):  # else scored 0 as a weak model (probe 28, #2)
+                    raise UsageError(model_fault(f"NaN or infinite logits after its own prefill of {task} item "
+                                                 f"{index}", directory, parent.adapter.dtype))
                 for number, q in enumerate(item.questions):
                     answer = parent.answer(encode(q.prompt), q.max_new_tokens, tokenizer.eos_token_id)
                     rows.append({"model": directory.name,
@@ -159,4 +163,9 @@ def evaluate_model(model_path, tasks: list[str], lengths: list[int], n: int, see
                 else:  # an earlier evaluation's rows (--replace) are moved aside first
                     write_result(rows_out, text)
                     written = True
-    return Evaluation(rows, tasks, lengths, n, bits_per_byte(model, tokenizer))
+    bits = bits_per_byte(model, tokenizer)
+    damaged = [source for source, value in bits.items() if not math.isfinite(value)]
+    if damaged:  # a figure no model gives: printed as a measurement, it read as a weak model
+        raise UsageError(model_fault(f"NaN or infinite bits per byte on the held-out {damaged[0]} text", directory,
+                                     next(model.parameters()).dtype))
+    return Evaluation(rows, tasks, lengths, n, bits)

@@ -6,7 +6,9 @@ and the run ends in one line with what was kept (probe 24, #2: the driver waited
 
 from __future__ import annotations
 
+import atexit
 import os
+import sys
 import threading
 from collections.abc import Iterable, Iterator
 
@@ -26,6 +28,8 @@ OBJECT_STORE_BYTES = 1 << 30
 """The object store of a Ray instance started for the run: a context's rows are kilobytes, and Ray's default (30 % of
 the memory) is mapped by every Ray process, which an address-space limit (``ulimit -v``, ``prlimit --as``) refuses:
 ``ray.init`` then waited for ever, before any worker could be watched (probe 25, #1)."""
+RAY_LEAVE_SECONDS = 30.0
+"""How long the run waits for Ray to kill its actors and shut down its instance (:func:`_leave_ray`)."""
 RAY_LOGS = ("Ray hides its workers' output here: their logs say why one did not start (session_latest/logs in Ray's "
             "temporary folder, /tmp/ray by default, on the node that ran it)")
 """What a worker silent since it started is said with: Ray is told not to copy its workers' output to the run's."""
@@ -75,10 +79,34 @@ def in_ray(run: RunPlan, identity: loading.ModelIdentity, jobs: Iterable[Context
     except ray.exceptions.RayError as error:
         raise _worker_error(error) from None
     finally:
-        for actor in actors:  # a stopped one too (SIGKILL): it would hold its core and model
+        _leave_ray(ray, actors, started_here)
+
+
+def _leave_ray(ray, actors: list, started_here: bool, timeout: float = RAY_LEAVE_SECONDS) -> None:
+    """Kill ``actors`` (a stopped one too, with SIGKILL: it would hold its core and model) and shut down the Ray
+    instance ``started_here``, within ``timeout`` seconds: both wait on the cluster's GCS, which a stopped or lost
+    head never answers (probe 28, #1: every row written, then the run waited for ever). Past the bound the run goes
+    on with one line said; the processes of an instance started here are killed, and Ray's own shutdown at exit,
+    which would wait so too, is called off."""
+    def leave() -> None:
+        for actor in actors:
             ray.kill(actor)
         if started_here:
             ray.shutdown()
+
+    thread = threading.Thread(target=leave, name="ray-leave", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if not thread.is_alive():
+        return
+    atexit.unregister(ray.shutdown)
+    node = getattr(getattr(getattr(ray, "_private", None), "worker", None), "_global_node", None)
+    if started_here and node is not None:  # the instance's own processes: they answer no one now
+        node.kill_all_processes(check_alive=False, allow_graceful=False)
+    left = ("its processes were killed" if started_here else "the cluster keeps the actors until it answers again; "
+            "`ray stop` on its nodes ends them")
+    print(f"note: Ray did not let go of the run's workers within {timeout:g} s (its GCS does not answer): what was "
+          f"finished is kept; {left}", file=sys.stderr)
 
 
 def _answer(ray, reference, name: str):

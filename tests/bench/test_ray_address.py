@@ -164,3 +164,23 @@ def test_a_ray_instance_started_here_holds_a_small_object_store(address, environ
     assert given["address"] == address
     assert (given.get("object_store_memory") == OBJECT_STORE_BYTES) == starts_here
     assert (thread is threading.main_thread()) == starts_here  # its processes die with the thread that starts them
+
+
+def test_leaving_a_ray_that_never_answers_is_bounded(capsys):
+    """Probe 28, #1: ``ray.shutdown`` waits on the GCS, which a stopped head never answers; the run goes on past the
+    bound with one line, and the processes of the instance it started are killed."""
+    from types import SimpleNamespace
+
+    from bench.run.ray_workers import _leave_ray
+
+    never, killed = threading.Event(), []
+    node = SimpleNamespace(kill_all_processes=lambda **how: killed.append(how))
+    ray = SimpleNamespace(kill=lambda actor: None, shutdown=never.wait,
+                          _private=SimpleNamespace(worker=SimpleNamespace(_global_node=node)))
+    started = time.monotonic()
+    _leave_ray(ray, ["actor"], True, timeout=0.5)
+    assert time.monotonic() - started < 5
+    assert killed == [{"check_alive": False, "allow_graceful": False}]
+    assert capsys.readouterr().err == ("note: Ray did not let go of the run's workers within 0.5 s (its GCS does not "
+                                       "answer): what was finished is kept; its processes were killed\n")
+    never.set()

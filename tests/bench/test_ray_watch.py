@@ -153,3 +153,27 @@ def test_a_ray_instance_starts_under_an_address_space_limit(address, monkeypatch
     except subprocess.TimeoutExpired:
         pytest.fail("ray.init did not return within 180 s under an 8 GB address-space limit")
     assert done.returncode == 0 and "joined" in done.stdout, done.stderr[-2000:]
+
+
+def test_a_ray_instance_whose_gcs_stops_is_left_within_the_bound():
+    """Probe 28, #1: with the run's GCS stopped (``kill -STOP``), every row was written and the run then waited for
+    ever in ``ray.kill``/``ray.shutdown``, and at exit in Ray's own shutdown; it goes on after the bound, says so in
+    one line, and the process ends with no Ray process of its instance left waiting."""
+    script = (
+        "import os, signal, ray\nfrom bench.run.ray_workers import _join_ray, _leave_ray\n_join_ray(ray, None)\n"
+        "@ray.remote(num_cpus=1)\nclass Actor:\n    def pid(self):\n        return os.getpid()\n"
+        "actor = Actor.remote()\nray.get(actor.pid.remote())\n"
+        "node = ray._private.worker._global_node\n"
+        "gcs = node.all_processes['gcs_server'][0].process.pid\nprint('gcs', gcs, flush=True)\n"
+        "os.kill(gcs, signal.SIGSTOP)\n_leave_ray(ray, [actor], True, timeout=3)\nprint('left', flush=True)\n")
+    started = time.monotonic()
+    try:
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                              env={**os.environ, "RAY_ADDRESS": ""})
+    except subprocess.TimeoutExpired:
+        pytest.fail("the process waited on Ray past 120 s")
+    assert done.returncode == 0 and "left" in done.stdout, done.stderr[-2000:]
+    assert ("note: Ray did not let go of the run's workers within 3 s (its GCS does not answer): what was finished "
+            "is kept; its processes were killed") in done.stderr
+    assert _gone(int(done.stdout.split()[1]), within=10)
+    assert time.monotonic() - started < 90

@@ -287,13 +287,7 @@ def test_a_model_whose_full_cache_gives_nan_is_named_not_the_bench(model_dir, tm
     """Probe 27, #3: NaN weights in output rows the context never reads (no files.json to hold them to) made the
     no-prune row's NLL NaN, and the run ended blaming "a bug of the bench"; the model is named, with its config.json
     as the other suspect, and nothing is written."""
-    from safetensors.torch import load_file, save_file
-
-    copy = _edited_config(model_dir, tmp_path, {})
-    weights = load_file(copy / "model.safetensors")
-    (name,) = [key for key in weights if key.endswith("embed_tokens.weight")]  # tied: the output layer's too
-    weights[name][259] = float("nan")  # a token no context holds: its prefill's keys and values stay finite
-    save_file(weights, copy / "model.safetensors", metadata={"format": "pt"})
+    copy = _nan_output_row(model_dir, tmp_path)
     code, err = run_cli(capsys, "compare", "--model", copy, "--press", "snapkv", "--keep-fractions", "0.5", "--n", "1",
                         "--tasks", "niah_single_1", "--length", "300", "--out", tmp_path / "out")
     assert code == 2 and err.startswith(f"bench compare: error: the model {copy.name} ({copy}) gives NaN or infinite "
@@ -302,6 +296,31 @@ def test_a_model_whose_full_cache_gives_nan_is_named_not_the_bench(model_dir, tm
                                         "edited: check its files against where they came from"), err
     assert "bug of the bench" not in err and "\n" not in err.strip()
     assert not list((tmp_path / "out").glob("results*"))
+
+
+def test_model_eval_of_a_model_whose_logits_are_nan_names_the_model(model_dir, tmp_path, capsys):
+    """Probe 28, #2: ``model-eval`` of the same model printed accuracy 0 and "bits per byte nan" as measurements,
+    ended 0 and wrote score-0 rows; it names the model as compare does, and writes no rows."""
+    copy = _nan_output_row(model_dir, tmp_path)
+    code, err = run_cli(capsys, "model-eval", "--model", copy, "--tasks", "niah_single_1", "--lengths", "300", "--n",
+                        "1", "--rows", tmp_path / "rows.jsonl")
+    assert code == 2 and err.startswith(f"bench model-eval: error: the model {copy.name} ({copy}) gives NaN or "
+                                        "infinite logits after its own prefill of niah_single_1 item 0, before any "
+                                        "press: its weights are damaged or its config.json was edited"), err
+    assert not (tmp_path / "rows.jsonl").exists()
+
+
+def _nan_output_row(model_dir, tmp_path):
+    """A copy of ``model_dir`` without files.json whose output row for a token no context holds is NaN (the
+    embeddings are tied: its prefill's keys and values stay finite, every log-softmax does not)."""
+    from safetensors.torch import load_file, save_file
+
+    copy = _edited_config(model_dir, tmp_path, {})
+    weights = load_file(copy / "model.safetensors")
+    (name,) = [key for key in weights if key.endswith("embed_tokens.weight")]
+    weights[name][259] = float("nan")
+    save_file(weights, copy / "model.safetensors", metadata={"format": "pt"})
+    return copy
 
 
 def _edited_config(model_dir, tmp_path, change: dict):
