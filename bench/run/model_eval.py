@@ -137,35 +137,57 @@ def evaluate_model(model_path, tasks: list[str], lengths: list[int], n: int, see
         advice = (f"; leave out {', '.join(misfits)}: --tasks {','.join(fit)} fit every length given" if fit else
                   "; give longer --lengths")
         raise UsageError(f"task {task!r} at length {length}: {error}{advice}")
-    for length in lengths:
-        cfg = Config(length=length, count_tokens=count)
-        for task in tasks:
-            for index in range(n):
-                item = generate(task, index, seed, cfg)
-                parent = prefill(model, encode(item.context), tokenizer=tokenizer)
-                if not bool(parent.last_logits.isfinite().all()):  # else scored 0 as a weak model (probe 28, #2)
-                    raise UsageError(model_fault(f"NaN or infinite logits after its own prefill of {task} item "
-                                                 f"{index}", directory, parent.adapter.dtype))
-                for number, q in enumerate(item.questions):
-                    answer = parent.answer(encode(q.prompt), q.max_new_tokens, tokenizer.eos_token_id)
-                    rows.append({"model": directory.name,
-                                 "weights": loading.fingerprint(directory, "weights"),
-                                 "press": "none", "allocator": "none", "keep_fraction": 1.0, "task": f"{task}@{length}",
-                                 "item": index, "question": number,
-                                 "score": METRICS[item.metric](answer.text, q.answers)})
-                parent.release()
-            table[(task, length)] = 100 * mean(r["score"] for r in rows if r["task"] == f"{task}@{length}")
-            print(f"{task:>16} @ {length}: {table[(task, length)]:.1f}", flush=True)
-            if rows_out is not None:  # each task's rows as it finishes, so that an interrupted run keeps them
-                text = "".join(json.dumps(r) + "\n" for r in rows)
-                if written:  # this run's rows so far, written over whole
-                    write_text(rows_out, text)
-                else:  # an earlier evaluation's rows (--replace) are moved aside first
-                    write_result(rows_out, text)
-                    written = True
+    # held-out text first: a model whose numbers are not finite is refused before any row is written (probe 29, #2)
     bits = bits_per_byte(model, tokenizer)
     damaged = [source for source, value in bits.items() if not math.isfinite(value)]
     if damaged:  # a figure no model gives: printed as a measurement, it read as a weak model
         raise UsageError(model_fault(f"NaN or infinite bits per byte on the held-out {damaged[0]} text", directory,
                                      next(model.parameters()).dtype))
+    try:
+        for length in lengths:
+            cfg = Config(length=length, count_tokens=count)
+            for task in tasks:
+                for index in range(n):
+                    item = generate(task, index, seed, cfg)
+                    parent = prefill(model, encode(item.context), tokenizer=tokenizer)
+                    _check_finite(parent.last_logits, f"after its own prefill of {task} item {index}", parent,
+                                  directory)
+                    for number, q in enumerate(item.questions):
+                        question = encode(q.prompt)
+                        answer = parent.answer(question, q.max_new_tokens, tokenizer.eos_token_id)
+                        # the logits each answer token was chosen from: NaN may come with the question's tokens or
+                        # the answer's own, and greedy decoding of NaN scores 0, as a weak model (probe 29, #1)
+                        chosen = parent.logits(torch.cat([question, question.new_tensor(answer.tokens[:-1])]))
+                        _check_finite(chosen, f"while answering {task} item {index}", parent, directory)
+                        rows.append({"model": directory.name,
+                                     "weights": loading.fingerprint(directory, "weights"),
+                                     "press": "none", "allocator": "none", "keep_fraction": 1.0,
+                                     "task": f"{task}@{length}", "item": index, "question": number,
+                                     "score": METRICS[item.metric](answer.text, q.answers)})
+                    parent.release()
+                table[(task, length)] = 100 * mean(r["score"] for r in rows if r["task"] == f"{task}@{length}")
+                print(f"{task:>16} @ {length}: {table[(task, length)]:.1f}", flush=True)
+                if rows_out is not None:  # each task's rows as it finishes, so that an interrupted run keeps them
+                    text = "".join(json.dumps(r) + "\n" for r in rows)
+                    if written:  # this run's rows so far, written over whole
+                        write_text(rows_out, text)
+                    else:  # an earlier evaluation's rows (--replace) are moved aside first
+                        write_result(rows_out, text)
+                        written = True
+    except _DamagedModel as fault:  # rows of a damaged model are no measurement: this run's own file goes
+        if written:
+            rows_out.unlink()
+        raise UsageError(f"{fault}{f'; the rows this run wrote to {rows_out} were removed' if written else ''}") \
+            from None
     return Evaluation(rows, tasks, lengths, n, bits)
+
+
+class _DamagedModel(Exception):
+    """Numbers of the model itself that are not finite (:func:`pretrained.model_fault.model_fault` says it)."""
+
+
+def _check_finite(logits: torch.Tensor, when: str, parent, directory: Path) -> None:
+    """A :class:`_DamagedModel` unless every one of ``logits`` (``[..., V]``, of ``parent``'s model, ``when``: where
+    in the evaluation) is finite."""
+    if not bool(logits.isfinite().all()):
+        raise _DamagedModel(model_fault(f"NaN or infinite logits {when}", directory, parent.adapter.dtype))

@@ -103,10 +103,10 @@ def _leave_ray(ray, actors: list, started_here: bool, timeout: float = RAY_LEAVE
     node = getattr(getattr(getattr(ray, "_private", None), "worker", None), "_global_node", None)
     if started_here and node is not None:  # the instance's own processes: they answer no one now
         node.kill_all_processes(check_alive=False, allow_graceful=False)
-    left = ("its processes were killed" if started_here else "the cluster keeps the actors until it answers again; "
-            "`ray stop` on its nodes ends them")
-    print(f"note: Ray did not let go of the run's workers within {timeout:g} s (its GCS does not answer): what was "
-          f"finished is kept; {left}", file=sys.stderr)
+    left = ("its processes were killed (its agents end by themselves within minutes)" if started_here else
+            "the cluster keeps the actors until it answers again; `ray stop` on its nodes ends them")
+    print(f"\nnote: Ray did not let go of the run's workers within {timeout:g} s (its head, GCS or raylet, does not "
+          f"answer): what was finished is kept; {left}", file=sys.stderr)  # on a line of its own, after the bar
 
 
 def _answer(ray, reference, name: str):
@@ -165,8 +165,14 @@ def _join_ray(ray, address: str | None, timeout: float = RAY_CONNECT_SECONDS) ->
     not keep the process if it never returns."""
     joined = address if address is not None else os.environ.get(RAY_ADDRESS_ENV) or None
     if joined in (None, "local"):
-        ray.init(address=address, include_dashboard=False, log_to_driver=False,
-                 object_store_memory=OBJECT_STORE_BYTES)
+        try:
+            ray.init(address=address, include_dashboard=False, log_to_driver=False,
+                     object_store_memory=OBJECT_STORE_BYTES)
+        except Exception as error:  # noqa: BLE001 - Ray raises a bare Exception when its node does not come up
+            reason = " ".join(str(error).split()) or type(error).__name__
+            raise UsageError(f"the Ray instance started for the run did not come up ({type(error).__name__}: "
+                             f"{reason}); its logs say why (session_latest/logs in Ray's temporary folder, /tmp/ray "
+                             "by default); what it started ends by itself, or `ray stop` ends it now") from None
         return
     failure: list[BaseException] = []
 

@@ -181,6 +181,25 @@ def test_leaving_a_ray_that_never_answers_is_bounded(capsys):
     _leave_ray(ray, ["actor"], True, timeout=0.5)
     assert time.monotonic() - started < 5
     assert killed == [{"check_alive": False, "allow_graceful": False}]
-    assert capsys.readouterr().err == ("note: Ray did not let go of the run's workers within 0.5 s (its GCS does not "
-                                       "answer): what was finished is kept; its processes were killed\n")
+    assert capsys.readouterr().err == ("\nnote: Ray did not let go of the run's workers within 0.5 s (its head, GCS or "
+                                       "raylet, does not answer): what was finished is kept; its processes were "
+                                       "killed (its agents end by themselves within minutes)\n")
     never.set()
+
+
+def test_a_ray_instance_that_does_not_come_up_is_one_line(monkeypatch):
+    """Probe 29, #3: the run's own instance, its GCS stopped or killed while it started, ended in Ray's bare
+    ``Exception`` traceback."""
+    from types import SimpleNamespace
+
+    from bench.run.ray_workers import _join_ray
+    from runtime.errors import UsageError
+
+    def fail(**given):
+        raise Exception("The current node timed out during startup. This could happen because some of the raylet "
+                        "failed to startup or the GCS has become overloaded.")
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    with pytest.raises(UsageError, match=r"^the Ray instance started for the run did not come up \(Exception: The "
+                                         r"current node timed out during startup\. .*\); its logs say why"):
+        _join_ray(SimpleNamespace(init=fail), None)

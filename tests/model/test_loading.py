@@ -305,8 +305,26 @@ def test_model_eval_of_a_model_whose_logits_are_nan_names_the_model(model_dir, t
     code, err = run_cli(capsys, "model-eval", "--model", copy, "--tasks", "niah_single_1", "--lengths", "300", "--n",
                         "1", "--rows", tmp_path / "rows.jsonl")
     assert code == 2 and err.startswith(f"bench model-eval: error: the model {copy.name} ({copy}) gives NaN or "
-                                        "infinite logits after its own prefill of niah_single_1 item 0, before any "
-                                        "press: its weights are damaged or its config.json was edited"), err
+                                        "infinite bits per byte on the held-out "), err
+    assert "its weights are damaged or its config.json was edited" in err
+    assert not (tmp_path / "rows.jsonl").exists()
+
+
+def test_model_eval_of_a_model_whose_nan_comes_with_the_question_names_the_model(model_dir, tmp_path, capsys):
+    """Probe 29, #1: an untied model whose embedding row of the end-of-turn token (in every question's prompt, in no
+    context nor held-out text) is NaN answered garbage, scored 0 as a weak model, exit 0; it is named, no rows."""
+    from safetensors.torch import load_file, save_file
+
+    copy = _edited_config(model_dir, tmp_path, {"tie_word_embeddings": False})
+    weights = load_file(copy / "model.safetensors")
+    (name,) = [key for key in weights if key.endswith("embed_tokens.weight")]
+    weights["lm_head.weight"] = weights[name].clone()  # the same model, untied
+    weights[name][257] = float("nan")
+    save_file(weights, copy / "model.safetensors", metadata={"format": "pt"})
+    code, err = run_cli(capsys, "model-eval", "--model", copy, "--tasks", "niah_single_1", "--lengths", "300", "--n",
+                        "1", "--rows", tmp_path / "rows.jsonl")
+    assert code == 2 and err.startswith(f"bench model-eval: error: the model {copy.name} ({copy}) gives NaN or "
+                                        "infinite logits while answering niah_single_1 item 0, before any press"), err
     assert not (tmp_path / "rows.jsonl").exists()
 
 
