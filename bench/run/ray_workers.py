@@ -104,7 +104,7 @@ def _leave_ray(ray, actors: list, started_here: bool, timeout: float = RAY_LEAVE
     if started_here and node is not None:  # the instance's own processes: they answer no one now
         node.kill_all_processes(check_alive=False, allow_graceful=False)
     left = ("its processes were killed (its agents end by themselves within minutes)" if started_here else
-            "the cluster keeps the actors until it answers again; `ray stop` on its nodes ends them")
+            "the cluster keeps the actors until it answers again")
     print(f"\nnote: Ray did not let go of the run's workers within {timeout:g} s (its head, GCS or raylet, does not "
           f"answer): what was finished is kept; {left}", file=sys.stderr)  # on a line of its own, after the bar
 
@@ -172,7 +172,7 @@ def _join_ray(ray, address: str | None, timeout: float = RAY_CONNECT_SECONDS) ->
             reason = " ".join(str(error).split()) or type(error).__name__
             raise UsageError(f"the Ray instance started for the run did not come up ({type(error).__name__}: "
                              f"{reason}); its logs say why (session_latest/logs in Ray's temporary folder, /tmp/ray "
-                             "by default); what it started ends by itself, or `ray stop` ends it now") from None
+                             "by default); what it started ends by itself within minutes") from None
         return
     failure: list[BaseException] = []
 

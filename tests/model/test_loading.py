@@ -328,6 +328,30 @@ def test_model_eval_of_a_model_whose_nan_comes_with_the_question_names_the_model
     assert not (tmp_path / "rows.jsonl").exists()
 
 
+def test_model_eval_refused_after_a_task_puts_the_replaced_rows_back(model_dir, tmp_path, capsys, monkeypatch):
+    """Probe 30, U2: a model refused as damaged in a later task left no rows (right) but ``--replace``'s earlier rows
+    only in a backup the error line did not name; they are put back, and the line says so."""
+    import bench.run.model_eval as model_eval
+
+    rows = tmp_path / "rows.jsonl"
+    assert run_cli(capsys, "model-eval", "--model", model_dir, "--tasks", "niah_single_1", "--lengths", "300",
+                   "--n", "1", "--rows", rows)[0] == 0
+    kept = rows.read_bytes()
+    checked = model_eval._check_finite
+
+    def damaged_in_the_second_task(logits, when, parent, directory):
+        if "niah_single_2" in when:  # as a NaN that only this task's tokens reach
+            raise model_eval._DamagedModel(f"the model gives NaN or infinite logits {when}")
+        checked(logits, when, parent, directory)
+
+    monkeypatch.setattr(model_eval, "_check_finite", damaged_in_the_second_task)
+    code, err = run_cli(capsys, "model-eval", "--model", model_dir, "--tasks", "niah_single_1,niah_single_2",
+                        "--lengths", "300", "--n", "1", "--rows", rows, "--replace")
+    assert code == 2 and err.rstrip().endswith(f"after its own prefill of niah_single_2 item 0; the rows this run "
+                                               f"wrote to {rows} were removed, the previous ones put back"), err
+    assert rows.read_bytes() == kept and not list(tmp_path.glob("rows.jsonl.backup-*"))
+
+
 def _nan_output_row(model_dir, tmp_path):
     """A copy of ``model_dir`` without files.json whose output row for a token no context holds is NaN (the
     embeddings are tied: its prefill's keys and values stay finite, every log-softmax does not)."""
