@@ -49,18 +49,19 @@ def write_text(path: Path, text: str) -> Path:
     return Path(path)
 
 
-def write_result(path: Path, text: str, log: Callable[[str], None] = print) -> Path:
+def write_result(path: Path, text: str, log: Callable[[str], None] = print) -> Path | None:
     """``path.write_text(text)``, atomically; a file already there (a result :func:`check_replaceable` let this run
     replace) is moved aside to ``<path>.backup-<time>`` first, once the new text is written whole (an empty file,
-    which holds nothing, is written over)."""
-    path = Path(path)
+    which holds nothing, is written over). Returns that backup's path (None where nothing was moved aside): a caller
+    that undoes its write puts it back."""
+    path, backup = Path(path), None
     with atomic_path(path) as scratch:
         scratch.write_text(text)
         if path.exists() and not _empty_file(path):
             backup = backup_path(path)
             os.replace(path, backup)
             log(f"moved the previous {path.name} to {backup}")
-    return path
+    return backup
 
 
 def write_rebuilt(path: Path, text: str, log: Callable[[str], None] = print) -> Path:

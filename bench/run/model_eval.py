@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import glob
 import json
 import math
 import os
@@ -123,7 +122,7 @@ def evaluate_model(model_path, tasks: list[str], lengths: list[int], n: int, see
         raise UsageError(f"length {bad[0]} is not allowed: lengths must be in [1, {limit}] tokens for this model")
     model, tokenizer, directory = loading.load(model_path)
     rows: list[dict] = []
-    written, aside = False, set()
+    written, aside = False, None
     encode = lambda text: torch.tensor(encode_text(tokenizer, text))  # noqa: E731
     count = lambda text: len(encode_text(tokenizer, text))  # noqa: E731
     table: dict[tuple[str, int], float] = {}
@@ -174,13 +173,11 @@ def evaluate_model(model_path, tasks: list[str], lengths: list[int], n: int, see
                     if written:  # this run's rows so far, written over whole
                         write_text(rows_out, text)
                     else:  # an earlier evaluation's rows (--replace) are moved aside first
-                        before = set(rows_out.parent.glob(f"{glob.escape(rows_out.name)}.backup-*"))
-                        write_result(rows_out, text)
+                        aside = write_result(rows_out, text)
                         written = True
-                        aside = set(rows_out.parent.glob(f"{glob.escape(rows_out.name)}.backup-*")) - before
     except _DamagedModel as fault:  # rows of a damaged model are no measurement: this run's own file goes
-        if written and aside:  # the evaluation's rows it replaced are put back
-            os.replace(aside.pop(), rows_out)
+        if written and aside is not None:  # the evaluation's rows it replaced are put back
+            os.replace(aside, rows_out)
         elif written:
             rows_out.unlink()
         undone = ("" if not written else f"; the rows this run wrote to {rows_out} were removed"
